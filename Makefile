@@ -1,0 +1,25 @@
+# The two commands: `make demo` (install what is missing, serve on 127.0.0.1:8080 with the
+# sample corpus) and `make test` (every test, with the local services they need).
+SHELL := /bin/bash
+export CARGO_TARGET_DIR ?= $(HOME)/.cache/sluice/target
+
+.PHONY: demo test bench lint setup llm
+
+demo:
+	scripts/demo.sh
+
+test:
+	scripts/test.sh
+
+bench:
+	scripts/bench.sh
+
+lint:
+	cargo fmt --all --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+setup:
+	scripts/setup.sh all
+
+llm:
+	scripts/llm.sh 8081

@@ -1,0 +1,182 @@
+//! Token-aware chunking: sentences packed into chunks of at most `max_tokens`, with the
+//! last sentences of one chunk (up to `overlap_tokens`) repeated at the start of the next,
+//! so that a fact near a boundary is retrievable from either side.
+
+/// Splits `text` into chunks. `count` gives the number of model tokens in a piece of text.
+///
+/// A sentence longer than `max_tokens` is cut between words. Every word of the input
+/// appears in at least one chunk, in order.
+pub fn chunk_text(
+    text: &str,
+    max_tokens: usize,
+    overlap_tokens: usize,
+    count: &dyn Fn(&str) -> usize,
+) -> Vec<String> {
+    let max_tokens = max_tokens.max(1);
+    let mut pieces: Vec<(String, usize)> = Vec::new();
+    for sentence in sentences(text) {
+        let n = count(sentence);
+        if n <= max_tokens {
+            pieces.push((sentence.to_string(), n));
+        } else {
+            pieces.extend(split_long(sentence, max_tokens, count));
+        }
+    }
+
+    let mut chunks = Vec::new();
+    let mut current: Vec<(String, usize)> = Vec::new();
+    let mut used = 0;
+    for (piece, n) in pieces {
+        if used + n > max_tokens && !current.is_empty() {
+            chunks.push(join(&current));
+            // Carry the tail of this chunk over as overlap.
+            let mut carried = Vec::new();
+            let mut carried_tokens = 0;
+            for (s, m) in current.iter().rev() {
+                if carried_tokens + m > overlap_tokens || carried_tokens + m + n > max_tokens {
+                    break;
+                }
+                carried_tokens += m;
+                carried.push((s.clone(), *m));
+            }
+            carried.reverse();
+            current = carried;
+            used = carried_tokens;
+        }
+        used += n;
+        current.push((piece, n));
+    }
+    if !current.is_empty() {
+        chunks.push(join(&current));
+    }
+    chunks
+}
+
+fn join(pieces: &[(String, usize)]) -> String {
+    pieces
+        .iter()
+        .map(|(s, _)| s.as_str())
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+/// Sentences: text up to `.`, `!` or `?` followed by white space, or up to a blank line.
+fn sentences(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut chars = text.char_indices().peekable();
+    while let Some((i, c)) = chars.next() {
+        let next = chars.peek().map(|&(_, n)| n);
+        let end_of_sentence = matches!(c, '.' | '!' | '?') && next.is_none_or(char::is_whitespace);
+        let paragraph = c == '\n' && next == Some('\n');
+        if end_of_sentence || paragraph {
+            let end = i + c.len_utf8();
+            let s = text[start..end].trim();
+            if !s.is_empty() {
+                out.push(s);
+            }
+            start = end;
+        }
+    }
+    let rest = text[start..].trim();
+    if !rest.is_empty() {
+        out.push(rest);
+    }
+    out
+}
+
+/// Cuts an over-long sentence between words into pieces of at most `max_tokens`.
+fn split_long(
+    sentence: &str,
+    max_tokens: usize,
+    count: &dyn Fn(&str) -> usize,
+) -> Vec<(String, usize)> {
+    let mut out = Vec::new();
+    let mut words: Vec<&str> = Vec::new();
+    let mut used = 0;
+    for word in sentence.split_whitespace() {
+        let n = count(word).max(1);
+        if used + n > max_tokens && !words.is_empty() {
+            out.push((words.join(" "), used));
+            words.clear();
+            used = 0;
+        }
+        words.push(word);
+        used += n;
+    }
+    if !words.is_empty() {
+        out.push((words.join(" "), used));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> usize {
+        s.split_whitespace().count()
+    }
+
+    #[test]
+    fn short_text_is_one_chunk() {
+        let chunks = chunk_text("One sentence. Another one!", 50, 5, &words);
+        assert_eq!(chunks, vec!["One sentence. Another one!"]);
+    }
+
+    #[test]
+    fn empty_text_gives_no_chunks() {
+        assert!(chunk_text("  \n\n ", 50, 5, &words).is_empty());
+    }
+
+    #[test]
+    fn chunks_respect_the_budget_and_overlap_at_sentence_boundaries() {
+        let text = (0..40)
+            .map(|i| format!("Sentence number {i} is here."))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let chunks = chunk_text(&text, 20, 5, &words);
+        assert!(chunks.len() > 5, "{chunks:?}");
+        for c in &chunks {
+            assert!(words(c) <= 20, "{c}");
+            assert!(
+                c.ends_with('.'),
+                "chunk should end at a sentence boundary: {c}"
+            );
+        }
+        // Each chunk after the first starts with the last sentence of the previous one.
+        for pair in chunks.windows(2) {
+            let last_sentence = pair[0].rsplit_once(" Sentence").map(|(_, s)| s).unwrap();
+            assert!(
+                pair[1].starts_with(&format!("Sentence{last_sentence}").trim().to_string()),
+                "{pair:?}"
+            );
+        }
+        // Nothing lost: every sentence is in some chunk.
+        for i in 0..40 {
+            let s = format!("Sentence number {i} is here.");
+            assert!(chunks.iter().any(|c| c.contains(&s)), "lost {s}");
+        }
+    }
+
+    #[test]
+    fn a_sentence_longer_than_the_budget_is_cut_between_words() {
+        let text = (0..95)
+            .map(|i| format!("w{i}"))
+            .collect::<Vec<_>>()
+            .join(" ");
+        let chunks = chunk_text(&text, 30, 0, &words);
+        assert_eq!(chunks.len(), 4);
+        assert!(chunks.iter().all(|c| words(c) <= 30));
+        assert_eq!(chunks.join(" "), text);
+    }
+
+    #[test]
+    fn paragraph_breaks_and_decimals() {
+        let s = sentences("Title line\n\nPrice is 3.50 dollars. Next? Yes");
+        assert_eq!(
+            s,
+            vec!["Title line", "Price is 3.50 dollars.", "Next?", "Yes"]
+        );
+    }
+}

@@ -1,0 +1,282 @@
+//! Configuration from `SLUICE_*` environment variables, validated once at start-up.
+//!
+//! Every variable has a default; the README's configuration table lists them all.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use thiserror::Error;
+
+/// A variable that is set but unusable; the message names it and says what it expects.
+#[derive(Debug, Error, PartialEq, Eq)]
+#[error("invalid {name}={value:?}: {expected}")]
+pub struct ConfigError {
+    /// The variable's name.
+    pub name: &'static str,
+    /// What it was set to.
+    pub value: String,
+    /// What it should be.
+    pub expected: String,
+}
+
+/// Everything Sluice reads from its environment.
+#[derive(Clone)]
+pub struct Config {
+    /// `SLUICE_ADDR`: where `sluice serve` listens.
+    pub addr: SocketAddr,
+    /// `SLUICE_DATA_DIR`: the Qdrant Edge shard and tenant state.
+    pub data_dir: PathBuf,
+    /// `SLUICE_MODEL_DIR`: `model.onnx` and `tokenizer.json` of the embedding model.
+    pub model_dir: PathBuf,
+    /// `SLUICE_LLM_URL`: base URL of the OpenAI-compatible API (ends in `/v1`).
+    pub llm_url: String,
+    /// `SLUICE_LLM_MODEL`: model name sent upstream.
+    pub llm_model: String,
+    /// `SLUICE_LLM_API_KEY`: bearer token for the upstream, if it wants one. Never logged.
+    pub llm_api_key: Option<String>,
+    /// `SLUICE_LLM_CONTEXT_TOKENS`: the model's context window; the prompt budget derives from it.
+    pub llm_context_tokens: usize,
+    /// `SLUICE_MAX_TOKENS`: cap on generated tokens per answer.
+    pub max_tokens: u32,
+    /// `SLUICE_LLM_CONNECT_TIMEOUT_MS`.
+    pub llm_connect_timeout: Duration,
+    /// `SLUICE_LLM_FIRST_TOKEN_TIMEOUT_MS`: from sending the request to the first token.
+    pub llm_first_token_timeout: Duration,
+    /// `SLUICE_LLM_IDLE_TIMEOUT_MS`: longest silence between two tokens.
+    pub llm_idle_timeout: Duration,
+    /// `SLUICE_RETRIEVAL_DEADLINE_MS`: embedding + retrieval budget; past it, answer without context.
+    pub retrieval_deadline: Duration,
+    /// `SLUICE_TOP_K`: sources per answer when the request does not say.
+    pub top_k: usize,
+    /// `SLUICE_DEFAULT_TENANT`: the tenant of every request while auth is off.
+    pub default_tenant: String,
+    /// `SLUICE_MAX_BODY_BYTES`: request body cap for `/v1/answer` (413 above).
+    pub max_body_bytes: usize,
+    /// `SLUICE_MAX_INGEST_BYTES`: request body cap for `/v1/documents` (413 above).
+    pub max_ingest_bytes: usize,
+    /// `SLUICE_CHUNK_TOKENS`: target chunk size in model tokens.
+    pub chunk_tokens: usize,
+    /// `SLUICE_CHUNK_OVERLAP_TOKENS`: tokens repeated from the end of one chunk at the start of the next.
+    pub chunk_overlap_tokens: usize,
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("addr", &self.addr)
+            .field("data_dir", &self.data_dir)
+            .field("model_dir", &self.model_dir)
+            .field("llm_url", &self.llm_url)
+            .field("llm_model", &self.llm_model)
+            .field(
+                "llm_api_key",
+                &self.llm_api_key.as_ref().map(|_| "<redacted>"),
+            )
+            .field("llm_context_tokens", &self.llm_context_tokens)
+            .field("max_tokens", &self.max_tokens)
+            .field("retrieval_deadline", &self.retrieval_deadline)
+            .field("top_k", &self.top_k)
+            .field("default_tenant", &self.default_tenant)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Largest `k` a request may ask for.
+pub const MAX_K: usize = 50;
+/// Longest query accepted, in characters.
+pub const MAX_QUERY_CHARS: usize = 4096;
+
+impl Config {
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+
+    /// Reads variables through `lookup` (the environment, or a map in tests).
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let cache = get("SLUICE_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+            PathBuf::from(get("HOME").unwrap_or_else(|| ".".into())).join(".cache/sluice")
+        });
+        let config = Config {
+            addr: parse(
+                &get,
+                "SLUICE_ADDR",
+                "127.0.0.1:8080",
+                "a socket address such as 127.0.0.1:8080",
+            )?,
+            data_dir: get("SLUICE_DATA_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| "sluice-data".into()),
+            model_dir: get("SLUICE_MODEL_DIR")
+                .map(PathBuf::from)
+                .unwrap_or_else(|| cache.join("models/all-MiniLM-L6-v2")),
+            llm_url: get("SLUICE_LLM_URL")
+                .unwrap_or_else(|| "http://127.0.0.1:8081/v1".into())
+                .trim_end_matches('/')
+                .to_string(),
+            llm_model: get("SLUICE_LLM_MODEL").unwrap_or_else(|| "SmolLM2-135M-Instruct".into()),
+            llm_api_key: get("SLUICE_LLM_API_KEY"),
+            llm_context_tokens: ranged(&get, "SLUICE_LLM_CONTEXT_TOKENS", 8192, 512, 1 << 20)?,
+            max_tokens: ranged(&get, "SLUICE_MAX_TOKENS", 256, 1, 32768)? as u32,
+            llm_connect_timeout: millis(&get, "SLUICE_LLM_CONNECT_TIMEOUT_MS", 1000, 1)?,
+            llm_first_token_timeout: millis(&get, "SLUICE_LLM_FIRST_TOKEN_TIMEOUT_MS", 30_000, 1)?,
+            llm_idle_timeout: millis(&get, "SLUICE_LLM_IDLE_TIMEOUT_MS", 10_000, 1)?,
+            retrieval_deadline: millis(&get, "SLUICE_RETRIEVAL_DEADLINE_MS", 200, 0)?,
+            top_k: ranged(&get, "SLUICE_TOP_K", 5, 1, MAX_K)?,
+            default_tenant: get("SLUICE_DEFAULT_TENANT").unwrap_or_else(|| "default".into()),
+            max_body_bytes: ranged(&get, "SLUICE_MAX_BODY_BYTES", 1 << 20, 1024, 1 << 30)?,
+            max_ingest_bytes: ranged(&get, "SLUICE_MAX_INGEST_BYTES", 16 << 20, 1024, 1 << 30)?,
+            chunk_tokens: ranged(&get, "SLUICE_CHUNK_TOKENS", 256, 16, 512)?,
+            chunk_overlap_tokens: ranged(&get, "SLUICE_CHUNK_OVERLAP_TOKENS", 32, 0, 256)?,
+        };
+        if !(config.llm_url.starts_with("http://") || config.llm_url.starts_with("https://")) {
+            return Err(ConfigError {
+                name: "SLUICE_LLM_URL",
+                value: config.llm_url,
+                expected: "an http:// or https:// URL of an OpenAI-compatible API, such as http://127.0.0.1:8081/v1".into(),
+            });
+        }
+        if config.chunk_overlap_tokens >= config.chunk_tokens / 2 {
+            return Err(ConfigError {
+                name: "SLUICE_CHUNK_OVERLAP_TOKENS",
+                value: config.chunk_overlap_tokens.to_string(),
+                expected: format!(
+                    "less than half of SLUICE_CHUNK_TOKENS ({})",
+                    config.chunk_tokens
+                ),
+            });
+        }
+        if !valid_tenant(&config.default_tenant) {
+            return Err(ConfigError {
+                name: "SLUICE_DEFAULT_TENANT",
+                value: config.default_tenant,
+                expected: "1-64 characters of letters, digits, '-' or '_'".into(),
+            });
+        }
+        Ok(config)
+    }
+}
+
+/// Tenant ids are short, printable and safe in keys and file names.
+pub fn valid_tenant(tenant: &str) -> bool {
+    (1..=64).contains(&tenant.len())
+        && tenant
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
+}
+
+fn parse<T: std::str::FromStr>(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: &str,
+    expected: &str,
+) -> Result<T, ConfigError> {
+    let value = get(name).unwrap_or_else(|| default.to_string());
+    value.trim().parse().map_err(|_| ConfigError {
+        name,
+        value,
+        expected: expected.to_string(),
+    })
+}
+
+fn ranged(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: usize,
+    min: usize,
+    max: usize,
+) -> Result<usize, ConfigError> {
+    let expected = format!("a whole number from {min} to {max}");
+    let n: usize = parse(get, name, &default.to_string(), &expected)?;
+    if (min..=max).contains(&n) {
+        Ok(n)
+    } else {
+        Err(ConfigError {
+            name,
+            value: n.to_string(),
+            expected,
+        })
+    }
+}
+
+fn millis(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    default: u64,
+    min: u64,
+) -> Result<Duration, ConfigError> {
+    let n = ranged(get, name, default as usize, min as usize, 3_600_000)?;
+    Ok(Duration::from_millis(n as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Config::from_lookup(|k| map.get(k).cloned())
+    }
+
+    #[test]
+    fn defaults_apply_when_nothing_is_set() {
+        let c = with(&[("HOME", "/home/u")]).unwrap();
+        assert_eq!(c.addr.to_string(), "127.0.0.1:8080");
+        assert_eq!(
+            c.model_dir,
+            PathBuf::from("/home/u/.cache/sluice/models/all-MiniLM-L6-v2")
+        );
+        assert_eq!(c.retrieval_deadline, Duration::from_millis(200));
+        assert_eq!(c.top_k, 5);
+        assert_eq!(c.llm_url, "http://127.0.0.1:8081/v1");
+    }
+
+    #[test]
+    fn values_are_read_and_trailing_slash_dropped() {
+        let c = with(&[
+            ("SLUICE_LLM_URL", "http://10.0.0.5:8000/v1/"),
+            ("SLUICE_RETRIEVAL_DEADLINE_MS", "0"),
+            ("SLUICE_TOP_K", "12"),
+        ])
+        .unwrap();
+        assert_eq!(c.llm_url, "http://10.0.0.5:8000/v1");
+        assert_eq!(c.retrieval_deadline, Duration::ZERO);
+        assert_eq!(c.top_k, 12);
+    }
+
+    #[test]
+    fn bad_values_name_the_variable_and_the_expectation() {
+        let e = with(&[("SLUICE_TOP_K", "0")]).unwrap_err();
+        assert_eq!(e.name, "SLUICE_TOP_K");
+        assert!(e.to_string().contains("from 1 to 50"), "{e}");
+        let e = with(&[("SLUICE_ADDR", "localhost")]).unwrap_err();
+        assert_eq!(e.name, "SLUICE_ADDR");
+        let e = with(&[("SLUICE_LLM_URL", "127.0.0.1:8081")]).unwrap_err();
+        assert_eq!(e.name, "SLUICE_LLM_URL");
+        let e = with(&[("SLUICE_RETRIEVAL_DEADLINE_MS", "soon")]).unwrap_err();
+        assert_eq!(e.name, "SLUICE_RETRIEVAL_DEADLINE_MS");
+        let e = with(&[
+            ("SLUICE_CHUNK_TOKENS", "64"),
+            ("SLUICE_CHUNK_OVERLAP_TOKENS", "40"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.name, "SLUICE_CHUNK_OVERLAP_TOKENS");
+        let e = with(&[("SLUICE_DEFAULT_TENANT", "a b")]).unwrap_err();
+        assert_eq!(e.name, "SLUICE_DEFAULT_TENANT");
+    }
+
+    #[test]
+    fn api_key_is_redacted_in_debug_output() {
+        let c = with(&[("SLUICE_LLM_API_KEY", "sk-secret")]).unwrap();
+        let shown = format!("{c:?}");
+        assert!(!shown.contains("sk-secret"), "{shown}");
+        assert!(shown.contains("<redacted>"));
+    }
+}

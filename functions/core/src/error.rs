@@ -1,0 +1,72 @@
+//! Error types at the boundaries between the core and its adapters.
+
+use thiserror::Error;
+
+/// The embedding stage failed.
+#[derive(Debug, Error)]
+pub enum EmbedError {
+    /// The model or tokenizer could not be loaded.
+    #[error("embedding model could not be loaded: {0}")]
+    Load(String),
+    /// Running the model failed.
+    #[error("embedding failed: {0}")]
+    Inference(String),
+}
+
+/// The vector store failed.
+#[derive(Debug, Error)]
+pub enum StoreError {
+    /// The store could not be opened or created.
+    #[error("vector store could not be opened: {0}")]
+    Open(String),
+    /// A read or write failed inside the store.
+    #[error("vector store operation failed: {0}")]
+    Backend(String),
+}
+
+/// The LLM upstream failed.
+#[derive(Debug, Error)]
+pub enum LlmError {
+    /// No connection could be made, or the request could not be sent.
+    #[error("LLM endpoint unreachable: {0}")]
+    Unavailable(String),
+    /// The upstream answered with a non-success status.
+    #[error("LLM endpoint answered {status}: {body}")]
+    Status {
+        /// HTTP status code.
+        status: u16,
+        /// The start of the response body.
+        body: String,
+    },
+    /// No token arrived in time (first token or between tokens).
+    #[error("LLM {0} timeout")]
+    Timeout(&'static str),
+    /// The stream broke or carried something that is not an OpenAI chunk.
+    #[error("LLM stream failed: {0}")]
+    Stream(String),
+}
+
+impl LlmError {
+    /// Whether a client may retry the same request and expect it to work.
+    pub fn retryable(&self) -> bool {
+        match self {
+            LlmError::Unavailable(_) | LlmError::Timeout(_) => true,
+            LlmError::Status { status, .. } => *status == 429 || *status >= 500,
+            LlmError::Stream(_) => true,
+        }
+    }
+}
+
+/// Ingestion failed.
+#[derive(Debug, Error)]
+pub enum IngestError {
+    /// A document or file is malformed; the message says which and why.
+    #[error("{0}")]
+    Invalid(String),
+    /// Embedding the chunks failed.
+    #[error(transparent)]
+    Embed(#[from] EmbedError),
+    /// Writing to the store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}

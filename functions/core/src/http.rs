@@ -1,0 +1,285 @@
+//! The HTTP surface, shared by `sluice serve` and the Lambda functions:
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /v1/answer` | `{"query", "k"?, "session_id"?, "retrieval_deadline_ms"?}` → `text/event-stream` |
+//! | `POST /v1/documents` | `{"documents": [{"id", "text", "title"?, "source"?}]}` → ingest report |
+//! | `GET /healthz` | the process is up |
+//! | `GET /readyz` | model loaded, store open, LLM reachable (503 otherwise) |
+//!
+//! Every error is JSON: `{"error": {"code", "message"}}` with a 4xx/5xx status.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::config::{MAX_K, MAX_QUERY_CHARS};
+use crate::error::IngestError;
+use crate::ingest::Document;
+use crate::pipeline::{AnswerRequest, Pipeline};
+
+/// Longest accepted `session_id`.
+const MAX_SESSION_ID_CHARS: usize = 128;
+/// Largest accepted per-request retrieval deadline.
+const MAX_DEADLINE_MS: u64 = 60_000;
+/// How long `/readyz` waits for the LLM.
+const READY_LLM_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// An error answered as `{"error": {"code", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// HTTP status.
+    pub status: StatusCode,
+    /// Stable machine-readable code.
+    pub code: &'static str,
+    /// What is wrong, for people.
+    pub message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+
+    fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, code, message)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        (self.status, Json(body)).into_response()
+    }
+}
+
+/// The router over a pipeline built at start.
+pub fn router(pipeline: Arc<Pipeline>) -> Router {
+    Router::new()
+        .route("/v1/answer", post(answer))
+        .route("/v1/documents", post(documents))
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(ready))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(pipeline)
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!("no route for {method} {}", uri.path()),
+    )
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+}
+
+/// Reads the whole body, refusing (413) more than `limit` bytes.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "body_too_large",
+            format!("request body is larger than {limit} bytes"),
+        )
+    };
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(s) = source {
+            if s.is::<http_body_util::LengthLimitError>() {
+                return too_large();
+            }
+            source = s.source();
+        }
+        ApiError::bad_request(
+            "unreadable_body",
+            format!("could not read the request body: {e}"),
+        )
+    })
+}
+
+/// Parses JSON, naming the problem (syntax, or a field of the wrong type) in the message.
+fn parse_json<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_json",
+            format!("request body is not valid JSON for this route: {e}"),
+        )
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AnswerBody {
+    query: Option<String>,
+    k: Option<serde_json::Value>,
+    session_id: Option<String>,
+    retrieval_deadline_ms: Option<u64>,
+}
+
+/// Validates an answer body into a pipeline request.
+fn answer_request(
+    pipeline: &Pipeline,
+    body: AnswerBody,
+    received: Instant,
+) -> Result<AnswerRequest, ApiError> {
+    let query = body
+        .query
+        .ok_or_else(|| ApiError::bad_request("missing_query", "\"query\" is required"))?;
+    let query = query.trim().to_string();
+    if query.is_empty() {
+        return Err(ApiError::bad_request("empty_query", "\"query\" is empty"));
+    }
+    let chars = query.chars().count();
+    if chars > MAX_QUERY_CHARS {
+        return Err(ApiError::bad_request(
+            "query_too_long",
+            format!("\"query\" has {chars} characters; the limit is {MAX_QUERY_CHARS}"),
+        ));
+    }
+    let k = match body.k {
+        None => pipeline.config.top_k,
+        Some(k) => match k.as_u64() {
+            Some(n) if (1..=MAX_K as u64).contains(&n) => n as usize,
+            _ => {
+                return Err(ApiError::bad_request(
+                    "invalid_k",
+                    format!("\"k\" is {k}; it must be a whole number from 1 to {MAX_K}"),
+                ));
+            }
+        },
+    };
+    if let Some(s) = &body.session_id
+        && (s.is_empty() || s.chars().count() > MAX_SESSION_ID_CHARS)
+    {
+        return Err(ApiError::bad_request(
+            "invalid_session_id",
+            format!("\"session_id\" must have 1 to {MAX_SESSION_ID_CHARS} characters"),
+        ));
+    }
+    let retrieval_deadline = match body.retrieval_deadline_ms {
+        None => pipeline.config.retrieval_deadline,
+        Some(ms) if ms <= MAX_DEADLINE_MS => Duration::from_millis(ms),
+        Some(ms) => {
+            return Err(ApiError::bad_request(
+                "invalid_deadline",
+                format!("\"retrieval_deadline_ms\" is {ms}; the limit is {MAX_DEADLINE_MS}"),
+            ));
+        }
+    };
+    Ok(AnswerRequest {
+        tenant: pipeline.config.default_tenant.clone(),
+        query,
+        k,
+        session_id: body.session_id,
+        retrieval_deadline,
+        received,
+    })
+}
+
+async fn answer(State(pipeline): State<Arc<Pipeline>>, body: Body) -> Result<Response, ApiError> {
+    let received = Instant::now();
+    let bytes = read_body(body, pipeline.config.max_body_bytes).await?;
+    let request = answer_request(&pipeline, parse_json(&bytes)?, received)?;
+    let events = pipeline
+        .answer(request)
+        .map(|e| Ok::<_, Infallible>(Bytes::from(e.to_sse())));
+    let mut response = Response::new(Body::from_stream(events));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // Tell buffering proxies (nginx and the like) to pass events through at once.
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DocumentsBody {
+    documents: Vec<Document>,
+}
+
+async fn documents(
+    State(pipeline): State<Arc<Pipeline>>,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let started = Instant::now();
+    let bytes = read_body(body, pipeline.config.max_ingest_bytes).await?;
+    let body: DocumentsBody = parse_json(&bytes)?;
+    let tenant = pipeline.config.default_tenant.clone();
+    match pipeline.ingest(&tenant, body.documents).await {
+        Ok(report) => {
+            let mut value = serde_json::to_value(&report).unwrap_or_default();
+            value["elapsed_ms"] = json!(started.elapsed().as_millis() as u64);
+            Ok(Json(value).into_response())
+        }
+        Err(IngestError::Invalid(message)) => {
+            Err(ApiError::bad_request("invalid_document", message))
+        }
+        Err(e) => {
+            tracing::error!(%tenant, error = %e, "ingest failed");
+            Err(ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "ingest_failed",
+                e.to_string(),
+            ))
+        }
+    }
+}
+
+async fn ready(State(pipeline): State<Arc<Pipeline>>) -> Response {
+    let store = pipeline
+        .store
+        .count(&pipeline.config.default_tenant)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string());
+    let llm = match tokio::time::timeout(READY_LLM_TIMEOUT, pipeline.llm.ready()).await {
+        Ok(r) => r.map_err(|e| e.to_string()),
+        Err(_) => Err(format!("no answer within {READY_LLM_TIMEOUT:?}")),
+    };
+    let check = |r: &Result<(), String>| match r {
+        Ok(()) => json!({"ok": true}),
+        Err(e) => json!({"ok": false, "error": e}),
+    };
+    let ok = store.is_ok() && llm.is_ok();
+    let body = json!({
+        "ready": ok,
+        "checks": {
+            // The model is loaded before the router exists: its presence is the check.
+            "model": {"ok": true, "id": pipeline.embedder.model_id()},
+            "store": check(&store),
+            "llm": check(&llm),
+        }
+    });
+    let status = if ok {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(body)).into_response()
+}

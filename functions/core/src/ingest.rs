@@ -1,0 +1,282 @@
+//! Documents in: parse (.txt, .md, .json, .jsonl), validate, chunk, embed, replace in the
+//! store, and bump the tenant's corpus version once per ingest.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+
+use crate::chunk::chunk_text;
+use crate::error::{EmbedError, IngestError};
+use crate::pipeline::Pipeline;
+use crate::stages::{DocumentInfo, StoredChunk};
+
+/// Longest accepted document id.
+pub const MAX_ID_CHARS: usize = 256;
+/// Chunks embedded per model call.
+const EMBED_BATCH: usize = 16;
+
+/// A document as clients send it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Document {
+    /// Unique within the tenant; sending it again replaces the earlier version.
+    pub id: String,
+    /// Title shown with citations; the id when absent.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// The text (`content` is accepted as another name for it).
+    #[serde(alias = "content")]
+    pub text: String,
+    /// Where it came from; the id when absent.
+    #[serde(default)]
+    pub source: Option<String>,
+}
+
+/// What an ingest did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IngestReport {
+    /// Documents written (each replacing any earlier version).
+    pub documents: usize,
+    /// Chunks written.
+    pub chunks: usize,
+    /// The tenant's corpus version after this ingest.
+    pub corpus_version: u64,
+}
+
+/// Reads documents from a file's bytes; `name` (a path) picks the format by its extension
+/// and becomes the id, title and source of plain-text files.
+pub fn parse_file(name: &str, bytes: &[u8]) -> Result<Vec<Document>, IngestError> {
+    let text = std::str::from_utf8(bytes)
+        .map_err(|e| IngestError::Invalid(format!("{name}: not UTF-8 text ({e})")))?;
+    let ext = name
+        .rsplit_once('.')
+        .map(|(_, e)| e.to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "txt" | "md" | "markdown" => {
+            let stem = name.rsplit('/').next().unwrap_or(name);
+            let stem = stem.rsplit_once('.').map_or(stem, |(s, _)| s);
+            let title = text
+                .lines()
+                .find_map(|l| l.strip_prefix("# ").map(str::trim))
+                .unwrap_or(stem)
+                .to_string();
+            Ok(vec![Document {
+                id: name.to_string(),
+                title: Some(title),
+                text: text.to_string(),
+                source: Some(name.to_string()),
+            }])
+        }
+        "json" => {
+            #[derive(Deserialize)]
+            #[serde(untagged)]
+            enum JsonFile {
+                Many(Vec<Document>),
+                Wrapped { documents: Vec<Document> },
+                One(Document),
+            }
+            let parsed: JsonFile = serde_json::from_str(text).map_err(|e| {
+                IngestError::Invalid(format!(
+                    "{name}: expected a document {{\"id\",\"text\",\"title\"?,\"source\"?}}, a list of them, \
+                     or {{\"documents\": [...]}} ({e})"
+                ))
+            })?;
+            Ok(match parsed {
+                JsonFile::Many(d) | JsonFile::Wrapped { documents: d } => d,
+                JsonFile::One(d) => vec![d],
+            })
+        }
+        "jsonl" | "ndjson" => text
+            .lines()
+            .enumerate()
+            .filter(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| {
+                serde_json::from_str(l)
+                    .map_err(|e| IngestError::Invalid(format!("{name} line {}: {e}", i + 1)))
+            })
+            .collect(),
+        _ => Err(IngestError::Invalid(format!(
+            "{name}: unsupported file type (use .txt, .md, .json or .jsonl)"
+        ))),
+    }
+}
+
+/// Checks a batch before anything is written: ids present, short and unique, text present.
+pub fn validate(documents: &[Document]) -> Result<(), IngestError> {
+    if documents.is_empty() {
+        return Err(IngestError::Invalid("no documents to ingest".into()));
+    }
+    let mut seen = HashSet::new();
+    for (i, d) in documents.iter().enumerate() {
+        if d.id.trim().is_empty() {
+            return Err(IngestError::Invalid(format!(
+                "document {i}: \"id\" is empty"
+            )));
+        }
+        if d.id.chars().count() > MAX_ID_CHARS {
+            return Err(IngestError::Invalid(format!(
+                "document {i}: \"id\" is longer than {MAX_ID_CHARS} characters"
+            )));
+        }
+        if d.text.trim().is_empty() {
+            return Err(IngestError::Invalid(format!(
+                "document {:?}: \"text\" is empty",
+                d.id
+            )));
+        }
+        if !seen.insert(d.id.as_str()) {
+            return Err(IngestError::Invalid(format!(
+                "document id {:?} appears twice",
+                d.id
+            )));
+        }
+    }
+    Ok(())
+}
+
+impl Pipeline {
+    /// Ingests `documents` for `tenant`: each replaces any earlier document with its id.
+    pub async fn ingest(
+        self: &Arc<Self>,
+        tenant: &str,
+        documents: Vec<Document>,
+    ) -> Result<IngestReport, IngestError> {
+        validate(&documents)?;
+        let mut chunks_written = 0;
+        for doc in &documents {
+            let info = DocumentInfo {
+                id: doc.id.clone(),
+                title: doc
+                    .title
+                    .clone()
+                    .filter(|t| !t.trim().is_empty())
+                    .unwrap_or_else(|| doc.id.clone()),
+                source: doc
+                    .source
+                    .clone()
+                    .filter(|s| !s.trim().is_empty())
+                    .unwrap_or_else(|| doc.id.clone()),
+            };
+            let this = Arc::clone(self);
+            let text = doc.text.clone();
+            // Chunking counts tokens and embedding runs the model: both are CPU work.
+            let chunks =
+                tokio::task::spawn_blocking(move || -> Result<Vec<StoredChunk>, EmbedError> {
+                    let counter = |t: &str| this.embedder.count_tokens(t);
+                    let texts = chunk_text(
+                        &text,
+                        this.config.chunk_tokens,
+                        this.config.chunk_overlap_tokens,
+                        &counter,
+                    );
+                    let mut out = Vec::with_capacity(texts.len());
+                    for batch in texts.chunks(EMBED_BATCH) {
+                        let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
+                        let vectors = this.embedder.embed(&refs)?;
+                        for (text, vector) in batch.iter().zip(vectors) {
+                            out.push(StoredChunk {
+                                index: out.len(),
+                                text: text.clone(),
+                                vector,
+                            });
+                        }
+                    }
+                    Ok(out)
+                })
+                .await
+                .map_err(|e| EmbedError::Inference(e.to_string()))??;
+            chunks_written += chunks.len();
+            self.store.replace_document(tenant, &info, chunks).await?;
+        }
+        let corpus_version = self.store.bump_corpus_version(tenant).await?;
+        Ok(IngestReport {
+            documents: documents.len(),
+            chunks: chunks_written,
+            corpus_version,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_and_markdown_files_take_their_name_and_heading() {
+        let d = parse_file("docs/guide.md", b"intro\n# Getting started\nbody").unwrap();
+        assert_eq!(d[0].id, "docs/guide.md");
+        assert_eq!(d[0].title.as_deref(), Some("Getting started"));
+        let d = parse_file("notes.txt", b"plain").unwrap();
+        assert_eq!(d[0].title.as_deref(), Some("notes"));
+    }
+
+    #[test]
+    fn json_accepts_one_a_list_or_a_wrapper_and_content_as_text() {
+        let one = parse_file("a.json", br#"{"id":"1","content":"x"}"#).unwrap();
+        assert_eq!(one[0].text, "x");
+        let list = parse_file(
+            "a.json",
+            br#"[{"id":"1","text":"x"},{"id":"2","text":"y"}]"#,
+        )
+        .unwrap();
+        assert_eq!(list.len(), 2);
+        let wrapped = parse_file("a.json", br#"{"documents":[{"id":"1","text":"x"}]}"#).unwrap();
+        assert_eq!(wrapped[0].id, "1");
+    }
+
+    #[test]
+    fn jsonl_errors_name_the_line() {
+        let err =
+            parse_file("a.jsonl", b"{\"id\":\"1\",\"text\":\"x\"}\n\n{\"id\":2}\n").unwrap_err();
+        assert!(err.to_string().starts_with("a.jsonl line 3:"), "{err}");
+    }
+
+    #[test]
+    fn unsupported_and_binary_files_are_refused() {
+        assert!(
+            parse_file("a.pdf", b"%PDF")
+                .unwrap_err()
+                .to_string()
+                .contains("unsupported")
+        );
+        assert!(
+            parse_file("a.txt", &[0xff, 0xfe])
+                .unwrap_err()
+                .to_string()
+                .contains("UTF-8")
+        );
+    }
+
+    #[test]
+    fn validation_rejects_empty_duplicate_and_long_ids() {
+        let doc = |id: &str, text: &str| Document {
+            id: id.into(),
+            title: None,
+            text: text.into(),
+            source: None,
+        };
+        assert!(validate(&[]).is_err());
+        assert!(
+            validate(&[doc(" ", "x")])
+                .unwrap_err()
+                .to_string()
+                .contains("\"id\" is empty")
+        );
+        assert!(
+            validate(&[doc("a", " ")])
+                .unwrap_err()
+                .to_string()
+                .contains("\"text\" is empty")
+        );
+        assert!(
+            validate(&[doc("a", "x"), doc("a", "y")])
+                .unwrap_err()
+                .to_string()
+                .contains("twice")
+        );
+        assert!(validate(&[doc(&"x".repeat(300), "y")]).is_err());
+        assert!(validate(&[doc("a", "x"), doc("b", "y")]).is_ok());
+    }
+}

@@ -1,0 +1,26 @@
+//! Sluice core: the request pipeline, stage by stage, with no heavy dependencies.
+//!
+//! A request flows through these modules in order:
+//!
+//! 1. [`http`]: routes, input validation, JSON errors, the SSE response.
+//! 2. [`pipeline`]: embed → retrieve under the retrieval deadline → [`prompt`] → generate,
+//!    emitting the [`sse`] events `meta`, `token`…, then exactly one `done` or `error`.
+//! 3. [`ingest`]: documents in — parse, [`chunk`], embed, replace in the store.
+//!
+//! The heavy work lives in adapter crates that implement the traits in [`stages`]:
+//! `sluice-embed` (tract + tokenizers), `sluice-retrieve` (Qdrant Edge), `sluice-llm`
+//! (OpenAI-compatible streaming). [`config`] reads and validates the environment.
+#![warn(missing_docs)]
+
+pub mod chunk;
+pub mod config;
+pub mod error;
+pub mod http;
+pub mod ingest;
+pub mod pipeline;
+pub mod prompt;
+pub mod sse;
+pub mod stages;
+
+pub use config::Config;
+pub use pipeline::Pipeline;

@@ -1,0 +1,187 @@
+//! The SSE protocol: `meta`, `token`…, then exactly one `done` or `error` (DESIGN.md §4).
+//!
+//! Each event is one `event:` line and one `data:` line holding a JSON object.
+
+use serde::{Deserialize, Serialize};
+
+/// Stage timings in milliseconds; a stage that did not run is absent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Timings {
+    /// Query embedding.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub embed_ms: Option<f64>,
+    /// Hybrid retrieval (dense + BM25 + fusion).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retrieve_ms: Option<f64>,
+    /// Prompt assembly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prompt_ms: Option<f64>,
+    /// From sending the LLM request to its first token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub llm_ttft_ms: Option<f64>,
+    /// From receiving the request to sending the first token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    /// From receiving the request to the end of the stream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_ms: Option<f64>,
+}
+
+/// A source as shown to the client: it is cited in the answer as `[n]`, n = position + 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceDoc {
+    /// Document id.
+    pub id: String,
+    /// Chunk position inside the document.
+    pub chunk: usize,
+    /// Fused retrieval score.
+    pub score: f32,
+    /// Where the document came from.
+    pub source: String,
+    /// Document title.
+    pub title: String,
+    /// The first characters of the chunk.
+    pub snippet: String,
+}
+
+/// First event of every stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Meta {
+    /// Unique per request.
+    pub request_id: String,
+    /// The client's session (generated when it sent none).
+    pub session_id: String,
+    /// Tenant whose documents were searched.
+    pub tenant: String,
+    /// LLM model that answers.
+    pub model_id: String,
+    /// Number of sources asked for.
+    pub k: usize,
+    /// Sources in the prompt, best first.
+    pub documents: Vec<SourceDoc>,
+    /// `hit`, `miss` or `bypass` (no cache configured or the request asked to skip it).
+    pub cache: String,
+    /// Why the answer is degraded (`retrieval_timeout`, `retrieval_failed`, …); empty when not.
+    pub degraded: Vec<String>,
+    /// Stage timings so far.
+    pub timings: Timings,
+}
+
+/// One piece of the answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Token {
+    /// Text as generated.
+    pub text: String,
+    /// Position of this event among the token events, from 0.
+    pub index: u64,
+}
+
+/// Last event of a successful stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Done {
+    /// Same as in `meta`.
+    pub request_id: String,
+    /// Same as in `meta`.
+    pub session_id: String,
+    /// The Sluice process that served the request.
+    pub replica_id: String,
+    /// LLM model that answered.
+    pub model_id: String,
+    /// Number of sources asked for.
+    pub k: usize,
+    /// Generated tokens: the upstream's own count when it reports usage, else the number of
+    /// token events.
+    pub token_count: u64,
+    /// `usage` when `token_count` came from the upstream, `events` when counted here.
+    pub token_count_source: String,
+    /// `token_count` over the generation time after the first token.
+    pub tokens_per_sec: f64,
+    /// Why generation stopped (`stop`, `length`, …).
+    pub finish_reason: String,
+    /// Whether the answer came from the cache.
+    pub cached: bool,
+    /// All stage timings.
+    pub timings: Timings,
+}
+
+/// Last event of a failed stream.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorEvent {
+    /// Stable machine-readable code, e.g. `llm_unavailable`.
+    pub code: String,
+    /// What went wrong, for people.
+    pub message: String,
+    /// Whether sending the same request again may succeed.
+    pub retryable: bool,
+}
+
+/// One SSE event.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Event {
+    /// `event: meta`.
+    Meta(Box<Meta>),
+    /// `event: token`.
+    Token(Token),
+    /// `event: done`.
+    Done(Box<Done>),
+    /// `event: error`.
+    Error(ErrorEvent),
+}
+
+impl Event {
+    /// The SSE event name.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Event::Meta(_) => "meta",
+            Event::Token(_) => "token",
+            Event::Done(_) => "done",
+            Event::Error(_) => "error",
+        }
+    }
+
+    /// The JSON object carried on the `data:` line.
+    pub fn data(&self) -> String {
+        let value = match self {
+            Event::Meta(m) => serde_json::to_string(m),
+            Event::Token(t) => serde_json::to_string(t),
+            Event::Done(d) => serde_json::to_string(d),
+            Event::Error(e) => serde_json::to_string(e),
+        };
+        // These types hold only strings, numbers and lists: serialisation cannot fail.
+        value.unwrap_or_else(|e| format!("{{\"code\":\"internal\",\"message\":\"{e}\"}}"))
+    }
+
+    /// The event in wire format, ending with the blank line that terminates it.
+    pub fn to_sse(&self) -> String {
+        format!("event: {}\ndata: {}\n\n", self.name(), self.data())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_format_is_one_event_line_and_one_json_data_line() {
+        let e = Event::Token(Token {
+            text: "hi\nthere".into(),
+            index: 3,
+        });
+        let wire = e.to_sse();
+        let lines: Vec<&str> = wire.trim_end().lines().collect();
+        assert_eq!(lines.len(), 2, "{wire:?}");
+        assert_eq!(lines[0], "event: token");
+        let data: Token = serde_json::from_str(lines[1].strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(data.text, "hi\nthere");
+        assert!(wire.ends_with("\n\n"));
+    }
+
+    #[test]
+    fn absent_timings_are_omitted() {
+        let t = Timings {
+            embed_ms: Some(1.5),
+            ..Default::default()
+        };
+        assert_eq!(serde_json::to_string(&t).unwrap(), r#"{"embed_ms":1.5}"#);
+    }
+}

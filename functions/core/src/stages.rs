@@ -1,0 +1,138 @@
+//! The traits each pipeline stage's adapter implements, and the values that pass between them.
+
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{EmbedError, LlmError, StoreError};
+
+/// Turns text into unit-length vectors, in-process (loaded once at start).
+///
+/// Calls are CPU-bound and synchronous; the pipeline runs them on the blocking pool.
+pub trait Embedder: Send + Sync {
+    /// Identifier of the model, reported in `meta` and `done`.
+    fn model_id(&self) -> &str;
+    /// Dimension of the vectors.
+    fn dim(&self) -> usize;
+    /// Embeds each text (mean pooling over tokens, L2-normalised).
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
+    /// Number of model tokens in `text` (without special tokens). Used by the chunker and,
+    /// as an estimate of LLM tokens, by the prompt budget.
+    fn count_tokens(&self, text: &str) -> usize;
+}
+
+/// One chunk of a document, ready to be stored.
+#[derive(Debug, Clone)]
+pub struct StoredChunk {
+    /// Position of the chunk in its document, from 0.
+    pub index: usize,
+    /// The chunk's text.
+    pub text: String,
+    /// Its dense embedding.
+    pub vector: Vec<f32>,
+}
+
+/// What the store keeps about a document besides its chunks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DocumentInfo {
+    /// Document id, unique within a tenant; re-ingesting it replaces its chunks.
+    pub id: String,
+    /// Human-readable title.
+    pub title: String,
+    /// Where it came from (file path, URL, or whatever the client sent).
+    pub source: String,
+}
+
+/// One retrieved chunk with its fused score.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    /// The document the chunk belongs to.
+    pub document: DocumentInfo,
+    /// Chunk position in the document.
+    pub chunk: usize,
+    /// The chunk text.
+    pub text: String,
+    /// Fused (RRF) score: higher is better.
+    pub score: f32,
+}
+
+/// A vector store holding every tenant's chunks: hybrid (dense + BM25) search, filtered by
+/// tenant, and per-document replacement.
+#[async_trait]
+pub trait Store: Send + Sync {
+    /// The `k` best chunks of `tenant` for `query` (text, for BM25) and `vector` (dense),
+    /// fused by reciprocal rank fusion, best first.
+    async fn search(
+        &self,
+        tenant: &str,
+        query: &str,
+        vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<Hit>, StoreError>;
+    /// Replaces every chunk of `document` for `tenant` with `chunks`.
+    async fn replace_document(
+        &self,
+        tenant: &str,
+        document: &DocumentInfo,
+        chunks: Vec<StoredChunk>,
+    ) -> Result<(), StoreError>;
+    /// Increments and returns the tenant's corpus version (every ingest calls this once).
+    async fn bump_corpus_version(&self, tenant: &str) -> Result<u64, StoreError>;
+    /// The tenant's current corpus version (0 before the first ingest).
+    async fn corpus_version(&self, tenant: &str) -> Result<u64, StoreError>;
+    /// Number of chunks stored for `tenant`.
+    async fn count(&self, tenant: &str) -> Result<usize, StoreError>;
+}
+
+/// A chat message in the OpenAI format.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// `system`, `user` or `assistant`.
+    pub role: String,
+    /// The text.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message with the given role.
+    pub fn new(role: &str, content: impl Into<String>) -> Self {
+        Self {
+            role: role.to_string(),
+            content: content.into(),
+        }
+    }
+}
+
+/// What the LLM stream yields.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LlmEvent {
+    /// A piece of generated text.
+    Token(String),
+    /// The end of generation.
+    Finish {
+        /// `stop`, `length`, …, as the upstream said.
+        finish_reason: String,
+        /// Completion tokens as counted by the upstream, when it reports usage.
+        completion_tokens: Option<u64>,
+    },
+}
+
+/// A stream of LLM events; it ends after [`LlmEvent::Finish`] or an error.
+pub type LlmStream = Pin<Box<dyn Stream<Item = Result<LlmEvent, LlmError>> + Send>>;
+
+/// An OpenAI-compatible chat model that streams.
+#[async_trait]
+pub trait Llm: Send + Sync {
+    /// Model name sent upstream and reported in `meta` and `done`.
+    fn model_id(&self) -> &str;
+    /// Starts a streaming completion. Returns once the upstream accepted the request.
+    async fn stream(
+        &self,
+        messages: Vec<ChatMessage>,
+        max_tokens: u32,
+    ) -> Result<LlmStream, LlmError>;
+    /// Whether the upstream answers at all (for `/readyz` and `doctor`).
+    async fn ready(&self) -> Result<(), LlmError>;
+}

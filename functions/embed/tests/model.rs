@@ -1,0 +1,135 @@
+//! The embedding model against an independent numpy forward pass over the original
+//! safetensors (`scripts/minilm.py reference`, written by `scripts/setup.sh model`).
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use serde_json::Value;
+use sluice_core::stages::Embedder;
+use sluice_embed::MiniLm;
+
+fn model_dir() -> PathBuf {
+    sluice_core::Config::from_env()
+        .expect("SLUICE_* configuration")
+        .model_dir
+}
+
+fn model() -> &'static MiniLm {
+    static MODEL: OnceLock<MiniLm> = OnceLock::new();
+    MODEL.get_or_init(|| MiniLm::load(&model_dir()).expect("model (run `scripts/setup.sh model`)"))
+}
+
+struct Reference {
+    text: String,
+    ids: Vec<u32>,
+    embedding: Vec<f32>,
+}
+
+fn reference() -> Vec<Reference> {
+    let path = model_dir().join("reference.json");
+    let bytes = std::fs::read(&path)
+        .unwrap_or_else(|e| panic!("{}: {e} (run `scripts/setup.sh model`)", path.display()));
+    let rows: Vec<Value> = serde_json::from_slice(&bytes).unwrap();
+    rows.into_iter()
+        .map(|r| Reference {
+            text: r["text"].as_str().unwrap().to_string(),
+            ids: r["ids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_u64().unwrap() as u32)
+                .collect(),
+            embedding: r["embedding"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+                .collect(),
+        })
+        .collect()
+}
+
+fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
+
+fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    a.iter().zip(b).map(|(x, y)| x * y).sum()
+}
+
+#[test]
+fn token_ids_match_the_reference_tokenizer_including_truncation_at_256() {
+    let rows = reference();
+    assert!(
+        rows.iter().any(|r| r.ids.len() == 256),
+        "the reference set should include a truncated input"
+    );
+    for r in &rows {
+        assert_eq!(model().ids(&r.text).unwrap(), r.ids, "{}", r.text);
+    }
+}
+
+#[test]
+fn each_embedding_matches_the_numpy_reference_to_1e_4() {
+    for r in reference() {
+        let v = &model().embed(&[&r.text]).unwrap()[0];
+        let diff = max_abs_diff(v, &r.embedding);
+        assert!(diff < 1e-4, "max |diff| {diff} for {:?}", r.text);
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert!((norm - 1.0).abs() < 1e-5, "not unit length: {norm}");
+    }
+}
+
+#[test]
+fn a_padded_batch_gives_the_same_vectors_as_one_at_a_time() {
+    let rows = reference();
+    let texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
+    let batch = model().embed(&texts).unwrap();
+    for (v, r) in batch.iter().zip(&rows) {
+        let diff = max_abs_diff(v, &r.embedding);
+        assert!(diff < 1e-4, "max |diff| {diff} in a batch for {:?}", r.text);
+    }
+}
+
+#[test]
+fn paraphrases_rank_above_unrelated_sentences() {
+    let cases = [
+        (
+            "How do I reset my online banking password?",
+            "I forgot my internet banking password and need a new one.",
+            "The train to Lyon leaves at nine.",
+        ),
+        (
+            "What is the daily ATM withdrawal limit?",
+            "How much cash can I take out of a cash machine per day?",
+            "Photosynthesis turns light into chemical energy.",
+        ),
+        (
+            "My card was stolen, what should I do?",
+            "Someone took my debit card; how do I block it?",
+            "The recipe needs two cups of flour.",
+        ),
+    ];
+    for (query, paraphrase, unrelated) in cases {
+        let v = model().embed(&[query, paraphrase, unrelated]).unwrap();
+        let (p, u) = (cosine(&v[0], &v[1]), cosine(&v[0], &v[2]));
+        assert!(
+            p > u + 0.3,
+            "{query:?}: paraphrase {p:.3} vs unrelated {u:.3}"
+        );
+    }
+}
+
+#[test]
+fn token_count_excludes_special_tokens() {
+    let text = "Streaming responses reduce the time to first token.";
+    assert_eq!(
+        model().count_tokens(text) + 2,
+        model().ids(text).unwrap().len()
+    );
+    assert_eq!(model().count_tokens(""), 0);
+}

@@ -1,0 +1,241 @@
+//! A streaming client for OpenAI-compatible chat APIs: vLLM in production, llama.cpp's
+//! `llama-server` locally.
+//!
+//! One `reqwest` pool is built at start and reused for every request (keep-alive, TCP
+//! keepalive, no Nagle). Each phase has its own timeout: connect, first token (from sending
+//! the request), and idle (between two events). Upstream SSE is parsed by
+//! `eventsource-stream`. `token_count` comes from the upstream's `usage`
+//! (`stream_options.include_usage`, which vLLM honours) when it reports one.
+#![warn(missing_docs)]
+
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::json;
+use sluice_core::Config;
+use sluice_core::error::LlmError;
+use sluice_core::stages::{ChatMessage, Llm, LlmEvent, LlmStream};
+
+/// How long an idle pooled connection is kept; above the 60 s that NLBs and most servers allow
+/// idle before they close, so that the pool, not the peer, decides.
+const POOL_IDLE: Duration = Duration::from_secs(90);
+/// TCP keepalive probes on pooled connections.
+const TCP_KEEPALIVE: Duration = Duration::from_secs(30);
+/// Timeout of the readiness probe (`GET /models`).
+const READY_TIMEOUT: Duration = Duration::from_secs(2);
+/// How much of an error body is kept in the error message.
+const ERROR_BODY_CHARS: usize = 500;
+
+/// Timeouts of one client.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// TCP connect.
+    pub connect: Duration,
+    /// From sending the request to the first token.
+    pub first_token: Duration,
+    /// Longest silence between two upstream events after the first token.
+    pub idle: Duration,
+}
+
+/// The OpenAI-compatible client.
+pub struct OpenAiClient {
+    http: reqwest::Client,
+    base_url: String,
+    model: String,
+    api_key: Option<String>,
+    timeouts: Timeouts,
+}
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Vec<Choice>,
+    #[serde(default)]
+    usage: Option<Usage>,
+    #[serde(default)]
+    error: Option<serde_json::Value>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default)]
+    delta: Delta,
+    #[serde(default)]
+    finish_reason: Option<String>,
+}
+
+#[derive(Deserialize, Default)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct Usage {
+    completion_tokens: u64,
+}
+
+impl OpenAiClient {
+    /// A client for the API at `base_url` (ending in `/v1`).
+    pub fn new(
+        base_url: &str,
+        model: &str,
+        api_key: Option<String>,
+        timeouts: Timeouts,
+    ) -> Result<Self, LlmError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(timeouts.connect)
+            .pool_idle_timeout(POOL_IDLE)
+            .tcp_keepalive(TCP_KEEPALIVE)
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| LlmError::Unavailable(format!("HTTP client: {e}")))?;
+        Ok(Self {
+            http,
+            base_url: base_url.trim_end_matches('/').to_string(),
+            model: model.to_string(),
+            api_key,
+            timeouts,
+        })
+    }
+
+    /// A client configured from `SLUICE_LLM_*`.
+    pub fn from_config(config: &Config) -> Result<Self, LlmError> {
+        Self::new(
+            &config.llm_url,
+            &config.llm_model,
+            config.llm_api_key.clone(),
+            Timeouts {
+                connect: config.llm_connect_timeout,
+                first_token: config.llm_first_token_timeout,
+                idle: config.llm_idle_timeout,
+            },
+        )
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self
+            .http
+            .request(method, format!("{}{path}", self.base_url));
+        match &self.api_key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+}
+
+fn send_error(e: reqwest::Error) -> LlmError {
+    // Connection refused, DNS, reset before the response: the upstream is not there.
+    LlmError::Unavailable(e.to_string())
+}
+
+#[async_trait]
+impl Llm for OpenAiClient {
+    fn model_id(&self) -> &str {
+        &self.model
+    }
+
+    async fn stream(
+        &self,
+        messages: Vec<ChatMessage>,
+        max_tokens: u32,
+    ) -> Result<LlmStream, LlmError> {
+        let started = Instant::now();
+        let body = json!({
+            "model": self.model,
+            "messages": messages,
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "max_tokens": max_tokens,
+        });
+        let first_token = self.timeouts.first_token;
+        let send = self
+            .request(reqwest::Method::POST, "/chat/completions")
+            .json(&body)
+            .send();
+        let response = tokio::time::timeout(first_token, send)
+            .await
+            .map_err(|_| LlmError::Timeout("first-token"))?
+            .map_err(send_error)?;
+        let status = response.status();
+        if !status.is_success() {
+            let text = tokio::time::timeout(READY_TIMEOUT, response.text())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .unwrap_or_default();
+            return Err(LlmError::Status {
+                status: status.as_u16(),
+                body: text.chars().take(ERROR_BODY_CHARS).collect(),
+            });
+        }
+
+        let idle = self.timeouts.idle;
+        let mut events = response.bytes_stream().eventsource();
+        let stream = async_stream::try_stream! {
+            let mut saw_token = false;
+            let mut finish_reason = None;
+            let mut completion_tokens = None;
+            loop {
+                let (wait, phase) = if saw_token {
+                    (idle, "idle")
+                } else {
+                    (first_token.saturating_sub(started.elapsed()), "first-token")
+                };
+                let next = tokio::time::timeout(wait, events.next()).await.map_err(|_| LlmError::Timeout(phase))?;
+                let Some(event) = next else { break };
+                let event = event.map_err(|e| LlmError::Stream(e.to_string()))?;
+                let data = event.data.trim();
+                if data == "[DONE]" {
+                    break;
+                }
+                if data.is_empty() {
+                    continue;
+                }
+                let chunk: Chunk = serde_json::from_str(data)
+                    .map_err(|e| LlmError::Stream(format!("not an OpenAI stream chunk ({e}): {}", data.chars().take(200).collect::<String>())))?;
+                if let Some(error) = chunk.error {
+                    Err(LlmError::Stream(format!("upstream error: {error}")))?;
+                }
+                if let Some(usage) = chunk.usage {
+                    completion_tokens = Some(usage.completion_tokens);
+                }
+                for choice in chunk.choices {
+                    if let Some(text) = choice.delta.content.filter(|t| !t.is_empty()) {
+                        saw_token = true;
+                        yield LlmEvent::Token(text);
+                    }
+                    if let Some(reason) = choice.finish_reason {
+                        finish_reason = Some(reason);
+                    }
+                }
+            }
+            match finish_reason {
+                Some(finish_reason) => yield LlmEvent::Finish { finish_reason, completion_tokens },
+                None => Err(LlmError::Stream("the upstream closed the stream without a finish_reason".into()))?,
+            }
+        };
+        Ok(Box::pin(stream))
+    }
+
+    async fn ready(&self) -> Result<(), LlmError> {
+        let response = tokio::time::timeout(
+            READY_TIMEOUT,
+            self.request(reqwest::Method::GET, "/models").send(),
+        )
+        .await
+        .map_err(|_| LlmError::Timeout("readiness"))?
+        .map_err(send_error)?;
+        if response.status().is_success() {
+            Ok(())
+        } else {
+            Err(LlmError::Status {
+                status: response.status().as_u16(),
+                body: String::new(),
+            })
+        }
+    }
+}

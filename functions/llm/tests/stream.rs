@@ -1,0 +1,267 @@
+//! The OpenAI-compatible client against a real llama.cpp server (started by `make test` and
+//! named by SLUICE_TEST_LLM_URL), and against small stand-in TCP servers on 127.0.0.1 that
+//! model transport failures only (silence, stalls, errors) — they are not an LLM.
+
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use sluice_core::error::LlmError;
+use sluice_core::stages::{ChatMessage, Llm, LlmEvent};
+use sluice_llm::{OpenAiClient, Timeouts};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+const FAST: Timeouts = Timeouts {
+    connect: Duration::from_millis(500),
+    first_token: Duration::from_millis(400),
+    idle: Duration::from_millis(300),
+};
+
+fn real_llm_url() -> String {
+    std::env::var("SLUICE_TEST_LLM_URL")
+        .expect("SLUICE_TEST_LLM_URL is not set: run the tests with `make test`, which starts the local LLM")
+}
+
+fn real_client() -> OpenAiClient {
+    let timeouts = Timeouts {
+        connect: Duration::from_secs(2),
+        first_token: Duration::from_secs(60),
+        idle: Duration::from_secs(30),
+    };
+    OpenAiClient::new(&real_llm_url(), "SmolLM2-135M-Instruct", None, timeouts).unwrap()
+}
+
+async fn collect(
+    client: &OpenAiClient,
+    max_tokens: u32,
+) -> (Vec<String>, Result<LlmEvent, LlmError>) {
+    let messages = vec![ChatMessage::new("user", "Name three colours.")];
+    let mut stream = client.stream(messages, max_tokens).await.unwrap();
+    let mut tokens = Vec::new();
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(LlmEvent::Token(t)) => tokens.push(t),
+            other => return (tokens, other),
+        }
+    }
+    panic!("stream ended without a finish or an error");
+}
+
+#[tokio::test]
+async fn a_real_server_streams_tokens_then_finishes() {
+    let client = real_client();
+    client.ready().await.unwrap();
+    let (tokens, end) = collect(&client, 48).await;
+    assert!(!tokens.is_empty());
+    match end {
+        Ok(LlmEvent::Finish {
+            finish_reason,
+            completion_tokens,
+        }) => {
+            assert!(
+                ["stop", "length"].contains(&finish_reason.as_str()),
+                "{finish_reason}"
+            );
+            if let Some(n) = completion_tokens {
+                assert!(
+                    n as usize >= tokens.len() / 2 && n <= 48,
+                    "usage {n} for {} events",
+                    tokens.len()
+                );
+            }
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn max_tokens_caps_the_answer() {
+    let (tokens, end) = collect(&real_client(), 4).await;
+    match end {
+        Ok(LlmEvent::Finish {
+            finish_reason,
+            completion_tokens,
+        }) => {
+            assert_eq!(finish_reason, "length");
+            assert!(completion_tokens.unwrap_or(tokens.len() as u64) <= 4);
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_closed_port_is_unavailable_at_once() {
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let client =
+        OpenAiClient::new(&format!("http://127.0.0.1:{port}/v1"), "m", None, FAST).unwrap();
+    let started = Instant::now();
+    let err = client
+        .stream(vec![ChatMessage::new("user", "hi")], 8)
+        .await
+        .err()
+        .unwrap();
+    assert!(matches!(err, LlmError::Unavailable(_)), "{err:?}");
+    assert!(err.retryable());
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert!(client.ready().await.is_err());
+}
+
+/// A stand-in HTTP server for transport behaviour: reads a request, then writes `reply`
+/// (raw bytes, in parts with pauses) and keeps the connection open until `hold` passes.
+async fn stand_in(parts: Vec<(&'static str, Duration)>, hold: Duration) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        while let Ok((mut socket, _)) = listener.accept().await {
+            let parts = parts.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 8192];
+                let _ = socket.read(&mut buf).await;
+                for (bytes, pause) in parts {
+                    tokio::time::sleep(pause).await;
+                    if socket.write_all(bytes.as_bytes()).await.is_err() {
+                        return;
+                    }
+                }
+                tokio::time::sleep(hold).await;
+            });
+        }
+    });
+    format!("http://{addr}/v1")
+}
+
+const SSE_HEAD: &str =
+    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\nconnection: close\r\n\r\n";
+const TOKEN: &str =
+    "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
+
+async fn run(url: &str) -> (usize, Result<(), LlmError>) {
+    let client = OpenAiClient::new(url, "m", None, FAST).unwrap();
+    let mut stream = match client.stream(vec![ChatMessage::new("user", "hi")], 8).await {
+        Ok(s) => s,
+        Err(e) => return (0, Err(e)),
+    };
+    let mut tokens = 0;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(LlmEvent::Token(_)) => tokens += 1,
+            Ok(LlmEvent::Finish { .. }) => return (tokens, Ok(())),
+            Err(e) => return (tokens, Err(e)),
+        }
+    }
+    (tokens, Ok(()))
+}
+
+#[tokio::test]
+async fn silence_before_the_first_token_times_out() {
+    let url = stand_in(vec![], Duration::from_secs(5)).await;
+    let started = Instant::now();
+    let (_, r) = run(&url).await;
+    assert!(matches!(r, Err(LlmError::Timeout("first-token"))), "{r:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn headers_without_tokens_still_hit_the_first_token_timeout() {
+    let url = stand_in(vec![(SSE_HEAD, Duration::ZERO)], Duration::from_secs(5)).await;
+    let (tokens, r) = run(&url).await;
+    assert_eq!(tokens, 0);
+    assert!(matches!(r, Err(LlmError::Timeout("first-token"))), "{r:?}");
+}
+
+#[tokio::test]
+async fn a_stall_mid_stream_hits_the_idle_timeout() {
+    let url = stand_in(
+        vec![(SSE_HEAD, Duration::ZERO), (TOKEN, Duration::ZERO)],
+        Duration::from_secs(5),
+    )
+    .await;
+    let (tokens, r) = run(&url).await;
+    assert_eq!(tokens, 1);
+    assert!(matches!(r, Err(LlmError::Timeout("idle"))), "{r:?}");
+}
+
+#[tokio::test]
+async fn an_upstream_5xx_is_a_retryable_status_error() {
+    let reply = "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 8\r\nconnection: close\r\n\r\noverload";
+    let url = stand_in(vec![(reply, Duration::ZERO)], Duration::ZERO).await;
+    let (_, r) = run(&url).await;
+    match r {
+        Err(e @ LlmError::Status { status: 503, .. }) => {
+            assert!(e.retryable());
+            assert!(e.to_string().contains("overload"));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_stream_cut_before_finish_is_an_error_not_a_silent_truncation() {
+    let url = stand_in(
+        vec![
+            (SSE_HEAD, Duration::ZERO),
+            (TOKEN, Duration::ZERO),
+            (TOKEN, Duration::ZERO),
+        ],
+        Duration::ZERO,
+    )
+    .await;
+    let (tokens, r) = run(&url).await;
+    assert_eq!(tokens, 2);
+    assert!(matches!(r, Err(LlmError::Stream(_))), "{r:?}");
+}
+
+#[tokio::test]
+async fn a_chunk_that_is_not_openai_json_is_an_error() {
+    let url = stand_in(
+        vec![
+            (SSE_HEAD, Duration::ZERO),
+            ("data: <html>oops</html>\n\n", Duration::ZERO),
+        ],
+        Duration::ZERO,
+    )
+    .await;
+    let (_, r) = run(&url).await;
+    assert!(
+        matches!(r, Err(LlmError::Stream(ref m)) if m.contains("not an OpenAI stream chunk")),
+        "{r:?}"
+    );
+}
+
+#[tokio::test]
+async fn usage_from_the_upstream_is_reported() {
+    let finish = "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n";
+    let usage = "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":7,\"total_tokens\":16}}\n\ndata: [DONE]\n\n";
+    let url = stand_in(
+        vec![
+            (SSE_HEAD, Duration::ZERO),
+            (TOKEN, Duration::ZERO),
+            (finish, Duration::ZERO),
+            (usage, Duration::ZERO),
+        ],
+        Duration::ZERO,
+    )
+    .await;
+    let client = OpenAiClient::new(&url, "m", None, FAST).unwrap();
+    let events: Vec<_> = client
+        .stream(vec![ChatMessage::new("user", "hi")], 8)
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(
+        events[1].as_ref().unwrap(),
+        &LlmEvent::Finish {
+            finish_reason: "stop".into(),
+            completion_tokens: Some(7)
+        }
+    );
+}

@@ -1,0 +1,220 @@
+//! The client side of `sluice ingest` and `sluice ask`: plain HTTP to a running server.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+use sluice_core::ingest::{Document, parse_file};
+
+/// Documents per POST, and bytes per POST (under the server's default 16 MiB cap).
+const BATCH_DOCS: usize = 32;
+const BATCH_BYTES: usize = 4 << 20;
+
+fn http() -> Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(3))
+        // Between two reads of a response (a slow model may pause between tokens).
+        .read_timeout(Duration::from_secs(120))
+        .build()?)
+}
+
+/// Supported files under `paths`, sorted, folders searched recursively.
+fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    fn walk(p: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+        if p.is_dir() {
+            for entry in std::fs::read_dir(p).with_context(|| format!("reading {}", p.display()))? {
+                walk(&entry?.path(), out)?;
+            }
+        } else if p.is_file() {
+            let ext = p
+                .extension()
+                .and_then(|e| e.to_str())
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            if matches!(
+                ext.as_str(),
+                "txt" | "md" | "markdown" | "json" | "jsonl" | "ndjson"
+            ) {
+                out.push(p.to_path_buf());
+            }
+        } else {
+            bail!("{} does not exist", p.display());
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        walk(p, &mut out)?;
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Errors from the server are `{"error": {"code", "message"}}`: show them as such.
+async fn fail(response: reqwest::Response) -> anyhow::Error {
+    let status = response.status();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    match body["error"]["message"].as_str() {
+        Some(m) => anyhow::anyhow!(
+            "server answered {status}: {m} ({})",
+            body["error"]["code"].as_str().unwrap_or("?")
+        ),
+        None => anyhow::anyhow!("server answered {status}"),
+    }
+}
+
+/// `sluice ingest`: parse every file here (errors name the file), then send in batches.
+pub async fn ingest(url: &str, paths: &[PathBuf]) -> Result<()> {
+    let files = collect(paths)?;
+    if files.is_empty() {
+        bail!("no .txt, .md, .json or .jsonl files under the given paths");
+    }
+    let mut documents: Vec<Document> = Vec::new();
+    for f in &files {
+        let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+        documents.extend(parse_file(&f.display().to_string(), &bytes)?);
+    }
+    sluice_core::ingest::validate(&documents)?;
+
+    let client = http()?;
+    let bar = ProgressBar::new(documents.len() as u64);
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:40} {pos}/{len} documents, {msg} [{elapsed}]",
+    )?);
+    let started = Instant::now();
+    let (mut chunks, mut version) = (0u64, 0u64);
+    let mut batch: Vec<Document> = Vec::new();
+    let mut batch_bytes = 0;
+    let mut pending = documents.into_iter().peekable();
+    while let Some(doc) = pending.next() {
+        batch_bytes += doc.text.len();
+        batch.push(doc);
+        if batch.len() < BATCH_DOCS && batch_bytes < BATCH_BYTES && pending.peek().is_some() {
+            continue;
+        }
+        let response = client
+            .post(format!("{url}/v1/documents"))
+            .timeout(Duration::from_secs(600))
+            .json(&json!({ "documents": batch }))
+            .send()
+            .await
+            .with_context(|| format!("sending documents to {url} (is `sluice serve` running?)"))?;
+        if !response.status().is_success() {
+            bar.abandon();
+            return Err(fail(response).await);
+        }
+        let report: Value = response.json().await?;
+        chunks += report["chunks"].as_u64().unwrap_or(0);
+        version = report["corpus_version"].as_u64().unwrap_or(version);
+        bar.inc(batch.len() as u64);
+        bar.set_message(format!("{chunks} chunks"));
+        batch.clear();
+        batch_bytes = 0;
+    }
+    bar.finish();
+    println!(
+        "ingested {} documents from {} files as {chunks} chunks in {:.1} s; corpus version {version}",
+        bar.length().unwrap_or(0),
+        files.len(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// `sluice ask`: stream the answer, then sources and timings (client-measured TTFT first).
+pub async fn ask(url: &str, query: &str, k: Option<usize>, deadline_ms: Option<u64>) -> Result<()> {
+    let mut body = json!({ "query": query });
+    if let Some(k) = k {
+        body["k"] = json!(k);
+    }
+    if let Some(d) = deadline_ms {
+        body["retrieval_deadline_ms"] = json!(d);
+    }
+    let sent = Instant::now();
+    let response = http()?
+        .post(format!("{url}/v1/answer"))
+        .json(&body)
+        .send()
+        .await
+        .with_context(|| format!("connecting to {url} (is `sluice serve` running?)"))?;
+    if !response.status().is_success() {
+        return Err(fail(response).await);
+    }
+    let mut events = response.bytes_stream().eventsource();
+    let mut ttft = None;
+    let mut meta = Value::Null;
+    let mut out = std::io::stdout();
+    while let Some(event) = events.next().await {
+        let event = event.context("reading the event stream")?;
+        let data: Value = serde_json::from_str(&event.data).context("an event that is not JSON")?;
+        match event.event.as_str() {
+            "meta" => meta = data,
+            "token" => {
+                ttft.get_or_insert_with(|| sent.elapsed());
+                write!(out, "{}", data["text"].as_str().unwrap_or(""))?;
+                out.flush()?;
+            }
+            "done" => {
+                println!("\n");
+                print_sources(&meta);
+                let t = &data["timings"];
+                let f = |k: &str| t[k].as_f64().map_or("-".to_string(), |v| format!("{v:.1}"));
+                println!(
+                    "client ttft {:.1} ms | server: embed {} retrieve {} prompt {} llm_ttft {} ttft {} total {} ms | {} tokens, {:.1} tok/s",
+                    ttft.unwrap_or_default().as_secs_f64() * 1e3,
+                    f("embed_ms"),
+                    f("retrieve_ms"),
+                    f("prompt_ms"),
+                    f("llm_ttft_ms"),
+                    f("ttft_ms"),
+                    f("total_ms"),
+                    data["token_count"],
+                    data["tokens_per_sec"].as_f64().unwrap_or(0.0),
+                );
+                return Ok(());
+            }
+            "error" => {
+                println!();
+                bail!(
+                    "{} ({})",
+                    data["message"].as_str().unwrap_or("error"),
+                    data["code"].as_str().unwrap_or("?")
+                );
+            }
+            _ => {}
+        }
+    }
+    bail!("the stream ended without a done or error event")
+}
+
+fn print_sources(meta: &Value) {
+    if let Some(reasons) = meta["degraded"].as_array().filter(|r| !r.is_empty()) {
+        println!(
+            "degraded: {}",
+            reasons
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for (i, d) in meta["documents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        println!(
+            "[{}] {} ({}) score {:.3}",
+            i + 1,
+            d["title"].as_str().unwrap_or(""),
+            d["source"].as_str().unwrap_or(""),
+            d["score"].as_f64().unwrap_or(0.0)
+        );
+    }
+}

@@ -1,0 +1,85 @@
+//! `sluice`: run the Sluice pipeline locally and talk to it.
+//!
+//! - `sluice serve`: the HTTP routes of the Lambda functions, on `SLUICE_ADDR`.
+//! - `sluice ingest PATH…`: send .txt/.md/.json/.jsonl files to a running server.
+//! - `sluice ask "question"`: stream an answer to the terminal, then the stage timings.
+//! - `sluice doctor`: say which parts are ready and what is missing.
+
+mod client;
+mod doctor;
+mod serve;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Streaming RAG answers over your own documents"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API (configuration from SLUICE_* variables; see the README).
+    Serve,
+    /// Ingest files or folders (.txt, .md, .json, .jsonl) through a running server.
+    Ingest {
+        /// Files or folders (searched recursively).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Server base URL [default: http://$SLUICE_ADDR]
+        #[arg(long, env = "SLUICE_URL")]
+        url: Option<String>,
+    },
+    /// Ask a question and stream the answer.
+    Ask {
+        /// The question.
+        query: String,
+        /// Number of sources.
+        #[arg(short, long)]
+        k: Option<usize>,
+        /// Retrieval deadline for this request, in milliseconds.
+        #[arg(long)]
+        deadline_ms: Option<u64>,
+        /// Server base URL [default: http://$SLUICE_ADDR]
+        #[arg(long, env = "SLUICE_URL")]
+        url: Option<String>,
+    },
+    /// Check the model, the data folder, the LLM and the server.
+    Doctor {
+        /// Server base URL [default: http://$SLUICE_ADDR]
+        #[arg(long, env = "SLUICE_URL")]
+        url: Option<String>,
+    },
+}
+
+fn main() -> Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let config = sluice_core::Config::from_env()?;
+    let url = |u: Option<String>| u.unwrap_or_else(|| format!("http://{}", config.addr));
+    let runtime = tokio::runtime::Runtime::new()?;
+    match cli.command {
+        Command::Serve => runtime.block_on(serve::run(config)),
+        Command::Ingest { paths, url: u } => runtime.block_on(client::ingest(&url(u), &paths)),
+        Command::Ask {
+            query,
+            k,
+            deadline_ms,
+            url: u,
+        } => runtime.block_on(client::ask(&url(u), &query, k, deadline_ms)),
+        Command::Doctor { url: u } => runtime.block_on(doctor::run(&config, &url(u))),
+    }
+}

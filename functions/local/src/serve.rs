@@ -1,0 +1,62 @@
+//! `sluice serve`: build every stage once, then serve the core router.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use sluice_core::{Config, Pipeline};
+use sluice_embed::MiniLm;
+use sluice_llm::OpenAiClient;
+use sluice_retrieve::EdgeStore;
+use tracing::info;
+
+/// Loads the model, opens the store and the LLM pool: the pipeline every request shares.
+pub fn build(config: Config) -> Result<Arc<Pipeline>> {
+    let started = Instant::now();
+    let embedder = MiniLm::load(&config.model_dir).context("loading the embedding model")?;
+    info!(model_dir = %config.model_dir.display(), ms = started.elapsed().as_millis() as u64, "embedding model loaded");
+    let store =
+        EdgeStore::open(&config.data_dir, sluice_embed::DIM).context("opening the vector store")?;
+    info!(data_dir = %config.data_dir.display(), "vector store open");
+    let llm = OpenAiClient::from_config(&config).context("building the LLM client")?;
+    Ok(Arc::new(Pipeline::new(
+        config,
+        Arc::new(embedder),
+        Arc::new(store),
+        Arc::new(llm),
+    )))
+}
+
+/// Serves until Ctrl-C or SIGTERM, then lets open streams finish.
+pub async fn run(config: Config) -> Result<()> {
+    let addr = config.addr;
+    let llm_url = config.llm_url.clone();
+    let pipeline = tokio::task::spawn_blocking(move || build(config)).await??;
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    info!(%addr, llm = %llm_url, "sluice serving");
+    axum::serve(listener, sluice_core::http::router(pipeline))
+        .with_graceful_shutdown(shutdown())
+        .await?;
+    Ok(())
+}
+
+async fn shutdown() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => return ctrl_c.await.unwrap_or(()),
+            };
+        tokio::select! {
+            _ = ctrl_c => {},
+            _ = term.recv() => {},
+        }
+    }
+    #[cfg(not(unix))]
+    ctrl_c.await.unwrap_or(());
+    info!("shutting down: draining open streams");
+}

@@ -1,0 +1,203 @@
+//! The `sluice` command as a user runs it: `serve` in a child process, then `ingest`, `ask`
+//! and `doctor` against it, with the real model and the local LLM (SLUICE_TEST_LLM_URL).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn sluice() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_sluice"));
+    c.env("RUST_LOG", "warn");
+    c
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+struct Server {
+    child: Child,
+    url: String,
+    _data: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve() -> Server {
+    let llm = std::env::var("SLUICE_TEST_LLM_URL")
+        .expect("SLUICE_TEST_LLM_URL is not set: run the tests with `make test`");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let data = tempfile::tempdir().unwrap();
+    let child = sluice()
+        .arg("serve")
+        .env("SLUICE_ADDR", format!("127.0.0.1:{port}"))
+        .env("SLUICE_DATA_DIR", data.path())
+        .env("SLUICE_LLM_URL", llm)
+        .env("SLUICE_MAX_TOKENS", "16")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let url = format!("http://127.0.0.1:{port}");
+    let server = Server {
+        child,
+        url,
+        _data: data,
+    };
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "sluice serve did not start listening in 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    server
+}
+
+fn samples() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../samples")
+}
+
+#[test]
+fn serve_ingest_ask_and_doctor() {
+    let mut server = serve();
+    let out = sluice()
+        .args(["ingest", "--url", &server.url])
+        .arg(samples())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("ingested 9 documents from 7 files"),
+        "{}",
+        text(&out)
+    );
+
+    let out = sluice()
+        .args([
+            "ask",
+            "--url",
+            &server.url,
+            "What is the fee for a SWIFT transfer?",
+        ])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        stdout.contains("] International transfers ("),
+        "sources listed: {stdout}"
+    );
+    assert!(
+        stdout.contains("client ttft") && stdout.contains("retrieve"),
+        "timings printed: {stdout}"
+    );
+
+    let out = sluice()
+        .args(["ask", "--url", &server.url, " "])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("empty_query"), "{}", text(&out));
+
+    let out = sluice()
+        .args(["doctor", "--url", &server.url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let report = String::from_utf8_lossy(&out.stdout);
+    for part in ["✓ embedding model", "✓ data folder", "✓ LLM", "✓ server"] {
+        assert!(
+            report.contains(part),
+            "doctor should report {part:?}: {report}"
+        );
+    }
+
+    // SIGTERM: a graceful exit.
+    let pid = server.child.id().to_string();
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let started = Instant::now();
+    loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            assert!(status.success(), "exit status {status}");
+            break;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no exit 10 s after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn bad_configuration_stops_start_up_with_a_clear_message() {
+    let out = sluice()
+        .arg("serve")
+        .env("SLUICE_TOP_K", "0")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let msg = text(&out);
+    assert!(
+        msg.contains("SLUICE_TOP_K") && msg.contains("from 1 to 50"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn doctor_names_what_is_missing() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let out = sluice()
+        .args(["doctor", "--url", &format!("http://127.0.0.1:{port}")])
+        .env("SLUICE_MODEL_DIR", "/nonexistent/model")
+        .env("SLUICE_LLM_URL", format!("http://127.0.0.1:{port}/v1"))
+        .env("SLUICE_DATA_DIR", tempfile::tempdir().unwrap().path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let report = text(&out);
+    assert!(
+        report.contains("✗ embedding model") && report.contains("scripts/setup.sh model"),
+        "{report}"
+    );
+    assert!(report.contains("✗ LLM"), "{report}");
+}
+
+#[test]
+fn ingest_reports_a_bad_file_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("broken.jsonl");
+    std::fs::write(&bad, "{\"id\": \"a\", \"text\": \"ok\"}\nnot json\n").unwrap();
+    let out = sluice()
+        .args(["ingest", "--url", "http://127.0.0.1:9"])
+        .arg(&bad)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("broken.jsonl line 2"), "{}", text(&out));
+}

@@ -1,0 +1,111 @@
+//! Hybrid retrieval (dense + BM25 prefetches fused by RRF, tenant-filtered) over 10,000
+//! chunks in a Qdrant Edge shard. Texts are drawn from a fixed vocabulary and vectors are
+//! deterministic pseudo-random unit vectors: query cost does not depend on what they mean.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use sluice_core::stages::{DocumentInfo, Store, StoredChunk};
+use sluice_retrieve::EdgeStore;
+
+const DIM: usize = 384;
+const CHUNKS: usize = 10_000;
+const PER_DOC: usize = 10;
+
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        // xorshift64*
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn unit(&mut self) -> Vec<f32> {
+        let v: Vec<f32> = (0..DIM)
+            .map(|_| (self.next() % 2000) as f32 / 1000.0 - 1.0)
+            .collect();
+        let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        v.into_iter().map(|x| x / n).collect()
+    }
+}
+
+const WORDS: &[&str] = &[
+    "account",
+    "balance",
+    "card",
+    "limit",
+    "transfer",
+    "fee",
+    "interest",
+    "mortgage",
+    "loan",
+    "branch",
+    "payment",
+    "deposit",
+    "withdrawal",
+    "statement",
+    "password",
+    "app",
+    "fraud",
+    "travel",
+    "currency",
+    "rate",
+    "savings",
+    "checking",
+    "overdraft",
+    "credit",
+    "debit",
+    "pin",
+    "contactless",
+    "wire",
+    "swift",
+    "sepa",
+];
+
+fn bench(c: &mut Criterion) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = EdgeStore::open(dir.path(), DIM).unwrap();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    runtime.block_on(async {
+        for d in 0..CHUNKS / PER_DOC {
+            let chunks = (0..PER_DOC)
+                .map(|i| {
+                    let text: Vec<&str> = (0..120)
+                        .map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize])
+                        .collect();
+                    StoredChunk {
+                        index: i,
+                        text: text.join(" "),
+                        vector: rng.unit(),
+                    }
+                })
+                .collect();
+            let doc = DocumentInfo {
+                id: format!("doc{d}"),
+                title: format!("Doc {d}"),
+                source: "bench".into(),
+            };
+            store.replace_document("bench", &doc, chunks).await.unwrap();
+        }
+        store.bump_corpus_version("bench").await.unwrap();
+        assert_eq!(store.count("bench").await.unwrap(), CHUNKS);
+    });
+    let queries: Vec<Vec<f32>> = (0..64).map(|_| rng.unit()).collect();
+    let mut i = 0;
+    c.bench_function("hybrid_search_10k_chunks_k5", |b| {
+        b.iter(|| {
+            i = (i + 1) % queries.len();
+            runtime
+                .block_on(store.search(
+                    "bench",
+                    "daily card withdrawal limit abroad",
+                    &queries[i],
+                    5,
+                ))
+                .unwrap()
+        })
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

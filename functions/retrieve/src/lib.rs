@@ -1,0 +1,306 @@
+//! Hybrid retrieval on Qdrant Edge, the Qdrant engine in-process, in a data directory.
+//!
+//! Each chunk is one point with a dense 384-d cosine vector (`dense`) and a BM25 sparse
+//! vector (`bm25`, Qdrant's own `EdgeBm25` encoder, IDF applied by the engine). A search is
+//! one query with two prefetches — dense nearest neighbours and BM25 — fused by reciprocal
+//! rank fusion. Every point carries its tenant and every read filters on it.
+#![warn(missing_docs)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use qdrant_edge::bm25_embed::{EdgeBm25, EdgeBm25Config};
+use qdrant_edge::{
+    CountRequest, Distance, EdgeConfigBuilder, EdgeShard, EdgeSparseVectorParamsBuilder,
+    EdgeVectorParamsBuilder, Filter, Fusion, Modifier, NamedQuery, PointId, PointInsertOperations,
+    PointOperations, PointStruct, Prefetch, QueryEnum, QueryRequest, ScoredPoint, ScoringQuery,
+    UpdateOperation, Vector, VectorInternal, Vectors, WithPayloadInterface, WithVector,
+};
+use serde_json::{Value, json};
+use sluice_core::error::StoreError;
+use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
+
+const DENSE: &str = "dense";
+const SPARSE: &str = "bm25";
+/// RRF's rank constant (Qdrant's default; the value from Cormack et al.).
+const RRF_K: usize = 60;
+/// Each prefetch returns this many candidates per requested result (at least `MIN_PREFETCH`),
+/// so that fusion has overlap to work with.
+const PREFETCH_FACTOR: usize = 4;
+const MIN_PREFETCH: usize = 20;
+/// Fixed namespace for point ids: uuid-v5(tenant, document id, chunk index).
+const POINT_NAMESPACE: uuid::Uuid =
+    uuid::Uuid::from_u128(0x5b1c_e0a4_6e0f_4d7b_9c1e_2f3a_4b5c_6d7e);
+
+/// The Qdrant Edge store. Cheap to clone.
+#[derive(Clone)]
+pub struct EdgeStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shard: EdgeShard,
+    bm25: EdgeBm25,
+    versions_path: PathBuf,
+    /// Corpus version per tenant, persisted to `tenants.json` on every bump. Held for
+    /// microseconds and never across an await, so a std mutex is enough.
+    versions: Mutex<BTreeMap<String, u64>>,
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+impl EdgeStore {
+    /// Opens the store in `dir`, creating it (and its payload indexes) on first use.
+    pub fn open(dir: &Path, dim: usize) -> Result<Self, StoreError> {
+        let open_err =
+            |e: &dyn std::fmt::Display| StoreError::Open(format!("{}: {e}", dir.display()));
+        let shard_dir = dir.join("shard");
+        std::fs::create_dir_all(&shard_dir).map_err(|e| open_err(&e))?;
+        let shard = if shard_dir.join("edge_config.json").is_file() {
+            EdgeShard::load(&shard_dir, None).map_err(|e| open_err(&e))?
+        } else {
+            let config = EdgeConfigBuilder::new()
+                .vector(
+                    DENSE,
+                    EdgeVectorParamsBuilder::new(dim, Distance::Cosine).build(),
+                )
+                .sparse_vector(
+                    SPARSE,
+                    EdgeSparseVectorParamsBuilder::new()
+                        .modifier(Modifier::Idf)
+                        .build(),
+                )
+                .build();
+            let shard = EdgeShard::new(&shard_dir, config).map_err(|e| open_err(&e))?;
+            // Keyword indexes: tenant (marked as the tenant key, so the engine co-locates a
+            // tenant's points) and document id (for replacement).
+            for (field, schema) in [
+                ("tenant", json!({"type": "keyword", "is_tenant": true})),
+                ("doc_id", json!({"type": "keyword"})),
+            ] {
+                let op: UpdateOperation = serde_json::from_value(json!({
+                    "FieldIndexOperation": {"CreateIndex": {"field_name": field, "field_schema": schema}}
+                }))
+                .map_err(|e| open_err(&e))?;
+                shard.update(op).map_err(|e| open_err(&e))?;
+            }
+            shard
+        };
+        let config_dim = shard.config().vectors.get(DENSE).map(|v| v.size);
+        if config_dim != Some(dim) {
+            return Err(StoreError::Open(format!(
+                "{} holds {config_dim:?}-d vectors but the embedding model makes {dim}-d ones",
+                dir.display()
+            )));
+        }
+        let bm25 = EdgeBm25::new(EdgeBm25Config::default()).map_err(|e| open_err(&e))?;
+        let versions_path = dir.join("tenants.json");
+        let versions = match std::fs::read(&versions_path) {
+            Ok(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| open_err(&format!("tenants.json: {e}")))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
+            Err(e) => return Err(open_err(&e)),
+        };
+        Ok(Self {
+            inner: Arc::new(Inner {
+                shard,
+                bm25,
+                versions_path,
+                versions: Mutex::new(versions),
+            }),
+        })
+    }
+
+    /// Runs blocking engine work on the blocking pool, off the async reactor.
+    async fn blocking<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&Inner) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, StoreError> {
+        let inner = Arc::clone(&self.inner);
+        tokio::task::spawn_blocking(move || f(&inner))
+            .await
+            .map_err(|e| StoreError::Backend(format!("store task failed: {e}")))?
+    }
+}
+
+fn tenant_filter(
+    tenant: &str,
+    doc_id: Option<&str>,
+    min_chunk: Option<usize>,
+) -> Result<Filter, StoreError> {
+    let mut must = vec![json!({"key": "tenant", "match": {"value": tenant}})];
+    if let Some(doc) = doc_id {
+        must.push(json!({"key": "doc_id", "match": {"value": doc}}));
+    }
+    if let Some(n) = min_chunk {
+        must.push(json!({"key": "chunk", "range": {"gte": n}}));
+    }
+    serde_json::from_value(json!({ "must": must })).map_err(backend)
+}
+
+fn point_id(tenant: &str, doc_id: &str, chunk: usize) -> PointId {
+    let name = format!("{}\u{1f}{}\u{1f}{chunk}", tenant, doc_id);
+    let id = uuid::Uuid::new_v5(&POINT_NAMESPACE, name.as_bytes());
+    PointId::Uuid(qdrant_edge::external::uuid::Uuid::from_bytes(
+        id.into_bytes(),
+    ))
+}
+
+fn hit(point: ScoredPoint) -> Option<Hit> {
+    let payload = point.payload?.0;
+    let s = |k: &str| {
+        payload
+            .get(k)
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    Some(Hit {
+        document: DocumentInfo {
+            id: s("doc_id"),
+            title: s("title"),
+            source: s("source"),
+        },
+        chunk: payload.get("chunk").and_then(Value::as_u64).unwrap_or(0) as usize,
+        text: s("text"),
+        score: point.score,
+    })
+}
+
+#[async_trait]
+impl Store for EdgeStore {
+    async fn search(
+        &self,
+        tenant: &str,
+        query: &str,
+        vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        let filter = tenant_filter(tenant, None, None)?;
+        let sparse = self.inner.bm25.embed_query(query);
+        let dense = vector.to_vec();
+        self.blocking(move |inner| {
+            let limit = (k * PREFETCH_FACTOR).max(MIN_PREFETCH);
+            let prefetch = |query: VectorInternal, using: &str| Prefetch {
+                prefetches: vec![],
+                query: Some(ScoringQuery::Vector(QueryEnum::Nearest(NamedQuery::new(
+                    query, using,
+                )))),
+                limit,
+                params: None,
+                filter: Some(filter.clone()),
+                score_threshold: None,
+            };
+            let mut prefetches = vec![prefetch(VectorInternal::Dense(dense), DENSE)];
+            // A query of stopwords only has no BM25 terms: dense alone then.
+            if !sparse.indices.is_empty() {
+                prefetches.push(prefetch(VectorInternal::Sparse(sparse), SPARSE));
+            }
+            let request = QueryRequest {
+                prefetches,
+                query: Some(ScoringQuery::Fusion(Fusion::Rrf {
+                    k: RRF_K,
+                    weights: None,
+                })),
+                filter: Some(filter.clone()),
+                score_threshold: None,
+                limit: k,
+                offset: 0,
+                params: None,
+                with_vector: WithVector::Bool(false),
+                with_payload: WithPayloadInterface::Bool(true),
+            };
+            let points = inner.shard.query(request).map_err(backend)?;
+            Ok(points.into_iter().filter_map(hit).collect())
+        })
+        .await
+    }
+
+    async fn replace_document(
+        &self,
+        tenant: &str,
+        document: &DocumentInfo,
+        chunks: Vec<StoredChunk>,
+    ) -> Result<(), StoreError> {
+        let tenant = tenant.to_string();
+        let document = document.clone();
+        self.blocking(move |inner| {
+            let n = chunks.len();
+            let mut points = Vec::with_capacity(n);
+            for c in chunks {
+                let sparse = inner.bm25.embed_document(&c.text);
+                let vectors = Vectors::new_named([
+                    (DENSE, Vector::new_dense(c.vector)),
+                    (SPARSE, Vector(VectorInternal::Sparse(sparse))),
+                ]);
+                let payload = json!({
+                    "tenant": tenant, "doc_id": document.id, "chunk": c.index,
+                    "title": document.title, "source": document.source, "text": c.text,
+                });
+                points.push(
+                    PointStruct::new(point_id(&tenant, &document.id, c.index), vectors, payload).0,
+                );
+            }
+            // Upsert first (ids are stable per chunk position), then delete the chunks past the
+            // new end: readers never see the document missing while it is replaced.
+            if !points.is_empty() {
+                let upsert =
+                    PointOperations::UpsertPoints(PointInsertOperations::PointsList(points));
+                inner
+                    .shard
+                    .update(UpdateOperation::PointOperation(upsert))
+                    .map_err(backend)?;
+            }
+            let stale = tenant_filter(&tenant, Some(&document.id), Some(n))?;
+            inner
+                .shard
+                .update(UpdateOperation::PointOperation(
+                    PointOperations::DeletePointsByFilter(stale),
+                ))
+                .map_err(backend)
+        })
+        .await
+    }
+
+    async fn bump_corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+        let tenant = tenant.to_string();
+        self.blocking(move |inner| {
+            inner.shard.flush();
+            let mut versions = inner.versions.lock().map_err(backend)?;
+            let v = versions.entry(tenant).or_insert(0);
+            *v += 1;
+            let version = *v;
+            // Write-then-rename: a crash leaves the old file or the new one, never half of one.
+            let tmp = inner.versions_path.with_extension("json.tmp");
+            let bytes = serde_json::to_vec_pretty(&*versions).map_err(backend)?;
+            std::fs::write(&tmp, bytes)
+                .and_then(|_| std::fs::rename(&tmp, &inner.versions_path))
+                .map_err(backend)?;
+            Ok(version)
+        })
+        .await
+    }
+
+    async fn corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+        let versions = self.inner.versions.lock().map_err(backend)?;
+        Ok(versions.get(tenant).copied().unwrap_or(0))
+    }
+
+    async fn count(&self, tenant: &str) -> Result<usize, StoreError> {
+        let filter = tenant_filter(tenant, None, None)?;
+        self.blocking(move |inner| {
+            inner
+                .shard
+                .count(CountRequest {
+                    filter: Some(filter),
+                    exact: true,
+                })
+                .map_err(backend)
+        })
+        .await
+    }
+}

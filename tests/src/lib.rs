@@ -1,0 +1,244 @@
+//! Harness for the end-to-end tests: a real server (the core router over the real model, a
+//! Qdrant Edge store in a temporary folder, and the local LLM named by SLUICE_TEST_LLM_URL)
+//! on 127.0.0.1, and an SSE client that records what arrives and when.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde_json::{Value, json};
+use sluice_core::stages::{Embedder, Llm, Store};
+use sluice_core::{Config, Pipeline};
+use sluice_embed::MiniLm;
+use sluice_llm::OpenAiClient;
+use sluice_retrieve::EdgeStore;
+
+/// The URL of the local LLM started by `make test`.
+pub fn llm_url() -> String {
+    std::env::var("SLUICE_TEST_LLM_URL")
+        .expect("SLUICE_TEST_LLM_URL is not set: run the tests with `make test`, which starts the local LLM")
+}
+
+/// The embedding model, loaded once per test binary.
+pub fn model() -> Arc<MiniLm> {
+    static MODEL: OnceLock<Arc<MiniLm>> = OnceLock::new();
+    MODEL
+        .get_or_init(|| {
+            let dir = Config::from_env().expect("configuration").model_dir;
+            Arc::new(MiniLm::load(&dir).expect("embedding model (run `scripts/setup.sh model`)"))
+        })
+        .clone()
+}
+
+/// The repository's `samples/` folder.
+pub fn samples_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../samples")
+}
+
+/// A running server and what it is made of.
+pub struct TestServer {
+    /// `http://127.0.0.1:PORT`.
+    pub url: String,
+    /// The pipeline behind the router.
+    pub pipeline: Arc<Pipeline>,
+    _data: tempfile::TempDir,
+}
+
+/// Configuration for a test server: the environment, then the test LLM and a fresh data
+/// folder, then `overrides`. Answers are capped at 24 tokens to keep the suite fast.
+pub fn config(data: &std::path::Path, overrides: &[(&str, &str)]) -> Config {
+    let mut vars: HashMap<String, String> = std::env::vars().collect();
+    vars.insert("SLUICE_LLM_URL".into(), llm_url());
+    vars.insert("SLUICE_DATA_DIR".into(), data.display().to_string());
+    vars.insert("SLUICE_MAX_TOKENS".into(), "24".into());
+    for (k, v) in overrides {
+        vars.insert(k.to_string(), v.to_string());
+    }
+    Config::from_lookup(|k| vars.get(k).cloned()).expect("test configuration")
+}
+
+/// Starts a server with the real stages; `wrap_store` may put a test double around the store.
+pub async fn start_with(
+    overrides: &[(&str, &str)],
+    wrap_store: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
+) -> TestServer {
+    let data = tempfile::tempdir().expect("temp dir");
+    let config = config(data.path(), overrides);
+    let embedder: Arc<dyn Embedder> = model();
+    let store: Arc<dyn Store> =
+        Arc::new(EdgeStore::open(&config.data_dir, sluice_embed::DIM).expect("store"));
+    let llm: Arc<dyn Llm> = Arc::new(OpenAiClient::from_config(&config).expect("llm client"));
+    let pipeline = Arc::new(Pipeline::new(config, embedder, wrap_store(store), llm));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let router = sluice_core::http::router(Arc::clone(&pipeline));
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    TestServer {
+        url,
+        pipeline,
+        _data: data,
+    }
+}
+
+/// Starts a server with the real stages.
+pub async fn start(overrides: &[(&str, &str)]) -> TestServer {
+    start_with(overrides, |s| s).await
+}
+
+/// A plain HTTP client with a timeout on every call.
+pub fn http() -> reqwest::Client {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .timeout(Duration::from_secs(120))
+        .build()
+        .expect("client")
+}
+
+impl TestServer {
+    /// Ingests every sample document through `POST /v1/documents`.
+    pub async fn ingest_samples(&self) -> Value {
+        let mut documents = Vec::new();
+        let mut paths: Vec<_> = std::fs::read_dir(samples_dir())
+            .expect("samples")
+            .map(|e| e.expect("entry").path())
+            .collect();
+        paths.sort();
+        for p in paths {
+            let bytes = std::fs::read(&p).expect("read sample");
+            let name = format!(
+                "samples/{}",
+                p.file_name().and_then(|n| n.to_str()).expect("name")
+            );
+            documents
+                .extend(sluice_core::ingest::parse_file(&name, &bytes).expect("sample parses"));
+        }
+        let (status, body) = self
+            .post("/v1/documents", &json!({ "documents": documents }))
+            .await;
+        assert_eq!(status, 200, "{body}");
+        body
+    }
+
+    /// POSTs JSON and returns status and JSON body.
+    pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
+        self.post_raw(path, body.to_string()).await
+    }
+
+    /// POSTs raw bytes and returns status and JSON body (Null when it is not JSON).
+    pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
+        let r = http()
+            .post(format!("{}{path}", self.url))
+            .body(body)
+            .send()
+            .await
+            .expect("request");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// GETs a path and returns status and JSON body.
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let r = http()
+            .get(format!("{}{path}", self.url))
+            .send()
+            .await
+            .expect("request");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Asks through `POST /v1/answer` and records every event.
+    pub async fn answer(&self, body: &Value) -> Answer {
+        let sent = Instant::now();
+        let r = http()
+            .post(format!("{}/v1/answer", self.url))
+            .json(body)
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(r.status().as_u16(), 200);
+        assert_eq!(r.headers()["content-type"], "text/event-stream");
+        let mut events = Vec::new();
+        let mut stream = r.bytes_stream().eventsource();
+        while let Some(e) = stream.next().await {
+            let e = e.expect("well-formed SSE");
+            let data: Value = serde_json::from_str(&e.data).expect("every data line is JSON");
+            events.push(Received {
+                name: e.event,
+                data,
+                at: sent.elapsed(),
+            });
+        }
+        Answer { events }
+    }
+}
+
+/// One received SSE event.
+#[derive(Debug)]
+pub struct Received {
+    /// Event name.
+    pub name: String,
+    /// Its JSON data.
+    pub data: Value,
+    /// When it arrived, counted from sending the request.
+    pub at: Duration,
+}
+
+/// A whole answer stream.
+#[derive(Debug)]
+pub struct Answer {
+    /// Events in arrival order.
+    pub events: Vec<Received>,
+}
+
+impl Answer {
+    /// Event names in order.
+    pub fn names(&self) -> Vec<&str> {
+        self.events.iter().map(|e| e.name.as_str()).collect()
+    }
+
+    /// The first event with this name.
+    pub fn first(&self, name: &str) -> &Received {
+        self.events
+            .iter()
+            .find(|e| e.name == name)
+            .unwrap_or_else(|| panic!("no {name} event in {:?}", self.names()))
+    }
+
+    /// The generated text.
+    pub fn text(&self) -> String {
+        self.events
+            .iter()
+            .filter(|e| e.name == "token")
+            .filter_map(|e| e.data["text"].as_str())
+            .collect()
+    }
+
+    /// Checks the framing every stream must have: `meta` first, then tokens numbered from 0,
+    /// then exactly one `done` or `error`, last.
+    pub fn assert_well_formed(&self) {
+        let names = self.names();
+        assert_eq!(names.first(), Some(&"meta"), "{names:?}");
+        let ends = names
+            .iter()
+            .filter(|n| **n == "done" || **n == "error")
+            .count();
+        assert_eq!(ends, 1, "{names:?}");
+        assert!(
+            matches!(names.last(), Some(&"done") | Some(&"error")),
+            "{names:?}"
+        );
+        assert!(
+            names[1..names.len() - 1].iter().all(|n| *n == "token"),
+            "{names:?}"
+        );
+        for (i, e) in self.events.iter().filter(|e| e.name == "token").enumerate() {
+            assert_eq!(e.data["index"], i as u64, "token indices must count from 0");
+        }
+    }
+}

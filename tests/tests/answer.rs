@@ -1,0 +1,271 @@
+//! `POST /v1/answer` end to end: real model, real Qdrant Edge store, real local LLM.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::json;
+use sluice_core::error::StoreError;
+use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
+use sluice_tests::{start, start_with};
+
+#[tokio::test]
+async fn a_question_gets_its_document_in_the_top_3_and_a_streamed_answer() {
+    let server = start(&[]).await;
+    let report = server.ingest_samples().await;
+    assert_eq!(report["documents"], 9, "{report}");
+    assert_eq!(report["corpus_version"], 1);
+
+    let answer = server
+        .answer(&json!({"query": "How many days does a replacement card take to arrive after I lose my card?", "k": 5, "session_id": "s-42"}))
+        .await;
+    answer.assert_well_formed();
+    assert_eq!(
+        answer.names().last(),
+        Some(&"done"),
+        "{:?}",
+        answer.events.last()
+    );
+
+    let meta = &answer.first("meta").data;
+    let top3: Vec<&str> = meta["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(3)
+        .map(|d| d["id"].as_str().unwrap())
+        .collect();
+    assert!(top3.contains(&"samples/lost-card.md"), "top 3: {top3:?}");
+    assert_eq!(meta["cache"], "bypass");
+    assert_eq!(meta["degraded"], json!([]));
+    assert_eq!(meta["tenant"], "default");
+    assert_eq!(meta["k"], 5);
+    assert_eq!(meta["session_id"], "s-42");
+    assert_eq!(meta["model_id"], "SmolLM2-135M-Instruct");
+    let first = &meta["documents"][0];
+    for field in ["id", "source", "title", "snippet"] {
+        assert!(
+            first[field].as_str().is_some_and(|s| !s.is_empty()),
+            "documents[0].{field} in {first}"
+        );
+    }
+    assert!(first["score"].as_f64().unwrap() > 0.0);
+
+    let done = &answer.first("done").data;
+    assert_eq!(done["request_id"], meta["request_id"]);
+    assert_eq!(done["session_id"], "s-42");
+    assert_eq!(done["model_id"], meta["model_id"]);
+    assert_eq!(done["k"], 5);
+    assert_eq!(done["cached"], false);
+    assert!(!done["replica_id"].as_str().unwrap().is_empty());
+    assert!(!done["finish_reason"].as_str().unwrap().is_empty());
+    let tokens = answer.names().iter().filter(|n| **n == "token").count() as u64;
+    let count = done["token_count"].as_u64().unwrap();
+    assert!(
+        count >= 1 && count <= 24,
+        "token_count {count} with a 24-token cap"
+    );
+    if done["token_count_source"] == "events" {
+        assert_eq!(count, tokens);
+    }
+    assert!(!answer.text().trim().is_empty());
+
+    // Timings: every stage ran, and no stage is longer than the whole.
+    let t = &done["timings"];
+    let ms = |k: &str| {
+        t[k].as_f64()
+            .unwrap_or_else(|| panic!("timings.{k} missing in {t}"))
+    };
+    let total = ms("total_ms");
+    for k in [
+        "embed_ms",
+        "retrieve_ms",
+        "prompt_ms",
+        "llm_ttft_ms",
+        "ttft_ms",
+    ] {
+        assert!(
+            ms(k) >= 0.0 && ms(k) <= total,
+            "{k} = {} > total {total}",
+            ms(k)
+        );
+    }
+    assert!(ms("embed_ms") + ms("retrieve_ms") + ms("prompt_ms") <= ms("ttft_ms"));
+    assert!(ms("llm_ttft_ms") <= ms("ttft_ms"));
+    // meta carries the timings known when it was sent.
+    assert_eq!(meta["timings"]["embed_ms"], t["embed_ms"]);
+    assert!(meta["timings"].get("ttft_ms").is_none());
+}
+
+#[tokio::test]
+async fn a_zero_deadline_answers_without_context_and_says_so() {
+    let server = start(&[]).await;
+    server.ingest_samples().await;
+    let answer = server
+        .answer(&json!({"query": "What is the ATM limit?", "retrieval_deadline_ms": 0}))
+        .await;
+    answer.assert_well_formed();
+    let meta = &answer.first("meta").data;
+    assert_eq!(meta["degraded"], json!(["retrieval_timeout"]));
+    assert_eq!(meta["documents"], json!([]));
+    assert!(
+        answer.names().contains(&"token"),
+        "tokens still stream: {:?}",
+        answer.names()
+    );
+    assert_eq!(answer.names().last(), Some(&"done"));
+}
+
+/// A store that takes `delay` to answer, or fails: a stand-in for a slow or broken backend.
+struct Troubled {
+    inner: Arc<dyn Store>,
+    delay: Duration,
+    fail: bool,
+}
+
+#[async_trait]
+impl Store for Troubled {
+    async fn search(
+        &self,
+        tenant: &str,
+        query: &str,
+        vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        tokio::time::sleep(self.delay).await;
+        if self.fail {
+            return Err(StoreError::Backend("injected failure".into()));
+        }
+        self.inner.search(tenant, query, vector, k).await
+    }
+    async fn replace_document(
+        &self,
+        tenant: &str,
+        d: &DocumentInfo,
+        c: Vec<StoredChunk>,
+    ) -> Result<(), StoreError> {
+        self.inner.replace_document(tenant, d, c).await
+    }
+    async fn bump_corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.inner.bump_corpus_version(tenant).await
+    }
+    async fn corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.inner.corpus_version(tenant).await
+    }
+    async fn count(&self, tenant: &str) -> Result<usize, StoreError> {
+        self.inner.count(tenant).await
+    }
+}
+
+#[tokio::test]
+async fn a_slow_store_is_cut_off_at_the_deadline() {
+    let server = start_with(&[("SLUICE_RETRIEVAL_DEADLINE_MS", "150")], |inner| {
+        Arc::new(Troubled {
+            inner,
+            delay: Duration::from_secs(5),
+            fail: false,
+        })
+    })
+    .await;
+    server.ingest_samples().await;
+    let answer = server
+        .answer(&json!({"query": "How do I reset my password?"}))
+        .await;
+    answer.assert_well_formed();
+    let meta = answer.first("meta");
+    assert_eq!(meta.data["degraded"], json!(["retrieval_timeout"]));
+    // The answer did not wait for the 5 s store: meta left soon after the 150 ms deadline.
+    assert!(
+        meta.at < Duration::from_millis(1500),
+        "meta after {:?}",
+        meta.at
+    );
+    assert!(answer.names().contains(&"token"));
+}
+
+#[tokio::test]
+async fn a_failing_store_degrades_to_an_answer_without_context() {
+    let server = start_with(&[], |inner| {
+        Arc::new(Troubled {
+            inner,
+            delay: Duration::ZERO,
+            fail: true,
+        })
+    })
+    .await;
+    let answer = server
+        .answer(&json!({"query": "How do I reset my password?"}))
+        .await;
+    answer.assert_well_formed();
+    assert_eq!(
+        answer.first("meta").data["degraded"],
+        json!(["retrieval_failed"])
+    );
+    assert_eq!(answer.names().last(), Some(&"done"));
+}
+
+#[tokio::test]
+async fn an_unreachable_llm_ends_the_stream_with_llm_unavailable() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let server = start(&[("SLUICE_LLM_URL", url.as_str())]).await;
+    let answer = server.answer(&json!({"query": "anything"})).await;
+    answer.assert_well_formed();
+    assert_eq!(answer.names(), ["meta", "error"]);
+    let error = &answer.first("error").data;
+    assert_eq!(error["code"], "llm_unavailable");
+    assert_eq!(error["retryable"], true);
+    assert!(
+        answer.events[1].at < Duration::from_secs(3),
+        "no hang: {:?}",
+        answer.events[1].at
+    );
+
+    let (status, ready) = server.get("/readyz").await;
+    assert_eq!(status, 503);
+    assert_eq!(ready["checks"]["llm"]["ok"], false);
+    assert_eq!(ready["checks"]["store"]["ok"], true);
+}
+
+#[tokio::test]
+async fn health_and_readiness() {
+    let server = start(&[]).await;
+    assert_eq!(server.get("/healthz").await, (200, json!({"status": "ok"})));
+    let (status, ready) = server.get("/readyz").await;
+    assert_eq!(status, 200, "{ready}");
+    assert_eq!(ready["ready"], true);
+    assert_eq!(ready["checks"]["model"]["id"], "all-MiniLM-L6-v2");
+}
+
+#[tokio::test]
+async fn reingesting_replaces_a_document_and_bumps_the_corpus_version() {
+    let server = start(&[]).await;
+    let doc = |text: &str| json!({"documents": [{"id": "faq", "title": "FAQ", "text": text}]});
+    let long = "The vault opens at nine. ".repeat(200);
+    let (status, first) = server.post("/v1/documents", &doc(&long)).await;
+    assert_eq!(status, 200, "{first}");
+    assert!(first["chunks"].as_u64().unwrap() > 1, "{first}");
+    assert_eq!(first["corpus_version"], 1);
+
+    let (_, second) = server
+        .post("/v1/documents", &doc("The vault now opens at ten."))
+        .await;
+    assert_eq!(
+        (second["chunks"].as_u64(), second["corpus_version"].as_u64()),
+        (Some(1), Some(2))
+    );
+    assert_eq!(server.pipeline.store.count("default").await.unwrap(), 1);
+    let answer = server
+        .answer(&json!({"query": "When does the vault open?", "k": 3}))
+        .await;
+    let docs = answer.first("meta").data["documents"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(docs.len(), 1);
+    assert!(docs[0]["snippet"].as_str().unwrap().contains("ten"));
+}
