@@ -18,7 +18,7 @@ export SLUICE_MODEL_DIR=${SLUICE_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}
 export RUST_LOG=${RUST_LOG:-warn}
 log=$(mktemp)
 set +e
-cargo test --workspace --color never 2>&1 | tee "$log"
+cargo test --workspace --no-fail-fast --color never 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 set -e
 passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s+=$1} END {print s+0}')

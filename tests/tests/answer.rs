@@ -62,7 +62,7 @@ async fn a_question_gets_its_document_in_the_top_3_and_a_streamed_answer() {
     let tokens = answer.names().iter().filter(|n| **n == "token").count() as u64;
     let count = done["token_count"].as_u64().unwrap();
     assert!(
-        count >= 1 && count <= 24,
+        (1..=24).contains(&count),
         "token_count {count} with a 24-token cap"
     );
     if done["token_count_source"] == "events" {

@@ -63,7 +63,9 @@ enum Command {
 fn main() -> Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+            // Qdrant Edge logs start-up notices meant for its own developers at warn level.
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,qdrant_edge=error".into()),
         )
         .with_writer(std::io::stderr)
         .init();

@@ -32,36 +32,45 @@ impl Drop for Server {
     }
 }
 
+fn llm_url() -> String {
+    std::env::var("SLUICE_TEST_LLM_URL")
+        .expect("SLUICE_TEST_LLM_URL is not set: run the tests with `make test`")
+}
+
+fn free_port() -> u16 {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().port()
+}
+
 fn serve() -> Server {
-    let llm = std::env::var("SLUICE_TEST_LLM_URL")
-        .expect("SLUICE_TEST_LLM_URL is not set: run the tests with `make test`");
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
     let data = tempfile::tempdir().unwrap();
+    let log = data.path().join("serve.log");
     let child = sluice()
         .arg("serve")
         .env("SLUICE_ADDR", format!("127.0.0.1:{port}"))
         .env("SLUICE_DATA_DIR", data.path())
-        .env("SLUICE_LLM_URL", llm)
+        .env("SLUICE_LLM_URL", llm_url())
         .env("SLUICE_MAX_TOKENS", "16")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
         .unwrap();
     let url = format!("http://127.0.0.1:{port}");
-    let server = Server {
+    let mut server = Server {
         child,
         url,
         _data: data,
     };
     let started = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        let log = std::fs::read_to_string(&log).unwrap_or_default();
+        if let Some(status) = server.child.try_wait().unwrap() {
+            panic!("sluice serve exited with {status}:\n{log}");
+        }
         assert!(
             started.elapsed() < Duration::from_secs(60),
-            "sluice serve did not start listening in 60 s"
+            "sluice serve did not start listening in 60 s:\n{log}"
         );
         std::thread::sleep(Duration::from_millis(100));
     }
@@ -116,6 +125,8 @@ fn serve_ingest_ask_and_doctor() {
 
     let out = sluice()
         .args(["doctor", "--url", &server.url])
+        .env("SLUICE_LLM_URL", llm_url())
+        .env("SLUICE_DATA_DIR", server._data.path())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
@@ -167,16 +178,13 @@ fn bad_configuration_stops_start_up_with_a_clear_message() {
 
 #[test]
 fn doctor_names_what_is_missing() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let port = free_port();
+    let data = tempfile::tempdir().unwrap();
     let out = sluice()
         .args(["doctor", "--url", &format!("http://127.0.0.1:{port}")])
         .env("SLUICE_MODEL_DIR", "/nonexistent/model")
         .env("SLUICE_LLM_URL", format!("http://127.0.0.1:{port}/v1"))
-        .env("SLUICE_DATA_DIR", tempfile::tempdir().unwrap().path())
+        .env("SLUICE_DATA_DIR", data.path())
         .output()
         .unwrap();
     assert!(!out.status.success());

@@ -13,10 +13,11 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use qdrant_edge::bm25_embed::{EdgeBm25, EdgeBm25Config};
 use qdrant_edge::{
-    CountRequest, Distance, EdgeConfigBuilder, EdgeShard, EdgeSparseVectorParamsBuilder,
-    EdgeVectorParamsBuilder, Filter, Fusion, Modifier, NamedQuery, PointId, PointInsertOperations,
-    PointOperations, PointStruct, Prefetch, QueryEnum, QueryRequest, ScoredPoint, ScoringQuery,
-    UpdateOperation, Vector, VectorInternal, Vectors, WithPayloadInterface, WithVector,
+    CountRequest, CreateIndex, Distance, EdgeConfigBuilder, EdgeShard,
+    EdgeSparseVectorParamsBuilder, EdgeVectorParamsBuilder, FieldIndexOperations, Filter, Fusion,
+    Modifier, NamedQuery, PointId, PointInsertOperations, PointOperations, PointStruct, Prefetch,
+    QueryEnum, QueryRequest, ScoredPoint, ScoringQuery, UpdateOperation, Vector, VectorInternal,
+    Vectors, WithPayloadInterface, WithVector,
 };
 use serde_json::{Value, json};
 use sluice_core::error::StoreError;
@@ -82,10 +83,12 @@ impl EdgeStore {
                 ("tenant", json!({"type": "keyword", "is_tenant": true})),
                 ("doc_id", json!({"type": "keyword"})),
             ] {
-                let op: UpdateOperation = serde_json::from_value(json!({
-                    "FieldIndexOperation": {"CreateIndex": {"field_name": field, "field_schema": schema}}
-                }))
-                .map_err(|e| open_err(&e))?;
+                let index = CreateIndex {
+                    field_name: serde_json::from_value(json!(field)).map_err(|e| open_err(&e))?,
+                    field_schema: Some(serde_json::from_value(schema).map_err(|e| open_err(&e))?),
+                };
+                let op =
+                    UpdateOperation::FieldIndexOperation(FieldIndexOperations::CreateIndex(index));
                 shard.update(op).map_err(|e| open_err(&e))?;
             }
             shard
