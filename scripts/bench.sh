@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark in one run, then a summary of medians and ratios.
 # Benches use the single `dev` profile (dependencies at opt-level 3, ours at 2) so that
-# they share the test build.
+# they share the test build; `--workspace` keeps feature unification identical to `make test`
+# so nothing is rebuilt.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -13,10 +14,10 @@ crit=$CARGO_TARGET_DIR/criterion
 log=$(mktemp)
 
 # One thread for tract (it uses one by default) and for onnxruntime (set in bench_ort.py).
-cargo bench --profile dev -p sluice-embed --bench embed -- --noplot 2>&1 | tee -a "$log"
+cargo bench --profile dev --workspace --bench embed -- --noplot 2>&1 | tee -a "$log"
 ort=$("$cache/venv/bin/python" scripts/bench_ort.py "$SLUICE_MODEL_DIR")
-cargo bench --profile dev -p sluice-retrieve --bench hybrid -- --noplot 2>&1 | tee -a "$log"
-cargo bench --profile dev -p sluice-tests --bench pipeline -- --noplot 2>&1 | tee -a "$log"
+cargo bench --profile dev --workspace --bench hybrid -- --noplot 2>&1 | tee -a "$log"
+cargo bench --profile dev --workspace --bench pipeline -- --noplot 2>&1 | tee -a "$log"
 
 median() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['median']['point_estimate'])" "$1"; }
 echo
@@ -27,5 +28,5 @@ for n in 12 64 128; do
   python3 -c "import sys; t,o=float(sys.argv[1]),float(sys.argv[2]); print(f'embed {sys.argv[3]:>3} tokens: tract {t/1e6:6.2f} ms  onnxruntime {o/1e6:6.2f} ms  ratio {t/o:.2f}')" "$tract" "$onnx" "$n"
 done
 python3 -c "import sys; print(f'hybrid search, 10,000 chunks, k=5: {float(sys.argv[1])/1e3:.0f} µs')" "$(median "$crit/hybrid_search_10k_chunks_k5/new/estimates.json")"
-grep -h "pipeline overhead before the LLM call" "$log" || true
+grep -h "pipeline overhead before the LLM call\|pipeline stages" "$log" || true
 rm -f "$log"

@@ -36,10 +36,9 @@ def main(model_dir):
     out = {}
     for tokens in (12, 64, 128):
         ids = np.array([tok.encode(text_of(tok, tokens)).ids], dtype=np.int64)
-        mask = np.ones_like(ids)
 
         def once():
-            h = session.run(None, {"input_ids": ids, "attention_mask": mask})[0][0]
+            h = session.run(None, {"input_ids": ids})[0][0]
             v = h.mean(0)
             return v / np.linalg.norm(v)
 

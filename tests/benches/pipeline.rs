@@ -11,6 +11,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use futures::StreamExt;
 use sluice_core::error::LlmError;
 use sluice_core::pipeline::AnswerRequest;
+use sluice_core::sse::{Event, Timings};
 use sluice_core::stages::{ChatMessage, Llm, LlmEvent, LlmStream, Store};
 use sluice_core::{Config, Pipeline};
 use sluice_retrieve::EdgeStore;
@@ -86,6 +87,7 @@ fn bench(c: &mut Criterion) {
         pipeline.ingest("default", all).await.unwrap();
     });
 
+    let stages: Mutex<Vec<Timings>> = Mutex::new(Vec::new());
     let overhead = |i: usize| -> Duration {
         let request = AnswerRequest {
             tenant: "default".into(),
@@ -96,10 +98,14 @@ fn bench(c: &mut Criterion) {
             received: Instant::now(),
         };
         let received = request.received;
-        runtime.block_on(async {
+        let done = runtime.block_on(async {
             let events: Vec<_> = pipeline.answer(request).collect().await;
-            assert_eq!(events.last().map(|e| e.name()), Some("done"));
+            match events.into_iter().last() {
+                Some(Event::Done(done)) => done,
+                other => panic!("expected done, got {other:?}"),
+            }
         });
+        stages.lock().unwrap().push(done.timings.clone());
         llm.0.lock().unwrap().take().expect("LLM called") - received
     };
 
@@ -118,6 +124,19 @@ fn bench(c: &mut Criterion) {
         pct(0.50),
         pct(0.90),
         pct(0.99)
+    );
+
+    let stages = std::mem::take(&mut *stages.lock().unwrap());
+    let median = |f: fn(&Timings) -> Option<f64>| {
+        let mut v: Vec<f64> = stages.iter().filter_map(f).collect();
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    println!(
+        "pipeline stages (median ms): embed {:.2}, retrieve {:.2}, prompt {:.2}",
+        median(|t| t.embed_ms),
+        median(|t| t.retrieve_ms),
+        median(|t| t.prompt_ms)
     );
 
     let mut i = 0;

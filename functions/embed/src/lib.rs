@@ -44,8 +44,8 @@ impl MiniLm {
             .map_err(|e| EmbedError::Load(format!("{}: {e:#}", onnx.display())))?;
         let mut tokenizer = Tokenizer::from_file(&tok)
             .map_err(|e| EmbedError::Load(format!("{}: {e}", tok.display())))?;
-        // The shipped tokenizer.json pads to 128 and truncates at 128: batches are padded here
-        // to their longest member instead, and inputs are cut at MAX_TOKENS in `ids`.
+        // The shipped tokenizer.json pads to 128 and truncates at 128: inputs are never padded
+        // here, and they are cut at MAX_TOKENS in `ids`.
         tokenizer.with_padding(None);
         tokenizer
             .with_truncation(None)
@@ -68,50 +68,35 @@ impl MiniLm {
         Ok(ids)
     }
 
-    fn run(&self, batch: &[Vec<u32>]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let n = batch.len();
-        let len = batch.iter().map(Vec::len).max().unwrap_or(0);
-        if n == 0 || len == 0 {
-            return Ok(vec![]);
-        }
-        let mut ids = vec![0i64; n * len];
-        let mut mask = vec![0i64; n * len];
-        for (row, seq) in batch.iter().enumerate() {
-            for (col, &id) in seq.iter().enumerate() {
-                ids[row * len + col] = i64::from(id);
-                mask[row * len + col] = 1;
-            }
+    /// One sequence through the encoder, then mean pooling and L2 normalisation. Sequences
+    /// run one at a time: with no padding the graph needs no attention mask, and tract runs
+    /// a fixed batch of one markedly faster than a symbolic batch.
+    fn run(&self, ids: &[u32]) -> Result<Vec<f32>, EmbedError> {
+        if ids.is_empty() {
+            return Err(EmbedError::Inference("no tokens to embed".into()));
         }
         let infer = |e: TractError| EmbedError::Inference(format!("{e:#}"));
-        let ids = Tensor::from_shape(&[n, len], &ids).map_err(infer)?;
-        let mask_t = Tensor::from_shape(&[n, len], &mask).map_err(infer)?;
-        let out = self
-            .model
-            .run(tvec!(ids.into(), mask_t.into()))
-            .map_err(infer)?;
+        let ids: Vec<i64> = ids.iter().map(|&id| i64::from(id)).collect();
+        let input = Tensor::from_shape(&[1, ids.len()], &ids).map_err(infer)?;
+        let out = self.model.run(tvec!(input.into())).map_err(infer)?;
         let hidden = out[0].to_plain_array_view::<f32>().map_err(infer)?;
-        if hidden.shape() != [n, len, DIM] {
+        if hidden.shape() != [1, ids.len(), DIM] {
             return Err(EmbedError::Inference(format!(
                 "unexpected output shape {:?}",
                 hidden.shape()
             )));
         }
-        let mut vectors = Vec::with_capacity(n);
-        for (row, seq) in batch.iter().enumerate() {
-            // Mean over attended tokens, then unit length.
-            let mut v = vec![0f32; DIM];
-            for col in 0..seq.len() {
-                for (d, x) in v.iter_mut().enumerate() {
-                    *x += hidden[[row, col, d]];
-                }
+        let mut v = vec![0f32; DIM];
+        for token in hidden.rows() {
+            for (x, h) in v.iter_mut().zip(token) {
+                *x += h;
             }
-            let count = seq.len() as f32;
-            v.iter_mut().for_each(|x| *x /= count);
-            let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-            v.iter_mut().for_each(|x| *x /= norm);
-            vectors.push(v);
         }
-        Ok(vectors)
+        let n = ids.len() as f32;
+        v.iter_mut().for_each(|x| *x /= n);
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+        v.iter_mut().for_each(|x| *x /= norm);
+        Ok(v)
     }
 }
 
@@ -125,11 +110,7 @@ impl Embedder for MiniLm {
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        let batch = texts
-            .iter()
-            .map(|t| self.ids(t))
-            .collect::<Result<Vec<_>, _>>()?;
-        self.run(&batch)
+        texts.iter().map(|t| self.run(&self.ids(t)?)).collect()
     }
 
     fn count_tokens(&self, text: &str) -> usize {

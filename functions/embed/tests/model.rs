@@ -85,7 +85,7 @@ fn each_embedding_matches_the_numpy_reference_to_1e_4() {
 }
 
 #[test]
-fn a_padded_batch_gives_the_same_vectors_as_one_at_a_time() {
+fn a_batch_gives_the_same_vectors_as_one_at_a_time() {
     let rows = reference();
     let texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
     let batch = model().embed(&texts).unwrap();
