@@ -90,6 +90,16 @@ pub async fn start(overrides: &[(&str, &str)]) -> TestServer {
     start_with(overrides, |s| s).await
 }
 
+/// Starts a server whose LLM URL points at a closed port on 127.0.0.1.
+pub async fn start_without_llm() -> TestServer {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    start(&[("SLUICE_LLM_URL", url.as_str())]).await
+}
+
 /// A plain HTTP client with a timeout on every call.
 pub fn http() -> reqwest::Client {
     reqwest::Client::builder()

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use serde_json::json;
 use sluice_core::error::StoreError;
 use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
-use sluice_tests::{start, start_with};
+use sluice_tests::{start, start_with, start_without_llm};
 
 #[tokio::test]
 async fn a_question_gets_its_document_in_the_top_3_and_a_streamed_answer() {
@@ -206,13 +206,7 @@ async fn a_failing_store_degrades_to_an_answer_without_context() {
 
 #[tokio::test]
 async fn an_unreachable_llm_ends_the_stream_with_llm_unavailable() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}/v1");
-    let server = start(&[("SLUICE_LLM_URL", url.as_str())]).await;
+    let server = start_without_llm().await;
     let answer = server.answer(&json!({"query": "anything"})).await;
     answer.assert_well_formed();
     assert_eq!(answer.names(), ["meta", "error"]);

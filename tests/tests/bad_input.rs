@@ -1,7 +1,7 @@
 //! Bad input gets a clear JSON error with the exact status and code, and nothing hangs.
 
 use serde_json::{Value, json};
-use sluice_tests::start;
+use sluice_tests::{start, start_without_llm};
 
 fn code(body: &Value) -> &str {
     body["error"]["code"]
@@ -71,13 +71,7 @@ async fn answer_requests_are_validated() {
 #[tokio::test]
 async fn a_4096_character_query_is_accepted() {
     // An unreachable LLM keeps this fast: acceptance is what is checked (200, meta, error).
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let url = format!("http://127.0.0.1:{port}/v1");
-    let server = start(&[("SLUICE_LLM_URL", url.as_str())]).await;
+    let server = start_without_llm().await;
     let query = "é".repeat(4096); // characters, not bytes: 8,192 bytes
     let answer = server.answer(&json!({"query": query})).await;
     answer.assert_well_formed();

@@ -178,6 +178,7 @@ impl Pipeline {
                         for (text, vector) in batch.iter().zip(vectors) {
                             out.push(StoredChunk {
                                 index: out.len(),
+                                tokens: this.embedder.count_tokens(text),
                                 text: text.clone(),
                                 vector,
                             });

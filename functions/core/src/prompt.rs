@@ -38,32 +38,55 @@ pub fn input_budget(context_tokens: usize, max_output: usize) -> usize {
         .saturating_sub(context_tokens / 10)
 }
 
+/// Tokens of the framing around each source (`[n]`, line breaks).
+const PER_SOURCE_FRAMING: usize = 4;
+/// Tokens of `Sources:` and `Question:`.
+const SOURCES_FRAMING: usize = 4;
+
 /// Builds the chat messages for `question` over `hits` (best first), dropping the
-/// lowest-ranked sources until the prompt fits `budget` tokens as counted by `count`.
+/// lowest-ranked sources until the prompt fits `budget` tokens. Source texts are not
+/// tokenised again: their counts come from ingest ([`Hit::tokens`]); `count` is used for the
+/// question, the titles and the instructions.
 pub fn assemble(
     question: &str,
     hits: Vec<Hit>,
     budget: usize,
     count: &dyn Fn(&str) -> usize,
 ) -> Prompt {
-    let mut sources = hits;
-    let mut dropped = 0;
-    loop {
-        let messages = messages(question, &sources);
-        let estimated: usize = messages
-            .iter()
-            .map(|m| count(&m.content) + PER_MESSAGE_OVERHEAD)
-            .sum();
-        if estimated <= budget || sources.is_empty() {
-            return Prompt {
-                messages,
-                sources,
-                dropped,
-                estimated_tokens: estimated,
+    let question_tokens = count(question) + 2 * PER_MESSAGE_OVERHEAD;
+    let costs: Vec<usize> = hits
+        .iter()
+        .map(|h| {
+            let text = if h.tokens > 0 {
+                h.tokens
+            } else {
+                count(&h.text)
             };
-        }
-        sources.pop();
-        dropped += 1;
+            text + count(&h.document.title) + PER_SOURCE_FRAMING
+        })
+        .collect();
+    let mut keep = hits.len();
+    let mut total = count(SYSTEM_WITH_SOURCES)
+        + question_tokens
+        + SOURCES_FRAMING
+        + costs.iter().sum::<usize>();
+    while keep > 0 && total > budget {
+        keep -= 1;
+        total -= costs[keep];
+    }
+    let mut sources = hits;
+    let dropped = sources.len() - keep;
+    sources.truncate(keep);
+    let estimated_tokens = if keep == 0 {
+        count(SYSTEM_WITHOUT_SOURCES) + question_tokens
+    } else {
+        total
+    };
+    Prompt {
+        messages: messages(question, &sources),
+        sources,
+        dropped,
+        estimated_tokens,
     }
 }
 
@@ -105,6 +128,7 @@ mod tests {
             },
             chunk: 0,
             text: vec!["word"; words].join(" "),
+            tokens: words,
             score: 1.0,
         }
     }
@@ -151,6 +175,31 @@ mod tests {
         assert_eq!(
             (p.dropped, p.messages[0].content.as_str()),
             (1, SYSTEM_WITHOUT_SOURCES)
+        );
+    }
+
+    #[test]
+    fn the_estimate_covers_the_assembled_messages() {
+        let p = assemble(
+            "what now?",
+            vec![hit("a", 40), hit("b", 60)],
+            usize::MAX,
+            &words,
+        );
+        let counted: usize = p
+            .messages
+            .iter()
+            .map(|m| words(&m.content) + PER_MESSAGE_OVERHEAD)
+            .sum();
+        assert!(
+            p.estimated_tokens >= counted,
+            "{} < {counted}",
+            p.estimated_tokens
+        );
+        assert!(
+            p.estimated_tokens <= counted + 10,
+            "{} ≫ {counted}",
+            p.estimated_tokens
         );
     }
 

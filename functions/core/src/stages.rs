@@ -30,6 +30,9 @@ pub struct StoredChunk {
     pub index: usize,
     /// The chunk's text.
     pub text: String,
+    /// Its length in embedding-model tokens, counted once here so that prompt assembly
+    /// does not tokenise retrieved text again.
+    pub tokens: usize,
     /// Its dense embedding.
     pub vector: Vec<f32>,
 }
@@ -54,6 +57,8 @@ pub struct Hit {
     pub chunk: usize,
     /// The chunk text.
     pub text: String,
+    /// Its length in embedding-model tokens, as stored at ingest.
+    pub tokens: usize,
     /// Fused (RRF) score: higher is better.
     pub score: f32,
 }

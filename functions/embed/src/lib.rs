@@ -50,7 +50,10 @@ impl MiniLm {
         tokenizer
             .with_truncation(None)
             .map_err(|e| EmbedError::Load(format!("tokenizer: {e}")))?;
-        Ok(Self { model, tokenizer })
+        let model = Self { model, tokenizer };
+        // One run at load time: the first request should not pay for first-run allocations.
+        model.embed(&["warm-up"])?;
+        Ok(model)
     }
 
     /// Token ids of `text` with `[CLS]`/`[SEP]`, cut to [`MAX_TOKENS`] (keeping `[SEP]` last).

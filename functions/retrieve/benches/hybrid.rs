@@ -76,6 +76,7 @@ fn bench(c: &mut Criterion) {
                     StoredChunk {
                         index: i,
                         text: text.join(" "),
+                        tokens: text.len(),
                         vector: rng.unit(),
                     }
                 })

@@ -170,6 +170,7 @@ fn hit(point: ScoredPoint) -> Option<Hit> {
         },
         chunk: payload.get("chunk").and_then(Value::as_u64).unwrap_or(0) as usize,
         text: s("text"),
+        tokens: payload.get("tokens").and_then(Value::as_u64).unwrap_or(0) as usize,
         score: point.score,
     })
 }
@@ -243,6 +244,7 @@ impl Store for EdgeStore {
                 let payload = json!({
                     "tenant": tenant, "doc_id": document.id, "chunk": c.index,
                     "title": document.title, "source": document.source, "text": c.text,
+                    "tokens": c.tokens,
                 });
                 points.push(
                     PointStruct::new(point_id(&tenant, &document.id, c.index), vectors, payload).0,

@@ -31,6 +31,7 @@ fn chunks(texts: &[&str], seed: u64) -> Vec<StoredChunk> {
         .map(|(i, t)| StoredChunk {
             index: i,
             text: t.to_string(),
+            tokens: t.split_whitespace().count(),
             vector: unit(seed + i as u64),
         })
         .collect()
