@@ -33,9 +33,10 @@ fn real_client() -> OpenAiClient {
 
 async fn collect(
     client: &OpenAiClient,
+    prompt: &str,
     max_tokens: u32,
 ) -> (Vec<String>, Result<LlmEvent, LlmError>) {
-    let messages = vec![ChatMessage::new("user", "Name three colours.")];
+    let messages = vec![ChatMessage::new("user", prompt)];
     let mut stream = client.stream(messages, max_tokens).await.unwrap();
     let mut tokens = Vec::new();
     while let Some(item) = stream.next().await {
@@ -51,7 +52,7 @@ async fn collect(
 async fn a_real_server_streams_tokens_then_finishes() {
     let client = real_client();
     client.ready().await.unwrap();
-    let (tokens, end) = collect(&client, 48).await;
+    let (tokens, end) = collect(&client, "Name three colours.", 48).await;
     assert!(!tokens.is_empty());
     match end {
         Ok(LlmEvent::Finish {
@@ -76,7 +77,7 @@ async fn a_real_server_streams_tokens_then_finishes() {
 
 #[tokio::test]
 async fn max_tokens_caps_the_answer() {
-    let (tokens, end) = collect(&real_client(), 4).await;
+    let (tokens, end) = collect(&real_client(), "Write a long story about the sea.", 4).await;
     match end {
         Ok(LlmEvent::Finish {
             finish_reason,
