@@ -2,6 +2,15 @@
 //! last sentences of one chunk (up to `overlap_tokens`) repeated at the start of the next,
 //! so that a fact near a boundary is retrievable from either side.
 
+/// A chunk and its length in model tokens (the sum of its sentences' counts).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TextChunk {
+    /// The chunk's text.
+    pub text: String,
+    /// Its length in model tokens.
+    pub tokens: usize,
+}
+
 /// Splits `text` into chunks. `count` gives the number of model tokens in a piece of text.
 ///
 /// A sentence longer than `max_tokens` is cut between words. Every word of the input
@@ -11,7 +20,7 @@ pub fn chunk_text(
     max_tokens: usize,
     overlap_tokens: usize,
     count: &dyn Fn(&str) -> usize,
-) -> Vec<String> {
+) -> Vec<TextChunk> {
     let max_tokens = max_tokens.max(1);
     let mut pieces: Vec<(String, usize)> = Vec::new();
     for sentence in sentences(text) {
@@ -28,7 +37,7 @@ pub fn chunk_text(
     let mut used = 0;
     for (piece, n) in pieces {
         if used + n > max_tokens && !current.is_empty() {
-            chunks.push(join(&current));
+            chunks.push(join(&current, used));
             // Carry the tail of this chunk over as overlap.
             let mut carried = Vec::new();
             let mut carried_tokens = 0;
@@ -47,17 +56,18 @@ pub fn chunk_text(
         current.push((piece, n));
     }
     if !current.is_empty() {
-        chunks.push(join(&current));
+        chunks.push(join(&current, used));
     }
     chunks
 }
 
-fn join(pieces: &[(String, usize)]) -> String {
-    pieces
+fn join(pieces: &[(String, usize)], tokens: usize) -> TextChunk {
+    let text = pieces
         .iter()
         .map(|(s, _)| s.as_str())
         .collect::<Vec<_>>()
-        .join(" ")
+        .join(" ");
+    TextChunk { text, tokens }
 }
 
 /// Sentences: text up to `.`, `!` or `?` followed by white space, or up to a blank line.
@@ -118,15 +128,24 @@ mod tests {
         s.split_whitespace().count()
     }
 
+    /// The chunks' texts, after checking that each reported count is the text's count.
+    fn texts(text: &str, max: usize, overlap: usize) -> Vec<String> {
+        let chunks = chunk_text(text, max, overlap, &words);
+        for c in &chunks {
+            assert_eq!(c.tokens, words(&c.text), "{c:?}");
+        }
+        chunks.into_iter().map(|c| c.text).collect()
+    }
+
     #[test]
     fn short_text_is_one_chunk() {
-        let chunks = chunk_text("One sentence. Another one!", 50, 5, &words);
+        let chunks = texts("One sentence. Another one!", 50, 5);
         assert_eq!(chunks, vec!["One sentence. Another one!"]);
     }
 
     #[test]
     fn empty_text_gives_no_chunks() {
-        assert!(chunk_text("  \n\n ", 50, 5, &words).is_empty());
+        assert!(texts("  \n\n ", 50, 5).is_empty());
     }
 
     #[test]
@@ -135,7 +154,7 @@ mod tests {
             .map(|i| format!("Sentence number {i} is here."))
             .collect::<Vec<_>>()
             .join(" ");
-        let chunks = chunk_text(&text, 20, 5, &words);
+        let chunks = texts(&text, 20, 5);
         assert!(chunks.len() > 5, "{chunks:?}");
         for c in &chunks {
             assert!(words(c) <= 20, "{c}");
@@ -165,7 +184,7 @@ mod tests {
             .map(|i| format!("w{i}"))
             .collect::<Vec<_>>()
             .join(" ");
-        let chunks = chunk_text(&text, 30, 0, &words);
+        let chunks = texts(&text, 30, 0);
         assert_eq!(chunks.len(), 4);
         assert!(chunks.iter().all(|c| words(c) <= 30));
         assert_eq!(chunks.join(" "), text);

@@ -13,8 +13,6 @@ use crate::stages::{DocumentInfo, StoredChunk};
 
 /// Longest accepted document id.
 pub const MAX_ID_CHARS: usize = 256;
-/// Chunks embedded per model call.
-const EMBED_BATCH: usize = 16;
 
 /// A document as clients send it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -165,25 +163,25 @@ impl Pipeline {
             let chunks =
                 tokio::task::spawn_blocking(move || -> Result<Vec<StoredChunk>, EmbedError> {
                     let counter = |t: &str| this.embedder.count_tokens(t);
-                    let texts = chunk_text(
+                    let chunks = chunk_text(
                         &text,
                         this.config.chunk_tokens,
                         this.config.chunk_overlap_tokens,
                         &counter,
                     );
-                    let mut out = Vec::with_capacity(texts.len());
-                    for batch in texts.chunks(EMBED_BATCH) {
-                        let refs: Vec<&str> = batch.iter().map(String::as_str).collect();
-                        let vectors = this.embedder.embed(&refs)?;
-                        for (text, vector) in batch.iter().zip(vectors) {
-                            out.push(StoredChunk {
-                                index: out.len(),
-                                tokens: this.embedder.count_tokens(text),
-                                text: text.clone(),
-                                vector,
-                            });
-                        }
-                    }
+                    let texts: Vec<&str> = chunks.iter().map(|c| c.text.as_str()).collect();
+                    let vectors = this.embedder.embed(&texts)?;
+                    let out = chunks
+                        .into_iter()
+                        .zip(vectors)
+                        .enumerate()
+                        .map(|(index, (c, vector))| StoredChunk {
+                            index,
+                            text: c.text,
+                            tokens: c.tokens,
+                            vector,
+                        })
+                        .collect();
                     Ok(out)
                 })
                 .await
