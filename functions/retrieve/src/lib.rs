@@ -42,6 +42,8 @@ pub struct EdgeStore {
 }
 
 struct Inner {
+    /// Held for the store's lifetime: one process per data directory.
+    _lock: std::fs::File,
     shard: EdgeShard,
     bm25: EdgeBm25,
     versions_path: PathBuf,
@@ -61,6 +63,11 @@ impl EdgeStore {
             |e: &dyn std::fmt::Display| StoreError::Open(format!("{}: {e}", dir.display()));
         let shard_dir = dir.join("shard");
         std::fs::create_dir_all(&shard_dir).map_err(|e| open_err(&e))?;
+        // The engine does not guard its files against a second process; this lock does.
+        let lock = std::fs::File::create(dir.join("lock")).map_err(|e| open_err(&e))?;
+        lock.try_lock().map_err(|_| {
+            open_err(&"in use by another process (one Sluice server per data directory)")
+        })?;
         let shard = if shard_dir.join("edge_config.json").is_file() {
             EdgeShard::load(&shard_dir, None).map_err(|e| open_err(&e))?
         } else {
@@ -110,6 +117,7 @@ impl EdgeStore {
         };
         Ok(Self {
             inner: Arc::new(Inner {
+                _lock: lock,
                 shard,
                 bm25,
                 versions_path,

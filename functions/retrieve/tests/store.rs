@@ -187,3 +187,15 @@ async fn a_store_of_another_dimension_is_refused() {
         other => panic!("expected an open error, got {:?}", other.err()),
     }
 }
+
+#[tokio::test]
+async fn a_data_directory_serves_one_store_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let first = EdgeStore::open(dir.path(), DIM).unwrap();
+    match EdgeStore::open(dir.path(), DIM) {
+        Err(StoreError::Open(m)) => assert!(m.contains("in use"), "{m}"),
+        other => panic!("expected an open error, got {:?}", other.err()),
+    }
+    drop(first);
+    EdgeStore::open(dir.path(), DIM).expect("free again once the first store is dropped");
+}
