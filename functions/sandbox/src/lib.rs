@@ -1,0 +1,472 @@
+//! Tenant rerank components on wasmtime (the `reranker` world in `wit/rerank`).
+//!
+//! - One [`Engine`] per process, with the pooling allocator (instantiation reuses
+//!   pre-allocated slots instead of mapping memory per request), fuel metering and epoch
+//!   interruption. A background thread advances the epoch every millisecond.
+//! - A component is validated and compiled once, at upload ([`Sandbox::compile`]); the
+//!   compiled artefact can be stored and loaded again without recompiling
+//!   ([`Sandbox::load`]). Either way the result is a [`Prepared`] component: an
+//!   `InstancePre` with every import already resolved.
+//! - Every call gets a fresh [`Store`] with its own fuel, epoch deadline and [`StoreLimits`],
+//!   so nothing survives from one request (or tenant) to the next.
+//! - The output is validated: exactly one finite score per candidate.
+#![warn(missing_docs)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use thiserror::Error;
+use wasmtime::component::{Component, HasSelf, Linker};
+use wasmtime::{
+    Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimits,
+    StoreLimitsBuilder, Trap,
+};
+
+// Generated from the WIT; its docs live in `wit/rerank/rerank.wit`.
+#[allow(missing_docs)]
+mod bindings {
+    wasmtime::component::bindgen!({ world: "reranker", path: "../../wit/rerank" });
+}
+
+pub use bindings::sluice::rerank::host::Level;
+pub use bindings::sluice::rerank::types::{Candidate, Scored};
+use bindings::{Reranker, RerankerPre};
+
+/// How often the epoch advances: the unit of [`Limits::deadline`].
+const EPOCH_TICK: Duration = Duration::from_millis(1);
+/// Interface names a component may import (any patch release of 0.1).
+const ALLOWED_IMPORTS: [&str; 2] = ["sluice:rerank/host@0.1.", "sluice:rerank/types@0.1."];
+
+/// The limits of every call. Each has a default and can be changed by the operator.
+#[derive(Debug, Clone)]
+pub struct Limits {
+    /// Largest linear memory a component may grow to (16 MiB; Shopify Functions allow 10 MB).
+    pub memory_bytes: usize,
+    /// Instructions a call may execute, counted by fuel (deterministic, whatever the load).
+    pub fuel: u64,
+    /// Wall-clock budget of a call, enforced by epoch interruption.
+    pub deadline: Duration,
+    /// Most candidates passed in one call.
+    pub max_candidates: usize,
+    /// Longest candidate text, in bytes.
+    pub max_text_bytes: usize,
+    /// Most texts a call may ask the host to embed (summed over its `embed` calls).
+    pub max_embed_texts: usize,
+    /// Largest component accepted at upload.
+    pub max_component_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 16 << 20,
+            // About 10-30 ms of straight-line wasm: ample for scoring 200 candidates, small
+            // enough that a runaway loop stops long before anyone notices.
+            fuel: 50_000_000,
+            deadline: Duration::from_millis(5),
+            max_candidates: 200,
+            max_text_bytes: 8 << 10,
+            max_embed_texts: 64,
+            max_component_bytes: 2 << 20,
+        }
+    }
+}
+
+/// What the host lends a component (the `host` interface, less `log`).
+pub trait HostServices: Send + Sync {
+    /// Unit-length embeddings of `texts`.
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String>;
+    /// Tokens in `text`.
+    fn count_tokens(&self, text: &str) -> u32;
+}
+
+/// Why a component was refused at upload. Each message says what to fix.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum UploadError {
+    /// Over [`Limits::max_component_bytes`].
+    #[error("component is {size} bytes; the limit is {limit}")]
+    TooLarge {
+        /// Its size.
+        size: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// Not a WebAssembly component (a core module, or not wasm at all).
+    #[error("not a WebAssembly component: {0}")]
+    NotAComponent(String),
+    /// It imports something other than the `sluice:rerank` host interface.
+    #[error(
+        "component imports {0:?}; only sluice:rerank/host and sluice:rerank/types are allowed (no WASI)"
+    )]
+    ForbiddenImport(String),
+    /// It does not implement the `reranker` world.
+    #[error("component does not implement the sluice:rerank/reranker world: {0}")]
+    WrongWorld(String),
+    /// It failed its smoke run under the limits.
+    #[error("component failed its smoke run: {0}")]
+    SmokeRun(RerankError),
+}
+
+/// Why a call failed; the pipeline then keeps the fused order.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum RerankError {
+    /// The input is over the limits (too many candidates, text too long).
+    #[error("input over the limits: {0}")]
+    Input(String),
+    /// The fuel budget ran out.
+    #[error("out of fuel ({0} instructions)")]
+    OutOfFuel(u64),
+    /// The wall-clock deadline passed.
+    #[error("deadline of {0:?} passed")]
+    Deadline(Duration),
+    /// The component tried to grow memory past the limit.
+    #[error("memory limit of {0} bytes hit")]
+    Memory(usize),
+    /// The component trapped.
+    #[error("trap: {0}")]
+    Trap(String),
+    /// The component returned an error of its own.
+    #[error("component error: {0}")]
+    Guest(String),
+    /// The result is not one finite score per candidate.
+    #[error("invalid output: {0}")]
+    InvalidOutput(String),
+}
+
+/// Per-call state: limits and host services, never shared between calls.
+struct CallState {
+    limits: StoreLimits,
+    host: Arc<dyn HostServices>,
+    embed_budget: usize,
+}
+
+impl bindings::sluice::rerank::types::Host for CallState {}
+
+impl bindings::sluice::rerank::host::Host for CallState {
+    fn log(&mut self, level: Level, message: String) {
+        let message: String = message.chars().take(1024).collect();
+        match level {
+            Level::Debug => tracing::debug!(target: "component", "{message}"),
+            Level::Info => tracing::info!(target: "component", "{message}"),
+            Level::Warn => tracing::warn!(target: "component", "{message}"),
+            Level::Error => tracing::error!(target: "component", "{message}"),
+        }
+    }
+
+    fn embed(&mut self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, String> {
+        if texts.len() > self.embed_budget {
+            return Err(format!(
+                "embed budget exceeded: {} texts asked, {} left in this call",
+                texts.len(),
+                self.embed_budget
+            ));
+        }
+        self.embed_budget -= texts.len();
+        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+        self.host.embed(&refs)
+    }
+
+    fn count_tokens(&mut self, text: String) -> u32 {
+        self.host.count_tokens(&text)
+    }
+}
+
+/// A compiled component, ready to instantiate.
+#[derive(Clone)]
+pub struct Prepared {
+    pre: RerankerPre<CallState>,
+    /// The compiled artefact, for storage (load it again with [`Sandbox::load`]).
+    pub artifact: Arc<Vec<u8>>,
+}
+
+/// The engine, the linker and the limits: built once per process.
+pub struct Sandbox {
+    engine: Engine,
+    linker: Linker<CallState>,
+    limits: Limits,
+    host: Arc<dyn HostServices>,
+    ticker_stop: Arc<AtomicBool>,
+}
+
+impl Drop for Sandbox {
+    fn drop(&mut self) {
+        self.ticker_stop.store(true, Ordering::Relaxed);
+    }
+}
+
+impl Sandbox {
+    /// Builds the engine (pooling allocator, fuel, epochs) and starts the epoch ticker.
+    pub fn new(limits: Limits, host: Arc<dyn HostServices>) -> Result<Self, wasmtime::Error> {
+        let mut pool = PoolingAllocationConfig::default();
+        // Slots for concurrent calls; a call holds one component instance for microseconds.
+        pool.total_component_instances(64)
+            .total_core_instances(256)
+            .total_memories(64)
+            .total_tables(256)
+            .max_memory_size(limits.memory_bytes);
+        let mut config = Config::new();
+        config
+            .wasm_component_model(true)
+            .consume_fuel(true)
+            .epoch_interruption(true)
+            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+        let engine = Engine::new(&config)?;
+        let mut linker = Linker::new(&engine);
+        Reranker::add_to_linker::<_, HasSelf<_>>(&mut linker, |state: &mut CallState| state)?;
+
+        let ticker_stop = Arc::new(AtomicBool::new(false));
+        let (tick_engine, stop) = (engine.clone(), Arc::clone(&ticker_stop));
+        std::thread::Builder::new()
+            .name("sluice-epoch".into())
+            .spawn(move || {
+                while !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(EPOCH_TICK);
+                    tick_engine.increment_epoch();
+                }
+            })
+            .map_err(wasmtime::Error::from)?;
+        Ok(Self {
+            engine,
+            linker,
+            limits,
+            host,
+            ticker_stop,
+        })
+    }
+
+    /// The limits in force.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Identifies the engine configuration: artefacts compiled under another one must be
+    /// compiled again.
+    pub fn engine_fingerprint(&self) -> String {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        self.engine.precompile_compatibility_hash().hash(&mut h);
+        format!("{:016x}", h.finish())
+    }
+
+    /// Validates and compiles an uploaded component, then smoke-runs it under the limits.
+    pub fn compile(&self, bytes: &[u8]) -> Result<Prepared, UploadError> {
+        if bytes.len() > self.limits.max_component_bytes {
+            return Err(UploadError::TooLarge {
+                size: bytes.len(),
+                limit: self.limits.max_component_bytes,
+            });
+        }
+        if is_core_module(bytes) {
+            return Err(UploadError::NotAComponent(
+                "this is a core wasm module; wrap it with `wasm-tools component new` or `jco new`"
+                    .into(),
+            ));
+        }
+        let component = Component::new(&self.engine, bytes)
+            .map_err(|e| UploadError::NotAComponent(format!("{e:#}")))?;
+        let prepared = self.prepare(&component)?;
+        let smoke = [
+            Candidate {
+                id: "a".into(),
+                title: "A".into(),
+                text: "first candidate".into(),
+                score: 0.03,
+            },
+            Candidate {
+                id: "b".into(),
+                title: "B".into(),
+                text: "second candidate".into(),
+                score: 0.02,
+            },
+        ];
+        self.rerank(&prepared, "smoke test", &smoke)
+            .map_err(UploadError::SmokeRun)?;
+        Ok(prepared)
+    }
+
+    /// Loads an artefact made by [`Sandbox::compile`] on an engine with the same fingerprint.
+    pub fn load(&self, artifact: &[u8]) -> Result<Prepared, UploadError> {
+        // SAFETY: artefacts are produced by `compile` of this program and stored in the
+        // operator's own data directory; wasmtime checks the engine compatibility hash and
+        // refuses artefacts from another configuration or version.
+        let component = unsafe { Component::deserialize(&self.engine, artifact) }
+            .map_err(|e| UploadError::NotAComponent(format!("stored artefact: {e:#}")))?;
+        self.prepare(&component)
+    }
+
+    fn prepare(&self, component: &Component) -> Result<Prepared, UploadError> {
+        let ty = component.component_type();
+        for (name, _) in ty.imports(&self.engine) {
+            if !ALLOWED_IMPORTS
+                .iter()
+                .any(|allowed| name.starts_with(allowed))
+            {
+                return Err(UploadError::ForbiddenImport(name.to_string()));
+            }
+        }
+        let pre = self
+            .linker
+            .instantiate_pre(component)
+            .and_then(RerankerPre::new)
+            .map_err(|e| UploadError::WrongWorld(format!("{e:#}")))?;
+        let artifact = component
+            .serialize()
+            .map_err(|e| UploadError::WrongWorld(format!("{e:#}")))?;
+        Ok(Prepared {
+            pre,
+            artifact: Arc::new(artifact),
+        })
+    }
+
+    /// Runs the component on `candidates` in a fresh store and returns the new order: the
+    /// candidates' indices, best first (ties keep the fused order).
+    pub fn rerank(
+        &self,
+        prepared: &Prepared,
+        query: &str,
+        candidates: &[Candidate],
+    ) -> Result<Vec<usize>, RerankError> {
+        let limits = &self.limits;
+        if candidates.len() > limits.max_candidates {
+            return Err(RerankError::Input(format!(
+                "{} candidates; the limit is {}",
+                candidates.len(),
+                limits.max_candidates
+            )));
+        }
+        if let Some(c) = candidates
+            .iter()
+            .find(|c| c.text.len() > limits.max_text_bytes)
+        {
+            return Err(RerankError::Input(format!(
+                "candidate {:?} has {} bytes of text; the limit is {}",
+                c.id,
+                c.text.len(),
+                limits.max_text_bytes
+            )));
+        }
+        let state = CallState {
+            limits: StoreLimitsBuilder::new()
+                .memory_size(limits.memory_bytes)
+                .trap_on_grow_failure(true)
+                .build(),
+            host: Arc::clone(&self.host),
+            embed_budget: limits.max_embed_texts,
+        };
+        let mut store = Store::new(&self.engine, state);
+        store.limiter(|s| &mut s.limits);
+        store
+            .set_fuel(limits.fuel)
+            .map_err(|e| RerankError::Trap(format!("{e:#}")))?;
+        let ticks = limits.deadline.as_millis().max(1) as u64;
+        store.set_epoch_deadline(ticks);
+        store.epoch_deadline_trap();
+
+        let result = prepared
+            .pre
+            .instantiate(&mut store)
+            .and_then(|r| r.call_rerank(&mut store, query, candidates));
+        let scored = match result {
+            Ok(Ok(scored)) => scored,
+            Ok(Err(message)) => {
+                return Err(RerankError::Guest(message.chars().take(1024).collect()));
+            }
+            Err(e) => return Err(self.classify(e)),
+        };
+        order(&scored, candidates.len())
+    }
+
+    fn classify(&self, e: wasmtime::Error) -> RerankError {
+        match e.downcast_ref::<Trap>() {
+            Some(Trap::OutOfFuel) => RerankError::OutOfFuel(self.limits.fuel),
+            Some(Trap::Interrupt) => RerankError::Deadline(self.limits.deadline),
+            _ => {
+                let text = format!("{e:#}");
+                if text.contains("forcing trap when growing memory") {
+                    RerankError::Memory(self.limits.memory_bytes)
+                } else {
+                    RerankError::Trap(text.chars().take(1024).collect())
+                }
+            }
+        }
+    }
+}
+
+/// A binary core module: the wasm magic number, then layer 0 (components have layer 1).
+/// Anything else, binary component or component text, is left to wasmtime to judge.
+fn is_core_module(bytes: &[u8]) -> bool {
+    bytes.len() >= 8 && bytes.starts_with(b"\0asm") && bytes[6] == 0 && bytes[7] == 0
+}
+
+/// Validates the scores and turns them into an order, best first, stable on ties.
+fn order(scored: &[Scored], n: usize) -> Result<Vec<usize>, RerankError> {
+    if scored.len() != n {
+        return Err(RerankError::InvalidOutput(format!(
+            "{} scores for {n} candidates",
+            scored.len()
+        )));
+    }
+    let mut scores = vec![None; n];
+    for s in scored {
+        let i = s.index as usize;
+        if i >= n {
+            return Err(RerankError::InvalidOutput(format!(
+                "index {i} out of range for {n} candidates"
+            )));
+        }
+        if !s.score.is_finite() {
+            return Err(RerankError::InvalidOutput(format!(
+                "score {} for index {i} is not finite",
+                s.score
+            )));
+        }
+        if scores[i].replace(s.score).is_some() {
+            return Err(RerankError::InvalidOutput(format!(
+                "index {i} scored twice"
+            )));
+        }
+    }
+    let mut order: Vec<usize> = (0..n).collect();
+    // Every slot is filled: n entries, none twice, all in range.
+    order.sort_by(|&a, &b| {
+        scores[b]
+            .unwrap_or(f32::MIN)
+            .total_cmp(&scores[a].unwrap_or(f32::MIN))
+    });
+    Ok(order)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(index: u32, score: f32) -> Scored {
+        Scored { index, score }
+    }
+
+    #[test]
+    fn order_is_by_score_and_stable_on_ties() {
+        assert_eq!(
+            order(&[s(0, 0.1), s(1, 0.9), s(2, 0.1)], 3).unwrap(),
+            vec![1, 0, 2]
+        );
+    }
+
+    #[test]
+    fn invalid_outputs_are_named() {
+        let bad = |v: &[Scored], n| order(v, n).unwrap_err().to_string();
+        assert!(bad(&[s(0, 1.0)], 2).contains("1 scores for 2"));
+        assert!(bad(&[s(0, 1.0), s(0, 2.0)], 2).contains("scored twice"));
+        assert!(bad(&[s(0, 1.0), s(5, 2.0)], 2).contains("out of range"));
+        assert!(bad(&[s(0, f32::NAN), s(1, 2.0)], 2).contains("not finite"));
+        assert!(bad(&[s(0, f32::INFINITY), s(1, 2.0)], 2).contains("not finite"));
+    }
+
+    #[test]
+    fn the_preamble_tells_modules_from_components() {
+        assert!(is_core_module(b"\0asm\x01\0\0\0"));
+        assert!(!is_core_module(b"\0asm\x0d\0\x01\0"));
+        assert!(!is_core_module(b"(component)"));
+    }
+}

@@ -1,0 +1,266 @@
+//! Hostile components, written in the component text format (wasmtime compiles WAT
+//! directly). Each behaves during the upload smoke run (2 candidates) and misbehaves on a
+//! real request (3 or more), as an adversary would; after each, the sandbox must still serve
+//! a well-behaved component.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sluice_sandbox::{Candidate, HostServices, Limits, RerankError, Sandbox, UploadError};
+
+struct NoHost;
+
+impl HostServices for NoHost {
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+        Ok(texts.iter().map(|t| vec![t.len() as f32]).collect())
+    }
+    fn count_tokens(&self, text: &str) -> u32 {
+        text.split_whitespace().count() as u32
+    }
+}
+
+fn sandbox(limits: Limits) -> Sandbox {
+    Sandbox::new(limits, Arc::new(NoHost)).expect("engine")
+}
+
+/// The well-behaved component of `reverse.wat`, with `hostile` (which must leave the address
+/// of a result record on the stack, or never return) run instead when there are more than
+/// two candidates.
+fn component(hostile: &str) -> String {
+    let template = include_str!("reverse.wat");
+    assert!(template.contains(MARK));
+    template.replace(MARK, hostile)
+}
+
+const MARK: &str = "(call $reverse (local.get $n)) ;; misbehaviour";
+const WELL_BEHAVED: &str = "(call $reverse (local.get $n))";
+
+fn candidates(n: usize) -> Vec<Candidate> {
+    (0..n)
+        .map(|i| Candidate {
+            id: format!("doc{i}"),
+            title: format!("Doc {i}"),
+            text: format!("text of candidate {i}"),
+            score: 1.0 / (60.0 + i as f32),
+        })
+        .collect()
+}
+
+/// Uploads `hostile`, runs it on 5 candidates, then proves the sandbox still works.
+fn run_hostile(sandbox: &Sandbox, hostile: &str) -> RerankError {
+    let bad = sandbox
+        .compile(component(hostile).as_bytes())
+        .expect("passes the smoke run");
+    let err = sandbox
+        .rerank(&bad, "q", &candidates(5))
+        .expect_err("hostile component must fail");
+    let good = sandbox.compile(component(WELL_BEHAVED).as_bytes()).unwrap();
+    assert_eq!(
+        sandbox.rerank(&good, "q", &candidates(5)).unwrap(),
+        vec![4, 3, 2, 1, 0]
+    );
+    err
+}
+
+#[test]
+fn a_well_behaved_component_reorders_candidates() {
+    let sb = sandbox(Limits::default());
+    let prepared = sb.compile(component(WELL_BEHAVED).as_bytes()).unwrap();
+    assert_eq!(
+        sb.rerank(&prepared, "q", &candidates(4)).unwrap(),
+        vec![3, 2, 1, 0]
+    );
+    // The stored artefact loads without compiling and behaves the same.
+    let loaded = sb.load(&prepared.artifact).unwrap();
+    assert_eq!(
+        sb.rerank(&loaded, "q", &candidates(3)).unwrap(),
+        vec![2, 1, 0]
+    );
+}
+
+#[test]
+fn an_infinite_loop_runs_out_of_fuel() {
+    let sb = sandbox(Limits {
+        fuel: 2_000_000,
+        deadline: Duration::from_secs(30),
+        ..Limits::default()
+    });
+    let started = Instant::now();
+    let err = run_hostile(&sb, "(loop $forever (br $forever)) (unreachable)");
+    assert_eq!(err, RerankError::OutOfFuel(2_000_000));
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn an_infinite_loop_hits_the_epoch_deadline() {
+    let sb = sandbox(Limits {
+        fuel: u64::MAX / 2,
+        deadline: Duration::from_millis(5),
+        ..Limits::default()
+    });
+    let bad = sb
+        .compile(component("(loop $forever (br $forever)) (unreachable)").as_bytes())
+        .unwrap();
+    let started = Instant::now();
+    let err = sb.rerank(&bad, "q", &candidates(5)).unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(err, RerankError::Deadline(Duration::from_millis(5)));
+    assert!(took < Duration::from_millis(200), "stopped after {took:?}");
+}
+
+#[test]
+fn a_memory_bomb_is_capped() {
+    let sb = sandbox(Limits::default());
+    let err = run_hostile(
+        &sb,
+        "(loop $grow (drop (memory.grow (i32.const 16))) (br $grow)) (unreachable)",
+    );
+    assert_eq!(err, RerankError::Memory(16 << 20));
+}
+
+#[test]
+fn a_trap_is_reported() {
+    let err = run_hostile(&sandbox(Limits::default()), "(unreachable)");
+    assert!(
+        matches!(err, RerankError::Trap(ref m) if m.contains("unreachable")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_huge_output_is_refused() {
+    // Claims ten million scores: far past the end of its memory.
+    let hostile = "(i32.store8 (i32.const 256) (i32.const 0)) (i32.store (i32.const 260) (i32.const 512)) \
+                   (i32.store (i32.const 264) (i32.const 10000000)) (i32.const 256)";
+    let err = run_hostile(&sandbox(Limits::default()), hostile);
+    assert!(matches!(err, RerankError::Trap(_)), "{err:?}");
+}
+
+#[test]
+fn a_wrong_length_output_is_refused() {
+    let err = run_hostile(&sandbox(Limits::default()), "(call $reverse (i32.const 2))");
+    assert_eq!(
+        err,
+        RerankError::InvalidOutput("2 scores for 5 candidates".into())
+    );
+}
+
+#[test]
+fn nan_scores_are_refused() {
+    let hostile = "(drop (call $reverse (local.get $n))) (f32.store (i32.const 524) (f32.const nan)) (i32.const 256)";
+    let err = run_hostile(&sandbox(Limits::default()), hostile);
+    assert!(
+        matches!(err, RerankError::InvalidOutput(ref m) if m.contains("not finite")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_component_error_is_passed_on() {
+    // err("nope"): tag 1, then the string's pointer and length.
+    let hostile = "(i32.store (i32.const 1024) (i32.const 0x65706f6e)) (i32.store8 (i32.const 256) (i32.const 1)) \
+                   (i32.store (i32.const 260) (i32.const 1024)) (i32.store (i32.const 264) (i32.const 4)) (i32.const 256)";
+    let err = run_hostile(&sandbox(Limits::default()), hostile);
+    assert_eq!(err, RerankError::Guest("nope".into()));
+}
+
+#[test]
+fn oversized_input_is_refused_before_running() {
+    let sb = sandbox(Limits {
+        max_candidates: 3,
+        max_text_bytes: 16,
+        ..Limits::default()
+    });
+    let good = sb.compile(component(WELL_BEHAVED).as_bytes()).unwrap();
+    assert!(matches!(
+        sb.rerank(&good, "q", &candidates(4)),
+        Err(RerankError::Input(_))
+    ));
+    let mut long = candidates(1);
+    long[0].text = "x".repeat(17);
+    assert!(matches!(
+        sb.rerank(&good, "q", &long),
+        Err(RerankError::Input(_))
+    ));
+}
+
+#[test]
+fn forbidden_imports_are_refused_at_upload() {
+    let wat = r#"(component
+  (import "wasi:filesystem/types@0.2.0" (instance (export "sync" (func))))
+  (core module $m
+    (memory (export "mem") 1)
+    (func (export "realloc") (param i32 i32 i32 i32) (result i32) (i32.const 0))
+    (func (export "rerank") (param i32 i32 i32 i32) (result i32) (unreachable)))
+  (core instance $i (instantiate $m))
+  (alias core export $i "mem" (core memory $mem))
+  (alias core export $i "realloc" (core func $realloc))
+  (alias core export $i "rerank" (core func $rerank-core))
+  (type $candidate' (record (field "id" string) (field "title" string) (field "text" string) (field "score" f32)))
+  (export $candidate "candidate" (type $candidate'))
+  (type $scored' (record (field "index" u32) (field "score" f32)))
+  (export $scored "scored" (type $scored'))
+  (func $rerank (param "query" string) (param "candidates" (list $candidate))
+    (result (result (list $scored) (error string)))
+    (canon lift (core func $rerank-core) (memory $mem) (realloc $realloc)))
+  (export "rerank" (func $rerank)))"#;
+    let err = sandbox(Limits::default())
+        .compile(wat.as_bytes())
+        .err()
+        .unwrap();
+    assert_eq!(
+        err,
+        UploadError::ForbiddenImport("wasi:filesystem/types@0.2.0".into())
+    );
+}
+
+#[test]
+fn other_bytes_are_refused_at_upload() {
+    let sb = sandbox(Limits::default());
+    assert!(matches!(
+        sb.compile(b"MZ\x90\0 not wasm"),
+        Err(UploadError::NotAComponent(_))
+    ));
+    let module = b"\0asm\x01\0\0\0";
+    assert!(
+        matches!(sb.compile(module), Err(UploadError::NotAComponent(m)) if m.contains("core wasm module"))
+    );
+    let truncated = b"\0asm\x0d\0\x01\0\x07";
+    assert!(matches!(
+        sb.compile(truncated),
+        Err(UploadError::NotAComponent(_))
+    ));
+    let too_big = vec![0u8; (2 << 20) + 1];
+    assert!(matches!(
+        sb.compile(&too_big),
+        Err(UploadError::TooLarge { .. })
+    ));
+}
+
+#[test]
+fn a_component_of_another_world_is_refused() {
+    let wat = r#"(component
+  (core module $m (func (export "f") (result i32) (i32.const 0)))
+  (core instance $i (instantiate $m))
+  (func $f (result u32) (canon lift (core func $i "f")))
+  (export "score" (func $f)))"#;
+    let err = sandbox(Limits::default())
+        .compile(wat.as_bytes())
+        .err()
+        .unwrap();
+    assert!(matches!(err, UploadError::WrongWorld(_)), "{err:?}");
+}
+
+#[test]
+fn a_component_that_fails_its_smoke_run_is_refused() {
+    let wat = component("(unreachable)")
+        .replace("(i32.le_u (local.get $n) (i32.const 2))", "(i32.const 0)");
+    let err = sandbox(Limits::default())
+        .compile(wat.as_bytes())
+        .err()
+        .unwrap();
+    assert!(
+        matches!(err, UploadError::SmokeRun(RerankError::Trap(_))),
+        "{err:?}"
+    );
+}
