@@ -8,6 +8,7 @@ cache=${SLUICE_CACHE:-$HOME/.cache/sluice}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
 
 scripts/setup.sh all
+scripts/build-components.sh >/dev/null
 
 port=${SLUICE_TEST_LLM_PORT:-18081}
 llm_pid=$(scripts/llm.sh "$port" --detach)

@@ -1,0 +1,66 @@
+//! The example components of `components/`, built from Rust source by
+//! `scripts/build-components.sh` (run by `make test`), in the real sandbox.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use sluice_sandbox::{Candidate, HostServices, Limits, Sandbox};
+
+struct WordCount;
+
+impl HostServices for WordCount {
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+        Err(format!("no model in this test ({} texts)", texts.len()))
+    }
+    fn count_tokens(&self, text: &str) -> u32 {
+        text.split_whitespace().count() as u32
+    }
+}
+
+fn built(name: &str) -> Vec<u8> {
+    let dir = std::env::var("SLUICE_COMPONENTS_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/sluice/components")
+        });
+    let path = dir.join(format!("{name}.component.wasm"));
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run `scripts/build-components.sh`, or `make test`)",
+            path.display()
+        )
+    })
+}
+
+fn candidate(id: &str, text: &str, rank: usize) -> Candidate {
+    Candidate {
+        id: id.into(),
+        title: id.into(),
+        text: text.into(),
+        score: 1.0 / (61.0 + rank as f32),
+    }
+}
+
+#[test]
+fn keyword_boost_lifts_the_candidate_that_contains_the_query_words() {
+    let sandbox = Sandbox::new(Limits::default(), Arc::new(WordCount)).unwrap();
+    let component = sandbox
+        .compile(&built("keyword-boost"))
+        .expect("the example component uploads");
+    let candidates = vec![
+        candidate("weather", "Sunny with light wind in the afternoon.", 0),
+        candidate("savings", "Interest is paid monthly on savings.", 1),
+        candidate("transfers", "A SWIFT transfer costs a flat fee of $25.", 2),
+    ];
+    let order = sandbox
+        .rerank(&component, "swift transfer fee", &candidates)
+        .unwrap();
+    assert_eq!(
+        order[0], 2,
+        "the candidate with the query words comes first: {order:?}"
+    );
+    // Without matching words the fused order is kept.
+    let order = sandbox.rerank(&component, "zebra", &candidates).unwrap();
+    assert_eq!(order, vec![0, 1, 2]);
+}
