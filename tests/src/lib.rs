@@ -71,7 +71,12 @@ pub async fn start_with(
     let store: Arc<dyn Store> =
         Arc::new(EdgeStore::open(&config.data_dir, sluice_embed::DIM).expect("store"));
     let llm: Arc<dyn Llm> = Arc::new(OpenAiClient::from_config(&config).expect("llm client"));
-    let pipeline = Arc::new(Pipeline::new(config, embedder, wrap_store(store), llm));
+    let registry = Arc::new(
+        sluice_sandbox::Registry::from_config(&config, Arc::clone(&embedder)).expect("registry"),
+    );
+    let pipeline = Pipeline::new(config, embedder, wrap_store(store), llm)
+        .with_components(registry.clone(), registry);
+    let pipeline = Arc::new(pipeline);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -112,6 +117,11 @@ pub fn http() -> reqwest::Client {
 impl TestServer {
     /// Ingests every sample document through `POST /v1/documents`.
     pub async fn ingest_samples(&self) -> Value {
+        self.ingest_samples_as("default").await
+    }
+
+    /// Ingests every sample document for `tenant`.
+    pub async fn ingest_samples_as(&self, tenant: &str) -> Value {
         let mut documents = Vec::new();
         let mut paths: Vec<_> = std::fs::read_dir(samples_dir())
             .expect("samples")
@@ -127,8 +137,9 @@ impl TestServer {
             documents
                 .extend(sluice_core::ingest::parse_file(&name, &bytes).expect("sample parses"));
         }
+        let body = json!({ "documents": documents }).to_string().into_bytes();
         let (status, body) = self
-            .post("/v1/documents", &json!({ "documents": documents }))
+            .send_as(tenant, reqwest::Method::POST, "/v1/documents", body)
             .await;
         assert_eq!(status, 200, "{body}");
         body
@@ -137,6 +148,25 @@ impl TestServer {
     /// POSTs JSON and returns status and JSON body.
     pub async fn post(&self, path: &str, body: &Value) -> (u16, Value) {
         self.post_raw(path, body.to_string()).await
+    }
+
+    /// Sends `method path` with `body` as `tenant`; returns status and JSON body.
+    pub async fn send_as(
+        &self,
+        tenant: &str,
+        method: reqwest::Method,
+        path: &str,
+        body: Vec<u8>,
+    ) -> (u16, Value) {
+        let r = http()
+            .request(method, format!("{}{path}", self.url))
+            .header("x-sluice-tenant", tenant)
+            .body(body)
+            .send()
+            .await
+            .expect("request");
+        let status = r.status().as_u16();
+        (status, r.json().await.unwrap_or(Value::Null))
     }
 
     /// POSTs raw bytes and returns status and JSON body (Null when it is not JSON).
@@ -164,13 +194,17 @@ impl TestServer {
 
     /// Asks through `POST /v1/answer` and records every event.
     pub async fn answer(&self, body: &Value) -> Answer {
+        self.answer_as(None, body).await
+    }
+
+    /// Asks as `tenant` (the `x-sluice-tenant` header), or as the default tenant.
+    pub async fn answer_as(&self, tenant: Option<&str>, body: &Value) -> Answer {
         let sent = Instant::now();
-        let r = http()
-            .post(format!("{}/v1/answer", self.url))
-            .json(body)
-            .send()
-            .await
-            .expect("request");
+        let mut request = http().post(format!("{}/v1/answer", self.url)).json(body);
+        if let Some(t) = tenant {
+            request = request.header("x-sluice-tenant", t);
+        }
+        let r = request.send().await.expect("request");
         assert_eq!(r.status().as_u16(), 200);
         assert_eq!(r.headers()["content-type"], "text/event-stream");
         let mut events = Vec::new();

@@ -60,6 +60,16 @@ pub struct Config {
     pub chunk_tokens: usize,
     /// `SLUICE_CHUNK_OVERLAP_TOKENS`: tokens repeated from the end of one chunk at the start of the next.
     pub chunk_overlap_tokens: usize,
+    /// `SLUICE_RERANK_MEMORY_MB`: linear memory a rerank component may use.
+    pub rerank_memory_mb: usize,
+    /// `SLUICE_RERANK_FUEL`: instructions a rerank call may execute.
+    pub rerank_fuel: u64,
+    /// `SLUICE_RERANK_DEADLINE_MS`: wall-clock budget of a rerank call.
+    pub rerank_deadline: Duration,
+    /// `SLUICE_RERANK_MAX_CANDIDATES`: most candidates passed to a component.
+    pub rerank_max_candidates: usize,
+    /// `SLUICE_RERANK_MAX_TEXT_BYTES`: candidate text is cut to this many bytes.
+    pub rerank_max_text_bytes: usize,
 }
 
 impl fmt::Debug for Config {
@@ -131,6 +141,17 @@ impl Config {
             max_ingest_bytes: ranged(&get, "SLUICE_MAX_INGEST_BYTES", 16 << 20, 1024, 1 << 30)?,
             chunk_tokens: ranged(&get, "SLUICE_CHUNK_TOKENS", 256, 16, 512)?,
             chunk_overlap_tokens: ranged(&get, "SLUICE_CHUNK_OVERLAP_TOKENS", 32, 0, 256)?,
+            rerank_memory_mb: ranged(&get, "SLUICE_RERANK_MEMORY_MB", 16, 1, 1024)?,
+            rerank_fuel: ranged(&get, "SLUICE_RERANK_FUEL", 50_000_000, 10_000, 1 << 40)? as u64,
+            rerank_deadline: millis(&get, "SLUICE_RERANK_DEADLINE_MS", 5, 1)?,
+            rerank_max_candidates: ranged(
+                &get,
+                "SLUICE_RERANK_MAX_CANDIDATES",
+                200,
+                MAX_K,
+                10_000,
+            )?,
+            rerank_max_text_bytes: ranged(&get, "SLUICE_RERANK_MAX_TEXT_BYTES", 8192, 64, 1 << 20)?,
         };
         if !(config.llm_url.starts_with("http://") || config.llm_url.starts_with("https://")) {
             return Err(ConfigError {

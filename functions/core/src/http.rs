@@ -4,10 +4,17 @@
 //! |---|---|
 //! | `POST /v1/answer` | `{"query", "k"?, "session_id"?, "retrieval_deadline_ms"?}` → `text/event-stream` |
 //! | `POST /v1/documents` | `{"documents": [{"id", "text", "title"?, "source"?}]}` → ingest report |
+//! | `PUT /v1/components/rerank` | upload a rerank component (bytes) → its version |
+//! | `POST /v1/components/rerank/activate` | `{"version"}` → make it the tenant's active one |
+//! | `GET /v1/components/rerank` | the tenant's versions and the active one |
+//! | `DELETE /v1/components/rerank` | back to the built-in default (fused order) |
 //! | `GET /healthz` | the process is up |
 //! | `GET /readyz` | model loaded, store open, LLM reachable (503 otherwise) |
 //!
 //! Every error is JSON: `{"error": {"code", "message"}}` with a 4xx/5xx status.
+//!
+//! The tenant of a request is the `x-sluice-tenant` header, or `SLUICE_DEFAULT_TENANT`
+//! without it. Auth is off: this trusts the network in front of the server.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -15,7 +22,7 @@ use std::time::{Duration, Instant};
 
 use axum::body::{Body, Bytes};
 use axum::extract::State;
-use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -23,15 +30,20 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::config::{MAX_K, MAX_QUERY_CHARS};
+use crate::config::{MAX_K, MAX_QUERY_CHARS, valid_tenant};
 use crate::error::IngestError;
 use crate::ingest::Document;
 use crate::pipeline::{AnswerRequest, Pipeline};
+use crate::stages::{ComponentError, Components};
 
 /// Longest accepted `session_id`.
 const MAX_SESSION_ID_CHARS: usize = 128;
 /// Largest accepted per-request retrieval deadline.
 const MAX_DEADLINE_MS: u64 = 60_000;
+/// Largest component upload.
+const MAX_COMPONENT_BYTES: usize = 2 << 20;
+/// The header naming the tenant while auth is off.
+const TENANT_HEADER: &str = "x-sluice-tenant";
 /// How long `/readyz` waits for the LLM.
 const READY_LLM_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -74,6 +86,13 @@ pub fn router(pipeline: Arc<Pipeline>) -> Router {
         .route("/v1/documents", post(documents))
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(ready))
+        .route(
+            "/v1/components/rerank",
+            get(list_components)
+                .put(upload_component)
+                .delete(deactivate_component),
+        )
+        .route("/v1/components/rerank/activate", post(activate_component))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(pipeline)
@@ -93,6 +112,20 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
         "method_not_allowed",
         format!("{method} is not allowed on {}", uri.path()),
     )
+}
+
+/// The request's tenant: the `x-sluice-tenant` header, else the default tenant.
+fn tenant(pipeline: &Pipeline, headers: &HeaderMap) -> Result<String, ApiError> {
+    match headers.get(TENANT_HEADER) {
+        None => Ok(pipeline.config.default_tenant.clone()),
+        Some(v) => match v.to_str() {
+            Ok(t) if valid_tenant(t) => Ok(t.to_string()),
+            _ => Err(ApiError::bad_request(
+                "invalid_tenant",
+                format!("{TENANT_HEADER} must be 1-64 characters of letters, digits, '-' or '_'"),
+            )),
+        },
+    }
 }
 
 /// Reads the whole body, refusing (413) more than `limit` bytes.
@@ -141,6 +174,7 @@ struct AnswerBody {
 /// Validates an answer body into a pipeline request.
 fn answer_request(
     pipeline: &Pipeline,
+    tenant: String,
     body: AnswerBody,
     received: Instant,
 ) -> Result<AnswerRequest, ApiError> {
@@ -189,7 +223,7 @@ fn answer_request(
         }
     };
     Ok(AnswerRequest {
-        tenant: pipeline.config.default_tenant.clone(),
+        tenant,
         query,
         k,
         session_id: body.session_id,
@@ -198,10 +232,15 @@ fn answer_request(
     })
 }
 
-async fn answer(State(pipeline): State<Arc<Pipeline>>, body: Body) -> Result<Response, ApiError> {
+async fn answer(
+    State(pipeline): State<Arc<Pipeline>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
     let received = Instant::now();
+    let tenant = tenant(&pipeline, &headers)?;
     let bytes = read_body(body, pipeline.config.max_body_bytes).await?;
-    let request = answer_request(&pipeline, parse_json(&bytes)?, received)?;
+    let request = answer_request(&pipeline, tenant, parse_json(&bytes)?, received)?;
     let events = pipeline
         .answer(request)
         .map(|e| Ok::<_, Infallible>(Bytes::from(e.to_sse())));
@@ -225,12 +264,13 @@ struct DocumentsBody {
 
 async fn documents(
     State(pipeline): State<Arc<Pipeline>>,
+    headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
+    let tenant = tenant(&pipeline, &headers)?;
     let bytes = read_body(body, pipeline.config.max_ingest_bytes).await?;
     let body: DocumentsBody = parse_json(&bytes)?;
-    let tenant = pipeline.config.default_tenant.clone();
     match pipeline.ingest(&tenant, body.documents).await {
         Ok(report) => {
             let mut value = serde_json::to_value(&report).unwrap_or_default();
@@ -282,4 +322,96 @@ async fn ready(State(pipeline): State<Arc<Pipeline>>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, Json(body)).into_response()
+}
+
+/// The registry, or 404 when this deployment runs without tenant components.
+fn components(pipeline: &Pipeline) -> Result<Arc<dyn Components>, ApiError> {
+    pipeline.components.clone().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "components_disabled",
+            "this server runs without tenant rerank components",
+        )
+    })
+}
+
+impl From<ComponentError> for ApiError {
+    fn from(e: ComponentError) -> Self {
+        match e {
+            ComponentError::Invalid(m) => ApiError::bad_request("invalid_component", m),
+            ComponentError::TooLarge(m) => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "body_too_large", m)
+            }
+            ComponentError::NotFound(m) => {
+                ApiError::new(StatusCode::NOT_FOUND, "unknown_version", m)
+            }
+            ComponentError::Storage(m) => {
+                tracing::error!(error = %m, "component storage failed");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "storage_failed", m)
+            }
+        }
+    }
+}
+
+/// Runs registry work (compilation, file I/O) on the blocking pool.
+async fn registry<T: Send + 'static>(
+    pipeline: &Pipeline,
+    work: impl FnOnce(&dyn Components) -> Result<T, ComponentError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let registry = components(pipeline)?;
+    tokio::task::spawn_blocking(move || work(registry.as_ref()))
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?
+        .map_err(ApiError::from)
+}
+
+async fn upload_component(
+    State(pipeline): State<Arc<Pipeline>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let tenant = tenant(&pipeline, &headers)?;
+    let bytes = read_body(body, MAX_COMPONENT_BYTES).await?;
+    let version = registry(&pipeline, move |r| r.upload(&tenant, &bytes)).await?;
+    Ok((StatusCode::CREATED, Json(version)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ActivateBody {
+    version: String,
+}
+
+async fn activate_component(
+    State(pipeline): State<Arc<Pipeline>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let tenant = tenant(&pipeline, &headers)?;
+    let bytes = read_body(body, pipeline.config.max_body_bytes).await?;
+    let body: ActivateBody = parse_json(&bytes)?;
+    let version = registry(&pipeline, move |r| r.activate(&tenant, &body.version)).await?;
+    Ok(Json(version).into_response())
+}
+
+async fn list_components(
+    State(pipeline): State<Arc<Pipeline>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = tenant(&pipeline, &headers)?;
+    let versions = registry(&pipeline, move |r| r.list(&tenant)).await?;
+    let active = versions
+        .iter()
+        .find(|v| v.active)
+        .map(|v| v.version.clone());
+    Ok(Json(json!({ "versions": versions, "active": active })).into_response())
+}
+
+async fn deactivate_component(
+    State(pipeline): State<Arc<Pipeline>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = tenant(&pipeline, &headers)?;
+    registry(&pipeline, move |r| r.deactivate(&tenant)).await?;
+    Ok(Json(json!({ "active": null })).into_response())
 }

@@ -3,9 +3,11 @@
 //! 1. cache — not configured yet, so every request reports `cache: "bypass"`;
 //! 2. embed the query (in-process model, on the blocking pool);
 //! 3. retrieve: hybrid dense + BM25 search fused by RRF in the store;
-//!    steps 2–3 run under the retrieval deadline: late or failed → answer without context;
-//! 4. assemble the prompt under the token budget;
-//! 5. stream tokens from the LLM.
+//! 4. rerank with the tenant's WASM component, if it has one (else the fused order stays);
+//!    steps 2–4 run under the retrieval deadline: late or failed retrieval → answer without
+//!    context; a failed rerank → the fused order, with `rerank_failed` in `meta.degraded`;
+//! 5. assemble the prompt under the token budget;
+//! 6. stream tokens from the LLM.
 //!
 //! The result is a stream of [`Event`]s that always ends with exactly one `done` or `error`.
 //! It is lazy: dropping it (a client that went away) drops the upstream LLM request.
@@ -20,7 +22,7 @@ use crate::config::Config;
 use crate::error::LlmError;
 use crate::prompt;
 use crate::sse::{Done, ErrorEvent, Event, Meta, SourceDoc, Timings, Token};
-use crate::stages::{Embedder, Hit, Llm, LlmEvent, Store};
+use crate::stages::{Components, Embedder, Hit, Llm, LlmEvent, Reranker, Store};
 
 /// Characters of a chunk shown as its snippet in `meta`.
 const SNIPPET_CHARS: usize = 240;
@@ -33,6 +35,8 @@ pub mod degraded {
     pub const RETRIEVAL_FAILED: &str = "retrieval_failed";
     /// Some sources were dropped to fit the prompt budget.
     pub const CONTEXT_TRUNCATED: &str = "context_truncated";
+    /// The tenant's rerank component failed (trap, limit, bad output): fused order kept.
+    pub const RERANK_FAILED: &str = "rerank_failed";
 }
 
 /// A validated answer request.
@@ -62,6 +66,10 @@ pub struct Pipeline {
     pub store: Arc<dyn Store>,
     /// The generating model.
     pub llm: Arc<dyn Llm>,
+    /// Runs tenant rerank components, when the deployment has them.
+    pub reranker: Option<Arc<dyn Reranker>>,
+    /// The registry behind `/v1/components/rerank`, when the deployment has one.
+    pub components: Option<Arc<dyn Components>>,
     replica_id: String,
 }
 
@@ -81,8 +89,21 @@ impl Pipeline {
             embedder,
             store,
             llm,
+            reranker: None,
+            components: None,
             replica_id: format!("{host}-{}", std::process::id()),
         }
+    }
+
+    /// Adds the rerank stage and its registry (usually one object implementing both).
+    pub fn with_components(
+        mut self,
+        reranker: Arc<dyn Reranker>,
+        components: Arc<dyn Components>,
+    ) -> Self {
+        self.reranker = Some(reranker);
+        self.components = Some(components);
+        self
     }
 
     /// Identifies this process in `done.replica_id`.
@@ -102,8 +123,8 @@ impl Pipeline {
             let mut timings = Timings::default();
             let mut degraded: Vec<String> = Vec::new();
 
-            // Stages 2-3: embedding and retrieval, under the retrieval deadline.
-            let hits = match this.retrieve(&request, &mut timings).await {
+            // Stages 2-4: embedding, retrieval and rerank, under the retrieval deadline.
+            let hits = match this.retrieve(&request, &mut timings, &mut degraded).await {
                 Ok(hits) => hits,
                 Err(reason) => {
                     degraded.push(reason.to_string());
@@ -209,6 +230,7 @@ impl Pipeline {
         &self,
         request: &AnswerRequest,
         timings: &mut Timings,
+        degraded: &mut Vec<String>,
     ) -> Result<Vec<Hit>, &'static str> {
         if request.retrieval_deadline.is_zero() {
             return Err(degraded::RETRIEVAL_TIMEOUT);
@@ -234,6 +256,35 @@ impl Pipeline {
                 .await
                 .map_err(|e| e.to_string())?;
             timings.retrieve_ms = Some(ms(started.elapsed()));
+
+            let Some(reranker) = self.reranker.clone() else {
+                return Ok::<_, String>(hits);
+            };
+            let started = Instant::now();
+            let (tenant, query) = (request.tenant.clone(), request.query.clone());
+            let (hits, outcome) = tokio::task::spawn_blocking(move || {
+                let outcome = reranker.rerank(&tenant, &query, &hits);
+                (hits, outcome)
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+            let hits = match outcome {
+                Ok(Some(order)) => {
+                    timings.rerank_ms = Some(ms(started.elapsed()));
+                    let mut slots: Vec<Option<Hit>> = hits.into_iter().map(Some).collect();
+                    order
+                        .into_iter()
+                        .filter_map(|i| slots.get_mut(i).and_then(Option::take))
+                        .collect()
+                }
+                Ok(None) => hits,
+                Err(e) => {
+                    timings.rerank_ms = Some(ms(started.elapsed()));
+                    warn!(tenant = %request.tenant, error = %e, "rerank component failed; keeping the fused order");
+                    degraded.push(degraded::RERANK_FAILED.to_string());
+                    hits
+                }
+            };
             Ok::<_, String>(hits)
         };
         match tokio::time::timeout(request.retrieval_deadline, work).await {

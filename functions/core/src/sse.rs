@@ -13,6 +13,9 @@ pub struct Timings {
     /// Hybrid retrieval (dense + BM25 + fusion).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retrieve_ms: Option<f64>,
+    /// The tenant's rerank component (absent when the tenant has none).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rerank_ms: Option<f64>,
     /// Prompt assembly.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_ms: Option<f64>,

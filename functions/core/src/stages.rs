@@ -91,6 +91,54 @@ pub trait Store: Send + Sync {
     async fn count(&self, tenant: &str) -> Result<usize, StoreError>;
 }
 
+/// Reorders retrieved chunks with the tenant's rerank component.
+///
+/// Calls are CPU-bound and synchronous; the pipeline runs them on the blocking pool, inside
+/// the retrieval deadline.
+pub trait Reranker: Send + Sync {
+    /// The new order of `hits` (indices, best first), or `Ok(None)` when the tenant has no
+    /// active component (the built-in default: fused order). `Err` says why the component
+    /// failed; the pipeline then keeps the fused order.
+    fn rerank(&self, tenant: &str, query: &str, hits: &[Hit])
+    -> Result<Option<Vec<usize>>, String>;
+}
+
+/// A version of a tenant's rerank component.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComponentVersion {
+    /// Content hash (SHA-256, hex) of the uploaded bytes: the version.
+    pub version: String,
+    /// Size of the upload in bytes.
+    pub size: usize,
+    /// Whether this version runs for the tenant's requests.
+    pub active: bool,
+}
+
+/// Why a component operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ComponentError {
+    /// The upload is not an acceptable component; the message says why (400).
+    Invalid(String),
+    /// The upload is over the size limit (413).
+    TooLarge(String),
+    /// No such version for this tenant (404).
+    NotFound(String),
+    /// Storage failed (500).
+    Storage(String),
+}
+
+/// Tenant-scoped registry of rerank components: upload, activate, list, deactivate.
+pub trait Components: Send + Sync {
+    /// Validates, compiles and stores `bytes` for `tenant`; returns the version (not active yet).
+    fn upload(&self, tenant: &str, bytes: &[u8]) -> Result<ComponentVersion, ComponentError>;
+    /// Makes `version` the tenant's active component (an older one: a rollback).
+    fn activate(&self, tenant: &str, version: &str) -> Result<ComponentVersion, ComponentError>;
+    /// The tenant's versions, oldest first.
+    fn list(&self, tenant: &str) -> Result<Vec<ComponentVersion>, ComponentError>;
+    /// Returns the tenant to the built-in default (versions are kept).
+    fn deactivate(&self, tenant: &str) -> Result<(), ComponentError>;
+}
+
 /// A chat message in the OpenAI format.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {

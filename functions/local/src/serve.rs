@@ -4,10 +4,12 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::{Context, Result};
+use sluice_core::stages::Embedder;
 use sluice_core::{Config, Pipeline};
 use sluice_embed::MiniLm;
 use sluice_llm::OpenAiClient;
 use sluice_retrieve::EdgeStore;
+use sluice_sandbox::Registry;
 use tracing::info;
 
 /// Loads the model, opens the store and the LLM pool: the pipeline every request shares.
@@ -19,12 +21,14 @@ pub fn build(config: Config) -> Result<Arc<Pipeline>> {
         EdgeStore::open(&config.data_dir, sluice_embed::DIM).context("opening the vector store")?;
     info!(data_dir = %config.data_dir.display(), "vector store open");
     let llm = OpenAiClient::from_config(&config).context("building the LLM client")?;
-    Ok(Arc::new(Pipeline::new(
-        config,
-        Arc::new(embedder),
-        Arc::new(store),
-        Arc::new(llm),
-    )))
+    let embedder: Arc<dyn Embedder> = Arc::new(embedder);
+    let registry = Registry::from_config(&config, Arc::clone(&embedder))
+        .map_err(|e| anyhow::anyhow!("rerank components: {e:?}"))?;
+    let registry = Arc::new(registry);
+    let pipeline = Pipeline::new(config, embedder, Arc::new(store), Arc::new(llm));
+    Ok(Arc::new(
+        pipeline.with_components(registry.clone(), registry),
+    ))
 }
 
 /// Serves until Ctrl-C or SIGTERM, then lets open streams finish.

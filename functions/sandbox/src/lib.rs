@@ -23,6 +23,9 @@ use wasmtime::{
     StoreLimitsBuilder, Trap,
 };
 
+mod registry;
+pub use registry::{ModelHost, Registry};
+
 // Generated from the WIT; its docs live in `wit/rerank/rerank.wit`.
 #[allow(missing_docs)]
 mod bindings {

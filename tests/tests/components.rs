@@ -1,0 +1,214 @@
+//! Tenant rerank components through the HTTP API: upload, activate, list, roll back and
+//! deactivate per tenant, and their effect on `/v1/answer`. Components are the text-format
+//! `reverse.wat` of the sandbox tests (candidate i scored i: the order comes back reversed)
+//! and the keyword-boost example built from Rust by `scripts/build-components.sh`.
+
+use reqwest::Method;
+use serde_json::{Value, json};
+use sluice_tests::{TestServer, start};
+
+const REVERSE: &str = include_str!("../../functions/sandbox/tests/reverse.wat");
+const MARK: &str = "(call $reverse (local.get $n)) ;; misbehaviour";
+const ROUTE: &str = "/v1/components/rerank";
+const QUESTION: &str = "How long does a replacement card take to arrive?";
+
+fn keyword_boost() -> Vec<u8> {
+    let dir = std::env::var("SLUICE_COMPONENTS_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|_| {
+            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/sluice/components")
+        });
+    let path = dir.join("keyword-boost.component.wasm");
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run `make test`)", path.display()))
+}
+
+async fn upload(server: &TestServer, tenant: &str, bytes: &[u8]) -> String {
+    let (status, body) = server
+        .send_as(tenant, Method::PUT, ROUTE, bytes.to_vec())
+        .await;
+    assert_eq!(status, 201, "{body}");
+    assert_eq!(body["active"], false);
+    body["version"].as_str().unwrap().to_string()
+}
+
+async fn activate(server: &TestServer, tenant: &str, version: &str) -> (u16, Value) {
+    let body = json!({ "version": version }).to_string().into_bytes();
+    server
+        .send_as(tenant, Method::POST, &format!("{ROUTE}/activate"), body)
+        .await
+}
+
+async fn ids(server: &TestServer, tenant: &str) -> (Vec<String>, Value, Value) {
+    let answer = server
+        .answer_as(Some(tenant), &json!({"query": QUESTION, "k": 5}))
+        .await;
+    answer.assert_well_formed();
+    assert_eq!(answer.names().last(), Some(&"done"));
+    let meta = answer.first("meta").data.clone();
+    let done = answer.first("done").data.clone();
+    let ids = meta["documents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["id"].as_str().unwrap().to_string())
+        .collect();
+    (ids, meta, done)
+}
+
+#[tokio::test]
+async fn an_active_component_reorders_only_its_own_tenants_answers() {
+    let server = start(&[]).await;
+    server.ingest_samples_as("acme").await;
+    server.ingest_samples_as("globex").await;
+    let (fused, _, done) = ids(&server, "acme").await;
+    assert_eq!(fused.len(), 5);
+    assert!(
+        done["timings"].get("rerank_ms").is_none(),
+        "no component, no rerank stage"
+    );
+
+    let version = upload(&server, "acme", REVERSE.as_bytes()).await;
+    let (status, body) = activate(&server, "acme", &version).await;
+    assert_eq!(
+        (status, body["active"].as_bool()),
+        (200, Some(true)),
+        "{body}"
+    );
+
+    let (reranked, meta, done) = ids(&server, "acme").await;
+    let mut expected = fused.clone();
+    expected.reverse();
+    assert_eq!(reranked, expected);
+    assert_eq!(meta["degraded"], json!([]));
+    assert!(done["timings"]["rerank_ms"].as_f64().unwrap() >= 0.0);
+
+    // globex: its own fused order, no versions, and acme's version is not its to activate.
+    let (theirs, _, done) = ids(&server, "globex").await;
+    assert_eq!(theirs, fused);
+    assert!(done["timings"].get("rerank_ms").is_none());
+    let (status, list) = server.send_as("globex", Method::GET, ROUTE, vec![]).await;
+    assert_eq!(
+        (status, list),
+        (200, json!({"versions": [], "active": null}))
+    );
+    let (status, body) = activate(&server, "globex", &version).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("unknown_version"))
+    );
+}
+
+#[tokio::test]
+async fn versions_can_be_listed_rolled_back_and_deactivated() {
+    let server = start(&[]).await;
+    server.ingest_samples_as("acme").await;
+    let (fused, _, _) = ids(&server, "acme").await;
+    let reverse = upload(&server, "acme", REVERSE.as_bytes()).await;
+    let boost = upload(&server, "acme", &keyword_boost()).await;
+    assert_ne!(reverse, boost);
+    assert_eq!(activate(&server, "acme", &boost).await.0, 200);
+    let (boosted, _, done) = ids(&server, "acme").await;
+    assert!(done["timings"]["rerank_ms"].is_number());
+    assert_eq!(
+        boosted[0], "samples/lost-card.md",
+        "the document with the query's words leads: {boosted:?}"
+    );
+
+    // Roll back to the first version.
+    assert_eq!(activate(&server, "acme", &reverse).await.0, 200);
+    let (status, list) = server.send_as("acme", Method::GET, ROUTE, vec![]).await;
+    assert_eq!(status, 200);
+    assert_eq!(list["active"], reverse.as_str());
+    let versions: Vec<&str> = list["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v["version"].as_str().unwrap())
+        .collect();
+    assert_eq!(versions, [reverse.as_str(), boost.as_str()]);
+    let (reversed, _, _) = ids(&server, "acme").await;
+    assert_eq!(reversed.first(), fused.last());
+
+    // Back to the built-in default: the fused order.
+    let (status, body) = server.send_as("acme", Method::DELETE, ROUTE, vec![]).await;
+    assert_eq!((status, body), (200, json!({"active": null})));
+    assert_eq!(ids(&server, "acme").await.0, fused);
+}
+
+#[tokio::test]
+async fn a_failing_component_keeps_the_fused_order_and_says_so() {
+    let server = start(&[]).await;
+    server.ingest_samples().await;
+    let (fused, _, _) = ids(&server, "default").await;
+    // Passes the two-candidate smoke run at upload, traps on real requests.
+    let trapping = REVERSE.replace(MARK, "(unreachable)");
+    let version = upload(&server, "default", trapping.as_bytes()).await;
+    assert_eq!(activate(&server, "default", &version).await.0, 200);
+    for _ in 0..2 {
+        let (order, meta, _) = ids(&server, "default").await;
+        assert_eq!(order, fused);
+        assert_eq!(meta["degraded"], json!(["rerank_failed"]));
+    }
+}
+
+#[tokio::test]
+async fn bad_uploads_are_refused_with_a_reason() {
+    let server = &start(&[]).await;
+    let refuse = |bytes: Vec<u8>| async move {
+        let (status, body) = server.send_as("acme", Method::PUT, ROUTE, bytes).await;
+        (
+            status,
+            body["error"]["code"].as_str().unwrap_or("").to_string(),
+            body["error"]["message"].as_str().unwrap_or("").to_string(),
+        )
+    };
+    let (status, code, message) = refuse(b"MZ not wasm".to_vec()).await;
+    assert_eq!(
+        (status, code.as_str()),
+        (400, "invalid_component"),
+        "{message}"
+    );
+    let (status, _, message) = refuse(b"\0asm\x01\0\0\0".to_vec()).await;
+    assert!(
+        status == 400 && message.contains("core wasm module"),
+        "{message}"
+    );
+    let forbidden = REVERSE.replacen(
+        "(component",
+        "(component\n  (import \"wasi:sockets/tcp@0.2.0\" (instance))",
+        1,
+    );
+    let (status, _, message) = refuse(forbidden.into_bytes()).await;
+    assert!(
+        status == 400 && message.contains("wasi:sockets/tcp@0.2.0"),
+        "{message}"
+    );
+    let (status, code, _) = refuse(vec![0u8; (2 << 20) + 1]).await;
+    assert_eq!((status, code.as_str()), (413, "body_too_large"));
+
+    let (status, body) = activate(server, "acme", "../../etc/passwd").await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("unknown_version"))
+    );
+    let (status, body) = server
+        .send_as(
+            "acme",
+            Method::POST,
+            &format!("{ROUTE}/activate"),
+            b"{}".to_vec(),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_json"))
+    );
+    let (status, body) = server
+        .send_as("bad tenant!", Method::GET, ROUTE, vec![])
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_tenant"))
+    );
+}
