@@ -158,36 +158,40 @@ impl TestServer {
         path: &str,
         body: Vec<u8>,
     ) -> (u16, Value) {
-        let r = http()
-            .request(method, format!("{}{path}", self.url))
-            .header("x-sluice-tenant", tenant)
-            .body(body)
-            .send()
-            .await
-            .expect("request");
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
+        self.send(Some(tenant), method, path, body.into()).await
     }
 
     /// POSTs raw bytes and returns status and JSON body (Null when it is not JSON).
     pub async fn post_raw(&self, path: &str, body: impl Into<reqwest::Body>) -> (u16, Value) {
-        let r = http()
-            .post(format!("{}{path}", self.url))
-            .body(body)
-            .send()
+        self.send(None, reqwest::Method::POST, path, body.into())
             .await
-            .expect("request");
-        let status = r.status().as_u16();
-        (status, r.json().await.unwrap_or(Value::Null))
     }
 
     /// GETs a path and returns status and JSON body.
     pub async fn get(&self, path: &str) -> (u16, Value) {
-        let r = http()
-            .get(format!("{}{path}", self.url))
-            .send()
-            .await
-            .expect("request");
+        self.send(
+            None,
+            reqwest::Method::GET,
+            path,
+            reqwest::Body::from(Vec::new()),
+        )
+        .await
+    }
+
+    async fn send(
+        &self,
+        tenant: Option<&str>,
+        method: reqwest::Method,
+        path: &str,
+        body: reqwest::Body,
+    ) -> (u16, Value) {
+        let mut request = http()
+            .request(method, format!("{}{path}", self.url))
+            .body(body);
+        if let Some(t) = tenant {
+            request = request.header("x-sluice-tenant", t);
+        }
+        let r = request.send().await.expect("request");
         let status = r.status().as_u16();
         (status, r.json().await.unwrap_or(Value::Null))
     }

@@ -13,14 +13,13 @@ const ROUTE: &str = "/v1/components/rerank";
 const QUESTION: &str = "How long does a replacement card take to arrive?";
 
 fn keyword_boost() -> Vec<u8> {
-    let dir = std::env::var("SLUICE_COMPONENTS_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| {
-            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/sluice/components")
-        });
-    let path = dir.join("keyword-boost.component.wasm");
-    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e} (run `make test`)", path.display()))
+    let path = sluice_sandbox::built_component("keyword-boost");
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run `scripts/build-components.sh`, or `make test`)",
+            path.display()
+        )
+    })
 }
 
 async fn upload(server: &TestServer, tenant: &str, bytes: &[u8]) -> String {

@@ -20,15 +20,13 @@ impl HostServices for NoHost {
 }
 
 fn component() -> Vec<u8> {
-    let dir = std::env::var("SLUICE_COMPONENTS_DIR")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|_| {
-            std::path::PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/sluice/components")
-        });
-    let path = dir.join("keyword-boost.component.wasm");
-    std::fs::read(&path)
-        .unwrap_or_else(|e| panic!("{}: {e} (run scripts/build-components.sh)", path.display()))
+    let path = sluice_sandbox::built_component("keyword-boost");
+    std::fs::read(&path).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e} (run `scripts/build-components.sh`, or `make test`)",
+            path.display()
+        )
+    })
 }
 
 fn candidates(n: usize) -> Vec<Candidate> {

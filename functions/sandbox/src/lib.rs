@@ -36,6 +36,23 @@ pub use bindings::sluice::rerank::host::Level;
 pub use bindings::sluice::rerank::types::{Candidate, Scored};
 use bindings::{Reranker, RerankerPre};
 
+/// Where `scripts/build-components.sh` leaves `NAME.component.wasm`: `SLUICE_COMPONENTS_DIR`,
+/// else `$SLUICE_CACHE/components`, else `~/.cache/sluice/components`.
+pub fn built_component(name: &str) -> std::path::PathBuf {
+    let dir = std::env::var_os("SLUICE_COMPONENTS_DIR")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            let cache = std::env::var_os("SLUICE_CACHE")
+                .map(std::path::PathBuf::from)
+                .unwrap_or_else(|| {
+                    std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                        .join(".cache/sluice")
+                });
+            cache.join("components")
+        });
+    dir.join(format!("{name}.component.wasm"))
+}
+
 /// How often the epoch advances: the unit of [`Limits::deadline`].
 const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// Interface names a component may import (any patch release of 0.1).

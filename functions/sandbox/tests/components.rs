@@ -1,7 +1,6 @@
 //! The example components of `components/`, built from Rust source by
 //! `scripts/build-components.sh` (run by `make test`), in the real sandbox.
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use sluice_sandbox::{Candidate, HostServices, Limits, Sandbox};
@@ -18,13 +17,7 @@ impl HostServices for WordCount {
 }
 
 fn built(name: &str) -> Vec<u8> {
-    let dir = std::env::var("SLUICE_COMPONENTS_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|_| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/sluice/components")
-        });
-    let path = dir.join(format!("{name}.component.wasm"));
+    let path = sluice_sandbox::built_component(name);
     std::fs::read(&path).unwrap_or_else(|e| {
         panic!(
             "{}: {e} (run `scripts/build-components.sh`, or `make test`)",
