@@ -211,3 +211,22 @@ async fn bad_uploads_are_refused_with_a_reason() {
         (400, Some("invalid_tenant"))
     );
 }
+
+#[tokio::test]
+async fn mmr_runs_on_the_stored_vectors_within_the_deadline() {
+    let server = start(&[]).await;
+    server.ingest_samples_as("acme").await;
+    let (fused, _, _) = ids(&server, "acme").await;
+    let mmr = std::fs::read(sluice_sandbox::built_component("mmr")).expect("run `make test`");
+    let version = upload(&server, "acme", &mmr).await;
+    assert_eq!(activate(&server, "acme", &version).await.0, 200);
+    let (order, meta, done) = ids(&server, "acme").await;
+    // The query's and the candidates' vectors come from the pipeline: no model run inside the
+    // 5 ms budget, so the component succeeds.
+    assert_eq!(meta["degraded"], json!([]), "{meta}");
+    assert!(done["timings"]["rerank_ms"].as_f64().unwrap() < 5.0);
+    let (mut a, mut b) = (order.clone(), fused.clone());
+    a.sort();
+    b.sort();
+    assert_eq!(a, b, "a permutation of the fused sources");
+}

@@ -263,7 +263,7 @@ impl Pipeline {
             let started = Instant::now();
             let (tenant, query) = (request.tenant.clone(), request.query.clone());
             let (hits, outcome) = tokio::task::spawn_blocking(move || {
-                let outcome = reranker.rerank(&tenant, &query, &hits);
+                let outcome = reranker.rerank(&tenant, &query, &vector, &hits);
                 (hits, outcome)
             })
             .await

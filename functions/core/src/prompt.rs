@@ -129,6 +129,7 @@ mod tests {
             chunk: 0,
             text: vec!["word"; words].join(" "),
             tokens: words,
+            vector: vec![],
             score: 1.0,
         }
     }

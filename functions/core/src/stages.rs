@@ -59,6 +59,9 @@ pub struct Hit {
     pub text: String,
     /// Its length in embedding-model tokens, as stored at ingest.
     pub tokens: usize,
+    /// Its dense embedding, when the store returns it (lent to rerank components so that
+    /// `host.embed` of a candidate's text needs no model run).
+    pub vector: Vec<f32>,
     /// Fused (RRF) score: higher is better.
     pub score: f32,
 }
@@ -99,8 +102,14 @@ pub trait Reranker: Send + Sync {
     /// The new order of `hits` (indices, best first), or `Ok(None)` when the tenant has no
     /// active component (the built-in default: fused order). `Err` says why the component
     /// failed; the pipeline then keeps the fused order.
-    fn rerank(&self, tenant: &str, query: &str, hits: &[Hit])
-    -> Result<Option<Vec<usize>>, String>;
+    /// `query_vector` is the query's embedding, lent to the component with the hits' vectors.
+    fn rerank(
+        &self,
+        tenant: &str,
+        query: &str,
+        query_vector: &[f32],
+        hits: &[Hit],
+    ) -> Result<Option<Vec<usize>>, String>;
 }
 
 /// A version of a tenant's rerank component.

@@ -17,7 +17,7 @@ use qdrant_edge::{
     EdgeSparseVectorParamsBuilder, EdgeVectorParamsBuilder, FieldIndexOperations, Filter, Fusion,
     Modifier, NamedQuery, PointId, PointInsertOperations, PointOperations, PointStruct, Prefetch,
     QueryEnum, QueryRequest, ScoredPoint, ScoringQuery, UpdateOperation, Vector, VectorInternal,
-    Vectors, WithPayloadInterface, WithVector,
+    VectorStructInternal, Vectors, WithPayloadInterface, WithVector,
 };
 use serde_json::{Value, json};
 use sluice_core::error::StoreError;
@@ -179,6 +179,13 @@ fn hit(point: ScoredPoint) -> Option<Hit> {
         chunk: payload.get("chunk").and_then(Value::as_u64).unwrap_or(0) as usize,
         text: s("text"),
         tokens: payload.get("tokens").and_then(Value::as_u64).unwrap_or(0) as usize,
+        vector: match point.vector {
+            Some(VectorStructInternal::Named(mut named)) => match named.remove(DENSE) {
+                Some(VectorInternal::Dense(v)) => v,
+                _ => Vec::new(),
+            },
+            _ => Vec::new(),
+        },
         score: point.score,
     })
 }
@@ -223,7 +230,7 @@ impl Store for EdgeStore {
                 limit: k,
                 offset: 0,
                 params: None,
-                with_vector: WithVector::Bool(false),
+                with_vector: WithVector::Selector(vec![DENSE.into()]),
                 with_payload: WithPayloadInterface::Bool(true),
             };
             let points = inner.shard.query(request).map_err(backend)?;

@@ -12,6 +12,7 @@
 //! - The output is validated: exactly one finite score per candidate.
 #![warn(missing_docs)]
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -55,6 +56,8 @@ pub fn built_component(name: &str) -> std::path::PathBuf {
 
 /// How often the epoch advances: the unit of [`Limits::deadline`].
 const EPOCH_TICK: Duration = Duration::from_millis(1);
+/// Dimension of the made-up vectors of the upload smoke run (the host model's).
+const SMOKE_DIM: usize = 384;
 /// Interface names a component may import (any patch release of 0.1).
 const ALLOWED_IMPORTS: [&str; 2] = ["sluice:rerank/host@0.1.", "sluice:rerank/types@0.1."];
 
@@ -159,6 +162,9 @@ struct CallState {
     limits: StoreLimits,
     host: Arc<dyn HostServices>,
     embed_budget: usize,
+    /// Embeddings the host already has (the query's, the candidates'): `embed` of these
+    /// texts costs no model run and no budget.
+    known: HashMap<String, Vec<f32>>,
 }
 
 impl bindings::sluice::rerank::types::Host for CallState {}
@@ -175,16 +181,34 @@ impl bindings::sluice::rerank::host::Host for CallState {
     }
 
     fn embed(&mut self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, String> {
-        if texts.len() > self.embed_budget {
+        let unknown: Vec<&str> = texts
+            .iter()
+            .filter(|t| !self.known.contains_key(t.as_str()))
+            .map(String::as_str)
+            .collect();
+        if unknown.len() > self.embed_budget {
             return Err(format!(
-                "embed budget exceeded: {} texts asked, {} left in this call",
-                texts.len(),
+                "embed budget exceeded: {} new texts asked, {} left in this call",
+                unknown.len(),
                 self.embed_budget
             ));
         }
-        self.embed_budget -= texts.len();
-        let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
-        self.host.embed(&refs)
+        self.embed_budget -= unknown.len();
+        let fresh = if unknown.is_empty() {
+            Vec::new()
+        } else {
+            self.host.embed(&unknown)?
+        };
+        let mut fresh = fresh.into_iter();
+        texts
+            .iter()
+            .map(|t| match self.known.get(t) {
+                Some(v) => Ok(v.clone()),
+                None => fresh
+                    .next()
+                    .ok_or_else(|| "the host model returned too few vectors".to_string()),
+            })
+            .collect()
     }
 
     fn count_tokens(&mut self, text: String) -> u32 {
@@ -300,7 +324,19 @@ impl Sandbox {
                 score: 0.02,
             },
         ];
-        self.rerank(&prepared, "smoke test", &smoke)
+        // The smoke run's texts come with made-up unit vectors, so that a component calling
+        // `embed` is checked without running (or depending on) the host's model.
+        let unit = |i: usize| {
+            (0..SMOKE_DIM)
+                .map(|d| if d == i { 1.0 } else { 0.0 })
+                .collect::<Vec<f32>>()
+        };
+        let known = HashMap::from([
+            ("smoke test".to_string(), unit(0)),
+            (smoke[0].text.clone(), unit(1)),
+            (smoke[1].text.clone(), unit(2)),
+        ]);
+        self.rerank_with(&prepared, "smoke test", &smoke, known)
             .map_err(UploadError::SmokeRun)?;
         Ok(prepared)
     }
@@ -347,6 +383,18 @@ impl Sandbox {
         query: &str,
         candidates: &[Candidate],
     ) -> Result<Vec<usize>, RerankError> {
+        self.rerank_with(prepared, query, candidates, HashMap::new())
+    }
+
+    /// [`Sandbox::rerank`], lending the component embeddings the host already has (text →
+    /// vector), so that `host.embed` of those texts runs no model.
+    pub fn rerank_with(
+        &self,
+        prepared: &Prepared,
+        query: &str,
+        candidates: &[Candidate],
+        known: HashMap<String, Vec<f32>>,
+    ) -> Result<Vec<usize>, RerankError> {
         let limits = &self.limits;
         if candidates.len() > limits.max_candidates {
             return Err(RerankError::Input(format!(
@@ -373,6 +421,7 @@ impl Sandbox {
                 .build(),
             host: Arc::clone(&self.host),
             embed_budget: limits.max_embed_texts,
+            known,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);

@@ -256,6 +256,7 @@ impl Reranker for Registry {
         &self,
         tenant: &str,
         query: &str,
+        query_vector: &[f32],
         hits: &[Hit],
     ) -> Result<Option<Vec<usize>>, String> {
         let Some(prepared) = self.active(tenant).map_err(|e| format!("{e:?}"))? else {
@@ -271,8 +272,17 @@ impl Reranker for Registry {
                 score: h.score,
             })
             .collect();
+        let mut known: HashMap<String, Vec<f32>> = candidates
+            .iter()
+            .zip(hits)
+            .filter(|(_, h)| !h.vector.is_empty())
+            .map(|(c, h)| (c.text.clone(), h.vector.clone()))
+            .collect();
+        if !query_vector.is_empty() {
+            known.insert(query.to_string(), query_vector.to_vec());
+        }
         self.sandbox
-            .rerank(&prepared, query, &candidates)
+            .rerank_with(&prepared, query, &candidates, known)
             .map(Some)
             .map_err(|e| e.to_string())
     }

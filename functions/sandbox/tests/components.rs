@@ -1,6 +1,7 @@
 //! The example components of `components/`, built from Rust source by
 //! `scripts/build-components.sh` (run by `make test`), in the real sandbox.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use sluice_sandbox::{Candidate, HostServices, Limits, Sandbox};
@@ -56,4 +57,37 @@ fn keyword_boost_lifts_the_candidate_that_contains_the_query_words() {
     // Without matching words the fused order is kept.
     let order = sandbox.rerank(&component, "zebra", &candidates).unwrap();
     assert_eq!(order, vec![0, 1, 2]);
+}
+
+#[test]
+fn mmr_moves_a_near_duplicate_below_a_different_source() {
+    let sandbox = Sandbox::new(Limits::default(), Arc::new(WordCount)).unwrap();
+    let component = sandbox
+        .compile(&built("mmr"))
+        .expect("the example component uploads");
+    let candidates = vec![
+        candidate("limits", "Premium accounts withdraw up to $1,000 a day.", 0),
+        candidate(
+            "limits-copy",
+            "Premium accounts withdraw up to $1,000 a day.",
+            1,
+        ),
+        candidate("travel", "Tell the bank before you travel abroad.", 2),
+    ];
+    // The host's vectors: both copies close to the query, the other source a little less
+    // close but different from them. WordCount's own embed refuses, so these must be used.
+    let known = HashMap::from([
+        ("daily limit".to_string(), vec![1.0, 0.0, 0.0]),
+        (candidates[0].text.clone(), vec![0.8, 0.6, 0.0]),
+        (candidates[2].text.clone(), vec![0.7, -0.714, 0.0]),
+    ]);
+    let order = sandbox
+        .rerank_with(&component, "daily limit", &candidates, known)
+        .unwrap();
+    assert_eq!(order, vec![0, 2, 1]);
+    // Texts the host has no vector for go to the host model, which here refuses: a component error.
+    let err = sandbox
+        .rerank(&component, "daily limit", &candidates)
+        .unwrap_err();
+    assert!(err.to_string().contains("no model in this test"), "{err}");
 }
