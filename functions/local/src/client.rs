@@ -165,10 +165,11 @@ pub async fn ask(url: &str, query: &str, k: Option<usize>, deadline_ms: Option<u
                 let t = &data["timings"];
                 let f = |k: &str| t[k].as_f64().map_or("-".to_string(), |v| format!("{v:.1}"));
                 println!(
-                    "client ttft {:.1} ms | server: embed {} retrieve {} prompt {} llm_ttft {} ttft {} total {} ms | {} tokens, {:.1} tok/s",
+                    "client ttft {:.1} ms | server: embed {} retrieve {} rerank {} prompt {} llm_ttft {} ttft {} total {} ms | {} tokens, {:.1} tok/s",
                     ttft.unwrap_or_default().as_secs_f64() * 1e3,
                     f("embed_ms"),
                     f("retrieve_ms"),
+                    f("rerank_ms"),
                     f("prompt_ms"),
                     f("llm_ttft_ms"),
                     f("ttft_ms"),
