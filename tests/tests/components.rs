@@ -12,16 +12,6 @@ const MARK: &str = "(call $reverse (local.get $n)) ;; misbehaviour";
 const ROUTE: &str = "/v1/components/rerank";
 const QUESTION: &str = "How long does a replacement card take to arrive?";
 
-fn keyword_boost() -> Vec<u8> {
-    let path = sluice_sandbox::built_component("keyword-boost");
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run `scripts/build-components.sh`, or `make test`)",
-            path.display()
-        )
-    })
-}
-
 async fn upload(server: &TestServer, tenant: &str, bytes: &[u8]) -> String {
     let (status, body) = server
         .send_as(tenant, Method::PUT, ROUTE, bytes.to_vec())
@@ -104,7 +94,12 @@ async fn versions_can_be_listed_rolled_back_and_deactivated() {
     server.ingest_samples_as("acme").await;
     let (fused, _, _) = ids(&server, "acme").await;
     let reverse = upload(&server, "acme", REVERSE.as_bytes()).await;
-    let boost = upload(&server, "acme", &keyword_boost()).await;
+    let boost = upload(
+        &server,
+        "acme",
+        &sluice_sandbox::built_component("keyword-boost").unwrap(),
+    )
+    .await;
     assert_ne!(reverse, boost);
     assert_eq!(activate(&server, "acme", &boost).await.0, 200);
     let (boosted, _, done) = ids(&server, "acme").await;
@@ -217,7 +212,7 @@ async fn mmr_runs_on_the_stored_vectors_within_the_deadline() {
     let server = start(&[]).await;
     server.ingest_samples_as("acme").await;
     let (fused, _, _) = ids(&server, "acme").await;
-    let mmr = std::fs::read(sluice_sandbox::built_component("mmr")).expect("run `make test`");
+    let mmr = sluice_sandbox::built_component("mmr").unwrap();
     let version = upload(&server, "acme", &mmr).await;
     assert_eq!(activate(&server, "acme", &version).await.0, 200);
     let (order, meta, done) = ids(&server, "acme").await;

@@ -106,11 +106,6 @@ impl Pipeline {
         self
     }
 
-    /// Identifies this process in `done.replica_id`.
-    pub fn replica_id(&self) -> &str {
-        &self.replica_id
-    }
-
     /// Answers `request` as a stream of SSE events.
     pub fn answer(
         self: &Arc<Self>,

@@ -19,16 +19,6 @@ impl HostServices for NoHost {
     }
 }
 
-fn component() -> Vec<u8> {
-    let path = sluice_sandbox::built_component("keyword-boost");
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run `scripts/build-components.sh`, or `make test`)",
-            path.display()
-        )
-    })
-}
-
 fn candidates(n: usize) -> Vec<Candidate> {
     (0..n)
         .map(|i| Candidate {
@@ -49,7 +39,7 @@ fn percentiles(mut v: Vec<Duration>) -> (f64, f64) {
 
 fn bench(c: &mut Criterion) {
     let sandbox = Sandbox::new(Limits::default(), Arc::new(NoHost)).unwrap();
-    let bytes = component();
+    let bytes = sluice_sandbox::built_component("keyword-boost").unwrap();
     let prepared = sandbox.compile(&bytes).unwrap();
     let none: Vec<Candidate> = Vec::new();
     let fifty = candidates(50);

@@ -37,9 +37,10 @@ pub use bindings::sluice::rerank::host::Level;
 pub use bindings::sluice::rerank::types::{Candidate, Scored};
 use bindings::{Reranker, RerankerPre};
 
-/// Where `scripts/build-components.sh` leaves `NAME.component.wasm`: `SLUICE_COMPONENTS_DIR`,
-/// else `$SLUICE_CACHE/components`, else `~/.cache/sluice/components`.
-pub fn built_component(name: &str) -> std::path::PathBuf {
+/// The bytes of `NAME.component.wasm` as `scripts/build-components.sh` leaves it in
+/// `SLUICE_COMPONENTS_DIR`, else `$SLUICE_CACHE/components`, else `~/.cache/sluice/components`.
+/// The error names the file and how to build it.
+pub fn built_component(name: &str) -> Result<Vec<u8>, String> {
     let dir = std::env::var_os("SLUICE_COMPONENTS_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
@@ -51,7 +52,13 @@ pub fn built_component(name: &str) -> std::path::PathBuf {
                 });
             cache.join("components")
         });
-    dir.join(format!("{name}.component.wasm"))
+    let path = dir.join(format!("{name}.component.wasm"));
+    std::fs::read(&path).map_err(|e| {
+        format!(
+            "{}: {e} (run `scripts/build-components.sh`, or `make test`)",
+            path.display()
+        )
+    })
 }
 
 /// How often the epoch advances: the unit of [`Limits::deadline`].
@@ -309,7 +316,14 @@ impl Sandbox {
         }
         let component = Component::new(&self.engine, bytes)
             .map_err(|e| UploadError::NotAComponent(format!("{e:#}")))?;
-        let prepared = self.prepare(&component)?;
+        let pre = self.prepare(&component)?;
+        let artifact = component
+            .serialize()
+            .map_err(|e| UploadError::WrongWorld(format!("{e:#}")))?;
+        let prepared = Prepared {
+            pre,
+            artifact: Arc::new(artifact),
+        };
         let smoke = [
             Candidate {
                 id: "a".into(),
@@ -348,10 +362,14 @@ impl Sandbox {
         // refuses artefacts from another configuration or version.
         let component = unsafe { Component::deserialize(&self.engine, artifact) }
             .map_err(|e| UploadError::NotAComponent(format!("stored artefact: {e:#}")))?;
-        self.prepare(&component)
+        Ok(Prepared {
+            pre: self.prepare(&component)?,
+            artifact: Arc::new(artifact.to_vec()),
+        })
     }
 
-    fn prepare(&self, component: &Component) -> Result<Prepared, UploadError> {
+    /// Checks the imports and the world, and resolves the imports once.
+    fn prepare(&self, component: &Component) -> Result<RerankerPre<CallState>, UploadError> {
         let ty = component.component_type();
         for (name, _) in ty.imports(&self.engine) {
             if !ALLOWED_IMPORTS
@@ -361,18 +379,10 @@ impl Sandbox {
                 return Err(UploadError::ForbiddenImport(name.to_string()));
             }
         }
-        let pre = self
-            .linker
+        self.linker
             .instantiate_pre(component)
             .and_then(RerankerPre::new)
-            .map_err(|e| UploadError::WrongWorld(format!("{e:#}")))?;
-        let artifact = component
-            .serialize()
-            .map_err(|e| UploadError::WrongWorld(format!("{e:#}")))?;
-        Ok(Prepared {
-            pre,
-            artifact: Arc::new(artifact),
-        })
+            .map_err(|e| UploadError::WrongWorld(format!("{e:#}")))
     }
 
     /// Runs the component on `candidates` in a fresh store and returns the new order: the

@@ -17,16 +17,6 @@ impl HostServices for WordCount {
     }
 }
 
-fn built(name: &str) -> Vec<u8> {
-    let path = sluice_sandbox::built_component(name);
-    std::fs::read(&path).unwrap_or_else(|e| {
-        panic!(
-            "{}: {e} (run `scripts/build-components.sh`, or `make test`)",
-            path.display()
-        )
-    })
-}
-
 fn candidate(id: &str, text: &str, rank: usize) -> Candidate {
     Candidate {
         id: id.into(),
@@ -40,7 +30,7 @@ fn candidate(id: &str, text: &str, rank: usize) -> Candidate {
 fn keyword_boost_lifts_the_candidate_that_contains_the_query_words() {
     let sandbox = Sandbox::new(Limits::default(), Arc::new(WordCount)).unwrap();
     let component = sandbox
-        .compile(&built("keyword-boost"))
+        .compile(&sluice_sandbox::built_component("keyword-boost").unwrap())
         .expect("the example component uploads");
     let candidates = vec![
         candidate("weather", "Sunny with light wind in the afternoon.", 0),
@@ -63,7 +53,7 @@ fn keyword_boost_lifts_the_candidate_that_contains_the_query_words() {
 fn mmr_moves_a_near_duplicate_below_a_different_source() {
     let sandbox = Sandbox::new(Limits::default(), Arc::new(WordCount)).unwrap();
     let component = sandbox
-        .compile(&built("mmr"))
+        .compile(&sluice_sandbox::built_component("mmr").unwrap())
         .expect("the example component uploads");
     let candidates = vec![
         candidate("limits", "Premium accounts withdraw up to $1,000 a day.", 0),

@@ -186,24 +186,8 @@ fn oversized_input_is_refused_before_running() {
 
 #[test]
 fn forbidden_imports_are_refused_at_upload() {
-    let wat = r#"(component
-  (import "wasi:filesystem/types@0.2.0" (instance (export "sync" (func))))
-  (core module $m
-    (memory (export "mem") 1)
-    (func (export "realloc") (param i32 i32 i32 i32) (result i32) (i32.const 0))
-    (func (export "rerank") (param i32 i32 i32 i32) (result i32) (unreachable)))
-  (core instance $i (instantiate $m))
-  (alias core export $i "mem" (core memory $mem))
-  (alias core export $i "realloc" (core func $realloc))
-  (alias core export $i "rerank" (core func $rerank-core))
-  (type $candidate' (record (field "id" string) (field "title" string) (field "text" string) (field "score" f32)))
-  (export $candidate "candidate" (type $candidate'))
-  (type $scored' (record (field "index" u32) (field "score" f32)))
-  (export $scored "scored" (type $scored'))
-  (func $rerank (param "query" string) (param "candidates" (list $candidate))
-    (result (result (list $scored) (error string)))
-    (canon lift (core func $rerank-core) (memory $mem) (realloc $realloc)))
-  (export "rerank" (func $rerank)))"#;
+    let wasi = "(component\n  (import \"wasi:filesystem/types@0.2.0\" (instance (export \"sync\" (func))))";
+    let wat = component(WELL_BEHAVED).replacen("(component", wasi, 1);
     let err = sandbox(Limits::default())
         .compile(wat.as_bytes())
         .err()
