@@ -2,6 +2,7 @@
 //!
 //! Every variable has a default; the README's configuration table lists them all.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -70,6 +71,33 @@ pub struct Config {
     pub rerank_max_candidates: usize,
     /// `SLUICE_RERANK_MAX_TEXT_BYTES`: candidate text is cut to this many bytes.
     pub rerank_max_text_bytes: usize,
+    /// `SLUICE_CACHE`: where answers are cached.
+    pub cache: CacheBackend,
+    /// `SLUICE_CACHE_TABLE`: the DynamoDB table.
+    pub cache_table: String,
+    /// `SLUICE_CACHE_CREATE_TABLE`: create the table at start when it is missing.
+    pub cache_create_table: bool,
+    /// `SLUICE_CACHE_TTL_SECS`: lifetime of a cached answer.
+    pub cache_ttl: Duration,
+    /// `SLUICE_CACHE_THRESHOLD`: cosine a paraphrase needs to reach to be answered from cache.
+    pub cache_threshold: f32,
+    /// `SLUICE_CACHE_TENANT_THRESHOLDS`: per-tenant thresholds, `acme=0.97,globex=0.9`.
+    pub cache_tenant_thresholds: HashMap<String, f32>,
+    /// `SLUICE_CACHE_BUDGET_MS`: budget of one cache lookup round; late is a miss.
+    pub cache_budget: Duration,
+    /// `SLUICE_CACHE_MAX_ENTRIES`: size bound of the in-memory cache.
+    pub cache_max_entries: usize,
+}
+
+/// Where answers are cached (`SLUICE_CACHE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheBackend {
+    /// No cache: every request reports `cache: "bypass"`.
+    Off,
+    /// In the process (the local default).
+    Memory,
+    /// A DynamoDB table, shared by every process (`SLUICE_CACHE_TABLE`).
+    Dynamodb,
 }
 
 impl fmt::Debug for Config {
@@ -89,6 +117,7 @@ impl fmt::Debug for Config {
             .field("retrieval_deadline", &self.retrieval_deadline)
             .field("top_k", &self.top_k)
             .field("default_tenant", &self.default_tenant)
+            .field("cache", &self.cache)
             .finish_non_exhaustive()
     }
 }
@@ -107,7 +136,7 @@ impl Config {
     /// Reads variables through `lookup` (the environment, or a map in tests).
     pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
-        let cache = get("SLUICE_CACHE").map(PathBuf::from).unwrap_or_else(|| {
+        let home = get("SLUICE_HOME").map(PathBuf::from).unwrap_or_else(|| {
             PathBuf::from(get("HOME").unwrap_or_else(|| ".".into())).join(".cache/sluice")
         });
         let config = Config {
@@ -122,7 +151,7 @@ impl Config {
                 .unwrap_or_else(|| "sluice-data".into()),
             model_dir: get("SLUICE_MODEL_DIR")
                 .map(PathBuf::from)
-                .unwrap_or_else(|| cache.join("models/all-MiniLM-L6-v2")),
+                .unwrap_or_else(|| home.join("models/all-MiniLM-L6-v2")),
             llm_url: get("SLUICE_LLM_URL")
                 .unwrap_or_else(|| "http://127.0.0.1:8081/v1".into())
                 .trim_end_matches('/')
@@ -152,6 +181,38 @@ impl Config {
                 10_000,
             )?,
             rerank_max_text_bytes: ranged(&get, "SLUICE_RERANK_MAX_TEXT_BYTES", 8192, 64, 1 << 20)?,
+            cache: match get("SLUICE_CACHE").as_deref().map(str::trim) {
+                None | Some("memory") => CacheBackend::Memory,
+                Some("dynamodb") => CacheBackend::Dynamodb,
+                Some("off") => CacheBackend::Off,
+                Some(other) => {
+                    return Err(ConfigError {
+                        name: "SLUICE_CACHE",
+                        value: other.to_string(),
+                        expected: "memory, dynamodb or off".into(),
+                    });
+                }
+            },
+            cache_table: get("SLUICE_CACHE_TABLE").unwrap_or_else(|| "sluice-cache".into()),
+            cache_create_table: parse(&get, "SLUICE_CACHE_CREATE_TABLE", "false", "true or false")?,
+            cache_ttl: Duration::from_secs(ranged(
+                &get,
+                "SLUICE_CACHE_TTL_SECS",
+                86_400,
+                1,
+                365 * 86_400,
+            )? as u64),
+            cache_threshold: threshold(
+                "SLUICE_CACHE_THRESHOLD",
+                get("SLUICE_CACHE_THRESHOLD").as_deref().unwrap_or("0.95"),
+            )?,
+            cache_tenant_thresholds: tenant_thresholds(
+                get("SLUICE_CACHE_TENANT_THRESHOLDS")
+                    .as_deref()
+                    .unwrap_or(""),
+            )?,
+            cache_budget: millis(&get, "SLUICE_CACHE_BUDGET_MS", 50, 1)?,
+            cache_max_entries: ranged(&get, "SLUICE_CACHE_MAX_ENTRIES", 10_000, 1, 10_000_000)?,
         };
         if !(config.llm_url.starts_with("http://") || config.llm_url.starts_with("https://")) {
             return Err(ConfigError {
@@ -179,6 +240,44 @@ impl Config {
         }
         Ok(config)
     }
+}
+
+/// A cosine threshold: from 0.8 (looser answers paraphrases that are not) to 1.0.
+fn threshold(name: &'static str, value: &str) -> Result<f32, ConfigError> {
+    match value.trim().parse::<f32>() {
+        Ok(t) if (0.8..=1.0).contains(&t) => Ok(t),
+        _ => Err(ConfigError {
+            name,
+            value: value.to_string(),
+            expected: "a number from 0.8 to 1.0".into(),
+        }),
+    }
+}
+
+/// `tenant=threshold` pairs separated by commas.
+fn tenant_thresholds(value: &str) -> Result<HashMap<String, f32>, ConfigError> {
+    const NAME: &str = "SLUICE_CACHE_TENANT_THRESHOLDS";
+    let mut map = HashMap::new();
+    for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let bad = |expected: &str| ConfigError {
+            name: NAME,
+            value: value.to_string(),
+            expected: format!(
+                "{expected} (comma-separated tenant=threshold pairs, such as acme=0.97,globex=0.9)"
+            ),
+        };
+        let (tenant, t) = pair
+            .split_once('=')
+            .ok_or_else(|| bad(&format!("{pair:?} has no '='")))?;
+        let tenant = tenant.trim();
+        if !valid_tenant(tenant) {
+            return Err(bad(&format!("{tenant:?} is not a valid tenant")));
+        }
+        let t = threshold(NAME, t)
+            .map_err(|_| bad(&format!("{tenant}'s threshold is not from 0.8 to 1.0")))?;
+        map.insert(tenant.to_string(), t);
+    }
+    Ok(map)
 }
 
 /// Tenant ids are short, printable and safe in keys and file names.
@@ -291,6 +390,37 @@ mod tests {
         assert_eq!(e.name, "SLUICE_CHUNK_OVERLAP_TOKENS");
         let e = with(&[("SLUICE_DEFAULT_TENANT", "a b")]).unwrap_err();
         assert_eq!(e.name, "SLUICE_DEFAULT_TENANT");
+    }
+
+    #[test]
+    fn cache_settings_are_validated() {
+        let c = with(&[]).unwrap();
+        assert_eq!(c.cache, CacheBackend::Memory);
+        assert_eq!(c.cache_threshold, 0.95);
+        assert_eq!(c.cache_ttl, Duration::from_secs(86_400));
+        let c = with(&[
+            ("SLUICE_CACHE", "dynamodb"),
+            ("SLUICE_CACHE_TENANT_THRESHOLDS", " acme=0.97, globex=0.9 "),
+            ("SLUICE_CACHE_CREATE_TABLE", "true"),
+        ])
+        .unwrap();
+        assert_eq!(c.cache, CacheBackend::Dynamodb);
+        assert!(c.cache_create_table);
+        assert_eq!(c.cache_tenant_thresholds.get("acme"), Some(&0.97));
+        assert_eq!(c.cache_tenant_thresholds.get("globex"), Some(&0.9));
+        for (name, value) in [
+            ("SLUICE_CACHE", "redis"),
+            ("SLUICE_CACHE_THRESHOLD", "0.5"),
+            ("SLUICE_CACHE_THRESHOLD", "high"),
+            ("SLUICE_CACHE_TENANT_THRESHOLDS", "acme"),
+            ("SLUICE_CACHE_TENANT_THRESHOLDS", "acme=1.5"),
+            ("SLUICE_CACHE_TENANT_THRESHOLDS", "a b=0.9"),
+            ("SLUICE_CACHE_CREATE_TABLE", "yes please"),
+            ("SLUICE_CACHE_BUDGET_MS", "0"),
+        ] {
+            let e = with(&[(name, value)]).unwrap_err();
+            assert_eq!(e.name, name, "{name}={value}: {e}");
+        }
     }
 
     #[test]

@@ -70,3 +70,22 @@ pub enum IngestError {
     #[error(transparent)]
     Store(#[from] StoreError),
 }
+
+/// The answer cache failed. The pipeline treats every cache error as a miss.
+#[derive(Debug, Error)]
+pub enum CacheError {
+    /// The backend could not be reached or refused the request.
+    #[error("cache backend failed: {0}")]
+    Backend(String),
+    /// The entry is over the backend's item size limit, so it is not cached.
+    #[error("cache entry of {bytes} bytes is over the {limit}-byte item limit")]
+    TooLarge {
+        /// Size of the entry.
+        bytes: usize,
+        /// The backend's limit.
+        limit: usize,
+    },
+    /// The backend is not set up (no table, wrong schema); the message says what to do.
+    #[error("{0}")]
+    Setup(String),
+}

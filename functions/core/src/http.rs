@@ -2,12 +2,13 @@
 //!
 //! | route | what |
 //! |---|---|
-//! | `POST /v1/answer` | `{"query", "k"?, "session_id"?, "retrieval_deadline_ms"?}` → `text/event-stream` |
+//! | `POST /v1/answer` | `{"query", "k"?, "session_id"?, "retrieval_deadline_ms"?, "cache"?}` → `text/event-stream` |
 //! | `POST /v1/documents` | `{"documents": [{"id", "text", "title"?, "source"?}]}` → ingest report |
 //! | `PUT /v1/components/rerank` | upload a rerank component (bytes) → its version |
 //! | `POST /v1/components/rerank/activate` | `{"version"}` → make it the tenant's active one |
 //! | `GET /v1/components/rerank` | the tenant's versions and the active one |
 //! | `DELETE /v1/components/rerank` | back to the built-in default (fused order) |
+//! | `DELETE /v1/cache` | forget the tenant's cached answers → `{"deleted": n}` |
 //! | `GET /healthz` | the process is up |
 //! | `GET /readyz` | model loaded, store open, LLM reachable (503 otherwise) |
 //!
@@ -24,7 +25,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use axum::{Json, Router};
 use futures::StreamExt;
 use serde::Deserialize;
@@ -79,6 +80,27 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// Serves the router on `listener` until `shutdown` completes, then lets open streams finish.
+///
+/// Every accepted connection gets `TCP_NODELAY`: SSE events are small writes, and with
+/// Nagle's algorithm a token written right after `meta` waits for the client's delayed ACK
+/// (40 ms on Linux) — measured as 40 ms of extra time to first token before this.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    pipeline: Arc<Pipeline>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
+    axum::serve(listener, router(pipeline))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
 /// The router over a pipeline built at start.
 pub fn router(pipeline: Arc<Pipeline>) -> Router {
     Router::new()
@@ -93,6 +115,7 @@ pub fn router(pipeline: Arc<Pipeline>) -> Router {
                 .delete(deactivate_component),
         )
         .route("/v1/components/rerank/activate", post(activate_component))
+        .route("/v1/cache", delete(clear_cache))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .with_state(pipeline)
@@ -169,12 +192,14 @@ struct AnswerBody {
     k: Option<serde_json::Value>,
     session_id: Option<String>,
     retrieval_deadline_ms: Option<u64>,
+    cache: Option<String>,
 }
 
 /// Validates an answer body into a pipeline request.
 fn answer_request(
     pipeline: &Pipeline,
     tenant: String,
+    headers: &HeaderMap,
     body: AnswerBody,
     received: Instant,
 ) -> Result<AnswerRequest, ApiError> {
@@ -222,6 +247,16 @@ fn answer_request(
             ));
         }
     };
+    let bypass_cache = match body.cache.as_deref() {
+        None | Some("auto") => no_cache(headers),
+        Some("bypass") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(
+                "invalid_cache",
+                format!("\"cache\" is {other:?}; it must be \"auto\" or \"bypass\""),
+            ));
+        }
+    };
     Ok(AnswerRequest {
         tenant,
         query,
@@ -229,7 +264,20 @@ fn answer_request(
         session_id: body.session_id,
         retrieval_deadline,
         received,
+        bypass_cache,
     })
+}
+
+/// Whether `Cache-Control` says `no-cache` or `no-store`: the request then neither reads
+/// nor writes the answer cache.
+fn no_cache(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|d| d.trim().to_ascii_lowercase())
+        .any(|d| d == "no-cache" || d == "no-store")
 }
 
 async fn answer(
@@ -240,7 +288,7 @@ async fn answer(
     let received = Instant::now();
     let tenant = tenant(&pipeline, &headers)?;
     let bytes = read_body(body, pipeline.config.max_body_bytes).await?;
-    let request = answer_request(&pipeline, tenant, parse_json(&bytes)?, received)?;
+    let request = answer_request(&pipeline, tenant, &headers, parse_json(&bytes)?, received)?;
     let events = pipeline
         .answer(request)
         .map(|e| Ok::<_, Infallible>(Bytes::from(e.to_sse())));
@@ -414,4 +462,29 @@ async fn deactivate_component(
     let tenant = tenant(&pipeline, &headers)?;
     registry(&pipeline, move |r| r.deactivate(&tenant)).await?;
     Ok(Json(json!({ "active": null })).into_response())
+}
+
+async fn clear_cache(
+    State(pipeline): State<Arc<Pipeline>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = tenant(&pipeline, &headers)?;
+    let cache = pipeline.cache.clone().ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_FOUND,
+            "cache_disabled",
+            "this server runs without an answer cache (SLUICE_CACHE=off)",
+        )
+    })?;
+    match cache.clear(&tenant).await {
+        Ok(deleted) => Ok(Json(json!({ "deleted": deleted })).into_response()),
+        Err(e) => {
+            tracing::error!(%tenant, error = %e, "clearing the cache failed");
+            Err(ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "cache_unavailable",
+                e.to_string(),
+            ))
+        }
+    }
 }

@@ -3,15 +3,17 @@
 //! A request flows through these modules in order:
 //!
 //! 1. [`http`]: routes, input validation, JSON errors, the SSE response.
-//! 2. [`pipeline`]: embed → retrieve under the retrieval deadline → [`prompt`] → generate,
-//!    emitting the [`sse`] events `meta`, `token`…, then exactly one `done` or `error`.
+//! 2. [`pipeline`]: [`cache`] lookup → embed → retrieve under the retrieval deadline →
+//!    [`prompt`] → generate, emitting the [`sse`] events `meta`, `token`…, then exactly one
+//!    `done` or `error`; complete answers are written to the cache after `done`.
 //! 3. [`ingest`]: documents in — parse, [`chunk`], embed, replace in the store.
 //!
 //! The heavy work lives in adapter crates that implement the traits in [`stages`]:
 //! `sluice-embed` (tract + tokenizers), `sluice-retrieve` (Qdrant Edge), `sluice-llm`
-//! (OpenAI-compatible streaming). [`config`] reads and validates the environment.
+//! (OpenAI-compatible streaming), `sluice-cache` (DynamoDB), `sluice-sandbox` (wasmtime). [`config`] reads and validates the environment.
 #![warn(missing_docs)]
 
+pub mod cache;
 pub mod chunk;
 pub mod config;
 pub mod error;

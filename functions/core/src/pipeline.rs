@@ -1,13 +1,18 @@
 //! The answer path, stage by stage:
 //!
-//! 1. cache — not configured yet, so every request reports `cache: "bypass"`;
+//! 1. cache: an in-process cache is read by exact key first (a hit skips the embedding),
+//!    then by similar question once the query is embedded; a remote cache (DynamoDB) is read
+//!    once, after the embedding, by exact key and similar question in one parallel round. A
+//!    hit replays the cached answer at once (`meta.cache = "hit"`, `done.cached = true`);
 //! 2. embed the query (in-process model, on the blocking pool);
 //! 3. retrieve: hybrid dense + BM25 search fused by RRF in the store;
 //! 4. rerank with the tenant's WASM component, if it has one (else the fused order stays);
-//!    steps 2–4 run under the retrieval deadline: late or failed retrieval → answer without
-//!    context; a failed rerank → the fused order, with `rerank_failed` in `meta.degraded`;
+//!    steps 2–4 run under the retrieval deadline (cache lookups have their own budget):
+//!    late or failed retrieval → answer without context; a failed rerank → the fused order,
+//!    with `rerank_failed` in `meta.degraded`;
 //! 5. assemble the prompt under the token budget;
-//! 6. stream tokens from the LLM.
+//! 6. stream tokens from the LLM; after `done`, a complete answer that was not degraded is
+//!    written to the cache in the background.
 //!
 //! The result is a stream of [`Event`]s that always ends with exactly one `done` or `error`.
 //! It is lazy: dropping it (a client that went away) drops the upstream LLM request.
@@ -18,6 +23,7 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use tracing::{info, warn};
 
+use crate::cache::{CachedAnswer, Lookup, Probe, Scope, SemanticCache};
 use crate::config::Config;
 use crate::error::LlmError;
 use crate::prompt;
@@ -54,6 +60,8 @@ pub struct AnswerRequest {
     pub retrieval_deadline: Duration,
     /// When the request arrived: all timings count from here.
     pub received: Instant,
+    /// Neither read nor write the cache (`"cache": "bypass"`, `Cache-Control: no-cache`).
+    pub bypass_cache: bool,
 }
 
 /// The pipeline: the stages, built once at start and shared by every request.
@@ -70,6 +78,8 @@ pub struct Pipeline {
     pub reranker: Option<Arc<dyn Reranker>>,
     /// The registry behind `/v1/components/rerank`, when the deployment has one.
     pub components: Option<Arc<dyn Components>>,
+    /// The answer cache, unless it is off.
+    pub cache: Option<Arc<SemanticCache>>,
     replica_id: String,
 }
 
@@ -91,6 +101,7 @@ impl Pipeline {
             llm,
             reranker: None,
             components: None,
+            cache: None,
             replica_id: format!("{host}-{}", std::process::id()),
         }
     }
@@ -106,6 +117,12 @@ impl Pipeline {
         self
     }
 
+    /// Adds the answer cache.
+    pub fn with_cache(mut self, cache: Arc<SemanticCache>) -> Self {
+        self.cache = Some(cache);
+        self
+    }
+
     /// Answers `request` as a stream of SSE events.
     pub fn answer(
         self: &Arc<Self>,
@@ -117,17 +134,57 @@ impl Pipeline {
             let session_id = request.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
             let mut timings = Timings::default();
             let mut degraded: Vec<String> = Vec::new();
+            let ids = (request_id.clone(), session_id.clone());
 
-            // Stages 2-4: embedding, retrieval and rerank, under the retrieval deadline.
-            let hits = match this.retrieve(&request, &mut timings, &mut degraded).await {
-                Ok(hits) => hits,
-                Err(reason) => {
-                    degraded.push(reason.to_string());
-                    Vec::new()
+            // Stage 1: the cache, unless there is none or the request bypasses it.
+            let lookup = this.cache_lookup(&request).await;
+            let cache_state = if lookup.is_some() { "miss" } else { "bypass" };
+
+            // An in-process cache is read before the embedding, so that an exact hit skips it.
+            if let Some((cache, probe, scope)) = lookup.as_ref().filter(|(c, _, _)| c.in_process()) {
+                let started = Instant::now();
+                let found = cache.exact(&request.tenant, probe, scope).await;
+                add_ms(&mut timings.cache_ms, started.elapsed());
+                if let Some(events) = this.replay(&request, ids.clone(), found, &mut timings) {
+                    for event in events { yield event; }
+                    return;
                 }
-            };
+            }
 
-            // Stage 4: the prompt.
+            // Stage 2: the query embedding.
+            let vector = this.embed_query(&request, &mut timings).await;
+
+            // Stage 1, continued: the similar-question lookup needs the embedding; a remote
+            // cache reads the exact key in the same parallel round.
+            if let Some((cache, probe, scope)) = &lookup {
+                let started = Instant::now();
+                let found = match (&vector, cache.in_process()) {
+                    (Ok((v, _)), true) => cache.similar(&request.tenant, probe, v, scope).await,
+                    (Ok((v, _)), false) => cache.lookup(&request.tenant, probe, v, scope).await,
+                    (Err(_), true) => Lookup::Miss,
+                    (Err(_), false) => cache.exact(&request.tenant, probe, scope).await,
+                };
+                add_ms(&mut timings.cache_ms, started.elapsed());
+                if let Some(events) = this.replay(&request, ids.clone(), found, &mut timings) {
+                    for event in events { yield event; }
+                    return;
+                }
+            }
+
+            // Stages 3-4: retrieval and rerank, in what is left of the retrieval deadline.
+            let hits = match &vector {
+                Ok((vector, embed_time)) => {
+                    let left = request.retrieval_deadline.saturating_sub(*embed_time);
+                    this.retrieve(&request, vector, left, &mut timings, &mut degraded).await
+                }
+                Err(reason) => Err(*reason),
+            };
+            let hits = hits.unwrap_or_else(|reason| {
+                degraded.push(reason.to_string());
+                Vec::new()
+            });
+
+            // Stage 5: the prompt.
             let started = Instant::now();
             let counter = |text: &str| this.embedder.count_tokens(text);
             let budget = prompt::input_budget(this.config.llm_context_tokens, this.config.max_tokens as usize);
@@ -137,20 +194,20 @@ impl Pipeline {
             }
             timings.prompt_ms = Some(ms(started.elapsed()));
 
-            let documents = prompt.sources.iter().map(source_doc).collect();
+            let documents: Vec<SourceDoc> = prompt.sources.iter().map(source_doc).collect();
             yield Event::Meta(Box::new(Meta {
                 request_id: request_id.clone(),
                 session_id: session_id.clone(),
                 tenant: request.tenant.clone(),
                 model_id: this.llm.model_id().to_string(),
                 k: request.k,
-                documents,
-                cache: "bypass".into(),
+                documents: documents.clone(),
+                cache: cache_state.into(),
                 degraded: degraded.clone(),
                 timings: timings.clone(),
             }));
 
-            // Stage 5: generation.
+            // Stage 6: generation.
             let llm_start = Instant::now();
             let mut upstream = match this.llm.stream(prompt.messages, this.config.max_tokens).await {
                 Ok(s) => s,
@@ -160,7 +217,7 @@ impl Pipeline {
                     return;
                 }
             };
-            let mut index = 0u64;
+            let mut tokens: Vec<String> = Vec::new();
             let mut first_token_at = None;
             let mut finish = None;
             while let Some(item) = upstream.next().await {
@@ -171,30 +228,31 @@ impl Pipeline {
                             timings.llm_ttft_ms = Some(ms(llm_start.elapsed()));
                             timings.ttft_ms = Some(ms(request.received.elapsed()));
                         }
+                        let index = tokens.len() as u64;
+                        tokens.push(text.clone());
                         yield Event::Token(Token { text, index });
-                        index += 1;
                     }
                     Ok(LlmEvent::Finish { finish_reason, completion_tokens }) => {
                         finish = Some((finish_reason, completion_tokens));
                         break;
                     }
                     Err(e) => {
-                        warn!(%request_id, tenant = %request.tenant, error = %e, tokens = index, "LLM stream failed");
-                        yield Event::Error(error_event(&e, index > 0));
+                        warn!(%request_id, tenant = %request.tenant, error = %e, tokens = tokens.len(), "LLM stream failed");
+                        yield Event::Error(error_event(&e, !tokens.is_empty()));
                         return;
                     }
                 }
             }
             let Some((finish_reason, usage_tokens)) = finish else {
                 let e = LlmError::Stream("the upstream closed the stream before it finished".into());
-                warn!(%request_id, tokens = index, "LLM stream ended without a finish reason");
-                yield Event::Error(error_event(&e, index > 0));
+                warn!(%request_id, tokens = tokens.len(), "LLM stream ended without a finish reason");
+                yield Event::Error(error_event(&e, !tokens.is_empty()));
                 return;
             };
 
             let (token_count, source) = match usage_tokens {
                 Some(n) => (n, "usage"),
-                None => (index, "events"),
+                None => (tokens.len() as u64, "events"),
             };
             let generating = first_token_at.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
             timings.total_ms = Some(ms(request.received.elapsed()));
@@ -203,6 +261,27 @@ impl Pipeline {
                 ttft_ms = timings.ttft_ms, total_ms = timings.total_ms, degraded = ?degraded,
                 "answered"
             );
+            // Write-behind: only complete answers (the model stopped, or reached the
+            // configured max_tokens, as it would again) that were not degraded, and never one
+            // that delays the `done` event.
+            if let (Some((cache, probe, scope)), Ok((vector, _))) = (lookup, vector)
+                && degraded.is_empty()
+                && matches!(finish_reason.as_str(), "stop" | "length")
+            {
+                let answer = CachedAnswer {
+                    tokens,
+                    sources: documents,
+                    finish_reason: finish_reason.clone(),
+                    token_count,
+                    token_count_source: source.into(),
+                };
+                let entry = cache.entry(&request.tenant, &probe, vector, scope, answer);
+                tokio::spawn(async move {
+                    if let Err(e) = cache.put(&entry).await {
+                        warn!(tenant = %entry.tenant, error = %e, "answer not cached");
+                    }
+                });
+            }
             yield Event::Done(Box::new(Done {
                 request_id,
                 session_id,
@@ -219,35 +298,154 @@ impl Pipeline {
         }
     }
 
-    /// Embeds the query and searches the store within the request's retrieval deadline.
-    /// On failure returns the `meta.degraded` reason.
-    async fn retrieve(
+    /// What stage 1 needs: the cache, the question's probe and the scope an entry must have
+    /// been made under; `None` when the request bypasses the cache or there is none.
+    async fn cache_lookup(
+        &self,
+        request: &AnswerRequest,
+    ) -> Option<(Arc<SemanticCache>, Probe, Scope)> {
+        let cache = self.cache.clone().filter(|_| !request.bypass_cache)?;
+        let corpus_version = match self.store.corpus_version(&request.tenant).await {
+            Ok(v) => v,
+            Err(e) => {
+                // Without the corpus version no entry can be proven fresh: a miss.
+                warn!(tenant = %request.tenant, error = %e, "corpus version unknown; cache skipped");
+                return None;
+            }
+        };
+        let rerank = match &self.reranker {
+            None => None,
+            Some(r) => match r.active_component(&request.tenant) {
+                Ok(version) => version,
+                Err(e) => {
+                    warn!(tenant = %request.tenant, error = %e, "active rerank component unknown; cache skipped");
+                    return None;
+                }
+            },
+        };
+        let scope = Scope {
+            rerank,
+            corpus_version,
+            llm_model: self.llm.model_id().to_string(),
+            embed_model: self.embedder.model_id().to_string(),
+            prompt_version: prompt::PROMPT_VERSION,
+            k: request.k,
+        };
+        Some((cache, Probe::new(&request.query), scope))
+    }
+
+    /// The events of a cache hit (`meta`, the cached tokens, `done`), or `None` on a miss.
+    fn replay(
+        &self,
+        request: &AnswerRequest,
+        (request_id, session_id): (String, String),
+        found: Lookup,
+        timings: &mut Timings,
+    ) -> Option<Vec<Event>> {
+        let (entry, similarity) = match found {
+            Lookup::Hit { entry, similarity } => (entry, similarity),
+            Lookup::Miss => return None,
+            Lookup::Failed(e) => {
+                warn!(tenant = %request.tenant, error = %e, "cache lookup failed; treated as a miss");
+                return None;
+            }
+        };
+        info!(%request_id, tenant = %request.tenant, similarity, "answered from the cache");
+        let answer = entry.answer;
+        timings.ttft_ms = Some(ms(request.received.elapsed()));
+        let mut events = Vec::with_capacity(answer.tokens.len() + 2);
+        events.push(Event::Meta(Box::new(Meta {
+            request_id: request_id.clone(),
+            session_id: session_id.clone(),
+            tenant: request.tenant.clone(),
+            model_id: self.llm.model_id().to_string(),
+            k: request.k,
+            documents: answer.sources,
+            cache: "hit".into(),
+            degraded: Vec::new(),
+            timings: timings.clone(),
+        })));
+        events.extend(answer.tokens.into_iter().enumerate().map(|(i, text)| {
+            Event::Token(Token {
+                text,
+                index: i as u64,
+            })
+        }));
+        timings.total_ms = Some(ms(request.received.elapsed()));
+        events.push(Event::Done(Box::new(Done {
+            request_id,
+            session_id,
+            replica_id: self.replica_id.clone(),
+            model_id: self.llm.model_id().to_string(),
+            k: request.k,
+            token_count: answer.token_count,
+            token_count_source: answer.token_count_source,
+            tokens_per_sec: 0.0,
+            finish_reason: answer.finish_reason,
+            cached: true,
+            timings: timings.clone(),
+        })));
+        Some(events)
+    }
+
+    /// The query vector and the time it took, within the retrieval deadline; else the
+    /// `meta.degraded` reason.
+    async fn embed_query(
         &self,
         request: &AnswerRequest,
         timings: &mut Timings,
-        degraded: &mut Vec<String>,
-    ) -> Result<Vec<Hit>, &'static str> {
+    ) -> Result<(Vec<f32>, Duration), &'static str> {
         if request.retrieval_deadline.is_zero() {
             return Err(degraded::RETRIEVAL_TIMEOUT);
         }
-        let work = async {
-            let started = Instant::now();
-            let embedder = Arc::clone(&self.embedder);
-            let query = request.query.clone();
-            let vectors = tokio::task::spawn_blocking(move || embedder.embed(&[query.as_str()]))
-                .await
-                .map_err(|e| e.to_string())?
+        let started = Instant::now();
+        let embedder = Arc::clone(&self.embedder);
+        let query = request.query.clone();
+        let task = tokio::task::spawn_blocking(move || {
+            let vectors = embedder
+                .embed(&[query.as_str()])
                 .map_err(|e| e.to_string())?;
-            let vector = vectors
+            vectors
                 .into_iter()
                 .next()
-                .ok_or("the embedder returned no vector")?;
-            timings.embed_ms = Some(ms(started.elapsed()));
+                .ok_or_else(|| "the embedder returned no vector".to_string())
+        });
+        match tokio::time::timeout(request.retrieval_deadline, task).await {
+            Ok(Ok(Ok(vector))) => {
+                let took = started.elapsed();
+                timings.embed_ms = Some(ms(took));
+                Ok((vector, took))
+            }
+            Ok(Ok(Err(e))) => {
+                warn!(tenant = %request.tenant, error = %e, "embedding failed; answering without context");
+                Err(degraded::RETRIEVAL_FAILED)
+            }
+            Ok(Err(e)) => {
+                warn!(tenant = %request.tenant, error = %e, "embedding task failed; answering without context");
+                Err(degraded::RETRIEVAL_FAILED)
+            }
+            Err(_) => {
+                warn!(tenant = %request.tenant, deadline = ?request.retrieval_deadline, "retrieval deadline passed while embedding; answering without context");
+                Err(degraded::RETRIEVAL_TIMEOUT)
+            }
+        }
+    }
 
+    /// Searches the store and reranks within `left` (what the embedding left of the
+    /// retrieval deadline). On failure returns the `meta.degraded` reason.
+    async fn retrieve(
+        &self,
+        request: &AnswerRequest,
+        vector: &[f32],
+        left: Duration,
+        timings: &mut Timings,
+        degraded: &mut Vec<String>,
+    ) -> Result<Vec<Hit>, &'static str> {
+        let work = async {
             let started = Instant::now();
             let hits = self
                 .store
-                .search(&request.tenant, &request.query, &vector, request.k)
+                .search(&request.tenant, &request.query, vector, request.k)
                 .await
                 .map_err(|e| e.to_string())?;
             timings.retrieve_ms = Some(ms(started.elapsed()));
@@ -256,7 +454,11 @@ impl Pipeline {
                 return Ok::<_, String>(hits);
             };
             let started = Instant::now();
-            let (tenant, query) = (request.tenant.clone(), request.query.clone());
+            let (tenant, query, vector) = (
+                request.tenant.clone(),
+                request.query.clone(),
+                vector.to_vec(),
+            );
             let (hits, outcome) = tokio::task::spawn_blocking(move || {
                 let outcome = reranker.rerank(&tenant, &query, &vector, &hits);
                 (hits, outcome)
@@ -282,7 +484,7 @@ impl Pipeline {
             };
             Ok::<_, String>(hits)
         };
-        match tokio::time::timeout(request.retrieval_deadline, work).await {
+        match tokio::time::timeout(left, work).await {
             Ok(Ok(hits)) => Ok(hits),
             Ok(Err(e)) => {
                 warn!(tenant = %request.tenant, error = %e, "retrieval failed; answering without context");
@@ -294,6 +496,11 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// Adds `d` to a timing that may not have started yet.
+fn add_ms(slot: &mut Option<f64>, d: Duration) {
+    *slot = Some(slot.unwrap_or(0.0) + ms(d));
 }
 
 fn source_doc(hit: &Hit) -> SourceDoc {

@@ -3,6 +3,10 @@
 
 use crate::stages::{ChatMessage, Hit};
 
+/// Version of the instructions and the prompt layout below. Cached answers carry it and
+/// answer only while it is unchanged: bump it with every change to the prompt.
+pub const PROMPT_VERSION: u32 = 1;
+
 /// Instruction when sources are present.
 pub const SYSTEM_WITH_SOURCES: &str = "You are Sluice, an assistant that answers questions \
 using only the numbered sources provided. Cite the sources you use inline as [n]. If the \

@@ -7,6 +7,9 @@ use serde::{Deserialize, Serialize};
 /// Stage timings in milliseconds; a stage that did not run is absent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timings {
+    /// Waiting on cache lookups (the exact-key read, then the similar-question round).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache_ms: Option<f64>,
     /// Query embedding.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub embed_ms: Option<f64>,

@@ -99,6 +99,9 @@ pub trait Store: Send + Sync {
 /// Calls are CPU-bound and synchronous; the pipeline runs them on the blocking pool, inside
 /// the retrieval deadline.
 pub trait Reranker: Send + Sync {
+    /// The version of the tenant's active component, `None` for the built-in default.
+    /// Cached answers remember it: a new component makes them stale.
+    fn active_component(&self, tenant: &str) -> Result<Option<String>, String>;
     /// The new order of `hits` (indices, best first), or `Ok(None)` when the tenant has no
     /// active component (the built-in default: fused order). `Err` says why the component
     /// failed; the pipeline then keeps the fused order.

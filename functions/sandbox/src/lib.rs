@@ -38,19 +38,19 @@ pub use bindings::sluice::rerank::types::{Candidate, Scored};
 use bindings::{Reranker, RerankerPre};
 
 /// The bytes of `NAME.component.wasm` as `scripts/build-components.sh` leaves it in
-/// `SLUICE_COMPONENTS_DIR`, else `$SLUICE_CACHE/components`, else `~/.cache/sluice/components`.
+/// `SLUICE_COMPONENTS_DIR`, else `$SLUICE_HOME/components`, else `~/.cache/sluice/components`.
 /// The error names the file and how to build it.
 pub fn built_component(name: &str) -> Result<Vec<u8>, String> {
     let dir = std::env::var_os("SLUICE_COMPONENTS_DIR")
         .map(std::path::PathBuf::from)
         .unwrap_or_else(|| {
-            let cache = std::env::var_os("SLUICE_CACHE")
+            let home = std::env::var_os("SLUICE_HOME")
                 .map(std::path::PathBuf::from)
                 .unwrap_or_else(|| {
                     std::path::PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
                         .join(".cache/sluice")
                 });
-            cache.join("components")
+            home.join("components")
         });
     let path = dir.join(format!("{name}.component.wasm"));
     std::fs::read(&path).map_err(|e| {

@@ -143,21 +143,20 @@ impl Registry {
         Ok(prepared)
     }
 
-    /// The tenant's active component, compiled, from the cache or from disk.
-    fn active(&self, tenant: &str) -> Result<Option<Prepared>, ComponentError> {
+    /// The tenant's active version and component, compiled, from the cache or from disk.
+    fn active(&self, tenant: &str) -> Result<Option<(String, Prepared)>, ComponentError> {
         if let Some(entry) = self.active.read().map_err(storage)?.get(tenant) {
-            return Ok(entry.as_ref().map(|(_, p)| p.clone()));
+            return Ok(entry.clone());
         }
         let entry = match self.active_version(tenant)? {
             Some(v) => Some((v.clone(), self.load(tenant, &v)?)),
             None => None,
         };
-        let prepared = entry.as_ref().map(|(_, p)| p.clone());
         self.active
             .write()
             .map_err(storage)?
-            .insert(tenant.to_string(), entry);
-        Ok(prepared)
+            .insert(tenant.to_string(), entry.clone());
+        Ok(entry)
     }
 }
 
@@ -252,6 +251,12 @@ impl Components for Registry {
 }
 
 impl Reranker for Registry {
+    fn active_component(&self, tenant: &str) -> Result<Option<String>, String> {
+        self.active(tenant)
+            .map(|entry| entry.map(|(version, _)| version))
+            .map_err(|e| format!("{e:?}"))
+    }
+
     fn rerank(
         &self,
         tenant: &str,
@@ -259,7 +264,7 @@ impl Reranker for Registry {
         query_vector: &[f32],
         hits: &[Hit],
     ) -> Result<Option<Vec<usize>>, String> {
-        let Some(prepared) = self.active(tenant).map_err(|e| format!("{e:?}"))? else {
+        let Some((_, prepared)) = self.active(tenant).map_err(|e| format!("{e:?}"))? else {
             return Ok(None);
         };
         let max = self.sandbox.limits().max_text_bytes;

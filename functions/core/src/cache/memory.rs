@@ -1,0 +1,224 @@
+//! The in-process cache backend: the local default. Bounded (the oldest entry goes first
+//! when full), lost on restart, private to one process.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+
+use super::{CacheEntry, CacheStore, lsh::BANDS, now};
+use crate::error::CacheError;
+
+/// Entries in memory, indexed by exact key and by LSH bucket.
+pub struct MemoryCache {
+    max_entries: usize,
+    inner: Mutex<Inner>,
+}
+
+type Id = (String, String);
+
+#[derive(Default)]
+struct Inner {
+    /// (tenant, key) → (insertion number, entry).
+    entries: HashMap<Id, (u64, CacheEntry)>,
+    /// (tenant, band, bucket) → keys.
+    buckets: HashMap<(String, usize, u32), HashSet<String>>,
+    /// Insertion number → (tenant, key): the eviction order.
+    order: BTreeMap<u64, Id>,
+    next: u64,
+}
+
+impl Inner {
+    fn remove(&mut self, id: &Id) -> Option<CacheEntry> {
+        let (seq, entry) = self.entries.remove(id)?;
+        self.order.remove(&seq);
+        for (band, bucket) in entry.buckets.iter().enumerate() {
+            let slot = (entry.tenant.clone(), band, *bucket);
+            if let Some(keys) = self.buckets.get_mut(&slot) {
+                keys.remove(&entry.key);
+                if keys.is_empty() {
+                    self.buckets.remove(&slot);
+                }
+            }
+        }
+        Some(entry)
+    }
+}
+
+impl MemoryCache {
+    /// A cache holding at most `max_entries` entries (at least 1).
+    pub fn new(max_entries: usize) -> Self {
+        Self {
+            max_entries: max_entries.max(1),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// Number of entries held, expired ones included until they are evicted.
+    pub fn len(&self) -> usize {
+        self.inner.lock().map_or(0, |i| i.entries.len())
+    }
+
+    /// Whether no entry is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock(&self) -> Result<std::sync::MutexGuard<'_, Inner>, CacheError> {
+        self.inner
+            .lock()
+            .map_err(|_| CacheError::Backend("memory cache lock poisoned".into()))
+    }
+}
+
+#[async_trait]
+impl CacheStore for MemoryCache {
+    fn backend(&self) -> &'static str {
+        "memory"
+    }
+
+    fn in_process(&self) -> bool {
+        true
+    }
+
+    async fn get(&self, tenant: &str, key: &str) -> Result<Option<CacheEntry>, CacheError> {
+        let inner = self.lock()?;
+        let id = (tenant.to_string(), key.to_string());
+        Ok(inner.entries.get(&id).map(|(_, e)| e.clone()))
+    }
+
+    async fn candidates(
+        &self,
+        tenant: &str,
+        buckets: &[u32],
+    ) -> Result<Vec<CacheEntry>, CacheError> {
+        let inner = self.lock()?;
+        let mut keys = HashSet::new();
+        for (band, bucket) in buckets.iter().enumerate().take(BANDS) {
+            if let Some(found) = inner.buckets.get(&(tenant.to_string(), band, *bucket)) {
+                keys.extend(found.iter().cloned());
+            }
+        }
+        Ok(keys
+            .into_iter()
+            .filter_map(|key| inner.entries.get(&(tenant.to_string(), key)))
+            .map(|(_, e)| e.clone())
+            .collect())
+    }
+
+    async fn put(&self, entry: &CacheEntry) -> Result<(), CacheError> {
+        let mut inner = self.lock()?;
+        let id = (entry.tenant.clone(), entry.key.clone());
+        inner.remove(&id);
+        // Make room: expired entries first, then the oldest.
+        if inner.entries.len() >= self.max_entries {
+            let now = now();
+            let expired: Vec<Id> = inner
+                .entries
+                .iter()
+                .filter(|(_, (_, e))| e.expires_at <= now)
+                .map(|(id, _)| id.clone())
+                .collect();
+            for id in &expired {
+                inner.remove(id);
+            }
+        }
+        while inner.entries.len() >= self.max_entries {
+            let Some((_, oldest)) = inner
+                .order
+                .first_key_value()
+                .map(|(s, id)| (*s, id.clone()))
+            else {
+                break;
+            };
+            inner.remove(&oldest);
+        }
+        let seq = inner.next;
+        inner.next += 1;
+        for (band, bucket) in entry.buckets.iter().enumerate() {
+            inner
+                .buckets
+                .entry((entry.tenant.clone(), band, *bucket))
+                .or_default()
+                .insert(entry.key.clone());
+        }
+        inner.order.insert(seq, id.clone());
+        inner.entries.insert(id, (seq, entry.clone()));
+        Ok(())
+    }
+
+    async fn clear(&self, tenant: &str) -> Result<usize, CacheError> {
+        let mut inner = self.lock()?;
+        let ids: Vec<Id> = inner
+            .entries
+            .keys()
+            .filter(|(t, _)| t == tenant)
+            .cloned()
+            .collect();
+        for id in &ids {
+            inner.remove(id);
+        }
+        Ok(ids.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::{CachedAnswer, Scope};
+
+    fn entry(tenant: &str, key: &str, buckets: Vec<u32>) -> CacheEntry {
+        CacheEntry {
+            tenant: tenant.into(),
+            key: key.into(),
+            query: key.into(),
+            vector: vec![1.0],
+            buckets,
+            scope: Scope {
+                corpus_version: 0,
+                llm_model: "m".into(),
+                embed_model: "e".into(),
+                prompt_version: 1,
+                k: 5,
+                rerank: None,
+            },
+            expires_at: now() + 60,
+            answer: CachedAnswer {
+                tokens: vec![],
+                sources: vec![],
+                finish_reason: "stop".into(),
+                token_count: 0,
+                token_count_source: "usage".into(),
+            },
+        }
+    }
+
+    #[tokio::test]
+    async fn full_cache_evicts_the_oldest_entry_and_its_buckets() {
+        let c = MemoryCache::new(2);
+        c.put(&entry("t", "a", vec![1, 2])).await.unwrap();
+        c.put(&entry("t", "b", vec![1, 3])).await.unwrap();
+        c.put(&entry("t", "a", vec![1, 2])).await.unwrap(); // rewritten: now the newest
+        c.put(&entry("t", "c", vec![9, 9])).await.unwrap();
+        assert_eq!(c.len(), 2);
+        assert!(c.get("t", "b").await.unwrap().is_none());
+        assert!(c.get("t", "a").await.unwrap().is_some());
+        let found = c.candidates("t", &[1, 3]).await.unwrap();
+        assert_eq!(found.len(), 1, "b's buckets left with it");
+        assert_eq!(found[0].key, "a");
+    }
+
+    #[tokio::test]
+    async fn buckets_and_keys_are_per_tenant_and_clear_removes_one_tenant() {
+        let c = MemoryCache::new(10);
+        c.put(&entry("acme", "k", vec![5])).await.unwrap();
+        c.put(&entry("globex", "k", vec![5])).await.unwrap();
+        let found = c.candidates("acme", &[5]).await.unwrap();
+        assert_eq!(found.len(), 1);
+        assert_eq!(found[0].tenant, "acme");
+        assert_eq!(c.clear("acme").await.unwrap(), 1);
+        assert!(c.get("acme", "k").await.unwrap().is_none());
+        assert!(c.get("globex", "k").await.unwrap().is_some());
+        assert!(c.candidates("acme", &[5]).await.unwrap().is_empty());
+    }
+}

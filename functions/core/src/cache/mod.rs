@@ -1,0 +1,493 @@
+//! Stage 1: the semantic answer cache.
+//!
+//! A cached answer is found in two ways, both inside the request's tenant:
+//!
+//! 1. **exact**: the SHA-256 of the [normalised](guard::normalise) question, one key read;
+//! 2. **similar**: the [LSH buckets](lsh) of the query embedding, read in one parallel round;
+//!    the most similar candidate counts when its cosine reaches the tenant's threshold.
+//!
+//! In-process backends are read by exact key before the query is embedded (an exact hit
+//! costs microseconds); remote ones once, after the embedding, both ways in one round.
+//!
+//! Either way an entry answers only when it is **fresh** — same corpus version (every ingest
+//! bumps it), LLM, embedding model, prompt version, `k` and rerank component, and its `ttl`
+//! not passed (checked
+//! here: emulators and DynamoDB itself delete expired items late) — and when the
+//! [guard](guard::Guard) finds no differing negation, number or opposite word.
+//!
+//! Every lookup runs under its own small budget; late, failed or doubtful is a miss. Entries
+//! are written after `done`, only for complete answers that were not degraded.
+//!
+//! Backends implement [`CacheStore`]: [`memory::MemoryCache`] (the local default) here, and
+//! DynamoDB in the `sluice-cache` crate. They store and find; every decision is made here.
+
+pub mod guard;
+pub mod lsh;
+pub mod memory;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::config::Config;
+use crate::error::CacheError;
+use crate::sse::SourceDoc;
+
+use guard::Guard;
+use lsh::Lsh;
+
+/// The answer as it was streamed, replayed token by token on a hit.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachedAnswer {
+    /// The token events' texts, in order.
+    pub tokens: Vec<String>,
+    /// The sources shown in `meta`.
+    pub sources: Vec<SourceDoc>,
+    /// As in the original `done`.
+    pub finish_reason: String,
+    /// As in the original `done`.
+    pub token_count: u64,
+    /// As in the original `done`.
+    pub token_count_source: String,
+}
+
+/// What an entry was made under; it answers a request only when all of it is the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Scope {
+    /// The tenant's corpus version when the answer was made (ingest bumps it).
+    pub corpus_version: u64,
+    /// The LLM that wrote the answer.
+    pub llm_model: String,
+    /// The model of the stored query vector (vectors of two models do not compare).
+    pub embed_model: String,
+    /// [`crate::prompt::PROMPT_VERSION`] when the answer was made.
+    pub prompt_version: u32,
+    /// Sources asked for.
+    pub k: usize,
+    /// The tenant's active rerank component (`None`: the built-in fused order).
+    pub rerank: Option<String>,
+}
+
+/// One cached answer.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CacheEntry {
+    /// Owner; backends make it the leading part of every key.
+    pub tenant: String,
+    /// Hex SHA-256 of `query`: the exact key.
+    pub key: String,
+    /// The normalised question (the guard reads it).
+    pub query: String,
+    /// The question's embedding (backends may store it at lower precision).
+    pub vector: Vec<f32>,
+    /// Its LSH bucket in each band.
+    pub buckets: Vec<u32>,
+    /// What the answer was made under.
+    pub scope: Scope,
+    /// Unix seconds after which the entry is ignored (DynamoDB's `ttl` attribute).
+    pub expires_at: u64,
+    /// The answer.
+    pub answer: CachedAnswer,
+}
+
+/// Where entries live. Implementations store and find; the matching rules are in
+/// [`SemanticCache`].
+#[async_trait]
+pub trait CacheStore: Send + Sync {
+    /// Short name for logs and `doctor`: `memory`, `dynamodb`.
+    fn backend(&self) -> &'static str;
+    /// Whether a read costs no network round trip. The pipeline then reads the exact key
+    /// before embedding the query (a hit skips the embedding); otherwise it reads the exact
+    /// key and the buckets in one parallel round after the embedding.
+    fn in_process(&self) -> bool;
+    /// The tenant's entry under the exact `key`.
+    async fn get(&self, tenant: &str, key: &str) -> Result<Option<CacheEntry>, CacheError>;
+    /// The tenant's entries that share a bucket with `buckets` in any band (band `i` is
+    /// `buckets[i]`), read in one parallel round.
+    async fn candidates(
+        &self,
+        tenant: &str,
+        buckets: &[u32],
+    ) -> Result<Vec<CacheEntry>, CacheError>;
+    /// Stores `entry`, replacing the tenant's entry with the same key.
+    async fn put(&self, entry: &CacheEntry) -> Result<(), CacheError>;
+    /// Deletes every entry of `tenant`; returns how many there were.
+    async fn clear(&self, tenant: &str) -> Result<usize, CacheError>;
+}
+
+/// The question as the cache sees it, computed once per request.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// [`guard::normalise`]d text.
+    pub normalised: String,
+    /// The exact key: hex SHA-256 of `normalised`.
+    pub key: String,
+    guard: Guard,
+}
+
+impl Probe {
+    /// Normalises `query` and derives its key and guard features.
+    pub fn new(query: &str) -> Self {
+        let normalised = guard::normalise(query);
+        let key = Sha256::digest(normalised.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        let guard = Guard::of(&normalised);
+        Self {
+            normalised,
+            key,
+            guard,
+        }
+    }
+}
+
+/// A lookup's outcome.
+#[derive(Debug)]
+pub enum Lookup {
+    /// A fresh entry that answers this question; `similarity` is 1 for an exact key match.
+    Hit {
+        /// The entry.
+        entry: Box<CacheEntry>,
+        /// Cosine between the two questions' embeddings (1.0 for exact).
+        similarity: f32,
+    },
+    /// Nothing usable.
+    Miss,
+    /// The backend failed or did not answer within the budget (a miss, with the reason).
+    Failed(String),
+}
+
+/// Cache settings, from [`Config`].
+#[derive(Debug, Clone)]
+pub struct CacheSettings {
+    /// Default cosine threshold for a similar match.
+    pub threshold: f32,
+    /// Thresholds of tenants that set their own.
+    pub tenant_thresholds: HashMap<String, f32>,
+    /// Lifetime of an entry.
+    pub ttl: Duration,
+    /// Budget of one lookup round; past it the lookup is a miss.
+    pub budget: Duration,
+}
+
+impl CacheSettings {
+    /// The settings of `config`.
+    pub fn from_config(config: &Config) -> Self {
+        Self {
+            threshold: config.cache_threshold,
+            tenant_thresholds: config.cache_tenant_thresholds.clone(),
+            ttl: config.cache_ttl,
+            budget: config.cache_budget,
+        }
+    }
+}
+
+/// The cache stage: matching rules over a [`CacheStore`].
+pub struct SemanticCache {
+    store: Arc<dyn CacheStore>,
+    settings: CacheSettings,
+    lsh: Lsh,
+}
+
+impl SemanticCache {
+    /// A cache over `store` for query vectors of `dim` components.
+    pub fn new(store: Arc<dyn CacheStore>, settings: CacheSettings, dim: usize) -> Self {
+        Self {
+            store,
+            settings,
+            lsh: Lsh::new(dim),
+        }
+    }
+
+    /// The backend's name.
+    pub fn backend(&self) -> &'static str {
+        self.store.backend()
+    }
+
+    /// Whether the backend is read without a network round trip.
+    pub fn in_process(&self) -> bool {
+        self.store.in_process()
+    }
+
+    /// The cosine a similar question of `tenant` needs to reach.
+    pub fn threshold(&self, tenant: &str) -> f32 {
+        self.settings
+            .tenant_thresholds
+            .get(tenant)
+            .copied()
+            .unwrap_or(self.settings.threshold)
+    }
+
+    /// The entry under the probe's exact key, if it is fresh.
+    pub async fn exact(&self, tenant: &str, probe: &Probe, scope: &Scope) -> Lookup {
+        let found = tokio::time::timeout(self.settings.budget, self.store.get(tenant, &probe.key));
+        match found.await {
+            Err(_) => Lookup::Failed(self.late()),
+            Ok(Err(e)) => Lookup::Failed(e.to_string()),
+            Ok(Ok(Some(entry)))
+                if entry.query == probe.normalised && fresh(&entry, tenant, scope, now()) =>
+            {
+                Lookup::Hit {
+                    entry: Box::new(entry),
+                    similarity: 1.0,
+                }
+            }
+            Ok(Ok(_)) => Lookup::Miss,
+        }
+    }
+
+    /// The most similar fresh entry that the guard allows, if it reaches the threshold.
+    pub async fn similar(
+        &self,
+        tenant: &str,
+        probe: &Probe,
+        vector: &[f32],
+        scope: &Scope,
+    ) -> Lookup {
+        let buckets = self.lsh.buckets(vector);
+        let found = tokio::time::timeout(
+            self.settings.budget,
+            self.store.candidates(tenant, &buckets),
+        );
+        let candidates = match found.await {
+            Err(_) => return Lookup::Failed(self.late()),
+            Ok(Err(e)) => return Lookup::Failed(e.to_string()),
+            Ok(Ok(candidates)) => candidates,
+        };
+        let threshold = self.threshold(tenant);
+        let now = now();
+        candidates
+            .into_iter()
+            .filter(|e| fresh(e, tenant, scope, now))
+            .map(|e| (cosine(vector, &e.vector), e))
+            .filter(|(similarity, _)| *similarity >= threshold)
+            .filter(|(_, e)| probe.guard.conflict(&Guard::of(&e.query)).is_none())
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map_or(Lookup::Miss, |(similarity, entry)| Lookup::Hit {
+                entry: Box::new(entry),
+                similarity,
+            })
+    }
+
+    /// [`exact`](Self::exact) and [`similar`](Self::similar) at once (one parallel round for
+    /// a remote backend); an exact hit wins.
+    pub async fn lookup(
+        &self,
+        tenant: &str,
+        probe: &Probe,
+        vector: &[f32],
+        scope: &Scope,
+    ) -> Lookup {
+        let (exact, similar) = tokio::join!(
+            self.exact(tenant, probe, scope),
+            self.similar(tenant, probe, vector, scope)
+        );
+        match (exact, similar) {
+            (hit @ Lookup::Hit { .. }, _) | (_, hit @ Lookup::Hit { .. }) => hit,
+            (failed @ Lookup::Failed(_), _) | (_, failed @ Lookup::Failed(_)) => failed,
+            _ => Lookup::Miss,
+        }
+    }
+
+    /// An entry for `answer` to the probed question, expiring after the configured TTL.
+    pub fn entry(
+        &self,
+        tenant: &str,
+        probe: &Probe,
+        vector: Vec<f32>,
+        scope: Scope,
+        answer: CachedAnswer,
+    ) -> CacheEntry {
+        CacheEntry {
+            tenant: tenant.to_string(),
+            key: probe.key.clone(),
+            query: probe.normalised.clone(),
+            buckets: self.lsh.buckets(&vector),
+            vector,
+            scope,
+            expires_at: now() + self.settings.ttl.as_secs(),
+            answer,
+        }
+    }
+
+    /// Stores an entry.
+    pub async fn put(&self, entry: &CacheEntry) -> Result<(), CacheError> {
+        self.store.put(entry).await
+    }
+
+    /// Deletes every entry of `tenant`; returns how many.
+    pub async fn clear(&self, tenant: &str) -> Result<usize, CacheError> {
+        self.store.clear(tenant).await
+    }
+
+    fn late(&self) -> String {
+        format!(
+            "no answer within the {} ms cache budget",
+            self.settings.budget.as_millis()
+        )
+    }
+}
+
+/// Whether `entry` may answer a request of `tenant` made under `scope` at `now`.
+fn fresh(entry: &CacheEntry, tenant: &str, scope: &Scope, now: u64) -> bool {
+    entry.tenant == tenant && entry.scope == *scope && entry.expires_at > now
+}
+
+/// Cosine similarity (the stored vector may have lost precision, so both are normalised).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    let (mut dot, mut na, mut nb) = (0.0f32, 0.0f32, 0.0f32);
+    for (x, y) in a.iter().zip(b) {
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 || nb == 0.0 {
+        0.0
+    } else {
+        dot / (na.sqrt() * nb.sqrt())
+    }
+}
+
+/// Unix time in seconds.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memory::MemoryCache;
+
+    fn scope(corpus_version: u64) -> Scope {
+        Scope {
+            corpus_version,
+            llm_model: "llm".into(),
+            embed_model: "minilm".into(),
+            prompt_version: 1,
+            k: 5,
+            rerank: None,
+        }
+    }
+
+    fn answer(text: &str) -> CachedAnswer {
+        CachedAnswer {
+            tokens: vec![text.into()],
+            sources: vec![],
+            finish_reason: "stop".into(),
+            token_count: 1,
+            token_count_source: "usage".into(),
+        }
+    }
+
+    fn cache(threshold: f32) -> SemanticCache {
+        let settings = CacheSettings {
+            threshold,
+            tenant_thresholds: HashMap::from([("strict".to_string(), 0.999)]),
+            ttl: Duration::from_secs(60),
+            budget: Duration::from_millis(100),
+        };
+        SemanticCache::new(Arc::new(MemoryCache::new(100)), settings, 4)
+    }
+
+    /// A unit vector at cosine `c` from (1, 0, 0, 0).
+    fn near(c: f32) -> Vec<f32> {
+        vec![c, (1.0 - c * c).sqrt(), 0.0, 0.0]
+    }
+
+    async fn store(cache: &SemanticCache, tenant: &str, query: &str, v: Vec<f32>, s: Scope) {
+        let entry = cache.entry(tenant, &Probe::new(query), v, s, answer(query));
+        cache.put(&entry).await.unwrap();
+    }
+
+    fn hit(l: &Lookup) -> Option<&str> {
+        match l {
+            Lookup::Hit { entry, .. } => Some(entry.answer.tokens[0].as_str()),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn exact_key_ignores_case_and_punctuation() {
+        let c = cache(0.95);
+        store(&c, "acme", "What is the fee?", near(1.0), scope(1)).await;
+        let l = c
+            .exact("acme", &Probe::new("what is the FEE"), &scope(1))
+            .await;
+        assert_eq!(hit(&l), Some("What is the fee?"));
+        let l = c
+            .exact("acme", &Probe::new("what is a fee"), &scope(1))
+            .await;
+        assert!(matches!(l, Lookup::Miss), "{l:?}");
+    }
+
+    #[tokio::test]
+    async fn similar_needs_the_threshold_and_the_guard() {
+        let c = cache(0.95);
+        store(&c, "acme", "how do I turn on alerts", near(1.0), scope(1)).await;
+        let on = Probe::new("how can I switch alerts on");
+        let off = Probe::new("how can I switch alerts off");
+        assert!(hit(&c.similar("acme", &on, &near(0.97), &scope(1)).await).is_some());
+        assert!(hit(&c.similar("acme", &on, &near(0.90), &scope(1)).await).is_none());
+        assert!(hit(&c.similar("acme", &off, &near(0.99), &scope(1)).await).is_none());
+        // A tenant's own threshold.
+        store(&c, "strict", "how do I turn on alerts", near(1.0), scope(1)).await;
+        assert!(hit(&c.similar("strict", &on, &near(0.97), &scope(1)).await).is_none());
+    }
+
+    #[tokio::test]
+    async fn entries_of_another_tenant_scope_or_age_do_not_answer() {
+        let c = cache(0.95);
+        store(&c, "acme", "q", near(1.0), scope(1)).await;
+        let p = Probe::new("q");
+        assert!(hit(&c.exact("globex", &p, &scope(1)).await).is_none());
+        assert!(hit(&c.similar("globex", &p, &near(1.0), &scope(1)).await).is_none());
+        assert!(
+            hit(&c.exact("acme", &p, &scope(2)).await).is_none(),
+            "corpus version"
+        );
+        let other_k = Scope { k: 3, ..scope(1) };
+        assert!(hit(&c.exact("acme", &p, &other_k).await).is_none(), "k");
+        let reranked = Scope {
+            rerank: Some("v2".into()),
+            ..scope(1)
+        };
+        assert!(
+            hit(&c.exact("acme", &p, &reranked).await).is_none(),
+            "rerank component"
+        );
+        let mut old = c.entry("acme", &p, near(1.0), scope(1), answer("old"));
+        old.expires_at = now() - 1;
+        c.put(&old).await.unwrap();
+        assert!(
+            hit(&c.exact("acme", &p, &scope(1)).await).is_none(),
+            "expired"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_best_candidate_wins() {
+        let c = cache(0.9);
+        store(&c, "acme", "reset my password", near(0.93), scope(1)).await;
+        store(&c, "acme", "reset the password", near(0.99), scope(1)).await;
+        let l = c
+            .similar("acme", &Probe::new("reset password"), &near(1.0), &scope(1))
+            .await;
+        assert_eq!(hit(&l), Some("reset the password"));
+    }
+
+    #[test]
+    fn cosine_of_scaled_and_mismatched_vectors() {
+        assert!((cosine(&[2.0, 0.0], &[0.5, 0.0]) - 1.0).abs() < 1e-6);
+        assert_eq!(cosine(&[1.0], &[1.0, 0.0]), 0.0);
+        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), 0.0);
+    }
+}
