@@ -2,6 +2,11 @@
 //! moment the upstream request is sent (embed + hybrid retrieval + prompt), with the real
 //! model and a Qdrant Edge store holding the sample corpus. The LLM here is a bench fixture
 //! that records when it is called and finishes at once; it is not a model.
+//!
+//! Then time to first token of cache hits on the local server (the router on 127.0.0.1 with
+//! the in-memory cache), measured by an HTTP client from sending the request to receiving
+//! the first `token` event: exact repeats, paraphrases (which need the query embedding), and
+//! the same questions with the cache bypassed for comparison.
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -9,6 +14,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures::StreamExt;
+use sluice_core::cache::memory::MemoryCache;
+use sluice_core::cache::{CacheSettings, SemanticCache};
 use sluice_core::error::LlmError;
 use sluice_core::pipeline::AnswerRequest;
 use sluice_core::sse::{Event, Timings};
@@ -96,6 +103,7 @@ fn bench(c: &mut Criterion) {
             session_id: None,
             retrieval_deadline: Duration::from_secs(10),
             received: Instant::now(),
+            bypass_cache: false,
         };
         let received = request.received;
         let done = runtime.block_on(async {
@@ -139,6 +147,8 @@ fn bench(c: &mut Criterion) {
         median(|t| t.prompt_ms)
     );
 
+    cache_hits(&runtime, llm.clone());
+
     let mut i = 0;
     c.bench_function("pipeline_overhead_before_llm", |b| {
         b.iter_custom(|iters| {
@@ -150,6 +160,114 @@ fn bench(c: &mut Criterion) {
                 .sum()
         })
     });
+}
+
+/// Paraphrases of [`QUERIES`] (cosine ≥ 0.95 with MiniLM, no guard conflict).
+const PARAPHRASES: &[&str] = &[
+    "How long will a replacement card take?",
+    "What's the daily ATM withdrawal limit for premium accounts?",
+    "Can I overpay my fixed rate mortgage without a charge?",
+    "When do international transfers leave on the same day?",
+];
+
+/// Client-measured TTFT of cache hits over HTTP, printed as percentiles.
+fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
+    let data = tempfile::tempdir().unwrap();
+    let mut config = Config::from_env().expect("config");
+    config.data_dir = data.path().to_path_buf();
+    let store: Arc<dyn Store> =
+        Arc::new(EdgeStore::open(&config.data_dir, sluice_embed::DIM).unwrap());
+    let cache = SemanticCache::new(
+        Arc::new(MemoryCache::new(10_000)),
+        CacheSettings::from_config(&config),
+        sluice_embed::DIM,
+    );
+    let pipeline =
+        Pipeline::new(config, sluice_tests::model(), store, llm).with_cache(Arc::new(cache));
+    let pipeline = Arc::new(pipeline);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let (url, server) = runtime.block_on(async {
+        let mut docs = Vec::new();
+        for entry in std::fs::read_dir(sluice_tests::samples_dir()).unwrap() {
+            let p = entry.unwrap().path();
+            let name = p.display().to_string();
+            docs.extend(
+                sluice_core::ingest::parse_file(&name, &std::fs::read(&p).unwrap()).unwrap(),
+            );
+        }
+        pipeline.ingest("default", docs).await.unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}/v1/answer", listener.local_addr().unwrap());
+        let shutdown = async {
+            let _ = stopped.await;
+        };
+        let server = tokio::spawn(sluice_core::http::serve(
+            listener,
+            Arc::clone(&pipeline),
+            shutdown,
+        ));
+        (url, server)
+    });
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap();
+    // Sends `body`; returns the time to the first token event and the `meta.cache` state.
+    let ttft = |body: serde_json::Value| -> (Duration, String) {
+        runtime.block_on(async {
+            let sent = Instant::now();
+            let response = client.post(&url).json(&body).send().await.unwrap();
+            let mut stream = response.bytes_stream();
+            let mut seen = String::new();
+            let mut first = None;
+            while let Some(chunk) = stream.next().await {
+                seen.push_str(&String::from_utf8_lossy(&chunk.unwrap()));
+                if first.is_none() && seen.contains("event: token") {
+                    first = Some(sent.elapsed());
+                }
+            }
+            let state = ["hit", "miss", "bypass"]
+                .into_iter()
+                .find(|s| seen.contains(&format!("\"cache\":\"{s}\"")))
+                .unwrap_or("?");
+            (first.expect("a token event"), state.to_string())
+        })
+    };
+    for q in QUERIES {
+        assert_eq!(ttft(serde_json::json!({ "query": q })).1, "miss");
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    for (name, questions, cache) in [
+        ("exact repeat", QUERIES, "auto"),
+        ("paraphrase", PARAPHRASES, "auto"),
+        ("bypassed (no cache)", QUERIES, "bypass"),
+    ] {
+        let mut hits = 0;
+        let mut samples: Vec<Duration> = (0..400)
+            .map(|i| {
+                let body =
+                    serde_json::json!({ "query": questions[i % questions.len()], "cache": cache });
+                let (took, state) = ttft(body);
+                hits += usize::from(state == "hit");
+                took
+            })
+            .collect();
+        samples.sort();
+        let pct = |p: f64| {
+            samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)].as_secs_f64()
+                * 1e3
+        };
+        println!(
+            "cache-hit ttft, {name}: p50 {:.2} ms, p99 {:.2} ms over {} requests ({hits} hits)",
+            pct(0.5),
+            pct(0.99),
+            samples.len()
+        );
+    }
+    // Stop the server before its store's folder goes away.
+    let _ = stop.send(());
+    drop(client);
+    let _ = runtime.block_on(server);
 }
 
 criterion_group!(benches, bench);

@@ -22,6 +22,20 @@ pub fn llm_url() -> String {
         .expect("SLUICE_TEST_LLM_URL is not set: run the tests with `make test`, which starts the local LLM")
 }
 
+/// A fresh DynamoDB cache table on the emulator `make test` starts (named by the standard
+/// `AWS_ENDPOINT_URL_DYNAMODB`), for `config`'s `SLUICE_CACHE_TABLE`.
+pub async fn dynamodb(config: &Config) -> sluice_cache::DynamoCache {
+    assert!(
+        std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_some(),
+        "AWS_ENDPOINT_URL_DYNAMODB is not set: run the tests with `make test`, which starts the DynamoDB emulator"
+    );
+    let table = sluice_cache::DynamoCache::connect(config)
+        .await
+        .expect("DynamoDB client");
+    table.create_table().await.expect("cache table");
+    table
+}
+
 /// The embedding model, loaded once per test binary.
 pub fn model() -> Arc<MiniLm> {
     static MODEL: OnceLock<Arc<MiniLm>> = OnceLock::new();
@@ -74,15 +88,24 @@ pub async fn start_with(
     let registry = Arc::new(
         sluice_sandbox::Registry::from_config(&config, Arc::clone(&embedder)).expect("registry"),
     );
-    let pipeline = Pipeline::new(config, embedder, wrap_store(store), llm)
+    let cache = sluice_cache::build(&config, sluice_embed::DIM)
+        .await
+        .expect("answer cache");
+    let mut pipeline = Pipeline::new(config, embedder, wrap_store(store), llm)
         .with_components(registry.clone(), registry);
+    if let Some(cache) = cache {
+        pipeline = pipeline.with_cache(cache);
+    }
     let pipeline = Arc::new(pipeline);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let router = sluice_core::http::router(Arc::clone(&pipeline));
-    tokio::spawn(async move { axum::serve(listener, router).await });
+    tokio::spawn(sluice_core::http::serve(
+        listener,
+        Arc::clone(&pipeline),
+        std::future::pending(),
+    ));
     TestServer {
         url,
         pipeline,

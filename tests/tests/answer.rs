@@ -36,7 +36,10 @@ async fn a_question_gets_its_document_in_the_top_3_and_a_streamed_answer() {
         .map(|d| d["id"].as_str().unwrap())
         .collect();
     assert!(top3.contains(&"samples/lost-card.md"), "top 3: {top3:?}");
-    assert_eq!(meta["cache"], "bypass");
+    assert_eq!(
+        meta["cache"], "miss",
+        "the in-memory cache is on by default"
+    );
     assert_eq!(meta["degraded"], json!([]));
     assert_eq!(meta["tenant"], "default");
     assert_eq!(meta["k"], 5);

@@ -127,8 +127,17 @@ pub async fn ingest(url: &str, paths: &[PathBuf]) -> Result<()> {
 }
 
 /// `sluice ask`: stream the answer, then sources and timings (client-measured TTFT first).
-pub async fn ask(url: &str, query: &str, k: Option<usize>, deadline_ms: Option<u64>) -> Result<()> {
+pub async fn ask(
+    url: &str,
+    query: &str,
+    k: Option<usize>,
+    deadline_ms: Option<u64>,
+    no_cache: bool,
+) -> Result<()> {
     let mut body = json!({ "query": query });
+    if no_cache {
+        body["cache"] = json!("bypass");
+    }
     if let Some(k) = k {
         body["k"] = json!(k);
     }
@@ -165,8 +174,10 @@ pub async fn ask(url: &str, query: &str, k: Option<usize>, deadline_ms: Option<u
                 let t = &data["timings"];
                 let f = |k: &str| t[k].as_f64().map_or("-".to_string(), |v| format!("{v:.1}"));
                 println!(
-                    "client ttft {:.1} ms | server: embed {} retrieve {} rerank {} prompt {} llm_ttft {} ttft {} total {} ms | {} tokens, {:.1} tok/s",
+                    "client ttft {:.1} ms | cache {} | server: cache {} embed {} retrieve {} rerank {} prompt {} llm_ttft {} ttft {} total {} ms | {} tokens, {:.1} tok/s",
                     ttft.unwrap_or_default().as_secs_f64() * 1e3,
+                    meta["cache"].as_str().unwrap_or("?"),
+                    f("cache_ms"),
                     f("embed_ms"),
                     f("retrieve_ms"),
                     f("rerank_ms"),
@@ -218,4 +229,24 @@ fn print_sources(meta: &Value) {
             d["score"].as_f64().unwrap_or(0.0)
         );
     }
+}
+
+/// `sluice cache clear`: `DELETE /v1/cache` for `tenant`.
+pub async fn clear_cache(url: &str, tenant: &str) -> Result<()> {
+    let response = http()?
+        .delete(format!("{url}/v1/cache"))
+        .header("x-sluice-tenant", tenant)
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .with_context(|| format!("connecting to {url} (is `sluice serve` running?)"))?;
+    if !response.status().is_success() {
+        return Err(fail(response).await);
+    }
+    let report: Value = response.json().await?;
+    println!(
+        "deleted {} cached answers of tenant {tenant}",
+        report["deleted"].as_u64().unwrap_or(0)
+    );
+    Ok(())
 }

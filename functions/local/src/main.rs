@@ -4,6 +4,7 @@
 //! - `sluice ingest PATH…`: send .txt/.md/.json/.jsonl files to a running server.
 //! - `sluice ask "question"`: stream an answer to the terminal, then the stage timings.
 //! - `sluice doctor`: say which parts are ready and what is missing.
+//! - `sluice cache create-table`: create the DynamoDB cache table (`SLUICE_CACHE_TABLE`).
 
 mod client;
 mod doctor;
@@ -48,12 +49,36 @@ enum Command {
         /// Retrieval deadline for this request, in milliseconds.
         #[arg(long)]
         deadline_ms: Option<u64>,
+        /// Neither read nor write the answer cache.
+        #[arg(long)]
+        no_cache: bool,
         /// Server base URL [default: http://$SLUICE_ADDR]
         #[arg(long, env = "SLUICE_URL")]
         url: Option<String>,
     },
     /// Check the model, the data folder, the LLM and the server.
     Doctor {
+        /// Server base URL [default: http://$SLUICE_ADDR]
+        #[arg(long, env = "SLUICE_URL")]
+        url: Option<String>,
+    },
+    /// Manage the answer cache.
+    Cache {
+        #[command(subcommand)]
+        command: CacheCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum CacheCommand {
+    /// Create the DynamoDB table SLUICE_CACHE_TABLE with its indexes and TTL (idempotent;
+    /// AWS_REGION, credentials and AWS_ENDPOINT_URL_DYNAMODB from the environment).
+    CreateTable,
+    /// Forget the cached answers of a tenant on a running server (DELETE /v1/cache).
+    Clear {
+        /// Tenant [default: SLUICE_DEFAULT_TENANT]
+        #[arg(long)]
+        tenant: Option<String>,
         /// Server base URL [default: http://$SLUICE_ADDR]
         #[arg(long, env = "SLUICE_URL")]
         url: Option<String>,
@@ -80,8 +105,27 @@ fn main() -> Result<()> {
             query,
             k,
             deadline_ms,
+            no_cache,
             url: u,
-        } => runtime.block_on(client::ask(&url(u), &query, k, deadline_ms)),
+        } => runtime.block_on(client::ask(&url(u), &query, k, deadline_ms, no_cache)),
         Command::Doctor { url: u } => runtime.block_on(doctor::run(&config, &url(u))),
+        Command::Cache {
+            command: CacheCommand::CreateTable,
+        } => runtime.block_on(async {
+            let table = sluice_cache::DynamoCache::connect(&config).await?;
+            let created = table.create_table().await?;
+            println!(
+                "table {} {}",
+                table.table(),
+                if created { "created" } else { "already exists" }
+            );
+            Ok(())
+        }),
+        Command::Cache {
+            command: CacheCommand::Clear { tenant, url: u },
+        } => {
+            let tenant = tenant.unwrap_or_else(|| config.default_tenant.clone());
+            runtime.block_on(client::clear_cache(&url(u), &tenant))
+        }
     }
 }

@@ -12,8 +12,9 @@ use sluice_retrieve::EdgeStore;
 use sluice_sandbox::Registry;
 use tracing::info;
 
-/// Loads the model, opens the store and the LLM pool: the pipeline every request shares.
-pub fn build(config: Config) -> Result<Arc<Pipeline>> {
+/// Loads the model, opens the store and the LLM pool: the pipeline every request shares
+/// (the cache, which may need the network, is added by [`run`]).
+pub fn build(config: Config) -> Result<Pipeline> {
     let started = Instant::now();
     let embedder = MiniLm::load(&config.model_dir).context("loading the embedding model")?;
     info!(model_dir = %config.model_dir.display(), ms = started.elapsed().as_millis() as u64, "embedding model loaded");
@@ -26,23 +27,30 @@ pub fn build(config: Config) -> Result<Arc<Pipeline>> {
         .map_err(|e| anyhow::anyhow!("rerank components: {e:?}"))?;
     let registry = Arc::new(registry);
     let pipeline = Pipeline::new(config, embedder, Arc::new(store), Arc::new(llm));
-    Ok(Arc::new(
-        pipeline.with_components(registry.clone(), registry),
-    ))
+    Ok(pipeline.with_components(registry.clone(), registry))
 }
 
 /// Serves until Ctrl-C or SIGTERM, then lets open streams finish.
 pub async fn run(config: Config) -> Result<()> {
     let addr = config.addr;
     let llm_url = config.llm_url.clone();
-    let pipeline = tokio::task::spawn_blocking(move || build(config)).await??;
+    let cache = sluice_cache::build(&config, sluice_embed::DIM)
+        .await
+        .context("setting up the answer cache")?;
+    match &cache {
+        Some(c) => info!(backend = c.backend(), "answer cache ready"),
+        None => info!("answer cache off"),
+    }
+    let mut pipeline = tokio::task::spawn_blocking(move || build(config)).await??;
+    if let Some(cache) = cache {
+        pipeline = pipeline.with_cache(cache);
+    }
+    let pipeline = Arc::new(pipeline);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
     info!(%addr, llm = %llm_url, "sluice serving");
-    axum::serve(listener, sluice_core::http::router(pipeline))
-        .with_graceful_shutdown(shutdown())
-        .await?;
+    sluice_core::http::serve(listener, pipeline, shutdown()).await?;
     Ok(())
 }
 

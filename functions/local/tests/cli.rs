@@ -43,6 +43,11 @@ fn free_port() -> u16 {
 }
 
 fn serve() -> Server {
+    serve_with(&[])
+}
+
+/// `sluice serve` on a free port with a fresh data folder and `env` on top.
+fn serve_with(env: &[(&str, &str)]) -> Server {
     let port = free_port();
     let data = tempfile::tempdir().unwrap();
     let log = data.path().join("serve.log");
@@ -52,6 +57,7 @@ fn serve() -> Server {
         .env("SLUICE_DATA_DIR", data.path())
         .env("SLUICE_LLM_URL", llm_url())
         .env("SLUICE_MAX_TOKENS", "16")
+        .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())
         .spawn()
@@ -75,6 +81,18 @@ fn serve() -> Server {
         std::thread::sleep(Duration::from_millis(100));
     }
     server
+}
+
+/// Waits until something listens on `port`.
+fn wait_for_port(port: u16, what: &str) {
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "{what} did not listen on {port} in 30 s"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn samples() -> PathBuf {
@@ -208,4 +226,96 @@ fn ingest_reports_a_bad_file_by_name() {
         .unwrap();
     assert!(!out.status.success());
     assert!(text(&out).contains("broken.jsonl line 2"), "{}", text(&out));
+}
+
+/// A DynamoDB emulator of this test's own (moto_server, from SLUICE_TEST_MOTO_SERVER, which
+/// `make test` sets), so that the test can kill it.
+struct Moto(Child);
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+#[test]
+fn answers_keep_streaming_when_dynamodb_dies() {
+    let moto = std::env::var("SLUICE_TEST_MOTO_SERVER").expect(
+        "SLUICE_TEST_MOTO_SERVER is not set: run the tests with `make test`, which installs moto",
+    );
+    let port = free_port();
+    let moto = Moto(
+        Command::new(moto)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    wait_for_port(port, "moto_server");
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let aws = [
+        ("AWS_ENDPOINT_URL_DYNAMODB", endpoint.as_str()),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("SLUICE_CACHE", "dynamodb"),
+        ("SLUICE_CACHE_TABLE", "sluice-cli"),
+    ];
+
+    // Without the table, start-up stops and says what to do.
+    let out = sluice().arg("serve").envs(aws).output().unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("sluice cache create-table"),
+        "{}",
+        text(&out)
+    );
+    for expected in [
+        "table sluice-cli created",
+        "table sluice-cli already exists",
+    ] {
+        let out = sluice()
+            .args(["cache", "create-table"])
+            .envs(aws)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        assert!(text(&out).contains(expected), "{}", text(&out));
+    }
+
+    let server = serve_with(&aws);
+    let out = sluice()
+        .args(["ingest", "--url", &server.url])
+        .arg(samples())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let ask = |q: &str| {
+        let out = sluice()
+            .args(["ask", "--url", &server.url, q])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let question = "What is the fee for a SWIFT transfer?";
+    assert!(ask(question).contains("| cache miss |"));
+    let started = Instant::now();
+    while !ask(question).contains("| cache hit |") {
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "never a cache hit"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // The emulator dies: the same question and a new one still get whole answers.
+    drop(moto);
+    for q in [question, "How do I reset my password?"] {
+        let out = ask(q);
+        assert!(out.contains("| cache miss |"), "{out}");
+        assert!(out.contains("tokens"), "{out}");
+    }
 }
