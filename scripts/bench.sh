@@ -6,7 +6,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-cache=${SLUICE_CACHE:-$HOME/.cache/sluice}
+cache=${SLUICE_HOME:-$HOME/.cache/sluice}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
 export SLUICE_MODEL_DIR=${SLUICE_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}
 scripts/setup.sh model

@@ -8,7 +8,7 @@
 # each `.component.wasm`, ready for `PUT /v1/components/rerank`.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
-cache=${SLUICE_CACHE:-$HOME/.cache/sluice}
+cache=${SLUICE_HOME:-$HOME/.cache/sluice}
 out=${SLUICE_COMPONENTS_DIR:-$cache/components}
 mkdir -p "$out"
 

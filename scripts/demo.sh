@@ -4,7 +4,7 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-cache=${SLUICE_CACHE:-$HOME/.cache/sluice}
+cache=${SLUICE_HOME:-$HOME/.cache/sluice}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
 export SLUICE_DATA_DIR=${SLUICE_DATA_DIR:-$cache/demo-data}
 export SLUICE_ADDR=${SLUICE_ADDR:-127.0.0.1:8080}

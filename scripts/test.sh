@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# `make test`: installs what is missing, starts the test LLM on 127.0.0.1, runs every test,
-# stops the LLM, and prints one summary line.
+# `make test`: installs what is missing, starts the test LLM and the DynamoDB emulator on
+# 127.0.0.1, runs every test, stops both, and prints one summary line.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
-cache=${SLUICE_CACHE:-$HOME/.cache/sluice}
+cache=${SLUICE_HOME:-$HOME/.cache/sluice}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
 
 scripts/setup.sh all
@@ -13,8 +13,15 @@ scripts/build-components.sh >/dev/null
 port=${SLUICE_TEST_LLM_PORT:-18081}
 llm_pid=$(scripts/llm.sh "$port" --detach)
 trap 'kill "$llm_pid" 2>/dev/null || true' EXIT
+dynamodb_port=${SLUICE_TEST_DYNAMODB_PORT:-18082}
+dynamodb_pid=$(scripts/dynamodb.sh "$dynamodb_port" --detach)
+trap 'kill "$llm_pid" "$dynamodb_pid" 2>/dev/null || true' EXIT
 
 export SLUICE_TEST_LLM_URL="http://127.0.0.1:$port/v1"
+# The standard AWS variables: the SDK finds the emulator with no code hook.
+export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$dynamodb_port"
+export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
+export SLUICE_TEST_MOTO_SERVER="$cache/venv/bin/moto_server"
 export SLUICE_MODEL_DIR=${SLUICE_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}
 export RUST_LOG=${RUST_LOG:-warn}
 log=$(mktemp)
