@@ -4,6 +4,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use sluice_core::Config;
+use sluice_core::config::CacheBackend;
 use sluice_core::stages::{Embedder, Llm};
 use sluice_embed::MiniLm;
 use sluice_llm::OpenAiClient;
@@ -70,6 +71,40 @@ pub async fn run(config: &Config, url: &str) -> Result<()> {
             "LLM",
             &format!("{e} — start one with `make llm` or set SLUICE_LLM_URL"),
         ),
+    };
+
+    ok &= match config.cache {
+        CacheBackend::Off => report(true, "answer cache", "off (SLUICE_CACHE=off)"),
+        CacheBackend::Memory => report(
+            true,
+            "answer cache",
+            &format!(
+                "in memory, up to {} entries (SLUICE_CACHE=dynamodb to share it)",
+                config.cache_max_entries
+            ),
+        ),
+        CacheBackend::Dynamodb => {
+            let checked = match sluice_cache::DynamoCache::connect(config).await {
+                Ok(table) => table.check().await.map(|exists| (table, exists)),
+                Err(e) => Err(e),
+            };
+            match checked {
+                Ok((table, true)) => report(
+                    true,
+                    "answer cache",
+                    &format!("DynamoDB table {} is ready", table.table()),
+                ),
+                Ok((table, false)) => report(
+                    false,
+                    "answer cache",
+                    &format!(
+                        "DynamoDB table {} does not exist — run `sluice cache create-table`",
+                        table.table()
+                    ),
+                ),
+                Err(e) => report(false, "answer cache", &e.to_string()),
+            }
+        }
     };
 
     let client = reqwest::Client::builder()

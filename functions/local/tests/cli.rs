@@ -149,7 +149,13 @@ fn serve_ingest_ask_and_doctor() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     let report = String::from_utf8_lossy(&out.stdout);
-    for part in ["✓ embedding model", "✓ data folder", "✓ LLM", "✓ server"] {
+    for part in [
+        "✓ embedding model",
+        "✓ data folder",
+        "✓ LLM",
+        "✓ answer cache",
+        "✓ server",
+    ] {
         assert!(
             report.contains(part),
             "doctor should report {part:?}: {report}"
@@ -310,6 +316,18 @@ fn answers_keep_streaming_when_dynamodb_dies() {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+
+    let out = sluice()
+        .args(["doctor", "--url", &server.url])
+        .envs(aws)
+        .env("SLUICE_LLM_URL", llm_url())
+        .output()
+        .unwrap();
+    assert!(
+        text(&out).contains("✓ answer cache: DynamoDB table sluice-cli is ready"),
+        "{}",
+        text(&out)
+    );
 
     // The emulator dies: the same question and a new one still get whole answers.
     drop(moto);
