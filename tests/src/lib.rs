@@ -14,7 +14,6 @@ use sluice_core::stages::{Embedder, Llm, Store};
 use sluice_core::{Config, Pipeline};
 use sluice_embed::MiniLm;
 use sluice_llm::OpenAiClient;
-use sluice_retrieve::EdgeStore;
 
 /// The URL of the local LLM started by `make test`.
 pub fn llm_url() -> String {
@@ -82,8 +81,7 @@ pub async fn start_with(
     let data = tempfile::tempdir().expect("temp dir");
     let config = config(data.path(), overrides);
     let embedder: Arc<dyn Embedder> = model();
-    let store: Arc<dyn Store> =
-        Arc::new(EdgeStore::open(&config.data_dir, sluice_embed::DIM).expect("store"));
+    let store = sluice_retrieve::open(&config, sluice_embed::DIM).expect("store");
     let llm: Arc<dyn Llm> = Arc::new(OpenAiClient::from_config(&config).expect("llm client"));
     let registry = Arc::new(
         sluice_sandbox::Registry::from_config(&config, Arc::clone(&embedder)).expect("registry"),

@@ -266,3 +266,36 @@ async fn reingesting_replaces_a_document_and_bumps_the_corpus_version() {
     assert_eq!(docs.len(), 1);
     assert!(docs[0]["snippet"].as_str().unwrap().contains("ten"));
 }
+
+#[tokio::test]
+async fn an_unreachable_remote_store_opens_its_breaker_and_answers_go_on_without_context() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}");
+    let server = start(&[
+        ("SLUICE_STORE", "qdrant"),
+        ("SLUICE_QDRANT_URL", url.as_str()),
+        ("SLUICE_BREAKER_FAILURES", "2"),
+        ("SLUICE_BREAKER_COOLDOWN_MS", "60000"),
+        ("SLUICE_CACHE", "off"),
+    ])
+    .await;
+    let body = json!({"query": "How long does a replacement card take?"});
+    let mut reasons = Vec::new();
+    for _ in 0..3 {
+        let answer = server.answer(&body).await;
+        answer.assert_well_formed();
+        assert_eq!(answer.names().last(), Some(&"done"));
+        reasons.push(answer.first("meta").data["degraded"].clone());
+    }
+    assert_eq!(
+        reasons,
+        [
+            json!(["retrieval_failed"]),
+            json!(["retrieval_failed"]),
+            json!(["retrieval_circuit_open"])
+        ]
+    );
+}

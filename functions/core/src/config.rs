@@ -87,6 +87,31 @@ pub struct Config {
     pub cache_budget: Duration,
     /// `SLUICE_CACHE_MAX_ENTRIES`: size bound of the in-memory cache.
     pub cache_max_entries: usize,
+    /// `SLUICE_STORE`: where chunks live.
+    pub store: StoreBackend,
+    /// `SLUICE_QDRANT_URL`: base URL of the Qdrant REST API (`SLUICE_STORE=qdrant`).
+    pub qdrant_url: String,
+    /// `SLUICE_QDRANT_API_KEY`: sent as `api-key`; never logged.
+    pub qdrant_api_key: Option<String>,
+    /// `SLUICE_QDRANT_COLLECTION`: the collection (corpus versions live in `<name>_versions`).
+    pub qdrant_collection: String,
+    /// `SLUICE_STORE_TIMEOUT_MS`: budget of one call to a remote store.
+    pub store_timeout: Duration,
+    /// `SLUICE_STORE_READ_RETRIES`: extra attempts of a failed read (inside the deadline).
+    pub store_read_retries: usize,
+    /// `SLUICE_BREAKER_FAILURES`: consecutive failures that open a remote store's breaker.
+    pub breaker_failures: u32,
+    /// `SLUICE_BREAKER_COOLDOWN_MS`: how long an open breaker skips the store.
+    pub breaker_cool_down: Duration,
+}
+
+/// Where chunks live (`SLUICE_STORE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreBackend {
+    /// Qdrant Edge in-process, in `SLUICE_DATA_DIR` (the default).
+    Edge,
+    /// A Qdrant server or Qdrant Cloud over REST (`SLUICE_QDRANT_URL`).
+    Qdrant,
 }
 
 /// Where answers are cached (`SLUICE_CACHE`).
@@ -118,6 +143,12 @@ impl fmt::Debug for Config {
             .field("top_k", &self.top_k)
             .field("default_tenant", &self.default_tenant)
             .field("cache", &self.cache)
+            .field("store", &self.store)
+            .field("qdrant_url", &self.qdrant_url)
+            .field(
+                "qdrant_api_key",
+                &self.qdrant_api_key.as_ref().map(|_| "<redacted>"),
+            )
             .finish_non_exhaustive()
     }
 }
@@ -213,12 +244,43 @@ impl Config {
             )?,
             cache_budget: millis(&get, "SLUICE_CACHE_BUDGET_MS", 50, 1)?,
             cache_max_entries: ranged(&get, "SLUICE_CACHE_MAX_ENTRIES", 10_000, 1, 10_000_000)?,
+            store: match get("SLUICE_STORE").as_deref().map(str::trim) {
+                None | Some("edge") => StoreBackend::Edge,
+                Some("qdrant") => StoreBackend::Qdrant,
+                Some(other) => {
+                    return Err(ConfigError {
+                        name: "SLUICE_STORE",
+                        value: other.to_string(),
+                        expected: "edge or qdrant".into(),
+                    });
+                }
+            },
+            qdrant_url: get("SLUICE_QDRANT_URL")
+                .unwrap_or_else(|| "http://127.0.0.1:6333".into())
+                .trim_end_matches('/')
+                .to_string(),
+            qdrant_api_key: get("SLUICE_QDRANT_API_KEY"),
+            qdrant_collection: get("SLUICE_QDRANT_COLLECTION").unwrap_or_else(|| "sluice".into()),
+            store_timeout: millis(&get, "SLUICE_STORE_TIMEOUT_MS", 1000, 1)?,
+            store_read_retries: ranged(&get, "SLUICE_STORE_READ_RETRIES", 1, 0, 5)?,
+            breaker_failures: ranged(&get, "SLUICE_BREAKER_FAILURES", 5, 1, 1000)? as u32,
+            breaker_cool_down: millis(&get, "SLUICE_BREAKER_COOLDOWN_MS", 5000, 1)?,
         };
         if !(config.llm_url.starts_with("http://") || config.llm_url.starts_with("https://")) {
             return Err(ConfigError {
                 name: "SLUICE_LLM_URL",
                 value: config.llm_url,
                 expected: "an http:// or https:// URL of an OpenAI-compatible API, such as http://127.0.0.1:8081/v1".into(),
+            });
+        }
+        if config.store == StoreBackend::Qdrant
+            && !(config.qdrant_url.starts_with("http://")
+                || config.qdrant_url.starts_with("https://"))
+        {
+            return Err(ConfigError {
+                name: "SLUICE_QDRANT_URL",
+                value: config.qdrant_url,
+                expected: "an http:// or https:// URL of the Qdrant REST API, such as https://xyz.cloud.qdrant.io:6333".into(),
             });
         }
         if config.chunk_overlap_tokens >= config.chunk_tokens / 2 {

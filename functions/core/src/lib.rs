@@ -13,6 +13,7 @@
 //! (OpenAI-compatible streaming), `sluice-cache` (DynamoDB), `sluice-sandbox` (wasmtime). [`config`] reads and validates the environment.
 #![warn(missing_docs)]
 
+pub mod breaker;
 pub mod cache;
 pub mod chunk;
 pub mod config;

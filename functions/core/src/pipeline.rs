@@ -25,7 +25,7 @@ use tracing::{info, warn};
 
 use crate::cache::{CachedAnswer, Lookup, Probe, Scope, SemanticCache};
 use crate::config::Config;
-use crate::error::LlmError;
+use crate::error::{LlmError, StoreError};
 use crate::prompt;
 use crate::sse::{Done, ErrorEvent, Event, Meta, SourceDoc, Timings, Token};
 use crate::stages::{Components, Embedder, Hit, Llm, LlmEvent, Reranker, Store};
@@ -43,6 +43,8 @@ pub mod degraded {
     pub const CONTEXT_TRUNCATED: &str = "context_truncated";
     /// The tenant's rerank component failed (trap, limit, bad output): fused order kept.
     pub const RERANK_FAILED: &str = "rerank_failed";
+    /// The store's circuit breaker is open: retrieval was skipped without waiting.
+    pub const RETRIEVAL_CIRCUIT_OPEN: &str = "retrieval_circuit_open";
 }
 
 /// A validated answer request.
@@ -443,15 +445,19 @@ impl Pipeline {
     ) -> Result<Vec<Hit>, &'static str> {
         let work = async {
             let started = Instant::now();
-            let hits = self
+            let hits = match self
                 .store
                 .search(&request.tenant, &request.query, vector, request.k)
                 .await
-                .map_err(|e| e.to_string())?;
+            {
+                Ok(hits) => hits,
+                Err(StoreError::CircuitOpen) => return Ok(Err(degraded::RETRIEVAL_CIRCUIT_OPEN)),
+                Err(e) => return Err(e.to_string()),
+            };
             timings.retrieve_ms = Some(ms(started.elapsed()));
 
             let Some(reranker) = self.reranker.clone() else {
-                return Ok::<_, String>(hits);
+                return Ok::<_, String>(Ok(hits));
             };
             let started = Instant::now();
             let (tenant, query, vector) = (
@@ -482,10 +488,11 @@ impl Pipeline {
                     hits
                 }
             };
-            Ok::<_, String>(hits)
+            Ok::<_, String>(Ok(hits))
         };
         match tokio::time::timeout(left, work).await {
-            Ok(Ok(hits)) => Ok(hits),
+            Ok(Ok(Ok(hits))) => Ok(hits),
+            Ok(Ok(Err(skipped))) => Err(skipped),
             Ok(Err(e)) => {
                 warn!(tenant = %request.tenant, error = %e, "retrieval failed; answering without context");
                 Err(degraded::RETRIEVAL_FAILED)

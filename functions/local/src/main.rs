@@ -5,6 +5,7 @@
 //! - `sluice ask "question"`: stream an answer to the terminal, then the stage timings.
 //! - `sluice doctor`: say which parts are ready and what is missing.
 //! - `sluice cache create-table`: create the DynamoDB cache table (`SLUICE_CACHE_TABLE`).
+//! - `sluice store create-collection`: create the Qdrant collection (`SLUICE_STORE=qdrant`).
 
 mod client;
 mod doctor;
@@ -62,11 +63,23 @@ enum Command {
         #[arg(long, env = "SLUICE_URL")]
         url: Option<String>,
     },
+    /// Manage a remote vector store.
+    Store {
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
     /// Manage the answer cache.
     Cache {
         #[command(subcommand)]
         command: CacheCommand,
     },
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Create the Qdrant collection SLUICE_QDRANT_COLLECTION (dense cosine + BM25 sparse with
+    /// IDF, payload indexes) and its corpus-version collection (idempotent).
+    CreateCollection,
 }
 
 #[derive(Subcommand)]
@@ -109,6 +122,19 @@ fn main() -> Result<()> {
             url: u,
         } => runtime.block_on(client::ask(&url(u), &query, k, deadline_ms, no_cache)),
         Command::Doctor { url: u } => runtime.block_on(doctor::run(&config, &url(u))),
+        Command::Store {
+            command: StoreCommand::CreateCollection,
+        } => runtime.block_on(async {
+            let store = sluice_retrieve::qdrant::QdrantStore::from_config(&config)?;
+            let created = store.create_collection(sluice_embed::DIM).await?;
+            println!(
+                "collection {} {} at {}",
+                config.qdrant_collection,
+                if created { "created" } else { "already exists" },
+                config.qdrant_url
+            );
+            Ok(())
+        }),
         Command::Cache {
             command: CacheCommand::CreateTable,
         } => runtime.block_on(async {

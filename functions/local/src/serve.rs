@@ -8,7 +8,6 @@ use sluice_core::stages::Embedder;
 use sluice_core::{Config, Pipeline};
 use sluice_embed::MiniLm;
 use sluice_llm::OpenAiClient;
-use sluice_retrieve::EdgeStore;
 use sluice_sandbox::Registry;
 use tracing::info;
 
@@ -19,14 +18,14 @@ pub fn build(config: Config) -> Result<Pipeline> {
     let embedder = MiniLm::load(&config.model_dir).context("loading the embedding model")?;
     info!(model_dir = %config.model_dir.display(), ms = started.elapsed().as_millis() as u64, "embedding model loaded");
     let store =
-        EdgeStore::open(&config.data_dir, sluice_embed::DIM).context("opening the vector store")?;
-    info!(data_dir = %config.data_dir.display(), "vector store open");
+        sluice_retrieve::open(&config, sluice_embed::DIM).context("opening the vector store")?;
+    info!(store = ?config.store, data_dir = %config.data_dir.display(), "vector store open");
     let llm = OpenAiClient::from_config(&config).context("building the LLM client")?;
     let embedder: Arc<dyn Embedder> = Arc::new(embedder);
     let registry = Registry::from_config(&config, Arc::clone(&embedder))
         .map_err(|e| anyhow::anyhow!("rerank components: {e:?}"))?;
     let registry = Arc::new(registry);
-    let pipeline = Pipeline::new(config, embedder, Arc::new(store), Arc::new(llm));
+    let pipeline = Pipeline::new(config, embedder, store, Arc::new(llm));
     Ok(pipeline.with_components(registry.clone(), registry))
 }
 

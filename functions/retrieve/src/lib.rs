@@ -6,6 +6,22 @@
 //! rank fusion. Every point carries its tenant and every read filters on it.
 #![warn(missing_docs)]
 
+pub mod qdrant;
+
+/// The store `SLUICE_STORE` names, for `dim`-d vectors: Qdrant Edge in `SLUICE_DATA_DIR`, or
+/// a remote store behind its circuit breaker.
+pub fn open(config: &sluice_core::Config, dim: usize) -> Result<Arc<dyn Store>, StoreError> {
+    use sluice_core::breaker::{Breaker, GuardedStore};
+    use sluice_core::config::StoreBackend;
+    Ok(match config.store {
+        StoreBackend::Edge => Arc::new(EdgeStore::open(&config.data_dir, dim)?),
+        StoreBackend::Qdrant => Arc::new(GuardedStore::new(
+            Arc::new(qdrant::QdrantStore::from_config(config)?),
+            Breaker::new(config.breaker_failures, config.breaker_cool_down),
+        )),
+    })
+}
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -138,11 +154,9 @@ impl EdgeStore {
     }
 }
 
-fn tenant_filter(
-    tenant: &str,
-    doc_id: Option<&str>,
-    min_chunk: Option<usize>,
-) -> Result<Filter, StoreError> {
+/// The filter of a tenant's points, optionally of one document from chunk `min_chunk` on, in
+/// Qdrant's JSON form (the REST API takes it as is; Edge parses it).
+fn filter_json(tenant: &str, doc_id: Option<&str>, min_chunk: Option<usize>) -> Value {
     let mut must = vec![json!({"key": "tenant", "match": {"value": tenant}})];
     if let Some(doc) = doc_id {
         must.push(json!({"key": "doc_id", "match": {"value": doc}}));
@@ -150,19 +164,40 @@ fn tenant_filter(
     if let Some(n) = min_chunk {
         must.push(json!({"key": "chunk", "range": {"gte": n}}));
     }
-    serde_json::from_value(json!({ "must": must })).map_err(backend)
+    json!({ "must": must })
+}
+
+fn tenant_filter(
+    tenant: &str,
+    doc_id: Option<&str>,
+    min_chunk: Option<usize>,
+) -> Result<Filter, StoreError> {
+    serde_json::from_value(filter_json(tenant, doc_id, min_chunk)).map_err(backend)
+}
+
+/// A chunk's point id: uuid-v5 of (tenant, document id, chunk index), the same in every store.
+fn point_uuid(tenant: &str, doc_id: &str, chunk: usize) -> uuid::Uuid {
+    let name = format!("{}\u{1f}{}\u{1f}{chunk}", tenant, doc_id);
+    uuid::Uuid::new_v5(&POINT_NAMESPACE, name.as_bytes())
 }
 
 fn point_id(tenant: &str, doc_id: &str, chunk: usize) -> PointId {
-    let name = format!("{}\u{1f}{}\u{1f}{chunk}", tenant, doc_id);
-    let id = uuid::Uuid::new_v5(&POINT_NAMESPACE, name.as_bytes());
     PointId::Uuid(qdrant_edge::external::uuid::Uuid::from_bytes(
-        id.into_bytes(),
+        point_uuid(tenant, doc_id, chunk).into_bytes(),
     ))
 }
 
-fn hit(point: ScoredPoint) -> Option<Hit> {
-    let payload = point.payload?.0;
+/// The payload of a chunk's point.
+fn chunk_payload(tenant: &str, document: &DocumentInfo, chunk: &StoredChunk) -> Value {
+    json!({
+        "tenant": tenant, "doc_id": document.id, "chunk": chunk.index,
+        "title": document.title, "source": document.source, "text": chunk.text,
+        "tokens": chunk.tokens,
+    })
+}
+
+/// A hit from a point's payload, score and dense vector.
+fn hit_from(payload: &serde_json::Map<String, Value>, score: f32, vector: Vec<f32>) -> Hit {
     let s = |k: &str| {
         payload
             .get(k)
@@ -170,7 +205,7 @@ fn hit(point: ScoredPoint) -> Option<Hit> {
             .unwrap_or_default()
             .to_string()
     };
-    Some(Hit {
+    Hit {
         document: DocumentInfo {
             id: s("doc_id"),
             title: s("title"),
@@ -179,15 +214,21 @@ fn hit(point: ScoredPoint) -> Option<Hit> {
         chunk: payload.get("chunk").and_then(Value::as_u64).unwrap_or(0) as usize,
         text: s("text"),
         tokens: payload.get("tokens").and_then(Value::as_u64).unwrap_or(0) as usize,
-        vector: match point.vector {
-            Some(VectorStructInternal::Named(mut named)) => match named.remove(DENSE) {
-                Some(VectorInternal::Dense(v)) => v,
-                _ => Vec::new(),
-            },
+        vector,
+        score,
+    }
+}
+
+fn hit(point: ScoredPoint) -> Option<Hit> {
+    let payload = point.payload?.0;
+    let vector = match point.vector {
+        Some(VectorStructInternal::Named(mut named)) => match named.remove(DENSE) {
+            Some(VectorInternal::Dense(v)) => v,
             _ => Vec::new(),
         },
-        score: point.score,
-    })
+        _ => Vec::new(),
+    };
+    Some(hit_from(&payload, point.score, vector))
 }
 
 #[async_trait]
@@ -251,16 +292,12 @@ impl Store for EdgeStore {
             let n = chunks.len();
             let mut points = Vec::with_capacity(n);
             for c in chunks {
+                let payload = chunk_payload(&tenant, &document, &c);
                 let sparse = inner.bm25.embed_document(&c.text);
                 let vectors = Vectors::new_named([
                     (DENSE, Vector::new_dense(c.vector)),
                     (SPARSE, Vector(VectorInternal::Sparse(sparse))),
                 ]);
-                let payload = json!({
-                    "tenant": tenant, "doc_id": document.id, "chunk": c.index,
-                    "title": document.title, "source": document.source, "text": c.text,
-                    "tokens": c.tokens,
-                });
                 points.push(
                     PointStruct::new(point_id(&tenant, &document.id, c.index), vectors, payload).0,
                 );

@@ -1,0 +1,349 @@
+//! Hybrid retrieval on a Qdrant server or Qdrant Cloud, over its REST API.
+//!
+//! The collection has the Edge store's layout — a `dense` cosine vector, a `bm25` sparse
+//! vector with the IDF modifier, the same payload and point ids — and a search is the same
+//! query: a dense prefetch and a BM25 prefetch, filtered by tenant, fused by RRF (k = 60).
+//! Sparse vectors are computed here with Qdrant's own BM25 encoder, the one the Edge store
+//! uses, so the two rank alike. Corpus versions live in a second collection,
+//! `<collection>_versions`, one point per tenant.
+//!
+//! One HTTP client per process: keep-alive pool (idle connections kept 90 s), TCP keepalive,
+//! HTTP/2 when the server offers it (TLS ALPN), a timeout on every call. Reads are retried
+//! (`SLUICE_STORE_READ_RETRIES`) on transport errors and 5xx, always inside the pipeline's
+//! retrieval deadline, which cancels them; writes are not retried.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use qdrant_edge::bm25_embed::{EdgeBm25, EdgeBm25Config};
+use reqwest::{Method, StatusCode};
+use serde_json::{Value, json};
+use sluice_core::Config;
+use sluice_core::error::StoreError;
+use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
+
+use crate::{
+    DENSE, MIN_PREFETCH, PREFETCH_FACTOR, RRF_K, SPARSE, chunk_payload, filter_json, hit_from,
+    point_uuid,
+};
+
+/// How long a corpus version read from the server is trusted before it is read again: other
+/// processes' ingests become visible to this one's cache within this time.
+const VERSION_FRESH: Duration = Duration::from_secs(1);
+/// Pause before retrying a failed read.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+/// The Qdrant REST store.
+pub struct QdrantStore {
+    http: reqwest::Client,
+    url: String,
+    collection: String,
+    api_key: Option<String>,
+    read_retries: usize,
+    bm25: EdgeBm25,
+    versions: Mutex<HashMap<String, (u64, Instant)>>,
+}
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+impl QdrantStore {
+    /// The store `SLUICE_QDRANT_*` and `SLUICE_STORE_*` describe; no request is made.
+    pub fn from_config(config: &Config) -> Result<Self, StoreError> {
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.store_timeout)
+            .timeout(config.store_timeout)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_keepalive(Duration::from_secs(30))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| StoreError::Open(format!("HTTP client: {e}")))?;
+        let bm25 = EdgeBm25::new(EdgeBm25Config::default())
+            .map_err(|e| StoreError::Open(format!("BM25 encoder: {e}")))?;
+        Ok(Self {
+            http,
+            url: config.qdrant_url.clone(),
+            collection: config.qdrant_collection.clone(),
+            api_key: config.qdrant_api_key.clone(),
+            read_retries: config.store_read_retries,
+            bm25,
+            versions: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn versions_collection(&self) -> String {
+        format!("{}_versions", self.collection)
+    }
+
+    /// One call: `read`s are retried on transport errors and 5xx. Returns the JSON `result`,
+    /// or `None` for 404.
+    async fn call(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+        read: bool,
+    ) -> Result<Option<Value>, StoreError> {
+        let attempts = if read { 1 + self.read_retries } else { 1 };
+        let mut last = None;
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            let mut request = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.url));
+            if let Some(key) = &self.api_key {
+                request = request.header("api-key", key);
+            }
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            let response = match request.send().await {
+                Ok(r) => r,
+                Err(e) => {
+                    last = Some(backend(format!("{method} {path}: {e}")));
+                    continue;
+                }
+            };
+            let status = response.status();
+            if status == StatusCode::NOT_FOUND {
+                return Ok(None);
+            }
+            let text = response
+                .text()
+                .await
+                .map_err(|e| backend(format!("{method} {path}: {e}")))?;
+            if status.is_success() {
+                let value: Value = serde_json::from_str(&text)
+                    .map_err(|e| backend(format!("{method} {path}: not JSON: {e}")))?;
+                return Ok(Some(value.get("result").cloned().unwrap_or(Value::Null)));
+            }
+            let error = backend(format!(
+                "{method} {path}: {status}: {}",
+                text.chars().take(300).collect::<String>()
+            ));
+            if !status.is_server_error() {
+                return Err(error);
+            }
+            last = Some(error);
+        }
+        Err(last.unwrap_or_else(|| backend("no attempt made")))
+    }
+
+    /// Creates the collection (dense cosine `dim`-d + sparse BM25 with IDF, keyword indexes
+    /// on `tenant` — marked as the tenant key — and `doc_id`, an integer index on `chunk`) and
+    /// the corpus-version collection. Returns `false` when the collection already existed.
+    pub async fn create_collection(&self, dim: usize) -> Result<bool, StoreError> {
+        let path = format!("/collections/{}", self.collection);
+        if self.call(Method::GET, &path, None, true).await?.is_some() {
+            return Ok(false);
+        }
+        let body = json!({
+            "vectors": {DENSE: {"size": dim, "distance": "Cosine"}},
+            "sparse_vectors": {SPARSE: {"modifier": "idf"}},
+        });
+        self.call(Method::PUT, &path, Some(&body), false).await?;
+        for (field, schema) in [
+            ("tenant", json!({"type": "keyword", "is_tenant": true})),
+            ("doc_id", json!({"type": "keyword"})),
+            ("chunk", json!({"type": "integer"})),
+        ] {
+            let body = json!({"field_name": field, "field_schema": schema});
+            self.call(
+                Method::PUT,
+                &format!("{path}/index?wait=true"),
+                Some(&body),
+                false,
+            )
+            .await?;
+        }
+        let versions = format!("/collections/{}", self.versions_collection());
+        let body = json!({"vectors": {"size": 1, "distance": "Dot"}});
+        self.call(Method::PUT, &versions, Some(&body), false)
+            .await?;
+        Ok(true)
+    }
+
+    fn version_id(tenant: &str) -> String {
+        point_uuid(tenant, "", 0).to_string()
+    }
+}
+
+/// A sparse vector in the REST form.
+fn sparse_json(indices: &[u32], values: &[f32]) -> Value {
+    json!({"indices": indices, "values": values})
+}
+
+#[async_trait]
+impl Store for QdrantStore {
+    async fn search(
+        &self,
+        tenant: &str,
+        query: &str,
+        vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        let filter = filter_json(tenant, None, None);
+        let limit = (k * PREFETCH_FACTOR).max(MIN_PREFETCH);
+        let mut prefetch =
+            vec![json!({"query": vector, "using": DENSE, "limit": limit, "filter": filter})];
+        let sparse = self.bm25.embed_query(query);
+        // A query of stopwords only has no BM25 terms: dense alone then.
+        if !sparse.indices.is_empty() {
+            let sparse = sparse_json(&sparse.indices, &sparse.values);
+            prefetch
+                .push(json!({"query": sparse, "using": SPARSE, "limit": limit, "filter": filter}));
+        }
+        let body = json!({
+            "prefetch": prefetch,
+            "query": {"rrf": {"k": RRF_K}},
+            "filter": filter,
+            "limit": k,
+            "with_payload": true,
+            "with_vector": [DENSE],
+        });
+        let path = format!("/collections/{}/points/query", self.collection);
+        let result = self
+            .call(Method::POST, &path, Some(&body), true)
+            .await?
+            .ok_or_else(|| backend(format!("collection {} does not exist", self.collection)))?;
+        parse_points(&result)
+    }
+
+    async fn replace_document(
+        &self,
+        tenant: &str,
+        document: &DocumentInfo,
+        chunks: Vec<StoredChunk>,
+    ) -> Result<(), StoreError> {
+        let n = chunks.len();
+        let points: Vec<Value> = chunks
+            .iter()
+            .map(|c| {
+                let sparse = self.bm25.embed_document(&c.text);
+                json!({
+                    "id": point_uuid(tenant, &document.id, c.index).to_string(),
+                    "vector": {DENSE: c.vector, SPARSE: sparse_json(&sparse.indices, &sparse.values)},
+                    "payload": chunk_payload(tenant, document, c),
+                })
+            })
+            .collect();
+        let base = format!("/collections/{}/points", self.collection);
+        // Upsert first (ids are stable per chunk position), then delete the chunks past the
+        // new end: readers never see the document missing while it is replaced.
+        if !points.is_empty() {
+            let body = json!({ "points": points });
+            self.call(
+                Method::PUT,
+                &format!("{base}?wait=true"),
+                Some(&body),
+                false,
+            )
+            .await?;
+        }
+        let body = json!({ "filter": filter_json(tenant, Some(&document.id), Some(n)) });
+        self.call(
+            Method::POST,
+            &format!("{base}/delete?wait=true"),
+            Some(&body),
+            false,
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn bump_corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+        // Unix milliseconds, and past the current version: two processes ingesting at once
+        // still move the version (an increment read-modify-write could lose one).
+        let current = self.corpus_version(tenant).await?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let version = now.max(current + 1);
+        let body = json!({"points": [{
+            "id": Self::version_id(tenant),
+            "vector": [1.0],
+            "payload": {"tenant": tenant, "corpus_version": version},
+        }]});
+        let path = format!(
+            "/collections/{}/points?wait=true",
+            self.versions_collection()
+        );
+        self.call(Method::PUT, &path, Some(&body), false).await?;
+        if let Ok(mut memo) = self.versions.lock() {
+            memo.insert(tenant.to_string(), (version, Instant::now()));
+        }
+        Ok(version)
+    }
+
+    async fn corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+        if let Ok(memo) = self.versions.lock()
+            && let Some((v, at)) = memo.get(tenant)
+            && at.elapsed() < VERSION_FRESH
+        {
+            return Ok(*v);
+        }
+        let path = format!(
+            "/collections/{}/points/{}",
+            self.versions_collection(),
+            Self::version_id(tenant)
+        );
+        let version = match self.call(Method::GET, &path, None, true).await? {
+            None => 0,
+            Some(point) => point["payload"]["corpus_version"].as_u64().ok_or_else(|| {
+                backend(format!(
+                    "corpus version point of {tenant} has no corpus_version"
+                ))
+            })?,
+        };
+        if let Ok(mut memo) = self.versions.lock() {
+            memo.insert(tenant.to_string(), (version, Instant::now()));
+        }
+        Ok(version)
+    }
+
+    async fn count(&self, tenant: &str) -> Result<usize, StoreError> {
+        let body = json!({"filter": filter_json(tenant, None, None), "exact": true});
+        let path = format!("/collections/{}/points/count", self.collection);
+        let result = self
+            .call(Method::POST, &path, Some(&body), true)
+            .await?
+            .ok_or_else(|| backend(format!("collection {} does not exist", self.collection)))?;
+        result["count"]
+            .as_u64()
+            .map(|n| n as usize)
+            .ok_or_else(|| backend("count response without a count"))
+    }
+}
+
+/// The hits of a query response's `result` (`{"points": [ScoredPoint…]}`).
+pub fn parse_points(result: &Value) -> Result<Vec<Hit>, StoreError> {
+    let points = result["points"]
+        .as_array()
+        .ok_or_else(|| backend("query response without points"))?;
+    points
+        .iter()
+        .map(|p| {
+            let payload = p["payload"]
+                .as_object()
+                .ok_or_else(|| backend("a point without payload"))?;
+            let score = p["score"]
+                .as_f64()
+                .ok_or_else(|| backend("a point without score"))? as f32;
+            let vector = p["vector"][DENSE]
+                .as_array()
+                .map(|v| {
+                    v.iter()
+                        .filter_map(Value::as_f64)
+                        .map(|x| x as f32)
+                        .collect()
+                })
+                .unwrap_or_default();
+            Ok(hit_from(payload, score, vector))
+        })
+        .collect()
+}
