@@ -19,6 +19,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use qdrant_edge::bm25_embed::{EdgeBm25, EdgeBm25Config};
 use reqwest::{Method, StatusCode};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sluice_core::Config;
 use sluice_core::error::StoreError;
@@ -78,8 +80,7 @@ impl QdrantStore {
         format!("{}_versions", self.collection)
     }
 
-    /// One call: `read`s are retried on transport errors and 5xx. Returns the JSON `result`,
-    /// or `None` for 404.
+    /// One call with a JSON body; returns the response's `result`, or `None` for 404.
     async fn call(
         &self,
         method: Method,
@@ -87,6 +88,24 @@ impl QdrantStore {
         body: Option<&Value>,
         read: bool,
     ) -> Result<Option<Value>, StoreError> {
+        let body = body.map(|b| b.to_string().into_bytes());
+        match self.send(method.clone(), path, body, read).await? {
+            None => Ok(None),
+            Some(text) => parse_result(&text)
+                .map(Some)
+                .map_err(|e| backend(format!("{method} {path}: {e}"))),
+        }
+    }
+
+    /// One call with a serialised body: `read`s are retried on transport errors and 5xx.
+    /// Returns the body of a successful response, or `None` for 404.
+    async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        read: bool,
+    ) -> Result<Option<String>, StoreError> {
         let attempts = if read { 1 + self.read_retries } else { 1 };
         let mut last = None;
         for attempt in 0..attempts {
@@ -99,8 +118,10 @@ impl QdrantStore {
             if let Some(key) = &self.api_key {
                 request = request.header("api-key", key);
             }
-            if let Some(body) = body {
-                request = request.json(body);
+            if let Some(body) = &body {
+                request = request
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.clone());
             }
             let response = match request.send().await {
                 Ok(r) => r,
@@ -118,9 +139,7 @@ impl QdrantStore {
                 .await
                 .map_err(|e| backend(format!("{method} {path}: {e}")))?;
             if status.is_success() {
-                let value: Value = serde_json::from_str(&text)
-                    .map_err(|e| backend(format!("{method} {path}: not JSON: {e}")))?;
-                return Ok(Some(value.get("result").cloned().unwrap_or(Value::Null)));
+                return Ok(Some(text));
             }
             let error = backend(format!(
                 "{method} {path}: {status}: {}",
@@ -189,29 +208,40 @@ impl Store for QdrantStore {
     ) -> Result<Vec<Hit>, StoreError> {
         let filter = filter_json(tenant, None, None);
         let limit = (k * PREFETCH_FACTOR).max(MIN_PREFETCH);
-        let mut prefetch =
-            vec![json!({"query": vector, "using": DENSE, "limit": limit, "filter": filter})];
+        let mut prefetch = vec![Prefetch {
+            query: QueryVector::Dense(vector),
+            using: DENSE,
+            limit,
+            filter: &filter,
+        }];
         let sparse = self.bm25.embed_query(query);
         // A query of stopwords only has no BM25 terms: dense alone then.
         if !sparse.indices.is_empty() {
-            let sparse = sparse_json(&sparse.indices, &sparse.values);
-            prefetch
-                .push(json!({"query": sparse, "using": SPARSE, "limit": limit, "filter": filter}));
+            prefetch.push(Prefetch {
+                query: QueryVector::Sparse {
+                    indices: &sparse.indices,
+                    values: &sparse.values,
+                },
+                using: SPARSE,
+                limit,
+                filter: &filter,
+            });
         }
-        let body = json!({
-            "prefetch": prefetch,
-            "query": {"rrf": {"k": RRF_K}},
-            "filter": filter,
-            "limit": k,
-            "with_payload": true,
-            "with_vector": [DENSE],
-        });
+        let body = QueryBody {
+            prefetch,
+            query: json!({"rrf": {"k": RRF_K}}),
+            filter: &filter,
+            limit: k,
+            with_payload: true,
+            with_vector: [DENSE],
+        };
+        let body = serde_json::to_vec(&body).map_err(backend)?;
         let path = format!("/collections/{}/points/query", self.collection);
-        let result = self
-            .call(Method::POST, &path, Some(&body), true)
+        let text = self
+            .send(Method::POST, &path, Some(body), true)
             .await?
             .ok_or_else(|| backend(format!("collection {} does not exist", self.collection)))?;
-        parse_points(&result)
+        parse_query_response(&text)
     }
 
     async fn replace_document(
@@ -320,30 +350,77 @@ impl Store for QdrantStore {
     }
 }
 
-/// The hits of a query response's `result` (`{"points": [ScoredPoint…]}`).
-pub fn parse_points(result: &Value) -> Result<Vec<Hit>, StoreError> {
-    let points = result["points"]
-        .as_array()
-        .ok_or_else(|| backend("query response without points"))?;
-    points
-        .iter()
+/// The body of a Query API call, serialised without building a JSON tree of the vector.
+#[derive(Serialize)]
+struct QueryBody<'a> {
+    prefetch: Vec<Prefetch<'a>>,
+    query: Value,
+    filter: &'a Value,
+    limit: usize,
+    with_payload: bool,
+    with_vector: [&'static str; 1],
+}
+
+#[derive(Serialize)]
+struct Prefetch<'a> {
+    query: QueryVector<'a>,
+    using: &'static str,
+    limit: usize,
+    filter: &'a Value,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum QueryVector<'a> {
+    Dense(&'a [f32]),
+    Sparse {
+        indices: &'a [u32],
+        values: &'a [f32],
+    },
+}
+
+#[derive(Deserialize)]
+struct Envelope<T> {
+    result: T,
+}
+
+/// The `result` of a successful response body.
+fn parse_result<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    serde_json::from_str::<Envelope<T>>(text)
+        .map(|e| e.result)
+        .map_err(|e| format!("unexpected response: {e}"))
+}
+
+/// A query response's `result`: `{"points": [ScoredPoint…]}`, read straight into the fields
+/// a hit needs.
+#[derive(Deserialize)]
+struct QueryResult {
+    points: Vec<ScoredPoint>,
+}
+
+#[derive(Deserialize)]
+struct ScoredPoint {
+    score: f32,
+    payload: serde_json::Map<String, Value>,
+    #[serde(default)]
+    vector: Option<NamedVectors>,
+}
+
+#[derive(Deserialize)]
+struct NamedVectors {
+    #[serde(default)]
+    dense: Vec<f32>,
+}
+
+/// The hits of a whole query response body (`{"result": {"points": […]}, …}`).
+pub fn parse_query_response(text: &str) -> Result<Vec<Hit>, StoreError> {
+    let result: QueryResult = parse_result(text).map_err(backend)?;
+    Ok(result
+        .points
+        .into_iter()
         .map(|p| {
-            let payload = p["payload"]
-                .as_object()
-                .ok_or_else(|| backend("a point without payload"))?;
-            let score = p["score"]
-                .as_f64()
-                .ok_or_else(|| backend("a point without score"))? as f32;
-            let vector = p["vector"][DENSE]
-                .as_array()
-                .map(|v| {
-                    v.iter()
-                        .filter_map(Value::as_f64)
-                        .map(|x| x as f32)
-                        .collect()
-                })
-                .unwrap_or_default();
-            Ok(hit_from(payload, score, vector))
+            let vector = p.vector.map(|v| v.dense).unwrap_or_default();
+            hit_from(&p.payload, p.score, vector)
         })
-        .collect()
+        .collect())
 }

@@ -22,7 +22,7 @@ use sluice_core::Config;
 use sluice_core::breaker::{Breaker, GuardedStore};
 use sluice_core::error::StoreError;
 use sluice_core::stages::{DocumentInfo, Store, StoredChunk};
-use sluice_retrieve::qdrant::{QdrantStore, parse_points};
+use sluice_retrieve::qdrant::{QdrantStore, parse_query_response};
 
 const SPEC: &str = "qdrant-1.19.0-openapi.json";
 
@@ -326,13 +326,15 @@ async fn query_responses_shaped_by_the_document_parse_into_hits() {
             "the stand-in's response is off-schema: {errors:?}"
         );
     }
-    let hits = parse_points(&result).unwrap();
+    let response = json!({"result": result, "status": "ok", "time": 0.002}).to_string();
+    let hits = parse_query_response(&response).unwrap();
     assert_eq!(hits.len(), 2);
     assert_eq!(hits[0].document.id, "a");
     assert_eq!(hits[1].chunk, 1);
     assert_eq!(hits[0].vector, vec![0.6, 0.8]);
     assert!((hits[0].score - 0.5).abs() < 1e-6);
-    assert!(parse_points(&json!({"points": [{"id": 1, "version": 0, "score": 1.0}]})).is_err());
+    let no_payload = json!({"result": {"points": [{"id": 1, "version": 0, "score": 1.0}]}});
+    assert!(parse_query_response(&no_payload.to_string()).is_err());
 }
 
 // ---- transport -----------------------------------------------------------------------------
