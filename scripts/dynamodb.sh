@@ -16,17 +16,5 @@ bin=$cache/venv/bin/moto_server
 if [ "${2:-}" != "--detach" ]; then
   exec "$bin" -H 127.0.0.1 -p "$port"
 fi
-mkdir -p "$cache/logs"
-"$bin" -H 127.0.0.1 -p "$port" >"$cache/logs/moto-$port.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 60); do
-  if curl -fsS -m 2 -o /dev/null "http://127.0.0.1:$port/moto-api/" 2>/dev/null; then
-    echo "$pid"
-    exit 0
-  fi
-  kill -0 "$pid" 2>/dev/null || { echo "moto_server exited; see $cache/logs/moto-$port.log" >&2; exit 1; }
-  sleep 0.5
-done
-kill "$pid" 2>/dev/null || true
-echo "moto_server did not answer in 30 s; see $cache/logs/moto-$port.log" >&2
-exit 1
+source "$(dirname "$0")/detach.sh"
+detach moto_server "http://127.0.0.1:$port/moto-api/" "$cache/logs/moto-$port.log" "$bin" -H 127.0.0.1 -p "$port"

@@ -17,17 +17,5 @@ args=(-m "$model" --alias SmolLM2-135M-Instruct --host 127.0.0.1 --port "$port"
 if [ "${2:-}" != "--detach" ]; then
   exec "$bin" "${args[@]}"
 fi
-mkdir -p "$cache/logs"
-"$bin" "${args[@]}" >"$cache/logs/llama-$port.log" 2>&1 &
-pid=$!
-for _ in $(seq 1 120); do
-  if curl -fsS -m 2 "http://127.0.0.1:$port/health" >/dev/null 2>&1; then
-    echo "$pid"
-    exit 0
-  fi
-  kill -0 "$pid" 2>/dev/null || { echo "llama-server exited; see $cache/logs/llama-$port.log" >&2; exit 1; }
-  sleep 0.5
-done
-kill "$pid" 2>/dev/null || true
-echo "llama-server did not become healthy in 60 s; see $cache/logs/llama-$port.log" >&2
-exit 1
+source "$(dirname "$0")/detach.sh"
+detach llama-server "http://127.0.0.1:$port/health" "$cache/logs/llama-$port.log" "$bin" "${args[@]}"
