@@ -98,7 +98,8 @@ impl QdrantStore {
     }
 
     /// One call with a serialised body: `read`s are retried on transport errors and 5xx.
-    /// Returns the body of a successful response, or `None` for 404.
+    /// Returns the body of a successful response, or `None` when a read finds nothing (404);
+    /// a write's 404 (no collection) is an error.
     async fn send(
         &self,
         method: Method,
@@ -132,7 +133,12 @@ impl QdrantStore {
             };
             let status = response.status();
             if status == StatusCode::NOT_FOUND {
-                return Ok(None);
+                if read {
+                    return Ok(None);
+                }
+                return Err(backend(format!(
+                    "{method} {path}: 404: collection missing (run `sluice store create-collection`)"
+                )));
             }
             let text = response
                 .text()

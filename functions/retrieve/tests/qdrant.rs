@@ -79,6 +79,11 @@ async fn handle(
     let ok = |result: Value| axum::Json(json!({"result": result, "status": "ok", "time": 0.001}));
     let ack = || ok(json!({"operation_id": 1, "status": "completed"}));
     match (method.as_str(), path.as_str()) {
+        (_, p) if p.starts_with("/collections/missing") => (
+            StatusCode::NOT_FOUND,
+            axum::Json(json!({"status": {"error": "Not found: Collection `missing` doesn't exist!"}, "time": 0.0})),
+        )
+            .into_response(),
         ("GET", p) if p.starts_with("/collections/") => (
             StatusCode::NOT_FOUND,
             axum::Json(json!({"status": {"error": "Not found"}, "time": 0.0})),
@@ -387,6 +392,27 @@ async fn reads_are_retried_on_5xx_and_writes_are_not() {
         1,
         "a write is sent once"
     );
+}
+
+#[tokio::test]
+async fn a_missing_collection_fails_writes_and_searches_with_what_to_do() {
+    let (_stand_in, config) = stand_in(&[("SLUICE_QDRANT_COLLECTION", "missing")]).await;
+    let store = QdrantStore::from_config(&config).unwrap();
+    let e = store
+        .replace_document("acme", &doc(), vec![chunk(0, "x")])
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("sluice store create-collection"),
+        "{e}"
+    );
+    let e = store
+        .search("acme", "card", &[0.0, 1.0], 5)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    // A tenant without a corpus version point reads as version 0.
+    assert_eq!(store.corpus_version("acme").await.unwrap(), 0);
 }
 
 #[tokio::test]
