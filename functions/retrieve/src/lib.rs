@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod qdrant;
+mod rest;
 
 /// The store `SLUICE_STORE` names, for `dim`-d vectors: Qdrant Edge in `SLUICE_DATA_DIR`, or
 /// a remote store behind its circuit breaker.

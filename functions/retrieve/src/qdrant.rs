@@ -7,10 +7,7 @@
 //! uses, so the two rank alike. Corpus versions live in a second collection,
 //! `<collection>_versions`, one point per tenant.
 //!
-//! One HTTP client per process: keep-alive pool (idle connections kept 90 s), TCP keepalive,
-//! HTTP/2 when the server offers it (TLS ALPN), a timeout on every call. Reads are retried
-//! (`SLUICE_STORE_READ_RETRIES`) on transport errors and 5xx, always inside the pipeline's
-//! retrieval deadline, which cancels them; writes are not retried.
+//! Calls go through the shared [`crate::rest`] client (keep-alive, timeouts, read retries).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -18,14 +15,14 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use qdrant_edge::bm25_embed::{EdgeBm25, EdgeBm25Config};
-use reqwest::{Method, StatusCode};
-use serde::de::DeserializeOwned;
+use reqwest::Method;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sluice_core::Config;
 use sluice_core::error::StoreError;
 use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
 
+use crate::rest::{Rest, backend, qdrant_result};
 use crate::{
     DENSE, MIN_PREFETCH, PREFETCH_FACTOR, RRF_K, SPARSE, chunk_payload, filter_json, hit_from,
     point_uuid,
@@ -34,43 +31,35 @@ use crate::{
 /// How long a corpus version read from the server is trusted before it is read again: other
 /// processes' ingests become visible to this one's cache within this time.
 const VERSION_FRESH: Duration = Duration::from_secs(1);
-/// Pause before retrying a failed read.
-const RETRY_PAUSE: Duration = Duration::from_millis(20);
 
 /// The Qdrant REST store.
 pub struct QdrantStore {
-    http: reqwest::Client,
-    url: String,
+    rest: Rest,
     collection: String,
-    api_key: Option<String>,
-    read_retries: usize,
     bm25: EdgeBm25,
     versions: Mutex<HashMap<String, (u64, Instant)>>,
-}
-
-fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
 }
 
 impl QdrantStore {
     /// The store `SLUICE_QDRANT_*` and `SLUICE_STORE_*` describe; no request is made.
     pub fn from_config(config: &Config) -> Result<Self, StoreError> {
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.store_timeout)
-            .timeout(config.store_timeout)
-            .pool_idle_timeout(Duration::from_secs(90))
-            .tcp_keepalive(Duration::from_secs(30))
-            .tcp_nodelay(true)
-            .build()
-            .map_err(|e| StoreError::Open(format!("HTTP client: {e}")))?;
+        let headers: Vec<(&'static str, &str)> = config
+            .qdrant_api_key
+            .as_deref()
+            .map(|key| ("api-key", key))
+            .into_iter()
+            .collect();
+        let rest = Rest::new(
+            config,
+            &config.qdrant_url,
+            &headers,
+            "collection missing (run `sluice store create-collection`)",
+        )?;
         let bm25 = EdgeBm25::new(EdgeBm25Config::default())
             .map_err(|e| StoreError::Open(format!("BM25 encoder: {e}")))?;
         Ok(Self {
-            http,
-            url: config.qdrant_url.clone(),
+            rest,
             collection: config.qdrant_collection.clone(),
-            api_key: config.qdrant_api_key.clone(),
-            read_retries: config.store_read_retries,
             bm25,
             versions: Mutex::new(HashMap::new()),
         })
@@ -89,74 +78,12 @@ impl QdrantStore {
         read: bool,
     ) -> Result<Option<Value>, StoreError> {
         let body = body.map(|b| b.to_string().into_bytes());
-        match self.send(method.clone(), path, body, read).await? {
+        match self.rest.send(method.clone(), path, body, read).await? {
             None => Ok(None),
-            Some(text) => parse_result(&text)
+            Some(text) => qdrant_result(&text)
                 .map(Some)
                 .map_err(|e| backend(format!("{method} {path}: {e}"))),
         }
-    }
-
-    /// One call with a serialised body: `read`s are retried on transport errors and 5xx.
-    /// Returns the body of a successful response, or `None` when a read finds nothing (404);
-    /// a write's 404 (no collection) is an error.
-    async fn send(
-        &self,
-        method: Method,
-        path: &str,
-        body: Option<Vec<u8>>,
-        read: bool,
-    ) -> Result<Option<String>, StoreError> {
-        let attempts = if read { 1 + self.read_retries } else { 1 };
-        let mut last = None;
-        for attempt in 0..attempts {
-            if attempt > 0 {
-                tokio::time::sleep(RETRY_PAUSE).await;
-            }
-            let mut request = self
-                .http
-                .request(method.clone(), format!("{}{path}", self.url));
-            if let Some(key) = &self.api_key {
-                request = request.header("api-key", key);
-            }
-            if let Some(body) = &body {
-                request = request
-                    .header(reqwest::header::CONTENT_TYPE, "application/json")
-                    .body(body.clone());
-            }
-            let response = match request.send().await {
-                Ok(r) => r,
-                Err(e) => {
-                    last = Some(backend(format!("{method} {path}: {e}")));
-                    continue;
-                }
-            };
-            let status = response.status();
-            if status == StatusCode::NOT_FOUND {
-                if read {
-                    return Ok(None);
-                }
-                return Err(backend(format!(
-                    "{method} {path}: 404: collection missing (run `sluice store create-collection`)"
-                )));
-            }
-            let text = response
-                .text()
-                .await
-                .map_err(|e| backend(format!("{method} {path}: {e}")))?;
-            if status.is_success() {
-                return Ok(Some(text));
-            }
-            let error = backend(format!(
-                "{method} {path}: {status}: {}",
-                text.chars().take(300).collect::<String>()
-            ));
-            if !status.is_server_error() {
-                return Err(error);
-            }
-            last = Some(error);
-        }
-        Err(last.unwrap_or_else(|| backend("no attempt made")))
     }
 
     /// Creates the collection (dense cosine `dim`-d + sparse BM25 with IDF, keyword indexes
@@ -244,6 +171,7 @@ impl Store for QdrantStore {
         let body = serde_json::to_vec(&body).map_err(backend)?;
         let path = format!("/collections/{}/points/query", self.collection);
         let text = self
+            .rest
             .send(Method::POST, &path, Some(body), true)
             .await?
             .ok_or_else(|| backend(format!("collection {} does not exist", self.collection)))?;
@@ -385,18 +313,6 @@ enum QueryVector<'a> {
     },
 }
 
-#[derive(Deserialize)]
-struct Envelope<T> {
-    result: T,
-}
-
-/// The `result` of a successful response body.
-fn parse_result<T: DeserializeOwned>(text: &str) -> Result<T, String> {
-    serde_json::from_str::<Envelope<T>>(text)
-        .map(|e| e.result)
-        .map_err(|e| format!("unexpected response: {e}"))
-}
-
 /// A query response's `result`: `{"points": [ScoredPoint…]}`, read straight into the fields
 /// a hit needs.
 #[derive(Deserialize)]
@@ -420,7 +336,7 @@ struct NamedVectors {
 
 /// The hits of a whole query response body (`{"result": {"points": […]}, …}`).
 pub fn parse_query_response(text: &str) -> Result<Vec<Hit>, StoreError> {
-    let result: QueryResult = parse_result(text).map_err(backend)?;
+    let result: QueryResult = qdrant_result(text).map_err(backend)?;
     Ok(result
         .points
         .into_iter()

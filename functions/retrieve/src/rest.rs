@@ -1,0 +1,130 @@
+//! The HTTP client shared by the remote stores: one keep-alive pool per process (idle
+//! connections kept 90 s), TCP keepalive, no Nagle, HTTP/2 when a TLS server offers it, a
+//! timeout on every call, and retries of reads only (transport errors and 5xx; the pipeline's
+//! retrieval deadline cancels them). Writes are sent once.
+
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::{Method, StatusCode};
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use sluice_core::Config;
+use sluice_core::error::StoreError;
+
+/// Pause before retrying a failed read.
+const RETRY_PAUSE: Duration = Duration::from_millis(20);
+
+pub(crate) fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(e.to_string())
+}
+
+/// One REST endpoint.
+pub(crate) struct Rest {
+    http: reqwest::Client,
+    base: String,
+    read_retries: usize,
+    /// Said when a write gets 404 (the collection or index is missing).
+    missing: &'static str,
+}
+
+impl Rest {
+    /// A client for `base` sending `headers` (API keys: never logged) on every call.
+    pub(crate) fn new(
+        config: &Config,
+        base: &str,
+        headers: &[(&'static str, &str)],
+        missing: &'static str,
+    ) -> Result<Self, StoreError> {
+        let mut map = HeaderMap::new();
+        for (name, value) in headers {
+            let mut value = HeaderValue::from_str(value)
+                .map_err(|_| StoreError::Open(format!("the {name} header value is not valid")))?;
+            value.set_sensitive(true);
+            map.insert(HeaderName::from_static(name), value);
+        }
+        let http = reqwest::Client::builder()
+            .default_headers(map)
+            .connect_timeout(config.store_timeout)
+            .timeout(config.store_timeout)
+            .pool_idle_timeout(Duration::from_secs(90))
+            .tcp_keepalive(Duration::from_secs(30))
+            .tcp_nodelay(true)
+            .build()
+            .map_err(|e| StoreError::Open(format!("HTTP client: {e}")))?;
+        Ok(Self {
+            http,
+            base: base.trim_end_matches('/').to_string(),
+            read_retries: config.store_read_retries,
+            missing,
+        })
+    }
+
+    /// One call with a JSON body. Returns the body of a successful response, or `None` when
+    /// a read finds nothing (404); a write's 404 is an error.
+    pub(crate) async fn send(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<Vec<u8>>,
+        read: bool,
+    ) -> Result<Option<String>, StoreError> {
+        let attempts = if read { 1 + self.read_retries } else { 1 };
+        let mut last = None;
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                tokio::time::sleep(RETRY_PAUSE).await;
+            }
+            let mut request = self
+                .http
+                .request(method.clone(), format!("{}{path}", self.base));
+            if let Some(body) = &body {
+                request = request
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.clone());
+            }
+            let response = match request.send().await {
+                Ok(r) => r,
+                Err(e) => {
+                    last = Some(backend(format!("{method} {path}: {e}")));
+                    continue;
+                }
+            };
+            let status = response.status();
+            if status == StatusCode::NOT_FOUND {
+                if read {
+                    return Ok(None);
+                }
+                return Err(backend(format!("{method} {path}: 404: {}", self.missing)));
+            }
+            let text = response
+                .text()
+                .await
+                .map_err(|e| backend(format!("{method} {path}: {e}")))?;
+            if status.is_success() {
+                return Ok(Some(text));
+            }
+            let error = backend(format!(
+                "{method} {path}: {status}: {}",
+                text.chars().take(300).collect::<String>()
+            ));
+            if !status.is_server_error() {
+                return Err(error);
+            }
+            last = Some(error);
+        }
+        Err(last.unwrap_or_else(|| backend("no attempt made")))
+    }
+}
+
+#[derive(Deserialize)]
+struct Envelope<T> {
+    result: T,
+}
+
+/// The `result` of a Qdrant response body.
+pub(crate) fn qdrant_result<T: DeserializeOwned>(text: &str) -> Result<T, String> {
+    serde_json::from_str::<Envelope<T>>(text)
+        .map(|e| e.result)
+        .map_err(|e| format!("unexpected response: {e}"))
+}
