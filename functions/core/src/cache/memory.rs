@@ -6,7 +6,7 @@ use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use super::{CacheEntry, CacheStore, lsh::BANDS, now};
+use super::{CacheEntry, CacheStore, lsh::BANDS};
 use crate::error::CacheError;
 
 /// Entries in memory, indexed by exact key and by LSH bucket.
@@ -110,25 +110,10 @@ impl CacheStore for MemoryCache {
         let mut inner = self.lock()?;
         let id = (entry.tenant.clone(), entry.key.clone());
         inner.remove(&id);
-        // Make room: expired entries first, then the oldest.
-        if inner.entries.len() >= self.max_entries {
-            let now = now();
-            let expired: Vec<Id> = inner
-                .entries
-                .iter()
-                .filter(|(_, (_, e))| e.expires_at <= now)
-                .map(|(id, _)| id.clone())
-                .collect();
-            for id in &expired {
-                inner.remove(id);
-            }
-        }
+        // Make room by evicting the oldest entry. Every entry gets the same TTL, so the oldest
+        // is also the first to expire: no scan for expired entries is needed.
         while inner.entries.len() >= self.max_entries {
-            let Some((_, oldest)) = inner
-                .order
-                .first_key_value()
-                .map(|(s, id)| (*s, id.clone()))
-            else {
+            let Some(oldest) = inner.order.first_key_value().map(|(_, id)| id.clone()) else {
                 break;
             };
             inner.remove(&oldest);
@@ -165,7 +150,7 @@ impl CacheStore for MemoryCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{CachedAnswer, Scope};
+    use crate::cache::{CachedAnswer, Scope, now};
 
     fn entry(tenant: &str, key: &str, buckets: Vec<u32>) -> CacheEntry {
         CacheEntry {
