@@ -95,6 +95,22 @@ pub struct Config {
     pub qdrant_api_key: Option<String>,
     /// `SLUICE_QDRANT_COLLECTION`: the collection (corpus versions live in `<name>_versions`).
     pub qdrant_collection: String,
+    /// `SLUICE_PINECONE_API_KEY`: sent as `Api-Key` (required with `SLUICE_STORE=pinecone`);
+    /// never logged.
+    pub pinecone_api_key: Option<String>,
+    /// `SLUICE_PINECONE_HOST`: data-plane URL of the dense index (a bare host means https).
+    pub pinecone_host: Option<String>,
+    /// `SLUICE_PINECONE_SPARSE_HOST`: data-plane URL of the sparse (BM25) index.
+    pub pinecone_sparse_host: Option<String>,
+    /// `SLUICE_PINECONE_INDEX`: name of the dense index; the sparse one is `<name>-bm25`.
+    pub pinecone_index: String,
+    /// `SLUICE_PINECONE_CLOUD` and `SLUICE_PINECONE_REGION`: where
+    /// `sluice store create-collection` creates the serverless indexes.
+    pub pinecone_cloud: String,
+    /// See `pinecone_cloud`.
+    pub pinecone_region: String,
+    /// `SLUICE_PINECONE_CONTROL_URL`: Pinecone's control-plane API.
+    pub pinecone_control_url: String,
     /// `SLUICE_STORE_TIMEOUT_MS`: budget of one call to a remote store.
     pub store_timeout: Duration,
     /// `SLUICE_STORE_READ_RETRIES`: extra attempts of a failed read (inside the deadline).
@@ -112,6 +128,8 @@ pub enum StoreBackend {
     Edge,
     /// A Qdrant server or Qdrant Cloud over REST (`SLUICE_QDRANT_URL`).
     Qdrant,
+    /// Two Pinecone serverless indexes, dense and sparse (`SLUICE_PINECONE_*`).
+    Pinecone,
 }
 
 /// Where answers are cached (`SLUICE_CACHE`).
@@ -148,6 +166,12 @@ impl fmt::Debug for Config {
             .field(
                 "qdrant_api_key",
                 &self.qdrant_api_key.as_ref().map(|_| "<redacted>"),
+            )
+            .field("pinecone_host", &self.pinecone_host)
+            .field("pinecone_sparse_host", &self.pinecone_sparse_host)
+            .field(
+                "pinecone_api_key",
+                &self.pinecone_api_key.as_ref().map(|_| "<redacted>"),
             )
             .finish_non_exhaustive()
     }
@@ -247,11 +271,12 @@ impl Config {
             store: match get("SLUICE_STORE").as_deref().map(str::trim) {
                 None | Some("edge") => StoreBackend::Edge,
                 Some("qdrant") => StoreBackend::Qdrant,
+                Some("pinecone") => StoreBackend::Pinecone,
                 Some(other) => {
                     return Err(ConfigError {
                         name: "SLUICE_STORE",
                         value: other.to_string(),
-                        expected: "edge or qdrant".into(),
+                        expected: "edge, qdrant or pinecone".into(),
                     });
                 }
             },
@@ -261,6 +286,16 @@ impl Config {
                 .to_string(),
             qdrant_api_key: get("SLUICE_QDRANT_API_KEY"),
             qdrant_collection: get("SLUICE_QDRANT_COLLECTION").unwrap_or_else(|| "sluice".into()),
+            pinecone_api_key: get("SLUICE_PINECONE_API_KEY"),
+            pinecone_host: get("SLUICE_PINECONE_HOST").map(|h| https_url(&h)),
+            pinecone_sparse_host: get("SLUICE_PINECONE_SPARSE_HOST").map(|h| https_url(&h)),
+            pinecone_index: get("SLUICE_PINECONE_INDEX").unwrap_or_else(|| "sluice".into()),
+            pinecone_cloud: get("SLUICE_PINECONE_CLOUD").unwrap_or_else(|| "aws".into()),
+            pinecone_region: get("SLUICE_PINECONE_REGION").unwrap_or_else(|| "us-east-1".into()),
+            pinecone_control_url: https_url(
+                &get("SLUICE_PINECONE_CONTROL_URL")
+                    .unwrap_or_else(|| "https://api.pinecone.io".into()),
+            ),
             store_timeout: millis(&get, "SLUICE_STORE_TIMEOUT_MS", 1000, 1)?,
             store_read_retries: ranged(&get, "SLUICE_STORE_READ_RETRIES", 1, 0, 5)?,
             breaker_failures: ranged(&get, "SLUICE_BREAKER_FAILURES", 5, 1, 1000)? as u32,
@@ -281,6 +316,28 @@ impl Config {
                 name: "SLUICE_QDRANT_URL",
                 value: config.qdrant_url,
                 expected: "an http:// or https:// URL of the Qdrant REST API, such as https://xyz.cloud.qdrant.io:6333".into(),
+            });
+        }
+        if config.store == StoreBackend::Pinecone && config.pinecone_api_key.is_none() {
+            return Err(ConfigError {
+                name: "SLUICE_PINECONE_API_KEY",
+                value: String::new(),
+                expected: "the API key of the Pinecone project (SLUICE_STORE=pinecone)".into(),
+            });
+        }
+        let index = &config.pinecone_index;
+        if index.is_empty()
+            || index.len() > 40
+            || !index
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+            || index.starts_with('-')
+            || index.ends_with('-')
+        {
+            return Err(ConfigError {
+                name: "SLUICE_PINECONE_INDEX",
+                value: config.pinecone_index,
+                expected: "1-40 lower-case letters, digits or '-', not at either end (Pinecone's rule for index names, leaving room for the -bm25 suffix)".into(),
             });
         }
         if config.chunk_overlap_tokens >= config.chunk_tokens / 2 {
@@ -362,6 +419,17 @@ fn parse<T: std::str::FromStr>(
         value,
         expected: expected.to_string(),
     })
+}
+
+/// `value` as a URL without a trailing slash; a bare host (as Pinecone's console shows it)
+/// means https.
+fn https_url(value: &str) -> String {
+    let value = value.trim().trim_end_matches('/');
+    if value.starts_with("http://") || value.starts_with("https://") {
+        value.to_string()
+    } else {
+        format!("https://{value}")
+    }
 }
 
 fn ranged(
@@ -491,5 +559,33 @@ mod tests {
         let shown = format!("{c:?}");
         assert!(!shown.contains("sk-secret"), "{shown}");
         assert!(shown.contains("<redacted>"));
+    }
+
+    #[test]
+    fn pinecone_needs_a_key_and_a_valid_index_name() {
+        let e = with(&[("SLUICE_STORE", "pinecone")]).unwrap_err();
+        assert_eq!(e.name, "SLUICE_PINECONE_API_KEY");
+        let c = with(&[
+            ("SLUICE_STORE", "pinecone"),
+            ("SLUICE_PINECONE_API_KEY", "pc-secret"),
+            ("SLUICE_PINECONE_HOST", "sluice-abc.svc.aped-1.pinecone.io/"),
+            ("SLUICE_PINECONE_SPARSE_HOST", "http://127.0.0.1:9/"),
+        ])
+        .unwrap();
+        assert_eq!(c.store, StoreBackend::Pinecone);
+        assert_eq!(
+            c.pinecone_host.as_deref(),
+            Some("https://sluice-abc.svc.aped-1.pinecone.io")
+        );
+        assert_eq!(
+            c.pinecone_sparse_host.as_deref(),
+            Some("http://127.0.0.1:9")
+        );
+        assert_eq!(c.pinecone_control_url, "https://api.pinecone.io");
+        assert!(!format!("{c:?}").contains("pc-secret"));
+        for bad in ["Sluice", "-x", "a_b"] {
+            let e = with(&[("SLUICE_PINECONE_INDEX", bad)]).unwrap_err();
+            assert_eq!(e.name, "SLUICE_PINECONE_INDEX", "{bad}");
+        }
     }
 }
