@@ -9,10 +9,6 @@
 //!
 //! Calls go through the shared [`crate::rest`] client (keep-alive, timeouts, read retries).
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
-
 use async_trait::async_trait;
 use qdrant_edge::bm25_embed::{EdgeBm25, EdgeBm25Config};
 use reqwest::Method;
@@ -22,22 +18,18 @@ use sluice_core::Config;
 use sluice_core::error::StoreError;
 use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
 
-use crate::rest::{Rest, backend, qdrant_result};
+use crate::rest::{Rest, VersionMemo, backend, next_version, qdrant_result};
 use crate::{
     DENSE, MIN_PREFETCH, PREFETCH_FACTOR, RRF_K, SPARSE, chunk_payload, filter_json, hit_from,
     point_uuid,
 };
-
-/// How long a corpus version read from the server is trusted before it is read again: other
-/// processes' ingests become visible to this one's cache within this time.
-const VERSION_FRESH: Duration = Duration::from_secs(1);
 
 /// The Qdrant REST store.
 pub struct QdrantStore {
     rest: Rest,
     collection: String,
     bm25: EdgeBm25,
-    versions: Mutex<HashMap<String, (u64, Instant)>>,
+    versions: VersionMemo,
 }
 
 impl QdrantStore {
@@ -61,7 +53,7 @@ impl QdrantStore {
             rest,
             collection: config.qdrant_collection.clone(),
             bm25,
-            versions: Mutex::new(HashMap::new()),
+            versions: VersionMemo::default(),
         })
     }
 
@@ -221,13 +213,7 @@ impl Store for QdrantStore {
     }
 
     async fn bump_corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
-        // Unix milliseconds, and past the current version: two processes ingesting at once
-        // still move the version (an increment read-modify-write could lose one).
-        let current = self.corpus_version(tenant).await?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let version = now.max(current + 1);
+        let version = next_version(self.corpus_version(tenant).await?);
         let body = json!({"points": [{
             "id": Self::version_id(tenant),
             "vector": [1.0],
@@ -238,18 +224,13 @@ impl Store for QdrantStore {
             self.versions_collection()
         );
         self.call(Method::PUT, &path, Some(&body), false).await?;
-        if let Ok(mut memo) = self.versions.lock() {
-            memo.insert(tenant.to_string(), (version, Instant::now()));
-        }
+        self.versions.put(tenant, version);
         Ok(version)
     }
 
     async fn corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
-        if let Ok(memo) = self.versions.lock()
-            && let Some((v, at)) = memo.get(tenant)
-            && at.elapsed() < VERSION_FRESH
-        {
-            return Ok(*v);
+        if let Some(v) = self.versions.get(tenant) {
+            return Ok(v);
         }
         let path = format!(
             "/collections/{}/points/{}",
@@ -264,9 +245,7 @@ impl Store for QdrantStore {
                 ))
             })?,
         };
-        if let Ok(mut memo) = self.versions.lock() {
-            memo.insert(tenant.to_string(), (version, Instant::now()));
-        }
+        self.versions.put(tenant, version);
         Ok(version)
     }
 

@@ -3,7 +3,9 @@
 //! timeout on every call, and retries of reads only (transport errors and 5xx; the pipeline's
 //! retrieval deadline cancels them). Writes are sent once.
 
-use std::time::Duration;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode};
@@ -115,6 +117,38 @@ impl Rest {
         }
         Err(last.unwrap_or_else(|| backend("no attempt made")))
     }
+}
+
+/// How long a corpus version read from a remote store is trusted before it is read again:
+/// other processes' ingests become visible to this one's cache within this time.
+const VERSION_FRESH: Duration = Duration::from_secs(1);
+
+/// The corpus versions a remote store read or wrote lately, per tenant.
+#[derive(Default)]
+pub(crate) struct VersionMemo(Mutex<HashMap<String, (u64, Instant)>>);
+
+impl VersionMemo {
+    /// The tenant's version when it is fresh.
+    pub(crate) fn get(&self, tenant: &str) -> Option<u64> {
+        let memo = self.0.lock().ok()?;
+        let (v, at) = memo.get(tenant)?;
+        (at.elapsed() < VERSION_FRESH).then_some(*v)
+    }
+
+    pub(crate) fn put(&self, tenant: &str, version: u64) {
+        if let Ok(mut memo) = self.0.lock() {
+            memo.insert(tenant.to_string(), (version, Instant::now()));
+        }
+    }
+}
+
+/// The version an ingest sets: Unix milliseconds, and past `current`. Two processes ingesting
+/// at once still move the version (an increment's read-modify-write could lose one).
+pub(crate) fn next_version(current: u64) -> u64 {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    now.max(current + 1)
 }
 
 #[derive(Deserialize)]
