@@ -274,28 +274,40 @@ async fn an_unreachable_remote_store_opens_its_breaker_and_answers_go_on_without
         .unwrap()
         .port();
     let url = format!("http://127.0.0.1:{port}");
-    let server = start(&[
+    let qdrant = [
         ("SLUICE_STORE", "qdrant"),
         ("SLUICE_QDRANT_URL", url.as_str()),
-        ("SLUICE_BREAKER_FAILURES", "2"),
-        ("SLUICE_BREAKER_COOLDOWN_MS", "60000"),
-        ("SLUICE_CACHE", "off"),
-    ])
-    .await;
-    let body = json!({"query": "How long does a replacement card take?"});
-    let mut reasons = Vec::new();
-    for _ in 0..3 {
-        let answer = server.answer(&body).await;
-        answer.assert_well_formed();
-        assert_eq!(answer.names().last(), Some(&"done"));
-        reasons.push(answer.first("meta").data["degraded"].clone());
+    ];
+    let pinecone = [
+        ("SLUICE_STORE", "pinecone"),
+        ("SLUICE_PINECONE_API_KEY", "pc-test"),
+        ("SLUICE_PINECONE_HOST", url.as_str()),
+        ("SLUICE_PINECONE_SPARSE_HOST", url.as_str()),
+    ];
+    for store in [&qdrant[..], &pinecone[..]] {
+        let mut vars = vec![
+            ("SLUICE_BREAKER_FAILURES", "2"),
+            ("SLUICE_BREAKER_COOLDOWN_MS", "60000"),
+            ("SLUICE_CACHE", "off"),
+        ];
+        vars.extend_from_slice(store);
+        let server = start(&vars).await;
+        let body = json!({"query": "How long does a replacement card take?"});
+        let mut reasons = Vec::new();
+        for _ in 0..3 {
+            let answer = server.answer(&body).await;
+            answer.assert_well_formed();
+            assert_eq!(answer.names().last(), Some(&"done"));
+            reasons.push(answer.first("meta").data["degraded"].clone());
+        }
+        assert_eq!(
+            reasons,
+            [
+                json!(["retrieval_failed"]),
+                json!(["retrieval_failed"]),
+                json!(["retrieval_circuit_open"])
+            ],
+            "{store:?}"
+        );
     }
-    assert_eq!(
-        reasons,
-        [
-            json!(["retrieval_failed"]),
-            json!(["retrieval_failed"]),
-            json!(["retrieval_circuit_open"])
-        ]
-    );
 }

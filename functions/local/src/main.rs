@@ -5,7 +5,8 @@
 //! - `sluice ask "question"`: stream an answer to the terminal, then the stage timings.
 //! - `sluice doctor`: say which parts are ready and what is missing.
 //! - `sluice cache create-table`: create the DynamoDB cache table (`SLUICE_CACHE_TABLE`).
-//! - `sluice store create-collection`: create the Qdrant collection (`SLUICE_STORE=qdrant`).
+//! - `sluice store create-collection`: create the Qdrant collection or the Pinecone indexes
+//!   (`SLUICE_STORE=qdrant|pinecone`).
 
 mod client;
 mod doctor;
@@ -77,8 +78,10 @@ enum Command {
 
 #[derive(Subcommand)]
 enum StoreCommand {
-    /// Create the Qdrant collection SLUICE_QDRANT_COLLECTION (dense cosine + BM25 sparse with
-    /// IDF, payload indexes) and its corpus-version collection (idempotent).
+    /// Create what SLUICE_STORE needs (idempotent): for qdrant, the collection
+    /// SLUICE_QDRANT_COLLECTION (dense cosine + BM25 sparse with IDF, payload indexes) and its
+    /// corpus-version collection; for pinecone, the serverless indexes SLUICE_PINECONE_INDEX
+    /// (dense, cosine) and <index>-bm25 (sparse), waiting until ready and printing their hosts.
     CreateCollection,
 }
 
@@ -125,14 +128,9 @@ fn main() -> Result<()> {
         Command::Store {
             command: StoreCommand::CreateCollection,
         } => runtime.block_on(async {
-            let store = sluice_retrieve::qdrant::QdrantStore::from_config(&config)?;
-            let created = store.create_collection(sluice_embed::DIM).await?;
-            println!(
-                "collection {} {} at {}",
-                config.qdrant_collection,
-                if created { "created" } else { "already exists" },
-                config.qdrant_url
-            );
+            for line in sluice_retrieve::create(&config, sluice_embed::DIM).await? {
+                println!("{line}");
+            }
             Ok(())
         }),
         Command::Cache {

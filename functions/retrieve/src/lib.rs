@@ -6,6 +6,7 @@
 //! rank fusion. Every point carries its tenant and every read filters on it.
 #![warn(missing_docs)]
 
+pub mod pinecone;
 pub mod qdrant;
 mod rest;
 
@@ -20,6 +21,49 @@ pub fn open(config: &sluice_core::Config, dim: usize) -> Result<Arc<dyn Store>, 
             Arc::new(qdrant::QdrantStore::from_config(config)?),
             Breaker::new(config.breaker_failures, config.breaker_cool_down),
         )),
+        StoreBackend::Pinecone => Arc::new(GuardedStore::new(
+            Arc::new(pinecone::PineconeStore::from_config(config)?),
+            Breaker::new(config.breaker_failures, config.breaker_cool_down),
+        )),
+    })
+}
+
+/// Creates what the remote store `SLUICE_STORE` names needs (`sluice store
+/// create-collection`), for `dim`-d vectors; returns what was done, a line per thing, for
+/// the operator. Edge needs nothing: it creates its shard on first use.
+pub async fn create(config: &sluice_core::Config, dim: usize) -> Result<Vec<String>, StoreError> {
+    use sluice_core::config::StoreBackend;
+    let said = |created: bool| if created { "created" } else { "already exists" };
+    Ok(match config.store {
+        StoreBackend::Edge => vec![format!(
+            "nothing to create: Qdrant Edge makes its shard in {} on first use",
+            config.data_dir.display()
+        )],
+        StoreBackend::Qdrant => {
+            let created = qdrant::QdrantStore::from_config(config)?
+                .create_collection(dim)
+                .await?;
+            vec![format!(
+                "collection {} {} at {}",
+                config.qdrant_collection,
+                said(created),
+                config.qdrant_url
+            )]
+        }
+        StoreBackend::Pinecone => {
+            let wait = std::time::Duration::from_secs(300);
+            let indexes = pinecone::create_indexes(config, dim, wait).await?;
+            let mut lines: Vec<String> = indexes
+                .iter()
+                .map(|(name, host, created)| format!("index {name} {}: {host}", said(*created)))
+                .collect();
+            if let [(_, dense, _), (_, sparse, _)] = indexes.as_slice() {
+                lines.push(format!(
+                    "set SLUICE_PINECONE_HOST={dense} SLUICE_PINECONE_SPARSE_HOST={sparse}"
+                ));
+            }
+            lines
+        }
     })
 }
 

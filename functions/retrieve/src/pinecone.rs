@@ -1,0 +1,565 @@
+//! Hybrid retrieval on Pinecone serverless, data-plane API version 2025-10.
+//!
+//! Pinecone keeps dense and sparse vectors in separate indexes (a serverless index is either
+//! dense or sparse; its single-index "hybrid" mode needs the dot-product metric and sums the
+//! two scores, weighted, which is not what the other stores do). So Sluice uses two indexes:
+//!
+//! - `<SLUICE_PINECONE_INDEX>`: dense, cosine, the embedding of each chunk;
+//! - `<SLUICE_PINECONE_INDEX>-bm25`: sparse, dot product, the chunk's BM25 document vector
+//!   from the encoder the Qdrant stores use.
+//!
+//! A search queries both at once (two requests in parallel, each on its index's keep-alive
+//! connection) and fuses the two ranked lists here by reciprocal rank fusion with k = 60, the
+//! fusion the Qdrant stores ask their engine for. Pinecone does not apply IDF to sparse
+//! vectors, so the BM25 side ranks by saturated term frequency with document-length
+//! normalisation but without IDF (stopwords are dropped by the encoder); the README says so.
+//!
+//! Each tenant is a namespace in both indexes: a query never sees another tenant's records,
+//! with no filter to forget. Corpus versions are records of the sparse index in the namespace
+//! `sluice.versions` (a name no tenant can take: tenants have no '.').
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use qdrant_edge::bm25_embed::{EdgeBm25, EdgeBm25Config};
+use reqwest::Method;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use sluice_core::Config;
+use sluice_core::error::StoreError;
+use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
+
+use crate::rest::{Rest, VersionMemo, backend, next_version};
+use crate::{MIN_PREFETCH, PREFETCH_FACTOR, RRF_K, chunk_payload, hit_from, point_uuid};
+
+/// The API version both planes are called with.
+pub const API_VERSION: &str = "2025-10";
+/// The namespace of the corpus-version records.
+const VERSIONS_NAMESPACE: &str = "sluice.versions";
+/// An upsert request carries at most this many records and about this many bytes (Pinecone's
+/// limits are 1,000 records and 2 MB per request).
+const UPSERT_RECORDS: usize = 1000;
+const UPSERT_BYTES: usize = 1_800_000;
+/// What a write that finds no index says.
+const MISSING: &str = "index missing (run `sluice store create-collection`)";
+
+/// The Pinecone store: a dense index and a sparse index.
+pub struct PineconeStore {
+    dense: Rest,
+    sparse: Rest,
+    bm25: EdgeBm25,
+    versions: VersionMemo,
+}
+
+fn headers(config: &Config) -> Result<[(&'static str, &str); 2], StoreError> {
+    let key = config
+        .pinecone_api_key
+        .as_deref()
+        .ok_or_else(|| StoreError::Open("SLUICE_PINECONE_API_KEY is not set".into()))?;
+    Ok([("api-key", key), ("x-pinecone-api-version", API_VERSION)])
+}
+
+impl PineconeStore {
+    /// The store `SLUICE_PINECONE_*` and `SLUICE_STORE_*` describe; no request is made.
+    pub fn from_config(config: &Config) -> Result<Self, StoreError> {
+        let headers = headers(config)?;
+        let host = |value: &Option<String>, name: &str| {
+            value.clone().ok_or_else(|| {
+                StoreError::Open(format!(
+                    "{name} is not set: `sluice store create-collection` creates the Pinecone indexes and prints their hosts"
+                ))
+            })
+        };
+        let dense = host(&config.pinecone_host, "SLUICE_PINECONE_HOST")?;
+        let sparse = host(&config.pinecone_sparse_host, "SLUICE_PINECONE_SPARSE_HOST")?;
+        let bm25 = EdgeBm25::new(EdgeBm25Config::default())
+            .map_err(|e| StoreError::Open(format!("BM25 encoder: {e}")))?;
+        Ok(Self {
+            dense: Rest::new(config, &dense, &headers, MISSING)?,
+            sparse: Rest::new(config, &sparse, &headers, MISSING)?,
+            bm25,
+            versions: VersionMemo::default(),
+        })
+    }
+
+    async fn upsert(
+        &self,
+        rest: &Rest,
+        namespace: &str,
+        records: &[Record<'_>],
+    ) -> Result<(), StoreError> {
+        let mut batch: Vec<&Record> = Vec::new();
+        let mut bytes = 0;
+        for record in records {
+            let size = serde_json::to_vec(record).map_err(backend)?.len();
+            if !batch.is_empty() && (batch.len() == UPSERT_RECORDS || bytes + size > UPSERT_BYTES) {
+                send_upsert(rest, namespace, &batch).await?;
+                batch.clear();
+                bytes = 0;
+            }
+            batch.push(record);
+            bytes += size;
+        }
+        if !batch.is_empty() {
+            send_upsert(rest, namespace, &batch).await?;
+        }
+        Ok(())
+    }
+}
+
+async fn send_upsert(
+    rest: &Rest,
+    namespace: &str,
+    vectors: &[&Record<'_>],
+) -> Result<(), StoreError> {
+    let body = serde_json::to_vec(&UpsertBody { vectors, namespace }).map_err(backend)?;
+    rest.send(Method::POST, "/vectors/upsert", Some(body), false)
+        .await
+        .map(drop)
+}
+
+/// The two indexes' names for `SLUICE_PINECONE_INDEX`.
+pub fn index_names(config: &Config) -> [String; 2] {
+    [
+        config.pinecone_index.clone(),
+        format!("{}-bm25", config.pinecone_index),
+    ]
+}
+
+/// Creates the two serverless indexes (`SLUICE_PINECONE_CLOUD`/`_REGION`) through the
+/// control plane when they do not exist, waits until both are ready (at most `wait`), and
+/// returns each one's (name, host, created).
+pub async fn create_indexes(
+    config: &Config,
+    dim: usize,
+    wait: Duration,
+) -> Result<Vec<(String, String, bool)>, StoreError> {
+    let headers = headers(config)?;
+    let control = Rest::new(
+        config,
+        &config.pinecone_control_url,
+        &headers,
+        "not found on the control plane",
+    )?;
+    let [dense, sparse] = index_names(config);
+    // Only the fields a delete filters on are indexed (Pinecone indexes every metadata field
+    // unless told otherwise; chunk text would be indexed for nothing).
+    let schema = json!({"fields": {"doc_id": {"filterable": true}, "chunk": {"filterable": true}}});
+    let spec = json!({"serverless": {
+        "cloud": config.pinecone_cloud, "region": config.pinecone_region, "schema": schema,
+    }});
+    let requests = [
+        json!({"name": dense, "dimension": dim, "metric": "cosine", "vector_type": "dense",
+               "spec": spec, "tags": {"app": "sluice"}}),
+        json!({"name": sparse, "metric": "dotproduct", "vector_type": "sparse",
+               "spec": spec, "tags": {"app": "sluice"}}),
+    ];
+    let mut out = Vec::new();
+    for request in requests {
+        let name = request["name"].as_str().unwrap_or_default().to_string();
+        let path = format!("/indexes/{name}");
+        let created = match control.send(Method::GET, &path, None, true).await? {
+            Some(_) => false,
+            None => {
+                let body = serde_json::to_vec(&request).map_err(backend)?;
+                control
+                    .send(Method::POST, "/indexes", Some(body), false)
+                    .await?;
+                true
+            }
+        };
+        let started = Instant::now();
+        let host = loop {
+            let model: IndexModel = match control.send(Method::GET, &path, None, true).await? {
+                Some(text) => serde_json::from_str(&text)
+                    .map_err(|e| backend(format!("GET {path}: unexpected response: {e}")))?,
+                None => return Err(backend(format!("index {name} vanished after creation"))),
+            };
+            if model.status.ready {
+                break model.host;
+            }
+            if started.elapsed() > wait {
+                return Err(backend(format!(
+                    "index {name} not ready after {} s (state {})",
+                    wait.as_secs(),
+                    model.status.state
+                )));
+            }
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        };
+        out.push((name, host, created));
+    }
+    Ok(out)
+}
+
+#[derive(Deserialize)]
+struct IndexModel {
+    host: String,
+    status: IndexStatus,
+}
+
+#[derive(Deserialize)]
+struct IndexStatus {
+    ready: bool,
+    state: String,
+}
+
+/// One record of an upsert.
+#[derive(Serialize)]
+struct Record<'a> {
+    id: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    values: Option<&'a [f32]>,
+    #[serde(rename = "sparseValues", skip_serializing_if = "Option::is_none")]
+    sparse_values: Option<Sparse<'a>>,
+    metadata: Value,
+}
+
+#[derive(Serialize)]
+struct Sparse<'a> {
+    indices: &'a [u32],
+    values: &'a [f32],
+}
+
+#[derive(Serialize)]
+struct UpsertBody<'a> {
+    vectors: &'a [&'a Record<'a>],
+    namespace: &'a str,
+}
+
+/// A `QueryRequest` with the fields Sluice sends.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct QueryBody<'a> {
+    namespace: &'a str,
+    top_k: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    vector: Option<&'a [f32]>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    sparse_vector: Option<Sparse<'a>>,
+    include_values: bool,
+    include_metadata: bool,
+}
+
+/// A `QueryResponse`. Only the ids are read at once: fusion needs nothing else, and the
+/// metadata and values of the candidates fusion drops are never parsed (with 2 × 20 matches
+/// that was most of the client's time).
+#[derive(Deserialize)]
+struct QueryResponse<'a> {
+    #[serde(default, borrow)]
+    matches: Vec<Match<'a>>,
+}
+
+/// One match of a query response, its metadata and values left as JSON text.
+#[derive(Deserialize)]
+struct Match<'a> {
+    id: String,
+    #[serde(default, borrow)]
+    values: Option<&'a RawValue>,
+    #[serde(default, borrow)]
+    metadata: Option<&'a RawValue>,
+}
+
+impl Match<'_> {
+    /// The hit this match describes, scored `score`; a match without metadata is an error
+    /// (Sluice always asks for it).
+    fn hit(&self, score: f32) -> Result<Hit, StoreError> {
+        let unexpected = |e: serde_json::Error| backend(format!("match {}: {e}", self.id));
+        let metadata: serde_json::Map<String, Value> = match self.metadata {
+            Some(raw) => serde_json::from_str(raw.get()).map_err(unexpected)?,
+            None => return Err(backend(format!("match {} has no metadata", self.id))),
+        };
+        let vector = match self.values {
+            Some(raw) => serde_json::from_str(raw.get()).map_err(unexpected)?,
+            None => Vec::new(),
+        };
+        Ok(hit_from(&metadata, score, vector))
+    }
+}
+
+/// The matches of a query response body, best first, as (record id, match).
+fn parse_matches(text: &str) -> Result<Vec<(String, Match<'_>)>, StoreError> {
+    let response: QueryResponse = serde_json::from_str(text)
+        .map_err(|e| backend(format!("unexpected query response: {e}")))?;
+    Ok(response
+        .matches
+        .into_iter()
+        .map(|m| (m.id.clone(), m))
+        .collect())
+}
+
+/// The hits of a whole query response body, best first (score left at 0: fusion sets it).
+pub fn parse_query_response(text: &str) -> Result<Vec<Hit>, StoreError> {
+    parse_matches(text)?
+        .iter()
+        .map(|(_, m)| m.hit(0.0))
+        .collect()
+}
+
+/// Reciprocal rank fusion of ranked lists of (id, item): each id scores the sum over the
+/// lists it is in of 1 / (k + rank), rank counted from 1 (Cormack et al.); the best `limit`
+/// come back with their scores, highest first, ties in the order first seen. An id found by
+/// several lists keeps the first list's item (the dense one, which carries the vector).
+pub fn rrf<T>(lists: Vec<Vec<(String, T)>>, k: usize, limit: usize) -> Vec<(f32, T)> {
+    let mut fused: Vec<(f32, T)> = Vec::new();
+    let mut at: HashMap<String, usize> = HashMap::new();
+    for list in lists {
+        for (rank, (id, item)) in list.into_iter().enumerate() {
+            let score = 1.0 / (k + rank + 1) as f32;
+            match at.get(&id) {
+                Some(&i) => fused[i].0 += score,
+                None => {
+                    at.insert(id, fused.len());
+                    fused.push((score, item));
+                }
+            }
+        }
+    }
+    // A stable sort keeps first-seen order among equal scores.
+    fused.sort_by(|a, b| b.0.total_cmp(&a.0));
+    fused.truncate(limit);
+    fused
+}
+
+/// The corpus version in a fetch response body (0 when the record is absent).
+fn parse_version(text: &str, id: &str) -> Result<u64, StoreError> {
+    let body: Value = serde_json::from_str(text)
+        .map_err(|e| backend(format!("unexpected fetch response: {e}")))?;
+    let Some(record) = body["vectors"].get(id) else {
+        return Ok(0);
+    };
+    // Pinecone stores metadata numbers as doubles; Unix milliseconds fit exactly.
+    record["metadata"]["corpus_version"]
+        .as_f64()
+        .map(|v| v as u64)
+        .ok_or_else(|| backend(format!("corpus version record {id} has no corpus_version")))
+}
+
+#[async_trait]
+impl Store for PineconeStore {
+    async fn search(
+        &self,
+        tenant: &str,
+        query: &str,
+        vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        let limit = (k * PREFETCH_FACTOR).max(MIN_PREFETCH);
+        let body = |vector, sparse_vector, include_values| {
+            serde_json::to_vec(&QueryBody {
+                namespace: tenant,
+                top_k: limit,
+                vector,
+                sparse_vector,
+                include_values,
+                include_metadata: true,
+            })
+            .map_err(backend)
+        };
+        let query_dense = async {
+            let body = body(Some(vector), None, true)?;
+            self.dense
+                .send(Method::POST, "/query", Some(body), true)
+                .await?
+                .ok_or_else(|| backend("the dense index does not exist"))
+        };
+        let sparse = self.bm25.embed_query(query);
+        let query_sparse = async {
+            // A query of stopwords only has no BM25 terms: dense alone then.
+            if sparse.indices.is_empty() {
+                return Ok(None);
+            }
+            let sparse_vector = Sparse {
+                indices: &sparse.indices,
+                values: &sparse.values,
+            };
+            let body = body(None, Some(sparse_vector), false)?;
+            self.sparse
+                .send(Method::POST, "/query", Some(body), true)
+                .await?
+                .map(Some)
+                .ok_or_else(|| backend("the sparse index does not exist"))
+        };
+        let (dense, sparse) = tokio::try_join!(query_dense, query_sparse)?;
+        let mut lists = vec![parse_matches(&dense)?];
+        if let Some(sparse) = &sparse {
+            lists.push(parse_matches(sparse)?);
+        }
+        rrf(lists, RRF_K, k)
+            .into_iter()
+            .map(|(score, m)| m.hit(score))
+            .collect()
+    }
+
+    async fn replace_document(
+        &self,
+        tenant: &str,
+        document: &DocumentInfo,
+        chunks: Vec<StoredChunk>,
+    ) -> Result<(), StoreError> {
+        let n = chunks.len();
+        let sparse: Vec<_> = chunks
+            .iter()
+            .map(|c| self.bm25.embed_document(&c.text))
+            .collect();
+        let mut dense_records = Vec::with_capacity(n);
+        let mut sparse_records = Vec::with_capacity(n);
+        for (c, s) in chunks.iter().zip(&sparse) {
+            let id = point_uuid(tenant, &document.id, c.index).to_string();
+            let metadata = chunk_payload(tenant, document, c);
+            // A chunk of stopwords only has no BM25 terms; Pinecone refuses an empty sparse
+            // vector, and no BM25 query could find it anyway.
+            if !s.indices.is_empty() {
+                sparse_records.push(Record {
+                    id: id.clone(),
+                    values: None,
+                    sparse_values: Some(Sparse {
+                        indices: &s.indices,
+                        values: &s.values,
+                    }),
+                    metadata: metadata.clone(),
+                });
+            }
+            dense_records.push(Record {
+                id,
+                values: Some(&c.vector),
+                sparse_values: None,
+                metadata,
+            });
+        }
+        // Upsert first (ids are stable per chunk position), then delete the chunks past the
+        // new end: readers never see the document missing while it is replaced.
+        self.upsert(&self.dense, tenant, &dense_records).await?;
+        self.upsert(&self.sparse, tenant, &sparse_records).await?;
+        let stale = serde_json::to_vec(&json!({
+            "namespace": tenant,
+            "filter": {"doc_id": {"$eq": document.id}, "chunk": {"$gte": n}},
+        }))
+        .map_err(backend)?;
+        for rest in [&self.dense, &self.sparse] {
+            rest.send(Method::POST, "/vectors/delete", Some(stale.clone()), false)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn bump_corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+        let version = next_version(self.corpus_version(tenant).await?);
+        let record = Record {
+            id: point_uuid(tenant, "", 0).to_string(),
+            values: None,
+            sparse_values: Some(Sparse {
+                indices: &[0],
+                values: &[1.0],
+            }),
+            metadata: json!({"tenant": tenant, "corpus_version": version}),
+        };
+        send_upsert(&self.sparse, VERSIONS_NAMESPACE, &[&record]).await?;
+        self.versions.put(tenant, version);
+        Ok(version)
+    }
+
+    async fn corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+        if let Some(v) = self.versions.get(tenant) {
+            return Ok(v);
+        }
+        let id = point_uuid(tenant, "", 0).to_string();
+        let path = format!("/vectors/fetch?ids={id}&namespace={VERSIONS_NAMESPACE}");
+        let version = match self.sparse.send(Method::GET, &path, None, true).await? {
+            None => 0,
+            Some(text) => parse_version(&text, &id)?,
+        };
+        self.versions.put(tenant, version);
+        Ok(version)
+    }
+
+    async fn count(&self, tenant: &str) -> Result<usize, StoreError> {
+        let text = self
+            .dense
+            .send(
+                Method::POST,
+                "/describe_index_stats",
+                Some(b"{}".to_vec()),
+                true,
+            )
+            .await?
+            .ok_or_else(|| backend("the dense index does not exist"))?;
+        let stats: Value = serde_json::from_str(&text)
+            .map_err(|e| backend(format!("unexpected stats response: {e}")))?;
+        // Serverless stats are eventually consistent: a count right after an ingest may lag.
+        Ok(stats["namespaces"][tenant]["vectorCount"]
+            .as_u64()
+            .unwrap_or(0) as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn list(ids: &[&str]) -> Vec<(String, String)> {
+        ids.iter()
+            .map(|id| (id.to_string(), id.to_string()))
+            .collect()
+    }
+
+    fn order(fused: &[(f32, String)]) -> Vec<&str> {
+        fused.iter().map(|(_, id)| id.as_str()).collect()
+    }
+
+    #[test]
+    fn rrf_ranks_by_summed_reciprocal_ranks() {
+        // b is 2nd in both lists: 2/62 beats a (1/61) and c (1/61).
+        let fused = rrf(vec![list(&["a", "b", "d"]), list(&["c", "b"])], 60, 10);
+        assert_eq!(order(&fused), ["b", "a", "c", "d"]);
+        assert!((fused[0].0 - 2.0 / 62.0).abs() < 1e-7);
+        assert!((fused[1].0 - 1.0 / 61.0).abs() < 1e-7);
+        assert!((fused[3].0 - 1.0 / 63.0).abs() < 1e-7);
+    }
+
+    #[test]
+    fn rrf_keeps_the_limit_and_the_order_of_a_single_list() {
+        assert_eq!(rrf(vec![list(&["a", "b", "c"]), vec![]], 60, 2).len(), 2);
+        assert!(rrf::<String>(vec![vec![], vec![]], 60, 5).is_empty());
+        let one = rrf(vec![list(&["x", "y", "z"]), vec![]], 60, 10);
+        assert_eq!(order(&one), ["x", "y", "z"]);
+    }
+
+    #[test]
+    fn the_first_lists_copy_of_an_id_is_kept() {
+        let dense = vec![("a".to_string(), "dense copy".to_string())];
+        let sparse = vec![("a".to_string(), "sparse copy".to_string())];
+        let fused = rrf(vec![dense, sparse], 60, 5);
+        assert_eq!(order(&fused), ["dense copy"]);
+    }
+
+    #[test]
+    fn only_the_winners_metadata_and_values_are_read() {
+        // The second match's metadata is not even an object; fusion never looks at it.
+        let body = r#"{"matches": [
+            {"id": "a", "score": 0.9, "values": [0.6, 0.8], "metadata": {"doc_id": "a", "text": "x"}},
+            {"id": "b", "score": 0.1, "values": [1.0], "metadata": 7}
+        ]}"#;
+        let matches = parse_matches(body).unwrap();
+        let fused = rrf(vec![matches], 60, 1);
+        let hit = fused[0].1.hit(fused[0].0).unwrap();
+        assert_eq!(hit.document.id, "a");
+        assert_eq!(hit.vector, vec![0.6, 0.8]);
+        assert!(
+            parse_query_response(body).is_err(),
+            "read whole, b is refused"
+        );
+    }
+
+    #[test]
+    fn a_version_read_back_as_a_double_is_exact() {
+        let id = "x";
+        let body =
+            json!({"vectors": {"x": {"id": "x", "metadata": {"corpus_version": 1764470000123.0}}}});
+        assert_eq!(parse_version(&body.to_string(), id).unwrap(), 1764470000123);
+        assert_eq!(parse_version(r#"{"vectors": {}}"#, id).unwrap(), 0);
+        assert!(parse_version(r#"{"vectors": {"x": {"id": "x"}}}"#, id).is_err());
+    }
+}
