@@ -22,6 +22,9 @@ if [ ! -x "$jco" ]; then
   npm install --silent --prefix "$cache/npm" @bytecodealliance/jco@1.35.0 >/dev/null
 fi
 
+# The guests build with Debian's toolchain: a compiler wrapper of the host toolchain (clippy's,
+# set by `make test`, or a user's) must not wrap it.
+unset RUSTC_WRAPPER RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 crates=("$@")
 [ ${#crates[@]} -gt 0 ] || crates=($(cd "$here/components" && ls -d */ | tr -d / | grep -v '^sdk$'))
 for crate in "${crates[@]}"; do

@@ -103,7 +103,13 @@ llm() {
     cmake -S "$src/vendor/llama.cpp" -B "$cache/llama-build" -DCMAKE_BUILD_TYPE=Release \
       -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF >/dev/null
-    cmake --build "$cache/llama-build" --target llama-server -j "$(nproc)" >/dev/null
+    # The compiler's warnings run to thousands of lines: kept in a log, shown only on failure.
+    if ! cmake --build "$cache/llama-build" --target llama-server -j "$(nproc)" \
+        >"$cache/llama-build.log" 2>&1; then
+      tail -n 40 "$cache/llama-build.log" >&2
+      log "llama-server build failed; the whole log is $cache/llama-build.log"
+      exit 1
+    fi
     cp "$cache/llama-build/bin/llama-server" "$bin.part" && mv "$bin.part" "$bin"
   fi
 }
