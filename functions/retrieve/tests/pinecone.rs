@@ -91,7 +91,8 @@ fn index_model(name: &str, ready: bool) -> Value {
         "name": name, "metric": "cosine", "dimension": 384, "vector_type": "dense",
         "host": format!("{name}-abc1234.svc.aped-4627-b74a.pinecone.io"),
         "deletion_protection": "disabled",
-        "spec": {"serverless": {"cloud": "aws", "region": "us-east-1"}},
+        "spec": {"serverless": {"cloud": "aws", "region": "us-east-1",
+                                "read_capacity": {"mode": "OnDemand", "status": {"state": "Ready"}}}},
         "status": {"ready": ready, "state": if ready { "Ready" } else { "Initializing" }},
     })
 }

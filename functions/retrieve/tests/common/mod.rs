@@ -28,6 +28,8 @@ pub struct Request {
     pub headers: HeaderMap,
     /// The JSON body, or null.
     pub body: Value,
+    /// The canned answer given (status, body); `None` when a 503 was injected.
+    pub response: Option<(u16, Value)>,
 }
 
 /// A canned answer: status and JSON body.
@@ -72,20 +74,27 @@ async fn handle(
             .unwrap_or_default(),
         headers,
         body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        response: None,
     };
-    s.requests.lock().unwrap().push(request.clone());
+    let fail = s
+        .fail_next
+        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+        .is_ok();
+    let response = (!fail).then(|| (s.respond)(&request));
+    s.requests.lock().unwrap().push(Request {
+        response: response
+            .as_ref()
+            .map(|(status, body)| (status.as_u16(), body.clone())),
+        ..request
+    });
     let delay = s.delay_ms.load(Ordering::SeqCst);
     if delay > 0 {
         tokio::time::sleep(Duration::from_millis(delay as u64)).await;
     }
-    if s.fail_next
-        .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
-        .is_ok()
-    {
-        return (StatusCode::SERVICE_UNAVAILABLE, "overloaded").into_response();
+    match response {
+        Some((status, body)) => (status, axum::Json(body)).into_response(),
+        None => (StatusCode::SERVICE_UNAVAILABLE, "overloaded").into_response(),
     }
-    let (status, body) = (s.respond)(&request);
-    (status, axum::Json(body)).into_response()
 }
 
 /// Starts a stand-in answering with `respond`; returns its state and its base URL.
@@ -239,7 +248,8 @@ impl Spec {
 
     /// What is wrong with `request` as a call of this API: a body the operation does not
     /// take or that fails its schema, a query parameter it does not declare, a required
-    /// header or query parameter missing.
+    /// header or query parameter missing — and with the stand-in's canned answer, when it
+    /// does not fit the operation's response schema for its status.
     pub fn check(&self, request: &Request) -> Vec<String> {
         let op = self.operation(&request.method, &request.path);
         let mut errors = Vec::new();
@@ -273,6 +283,20 @@ impl Spec {
             };
             if !present {
                 errors.push(format!("required {} parameter {name} missing", p["in"]));
+            }
+        }
+        if let Some((status, body)) = &request.response {
+            let class = format!("{}XX", status / 100);
+            let declared = [status.to_string(), class, "default".into()]
+                .into_iter()
+                .find_map(|key| op["responses"].get(&key));
+            match declared.and_then(|r| r["content"]["application/json"].get("schema")) {
+                Some(schema) => errors.extend(
+                    self.errors(schema, body)
+                        .into_iter()
+                        .map(|e| format!("canned {status} response: {e}")),
+                ),
+                None => errors.push(format!("canned {status} response is not a declared one")),
             }
         }
         errors
