@@ -42,6 +42,8 @@ const VERSIONS_NAMESPACE: &str = "sluice.versions";
 /// limits are 1,000 records and 2 MB per request).
 const UPSERT_RECORDS: usize = 1000;
 const UPSERT_BYTES: usize = 1_800_000;
+/// The timeout of one control-plane call (index creation and description).
+const CONTROL_TIMEOUT: Duration = Duration::from_secs(30);
 /// What a write that finds no index says.
 const MISSING: &str = "index missing (run `sluice store create-collection`)";
 
@@ -137,8 +139,12 @@ pub async fn create_indexes(
     wait: Duration,
 ) -> Result<Vec<(String, String, bool)>, StoreError> {
     let headers = headers(config)?;
+    // An operator's command, not the request path: the control plane gets 30 s per call (the
+    // store timeout is sized for queries).
+    let mut slow = config.clone();
+    slow.store_timeout = slow.store_timeout.max(CONTROL_TIMEOUT);
     let control = Rest::new(
-        config,
+        &slow,
         &config.pinecone_control_url,
         &headers,
         "not found on the control plane",
