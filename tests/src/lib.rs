@@ -57,7 +57,6 @@ pub struct TestServer {
     pub url: String,
     /// The pipeline behind the router.
     pub pipeline: Arc<Pipeline>,
-    _data: tempfile::TempDir,
 }
 
 /// Configuration for a test server: the environment, then the test LLM and a fresh data
@@ -99,16 +98,15 @@ pub async fn start_with(
         .await
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
-    tokio::spawn(sluice_core::http::serve(
-        listener,
-        Arc::clone(&pipeline),
-        std::future::pending(),
-    ));
-    TestServer {
-        url,
-        pipeline,
-        _data: data,
-    }
+    let serving = Arc::clone(&pipeline);
+    tokio::spawn(async move {
+        // The data folder lives in the server task, declared first so that it is deleted
+        // last: when the runtime drops this task, the store is dropped (and flushes its
+        // files) while its folder still exists.
+        let _data = data;
+        sluice_core::http::serve(listener, serving, std::future::pending()).await
+    });
+    TestServer { url, pipeline }
 }
 
 /// Starts a server with the real stages.
