@@ -35,7 +35,43 @@ use crate::config::{MAX_K, MAX_QUERY_CHARS, valid_tenant};
 use crate::error::IngestError;
 use crate::ingest::Document;
 use crate::pipeline::{AnswerRequest, Pipeline};
+use crate::sse::{ErrorEvent, Event};
 use crate::stages::{ComponentError, Components};
+
+/// The moment an answer stream must have ended by, set as a request extension by an entry
+/// point that is killed at a fixed time (on Lambda: the invocation's deadline less a margin);
+/// `sluice serve` sets none. A stream still running then ends with an `error` event
+/// (`deadline_exceeded`, retryable) instead of being cut off with no ending, and dropping it
+/// cancels the upstream LLM request.
+#[derive(Debug, Clone, Copy)]
+pub struct StreamDeadline(pub tokio::time::Instant);
+
+/// `events` until `deadline`; a stream that has not ended by then gets a closing `error`.
+fn cut_at(
+    events: impl futures::Stream<Item = Event> + Send + 'static,
+    deadline: tokio::time::Instant,
+) -> impl futures::Stream<Item = Event> + Send + 'static {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let ended = Arc::new(AtomicBool::new(false));
+    let seen = Arc::clone(&ended);
+    events
+        .inspect(move |e| {
+            if matches!(e, Event::Done(_) | Event::Error(_)) {
+                seen.store(true, Ordering::Relaxed);
+            }
+        })
+        .take_until(tokio::time::sleep_until(deadline))
+        .chain(futures::stream::iter(std::iter::from_fn(move || {
+            // Once: the flag is set as the closing event goes out.
+            (!ended.swap(true, Ordering::Relaxed)).then(|| {
+                Event::Error(ErrorEvent {
+                    code: "deadline_exceeded".into(),
+                    message: "the function's time limit was reached before the answer ended".into(),
+                    retryable: true,
+                })
+            })
+        })))
+}
 
 /// Longest accepted `session_id`.
 const MAX_SESSION_ID_CHARS: usize = 128;
@@ -282,6 +318,7 @@ fn no_cache(headers: &HeaderMap) -> bool {
 
 async fn answer(
     State(pipeline): State<Arc<Pipeline>>,
+    deadline: Option<axum::Extension<StreamDeadline>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -289,9 +326,11 @@ async fn answer(
     let tenant = tenant(&pipeline, &headers)?;
     let bytes = read_body(body, pipeline.config.max_body_bytes).await?;
     let request = answer_request(&pipeline, tenant, &headers, parse_json(&bytes)?, received)?;
-    let events = pipeline
-        .answer(request)
-        .map(|e| Ok::<_, Infallible>(Bytes::from(e.to_sse())));
+    let events = match deadline {
+        Some(axum::Extension(StreamDeadline(at))) => cut_at(pipeline.answer(request), at).boxed(),
+        None => pipeline.answer(request).boxed(),
+    };
+    let events = events.map(|e| Ok::<_, Infallible>(Bytes::from(e.to_sse())));
     let mut response = Response::new(Body::from_stream(events));
     let headers = response.headers_mut();
     headers.insert(
@@ -485,6 +524,57 @@ async fn clear_cache(
                 "cache_unavailable",
                 e.to_string(),
             ))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sse::Token;
+    use std::time::Duration;
+
+    fn token(index: u64) -> Event {
+        Event::Token(Token {
+            text: "t".into(),
+            index,
+        })
+    }
+
+    #[tokio::test]
+    async fn a_stream_still_running_at_the_deadline_ends_with_a_retryable_error() {
+        // Two tokens, then an upstream that never answers again.
+        let events = futures::stream::iter([token(0), token(1)]).chain(futures::stream::pending());
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(50);
+        let started = std::time::Instant::now();
+        let out: Vec<Event> = cut_at(events, deadline).collect().await;
+        assert!(started.elapsed() < Duration::from_secs(2));
+        let names: Vec<&str> = out.iter().map(Event::name).collect();
+        assert_eq!(names, ["token", "token", "error"]);
+        match &out[2] {
+            Event::Error(e) => {
+                assert_eq!(e.code, "deadline_exceeded");
+                assert!(e.retryable);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ended_gets_nothing_added() {
+        let closing = Event::Error(ErrorEvent {
+            code: "llm_unavailable".into(),
+            message: "x".into(),
+            retryable: true,
+        });
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let out: Vec<Event> = cut_at(futures::stream::iter([token(0), closing]), deadline)
+            .collect()
+            .await;
+        let names: Vec<&str> = out.iter().map(Event::name).collect();
+        assert_eq!(names, ["token", "error"]);
+        if let Event::Error(e) = &out[1] {
+            assert_eq!(e.code, "llm_unavailable", "the stream's own ending kept");
         }
     }
 }
