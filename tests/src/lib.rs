@@ -222,27 +222,38 @@ impl TestServer {
 
     /// Asks as `tenant` (the `x-sluice-tenant` header), or as the default tenant.
     pub async fn answer_as(&self, tenant: Option<&str>, body: &Value) -> Answer {
-        let sent = Instant::now();
-        let mut request = http().post(format!("{}/v1/answer", self.url)).json(body);
-        if let Some(t) = tenant {
-            request = request.header("x-sluice-tenant", t);
-        }
-        let r = request.send().await.expect("request");
-        assert_eq!(r.status().as_u16(), 200);
-        assert_eq!(r.headers()["content-type"], "text/event-stream");
-        let mut events = Vec::new();
-        let mut stream = r.bytes_stream().eventsource();
-        while let Some(e) = stream.next().await {
-            let e = e.expect("well-formed SSE");
-            let data: Value = serde_json::from_str(&e.data).expect("every data line is JSON");
-            events.push(Received {
-                name: e.event,
-                data,
-                at: sent.elapsed(),
-            });
-        }
-        Answer { events }
+        answer_at(&self.url, tenant, body).await
     }
+}
+
+/// Asks the server at `base` (`POST {base}/v1/answer`) as `tenant`, records every event with
+/// its arrival time, and checks the status and that no `content-length` was sent (events
+/// must leave as they are made).
+pub async fn answer_at(base: &str, tenant: Option<&str>, body: &Value) -> Answer {
+    let sent = Instant::now();
+    let mut request = http().post(format!("{base}/v1/answer")).json(body);
+    if let Some(t) = tenant {
+        request = request.header("x-sluice-tenant", t);
+    }
+    let r = request.send().await.expect("request");
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.headers()["content-type"], "text/event-stream");
+    assert!(
+        r.headers().get("content-length").is_none(),
+        "a streamed answer has no length"
+    );
+    let mut events = Vec::new();
+    let mut stream = r.bytes_stream().eventsource();
+    while let Some(e) = stream.next().await {
+        let e = e.expect("well-formed SSE");
+        let data: Value = serde_json::from_str(&e.data).expect("every data line is JSON");
+        events.push(Received {
+            name: e.event,
+            data,
+            at: sent.elapsed(),
+        });
+    }
+    Answer { events }
 }
 
 /// One received SSE event.
