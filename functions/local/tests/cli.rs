@@ -83,6 +83,41 @@ fn serve_with(env: &[(&str, &str)]) -> Server {
     server
 }
 
+/// Sends moto one DynamoDB call and waits for the answer: its first call loads the DynamoDB
+/// backend (seconds on a loaded machine), longer than the client's 2 s attempt timeout, and a
+/// start-up check that times out only warns — `sluice serve` would then keep running.
+fn warm_up_moto(port: u16) {
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let request = format!(
+        "POST / HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nX-Amz-Target: DynamoDB_20120810.ListTables\r\nContent-Type: application/x-amz-json-1.0\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{{}}"
+    );
+    tcp.write_all(request.as_bytes()).unwrap();
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "moto: {answer}");
+}
+
+/// Runs `command` to its end, or kills it and fails after `limit`.
+fn output_within(command: &mut Command, limit: Duration) -> std::process::Output {
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if started.elapsed() > limit {
+            let _ = child.kill();
+            let out = child.wait_with_output().unwrap();
+            panic!("still running after {limit:?}:\n{}", text(&out));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    child.wait_with_output().unwrap()
+}
+
 /// Waits until something listens on `port`.
 fn wait_for_port(port: u16, what: &str) {
     let started = Instant::now();
@@ -260,6 +295,7 @@ fn answers_keep_streaming_when_dynamodb_dies() {
             .unwrap(),
     );
     wait_for_port(port, "moto_server");
+    warm_up_moto(port);
     let endpoint = format!("http://127.0.0.1:{port}");
     let aws = [
         ("AWS_ENDPOINT_URL_DYNAMODB", endpoint.as_str()),
@@ -271,7 +307,7 @@ fn answers_keep_streaming_when_dynamodb_dies() {
     ];
 
     // Without the table, start-up stops and says what to do.
-    let out = sluice().arg("serve").envs(aws).output().unwrap();
+    let out = output_within(sluice().arg("serve").envs(aws), Duration::from_secs(60));
     assert!(!out.status.success());
     assert!(
         text(&out).contains("sluice cache create-table"),
