@@ -4,7 +4,7 @@
 #
 #   scripts/setup.sh            everything below
 #   scripts/setup.sh tools      Debian packages (cmake), the Python venv (numpy, onnx, moto, ...)
-#                               and the IaC validators' venv (cfn-lint, checkov)
+#                               and the IaC validators' venvs (cfn-lint, checkov; the SAM CLI)
 #   scripts/setup.sh model      all-MiniLM-L6-v2 → fp32 ONNX + tokenizer.json + numpy reference
 #   scripts/setup.sh llm        SmolLM2-135M-Instruct GGUF + llama-server built from source
 #
@@ -32,6 +32,9 @@ PY_TOOLS=(numpy==2.4.6 onnx==1.23.2 onnxruntime==1.32.0 tokenizers==0.23.3 "moto
 # The CloudFormation validators, in a venv of their own ($SLUICE_HOME/iac): checkov pins a large
 # dependency tree that must not move the tools above.
 IAC_TOOLS=(cfn-lint==1.58.0 checkov==3.3.30)
+# The SAM CLI (`sam validate --lint`, `sam build`) and its translator, in a third venv
+# ($SLUICE_HOME/sam): it pins boto3 and cfn-lint ranges of its own.
+SAM_TOOLS=(aws-sam-cli==1.170.0)
 
 tools() {
   if ! command -v cmake >/dev/null; then
@@ -49,6 +52,12 @@ tools() {
     python3 -m venv "$cache/iac"
     "$cache/iac/bin/pip" install -q --disable-pip-version-check "${IAC_TOOLS[@]}"
     touch "$cache/iac/.ok-v1"
+  fi
+  if [ ! -f "$cache/sam/.ok-v1" ]; then
+    log "creating the SAM CLI's venv $cache/sam"
+    python3 -m venv "$cache/sam"
+    "$cache/sam/bin/pip" install -q --disable-pip-version-check "${SAM_TOOLS[@]}"
+    touch "$cache/sam/.ok-v1"
   fi
 }
 

@@ -1,26 +1,32 @@
-//! Infrastructure as code, validated offline: every CloudFormation template in `infra/`
-//! passes `cfn-lint` (AWS's resource specifications: property names, types, allowed values,
-//! references) and `checkov --skip-download` (security policies) with no failed check; a
-//! check skipped in a template carries its reason there. Nothing is deployed: these say the
-//! templates are well-formed and follow the policies, not that the stacks come up.
+//! Infrastructure as code, validated offline: the fleet's CloudFormation (`infra/`) and the
+//! functions' SAM template (`sam/template.yaml`) pass `cfn-lint` (AWS's resource
+//! specifications: property names, types, allowed values, references) and `checkov
+//! --skip-download` (security policies) with no failed check; a check skipped in a template
+//! carries its reason there. The SAM template is first translated to the CloudFormation it
+//! deploys as, with AWS's translator (`scripts/sam-translate.py`), so that cfn-lint checks
+//! every generated resource; `sam validate --lint` runs too. Nothing is deployed: these say
+//! the templates are well-formed, follow the policies and wire streaming as designed, not
+//! that the stacks come up.
 //!
-//! The tools come from the validators' venv that `scripts/setup.sh tools` makes (pinned there).
+//! The tools come from the validators' venvs that `scripts/setup.sh tools` makes (pinned there).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+
+use serde_json::Value;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// A validator from `SLUICE_HOME/iac/bin` (default `~/.cache/sluice`).
-fn tool(name: &str) -> PathBuf {
+/// A tool from the venv `venv` under `SLUICE_HOME` (default `~/.cache/sluice`).
+fn tool(venv: &str, name: &str) -> PathBuf {
     let home = std::env::var_os("SLUICE_HOME")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
             PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/sluice")
         });
-    let path = home.join("iac/bin").join(name);
+    let path = home.join(venv).join("bin").join(name);
     assert!(
         path.is_file(),
         "{} is missing: run `scripts/setup.sh tools`",
@@ -29,6 +35,7 @@ fn tool(name: &str) -> PathBuf {
     path
 }
 
+/// The plain CloudFormation templates in `infra/`.
 fn templates() -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(repo().join("infra"))
         .unwrap()
@@ -40,9 +47,33 @@ fn templates() -> Vec<PathBuf> {
     found
 }
 
+fn sam_template() -> PathBuf {
+    repo().join("sam/template.yaml")
+}
+
+/// `template` (SAM) translated to CloudFormation: the file (kept while the value lives) and
+/// its parsed JSON.
+fn translate(template: &Path) -> (tempfile::NamedTempFile, Value) {
+    let out = tempfile::NamedTempFile::with_suffix(".json").unwrap();
+    let run = Command::new(tool("sam", "python"))
+        .arg(repo().join("scripts/sam-translate.py"))
+        .arg(template)
+        .arg(out.path())
+        .output()
+        .expect("the SAM translator runs");
+    assert!(
+        run.status.success(),
+        "translating {}: {}",
+        template.display(),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let json = serde_json::from_slice(&std::fs::read(out.path()).unwrap()).unwrap();
+    (out, json)
+}
+
 /// cfn-lint's findings for `template` (empty when clean).
 fn cfn_lint(template: &Path) -> String {
-    let out = Command::new(tool("cfn-lint"))
+    let out = Command::new(tool("iac", "cfn-lint"))
         .arg(template)
         .output()
         .expect("cfn-lint runs");
@@ -51,7 +82,10 @@ fn cfn_lint(template: &Path) -> String {
 
 #[test]
 fn every_template_passes_cfn_lint() {
-    for template in templates() {
+    let (translated, _) = translate(&sam_template());
+    let mut all = templates();
+    all.push(translated.path().to_path_buf());
+    for template in all {
         let findings = cfn_lint(&template);
         assert!(
             findings.trim().is_empty(),
@@ -59,6 +93,127 @@ fn every_template_passes_cfn_lint() {
             template.display()
         );
     }
+}
+
+#[test]
+fn cfn_lint_checks_the_translated_streaming_integration() {
+    // The control for the SAM side: a wrong transfer mode in the translated template is found.
+    let text = std::fs::read_to_string(sam_template()).unwrap();
+    assert!(text.contains("ResponseTransferMode: STREAM\n"));
+    let broken = tempfile::NamedTempFile::with_suffix(".yaml").unwrap();
+    std::fs::write(
+        broken.path(),
+        text.replacen(
+            "ResponseTransferMode: STREAM\n",
+            "ResponseTransferMode: STREAMING\n",
+            1,
+        ),
+    )
+    .unwrap();
+    let (translated, _) = translate(broken.path());
+    let findings = cfn_lint(translated.path());
+    assert!(findings.contains("'STREAMING' is not one of"), "{findings}");
+}
+
+#[test]
+fn sam_validate_lint_passes() {
+    let out = Command::new(tool("sam", "sam"))
+        .args(["validate", "--lint", "-t"])
+        .arg(sam_template())
+        // Offline: a region for the translator, no metadata-service lookups, no telemetry.
+        .env("AWS_DEFAULT_REGION", "us-east-1")
+        .env("AWS_EC2_METADATA_DISABLED", "true")
+        .env("SAM_CLI_TELEMETRY", "0")
+        .output()
+        .expect("sam runs");
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{said}");
+    assert!(said.contains("is a valid SAM Template"), "{said}");
+}
+
+/// The resources of `template` of type `kind`, by logical id.
+fn of_type<'a>(template: &'a Value, kind: &str) -> Vec<(&'a String, &'a Value)> {
+    template["Resources"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .filter(|(_, r)| r["Type"] == kind)
+        .collect()
+}
+
+#[test]
+fn answers_stream_through_api_gateway_and_outside_a_vpc_through_a_function_url() {
+    let (_file, t) = translate(&sam_template());
+    let functions = of_type(&t, "AWS::Lambda::Function");
+    let names: Vec<&str> = functions.iter().map(|(n, _)| n.as_str()).collect();
+    assert_eq!(
+        names,
+        ["AnswerFunction", "IngestFunction", "RegistryFunction"]
+    );
+    for (name, f) in &functions {
+        let p = &f["Properties"];
+        assert_eq!(p["Runtime"], "provided.al2023", "{name}");
+        assert_eq!(p["Architectures"], serde_json::json!(["arm64"]), "{name}");
+        // In the VPC only when Network=vpc.
+        assert_eq!(p["VpcConfig"]["Fn::If"][0], "InVpc", "{name}");
+    }
+    let resource = |id: &str| &t["Resources"][id];
+    // The answer route: InvokeWithResponseStream, transfer mode STREAM, SigV4.
+    let answer = &resource("AnswerMethod")["Properties"];
+    assert_eq!(answer["AuthorizationType"], "AWS_IAM");
+    let integration = &answer["Integration"];
+    assert_eq!(integration["Type"], "AWS_PROXY");
+    assert_eq!(integration["ResponseTransferMode"], "STREAM");
+    let uri = integration["Uri"]["Fn::Sub"].as_str().unwrap();
+    assert!(
+        uri.contains("/2021-11-15/functions/${AnswerFunction.Arn}/response-streaming-invocations"),
+        "{uri}"
+    );
+    // The function URL exists only outside the VPC (URLs do not stream from VPC functions).
+    let url = resource("AnswerFunctionUrl");
+    assert_eq!(url["Type"], "AWS::Lambda::Url");
+    assert_eq!(url["Condition"], "Public");
+    assert_eq!(url["Properties"]["InvokeMode"], "RESPONSE_STREAM");
+    assert_eq!(url["Properties"]["AuthType"], "AWS_IAM");
+    // Uploads to the document bucket reach the ingest function.
+    let notifications = &resource("DocumentBucket")["Properties"]["NotificationConfiguration"];
+    assert_eq!(
+        notifications["LambdaConfigurations"][0]["Event"],
+        "s3:ObjectCreated:*"
+    );
+}
+
+#[test]
+fn the_cache_table_is_the_one_the_code_creates() {
+    let (_file, t) = translate(&sam_template());
+    let table = &t["Resources"]["CacheTable"]["Properties"];
+    let keys: Vec<&str> = table["KeySchema"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| k["AttributeName"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, ["pk", "sk"]);
+    let indexes: Vec<(String, String)> = table["GlobalSecondaryIndexes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| {
+            (
+                i["IndexName"].as_str().unwrap().to_string(),
+                i["KeySchema"][0]["AttributeName"]
+                    .as_str()
+                    .unwrap()
+                    .to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = (0..sluice_core::cache::lsh::BANDS)
+        .map(|b| (format!("lsh{b}"), format!("b{b}")))
+        .collect();
+    assert_eq!(indexes, expected);
+    assert_eq!(table["TimeToLiveSpecification"]["AttributeName"], "ttl");
 }
 
 #[test]
@@ -79,8 +234,10 @@ fn cfn_lint_does_find_a_misspelt_property() {
 
 #[test]
 fn every_template_passes_checkov_with_no_failed_check() {
-    for template in templates() {
-        let out = Command::new(tool("checkov"))
+    let mut all = templates();
+    all.push(sam_template());
+    for template in all {
+        let out = Command::new(tool("iac", "checkov"))
             .args(["--skip-download", "--quiet", "-o", "json", "-f"])
             .arg(&template)
             .output()
