@@ -11,10 +11,10 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
 export SLUICE_MODEL_DIR=${SLUICE_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}
 scripts/setup.sh model
 scripts/build-components.sh >/dev/null
-dynamodb_port=${SLUICE_BENCH_DYNAMODB_PORT:-18083}
-dynamodb_pid=$(scripts/dynamodb.sh "$dynamodb_port" --detach)
-trap 'kill "$dynamodb_pid" 2>/dev/null || true' EXIT
-export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$dynamodb_port"
+aws_port=${SLUICE_BENCH_AWS_PORT:-18083}
+aws_pid=$(scripts/aws.sh "$aws_port" --detach)
+trap 'kill "$aws_pid" 2>/dev/null || true' EXIT
+export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$aws_port"
 export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 crit=$CARGO_TARGET_DIR/criterion
 log=$(mktemp)
@@ -27,6 +27,7 @@ cargo bench --profile dev --workspace --bench remote -- --noplot 2>&1 | tee -a "
 cargo bench --profile dev --workspace --bench pipeline -- --noplot 2>&1 | tee -a "$log"
 cargo bench --profile dev --workspace --bench sandbox -- --noplot 2>&1 | tee -a "$log"
 cargo bench --profile dev --workspace --bench lookup -- --noplot 2>&1 | tee -a "$log"
+cargo bench --profile dev --workspace --bench init 2>&1 | tee -a "$log"
 
 median() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['median']['point_estimate'])" "$1"; }
 echo
@@ -37,6 +38,6 @@ for n in 12 64 128; do
   python3 -c "import sys; t,o=float(sys.argv[1]),float(sys.argv[2]); print(f'embed {sys.argv[3]:>3} tokens: tract {t/1e6:6.2f} ms  onnxruntime {o/1e6:6.2f} ms  ratio {t/o:.2f}')" "$tract" "$onnx" "$n"
 done
 python3 -c "import sys; print(f'hybrid search, 10,000 chunks, k=5: {float(sys.argv[1])/1e3:.0f} µs')" "$(median "$crit/hybrid_search_10k_chunks_k5/new/estimates.json")"
-grep -h "pipeline overhead before the LLM call\|pipeline stages\|^sandbox:\|^cache-hit ttft\|^cache lookup\|client overhead per query" "$log" || true
+grep -h "pipeline overhead before the LLM call\|pipeline stages\|^sandbox:\|^cache-hit ttft\|^cache lookup\|client overhead per query\|^answer function init" "$log" || true
 python3 -c "import sys; print(f'sandbox: compile + smoke run at upload (keyword-boost): {float(sys.argv[1])/1e3:.0f} µs')" "$(median "$crit/sandbox_compile_upload/new/estimates.json")"
 rm -f "$log"

@@ -1,4 +1,4 @@
-# Sourced by the scripts that start local services (llm.sh, dynamodb.sh).
+# Sourced by the scripts that start local services (llm.sh, aws.sh).
 #
 #   detach NAME URL LOG COMMAND...
 #

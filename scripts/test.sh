@@ -14,13 +14,15 @@ scripts/build-components.sh >/dev/null
 port=${SLUICE_TEST_LLM_PORT:-18081}
 llm_pid=$(scripts/llm.sh "$port" --detach)
 trap 'kill "$llm_pid" 2>/dev/null || true' EXIT
-dynamodb_port=${SLUICE_TEST_DYNAMODB_PORT:-18082}
-dynamodb_pid=$(scripts/dynamodb.sh "$dynamodb_port" --detach)
-trap 'kill "$llm_pid" "$dynamodb_pid" 2>/dev/null || true' EXIT
+aws_port=${SLUICE_TEST_AWS_PORT:-18082}
+aws_pid=$(scripts/aws.sh "$aws_port" --detach)
+trap 'kill "$llm_pid" "$aws_pid" 2>/dev/null || true' EXIT
 
 export SLUICE_TEST_LLM_URL="http://127.0.0.1:$port/v1"
 # The standard AWS variables: the SDK finds the emulator with no code hook.
-export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$dynamodb_port"
+export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$aws_port"
+export AWS_ENDPOINT_URL_S3="http://127.0.0.1:$aws_port"
+export AWS_ENDPOINT_URL_SECRETS_MANAGER="http://127.0.0.1:$aws_port"
 export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 export SLUICE_TEST_MOTO_SERVER="$cache/venv/bin/moto_server"
 export SLUICE_MODEL_DIR=${SLUICE_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}

@@ -15,6 +15,9 @@ use sluice_core::{Config, Pipeline};
 use sluice_embed::MiniLm;
 use sluice_llm::OpenAiClient;
 
+pub mod aws;
+pub mod lambda;
+
 /// The URL of the local LLM started by `make test`.
 pub fn llm_url() -> String {
     std::env::var("SLUICE_TEST_LLM_URL")
@@ -77,17 +80,48 @@ pub async fn start_with(
     overrides: &[(&str, &str)],
     wrap_store: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
 ) -> TestServer {
+    start_custom(overrides, wrap_store, None).await
+}
+
+/// Starts a server with the real stages and the answer cache over `cache` (a test double).
+pub async fn start_with_cache(
+    overrides: &[(&str, &str)],
+    cache: Arc<dyn sluice_core::cache::CacheStore>,
+) -> TestServer {
+    start_custom(overrides, |s| s, Some(cache)).await
+}
+
+async fn start_custom(
+    overrides: &[(&str, &str)],
+    wrap_store: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
+    cache_store: Option<Arc<dyn sluice_core::cache::CacheStore>>,
+) -> TestServer {
     let data = tempfile::tempdir().expect("temp dir");
     let config = config(data.path(), overrides);
     let embedder: Arc<dyn Embedder> = model();
     let store = sluice_retrieve::open(&config, sluice_embed::DIM).expect("store");
     let llm: Arc<dyn Llm> = Arc::new(OpenAiClient::from_config(&config).expect("llm client"));
     let registry = Arc::new(
-        sluice_sandbox::Registry::from_config(&config, Arc::clone(&embedder)).expect("registry"),
+        sluice_sandbox::Registry::from_config(
+            &config,
+            Arc::clone(&embedder),
+            Arc::new(
+                sluice_sandbox::Disk::open(&config.data_dir.join("components"))
+                    .expect("component folder"),
+            ),
+        )
+        .expect("registry"),
     );
-    let cache = sluice_cache::build(&config, sluice_embed::DIM)
-        .await
-        .expect("answer cache");
+    let cache = match cache_store {
+        Some(store) => Some(Arc::new(sluice_core::cache::SemanticCache::new(
+            store,
+            sluice_core::cache::CacheSettings::from_config(&config),
+            sluice_embed::DIM,
+        ))),
+        None => sluice_cache::build(&config, sluice_embed::DIM)
+            .await
+            .expect("answer cache"),
+    };
     let mut pipeline = Pipeline::new(config, embedder, wrap_store(store), llm)
         .with_components(registry.clone(), registry);
     if let Some(cache) = cache {
@@ -122,6 +156,13 @@ pub async fn start_without_llm() -> TestServer {
         .port();
     let url = format!("http://127.0.0.1:{port}/v1");
     start(&[("SLUICE_LLM_URL", url.as_str())]).await
+}
+
+/// The `q` quantile (0 to 1) of `samples` (sorted in place; nearest rank). For benchmarks.
+pub fn percentile(samples: &mut [Duration], q: f64) -> Duration {
+    assert!(!samples.is_empty(), "no samples");
+    samples.sort();
+    samples[((samples.len() as f64 * q) as usize).min(samples.len() - 1)]
 }
 
 /// A plain HTTP client with a timeout on every call.
@@ -253,7 +294,10 @@ pub async fn answer_at(base: &str, tenant: Option<&str>, body: &Value) -> Answer
             at: sent.elapsed(),
         });
     }
-    Answer { events }
+    Answer {
+        events,
+        ended: sent.elapsed(),
+    }
 }
 
 /// One received SSE event.
@@ -272,6 +316,8 @@ pub struct Received {
 pub struct Answer {
     /// Events in arrival order.
     pub events: Vec<Received>,
+    /// When the response body ended, counted from sending the request.
+    pub ended: Duration,
 }
 
 impl Answer {

@@ -1,11 +1,15 @@
 //! The answer cache end to end over HTTP: real model, store and LLM; the in-memory backend
 //! unless a test says otherwise (the DynamoDB backend runs on the emulator `make test` starts).
 
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use sluice_tests::{Answer, TestServer, http, start};
+use sluice_core::cache::{CacheEntry, CacheStore};
+use sluice_core::error::CacheError;
+use sluice_tests::{Answer, TestServer, http, start, start_with_cache};
 
 const QUESTION: &str = "How long does a replacement card take to arrive?";
 
@@ -245,4 +249,70 @@ async fn the_dynamodb_backend_serves_hits_across_server_instances() {
     let hit = until_cached(&two, "acme", &body).await;
     assert_eq!(hit.text(), first.text());
     assert_eq!(hit.first("done").data["cached"], true);
+}
+
+/// The memory backend with writes that take `delay`, counting the finished ones.
+struct SlowWrites {
+    inner: sluice_core::cache::memory::MemoryCache,
+    delay: Duration,
+    written: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl CacheStore for SlowWrites {
+    fn backend(&self) -> &'static str {
+        "slow-writes"
+    }
+    fn in_process(&self) -> bool {
+        true
+    }
+    async fn get(&self, tenant: &str, key: &str) -> Result<Option<CacheEntry>, CacheError> {
+        self.inner.get(tenant, key).await
+    }
+    async fn candidates(
+        &self,
+        tenant: &str,
+        buckets: &[u32],
+    ) -> Result<Vec<CacheEntry>, CacheError> {
+        self.inner.candidates(tenant, buckets).await
+    }
+    async fn put(&self, entry: &CacheEntry) -> Result<(), CacheError> {
+        tokio::time::sleep(self.delay).await;
+        self.inner.put(entry).await?;
+        self.written.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+    async fn clear(&self, tenant: &str) -> Result<usize, CacheError> {
+        self.inner.clear(tenant).await
+    }
+}
+
+#[tokio::test]
+async fn the_stream_ends_only_after_the_cache_write_without_delaying_done() {
+    // On Lambda the invocation ends with the response stream; a write still in flight then
+    // would be frozen with the execution environment and lost.
+    let cache = Arc::new(SlowWrites {
+        inner: sluice_core::cache::memory::MemoryCache::new(100),
+        delay: Duration::from_millis(400),
+        written: 0.into(),
+    });
+    let server = start_with_cache(&[], cache.clone()).await;
+    server.ingest_samples().await;
+    let first = server.answer(&json!({ "query": QUESTION })).await;
+    first.assert_well_formed();
+    assert_eq!(cache_state(&first), "miss");
+    assert_eq!(
+        cache.written.load(Ordering::SeqCst),
+        1,
+        "the write finished before the stream ended"
+    );
+    let done_at = first.first("done").at;
+    assert!(
+        first.ended >= done_at + Duration::from_millis(300),
+        "`done` ({done_at:?}) left before the write finished (stream ended {:?})",
+        first.ended
+    );
+    // No waiting: the very next request is answered from the cache.
+    let again = server.answer(&json!({ "query": QUESTION })).await;
+    assert_eq!(cache_state(&again), "hit");
 }

@@ -6,13 +6,10 @@
 //! invocation then runs the same routes as `sluice serve`, with the response body streamed
 //! to the client as it is produced (no `content-length`: SSE events leave as they are made).
 
-use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use sluice_core::Config;
 use sluice_core::http::StreamDeadline;
-use tracing::info;
 
 /// How long before the invocation's deadline an answer still streaming is ended with an
 /// `error` event: time to write it and for the runtime to flush the stream before Lambda
@@ -45,25 +42,10 @@ async fn with_deadline(mut request: axum::extract::Request) -> axum::extract::Re
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    // JSON lines: CloudWatch Logs keeps one event per line, queryable by field.
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        .with_current_span(false)
-        .without_time()
-        .init();
-    let started = Instant::now();
-    let config = Config::from_env().context("configuration")?;
-    let pipeline = sluice_app::pipeline(config)
+    let pipeline = sluice_app::function("answer")
         .await
         .context("building the pipeline")?;
-    info!(
-        init_ms = started.elapsed().as_millis() as u64,
-        "answer function ready"
-    );
-    let router = sluice_core::http::router(Arc::new(pipeline))
-        .layer(axum::middleware::map_request(with_deadline));
+    let router =
+        sluice_core::http::router(pipeline).layer(axum::middleware::map_request(with_deadline));
     lambda_http::run_with_streaming_response(router).await
 }

@@ -4,15 +4,16 @@
 //! (on Lambda: in the init phase, not on the first request).
 #![warn(missing_docs)]
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
 use sluice_core::error::{CacheError, EmbedError, LlmError, StoreError};
-use sluice_core::stages::{ComponentError, Embedder};
+use sluice_core::stages::{ComponentError, ComponentStorage, Embedder};
 use sluice_core::{Config, Pipeline};
 use sluice_embed::MiniLm;
 use sluice_llm::OpenAiClient;
-use sluice_sandbox::Registry;
+use sluice_sandbox::{Disk, Registry};
 use tracing::info;
 
 /// A part of the pipeline that could not be built.
@@ -33,20 +34,59 @@ pub enum AppError {
     /// The answer cache could not be set up.
     #[error("setting up the answer cache: {0}")]
     Cache(#[from] CacheError),
+    /// The configuration is invalid.
+    #[error("configuration: {0}")]
+    Config(#[from] sluice_core::config::ConfigError),
+    /// An AWS client or call needed at start failed (secrets, component storage).
+    #[error("{0}")]
+    Aws(#[from] sluice_aws::AwsError),
     /// The blocking task that loads the model died.
     #[error("start-up task failed: {0}")]
     Task(String),
 }
 
+/// The configuration from the environment, where `SLUICE_SECRETS_ARN` (when set) names a
+/// Secrets Manager secret whose `SLUICE_*` values take the place of environment variables.
+pub async fn config() -> Result<Config, AppError> {
+    let secret = match std::env::var("SLUICE_SECRETS_ARN") {
+        Ok(arn) if !arn.trim().is_empty() => {
+            let settings = sluice_aws::secrets::settings(arn.trim()).await?;
+            info!(
+                settings = settings.len(),
+                "settings read from Secrets Manager"
+            );
+            settings
+        }
+        _ => HashMap::new(),
+    };
+    Ok(Config::from_lookup(|name| {
+        secret
+            .get(name)
+            .cloned()
+            .or_else(|| std::env::var(name).ok())
+    })?)
+}
+
 /// Builds the pipeline `config` describes. The model load runs on the blocking pool; the
-/// cache set-up may call DynamoDB (`SLUICE_CACHE=dynamodb`).
+/// cache set-up may call DynamoDB (`SLUICE_CACHE=dynamodb`), and component storage in S3
+/// (`SLUICE_COMPONENT_BUCKET`) makes its clients.
 pub async fn pipeline(config: Config) -> Result<Pipeline, AppError> {
     let cache = sluice_cache::build(&config, sluice_embed::DIM).await?;
     match &cache {
         Some(c) => info!(backend = c.backend(), "answer cache ready"),
         None => info!("answer cache off"),
     }
-    let pipeline = tokio::task::spawn_blocking(move || stages(config))
+    let storage: Arc<dyn ComponentStorage> = match &config.component_bucket {
+        Some(bucket) => {
+            let s3 = sluice_aws::components::S3Components::connect(&config).await?;
+            info!(bucket = %bucket, table = %s3.table(), "components in S3 and DynamoDB");
+            Arc::new(s3)
+        }
+        None => {
+            Arc::new(Disk::open(&config.data_dir.join("components")).map_err(AppError::Components)?)
+        }
+    };
+    let pipeline = tokio::task::spawn_blocking(move || stages(config, storage))
         .await
         .map_err(|e| AppError::Task(e.to_string()))??;
     Ok(match cache {
@@ -56,17 +96,40 @@ pub async fn pipeline(config: Config) -> Result<Pipeline, AppError> {
 }
 
 /// The stages without the cache: model, store, LLM pool, components.
-fn stages(config: Config) -> Result<Pipeline, AppError> {
+fn stages(config: Config, storage: Arc<dyn ComponentStorage>) -> Result<Pipeline, AppError> {
     let started = Instant::now();
     let embedder = MiniLm::load(&config.model_dir)?;
-    info!(model_dir = %config.model_dir.display(), ms = started.elapsed().as_millis() as u64, "embedding model loaded");
+    info!(model = %embedder.source().display(), ms = started.elapsed().as_millis() as u64, "embedding model loaded");
     let store = sluice_retrieve::open(&config, sluice_embed::DIM)?;
     info!(store = ?config.store, data_dir = %config.data_dir.display(), "vector store open");
     let llm = OpenAiClient::from_config(&config)?;
     let embedder: Arc<dyn Embedder> = Arc::new(embedder);
     let registry = Arc::new(
-        Registry::from_config(&config, Arc::clone(&embedder)).map_err(AppError::Components)?,
+        Registry::from_config(&config, Arc::clone(&embedder), storage)
+            .map_err(AppError::Components)?,
     );
     let pipeline = Pipeline::new(config, embedder, store, Arc::new(llm));
     Ok(pipeline.with_components(registry.clone(), registry))
+}
+
+/// What every Lambda function does in its init phase: JSON log lines (CloudWatch keeps one
+/// event per line, queryable by field), the configuration (with the secret's settings), and
+/// the pipeline; the time it took is logged as `init_ms`.
+pub async fn function(name: &'static str) -> Result<Arc<Pipeline>, AppError> {
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .with_current_span(false)
+        .without_time()
+        .init();
+    let started = Instant::now();
+    let pipeline = pipeline(config().await?).await?;
+    info!(
+        function = name,
+        init_ms = started.elapsed().as_millis() as u64,
+        "function ready"
+    );
+    Ok(Arc::new(pipeline))
 }

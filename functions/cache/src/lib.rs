@@ -53,8 +53,7 @@ pub const MAX_ITEM_BYTES: usize = 400 * 1024;
 pub const BUCKET_LIMIT: i32 = 25;
 /// How long `create-table` waits for the table and its indexes to become active.
 const CREATE_WAIT: Duration = Duration::from_secs(120);
-/// Every call: connecting, one attempt, and the whole operation with its retry.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Every cache call (on the request path): one attempt, and the whole operation with its retry.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -86,21 +85,13 @@ impl DynamoCache {
     /// A client built once from the standard AWS environment (`AWS_REGION`, credentials,
     /// `AWS_ENDPOINT_URL_DYNAMODB` for an emulator) for `SLUICE_CACHE_TABLE`.
     pub async fn connect(config: &Config) -> Result<Self, CacheError> {
-        let timeouts = aws_config::timeout::TimeoutConfig::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .operation_attempt_timeout(ATTEMPT_TIMEOUT)
-            .operation_timeout(OPERATION_TIMEOUT)
-            .build();
-        let sdk = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .timeout_config(timeouts)
-            .retry_config(aws_config::retry::RetryConfig::standard().with_max_attempts(2))
-            .load()
-            .await;
-        if sdk.region().is_none() {
-            return Err(CacheError::Setup(
-                "SLUICE_CACHE=dynamodb needs an AWS region: set AWS_REGION".into(),
-            ));
-        }
+        let sdk = sluice_aws::sdk_config_with(
+            "SLUICE_CACHE=dynamodb",
+            ATTEMPT_TIMEOUT,
+            OPERATION_TIMEOUT,
+        )
+        .await
+        .map_err(|e| CacheError::Setup(e.to_string()))?;
         Ok(Self::new(Client::new(&sdk), &config.cache_table))
     }
 

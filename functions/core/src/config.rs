@@ -71,6 +71,14 @@ pub struct Config {
     pub rerank_max_candidates: usize,
     /// `SLUICE_RERANK_MAX_TEXT_BYTES`: candidate text is cut to this many bytes.
     pub rerank_max_text_bytes: usize,
+    /// `SLUICE_COMPONENT_BUCKET`: keep tenant components in this S3 bucket (and their
+    /// pointers in `component_table`) instead of `SLUICE_DATA_DIR/components`.
+    pub component_bucket: Option<String>,
+    /// `SLUICE_COMPONENT_TABLE`: the DynamoDB table of component pointers.
+    pub component_table: String,
+    /// `SLUICE_COMPONENT_REFRESH_MS`: how long a process trusts the active component it
+    /// knows before reading the pointer again (another process may have activated one).
+    pub component_refresh: Duration,
     /// `SLUICE_CACHE`: where answers are cached.
     pub cache: CacheBackend,
     /// `SLUICE_CACHE_TABLE`: the DynamoDB table.
@@ -236,6 +244,20 @@ impl Config {
                 10_000,
             )?,
             rerank_max_text_bytes: ranged(&get, "SLUICE_RERANK_MAX_TEXT_BYTES", 8192, 64, 1 << 20)?,
+            component_bucket: match get("SLUICE_COMPONENT_BUCKET") {
+                Some(b) if !valid_bucket(&b) => {
+                    return Err(ConfigError {
+                        name: "SLUICE_COMPONENT_BUCKET",
+                        value: b,
+                        expected: "an S3 bucket name (3-63 characters of a-z, 0-9, '.' or '-')"
+                            .into(),
+                    });
+                }
+                b => b,
+            },
+            component_table: get("SLUICE_COMPONENT_TABLE")
+                .unwrap_or_else(|| "sluice-components".into()),
+            component_refresh: millis(&get, "SLUICE_COMPONENT_REFRESH_MS", 5000, 0)?,
             cache: match get("SLUICE_CACHE").as_deref().map(str::trim) {
                 None | Some("memory") => CacheBackend::Memory,
                 Some("dynamodb") => CacheBackend::Dynamodb,
@@ -399,6 +421,16 @@ fn tenant_thresholds(value: &str) -> Result<HashMap<String, f32>, ConfigError> {
     Ok(map)
 }
 
+/// S3's bucket naming rules, as far as a typo would break them.
+fn valid_bucket(name: &str) -> bool {
+    (3..=63).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'.' || b == b'-')
+        && name.as_bytes()[0].is_ascii_alphanumeric()
+        && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
+}
+
 /// Tenant ids are short, printable and safe in keys and file names.
 pub fn valid_tenant(tenant: &str) -> bool {
     (1..=64).contains(&tenant.len())
@@ -520,6 +552,20 @@ mod tests {
         assert_eq!(e.name, "SLUICE_CHUNK_OVERLAP_TOKENS");
         let e = with(&[("SLUICE_DEFAULT_TENANT", "a b")]).unwrap_err();
         assert_eq!(e.name, "SLUICE_DEFAULT_TENANT");
+    }
+
+    #[test]
+    fn component_storage_is_local_unless_a_bucket_is_named() {
+        let c = with(&[]).unwrap();
+        assert_eq!(c.component_bucket, None);
+        assert_eq!(c.component_refresh, Duration::from_secs(5));
+        let c = with(&[("SLUICE_COMPONENT_BUCKET", "acme-components.v2")]).unwrap();
+        assert_eq!(c.component_bucket.as_deref(), Some("acme-components.v2"));
+        assert_eq!(c.component_table, "sluice-components");
+        for bad in ["Acme", "s3://acme", "ab", "-acme"] {
+            let e = with(&[("SLUICE_COMPONENT_BUCKET", bad)]).unwrap_err();
+            assert_eq!(e.name, "SLUICE_COMPONENT_BUCKET", "{bad}");
+        }
     }
 
     #[test]

@@ -264,8 +264,11 @@ impl Pipeline {
                 "answered"
             );
             // Write-behind: only complete answers (the model stopped, or reached the
-            // configured max_tokens, as it would again) that were not degraded, and never one
-            // that delays the `done` event.
+            // configured max_tokens, as it would again) that were not degraded. The write
+            // starts now and never delays `done`, but the stream ends only once it has
+            // finished: on Lambda the invocation ends with the response stream, and a write
+            // still in flight would be frozen with the execution environment (and lost).
+            let mut write_behind = None;
             if let (Some((cache, probe, scope)), Ok((vector, _))) = (lookup, vector)
                 && degraded.is_empty()
                 && matches!(finish_reason.as_str(), "stop" | "length")
@@ -278,11 +281,11 @@ impl Pipeline {
                     token_count_source: source.into(),
                 };
                 let entry = cache.entry(&request.tenant, &probe, vector, scope, answer);
-                tokio::spawn(async move {
+                write_behind = Some(tokio::spawn(async move {
                     if let Err(e) = cache.put(&entry).await {
                         warn!(tenant = %entry.tenant, error = %e, "answer not cached");
                     }
-                });
+                }));
             }
             yield Event::Done(Box::new(Done {
                 request_id,
@@ -297,6 +300,10 @@ impl Pipeline {
                 cached: false,
                 timings,
             }));
+            if let Some(write) = write_behind {
+                // A failed write was logged by the task; a panicked one needs no more.
+                let _ = write.await;
+            }
         }
     }
 
@@ -315,9 +322,17 @@ impl Pipeline {
                 return None;
             }
         };
-        let rerank = match &self.reranker {
+        let rerank = match self.reranker.clone() {
             None => None,
-            Some(r) => match r.active_component(&request.tenant) {
+            // Off the async workers: finding the active version may read the component
+            // storage (a file, or DynamoDB) once the registry's knowledge of it is stale.
+            Some(r) => match tokio::task::spawn_blocking({
+                let tenant = request.tenant.clone();
+                move || r.active_component(&tenant)
+            })
+            .await
+            .unwrap_or_else(|e| Err(e.to_string()))
+            {
                 Ok(version) => version,
                 Err(e) => {
                     warn!(tenant = %request.tenant, error = %e, "active rerank component unknown; cache skipped");

@@ -100,7 +100,8 @@ pub trait Store: Send + Sync {
 /// the retrieval deadline.
 pub trait Reranker: Send + Sync {
     /// The version of the tenant's active component, `None` for the built-in default.
-    /// Cached answers remember it: a new component makes them stale.
+    /// Cached answers remember it: a new component makes them stale. May block on storage:
+    /// the pipeline calls it (and `rerank`) on the blocking pool.
     fn active_component(&self, tenant: &str) -> Result<Option<String>, String>;
     /// The new order of `hits` (indices, best first), or `Ok(None)` when the tenant has no
     /// active component (the built-in default: fused order). `Err` says why the component
@@ -149,6 +150,24 @@ pub trait Components: Send + Sync {
     fn list(&self, tenant: &str) -> Result<Vec<ComponentVersion>, ComponentError>;
     /// Returns the tenant to the built-in default (versions are kept).
     fn deactivate(&self, tenant: &str) -> Result<(), ComponentError>;
+}
+
+/// Where the component registry keeps tenants' components: uploads and compiled artefacts
+/// (bytes), versions and the active one. Called on blocking threads (the registry's
+/// callers run it on tokio's blocking pool), so an implementation may wait on the network.
+pub trait ComponentStorage: Send + Sync {
+    /// The bytes stored under `key` (`<tenant>/<file>`), `None` when there are none.
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ComponentError>;
+    /// Stores `bytes` under `key`, replacing what was there; never half-written.
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), ComponentError>;
+    /// The tenant's uploads as `(version, size)`, oldest first.
+    fn versions(&self, tenant: &str) -> Result<Vec<(String, usize)>, ComponentError>;
+    /// Records an upload (already stored with [`put`](Self::put)); again is a no-op.
+    fn add_version(&self, tenant: &str, version: &str, size: usize) -> Result<(), ComponentError>;
+    /// The tenant's active version, `None` for the built-in default.
+    fn active(&self, tenant: &str) -> Result<Option<String>, ComponentError>;
+    /// Sets (or with `None` clears) the tenant's active version.
+    fn set_active(&self, tenant: &str, version: Option<&str>) -> Result<(), ComponentError>;
 }
 
 /// A chat message in the OpenAI format.

@@ -133,3 +133,45 @@ fn token_count_excludes_special_tokens() {
     );
     assert_eq!(model().count_tokens(""), 0);
 }
+
+/// A folder with links to the shared model's ONNX graph and tokenizer, and nothing else.
+fn linked_model_dir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["model.onnx", "tokenizer.json"] {
+        std::os::unix::fs::symlink(model_dir().join(file), dir.path().join(file)).unwrap();
+    }
+    dir
+}
+
+#[test]
+fn the_prepared_graph_gives_the_same_vectors_bit_for_bit_and_a_stale_one_is_ignored() {
+    let onnx_only = linked_model_dir();
+    let from_onnx = MiniLm::load(onnx_only.path()).unwrap();
+    assert_eq!(from_onnx.source(), onnx_only.path().join("model.onnx"));
+
+    let prepared_dir = linked_model_dir();
+    let prepared = sluice_embed::prepare(prepared_dir.path()).unwrap();
+    assert_eq!(prepared, prepared_dir.path().join("model.nnef.tar"));
+    let from_nnef = MiniLm::load(prepared_dir.path()).unwrap();
+    assert_eq!(from_nnef.source(), prepared);
+    let texts = [
+        "How long does a replacement card take to arrive?",
+        "a",
+        &"long input ".repeat(200),
+    ];
+    let (a, b) = (
+        from_onnx.embed(&texts).unwrap(),
+        from_nnef.embed(&texts).unwrap(),
+    );
+    assert_eq!(a, b);
+
+    // Older than the ONNX graph (a model exported again since): not used.
+    std::fs::File::options()
+        .write(true)
+        .open(&prepared)
+        .unwrap()
+        .set_modified(std::time::UNIX_EPOCH)
+        .unwrap();
+    let stale = MiniLm::load(prepared_dir.path()).unwrap();
+    assert_eq!(stale.source(), prepared_dir.path().join("model.onnx"));
+}

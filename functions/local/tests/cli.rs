@@ -373,3 +373,31 @@ fn answers_keep_streaming_when_dynamodb_dies() {
         assert!(out.contains("tokens"), "{out}");
     }
 }
+
+#[test]
+fn model_prepare_writes_the_fast_loading_graph_and_says_where() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = sluice_core::Config::from_env().unwrap().model_dir;
+    for file in ["model.onnx", "tokenizer.json"] {
+        std::os::unix::fs::symlink(model.join(file), dir.path().join(file)).unwrap();
+    }
+    let out = sluice()
+        .args(["model", "prepare", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let written = dir.path().join("model.nnef.tar");
+    assert!(text(&out).contains(&written.display().to_string()));
+    assert!(std::fs::metadata(&written).unwrap().len() > 80 << 20);
+
+    // A folder without a model: the error names the file.
+    let empty = tempfile::tempdir().unwrap();
+    let out = sluice()
+        .args(["model", "prepare", "--dir"])
+        .arg(empty.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("model.onnx"), "{}", text(&out));
+}

@@ -25,7 +25,7 @@ use wasmtime::{
 };
 
 mod registry;
-pub use registry::{ModelHost, Registry};
+pub use registry::{Disk, ModelHost, Registry};
 
 // Generated from the WIT; its docs live in `wit/rerank/rerank.wit`.
 #[allow(missing_docs)]

@@ -1,19 +1,26 @@
-//! Tenant-scoped component registry on local disk, and the pipeline's rerank stage.
+//! Tenant-scoped component registry, and the pipeline's rerank stage.
 //!
-//! Layout under the registry folder, one folder per tenant:
-//! `<version>.wasm` (the upload), `<version>.<engine>.cwasm` (its compiled artefact for this
-//! engine configuration), `versions.json` (upload order and sizes) and `active` (the active
-//! version). A version is the SHA-256 of the uploaded bytes. Compiled components are cached in
-//! memory per tenant; an artefact from another engine is recompiled from the upload.
+//! What it keeps, per tenant, in a [`ComponentStorage`](sluice_core::stages::ComponentStorage): `<tenant>/<version>.wasm` (the upload),
+//! `<tenant>/<version>.<engine>.cwasm` (its compiled artefact for this engine configuration),
+//! the versions in upload order, and the active version. A version is the SHA-256 of the
+//! uploaded bytes. [`Disk`] keeps them under a folder (`sluice serve`); the Lambda functions
+//! keep them in S3 and DynamoDB (`sluice-aws`), so that what the registry function compiles
+//! the answer function loads. Compiled components are cached in memory per tenant, and the
+//! active version is read again once it is older than the refresh interval (another process
+//! may have activated one); an artefact from another engine is recompiled from the upload.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use sluice_core::Config;
-use sluice_core::stages::{ComponentError, ComponentVersion, Components, Embedder, Hit, Reranker};
+use sluice_core::stages::{
+    ComponentError, ComponentStorage as Storage, ComponentVersion, Components, Embedder, Hit,
+    Reranker,
+};
 
 use crate::{Candidate, HostServices, Limits, Prepared, Sandbox, UploadError};
 
@@ -29,24 +36,114 @@ impl HostServices for ModelHost {
     }
 }
 
-/// Components of every tenant, stored under one folder.
-pub struct Registry {
-    sandbox: Sandbox,
-    dir: PathBuf,
-    /// Active compiled component per tenant (`None`: the tenant has none), filled on first use.
-    active: RwLock<HashMap<String, Option<(String, Prepared)>>>,
-}
-
 fn storage(e: impl std::fmt::Display) -> ComponentError {
     ComponentError::Storage(e.to_string())
 }
 
-/// Writes by rename, so a crash never leaves half a file.
-fn write_atomic(path: &Path, bytes: &[u8]) -> Result<(), ComponentError> {
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, bytes)
-        .and_then(|_| std::fs::rename(&tmp, path))
-        .map_err(storage)
+/// Components in a folder: `<tenant>/<file>` as files, plus `<tenant>/versions.json` (upload
+/// order and sizes) and `<tenant>/active`.
+pub struct Disk {
+    dir: PathBuf,
+}
+
+impl Disk {
+    /// Storage in `dir` (created when missing).
+    pub fn open(dir: &Path) -> Result<Self, ComponentError> {
+        std::fs::create_dir_all(dir).map_err(storage)?;
+        Ok(Self {
+            dir: dir.to_path_buf(),
+        })
+    }
+
+    fn read(&self, key: &str) -> Result<Option<Vec<u8>>, ComponentError> {
+        match std::fs::read(self.dir.join(key)) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(storage(e)),
+        }
+    }
+}
+
+impl Storage for Disk {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ComponentError> {
+        self.read(key)
+    }
+
+    /// Writes by rename, so a crash never leaves half a file.
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), ComponentError> {
+        let path = self.dir.join(key);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(storage)?;
+        }
+        let tmp = path.with_extension("tmp");
+        std::fs::write(&tmp, bytes)
+            .and_then(|_| std::fs::rename(&tmp, &path))
+            .map_err(storage)
+    }
+
+    fn versions(&self, tenant: &str) -> Result<Vec<(String, usize)>, ComponentError> {
+        let Some(bytes) = self.read(&format!("{tenant}/versions.json"))? else {
+            return Ok(vec![]);
+        };
+        let rows: Vec<serde_json::Value> = serde_json::from_slice(&bytes).map_err(storage)?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| {
+                Some((
+                    r["version"].as_str()?.to_string(),
+                    r["size"].as_u64()? as usize,
+                ))
+            })
+            .collect())
+    }
+
+    fn add_version(&self, tenant: &str, version: &str, size: usize) -> Result<(), ComponentError> {
+        let mut versions = self.versions(tenant)?;
+        if versions.iter().any(|(v, _)| v == version) {
+            return Ok(());
+        }
+        versions.push((version.to_string(), size));
+        let rows: Vec<_> = versions
+            .iter()
+            .map(|(v, n)| json!({"version": v, "size": n}))
+            .collect();
+        let bytes = serde_json::to_vec_pretty(&rows).map_err(storage)?;
+        self.put(&format!("{tenant}/versions.json"), &bytes)
+    }
+
+    fn active(&self, tenant: &str) -> Result<Option<String>, ComponentError> {
+        Ok(self
+            .read(&format!("{tenant}/active"))?
+            .map(|v| String::from_utf8_lossy(&v).trim().to_string()))
+    }
+
+    fn set_active(&self, tenant: &str, version: Option<&str>) -> Result<(), ComponentError> {
+        let key = format!("{tenant}/active");
+        match version {
+            Some(v) => self.put(&key, v.as_bytes()),
+            None => match std::fs::remove_file(self.dir.join(key)) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(storage(e)),
+            },
+        }
+    }
+}
+
+/// What a process knows of a tenant's active component, and since when.
+struct Known {
+    /// The active version, compiled; `None`: the built-in default.
+    entry: Option<(String, Prepared)>,
+    checked: Instant,
+}
+
+/// Components of every tenant, in one storage.
+pub struct Registry {
+    sandbox: Sandbox,
+    storage: Arc<dyn Storage>,
+    /// How long [`Known`] is trusted before the storage is asked again.
+    refresh: Duration,
+    active: RwLock<HashMap<String, Known>>,
 }
 
 fn is_version(v: &str) -> bool {
@@ -55,34 +152,39 @@ fn is_version(v: &str) -> bool {
             .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
 }
 
+/// The sandbox limits `SLUICE_RERANK_*` set.
+fn limits(config: &Config) -> Limits {
+    Limits {
+        memory_bytes: config.rerank_memory_mb << 20,
+        fuel: config.rerank_fuel,
+        deadline: config.rerank_deadline,
+        max_candidates: config.rerank_max_candidates,
+        max_text_bytes: config.rerank_max_text_bytes,
+        ..Limits::default()
+    }
+}
+
 impl Registry {
     /// The registry of a server: a sandbox with the `SLUICE_RERANK_*` limits, the host model
-    /// lent to components, and storage in `SLUICE_DATA_DIR/components`.
+    /// lent to components, `storage`, and `SLUICE_COMPONENT_REFRESH_MS`.
     pub fn from_config(
         config: &Config,
         embedder: Arc<dyn Embedder>,
+        storage: Arc<dyn Storage>,
     ) -> Result<Self, ComponentError> {
-        let limits = Limits {
-            memory_bytes: config.rerank_memory_mb << 20,
-            fuel: config.rerank_fuel,
-            deadline: config.rerank_deadline,
-            max_candidates: config.rerank_max_candidates,
-            max_text_bytes: config.rerank_max_text_bytes,
-            ..Limits::default()
-        };
-        let sandbox = Sandbox::new(limits, Arc::new(ModelHost(embedder)))
+        let sandbox = Sandbox::new(limits(config), Arc::new(ModelHost(embedder)))
             .map_err(|e| ComponentError::Storage(format!("starting the rerank sandbox: {e:#}")))?;
-        Self::open(sandbox, &config.data_dir.join("components"))
+        Ok(Self::new(sandbox, storage, config.component_refresh))
     }
 
-    /// A registry in `dir` (created when missing).
-    pub fn open(sandbox: Sandbox, dir: &Path) -> Result<Self, ComponentError> {
-        std::fs::create_dir_all(dir).map_err(storage)?;
-        Ok(Self {
+    /// A registry over `storage` that reads a tenant's active version again after `refresh`.
+    pub fn new(sandbox: Sandbox, storage: Arc<dyn Storage>, refresh: Duration) -> Self {
+        Self {
             sandbox,
-            dir: dir.to_path_buf(),
+            storage,
+            refresh,
             active: RwLock::new(HashMap::new()),
-        })
+        }
     }
 
     /// The sandbox the components run in.
@@ -90,73 +192,72 @@ impl Registry {
         &self.sandbox
     }
 
-    fn tenant_dir(&self, tenant: &str) -> PathBuf {
-        self.dir.join(tenant)
-    }
-
-    fn versions(&self, tenant: &str) -> Result<Vec<(String, usize)>, ComponentError> {
-        match std::fs::read(self.tenant_dir(tenant).join("versions.json")) {
-            Ok(bytes) => {
-                let rows: Vec<serde_json::Value> =
-                    serde_json::from_slice(&bytes).map_err(storage)?;
-                Ok(rows
-                    .iter()
-                    .filter_map(|r| {
-                        Some((
-                            r["version"].as_str()?.to_string(),
-                            r["size"].as_u64()? as usize,
-                        ))
-                    })
-                    .collect())
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(vec![]),
-            Err(e) => Err(storage(e)),
-        }
-    }
-
-    fn active_version(&self, tenant: &str) -> Result<Option<String>, ComponentError> {
-        match std::fs::read_to_string(self.tenant_dir(tenant).join("active")) {
-            Ok(v) => Ok(Some(v.trim().to_string())),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(storage(e)),
-        }
-    }
-
-    /// Loads a stored version: its artefact when it matches this engine, else a recompile.
-    fn load(&self, tenant: &str, version: &str) -> Result<Prepared, ComponentError> {
-        let dir = self.tenant_dir(tenant);
-        let artefact = dir.join(format!(
-            "{version}.{}.cwasm",
+    fn artefact_key(&self, tenant: &str, version: &str) -> String {
+        format!(
+            "{tenant}/{version}.{}.cwasm",
             self.sandbox.engine_fingerprint()
-        ));
-        if let Ok(bytes) = std::fs::read(&artefact)
+        )
+    }
+
+    /// Loads a stored version: its artefact when it matches this engine, else a recompile
+    /// (whose artefact is then stored for the next process).
+    fn load(&self, tenant: &str, version: &str) -> Result<Prepared, ComponentError> {
+        let artefact = self.artefact_key(tenant, version);
+        if let Some(bytes) = self.storage.get(&artefact)?
             && let Ok(prepared) = self.sandbox.load(&bytes)
         {
             return Ok(prepared);
         }
-        let wasm = std::fs::read(dir.join(format!("{version}.wasm"))).map_err(storage)?;
+        let wasm = self
+            .storage
+            .get(&format!("{tenant}/{version}.wasm"))?
+            .ok_or_else(|| storage(format!("{tenant}/{version}.wasm is missing")))?;
         let prepared = self
             .sandbox
             .compile(&wasm)
             .map_err(|e| ComponentError::Invalid(e.to_string()))?;
-        write_atomic(&artefact, &prepared.artifact)?;
+        self.storage.put(&artefact, &prepared.artifact)?;
         Ok(prepared)
     }
 
-    /// The tenant's active version and component, compiled, from the cache or from disk.
+    /// The tenant's active version and component, compiled: from memory while it is fresh,
+    /// else from the storage (recompiling nothing when the version has not changed).
     fn active(&self, tenant: &str) -> Result<Option<(String, Prepared)>, ComponentError> {
-        if let Some(entry) = self.active.read().map_err(storage)?.get(tenant) {
-            return Ok(entry.clone());
-        }
-        let entry = match self.active_version(tenant)? {
-            Some(v) => Some((v.clone(), self.load(tenant, &v)?)),
-            None => None,
-        };
-        self.active
-            .write()
+        let known = self
+            .active
+            .read()
             .map_err(storage)?
-            .insert(tenant.to_string(), entry.clone());
+            .get(tenant)
+            .map(|k| (k.entry.clone(), k.checked.elapsed() < self.refresh));
+        let entry = match known {
+            Some((entry, true)) => return Ok(entry),
+            Some((entry, false)) => match (self.storage.active(tenant)?, entry) {
+                (Some(v), Some((known, prepared))) if v == known => Some((v, prepared)),
+                (Some(v), _) => Some((v.clone(), self.load(tenant, &v)?)),
+                (None, _) => None,
+            },
+            None => match self.storage.active(tenant)? {
+                Some(v) => Some((v.clone(), self.load(tenant, &v)?)),
+                None => None,
+            },
+        };
+        self.remember(tenant, entry.clone())?;
         Ok(entry)
+    }
+
+    fn remember(
+        &self,
+        tenant: &str,
+        entry: Option<(String, Prepared)>,
+    ) -> Result<(), ComponentError> {
+        self.active.write().map_err(storage)?.insert(
+            tenant.to_string(),
+            Known {
+                entry,
+                checked: Instant::now(),
+            },
+        );
+        Ok(())
     }
 }
 
@@ -167,27 +268,13 @@ impl Components for Registry {
             other => ComponentError::Invalid(other.to_string()),
         })?;
         let version = format!("{:x}", Sha256::digest(bytes));
-        let dir = self.tenant_dir(tenant);
-        std::fs::create_dir_all(&dir).map_err(storage)?;
-        write_atomic(&dir.join(format!("{version}.wasm")), bytes)?;
-        let artefact = dir.join(format!(
-            "{version}.{}.cwasm",
-            self.sandbox.engine_fingerprint()
-        ));
-        write_atomic(&artefact, &prepared.artifact)?;
-        let mut versions = self.versions(tenant)?;
-        if !versions.iter().any(|(v, _)| *v == version) {
-            versions.push((version.clone(), bytes.len()));
-            let rows: Vec<_> = versions
-                .iter()
-                .map(|(v, n)| json!({"version": v, "size": n}))
-                .collect();
-            write_atomic(
-                &dir.join("versions.json"),
-                &serde_json::to_vec_pretty(&rows).map_err(storage)?,
-            )?;
-        }
-        let active = self.active_version(tenant)?.as_deref() == Some(version.as_str());
+        self.storage
+            .put(&format!("{tenant}/{version}.wasm"), bytes)?;
+        self.storage
+            .put(&self.artefact_key(tenant, &version), &prepared.artifact)?;
+        // Recorded last: a listed version always has its bytes stored.
+        self.storage.add_version(tenant, &version, bytes.len())?;
+        let active = self.storage.active(tenant)?.as_deref() == Some(version.as_str());
         Ok(ComponentVersion {
             version,
             size: bytes.len(),
@@ -205,17 +292,15 @@ impl Components for Registry {
             return Err(unknown());
         }
         let size = self
+            .storage
             .versions(tenant)?
             .into_iter()
             .find(|(v, _)| v == version)
             .ok_or_else(unknown)?
             .1;
         let prepared = self.load(tenant, version)?;
-        write_atomic(&self.tenant_dir(tenant).join("active"), version.as_bytes())?;
-        self.active
-            .write()
-            .map_err(storage)?
-            .insert(tenant.to_string(), Some((version.to_string(), prepared)));
+        self.storage.set_active(tenant, Some(version))?;
+        self.remember(tenant, Some((version.to_string(), prepared)))?;
         Ok(ComponentVersion {
             version: version.to_string(),
             size,
@@ -224,8 +309,9 @@ impl Components for Registry {
     }
 
     fn list(&self, tenant: &str) -> Result<Vec<ComponentVersion>, ComponentError> {
-        let active = self.active_version(tenant)?;
+        let active = self.storage.active(tenant)?;
         Ok(self
+            .storage
             .versions(tenant)?
             .into_iter()
             .map(|(version, size)| ComponentVersion {
@@ -237,16 +323,8 @@ impl Components for Registry {
     }
 
     fn deactivate(&self, tenant: &str) -> Result<(), ComponentError> {
-        match std::fs::remove_file(self.tenant_dir(tenant).join("active")) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(storage(e)),
-        }
-        self.active
-            .write()
-            .map_err(storage)?
-            .insert(tenant.to_string(), None);
-        Ok(())
+        self.storage.set_active(tenant, None)?;
+        self.remember(tenant, None)
     }
 }
 

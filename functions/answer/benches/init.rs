@@ -1,0 +1,121 @@
+//! Init time of the answer function: from process start to its first request for an
+//! invocation (`GET …/runtime/invocation/next`), which the Lambda runtime makes once
+//! everything is built — the embedding model loaded, the store open, the sandbox started.
+//! That is the init phase AWS bills and a cold request waits for (plus AWS's own start-up of
+//! the execution environment, which no local measure includes).
+//!
+//! A minimal runtime API on 127.0.0.1 stands in for Lambda's and never answers (the process
+//! is killed once it asks); the function runs with the real model, a fresh Qdrant Edge
+//! folder, the memory cache and no reachable LLM (nothing at init connects to it). The
+//! function's own log gives the share of the model load. Both model forms are measured in one
+//! run, alternating: the ONNX graph alone, and with `model.nnef.tar` (`sluice model prepare`,
+//! what the Lambda model layer ships).
+//!
+//! `cargo bench --profile dev --workspace --bench init` (`SLUICE_INIT_RUNS`, default 15).
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::TcpListener;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// One start: (spawn → asks for an invocation, the model load as the function logged it).
+fn start_once(model_dir: &std::path::Path) -> (Duration, Duration) {
+    let api = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = api.local_addr().expect("addr").port();
+    let data = tempfile::tempdir().expect("temp dir");
+    let started = Instant::now();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_answer"))
+        .env("AWS_LAMBDA_RUNTIME_API", format!("127.0.0.1:{port}"))
+        .env("AWS_LAMBDA_FUNCTION_NAME", "answer")
+        .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+        .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "2048")
+        .env("SLUICE_DATA_DIR", data.path())
+        .env("SLUICE_MODEL_DIR", model_dir)
+        .env("SLUICE_CACHE", "memory")
+        .env("SLUICE_LLM_URL", "http://127.0.0.1:9/v1")
+        .env("RUST_LOG", "info")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the answer binary starts");
+    let (mut conn, _) = api.accept().expect("the function connects");
+    let mut head = [0u8; 256];
+    let n = conn.read(&mut head).expect("request");
+    let ready = started.elapsed();
+    let request = String::from_utf8_lossy(&head[..n]);
+    assert!(
+        request.contains("/runtime/invocation/next"),
+        "expected the first request for an invocation, got: {request}"
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+    // The log's model-load line: {"fields": {"message": "embedding model loaded", "ms": N, ...}}.
+    let mut model = Duration::ZERO;
+    let stdout = child.stdout.take().expect("stdout");
+    for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+        if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line)
+            && v["fields"]["message"] == "embedding model loaded"
+        {
+            model = Duration::from_millis(v["fields"]["ms"].as_u64().unwrap_or(0));
+        }
+    }
+    (ready, model)
+}
+
+/// A folder with links to the installed model's ONNX graph and tokenizer.
+fn linked_model_dir() -> tempfile::TempDir {
+    let model = sluice_core::Config::from_env()
+        .expect("configuration")
+        .model_dir;
+    let dir = tempfile::tempdir().expect("temp dir");
+    for file in ["model.onnx", "tokenizer.json"] {
+        std::os::unix::fs::symlink(model.join(file), dir.path().join(file)).expect("link");
+    }
+    dir
+}
+
+fn main() {
+    let runs: usize = std::env::var("SLUICE_INIT_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(15);
+    let onnx = linked_model_dir();
+    let prepared = linked_model_dir();
+    sluice_embed::prepare(prepared.path()).expect("sluice model prepare");
+    // One start of each first, untimed: the binary and the model files then come from the
+    // page cache, as they do on a warm Lambda host; a first start from disk is slower still.
+    start_once(onnx.path());
+    start_once(prepared.path());
+    let mut runs_of = [(vec![], vec![]), (vec![], vec![])];
+    for _ in 0..runs {
+        for (dir, (ready, model)) in [onnx.path(), prepared.path()]
+            .iter()
+            .zip(runs_of.iter_mut())
+        {
+            let (r, m) = start_once(dir);
+            ready.push(r);
+            model.push(m);
+        }
+    }
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let mut medians = vec![];
+    for (name, (ready, model)) in ["model.onnx", "model.nnef.tar"]
+        .iter()
+        .zip(runs_of.iter_mut())
+    {
+        let p = |v: &mut Vec<Duration>, q: f64| ms(sluice_tests::percentile(v, q));
+        let median = p(ready, 0.5);
+        medians.push(median);
+        println!(
+            "answer function init from {name} (process start → asks for an invocation), {runs} starts: \
+             median {median:.0} ms, p90 {:.0} ms, min {:.0} ms; of which the embedding model load: median {:.0} ms",
+            p(ready, 0.9),
+            p(ready, 0.0),
+            p(model, 0.5),
+        );
+    }
+    println!(
+        "answer function init: model.nnef.tar / model.onnx = {:.2}",
+        medians[1] / medians[0]
+    );
+}

@@ -1,0 +1,257 @@
+//! Component storage for the Lambda functions: bytes in S3, records in DynamoDB.
+//!
+//! | where | what |
+//! |---|---|
+//! | S3 `<tenant>/<version>.wasm` | the upload |
+//! | S3 `<tenant>/<version>.<engine>.cwasm` | its artefact, compiled by the registry function for the functions' architecture (arm64) and engine settings |
+//! | DynamoDB `pk = <tenant>`, `sk = v#<version>` | an upload: `size`, `at` (Unix ms, upload order) |
+//! | DynamoDB `pk = <tenant>`, `sk = active` | `version`: the active one (absent: the built-in default) |
+//!
+//! The tenant leads every key, in the bucket and in the table. The registry writes the bytes
+//! first and the records after, so a listed or active version always has its bytes.
+
+use std::collections::HashMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use aws_sdk_dynamodb::types::AttributeValue;
+use aws_sdk_s3::primitives::ByteStream;
+use sluice_core::Config;
+use sluice_core::stages::ComponentError;
+use sluice_core::stages::ComponentStorage as Storage;
+
+use crate::AwsError;
+
+/// Components in `SLUICE_COMPONENT_BUCKET`, records in `SLUICE_COMPONENT_TABLE`.
+pub struct S3Components {
+    s3: aws_sdk_s3::Client,
+    dynamodb: aws_sdk_dynamodb::Client,
+    bucket: String,
+    table: String,
+    /// The runtime the calls run on: [`Storage`] is called on blocking threads, which wait
+    /// for the calls here.
+    runtime: tokio::runtime::Handle,
+}
+
+fn failed(e: AwsError) -> ComponentError {
+    ComponentError::Storage(e.to_string())
+}
+
+fn s(value: &str) -> AttributeValue {
+    AttributeValue::S(value.to_string())
+}
+
+impl S3Components {
+    /// Clients from the standard AWS environment for the configured bucket and table. Call
+    /// within the tokio runtime that is to run the calls.
+    pub async fn connect(config: &Config) -> Result<Self, AwsError> {
+        let bucket = config
+            .component_bucket
+            .clone()
+            .ok_or_else(|| AwsError::Malformed("SLUICE_COMPONENT_BUCKET is not set".into()))?;
+        let sdk = crate::sdk_config("SLUICE_COMPONENT_BUCKET").await?;
+        Ok(Self {
+            s3: crate::s3_client(&sdk),
+            dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
+            bucket,
+            table: config.component_table.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        })
+    }
+
+    /// The bucket.
+    pub fn bucket(&self) -> &str {
+        &self.bucket
+    }
+
+    /// The table.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    async fn get_object(&self, key: &str) -> Result<Option<Vec<u8>>, AwsError> {
+        let object = match self
+            .s3
+            .get_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .send()
+            .await
+        {
+            Ok(o) => o,
+            Err(e) if e.as_service_error().is_some_and(|s| s.is_no_such_key()) => return Ok(None),
+            Err(e) => return Err(AwsError::call("S3 GetObject", e)),
+        };
+        let bytes = object
+            .body
+            .collect()
+            .await
+            .map_err(|e| AwsError::call("S3 GetObject (body)", e))?;
+        Ok(Some(bytes.to_vec()))
+    }
+
+    async fn put_object(&self, key: &str, bytes: &[u8]) -> Result<(), AwsError> {
+        self.s3
+            .put_object()
+            .bucket(&self.bucket)
+            .key(key)
+            .body(ByteStream::from(bytes.to_vec()))
+            .send()
+            .await
+            .map_err(|e| AwsError::call("S3 PutObject", e))?;
+        Ok(())
+    }
+
+    async fn query_versions(&self, tenant: &str) -> Result<Vec<(String, usize)>, AwsError> {
+        let pages = self
+            .dynamodb
+            .query()
+            .table_name(&self.table)
+            .key_condition_expression("pk = :t AND begins_with(sk, :v)")
+            .expression_attribute_values(":t", s(tenant))
+            .expression_attribute_values(":v", s("v#"))
+            .consistent_read(true)
+            .into_paginator()
+            .items()
+            .send();
+        let items: Vec<HashMap<String, AttributeValue>> = pages
+            .collect::<Result<_, _>>()
+            .await
+            .map_err(|e| AwsError::call("DynamoDB Query", e))?;
+        let mut rows = Vec::with_capacity(items.len());
+        for item in items {
+            let text = |name: &str| item.get(name).and_then(|v| v.as_s().ok());
+            let number = |name: &str| {
+                item.get(name)
+                    .and_then(|v| v.as_n().ok())
+                    .and_then(|n| n.parse::<u64>().ok())
+            };
+            let (Some(version), Some(size), Some(at)) = (
+                text("sk").and_then(|sk| sk.strip_prefix("v#")),
+                number("size"),
+                number("at"),
+            ) else {
+                return Err(AwsError::Malformed(format!(
+                    "a component record of tenant {tenant:?} in {} lacks sk, size or at",
+                    self.table
+                )));
+            };
+            rows.push((at, version.to_string(), size as usize));
+        }
+        rows.sort();
+        Ok(rows.into_iter().map(|(_, v, n)| (v, n)).collect())
+    }
+
+    async fn put_version(&self, tenant: &str, version: &str, size: usize) -> Result<(), AwsError> {
+        let at = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        let put = self
+            .dynamodb
+            .put_item()
+            .table_name(&self.table)
+            .item("pk", s(tenant))
+            .item("sk", s(&format!("v#{version}")))
+            .item("size", AttributeValue::N(size.to_string()))
+            .item("at", AttributeValue::N(at.to_string()))
+            // The first upload's time stands: uploading the same bytes again keeps its place.
+            .condition_expression("attribute_not_exists(pk)")
+            .send()
+            .await;
+        match put {
+            Ok(_) => Ok(()),
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
+            {
+                Ok(())
+            }
+            Err(e) => Err(AwsError::call("DynamoDB PutItem", e)),
+        }
+    }
+
+    async fn get_active(&self, tenant: &str) -> Result<Option<String>, AwsError> {
+        let item = self
+            .dynamodb
+            .get_item()
+            .table_name(&self.table)
+            .key("pk", s(tenant))
+            .key("sk", s("active"))
+            .consistent_read(true)
+            .send()
+            .await
+            .map_err(|e| AwsError::call("DynamoDB GetItem", e))?;
+        match item.item() {
+            None => Ok(None),
+            Some(item) => match item.get("version").and_then(|v| v.as_s().ok()) {
+                Some(v) => Ok(Some(v.clone())),
+                None => Err(AwsError::Malformed(format!(
+                    "the active record of tenant {tenant:?} in {} has no version",
+                    self.table
+                ))),
+            },
+        }
+    }
+
+    async fn put_active(&self, tenant: &str, version: Option<&str>) -> Result<(), AwsError> {
+        match version {
+            Some(v) => self
+                .dynamodb
+                .put_item()
+                .table_name(&self.table)
+                .item("pk", s(tenant))
+                .item("sk", s("active"))
+                .item("version", s(v))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| AwsError::call("DynamoDB PutItem", e)),
+            None => self
+                .dynamodb
+                .delete_item()
+                .table_name(&self.table)
+                .key("pk", s(tenant))
+                .key("sk", s("active"))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| AwsError::call("DynamoDB DeleteItem", e)),
+        }
+    }
+}
+
+impl Storage for S3Components {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ComponentError> {
+        self.runtime.block_on(self.get_object(key)).map_err(failed)
+    }
+
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), ComponentError> {
+        // An S3 object is whole or absent: never half-written.
+        self.runtime
+            .block_on(self.put_object(key, bytes))
+            .map_err(failed)
+    }
+
+    fn versions(&self, tenant: &str) -> Result<Vec<(String, usize)>, ComponentError> {
+        self.runtime
+            .block_on(self.query_versions(tenant))
+            .map_err(failed)
+    }
+
+    fn add_version(&self, tenant: &str, version: &str, size: usize) -> Result<(), ComponentError> {
+        self.runtime
+            .block_on(self.put_version(tenant, version, size))
+            .map_err(failed)
+    }
+
+    fn active(&self, tenant: &str) -> Result<Option<String>, ComponentError> {
+        self.runtime
+            .block_on(self.get_active(tenant))
+            .map_err(failed)
+    }
+
+    fn set_active(&self, tenant: &str, version: Option<&str>) -> Result<(), ComponentError> {
+        self.runtime
+            .block_on(self.put_active(tenant, version))
+            .map_err(failed)
+    }
+}

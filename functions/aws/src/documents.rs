@@ -1,0 +1,141 @@
+//! Documents uploaded to S3, for the ingest function's S3 trigger.
+//!
+//! An upload's key is `<tenant>/<path>`: the first segment names the tenant, the rest is the
+//! file's name (its extension picks the format, as `sluice ingest` does with paths).
+
+use crate::AwsError;
+
+/// A document upload as an S3 event names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Upload {
+    /// The tenant: the key's first segment.
+    pub tenant: String,
+    /// The rest of the key: the document's name.
+    pub name: String,
+}
+
+/// Splits `key` (already URL-decoded) into tenant and name; `None` when either is missing or
+/// the tenant is not a valid tenant id.
+pub fn upload(key: &str) -> Option<Upload> {
+    let (tenant, name) = key.split_once('/')?;
+    (sluice_core::config::valid_tenant(tenant) && !name.is_empty()).then(|| Upload {
+        tenant: tenant.to_string(),
+        name: name.to_string(),
+    })
+}
+
+/// S3 event notifications encode object keys like form values: `+` for a space, `%XX` for
+/// other bytes.
+pub fn decode_key(key: &str) -> Result<String, AwsError> {
+    let bytes = key.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match bytes[i] {
+            b'+' => out.push(b' '),
+            b'%' => {
+                let hex = key
+                    .get(i + 1..i + 3)
+                    .and_then(|h| u8::from_str_radix(h, 16).ok())
+                    .ok_or_else(|| {
+                        AwsError::Malformed(format!("bad escape in object key {key:?}"))
+                    })?;
+                out.push(hex);
+                i += 2;
+            }
+            b => out.push(b),
+        }
+        i += 1;
+    }
+    String::from_utf8(out)
+        .map_err(|_| AwsError::Malformed(format!("object key {key:?} is not UTF-8")))
+}
+
+/// Reads uploads from S3.
+pub struct Documents {
+    s3: aws_sdk_s3::Client,
+}
+
+/// Why an upload could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// Larger than `SLUICE_MAX_INGEST_BYTES`.
+    #[error("{key} is {size} bytes, over the {max}-byte limit (SLUICE_MAX_INGEST_BYTES)")]
+    TooLarge {
+        /// The object.
+        key: String,
+        /// Its size.
+        size: u64,
+        /// The limit.
+        max: usize,
+    },
+    /// S3 failed, or the object is gone.
+    #[error(transparent)]
+    Aws(#[from] AwsError),
+}
+
+impl Documents {
+    /// A client from the standard AWS environment.
+    pub async fn connect() -> Result<Self, AwsError> {
+        let sdk = crate::sdk_config("the ingest function's S3 trigger").await?;
+        Ok(Self {
+            s3: crate::s3_client(&sdk),
+        })
+    }
+
+    /// The object's bytes, refused unread when S3 says it is larger than `max`.
+    pub async fn read(&self, bucket: &str, key: &str, max: usize) -> Result<Vec<u8>, ReadError> {
+        let object = self
+            .s3
+            .get_object()
+            .bucket(bucket)
+            .key(key)
+            .send()
+            .await
+            .map_err(|e| AwsError::call("S3 GetObject", e))?;
+        let size = object.content_length().unwrap_or(0).max(0) as u64;
+        if size > max as u64 {
+            return Err(ReadError::TooLarge {
+                key: key.to_string(),
+                size,
+                max,
+            });
+        }
+        let bytes = object
+            .body
+            .collect()
+            .await
+            .map_err(|e| AwsError::call("S3 GetObject (body)", e))?;
+        Ok(bytes.to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_decoded_as_s3_events_encode_them() {
+        assert_eq!(
+            decode_key("acme/faq+2026%C3%A9.md").unwrap(),
+            "acme/faq 2026é.md"
+        );
+        assert_eq!(decode_key("a%2Bb").unwrap(), "a+b");
+        assert!(decode_key("acme/%zz.md").is_err());
+        assert!(decode_key("acme/%C3").is_err());
+    }
+
+    #[test]
+    fn the_first_segment_is_the_tenant() {
+        assert_eq!(
+            upload("acme/docs/faq.md"),
+            Some(Upload {
+                tenant: "acme".into(),
+                name: "docs/faq.md".into()
+            })
+        );
+        assert_eq!(upload("faq.md"), None);
+        assert_eq!(upload("acme/"), None);
+        assert_eq!(upload("a cme/faq.md"), None);
+    }
+}

@@ -1,0 +1,149 @@
+//! The ingest function, with two triggers:
+//!
+//! - HTTP (API Gateway, function URL): `POST /v1/documents` of the core router, buffered.
+//! - S3 `ObjectCreated` on the document bucket: each uploaded `<tenant>/<name>` is read,
+//!   parsed by its extension (.txt, .md, .json, .jsonl — as `sluice ingest` does), chunked,
+//!   embedded and written to the tenant's store, replacing any document with the same id.
+//!
+//! An S3 invocation is asynchronous: a returned error makes Lambda retry it (twice) and then
+//! send it to the dead-letter queue. So only what a retry could fix is an error (S3 or the
+//! store failing); an upload that can never be ingested (bad tenant prefix, unknown format,
+//! too large, invalid documents) is logged and reported as skipped.
+
+use std::sync::Arc;
+
+use anyhow::Context;
+use aws_lambda_events::s3::S3Event;
+use lambda_http::lambda_runtime::{self, LambdaEvent};
+use lambda_http::request::LambdaRequest;
+use lambda_http::tower::{Service, ServiceExt};
+use serde::Serialize;
+use serde_json::Value;
+use sluice_aws::documents::{self, Documents, ReadError};
+use sluice_core::Pipeline;
+use sluice_core::error::IngestError;
+use tracing::{info, warn};
+
+/// What an S3 invocation did, per object.
+#[derive(Debug, Serialize)]
+struct S3Report {
+    ingested: Vec<Ingested>,
+    skipped: Vec<Skipped>,
+}
+
+#[derive(Debug, Serialize)]
+struct Ingested {
+    key: String,
+    tenant: String,
+    documents: usize,
+    chunks: usize,
+    corpus_version: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct Skipped {
+    key: String,
+    reason: String,
+}
+
+/// Ingests the objects an S3 notification names; `Err` only for what a retry could fix.
+async fn ingest_uploads(
+    pipeline: &Arc<Pipeline>,
+    documents: &Documents,
+    event: S3Event,
+) -> anyhow::Result<S3Report> {
+    let mut report = S3Report {
+        ingested: vec![],
+        skipped: vec![],
+    };
+    for record in event.records {
+        let (Some(bucket), Some(raw_key)) = (record.s3.bucket.name, record.s3.object.key) else {
+            continue;
+        };
+        if !record
+            .event_name
+            .as_deref()
+            .is_some_and(|n| n.starts_with("ObjectCreated"))
+        {
+            continue;
+        }
+        let key = documents::decode_key(&raw_key)?;
+        let mut skip = |reason: String| {
+            warn!(%bucket, %key, %reason, "upload skipped");
+            report.skipped.push(Skipped {
+                key: key.clone(),
+                reason,
+            });
+        };
+        let Some(upload) = documents::upload(&key) else {
+            skip("the key must be <tenant>/<name>, with a valid tenant id first".into());
+            continue;
+        };
+        let bytes = match documents
+            .read(&bucket, &key, pipeline.config.max_ingest_bytes)
+            .await
+        {
+            Ok(b) => b,
+            Err(e @ ReadError::TooLarge { .. }) => {
+                skip(e.to_string());
+                continue;
+            }
+            Err(e) => return Err(e).with_context(|| format!("reading s3://{bucket}/{key}")),
+        };
+        let parsed = match sluice_core::ingest::parse_file(&upload.name, &bytes) {
+            Ok(d) => d,
+            Err(e) => {
+                skip(e.to_string());
+                continue;
+            }
+        };
+        match pipeline.ingest(&upload.tenant, parsed).await {
+            Ok(done) => {
+                info!(%bucket, %key, tenant = %upload.tenant, documents = done.documents, chunks = done.chunks, "upload ingested");
+                report.ingested.push(Ingested {
+                    key,
+                    tenant: upload.tenant,
+                    documents: done.documents,
+                    chunks: done.chunks,
+                    corpus_version: done.corpus_version,
+                });
+            }
+            Err(IngestError::Invalid(why)) => skip(why),
+            Err(e) => return Err(e).with_context(|| format!("ingesting s3://{bucket}/{key}")),
+        }
+    }
+    Ok(report)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), lambda_runtime::Error> {
+    let pipeline = sluice_app::function("ingest")
+        .await
+        .context("building the pipeline")?;
+    let documents = Arc::new(Documents::connect().await.context("S3 client")?);
+    let router = sluice_core::http::router(Arc::clone(&pipeline));
+    let handler = lambda_runtime::service_fn(move |event: LambdaEvent<Value>| {
+        let (pipeline, documents, router) = (pipeline.clone(), documents.clone(), router.clone());
+        async move {
+            let LambdaEvent { payload, context } = event;
+            // An S3 notification has `Records`; anything else is an HTTP event.
+            if payload.get("Records").is_some() {
+                let event: S3Event = serde_json::from_value(payload).context("S3 event")?;
+                let report = ingest_uploads(&pipeline, &documents, event).await?;
+                return Ok::<Value, lambda_runtime::Error>(serde_json::to_value(report)?);
+            }
+            let request: LambdaRequest =
+                serde_json::from_value(payload).context("not an S3 or HTTP event")?;
+            // lambda_http's own adapter (as `lambda_http::run` uses): event → request,
+            // router, response → the event source's response format.
+            let mut adapter = lambda_http::Adapter::from(router);
+            let response = adapter
+                .ready()
+                .await?
+                .call(LambdaEvent::new(request, context))
+                .await?;
+            Ok(serde_json::to_value(response)?)
+        }
+    });
+    lambda_runtime::run(handler).await
+}

@@ -1,0 +1,108 @@
+//! The ingest function under local Lambda emulation (`sluice_tests::lambda`), with S3 and
+//! Secrets Manager on the emulator `make test` starts: documents posted to its URL, and
+//! uploads announced by S3 notifications (the fixture is the documented event shape).
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+use sluice_tests::aws;
+use sluice_tests::lambda::Function;
+
+const EVENT: &str = include_str!("fixtures/s3-object-created.json");
+
+/// The fixture naming `key` in `bucket` (as S3 encodes keys: a space is `+`).
+fn event(bucket: &str, key: &str) -> Value {
+    let encoded = key.replace(' ', "+");
+    serde_json::from_str(&EVENT.replace("BUCKET", bucket).replace("KEY", &encoded)).unwrap()
+}
+
+fn sample(name: &str) -> Vec<u8> {
+    std::fs::read(sluice_tests::samples_dir().join(name)).unwrap()
+}
+
+#[tokio::test]
+async fn uploads_and_posted_documents_are_ingested_with_settings_from_the_secret() {
+    let bucket = aws::bucket("documents").await;
+    // Small chunks come from the secret, not the environment: the function read it at init.
+    let secret =
+        aws::secret(&json!({"SLUICE_CHUNK_TOKENS": "32", "SLUICE_CHUNK_OVERLAP_TOKENS": "0"}))
+            .await;
+    let data = tempfile::tempdir().unwrap();
+    let function = Function::start(
+        Path::new(env!("CARGO_BIN_EXE_ingest")),
+        &[
+            ("SLUICE_DATA_DIR", data.path().display().to_string()),
+            ("SLUICE_SECRETS_ARN", secret),
+            ("SLUICE_CHUNK_TOKENS", "256".into()),
+        ],
+    );
+
+    // An upload: <tenant>/<name>, the format from the extension.
+    aws::put_object(&bucket, "acme/cards/lost card.md", sample("lost-card.md")).await;
+    let report = function
+        .invoke(&event(&bucket, "acme/cards/lost card.md"))
+        .await
+        .unwrap();
+    assert_eq!(report["skipped"], json!([]), "{report}");
+    let ingested = &report["ingested"][0];
+    assert_eq!(ingested["key"], "acme/cards/lost card.md");
+    assert_eq!(ingested["tenant"], "acme");
+    assert_eq!(ingested["documents"], 1);
+    assert!(
+        ingested["chunks"].as_u64().unwrap() >= 4,
+        "32-token chunks from the secret: {report}"
+    );
+
+    // A JSON Lines upload: one document per line.
+    aws::put_object(&bucket, "acme/support.jsonl", sample("support.jsonl")).await;
+    let report = function
+        .invoke(&event(&bucket, "acme/support.jsonl"))
+        .await
+        .unwrap();
+    assert!(
+        report["ingested"][0]["documents"].as_u64().unwrap() >= 2,
+        "{report}"
+    );
+
+    // What can never be ingested is skipped with the reason (a retry would not help) ...
+    aws::put_object(&bucket, "acme/photo.png", vec![0x89, b'P', b'N', b'G']).await;
+    aws::put_object(&bucket, "no-tenant.md", b"# hi".to_vec()).await;
+    for key in ["acme/photo.png", "no-tenant.md"] {
+        let report = function.invoke(&event(&bucket, key)).await.unwrap();
+        assert_eq!(report["ingested"], json!([]), "{report}");
+        assert_eq!(report["skipped"][0]["key"], key, "{report}");
+        assert!(report["skipped"][0]["reason"].as_str().unwrap().len() > 10);
+    }
+    // ... while a failure a retry could fix is an error, so that Lambda retries the event.
+    let error = function
+        .invoke(&event(&bucket, "acme/deleted-meanwhile.md"))
+        .await
+        .unwrap_err();
+    assert!(error.contains("acme/deleted-meanwhile.md"), "{error}");
+
+    // HTTP: POST /v1/documents through the function URL, as the router answers it anywhere.
+    let r = sluice_tests::http()
+        .post(format!("{}/v1/documents", function.url()))
+        .header("x-sluice-tenant", "acme")
+        .json(
+            &json!({"documents": [{"id": "fees", "text": "Card replacement is free of charge."}]}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["documents"], 1, "{body}");
+    assert!(body["corpus_version"].as_u64().unwrap() >= 3, "{body}");
+
+    // Bad input gets the router's JSON error, through the same adapter.
+    let r = sluice_tests::http()
+        .post(format!("{}/v1/documents", function.url()))
+        .json(&json!({"documents": "none"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let body: Value = r.json().await.unwrap();
+    assert!(body["error"]["code"].is_string(), "{body}");
+}

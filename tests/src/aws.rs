@@ -1,0 +1,95 @@
+//! Fresh AWS resources on the emulator `make test` starts (moto, named by the standard
+//! `AWS_ENDPOINT_URL_<SERVICE>` variables): what the SAM template creates in AWS.
+
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+};
+
+/// The SDK configuration the code under test uses, checked to point at the emulator.
+pub async fn sdk() -> aws_config::SdkConfig {
+    for service in ["S3", "DYNAMODB", "SECRETS_MANAGER"] {
+        assert!(
+            std::env::var_os(format!("AWS_ENDPOINT_URL_{service}")).is_some(),
+            "AWS_ENDPOINT_URL_{service} is not set: run the tests with `make test`, which starts the AWS emulator"
+        );
+    }
+    aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await
+}
+
+/// A new, empty bucket with a unique name.
+pub async fn bucket(prefix: &str) -> String {
+    let name = format!("{prefix}-{}", uuid::Uuid::new_v4().simple());
+    sluice_aws::s3_client(&sdk().await)
+        .create_bucket()
+        .bucket(&name)
+        .send()
+        .await
+        .expect("create bucket");
+    name
+}
+
+/// Puts `bytes` at `key` in `bucket`.
+pub async fn put_object(bucket: &str, key: &str, bytes: Vec<u8>) {
+    sluice_aws::s3_client(&sdk().await)
+        .put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(bytes.into())
+        .send()
+        .await
+        .expect("put object");
+}
+
+/// The object at `key` in `bucket`, if any.
+pub async fn object_exists(bucket: &str, key: &str) -> bool {
+    sluice_aws::s3_client(&sdk().await)
+        .head_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .is_ok()
+}
+
+/// A new component table (`pk`, `sk`: the SAM template's `ComponentTable`) with a unique name.
+pub async fn component_table() -> String {
+    let name = format!("components-{}", uuid::Uuid::new_v4().simple());
+    let key = |name: &str, kind: KeyType| {
+        KeySchemaElement::builder()
+            .attribute_name(name)
+            .key_type(kind)
+            .build()
+            .expect("key")
+    };
+    let attr = |name: &str| {
+        AttributeDefinition::builder()
+            .attribute_name(name)
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .expect("attribute")
+    };
+    aws_sdk_dynamodb::Client::new(&sdk().await)
+        .create_table()
+        .table_name(&name)
+        .billing_mode(BillingMode::PayPerRequest)
+        .attribute_definitions(attr("pk"))
+        .attribute_definitions(attr("sk"))
+        .key_schema(key("pk", KeyType::Hash))
+        .key_schema(key("sk", KeyType::Range))
+        .send()
+        .await
+        .expect("create table");
+    name
+}
+
+/// A new secret holding `value` (JSON); its ARN.
+pub async fn secret(value: &serde_json::Value) -> String {
+    let out = aws_sdk_secretsmanager::Client::new(&sdk().await)
+        .create_secret()
+        .name(format!("sluice-{}", uuid::Uuid::new_v4().simple()))
+        .secret_string(value.to_string())
+        .send()
+        .await
+        .expect("create secret");
+    out.arn().expect("secret ARN").to_string()
+}

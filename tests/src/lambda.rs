@@ -1,0 +1,143 @@
+//! A Lambda function under local emulation: cargo-lambda's runtime-API emulator (`cargo
+//! lambda watch --only-lambda-apis`, PyPI `cargo-lambda==1.9.2`, installed by
+//! `scripts/setup.sh tools`) on a free 127.0.0.1 port, and a function binary started against
+//! its runtime API. The emulator serves the function's URL (`/lambda-url/_/…`, streaming when
+//! the function streams) and the Invoke API (`/2015-03-31/functions/_/invocations`, for
+//! events such as S3 notifications). It is not a model of AWS concurrency, cold starts or
+//! limits: it checks that a function speaks the runtime's protocol end to end.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Kills the child when dropped, however the test ends.
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .expect("free port")
+        .port()
+}
+
+fn cargo_lambda() -> PathBuf {
+    let home = std::env::var_os("SLUICE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/sluice")
+        });
+    let path = home.join("venv/bin/cargo-lambda");
+    assert!(
+        path.is_file(),
+        "{} is missing: run `scripts/setup.sh tools`",
+        path.display()
+    );
+    path
+}
+
+/// An emulated function; both processes stop when it is dropped.
+pub struct Function {
+    port: u16,
+    // Dropped in this order: the function, then its emulator.
+    _function: Killed,
+    _emulator: Killed,
+}
+
+impl Function {
+    /// Starts the emulator and `binary` against it, with the test LLM, 24-token answers, the
+    /// answer cache off, then `env` (later values win). The emulator holds invocations until
+    /// the function has initialised and asks for one.
+    pub fn start(binary: &Path, env: &[(&str, String)]) -> Self {
+        let port = free_port();
+        let emulator = Killed(
+            Command::new(cargo_lambda())
+                .args([
+                    "lambda",
+                    "watch",
+                    "--only-lambda-apis",
+                    "-A",
+                    "127.0.0.1",
+                    "-P",
+                ])
+                .arg(port.to_string())
+                // It reads the package metadata of the folder it starts in.
+                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("cargo-lambda starts"),
+        );
+        let started = Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < Duration::from_secs(20),
+                "the emulator never listened"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let mut command = Command::new(binary);
+        command
+            // What the emulator says a function needs (Lambda sets the same in AWS).
+            .env(
+                "AWS_LAMBDA_RUNTIME_API",
+                format!("http://127.0.0.1:{port}/.rt"),
+            )
+            .env("AWS_LAMBDA_FUNCTION_NAME", "_")
+            .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
+            .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "2048")
+            .env("SLUICE_LLM_URL", crate::llm_url())
+            .env("SLUICE_CACHE", "off")
+            .env("SLUICE_MAX_TOKENS", "24")
+            // The function's log (JSON lines on stdout) shows when the test runs with
+            // --nocapture and RUST_LOG set; stderr carries panics.
+            .stdout(if std::env::var_os("SLUICE_TEST_FUNCTION_LOGS").is_some() {
+                Stdio::inherit()
+            } else {
+                Stdio::null()
+            })
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            command.env(k, v);
+        }
+        let function = Killed(command.spawn().expect("the function starts"));
+        Self {
+            port,
+            _function: function,
+            _emulator: emulator,
+        }
+    }
+
+    /// The function URL's base: `http://127.0.0.1:PORT/lambda-url/_`.
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}/lambda-url/_", self.port)
+    }
+
+    /// Invokes the function with `event` through the Invoke API: its output, or `Err` with
+    /// the error it reported (Lambda would retry an asynchronous invocation then).
+    pub async fn invoke(&self, event: &serde_json::Value) -> Result<serde_json::Value, String> {
+        let url = format!(
+            "http://127.0.0.1:{}/2015-03-31/functions/_/invocations",
+            self.port
+        );
+        let r = crate::http()
+            .post(url)
+            .json(event)
+            .send()
+            .await
+            .expect("invoke");
+        let failed = !r.status().is_success() || r.headers().contains_key("x-amz-function-error");
+        let body = r.text().await.expect("invocation output");
+        if failed {
+            return Err(body);
+        }
+        serde_json::from_str(&body).map_err(|e| format!("output is not JSON ({e}): {body}"))
+    }
+}

@@ -1,0 +1,168 @@
+//! The AWS adapters of the Lambda deployment, on the emulator `make test` starts: component
+//! storage in S3 and DynamoDB shared by two registries (as the registry and answer functions
+//! share it, each in its own process), and settings from Secrets Manager.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use sluice_aws::components::S3Components;
+use sluice_core::stages::{ComponentStorage, Components, DocumentInfo, Hit, Reranker};
+use sluice_sandbox::{Limits, ModelHost, Registry, Sandbox};
+use sluice_tests::aws;
+
+const REVERSE: &str = include_str!("../../functions/sandbox/tests/reverse.wat");
+
+/// Component storage on a fresh bucket and table.
+async fn storage() -> (Arc<S3Components>, String) {
+    let bucket = aws::bucket("components").await;
+    let table = aws::component_table().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = sluice_tests::config(
+        dir.path(),
+        &[
+            ("SLUICE_COMPONENT_BUCKET", bucket.as_str()),
+            ("SLUICE_COMPONENT_TABLE", table.as_str()),
+        ],
+    );
+    (
+        Arc::new(S3Components::connect(&config).await.unwrap()),
+        bucket,
+    )
+}
+
+/// Runs `f` where the storage may block: on the blocking pool, as the pipeline does.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(f).await.unwrap()
+}
+
+fn registry(storage: Arc<S3Components>, refresh: Duration) -> Arc<Registry> {
+    let sandbox = Sandbox::new(
+        Limits::default(),
+        Arc::new(ModelHost(sluice_tests::model())),
+    )
+    .unwrap();
+    Arc::new(Registry::new(sandbox, storage, refresh))
+}
+
+#[tokio::test]
+async fn bytes_versions_and_the_active_pointer_round_trip() {
+    let (s3, _) = storage().await;
+    blocking(move || {
+        assert_eq!(s3.get("acme/nothing.wasm").unwrap(), None);
+        s3.put("acme/a.wasm", b"first").unwrap();
+        assert_eq!(
+            s3.get("acme/a.wasm").unwrap().as_deref(),
+            Some(&b"first"[..])
+        );
+
+        assert_eq!(s3.versions("acme").unwrap(), vec![]);
+        s3.add_version("acme", "b", 20).unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        s3.add_version("acme", "a", 10).unwrap();
+        // Again: a no-op that keeps the first upload's place.
+        s3.add_version("acme", "b", 20).unwrap();
+        assert_eq!(
+            s3.versions("acme").unwrap(),
+            vec![("b".to_string(), 20), ("a".to_string(), 10)],
+            "upload order, not key order"
+        );
+        assert_eq!(s3.versions("globex").unwrap(), vec![]);
+
+        assert_eq!(s3.active("acme").unwrap(), None);
+        s3.set_active("acme", Some("a")).unwrap();
+        assert_eq!(s3.active("acme").unwrap().as_deref(), Some("a"));
+        assert_eq!(s3.active("globex").unwrap(), None);
+        s3.set_active("acme", None).unwrap();
+        assert_eq!(s3.active("acme").unwrap(), None);
+    })
+    .await;
+}
+
+fn hit(id: &str, score: f32) -> Hit {
+    Hit {
+        document: DocumentInfo {
+            id: id.into(),
+            title: id.into(),
+            source: id.into(),
+        },
+        chunk: 0,
+        text: format!("text of {id}"),
+        tokens: 4,
+        vector: vec![],
+        score,
+    }
+}
+
+#[tokio::test]
+async fn what_one_registry_compiles_another_loads_and_an_activation_is_seen_after_the_refresh() {
+    let (s3, bucket) = storage().await;
+    // The registry function's view (reads the pointer every time) and the answer function's
+    // (trusts what it knows for 400 ms).
+    let writer = registry(s3.clone(), Duration::ZERO);
+    let reader = registry(s3.clone(), Duration::from_millis(400));
+
+    let (w, r) = (writer.clone(), reader.clone());
+    let version = blocking(move || {
+        assert_eq!(r.active_component("acme").unwrap(), None);
+        w.upload("acme", REVERSE.as_bytes()).unwrap().version
+    })
+    .await;
+    // The upload and its compiled artefact, for this engine, are in the bucket.
+    let fingerprint = writer.sandbox().engine_fingerprint();
+    assert!(aws::object_exists(&bucket, &format!("acme/{version}.wasm")).await);
+    assert!(aws::object_exists(&bucket, &format!("acme/{version}.{fingerprint}.cwasm")).await);
+
+    let (w, r, v) = (writer.clone(), reader.clone(), version.clone());
+    blocking(move || {
+        w.activate("acme", &v).unwrap();
+        assert_eq!(
+            w.active_component("acme").unwrap().as_deref(),
+            Some(v.as_str())
+        );
+        // Within its refresh interval the reader still knows "none".
+        assert_eq!(r.active_component("acme").unwrap(), None);
+        std::thread::sleep(Duration::from_millis(450));
+        assert_eq!(
+            r.active_component("acme").unwrap().as_deref(),
+            Some(v.as_str())
+        );
+        // And runs it: the reverse component turns the order around.
+        let hits = [hit("a", 0.3), hit("b", 0.2), hit("c", 0.1)];
+        let order = r.rerank("acme", "q", &[], &hits).unwrap().unwrap();
+        assert_eq!(order, vec![2, 1, 0]);
+        // Other tenants are untouched.
+        assert_eq!(r.active_component("globex").unwrap(), None);
+
+        w.deactivate("acme").unwrap();
+        std::thread::sleep(Duration::from_millis(450));
+        assert_eq!(r.active_component("acme").unwrap(), None);
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn settings_come_from_a_secret_of_sluice_values() {
+    let arn = aws::secret(&json!({"SLUICE_QDRANT_API_KEY": "k-123", "SLUICE_TOP_K": "7"})).await;
+    let settings = sluice_aws::secrets::settings(&arn).await.unwrap();
+    assert_eq!(settings.len(), 2);
+    assert_eq!(settings["SLUICE_QDRANT_API_KEY"], "k-123");
+
+    let arn = aws::secret(&json!({"QDRANT_API_KEY": "k-123"})).await;
+    let e = sluice_aws::secrets::settings(&arn)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("\"QDRANT_API_KEY\" is not a SLUICE_* setting"),
+        "{e}"
+    );
+
+    let e = sluice_aws::secrets::settings(
+        "arn:aws:secretsmanager:us-east-1:123456789012:secret:missing",
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.starts_with("Secrets Manager GetSecretValue"), "{e}");
+}
