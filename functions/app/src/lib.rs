@@ -67,10 +67,28 @@ pub async fn config() -> Result<Config, AppError> {
     })?)
 }
 
-/// Builds the pipeline `config` describes. The model load runs on the blocking pool; the
-/// cache set-up may call DynamoDB (`SLUICE_CACHE=dynamodb`), and component storage in S3
-/// (`SLUICE_COMPONENT_BUCKET`) makes its clients.
+/// Builds the pipeline `config` describes. The model load — most of a cold start — begins
+/// first, on the blocking pool, and the rest is set up beside it: the cache (which may call
+/// DynamoDB, `SLUICE_CACHE=dynamodb`), the component storage (S3 clients with
+/// `SLUICE_COMPONENT_BUCKET`) and the store; then the LLM pool and the rerank sandbox.
 pub async fn pipeline(config: Config) -> Result<Pipeline, AppError> {
+    let model = {
+        let dir = config.model_dir.clone();
+        tokio::task::spawn_blocking(move || {
+            let started = Instant::now();
+            let model = MiniLm::load(&dir)?;
+            info!(model = %model.source().display(), ms = started.elapsed().as_millis() as u64, "embedding model loaded");
+            Ok::<_, AppError>(model)
+        })
+    };
+    let store = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || {
+            let store = sluice_retrieve::open(&config, sluice_embed::DIM)?;
+            info!(store = ?config.store, data_dir = %config.data_dir.display(), "vector store open");
+            Ok::<_, AppError>(store)
+        })
+    };
     let cache = sluice_cache::build(&config, sluice_embed::DIM).await?;
     match &cache {
         Some(c) => info!(backend = c.backend(), "answer cache ready"),
@@ -86,30 +104,20 @@ pub async fn pipeline(config: Config) -> Result<Pipeline, AppError> {
             Arc::new(Disk::open(&config.data_dir.join("components")).map_err(AppError::Components)?)
         }
     };
-    let pipeline = tokio::task::spawn_blocking(move || stages(config, storage))
-        .await
-        .map_err(|e| AppError::Task(e.to_string()))??;
-    Ok(match cache {
-        Some(cache) => pipeline.with_cache(cache),
-        None => pipeline,
-    })
-}
-
-/// The stages without the cache: model, store, LLM pool, components.
-fn stages(config: Config, storage: Arc<dyn ComponentStorage>) -> Result<Pipeline, AppError> {
-    let started = Instant::now();
-    let embedder = MiniLm::load(&config.model_dir)?;
-    info!(model = %embedder.source().display(), ms = started.elapsed().as_millis() as u64, "embedding model loaded");
-    let store = sluice_retrieve::open(&config, sluice_embed::DIM)?;
-    info!(store = ?config.store, data_dir = %config.data_dir.display(), "vector store open");
     let llm = OpenAiClient::from_config(&config)?;
-    let embedder: Arc<dyn Embedder> = Arc::new(embedder);
+    let joined = |e: tokio::task::JoinError| AppError::Task(e.to_string());
+    let store = store.await.map_err(joined)??;
+    let embedder: Arc<dyn Embedder> = Arc::new(model.await.map_err(joined)??);
     let registry = Arc::new(
         Registry::from_config(&config, Arc::clone(&embedder), storage)
             .map_err(AppError::Components)?,
     );
-    let pipeline = Pipeline::new(config, embedder, store, Arc::new(llm));
-    Ok(pipeline.with_components(registry.clone(), registry))
+    let pipeline = Pipeline::new(config, embedder, store, Arc::new(llm))
+        .with_components(registry.clone(), registry);
+    Ok(match cache {
+        Some(cache) => pipeline.with_cache(cache),
+        None => pipeline,
+    })
 }
 
 /// What every Lambda function does in its init phase: JSON log lines (CloudWatch keeps one
