@@ -7,7 +7,7 @@
 //! limits: it checks that a function speaks the runtime's protocol end to end.
 
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -28,21 +28,6 @@ fn free_port() -> u16 {
         .port()
 }
 
-fn cargo_lambda() -> PathBuf {
-    let home = std::env::var_os("SLUICE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/sluice")
-        });
-    let path = home.join("venv/bin/cargo-lambda");
-    assert!(
-        path.is_file(),
-        "{} is missing: run `scripts/setup.sh tools`",
-        path.display()
-    );
-    path
-}
-
 /// An emulated function; both processes stop when it is dropped.
 pub struct Function {
     port: u16,
@@ -58,7 +43,7 @@ impl Function {
     pub fn start(binary: &Path, env: &[(&str, String)]) -> Self {
         let port = free_port();
         let emulator = Killed(
-            Command::new(cargo_lambda())
+            Command::new(crate::venv_tool("venv", "cargo-lambda"))
                 .args([
                     "lambda",
                     "watch",

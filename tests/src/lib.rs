@@ -158,6 +158,27 @@ pub async fn start_without_llm() -> TestServer {
     start(&[("SLUICE_LLM_URL", url.as_str())]).await
 }
 
+/// Where `scripts/setup.sh` installs things: `SLUICE_HOME`, default `~/.cache/sluice`.
+pub fn sluice_home() -> PathBuf {
+    std::env::var_os("SLUICE_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/sluice")
+        })
+}
+
+/// `name` from the venv `venv` under [`sluice_home`], which `scripts/setup.sh tools` makes;
+/// the assertion says so when it is missing.
+pub fn venv_tool(venv: &str, name: &str) -> PathBuf {
+    let path = sluice_home().join(venv).join("bin").join(name);
+    assert!(
+        path.is_file(),
+        "{} is missing: run `scripts/setup.sh tools`",
+        path.display()
+    );
+    path
+}
+
 /// The `q` quantile (0 to 1) of `samples` (sorted in place; nearest rank). For benchmarks.
 pub fn percentile(samples: &mut [Duration], q: f64) -> Duration {
     assert!(!samples.is_empty(), "no samples");
