@@ -19,22 +19,6 @@ fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// A tool from the venv `venv` under `SLUICE_HOME` (default `~/.cache/sluice`).
-fn tool(venv: &str, name: &str) -> PathBuf {
-    let home = std::env::var_os("SLUICE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/sluice")
-        });
-    let path = home.join(venv).join("bin").join(name);
-    assert!(
-        path.is_file(),
-        "{} is missing: run `scripts/setup.sh tools`",
-        path.display()
-    );
-    path
-}
-
 /// The plain CloudFormation templates in `infra/`.
 fn templates() -> Vec<PathBuf> {
     let mut found: Vec<PathBuf> = std::fs::read_dir(repo().join("infra"))
@@ -55,7 +39,7 @@ fn sam_template() -> PathBuf {
 /// its parsed JSON.
 fn translate(template: &Path) -> (tempfile::NamedTempFile, Value) {
     let out = tempfile::NamedTempFile::with_suffix(".json").unwrap();
-    let run = Command::new(tool("sam", "python"))
+    let run = Command::new(sluice_tests::venv_tool("sam", "python"))
         .arg(repo().join("scripts/sam-translate.py"))
         .arg(template)
         .arg(out.path())
@@ -73,7 +57,7 @@ fn translate(template: &Path) -> (tempfile::NamedTempFile, Value) {
 
 /// cfn-lint's findings for `template` (empty when clean).
 fn cfn_lint(template: &Path) -> String {
-    let out = Command::new(tool("iac", "cfn-lint"))
+    let out = Command::new(sluice_tests::venv_tool("iac", "cfn-lint"))
         .arg(template)
         .output()
         .expect("cfn-lint runs");
@@ -117,7 +101,7 @@ fn cfn_lint_checks_the_translated_streaming_integration() {
 
 #[test]
 fn sam_validate_lint_passes() {
-    let out = Command::new(tool("sam", "sam"))
+    let out = Command::new(sluice_tests::venv_tool("sam", "sam"))
         .args(["validate", "--lint", "-t"])
         .arg(sam_template())
         // Offline: a region for the translator, no metadata-service lookups, no telemetry.
@@ -237,7 +221,7 @@ fn every_template_passes_checkov_with_no_failed_check() {
     let mut all = templates();
     all.push(sam_template());
     for template in all {
-        let out = Command::new(tool("iac", "checkov"))
+        let out = Command::new(sluice_tests::venv_tool("iac", "checkov"))
             .args(["--skip-download", "--quiet", "-o", "json", "-f"])
             .arg(&template)
             .output()
@@ -264,4 +248,70 @@ fn every_template_passes_checkov_with_no_failed_check() {
         );
         assert_eq!(summary["parsing_errors"], 0);
     }
+}
+
+#[test]
+fn cache_items_are_reached_only_through_the_tenant_role_and_its_leading_keys() {
+    let (_file, t) = translate(&sam_template());
+    let statements = |role: &str| -> Vec<Value> {
+        t["Resources"][role]["Properties"]["Policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
+            .collect()
+    };
+    let actions = |s: &Value| -> Vec<String> {
+        match &s["Action"] {
+            Value::String(a) => vec![a.clone()],
+            Value::Array(a) => a.iter().map(|a| a.as_str().unwrap().to_string()).collect(),
+            _ => vec![],
+        }
+    };
+    // The tenant role: item calls on the cache table and its indexes, only for keys that are
+    // the session's tenant tag or start with it.
+    let tenant = statements("CacheTenantRole");
+    let items = tenant
+        .iter()
+        .find(|s| actions(s).contains(&"dynamodb:GetItem".to_string()))
+        .expect("the item statement");
+    assert_eq!(
+        items["Condition"]["ForAllValues:StringLike"]["dynamodb:LeadingKeys"],
+        serde_json::json!([
+            "${aws:PrincipalTag/sluice-tenant}",
+            "${aws:PrincipalTag/sluice-tenant}#*"
+        ])
+    );
+    assert_eq!(sluice_cache::TENANT_TAG, "sluice-tenant");
+    // The functions' own roles: no item call on the cache table at all.
+    for role in [
+        "AnswerFunctionRole",
+        "IngestFunctionRole",
+        "RegistryFunctionRole",
+    ] {
+        for s in statements(role) {
+            let on_cache = s["Resource"].to_string().contains("CacheTable");
+            for a in actions(&s) {
+                assert!(
+                    !(on_cache && a != "dynamodb:DescribeTable"),
+                    "{role} may call {a} on the cache table directly"
+                );
+            }
+        }
+    }
+    let answer = statements("AnswerFunctionRole");
+    assert!(
+        answer
+            .iter()
+            .any(|s| actions(s).contains(&"sts:TagSession".to_string())
+                && s["Resource"]["Fn::GetAtt"][0] == "CacheTenantRole")
+    );
+    // The answer function is told the role; ingest and registry run without a cache.
+    let env = |f: &str| t["Resources"][f]["Properties"]["Environment"]["Variables"].clone();
+    assert_eq!(
+        env("AnswerFunction")["SLUICE_CACHE_TENANT_ROLE_ARN"]["Fn::GetAtt"][0],
+        "CacheTenantRole"
+    );
+    assert_eq!(env("IngestFunction")["SLUICE_CACHE"], "off");
+    assert_eq!(env("RegistryFunction")["SLUICE_CACHE"], "off");
 }

@@ -15,8 +15,11 @@
 //!
 //! The tenant leads every key the code reads — `pk` in the table, `b<i>` in each index — so
 //! an IAM policy with `dynamodb:LeadingKeys` (`ForAllValues:StringLike` on `<tenant>` and
-//! `<tenant>#*`) confines a tenant's credentials to its own items. Isolation never depends on
-//! an embedding.
+//! `<tenant>#*`) confines a tenant's credentials to its own items. With
+//! `SLUICE_CACHE_TENANT_ROLE_ARN` every item call runs with such credentials: `AssumeRole` on
+//! that role with the session tag `sluice-tenant=<tenant>`, the policy comparing the keys with
+//! `${aws:PrincipalTag/sluice-tenant}` (`sam/template.yaml`'s `CacheTenantRole`). Isolation
+//! never depends on an embedding.
 //!
 //! A lookup is one parallel round after the query is embedded: a `GetItem` (exact key) and
 //! ten `Query` calls, one per index. The indexes project every attribute so
@@ -77,9 +80,28 @@ pub async fn build(config: &Config, dim: usize) -> Result<Option<Arc<SemanticCac
 /// The cache table.
 #[derive(Clone)]
 pub struct DynamoCache {
+    /// The process's own credentials: table set-up and checks, and every item call when
+    /// there is no tenant role.
     client: Client,
     table: String,
+    /// With `SLUICE_CACHE_TENANT_ROLE_ARN`: item calls use the tenant's credentials.
+    tenants: Option<Arc<TenantClients>>,
 }
+
+/// One client per tenant, each with credentials from `AssumeRole` on the tenant role with the
+/// session tag `sluice-tenant=<tenant>`. The role's policy allows the cache's item calls only
+/// where `dynamodb:LeadingKeys` is the tag (or starts with it and `#`), so a tenant's requests
+/// cannot read or write another tenant's entries even through a bug in this code. Credentials
+/// are fetched on a tenant's first call and refreshed before they expire (the SDK's provider);
+/// the clients share one connection pool.
+struct TenantClients {
+    role: String,
+    sdk: aws_config::SdkConfig,
+    clients: std::sync::Mutex<HashMap<String, Client>>,
+}
+
+/// The session tag the tenant role's policy compares `dynamodb:LeadingKeys` with.
+pub const TENANT_TAG: &str = "sluice-tenant";
 
 impl DynamoCache {
     /// A client built once from the standard AWS environment (`AWS_REGION`, credentials,
@@ -92,7 +114,52 @@ impl DynamoCache {
         )
         .await
         .map_err(|e| CacheError::Setup(e.to_string()))?;
-        Ok(Self::new(Client::new(&sdk), &config.cache_table))
+        let mut cache = Self::new(Client::new(&sdk), &config.cache_table);
+        if let Some(role) = &config.cache_tenant_role_arn {
+            cache.tenants = Some(Arc::new(TenantClients {
+                role: role.clone(),
+                sdk,
+                clients: Default::default(),
+            }));
+        }
+        Ok(cache)
+    }
+
+    /// The client for `tenant`'s items: its own credentials with a tenant role, else the
+    /// process's.
+    async fn client(&self, tenant: &str) -> Result<Client, CacheError> {
+        let Some(tenants) = &self.tenants else {
+            return Ok(self.client.clone());
+        };
+        let known = tenants.clients.lock().map_err(setup)?.get(tenant).cloned();
+        if let Some(client) = known {
+            return Ok(client);
+        }
+        let provider = aws_config::sts::AssumeRoleProvider::builder(&tenants.role)
+            .session_name(format!("sluice-{tenant}"))
+            .tags([(TENANT_TAG, tenant)])
+            .configure(&tenants.sdk)
+            .build()
+            .await;
+        let config = aws_sdk_dynamodb::config::Builder::from(&tenants.sdk)
+            .credentials_provider(provider)
+            .build();
+        let client = Client::from_conf(config);
+        Ok(tenants
+            .clients
+            .lock()
+            .map_err(setup)?
+            .entry(tenant.to_string())
+            .or_insert(client)
+            .clone())
+    }
+
+    /// How many tenants have clients of their own (with a tenant role).
+    pub fn tenant_clients(&self) -> usize {
+        self.tenants
+            .as_ref()
+            .and_then(|t| t.clients.lock().ok().map(|c| c.len()))
+            .unwrap_or(0)
     }
 
     /// A cache over `table` with a client built by the caller (its own endpoint, retry or
@@ -101,6 +168,7 @@ impl DynamoCache {
         Self {
             client,
             table: table.to_string(),
+            tenants: None,
         }
     }
 
@@ -296,7 +364,8 @@ impl CacheStore for DynamoCache {
 
     async fn get(&self, tenant: &str, key: &str) -> Result<Option<CacheEntry>, CacheError> {
         let out = self
-            .client
+            .client(tenant)
+            .await?
             .get_item()
             .table_name(&self.table)
             .key("pk", s(tenant))
@@ -314,12 +383,13 @@ impl CacheStore for DynamoCache {
         tenant: &str,
         buckets: &[u32],
     ) -> Result<Vec<CacheEntry>, CacheError> {
+        let client = self.client(tenant).await?;
         let queries = buckets
             .iter()
             .take(BANDS)
             .enumerate()
             .map(|(band, bucket)| {
-                self.client
+                client
                     .query()
                     .table_name(&self.table)
                     .index_name(index_name(band))
@@ -347,7 +417,8 @@ impl CacheStore for DynamoCache {
 
     async fn put(&self, entry: &CacheEntry) -> Result<(), CacheError> {
         let item = encode(entry)?;
-        self.client
+        self.client(&entry.tenant)
+            .await?
             .put_item()
             .table_name(&self.table)
             .set_item(Some(item))
@@ -358,11 +429,11 @@ impl CacheStore for DynamoCache {
     }
 
     async fn clear(&self, tenant: &str) -> Result<usize, CacheError> {
+        let client = self.client(tenant).await?;
         let mut deleted = 0;
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         loop {
-            let page = self
-                .client
+            let page = client
                 .query()
                 .table_name(&self.table)
                 .key_condition_expression("pk = :t")
@@ -382,7 +453,7 @@ impl CacheStore for DynamoCache {
                         .map_err(setup)?;
                     requests.push(WriteRequest::builder().delete_request(delete).build());
                 }
-                self.write_all(requests).await?;
+                self.write_all(&client, requests).await?;
                 deleted += batch.len();
             }
             match page.last_evaluated_key() {
@@ -396,10 +467,13 @@ impl CacheStore for DynamoCache {
 
 impl DynamoCache {
     /// One `BatchWriteItem`, resending what DynamoDB left unprocessed (throttling) a few times.
-    async fn write_all(&self, mut requests: Vec<WriteRequest>) -> Result<(), CacheError> {
+    async fn write_all(
+        &self,
+        client: &Client,
+        mut requests: Vec<WriteRequest>,
+    ) -> Result<(), CacheError> {
         for attempt in 0..5u32 {
-            let out = self
-                .client
+            let out = client
                 .batch_write_item()
                 .request_items(&self.table, requests)
                 .send()

@@ -308,3 +308,48 @@ async fn a_lookup_is_one_parallel_round_of_one_get_item_and_ten_index_queries() 
     // Eleven calls each held 150 ms: in parallel they take one delay, in sequence eleven.
     assert!(took < delay * 4, "the calls were not concurrent: {took:?}");
 }
+
+#[tokio::test]
+async fn with_a_tenant_role_each_tenant_calls_with_credentials_assumed_for_it() {
+    // moto evaluates no IAM policy: this shows the role is assumed per tenant (through the STS
+    // endpoint `make test` points at moto) and that every item call works with those
+    // credentials. What the role allows is checked on the template (tests/tests/iac.rs).
+    let name = format!("tenant-role-{}", std::process::id());
+    let mut vars: HashMap<String, String> = std::env::vars().collect();
+    vars.insert("SLUICE_CACHE".into(), "dynamodb".into());
+    vars.insert("SLUICE_CACHE_TABLE".into(), name.clone());
+    vars.insert(
+        "SLUICE_CACHE_TENANT_ROLE_ARN".into(),
+        "arn:aws:iam::123456789012:role/sluice-cache-tenant".into(),
+    );
+    let config = Config::from_lookup(|k| vars.get(k).cloned()).expect("configuration");
+    let store = DynamoCache::connect(&config).await.expect("client");
+    store.create_table().await.expect("create table");
+    assert_eq!(
+        store.tenant_clients(),
+        0,
+        "table set-up uses the process's own client"
+    );
+    let cache = semantic(store.clone());
+    for tenant in ["acme", "globex"] {
+        let e = entry(
+            &cache,
+            tenant,
+            &format!("fee for {tenant}"),
+            vec![1.0, 0.0, 0.0, 0.0],
+        );
+        cache.put(&e).await.expect("put as the tenant");
+    }
+    assert_eq!(store.tenant_clients(), 2);
+    let found = cache
+        .lookup(
+            "acme",
+            &Probe::new("fee for acme"),
+            &[1.0, 0.0, 0.0, 0.0],
+            &scope(),
+        )
+        .await;
+    assert_eq!(hit_text(&found).as_deref(), Some("fee for acme"));
+    assert_eq!(cache.clear("globex").await.expect("clear as the tenant"), 1);
+    assert_eq!(store.tenant_clients(), 2, "one client per tenant, reused");
+}

@@ -85,6 +85,9 @@ pub struct Config {
     pub cache_table: String,
     /// `SLUICE_CACHE_CREATE_TABLE`: create the table at start when it is missing.
     pub cache_create_table: bool,
+    /// `SLUICE_CACHE_TENANT_ROLE_ARN`: a role assumed per tenant (session tag `sluice-tenant`)
+    /// for the cache's item calls, whose policy confines them to the tenant's keys.
+    pub cache_tenant_role_arn: Option<String>,
     /// `SLUICE_CACHE_TTL_SECS`: lifetime of a cached answer.
     pub cache_ttl: Duration,
     /// `SLUICE_CACHE_THRESHOLD`: cosine a paraphrase needs to reach to be answered from cache.
@@ -272,6 +275,16 @@ impl Config {
             },
             cache_table: get("SLUICE_CACHE_TABLE").unwrap_or_else(|| "sluice-cache".into()),
             cache_create_table: parse(&get, "SLUICE_CACHE_CREATE_TABLE", "false", "true or false")?,
+            cache_tenant_role_arn: match get("SLUICE_CACHE_TENANT_ROLE_ARN") {
+                Some(arn) if !is_role_arn(&arn) => {
+                    return Err(ConfigError {
+                        name: "SLUICE_CACHE_TENANT_ROLE_ARN",
+                        value: arn,
+                        expected: "an IAM role ARN (arn:aws:iam::<account>:role/<name>)".into(),
+                    });
+                }
+                arn => arn,
+            },
             cache_ttl: Duration::from_secs(ranged(
                 &get,
                 "SLUICE_CACHE_TTL_SECS",
@@ -421,6 +434,16 @@ fn tenant_thresholds(value: &str) -> Result<HashMap<String, f32>, ConfigError> {
     Ok(map)
 }
 
+/// `arn:<partition>:iam::<12 digits>:role/<path and name>`.
+fn is_role_arn(arn: &str) -> bool {
+    let parts: Vec<&str> = arn.splitn(6, ':').collect();
+    matches!(parts.as_slice(), ["arn", partition, "iam", "", account, resource]
+        if partition.starts_with("aws")
+            && account.len() == 12
+            && account.bytes().all(|b| b.is_ascii_digit())
+            && resource.strip_prefix("role/").is_some_and(|n| !n.is_empty()))
+}
+
 /// S3's bucket naming rules, as far as a typo would break them.
 fn valid_bucket(name: &str) -> bool {
     (3..=63).contains(&name.len())
@@ -565,6 +588,23 @@ mod tests {
         for bad in ["Acme", "s3://acme", "ab", "-acme"] {
             let e = with(&[("SLUICE_COMPONENT_BUCKET", bad)]).unwrap_err();
             assert_eq!(e.name, "SLUICE_COMPONENT_BUCKET", "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_tenant_role_must_be_a_role_arn() {
+        assert_eq!(with(&[]).unwrap().cache_tenant_role_arn, None);
+        let arn = "arn:aws:iam::123456789012:role/sluice/cache-tenant";
+        let c = with(&[("SLUICE_CACHE_TENANT_ROLE_ARN", arn)]).unwrap();
+        assert_eq!(c.cache_tenant_role_arn.as_deref(), Some(arn));
+        for bad in [
+            "cache-tenant",
+            "arn:aws:iam::123456789012:user/bob",
+            "arn:aws:iam::1234:role/x",
+            "arn:aws:iam::123456789012:role/",
+        ] {
+            let e = with(&[("SLUICE_CACHE_TENANT_ROLE_ARN", bad)]).unwrap_err();
+            assert_eq!(e.name, "SLUICE_CACHE_TENANT_ROLE_ARN", "{bad}");
         }
     }
 
