@@ -1,8 +1,9 @@
 //! Tenant-scoped component registry, and the pipeline's rerank stage.
 //!
-//! What it keeps, per tenant, in a [`ComponentStorage`](sluice_core::stages::ComponentStorage): `<tenant>/<version>.wasm` (the upload),
-//! `<tenant>/<version>.<engine>.cwasm` (its compiled artefact for this engine configuration),
-//! the versions in upload order, and the active version. A version is the SHA-256 of the
+//! What it keeps, per tenant, in a [`ComponentStorage`](sluice_core::stages::ComponentStorage):
+//! `<tenant>/<version>.wasm` (the upload), `<tenant>/<version>.<engine>.cwasm` (its compiled
+//! artefact for this engine configuration), the versions in upload order, and the active
+//! version. A version is the SHA-256 of the
 //! uploaded bytes. [`Disk`] keeps them under a folder (`sluice serve`); the Lambda functions
 //! keep them in S3 and DynamoDB (`sluice-aws`), so that what the registry function compiles
 //! the answer function loads. Compiled components are cached in memory per tenant, and the
@@ -54,19 +55,15 @@ impl Disk {
             dir: dir.to_path_buf(),
         })
     }
+}
 
-    fn read(&self, key: &str) -> Result<Option<Vec<u8>>, ComponentError> {
+impl Storage for Disk {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ComponentError> {
         match std::fs::read(self.dir.join(key)) {
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(storage(e)),
         }
-    }
-}
-
-impl Storage for Disk {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ComponentError> {
-        self.read(key)
     }
 
     /// Writes by rename, so a crash never leaves half a file.
@@ -82,7 +79,7 @@ impl Storage for Disk {
     }
 
     fn versions(&self, tenant: &str) -> Result<Vec<(String, usize)>, ComponentError> {
-        let Some(bytes) = self.read(&format!("{tenant}/versions.json"))? else {
+        let Some(bytes) = self.get(&format!("{tenant}/versions.json"))? else {
             return Ok(vec![]);
         };
         let rows: Vec<serde_json::Value> = serde_json::from_slice(&bytes).map_err(storage)?;
@@ -113,7 +110,7 @@ impl Storage for Disk {
 
     fn active(&self, tenant: &str) -> Result<Option<String>, ComponentError> {
         Ok(self
-            .read(&format!("{tenant}/active"))?
+            .get(&format!("{tenant}/active"))?
             .map(|v| String::from_utf8_lossy(&v).trim().to_string()))
     }
 
