@@ -14,6 +14,11 @@ use sluice_core::cache::{
 use sluice_core::error::CacheError;
 
 fn config(table: &str) -> Config {
+    config_with(table, &[])
+}
+
+/// The environment with the DynamoDB backend on `table`, then `extra`.
+fn config_with(table: &str, extra: &[(&str, &str)]) -> Config {
     assert!(
         std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_some(),
         "AWS_ENDPOINT_URL_DYNAMODB is not set: run the tests with `make test`, which starts the DynamoDB emulator"
@@ -21,6 +26,9 @@ fn config(table: &str) -> Config {
     let mut vars: HashMap<String, String> = std::env::vars().collect();
     vars.insert("SLUICE_CACHE".into(), "dynamodb".into());
     vars.insert("SLUICE_CACHE_TABLE".into(), table.into());
+    for (k, v) in extra {
+        vars.insert(k.to_string(), v.to_string());
+    }
     Config::from_lookup(|k| vars.get(k).cloned()).expect("configuration")
 }
 
@@ -314,15 +322,13 @@ async fn with_a_tenant_role_each_tenant_calls_with_credentials_assumed_for_it() 
     // moto evaluates no IAM policy: this shows the role is assumed per tenant (through the STS
     // endpoint `make test` points at moto) and that every item call works with those
     // credentials. What the role allows is checked on the template (tests/tests/iac.rs).
-    let name = format!("tenant-role-{}", std::process::id());
-    let mut vars: HashMap<String, String> = std::env::vars().collect();
-    vars.insert("SLUICE_CACHE".into(), "dynamodb".into());
-    vars.insert("SLUICE_CACHE_TABLE".into(), name.clone());
-    vars.insert(
-        "SLUICE_CACHE_TENANT_ROLE_ARN".into(),
-        "arn:aws:iam::123456789012:role/sluice-cache-tenant".into(),
+    let config = config_with(
+        &format!("tenant-role-{}", std::process::id()),
+        &[(
+            "SLUICE_CACHE_TENANT_ROLE_ARN",
+            "arn:aws:iam::123456789012:role/sluice-cache-tenant",
+        )],
     );
-    let config = Config::from_lookup(|k| vars.get(k).cloned()).expect("configuration");
     let store = DynamoCache::connect(&config).await.expect("client");
     store.create_table().await.expect("create table");
     assert_eq!(
