@@ -92,16 +92,19 @@ impl PineconeStore {
         namespace: &str,
         records: &[Record<'_>],
     ) -> Result<(), StoreError> {
-        let mut batch: Vec<&Record> = Vec::new();
+        // Each record is serialised once: its size decides the batch, and the batch body is
+        // assembled from those bytes.
+        let mut batch: Vec<Box<RawValue>> = Vec::new();
         let mut bytes = 0;
         for record in records {
-            let size = serde_json::to_vec(record).map_err(backend)?.len();
+            let json = serde_json::value::to_raw_value(record).map_err(backend)?;
+            let size = json.get().len();
             if !batch.is_empty() && (batch.len() == UPSERT_RECORDS || bytes + size > UPSERT_BYTES) {
                 send_upsert(rest, namespace, &batch).await?;
                 batch.clear();
                 bytes = 0;
             }
-            batch.push(record);
+            batch.push(json);
             bytes += size;
         }
         if !batch.is_empty() {
@@ -114,7 +117,7 @@ impl PineconeStore {
 async fn send_upsert(
     rest: &Rest,
     namespace: &str,
-    vectors: &[&Record<'_>],
+    vectors: &[Box<RawValue>],
 ) -> Result<(), StoreError> {
     let body = serde_json::to_vec(&UpsertBody { vectors, namespace }).map_err(backend)?;
     rest.send(Method::POST, "/vectors/upsert", Some(body), false)
@@ -231,7 +234,8 @@ struct Sparse<'a> {
 
 #[derive(Serialize)]
 struct UpsertBody<'a> {
-    vectors: &'a [&'a Record<'a>],
+    /// Serialised [`Record`]s.
+    vectors: &'a [Box<RawValue>],
     namespace: &'a str,
 }
 
@@ -462,7 +466,8 @@ impl Store for PineconeStore {
             }),
             metadata: json!({"tenant": tenant, "corpus_version": version}),
         };
-        send_upsert(&self.sparse, VERSIONS_NAMESPACE, &[&record]).await?;
+        let record = serde_json::value::to_raw_value(&record).map_err(backend)?;
+        send_upsert(&self.sparse, VERSIONS_NAMESPACE, &[record]).await?;
         self.versions.put(tenant, version);
         Ok(version)
     }
