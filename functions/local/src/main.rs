@@ -8,6 +8,7 @@
 //! - `sluice store create-collection`: create the Qdrant collection or the Pinecone indexes
 //!   (`SLUICE_STORE=qdrant|pinecone`).
 //! - `sluice model prepare`: store the embedding model's graph in the form that loads fastest.
+//! - `sluice fixture llm`: a synthetic OpenAI-compatible upstream for load tests (not a model).
 
 mod client;
 mod doctor;
@@ -79,6 +80,29 @@ enum Command {
     Model {
         #[command(subcommand)]
         command: ModelCommand,
+    },
+    /// Benchmark fixtures.
+    Fixture {
+        #[command(subcommand)]
+        command: FixtureCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum FixtureCommand {
+    /// Serve a synthetic OpenAI-compatible chat upstream — a benchmark fixture, not a model:
+    /// numbered placeholder tokens at a fixed rate, whatever the prompt, so that a load test
+    /// measures Sluice and not an LLM. Point SLUICE_LLM_URL at it.
+    Llm {
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:8090")]
+        addr: std::net::SocketAddr,
+        /// Tokens per second of each stream.
+        #[arg(long, default_value_t = 50.0)]
+        tokens_per_sec: f64,
+        /// Tokens per answer (fewer when the request's max_tokens is lower).
+        #[arg(long, default_value_t = 128)]
+        tokens: u32,
     },
 }
 
@@ -171,6 +195,29 @@ fn main() -> Result<()> {
             println!("wrote {}", path.display());
             Ok(())
         }
+        Command::Fixture {
+            command:
+                FixtureCommand::Llm {
+                    addr,
+                    tokens_per_sec,
+                    tokens,
+                },
+        } => runtime.block_on(async {
+            if !(tokens_per_sec > 0.0 && tokens_per_sec.is_finite()) {
+                anyhow::bail!("--tokens-per-sec must be a positive number");
+            }
+            let listener = tokio::net::TcpListener::bind(addr).await?;
+            eprintln!(
+                "synthetic LLM fixture (a benchmark fixture, not a model) on http://{}/v1: \
+                 {tokens} tokens at {tokens_per_sec} tokens/s per stream",
+                listener.local_addr()?
+            );
+            let settings = sluice_bench::synthetic::Settings {
+                tokens_per_sec,
+                tokens,
+            };
+            Ok(sluice_bench::synthetic::serve(listener, settings).await?)
+        }),
         Command::Cache {
             command: CacheCommand::Clear { tenant, url: u },
         } => {
