@@ -226,17 +226,17 @@ impl Registry {
             .map_err(storage)?
             .get(tenant)
             .map(|k| (k.entry.clone(), k.checked.elapsed() < self.refresh));
-        let entry = match known {
+        // What this process knew, if anything: fresh → answer; stale → reused below when
+        // the version has not changed.
+        let previous = match known {
             Some((entry, true)) => return Ok(entry),
-            Some((entry, false)) => match (self.storage.active(tenant)?, entry) {
-                (Some(v), Some((known, prepared))) if v == known => Some((v, prepared)),
-                (Some(v), _) => Some((v.clone(), self.load(tenant, &v)?)),
-                (None, _) => None,
-            },
-            None => match self.storage.active(tenant)? {
-                Some(v) => Some((v.clone(), self.load(tenant, &v)?)),
-                None => None,
-            },
+            Some((entry, false)) => entry,
+            None => None,
+        };
+        let entry = match (self.storage.active(tenant)?, previous) {
+            (Some(v), Some((known, prepared))) if v == known => Some((v, prepared)),
+            (Some(v), _) => Some((v.clone(), self.load(tenant, &v)?)),
+            (None, _) => None,
         };
         self.remember(tenant, entry.clone())?;
         Ok(entry)
