@@ -32,10 +32,6 @@ pub struct S3Components {
     runtime: tokio::runtime::Handle,
 }
 
-fn failed(e: AwsError) -> ComponentError {
-    ComponentError::Storage(e.to_string())
-}
-
 fn s(value: &str) -> AttributeValue {
     AttributeValue::S(value.to_string())
 }
@@ -219,39 +215,41 @@ impl S3Components {
     }
 }
 
+impl S3Components {
+    /// Waits, on the calling (blocking) thread, for `call` to run on the runtime.
+    fn wait<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, AwsError>>,
+    ) -> Result<T, ComponentError> {
+        self.runtime
+            .block_on(call)
+            .map_err(|e| ComponentError::Storage(e.to_string()))
+    }
+}
+
 impl Storage for S3Components {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ComponentError> {
-        self.runtime.block_on(self.get_object(key)).map_err(failed)
+        self.wait(self.get_object(key))
     }
 
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), ComponentError> {
         // An S3 object is whole or absent: never half-written.
-        self.runtime
-            .block_on(self.put_object(key, bytes))
-            .map_err(failed)
+        self.wait(self.put_object(key, bytes))
     }
 
     fn versions(&self, tenant: &str) -> Result<Vec<(String, usize)>, ComponentError> {
-        self.runtime
-            .block_on(self.query_versions(tenant))
-            .map_err(failed)
+        self.wait(self.query_versions(tenant))
     }
 
     fn add_version(&self, tenant: &str, version: &str, size: usize) -> Result<(), ComponentError> {
-        self.runtime
-            .block_on(self.put_version(tenant, version, size))
-            .map_err(failed)
+        self.wait(self.put_version(tenant, version, size))
     }
 
     fn active(&self, tenant: &str) -> Result<Option<String>, ComponentError> {
-        self.runtime
-            .block_on(self.get_active(tenant))
-            .map_err(failed)
+        self.wait(self.get_active(tenant))
     }
 
     fn set_active(&self, tenant: &str, version: Option<&str>) -> Result<(), ComponentError> {
-        self.runtime
-            .block_on(self.put_active(tenant, version))
-            .map_err(failed)
+        self.wait(self.put_active(tenant, version))
     }
 }
