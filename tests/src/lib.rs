@@ -138,7 +138,12 @@ async fn start_custom(
         // last: when the runtime drops this task, the store is dropped (and flushes its
         // files) while its folder still exists.
         let _data = data;
-        sluice_core::http::serve(listener, serving, std::future::pending()).await
+        sluice_core::http::serve(
+            listener,
+            sluice_core::http::router(serving),
+            std::future::pending(),
+        )
+        .await
     });
     TestServer { url, pipeline }
 }

@@ -122,18 +122,23 @@ pub async fn pipeline(config: Config) -> Result<Pipeline, AppError> {
 
 /// What every Lambda function does in its init phase: JSON log lines (CloudWatch keeps one
 /// event per line, queryable by field), the configuration (with the secret's settings), and
-/// the pipeline; the time it took is logged as `init_ms`.
+/// the pipeline with CloudWatch EMF metrics; the time it took is logged as `init_ms`.
 pub async fn function(name: &'static str) -> Result<Arc<Pipeline>, AppError> {
     tracing_subscriber::fmt()
         .json()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
         )
-        .with_current_span(false)
+        // The answer's span (request id, tenant, trace id) on each of its lines.
+        .with_current_span(true)
+        .with_span_list(false)
         .without_time()
         .init();
     let started = Instant::now();
-    let pipeline = pipeline(config().await?).await?;
+    let mut pipeline = pipeline(config().await?).await?;
+    // Nothing scrapes a Lambda process: each answer's metrics go out as an EMF log line.
+    let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| name.into());
+    pipeline.metrics = sluice_core::metrics::Metrics::with_emf(&function);
     info!(
         function = name,
         init_ms = started.elapsed().as_millis() as u64,

@@ -68,9 +68,11 @@ pub fn router(settings: Settings) -> axum::Router {
         .with_state(settings)
 }
 
-/// Serves the fixture on `listener` until the task is dropped.
+/// Serves the fixture on `listener` until the task is dropped, with `TCP_NODELAY` as Sluice
+/// and vLLM's server set it: without it, each token written after the first waits for the
+/// client's delayed ACK, and the fixture would add 40 ms to every time to first token.
 pub async fn serve(listener: tokio::net::TcpListener, settings: Settings) -> std::io::Result<()> {
-    axum::serve(listener, router(settings)).await
+    sluice_core::http::serve(listener, router(settings), std::future::pending()).await
 }
 
 fn chunk(delta: serde_json::Value, finish: Option<&str>) -> String {

@@ -27,7 +27,11 @@ fn client(url: &str) -> OpenAiClient {
 /// Tokens, finish reason, completion tokens, and the time from the first token to the last.
 async fn ask(llm: &OpenAiClient, max_tokens: u32) -> (Vec<String>, String, Option<u64>, Duration) {
     let mut stream = llm
-        .stream(vec![ChatMessage::new("user", "anything")], max_tokens)
+        .stream(
+            vec![ChatMessage::new("user", "anything")],
+            max_tokens,
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+        )
         .await
         .unwrap();
     let (mut tokens, mut first, mut last) = (vec![], None, Instant::now());

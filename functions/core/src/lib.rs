@@ -20,10 +20,12 @@ pub mod config;
 pub mod error;
 pub mod http;
 pub mod ingest;
+pub mod metrics;
 pub mod pipeline;
 pub mod prompt;
 pub mod sse;
 pub mod stages;
+pub mod trace;
 
 pub use config::Config;
 pub use pipeline::Pipeline;

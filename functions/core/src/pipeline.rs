@@ -26,9 +26,11 @@ use tracing::{info, warn};
 use crate::cache::{CachedAnswer, Lookup, Probe, Scope, SemanticCache};
 use crate::config::Config;
 use crate::error::{LlmError, StoreError};
+use crate::metrics::{Metrics, Outcome};
 use crate::prompt;
-use crate::sse::{Done, ErrorEvent, Event, Meta, SourceDoc, Timings, Token};
+use crate::sse::{Done, ErrorEvent, Event, Meta, PromptEcho, SourceDoc, Timings, Token};
 use crate::stages::{Components, Embedder, Hit, Llm, LlmEvent, Reranker, Store};
+use crate::trace::TraceContext;
 
 /// Characters of a chunk shown as its snippet in `meta`.
 const SNIPPET_CHARS: usize = 240;
@@ -64,6 +66,10 @@ pub struct AnswerRequest {
     pub received: Instant,
     /// Neither read nor write the cache (`"cache": "bypass"`, `Cache-Control: no-cache`).
     pub bypass_cache: bool,
+    /// The W3C trace context (from the request's `traceparent`, or a new trace).
+    pub trace: TraceContext,
+    /// Put the LLM request in `meta.prompt` (`"include_prompt": true`).
+    pub include_prompt: bool,
 }
 
 /// The pipeline: the stages, built once at start and shared by every request.
@@ -82,6 +88,8 @@ pub struct Pipeline {
     pub components: Option<Arc<dyn Components>>,
     /// The answer cache, unless it is off.
     pub cache: Option<Arc<SemanticCache>>,
+    /// Counters and histograms of every answer (`/metrics`; EMF lines on Lambda).
+    pub metrics: Metrics,
     replica_id: String,
 }
 
@@ -104,6 +112,7 @@ impl Pipeline {
             reranker: None,
             components: None,
             cache: None,
+            metrics: Metrics::default(),
             replica_id: format!("{host}-{}", std::process::id()),
         }
     }
@@ -125,14 +134,22 @@ impl Pipeline {
         self
     }
 
-    /// Answers `request` as a stream of SSE events.
+    /// Answers `request` as a stream of SSE events. Every log line it writes carries the
+    /// request id, tenant and trace id (the `answer` span); the metrics see how it ended.
     pub fn answer(
         self: &Arc<Self>,
         request: AnswerRequest,
     ) -> impl Stream<Item = Event> + Send + 'static {
         let this = Arc::clone(self);
-        async_stream::stream! {
-            let request_id = uuid::Uuid::new_v4().to_string();
+        let request_id = uuid::Uuid::new_v4().to_string();
+        let span = tracing::info_span!(
+            "answer",
+            request_id = %request_id,
+            tenant = %request.tenant,
+            trace_id = %request.trace.trace_id,
+        );
+        let mut open = self.metrics.stream_opened();
+        let events = async_stream::stream! {
             let session_id = request.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
             let mut timings = Timings::default();
             let mut degraded: Vec<String> = Vec::new();
@@ -148,6 +165,7 @@ impl Pipeline {
                 let found = cache.exact(&request.tenant, probe, scope).await;
                 add_ms(&mut timings.cache_ms, started.elapsed());
                 if let Some(events) = this.replay(&request, ids.clone(), found, &mut timings) {
+                    open.finish(&outcome(&request, &request_id, &timings, "hit", &[], events.len() as u64 - 2, None));
                     for event in events { yield event; }
                     return;
                 }
@@ -168,6 +186,7 @@ impl Pipeline {
                 };
                 add_ms(&mut timings.cache_ms, started.elapsed());
                 if let Some(events) = this.replay(&request, ids.clone(), found, &mut timings) {
+                    open.finish(&outcome(&request, &request_id, &timings, "hit", &[], events.len() as u64 - 2, None));
                     for event in events { yield event; }
                     return;
                 }
@@ -197,6 +216,11 @@ impl Pipeline {
             timings.prompt_ms = Some(ms(started.elapsed()));
 
             let documents: Vec<SourceDoc> = prompt.sources.iter().map(source_doc).collect();
+            let max_tokens = this.config.max_tokens;
+            let echo = request.include_prompt.then(|| PromptEcho {
+                messages: prompt.messages.clone(),
+                max_tokens,
+            });
             yield Event::Meta(Box::new(Meta {
                 request_id: request_id.clone(),
                 session_id: session_id.clone(),
@@ -207,15 +231,20 @@ impl Pipeline {
                 cache: cache_state.into(),
                 degraded: degraded.clone(),
                 timings: timings.clone(),
+                trace_id: request.trace.trace_id.clone(),
+                prompt: echo,
             }));
 
             // Stage 6: generation.
             let llm_start = Instant::now();
-            let mut upstream = match this.llm.stream(prompt.messages, this.config.max_tokens).await {
+            let traceparent = request.trace.header();
+            let mut upstream = match this.llm.stream(prompt.messages, max_tokens, &traceparent).await {
                 Ok(s) => s,
                 Err(e) => {
-                    warn!(%request_id, tenant = %request.tenant, error = %e, "LLM request failed");
-                    yield Event::Error(error_event(&e, false));
+                    warn!(error = %e, "LLM request failed");
+                    let event = error_event(&e, false);
+                    open.finish(&outcome(&request, &request_id, &timings, cache_state, &degraded, 0, Some(&event.code)));
+                    yield Event::Error(event);
                     return;
                 }
             };
@@ -239,16 +268,20 @@ impl Pipeline {
                         break;
                     }
                     Err(e) => {
-                        warn!(%request_id, tenant = %request.tenant, error = %e, tokens = tokens.len(), "LLM stream failed");
-                        yield Event::Error(error_event(&e, !tokens.is_empty()));
+                        warn!(error = %e, tokens = tokens.len(), "LLM stream failed");
+                        let event = error_event(&e, !tokens.is_empty());
+                        open.finish(&outcome(&request, &request_id, &timings, cache_state, &degraded, tokens.len() as u64, Some(&event.code)));
+                        yield Event::Error(event);
                         return;
                     }
                 }
             }
             let Some((finish_reason, usage_tokens)) = finish else {
                 let e = LlmError::Stream("the upstream closed the stream before it finished".into());
-                warn!(%request_id, tokens = tokens.len(), "LLM stream ended without a finish reason");
-                yield Event::Error(error_event(&e, !tokens.is_empty()));
+                warn!(tokens = tokens.len(), "LLM stream ended without a finish reason");
+                let event = error_event(&e, !tokens.is_empty());
+                open.finish(&outcome(&request, &request_id, &timings, cache_state, &degraded, tokens.len() as u64, Some(&event.code)));
+                yield Event::Error(event);
                 return;
             };
 
@@ -259,10 +292,10 @@ impl Pipeline {
             let generating = first_token_at.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
             timings.total_ms = Some(ms(request.received.elapsed()));
             info!(
-                %request_id, tenant = %request.tenant, tokens = token_count,
-                ttft_ms = timings.ttft_ms, total_ms = timings.total_ms, degraded = ?degraded,
-                "answered"
+                tokens = token_count, ttft_ms = timings.ttft_ms, total_ms = timings.total_ms,
+                degraded = ?degraded, "answered"
             );
+            open.finish(&outcome(&request, &request_id, &timings, cache_state, &degraded, tokens.len() as u64, None));
             // Write-behind: only complete answers (the model stopped, or reached the
             // configured max_tokens, as it would again) that were not degraded. The write
             // starts now and never delays `done`, but the stream ends only once it has
@@ -304,7 +337,8 @@ impl Pipeline {
                 // A failed write was logged by the task; a panicked one needs no more.
                 let _ = write.await;
             }
-        }
+        };
+        in_span(span, events)
     }
 
     /// What stage 1 needs: the cache, the question's probe and the scope an entry must have
@@ -367,7 +401,7 @@ impl Pipeline {
                 return None;
             }
         };
-        info!(%request_id, tenant = %request.tenant, similarity, "answered from the cache");
+        info!(similarity, "answered from the cache");
         let answer = entry.answer;
         timings.ttft_ms = Some(ms(request.received.elapsed()));
         let mut events = Vec::with_capacity(answer.tokens.len() + 2);
@@ -381,6 +415,8 @@ impl Pipeline {
             cache: "hit".into(),
             degraded: Vec::new(),
             timings: timings.clone(),
+            trace_id: request.trace.trace_id.clone(),
+            prompt: None,
         })));
         events.extend(answer.tokens.into_iter().enumerate().map(|(i, text)| {
             Event::Token(Token {
@@ -517,6 +553,36 @@ impl Pipeline {
                 Err(degraded::RETRIEVAL_TIMEOUT)
             }
         }
+    }
+}
+
+/// `events`, polled inside `span`, so that every log line of the answer carries its fields.
+fn in_span<S: Stream<Item = Event> + Send + 'static>(
+    span: tracing::Span,
+    events: S,
+) -> impl Stream<Item = Event> + Send + 'static {
+    let mut events = Box::pin(events);
+    futures::stream::poll_fn(move |cx| span.in_scope(|| events.as_mut().poll_next(cx)))
+}
+
+/// What the metrics record of an answer that ended.
+fn outcome<'a>(
+    request: &'a AnswerRequest,
+    request_id: &'a str,
+    timings: &'a Timings,
+    cache: &'a str,
+    degraded: &'a [String],
+    tokens: u64,
+    error: Option<&'a str>,
+) -> Outcome<'a> {
+    Outcome {
+        tenant: &request.tenant,
+        request_id,
+        timings,
+        cache,
+        degraded,
+        tokens,
+        error,
     }
 }
 

@@ -71,6 +71,22 @@ pub struct Meta {
     pub degraded: Vec<String>,
     /// Stage timings so far.
     pub timings: Timings,
+    /// The W3C trace id of this answer (sent to the LLM in `traceparent`; in every log line).
+    #[serde(default)]
+    pub trace_id: String,
+    /// The LLM request as sent, when the request asked for it (`"include_prompt": true`):
+    /// `sluice bench --compare-llm` replays it straight to the LLM.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt: Option<PromptEcho>,
+}
+
+/// The chat request Sluice sends upstream for an answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PromptEcho {
+    /// The messages, system prompt and sources included.
+    pub messages: Vec<crate::stages::ChatMessage>,
+    /// The `max_tokens` sent.
+    pub max_tokens: u32,
 }
 
 /// One piece of the answer.

@@ -212,10 +212,12 @@ pub trait Llm: Send + Sync {
     /// Model name sent upstream and reported in `meta` and `done`.
     fn model_id(&self) -> &str;
     /// Starts a streaming completion. Returns once the upstream accepted the request.
+    /// `traceparent` is the W3C trace context to send with it.
     async fn stream(
         &self,
         messages: Vec<ChatMessage>,
         max_tokens: u32,
+        traceparent: &str,
     ) -> Result<LlmStream, LlmError>;
     /// Whether the upstream answers at all (for `/readyz` and `doctor`).
     async fn ready(&self) -> Result<(), LlmError>;

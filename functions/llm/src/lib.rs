@@ -5,7 +5,8 @@
 //! keepalive, no Nagle). Each phase has its own timeout: connect, first token (from sending
 //! the request), and idle (between two events). Upstream SSE is parsed by
 //! `eventsource-stream`. `token_count` comes from the upstream's `usage`
-//! (`stream_options.include_usage`, which vLLM honours) when it reports one.
+//! (`stream_options.include_usage`, which vLLM honours) when it reports one. Each request
+//! carries the answer's W3C `traceparent` (vLLM joins it when started with OpenTelemetry).
 #![warn(missing_docs)]
 
 use std::time::{Duration, Instant};
@@ -142,6 +143,7 @@ impl Llm for OpenAiClient {
         &self,
         messages: Vec<ChatMessage>,
         max_tokens: u32,
+        traceparent: &str,
     ) -> Result<LlmStream, LlmError> {
         let started = Instant::now();
         let body = json!({
@@ -154,6 +156,7 @@ impl Llm for OpenAiClient {
         let first_token = self.timeouts.first_token;
         let send = self
             .request(reqwest::Method::POST, "/chat/completions")
+            .header("traceparent", traceparent)
             .json(&body)
             .send();
         let response = tokio::time::timeout(first_token, send)

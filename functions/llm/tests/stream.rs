@@ -17,6 +17,9 @@ const FAST: Timeouts = Timeouts {
     idle: Duration::from_millis(300),
 };
 
+/// A W3C trace context, as the pipeline sends with each request.
+const TRACE: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
 fn real_llm_url() -> String {
     std::env::var("SLUICE_TEST_LLM_URL")
         .expect("SLUICE_TEST_LLM_URL is not set: run the tests with `make test`, which starts the local LLM")
@@ -37,7 +40,7 @@ async fn collect(
     max_tokens: u32,
 ) -> (Vec<String>, Result<LlmEvent, LlmError>) {
     let messages = vec![ChatMessage::new("user", prompt)];
-    let mut stream = client.stream(messages, max_tokens).await.unwrap();
+    let mut stream = client.stream(messages, max_tokens, TRACE).await.unwrap();
     let mut tokens = Vec::new();
     while let Some(item) = stream.next().await {
         match item {
@@ -100,7 +103,7 @@ async fn a_closed_port_is_unavailable_at_once() {
         OpenAiClient::new(&format!("http://127.0.0.1:{port}/v1"), "m", None, FAST).unwrap();
     let started = Instant::now();
     let err = client
-        .stream(vec![ChatMessage::new("user", "hi")], 8)
+        .stream(vec![ChatMessage::new("user", "hi")], 8, TRACE)
         .await
         .err()
         .unwrap();
@@ -141,7 +144,10 @@ const TOKEN: &str =
 
 async fn run(url: &str) -> (usize, Result<(), LlmError>) {
     let client = OpenAiClient::new(url, "m", None, FAST).unwrap();
-    let mut stream = match client.stream(vec![ChatMessage::new("user", "hi")], 8).await {
+    let mut stream = match client
+        .stream(vec![ChatMessage::new("user", "hi")], 8, TRACE)
+        .await
+    {
         Ok(s) => s,
         Err(e) => return (0, Err(e)),
     };
@@ -252,7 +258,7 @@ async fn usage_from_the_upstream_is_reported() {
     .await;
     let client = OpenAiClient::new(&url, "m", None, FAST).unwrap();
     let events: Vec<_> = client
-        .stream(vec![ChatMessage::new("user", "hi")], 8)
+        .stream(vec![ChatMessage::new("user", "hi")], 8, TRACE)
         .await
         .unwrap()
         .collect()

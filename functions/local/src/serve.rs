@@ -1,10 +1,45 @@
-//! `sluice serve`: build every stage once, then serve the core router.
+//! `sluice serve`: build every stage once, then serve the core router plus what only a
+//! long-lived local process has: the web page at `/` and Prometheus metrics at `/metrics`.
 
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use sluice_core::Config;
+use axum::http::header;
+use axum::routing::get;
+use sluice_core::{Config, Pipeline};
 use tracing::info;
+
+/// The web page: one file, no build step; it talks to the API routes of the same server.
+const PAGE: &str = include_str!("../web/index.html");
+
+/// The core router, `GET /` (the page) and `GET /metrics`.
+pub fn router(pipeline: Arc<Pipeline>) -> axum::Router {
+    let metrics = pipeline.metrics.clone();
+    sluice_core::http::router(pipeline)
+        .route(
+            "/",
+            get(|| async {
+                (
+                    [
+                        (header::CONTENT_TYPE, "text/html; charset=utf-8"),
+                        // The page's script and style are inline; nothing else may load.
+                        (
+                            header::CONTENT_SECURITY_POLICY,
+                            "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; form-action 'none'; base-uri 'none'",
+                        ),
+                    ],
+                    PAGE,
+                )
+            }),
+        )
+        .route(
+            "/metrics",
+            get(move || {
+                let text = metrics.encode();
+                async move { ([(header::CONTENT_TYPE, sluice_core::metrics::CONTENT_TYPE)], text) }
+            }),
+        )
+}
 
 /// Serves until Ctrl-C or SIGTERM, then lets open streams finish.
 pub async fn run(config: Config) -> Result<()> {
@@ -16,7 +51,7 @@ pub async fn run(config: Config) -> Result<()> {
         .await
         .with_context(|| format!("binding {addr}"))?;
     info!(%addr, llm = %llm_url, "sluice serving");
-    sluice_core::http::serve(listener, pipeline, shutdown()).await?;
+    sluice_core::http::serve(listener, router(pipeline), shutdown()).await?;
     Ok(())
 }
 

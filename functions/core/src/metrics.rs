@@ -1,0 +1,500 @@
+//! What the answer path counts, in two forms:
+//!
+//! - Prometheus (OpenMetrics text) at `GET /metrics` of `sluice serve`: request and error
+//!   counters, stage latency histograms, cache lookups by result (the hit ratio is
+//!   `hit / (hit + miss)`), degraded answers by reason, open answer streams, streamed tokens,
+//!   and the process's resident memory;
+//! - on Lambda, where nothing can scrape a process, one CloudWatch Embedded Metric Format
+//!   line per answer on stdout ([`Metrics::with_emf`]); CloudWatch turns it into metrics in
+//!   the `Sluice` namespace with no API call on the request path.
+//!
+//! Recording is a few atomic adds per answer; nothing here blocks.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::{Registry, Unit};
+use serde_json::{Map, Value, json};
+
+use crate::sse::Timings;
+
+/// The content type of [`Metrics::encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// The CloudWatch namespace of the EMF metrics.
+pub const EMF_NAMESPACE: &str = "Sluice";
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
+    status: u16,
+}
+
+// One label per family, named for what it holds; values come from fixed sets (see `label`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Ending {
+    ending: &'static str,
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Code {
+    code: &'static str,
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Stage {
+    stage: &'static str,
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Lookup {
+    result: &'static str,
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Reason {
+    reason: &'static str,
+}
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Source {
+    source: &'static str,
+}
+
+/// How an answer ended, for [`Metrics::answered`].
+#[derive(Debug, Clone, Copy)]
+pub struct Outcome<'a> {
+    /// The request's tenant (an EMF property; never a Prometheus label: tenants are many).
+    pub tenant: &'a str,
+    /// The request id, to find the answer's log lines from its metric line.
+    pub request_id: &'a str,
+    /// Stage timings as sent in `done` (or as far as they got).
+    pub timings: &'a Timings,
+    /// `hit`, `miss` or `bypass`.
+    pub cache: &'a str,
+    /// `meta.degraded`.
+    pub degraded: &'a [String],
+    /// Token events sent.
+    pub tokens: u64,
+    /// The `error` event's code, when the stream ended with one.
+    pub error: Option<&'a str>,
+}
+
+/// The process's metrics; cheap to clone (one shared set).
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    requests: Family<RouteLabels, Counter>,
+    answers: Family<Ending, Counter>,
+    errors: Family<Code, Counter>,
+    stages: Family<Stage, Histogram>,
+    cache: Family<Lookup, Counter>,
+    degraded: Family<Reason, Counter>,
+    tokens: Family<Source, Counter>,
+    active: Gauge,
+    resident: Gauge,
+    resident_peak: Gauge,
+    /// The function name of the EMF dimension, when EMF lines are written.
+    emf: Option<String>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+impl Metrics {
+    /// Metrics that also write one EMF line per answer, with the dimension
+    /// `Function=<function>` (on Lambda: `AWS_LAMBDA_FUNCTION_NAME`).
+    pub fn with_emf(function: &str) -> Self {
+        Self::new(Some(function.to_string()))
+    }
+
+    fn new(emf: Option<String>) -> Self {
+        // 0.5 ms to ~33 s by doubling: the embedding (a few ms) and a long answer (tens of
+        // seconds) both land in buckets that separate them.
+        let stages = Family::<Stage, Histogram>::new_with_constructor(|| {
+            Histogram::new(exponential_buckets(0.0005, 2.0, 17))
+        });
+        let mut registry = Registry::with_prefix("sluice");
+        let inner = Inner {
+            requests: Family::default(),
+            answers: Family::default(),
+            errors: Family::default(),
+            stages,
+            cache: Family::default(),
+            degraded: Family::default(),
+            tokens: Family::default(),
+            active: Gauge::default(),
+            resident: Gauge::default(),
+            resident_peak: Gauge::default(),
+            emf,
+            registry: Registry::default(),
+        };
+        registry.register(
+            "http_requests",
+            "HTTP requests by route and status",
+            inner.requests.clone(),
+        );
+        registry.register(
+            "answers",
+            "Answer streams by ending (ending=done|cached|error|dropped)",
+            inner.answers.clone(),
+        );
+        registry.register(
+            "answer_errors",
+            "Answer streams that ended with an error event, by code",
+            inner.errors.clone(),
+        );
+        registry.register_with_unit(
+            "stage_duration",
+            "Time per pipeline stage (stage=cache|embed|retrieve|rerank|prompt|llm_ttft|ttft|total)",
+            Unit::Seconds,
+            inner.stages.clone(),
+        );
+        registry.register(
+            "cache_lookups",
+            "Answer cache lookups by result (result=hit|miss|bypass)",
+            inner.cache.clone(),
+        );
+        registry.register(
+            "degraded_answers",
+            "Answers degraded, by reason (one answer may have several)",
+            inner.degraded.clone(),
+        );
+        registry.register(
+            "tokens",
+            "Token events streamed to clients (source=llm|cache)",
+            inner.tokens.clone(),
+        );
+        registry.register(
+            "active_streams",
+            "Answer streams open now",
+            inner.active.clone(),
+        );
+        registry.register_with_unit(
+            "process_resident_memory",
+            "Resident memory of this process (read at scrape time)",
+            Unit::Bytes,
+            inner.resident.clone(),
+        );
+        registry.register_with_unit(
+            "process_peak_resident_memory",
+            "Largest resident memory of this process so far (VmHWM)",
+            Unit::Bytes,
+            inner.resident_peak.clone(),
+        );
+        Self {
+            inner: Arc::new(Inner { registry, ..inner }),
+        }
+    }
+
+    /// Counts one HTTP response (`route` is the matched route pattern, not the raw path).
+    pub fn request(&self, route: &str, status: u16) {
+        self.inner
+            .requests
+            .get_or_create(&RouteLabels {
+                route: route.to_string(),
+                status,
+            })
+            .inc();
+    }
+
+    /// An open answer stream, counted in `active_streams` until the guard is dropped. Its
+    /// [`AnswerGuard::finish`] records how it ended; one dropped before that (the client went
+    /// away, or the function's time limit cut it) counts as `ending="dropped"`.
+    pub fn stream_opened(&self) -> AnswerGuard {
+        self.inner.active.inc();
+        AnswerGuard {
+            metrics: self.clone(),
+            finished: false,
+        }
+    }
+
+    fn record(&self, outcome: &Outcome<'_>) {
+        let i = &self.inner;
+        let ending = match (outcome.error, outcome.cache) {
+            (Some(_), _) => "error",
+            (None, "hit") => "cached",
+            (None, _) => "done",
+        };
+        i.answers.get_or_create(&Ending { ending }).inc();
+        if let Some(code) = outcome.error {
+            i.errors.get_or_create(&Code { code: label(code) }).inc();
+        }
+        for (name, value) in stages(outcome.timings) {
+            i.stages
+                .get_or_create(&Stage { stage: name })
+                .observe(value / 1e3);
+        }
+        let cache = match outcome.cache {
+            "hit" => "hit",
+            "miss" => "miss",
+            _ => "bypass",
+        };
+        i.cache.get_or_create(&Lookup { result: cache }).inc();
+        for reason in outcome.degraded {
+            i.degraded
+                .get_or_create(&Reason {
+                    reason: label(reason),
+                })
+                .inc();
+        }
+        let source = if cache == "hit" { "cache" } else { "llm" };
+        i.tokens
+            .get_or_create(&Source { source })
+            .inc_by(outcome.tokens);
+        if let Some(function) = &i.emf {
+            println!("{}", emf_line(function, outcome));
+        }
+    }
+
+    /// The OpenMetrics text of every series, with the memory gauges read now.
+    pub fn encode(&self) -> String {
+        if let Some((now, peak)) = resident_memory() {
+            self.inner.resident.set(now);
+            self.inner.resident_peak.set(peak);
+        }
+        let mut out = String::new();
+        // Writing to a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
+        out
+    }
+}
+
+/// One open answer stream: keeps `active_streams` raised while it lives.
+pub struct AnswerGuard {
+    metrics: Metrics,
+    finished: bool,
+}
+
+impl AnswerGuard {
+    /// Records how the answer ended (once; a second call is ignored).
+    pub fn finish(&mut self, outcome: &Outcome<'_>) {
+        if !std::mem::replace(&mut self.finished, true) {
+            self.metrics.record(outcome);
+        }
+    }
+}
+
+impl Drop for AnswerGuard {
+    fn drop(&mut self) {
+        let i = &self.metrics.inner;
+        i.active.dec();
+        if !self.finished {
+            i.answers.get_or_create(&Ending { ending: "dropped" }).inc();
+        }
+    }
+}
+
+/// Label values must come from a fixed set (each new value is a new series kept forever):
+/// the codes and reasons this crate emits, anything else as `other`.
+fn label(value: &str) -> &'static str {
+    use crate::pipeline::degraded as d;
+    const KNOWN: &[&str] = &[
+        d::RETRIEVAL_TIMEOUT,
+        d::RETRIEVAL_FAILED,
+        d::CONTEXT_TRUNCATED,
+        d::RERANK_FAILED,
+        d::RETRIEVAL_CIRCUIT_OPEN,
+        "llm_unavailable",
+        "llm_rejected",
+        "llm_timeout",
+        "llm_stream_failed",
+        "deadline_exceeded",
+    ];
+    KNOWN
+        .iter()
+        .find(|k| **k == value)
+        .copied()
+        .unwrap_or("other")
+}
+
+/// The stages that ran, in milliseconds.
+fn stages(t: &Timings) -> impl Iterator<Item = (&'static str, f64)> {
+    [
+        ("cache", t.cache_ms),
+        ("embed", t.embed_ms),
+        ("retrieve", t.retrieve_ms),
+        ("rerank", t.rerank_ms),
+        ("prompt", t.prompt_ms),
+        ("llm_ttft", t.llm_ttft_ms),
+        ("ttft", t.ttft_ms),
+        ("total", t.total_ms),
+    ]
+    .into_iter()
+    .filter_map(|(name, v)| v.map(|v| (name, v)))
+}
+
+/// One EMF line: the `_aws` directive names the metrics and their one dimension
+/// (`Function`); tenant and request id are properties (searchable in Logs Insights, not
+/// dimensions: a dimension per tenant would be a metric per tenant).
+fn emf_line(function: &str, o: &Outcome<'_>) -> String {
+    let mut values = Map::new();
+    let mut names = Vec::new();
+    let mut metric = |name: String, value: f64, unit: &str| {
+        names.push(json!({"Name": name, "Unit": unit}));
+        values.insert(name, json!(value));
+    };
+    for (stage, ms) in stages(o.timings) {
+        metric(format!("{stage}_ms"), ms, "Milliseconds");
+    }
+    metric("tokens".into(), o.tokens as f64, "Count");
+    metric(
+        "cache_hit".into(),
+        f64::from(u8::from(o.cache == "hit")),
+        "Count",
+    );
+    metric(
+        "degraded".into(),
+        f64::from(u8::from(!o.degraded.is_empty())),
+        "Count",
+    );
+    metric(
+        "error".into(),
+        f64::from(u8::from(o.error.is_some())),
+        "Count",
+    );
+    let timestamp = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    let mut line = json!({
+        "_aws": {
+            "Timestamp": timestamp,
+            "CloudWatchMetrics": [{
+                "Namespace": EMF_NAMESPACE,
+                "Dimensions": [["Function"]],
+                "Metrics": names,
+            }],
+        },
+        "Function": function,
+        "tenant": o.tenant,
+        "request_id": o.request_id,
+    });
+    if let Value::Object(fields) = &mut line {
+        fields.extend(values);
+        if let Some(code) = o.error {
+            fields.insert("error_code".into(), json!(code));
+        }
+    }
+    line.to_string()
+}
+
+/// Resident and peak resident memory in bytes, from `/proc/self/status` (Linux).
+fn resident_memory() -> Option<(i64, i64)> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|rest| {
+                rest.trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<i64>()
+                    .ok()
+            })
+            .map(|kb| kb * 1024)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn outcome<'a>(timings: &'a Timings, degraded: &'a [String]) -> Outcome<'a> {
+        Outcome {
+            tenant: "acme",
+            request_id: "r1",
+            timings,
+            cache: "miss",
+            degraded,
+            tokens: 7,
+            error: None,
+        }
+    }
+
+    #[test]
+    fn series_move_with_answers() {
+        let m = Metrics::default();
+        let timings = Timings {
+            embed_ms: Some(3.0),
+            ttft_ms: Some(12.0),
+            ..Timings::default()
+        };
+        let degraded = vec!["retrieval_timeout".to_string(), "made-up".to_string()];
+        let mut open = m.stream_opened();
+        open.finish(&outcome(&timings, &degraded));
+        open.finish(&outcome(&timings, &degraded));
+        drop(open);
+        m.request("/v1/answer", 200);
+        let text = m.encode();
+        for line in [
+            "sluice_answers_total{ending=\"done\"} 1",
+            "sluice_cache_lookups_total{result=\"miss\"} 1",
+            "sluice_degraded_answers_total{reason=\"retrieval_timeout\"} 1",
+            "sluice_degraded_answers_total{reason=\"other\"} 1",
+            "sluice_tokens_total{source=\"llm\"} 7",
+            "sluice_stage_duration_seconds_count{stage=\"embed\"} 1",
+            "sluice_http_requests_total{route=\"/v1/answer\",status=\"200\"} 1",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        // A stage that did not run has no series.
+        assert!(!text.contains("stage=\"rerank\""), "{text}");
+        assert!(text.contains("sluice_process_resident_memory_bytes "));
+    }
+
+    #[test]
+    fn active_streams_follow_guards_and_unfinished_ones_count_as_dropped() {
+        let m = Metrics::default();
+        let a = m.stream_opened();
+        let b = m.stream_opened();
+        assert!(m.encode().contains("sluice_active_streams 2"));
+        drop(a);
+        drop(b);
+        let text = m.encode();
+        assert!(text.contains("sluice_active_streams 0"), "{text}");
+        assert!(
+            text.contains("sluice_answers_total{ending=\"dropped\"} 2"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn emf_line_names_only_metrics_it_carries() {
+        let timings = Timings {
+            ttft_ms: Some(12.5),
+            ..Timings::default()
+        };
+        let line: Value = serde_json::from_str(&emf_line("answer", &outcome(&timings, &[])))
+            .expect("EMF line is JSON");
+        let directive = &line["_aws"]["CloudWatchMetrics"][0];
+        assert_eq!(directive["Namespace"], "Sluice");
+        assert_eq!(directive["Dimensions"], json!([["Function"]]));
+        let names: Vec<&str> = directive["Metrics"]
+            .as_array()
+            .expect("metrics")
+            .iter()
+            .filter_map(|m| m["Name"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            ["ttft_ms", "tokens", "cache_hit", "degraded", "error"]
+        );
+        // Every named metric has a value at the top level, as EMF requires.
+        for name in names {
+            assert!(line[name].is_number(), "{name} has no value in {line}");
+        }
+        assert_eq!(line["Function"], "answer");
+        assert_eq!(line["tenant"], "acme");
+        assert!(line["_aws"]["Timestamp"].as_u64().unwrap_or(0) > 1_600_000_000_000);
+    }
+}

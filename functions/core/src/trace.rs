@@ -1,0 +1,138 @@
+//! W3C Trace Context (`traceparent`), so that an answer's LLM call joins the caller's trace.
+//!
+//! A request that arrives with a valid `traceparent` keeps its trace id; Sluice is a new span
+//! in it (a new parent id). One without (or with an invalid one, which the specification says
+//! to ignore) starts a new trace. The header sent to the LLM is
+//! `00-<trace id>-<Sluice's span id>-<flags>`; the trace id is in `meta` and in every log line
+//! of the answer, so the three (client, Sluice, vLLM) can be joined.
+
+/// One request's trace context.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceContext {
+    /// 32 lowercase hex digits, not all zero.
+    pub trace_id: String,
+    /// This request's span id: 16 lowercase hex digits, not all zero.
+    pub span_id: String,
+    /// Trace flags (bit 0: sampled).
+    pub flags: u8,
+}
+
+impl TraceContext {
+    /// The context of a request that sent `traceparent` (or none): a child span of the
+    /// caller's when the header is valid, else the root of a new, sampled trace.
+    pub fn from_header(traceparent: Option<&str>) -> Self {
+        let span_id = random_hex(16);
+        match traceparent.and_then(parse) {
+            Some((trace_id, flags)) => Self {
+                trace_id,
+                span_id,
+                flags,
+            },
+            None => Self {
+                trace_id: random_hex(32),
+                span_id,
+                flags: 1,
+            },
+        }
+    }
+
+    /// The `traceparent` value for calls made on this request's behalf.
+    pub fn header(&self) -> String {
+        format!("00-{}-{}-{:02x}", self.trace_id, self.span_id, self.flags)
+    }
+}
+
+/// `(trace id, flags)` of a valid version-00 `traceparent`. Later versions are read by their
+/// first four fields, as the specification asks.
+fn parse(value: &str) -> Option<(String, u8)> {
+    let mut parts = value.trim().split('-');
+    let (version, trace_id, parent_id, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, len: usize| {
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let zero = |s: &str| s.bytes().all(|b| b == b'0');
+    let valid = hex(version, 2)
+        && version != "ff"
+        && (version != "00" || parts.next().is_none())
+        && hex(trace_id, 32)
+        && !zero(trace_id)
+        && hex(parent_id, 16)
+        && !zero(parent_id)
+        && hex(flags, 2);
+    if !valid {
+        return None;
+    }
+    Some((trace_id.to_string(), u8::from_str_radix(flags, 16).ok()?))
+}
+
+/// `len` random lowercase hex digits (from v4 UUIDs: 122 random bits each), never all zero.
+fn random_hex(len: usize) -> String {
+    loop {
+        let mut out = String::with_capacity(len + 32);
+        while out.len() < len {
+            out.push_str(&uuid::Uuid::new_v4().simple().to_string());
+        }
+        out.truncate(len);
+        if out.bytes().any(|b| b != b'0') {
+            return out;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+
+    #[test]
+    fn a_valid_header_keeps_the_trace_and_gets_a_new_span() {
+        let t = TraceContext::from_header(Some(CALLER));
+        assert_eq!(t.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_ne!(t.span_id, "00f067aa0ba902b7");
+        assert_eq!(t.flags, 1);
+        let header = t.header();
+        assert!(header.starts_with("00-4bf92f3577b34da6a3ce929d0e0e4736-"));
+        assert!(parse(&header).is_some(), "{header}");
+        // Not sampled by the caller: not sampled here either.
+        let t = TraceContext::from_header(Some(
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00",
+        ));
+        assert!(t.header().ends_with("-00"));
+    }
+
+    #[test]
+    fn invalid_headers_start_a_new_trace() {
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+        ] {
+            let t = TraceContext::from_header(Some(bad));
+            assert_ne!(t.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736", "{bad:?}");
+            assert!(parse(&t.header()).is_some(), "{bad:?} → {}", t.header());
+        }
+        // A future version may add fields after the flags.
+        let t = TraceContext::from_header(Some(
+            "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-more",
+        ));
+        assert_eq!(t.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+    }
+
+    #[test]
+    fn new_traces_differ() {
+        let (a, b) = (
+            TraceContext::from_header(None),
+            TraceContext::from_header(None),
+        );
+        assert_ne!(a.trace_id, b.trace_id);
+        assert_eq!((a.trace_id.len(), a.span_id.len()), (32, 16));
+    }
+}

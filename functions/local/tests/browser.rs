@@ -1,0 +1,123 @@
+//! The web page at `/` in a real browser: `sluice serve` in front of the synthetic upstream
+//! (a benchmark fixture streaming 16 tokens at 20 per second, so that the answer is visibly
+//! in flight for most of a second), driven by Chromium through playwright-core
+//! (`functions/local/tests/browser/ask.cjs`). Both come from `scripts/setup.sh browser`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+use sluice_tests::sluice_home;
+
+#[test]
+fn ask_in_the_browser_and_watch_the_answer_stream_in() {
+    let modules = sluice_home().join("browser/node_modules");
+    assert!(
+        modules.join("playwright-core").is_dir(),
+        "{} has no playwright-core: run `scripts/setup.sh browser`",
+        modules.display()
+    );
+    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .expect("Chromium is not installed: run `scripts/setup.sh browser`");
+
+    let port = free_port();
+    let mut upstream = sluice()
+        .args(["fixture", "llm", "--addr", &format!("127.0.0.1:{port}")])
+        .args(["--tokens-per-sec", "20", "--tokens", "16"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sluice fixture llm");
+    wait_for_port(port, "the synthetic upstream");
+    let server = serve_with(&[("SLUICE_LLM_URL", &format!("http://127.0.0.1:{port}/v1"))]);
+
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("browser");
+    std::fs::create_dir_all(&out_dir).expect("output folder");
+    let screenshot = out_dir.join("answer.png");
+    let _ = std::fs::remove_file(&screenshot);
+    let uploads = ["lost-card.md", "password-reset.md", "support.jsonl"]
+        .map(|f| samples().join(f).display().to_string())
+        .join(":");
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/ask.cjs");
+    let out = output_within(
+        Command::new("node")
+            .arg(&script)
+            .env("NODE_PATH", &modules)
+            .env("CHROMIUM", chromium)
+            .env("SLUICE_URL", &server.url)
+            .env("UPLOAD_FILES", &uploads)
+            .env("SCREENSHOT", &screenshot),
+        Duration::from_secs(120),
+    );
+    let _ = upstream.kill();
+    let _ = upstream.wait();
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("the script's summary is not JSON ({e}): {stdout}"));
+
+    assert_eq!(seen["title"], "Sluice");
+    assert_eq!(seen["problems"], serde_json::json!([]), "no script errors");
+    assert!(
+        seen["uploaded"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("Added 3 file(s)")),
+        "{}",
+        seen["uploaded"]
+    );
+
+    // Tokens were on the page while the answer was still streaming …
+    let early = &seen["early"];
+    assert!(!early["answer"].as_str().unwrap_or("").is_empty());
+    assert_eq!(early["total"], "–", "the answer had not ended yet");
+    assert_eq!(early["busy"], "true");
+    let done = &seen["done"];
+    let (first, last) = (
+        early["answer"].as_str().unwrap_or(""),
+        done["answer"].as_str().unwrap_or(""),
+    );
+    assert!(
+        last.len() > first.len() && last.starts_with(first),
+        "{first:?} then {last:?}"
+    );
+    // … the fixture's 16 tokens in the end, with the client-measured TTFT and total.
+    assert_eq!(done["tokens"], "16");
+    assert_eq!(last.split_whitespace().count(), 16, "{last}");
+    for key in ["ttft", "total"] {
+        let shown = done[key].as_str().unwrap_or("");
+        let ms: f64 = shown
+            .strip_suffix(" ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} shows {shown:?}"));
+        assert!(ms > 0.0 && ms < 30_000.0, "{key} {ms}");
+    }
+    assert_eq!(done["busy"], "false");
+    assert_eq!(done["status"], "Done.");
+    // The sources, with the uploaded lost-card page among them and a snippet each.
+    let sources = done["sources"].as_array().expect("sources");
+    assert!(!sources.is_empty());
+    assert!(
+        sources.iter().any(|s| s
+            .as_str()
+            .is_some_and(|t| t.contains("Lost or stolen cards"))),
+        "{sources:?}"
+    );
+    let stages: Vec<&str> = done["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for stage in ["embed", "retrieve", "prompt", "llm_ttft", "ttft", "total"] {
+        assert!(stages.contains(&stage), "{stage} missing from {stages:?}");
+    }
+    let png = std::fs::read(&screenshot).expect("screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+    eprintln!("screenshot: {}", screenshot.display());
+}
