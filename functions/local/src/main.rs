@@ -8,8 +8,11 @@
 //! - `sluice store create-collection`: create the Qdrant collection or the Pinecone indexes
 //!   (`SLUICE_STORE=qdrant|pinecone`).
 //! - `sluice model prepare`: store the embedding model's graph in the form that loads fastest.
+//! - `sluice bench run`: load-test a running server → report.json, report.csv, report.html.
+//! - `sluice bench cost`: a report and unit prices → $ per 1,000 answers (docs/cost.md).
 //! - `sluice fixture llm`: a synthetic OpenAI-compatible upstream for load tests (not a model).
 
+mod bench;
 mod client;
 mod doctor;
 mod serve;
@@ -81,10 +84,122 @@ enum Command {
         #[command(subcommand)]
         command: ModelCommand,
     },
+    /// Load-test a running server, or price a benchmark's answers.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
     /// Benchmark fixtures.
     Fixture {
         #[command(subcommand)]
         command: FixtureCommand,
+    },
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum LoadKind {
+    /// One request at a time.
+    Synchronous,
+    /// Each level is a number of requests in flight at all times.
+    Concurrent,
+    /// Each level is requests started per second, evenly spaced.
+    Constant,
+    /// Each level is a mean rate per second, with random (exponential) gaps.
+    Poisson,
+    /// Synchronous, then each level as a concurrency.
+    Sweep,
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// Send load to a running server and write report.json, report.csv and report.html.
+    Run {
+        /// Server base URL [default: http://$SLUICE_ADDR]
+        #[arg(long, env = "SLUICE_URL")]
+        url: Option<String>,
+        /// How requests are sent.
+        #[arg(long, value_enum, default_value = "concurrent")]
+        load: LoadKind,
+        /// Comma-separated levels: concurrencies, or rates per second.
+        #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+        levels: Vec<f64>,
+        /// Recorded requests per level.
+        #[arg(long, default_value_t = 100)]
+        requests: usize,
+        /// Seconds of unrecorded sending before each level (streams start spread over it).
+        #[arg(long, default_value_t = 2.0)]
+        warmup_s: f64,
+        /// Questions, one per line [default: questions about the sample documents].
+        #[arg(long)]
+        queries: Option<PathBuf>,
+        /// Tenant (x-sluice-tenant).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Sources per answer.
+        #[arg(short, long)]
+        k: Option<usize>,
+        /// Let requests read and write the answer cache (by default they bypass it).
+        #[arg(long)]
+        use_cache: bool,
+        /// TTFT objective for goodput, in milliseconds.
+        #[arg(long, default_value_t = 500.0)]
+        slo_ttft_ms: f64,
+        /// Also send each level's assembled prompts straight to this OpenAI-compatible API
+        /// (…/v1) at the same load, to measure the TTFT Sluice adds.
+        #[arg(long)]
+        compare_llm: Option<String>,
+        /// Model name for --compare-llm [default: the first its /models lists].
+        #[arg(long)]
+        llm_model: Option<String>,
+        /// Seed of the Poisson arrivals.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Folder for the report files.
+        #[arg(long, default_value = "bench-report")]
+        out: PathBuf,
+    },
+    /// Turn a report.json and unit prices into $ per 1,000 answers (a Markdown page).
+    Cost {
+        /// The benchmark report.
+        #[arg(long)]
+        report: PathBuf,
+        /// The level to price (its label, e.g. "concurrent 32") [default: the last].
+        #[arg(long)]
+        level: Option<String>,
+        /// GPU $ per hour (required: depends on your instance and contract).
+        #[arg(long)]
+        gpu_per_hour: f64,
+        /// Generated tokens per second one GPU sustains over all its streams (required:
+        /// measure your vLLM fleet; the synthetic upstream cannot).
+        #[arg(long)]
+        gpu_tokens_per_s: f64,
+        /// Lambda $ per GB-second (arm64, us-east-1).
+        #[arg(long, default_value_t = 0.0000133334)]
+        lambda_gb_s: f64,
+        /// Lambda $ per million requests.
+        #[arg(long, default_value_t = 0.20)]
+        lambda_per_million: f64,
+        /// The answer function's memory in MB (the SAM template's).
+        #[arg(long, default_value_t = 2048.0)]
+        memory_mb: f64,
+        /// API Gateway $ per million requests (REST; 0 for a function URL).
+        #[arg(long, default_value_t = 3.50)]
+        api_per_million: f64,
+        /// DynamoDB on-demand $ per million read request units.
+        #[arg(long, default_value_t = 0.125)]
+        dynamodb_read_per_million: f64,
+        /// DynamoDB on-demand $ per million write request units.
+        #[arg(long, default_value_t = 0.625)]
+        dynamodb_write_per_million: f64,
+        /// Size of a cached answer in KB.
+        #[arg(long, default_value_t = 3.0)]
+        cache_entry_kb: f64,
+        /// Share of answers from the cache, 0 to 1 [default: as measured].
+        #[arg(long)]
+        cache_hit_ratio: Option<f64>,
+        /// Where to write the page.
+        #[arg(long, default_value = "docs/cost.md")]
+        out: PathBuf,
     },
 }
 
@@ -144,14 +259,23 @@ enum CacheCommand {
 }
 
 fn main() -> Result<()> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            // Qdrant Edge logs start-up notices meant for its own developers at warn level.
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| "info,qdrant_edge=error".into()),
-        )
-        .with_writer(std::io::stderr)
-        .init();
+    // Qdrant Edge logs start-up notices meant for its own developers at warn level.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,qdrant_edge=error".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match std::env::var("SLUICE_LOG_FORMAT").as_deref() {
+        Err(_) | Ok("text") => logs.init(),
+        // One JSON object per line; an answer's lines carry its span (request id, tenant,
+        // trace id).
+        Ok("json") => logs
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+        Ok(other) => anyhow::bail!("SLUICE_LOG_FORMAT is {other:?}; it must be text or json"),
+    }
     let cli = Cli::parse();
     let config = sluice_core::Config::from_env()?;
     let url = |u: Option<String>| u.unwrap_or_else(|| format!("http://{}", config.addr));
@@ -218,6 +342,77 @@ fn main() -> Result<()> {
             };
             Ok(sluice_bench::synthetic::serve(listener, settings).await?)
         }),
+        Command::Bench {
+            command:
+                BenchCommand::Run {
+                    url: u,
+                    load,
+                    levels,
+                    requests,
+                    warmup_s,
+                    queries,
+                    tenant,
+                    k,
+                    use_cache,
+                    slo_ttft_ms,
+                    compare_llm,
+                    llm_model,
+                    seed,
+                    out,
+                },
+        } => {
+            let loads = bench::loads(load, &levels)?;
+            let queries = bench::queries(queries.as_deref())?;
+            if !(warmup_s >= 0.0 && warmup_s.is_finite()) {
+                anyhow::bail!("--warmup-s must be zero or more seconds");
+            }
+            let plan = sluice_bench::Plan {
+                url: url(u),
+                tenant,
+                k,
+                use_cache,
+                loads,
+                requests,
+                warmup: std::time::Duration::from_secs_f64(warmup_s),
+                queries,
+                slo_ttft_ms,
+                compare_llm: compare_llm.map(|u| (u, llm_model)),
+                seed,
+            };
+            runtime.block_on(bench::run(&plan, &out))
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Cost {
+                    report,
+                    level,
+                    gpu_per_hour,
+                    gpu_tokens_per_s,
+                    lambda_gb_s,
+                    lambda_per_million,
+                    memory_mb,
+                    api_per_million,
+                    dynamodb_read_per_million,
+                    dynamodb_write_per_million,
+                    cache_entry_kb,
+                    cache_hit_ratio,
+                    out,
+                },
+        } => {
+            let prices = sluice_bench::cost::Prices {
+                lambda_gb_s,
+                lambda_per_million,
+                memory_mb,
+                api_per_million,
+                dynamodb_read_per_million,
+                dynamodb_write_per_million,
+                cache_entry_kb,
+                cache_hit_ratio,
+                gpu_per_hour,
+                gpu_tokens_per_s,
+            };
+            bench::cost(&report, level.as_deref(), &prices, &out)
+        }
         Command::Cache {
             command: CacheCommand::Clear { tenant, url: u },
         } => {

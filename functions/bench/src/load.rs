@@ -1,0 +1,493 @@
+//! The load generator: send requests on a schedule, measure each one from the client.
+//!
+//! A level is one load setting (synchronous, N concurrent, or R requests/s). It first sends
+//! for the warm-up period without recording (closed-loop workers start spread over it, so
+//! that N streams do not all begin and end together), then records exactly `requests`
+//! requests — those *started* after the warm-up — and waits for every one in flight.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sluice_core::sse::{PromptEcho, Timings};
+use tokio::task::JoinSet;
+
+use crate::BenchError;
+
+/// How requests are sent at one level.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", content = "value", rename_all = "snake_case")]
+pub enum Load {
+    /// One request at a time, back to back.
+    Synchronous,
+    /// This many requests in flight at all times (closed loop).
+    Concurrent(usize),
+    /// Requests start at this fixed rate per second, whatever is in flight (open loop).
+    Constant(f64),
+    /// Requests start at this mean rate per second with exponential gaps (open loop).
+    Poisson(f64),
+}
+
+impl Load {
+    /// The level's number for plots and tables (concurrency, or rate).
+    pub fn level(&self) -> f64 {
+        match *self {
+            Load::Synchronous => 1.0,
+            Load::Concurrent(n) => n as f64,
+            Load::Constant(r) | Load::Poisson(r) => r,
+        }
+    }
+
+    /// `synchronous`, `concurrent 64`, `poisson 5/s`.
+    pub fn label(&self) -> String {
+        match *self {
+            Load::Synchronous => "synchronous".into(),
+            Load::Concurrent(n) => format!("concurrent {n}"),
+            Load::Constant(r) => format!("constant {r}/s"),
+            Load::Poisson(r) => format!("poisson {r}/s"),
+        }
+    }
+}
+
+/// Where requests go.
+#[derive(Debug, Clone)]
+pub enum Target {
+    /// Sluice's `POST /v1/answer` at this base URL.
+    Sluice {
+        /// `http://host:port`.
+        url: String,
+        /// Sent as `x-sluice-tenant` when set.
+        tenant: Option<String>,
+        /// Sources per answer (the server's default when unset).
+        k: Option<usize>,
+        /// Read and write the answer cache (by default the bench bypasses it, so every
+        /// request runs the whole pipeline).
+        use_cache: bool,
+        /// Ask for the LLM request in `meta.prompt`, to replay it with [`Target::Llm`].
+        include_prompt: bool,
+    },
+    /// An OpenAI-compatible `POST /chat/completions` at this base URL (ending in `/v1`).
+    Llm {
+        /// `http://host:port/v1`.
+        url: String,
+        /// The model name to send.
+        model: String,
+    },
+}
+
+/// What one request sends: a question for Sluice, or an assembled prompt for the LLM.
+#[derive(Debug, Clone)]
+pub enum Work {
+    /// A question.
+    Query(String),
+    /// A prompt recorded from Sluice's `meta.prompt`.
+    Prompt(PromptEcho),
+}
+
+/// What the client saw of one request. Times are milliseconds from sending it.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Sample {
+    /// When it was sent, in ms from the level's start.
+    pub start_ms: f64,
+    /// The stream ended with `done` (Sluice) or a finish reason (LLM).
+    pub ok: bool,
+    /// Why not, when not.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// First token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ttft_ms: Option<f64>,
+    /// End of the stream.
+    pub e2e_ms: f64,
+    /// Token events received.
+    pub tokens: u64,
+    /// Gaps between consecutive token events.
+    #[serde(skip)]
+    pub itl_ms: Vec<f64>,
+    /// Sluice's `done.timings`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<Timings>,
+    /// Sluice's `meta.cache`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
+    /// Sluice's `meta.degraded` was not empty.
+    pub degraded: bool,
+    /// Sluice's `meta.prompt`, when asked for.
+    #[serde(skip)]
+    pub prompt: Option<PromptEcho>,
+}
+
+/// What one level produced.
+#[derive(Debug, Clone)]
+pub struct Level {
+    /// The load.
+    pub load: Load,
+    /// Recorded requests, in the order they were started.
+    pub samples: Vec<Sample>,
+    /// From the first recorded request's start to the last one's end.
+    pub duration: Duration,
+}
+
+/// A client for `concurrency` streams at once. Every phase has a timeout.
+pub fn client(concurrency: usize) -> Result<reqwest::Client, BenchError> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        // Between two reads of a stream.
+        .read_timeout(Duration::from_secs(120))
+        .pool_max_idle_per_host(concurrency.max(1))
+        .tcp_nodelay(true)
+        .build()
+        .map_err(|e| BenchError::Setup(format!("HTTP client: {e}")))
+}
+
+/// Runs one level: warm-up, then `requests` recorded requests over `work` (round-robin).
+pub async fn run_level(
+    client: &reqwest::Client,
+    target: &Target,
+    load: Load,
+    work: &[Work],
+    requests: usize,
+    warmup: Duration,
+    seed: u64,
+) -> Result<Level, BenchError> {
+    if work.is_empty() || requests == 0 {
+        return Err(BenchError::Setup("nothing to send".into()));
+    }
+    let shared = Arc::new(Shared {
+        client: client.clone(),
+        target: target.clone(),
+        work: work.to_vec(),
+        started: Instant::now(),
+        warm_until: Instant::now() + warmup,
+        next: AtomicUsize::new(0),
+        tickets: AtomicUsize::new(0),
+        requests,
+    });
+    let mut tasks: JoinSet<Vec<(usize, Sample)>> = JoinSet::new();
+    match load {
+        Load::Synchronous | Load::Concurrent(_) => {
+            let workers = match load {
+                Load::Concurrent(n) => n.max(1),
+                _ => 1,
+            };
+            for i in 0..workers {
+                let shared = Arc::clone(&shared);
+                // Spread the workers' first requests over the warm-up.
+                let delay = warmup.mul_f64(i as f64 / workers as f64);
+                tasks.spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let mut out = Vec::new();
+                    while let Some((ticket, item)) = shared.take() {
+                        let sample = shared.send(&item).await;
+                        if let Some(t) = ticket {
+                            out.push((t, sample));
+                        }
+                    }
+                    out
+                });
+            }
+        }
+        Load::Constant(rate) | Load::Poisson(rate) => {
+            if !(rate > 0.0 && rate.is_finite()) {
+                return Err(BenchError::Setup(format!("rate {rate} is not positive")));
+            }
+            let mut random = SplitMix(seed);
+            let mut at = tokio::time::Instant::now();
+            while let Some((ticket, item)) = shared.take() {
+                let gap = match load {
+                    Load::Poisson(_) => random.exponential(rate),
+                    _ => 1.0 / rate,
+                };
+                let shared = Arc::clone(&shared);
+                tasks.spawn(async move {
+                    let sample = shared.send(&item).await;
+                    ticket.map(|t| (t, sample)).into_iter().collect()
+                });
+                at += Duration::from_secs_f64(gap);
+                tokio::time::sleep_until(at).await;
+            }
+        }
+    }
+    let mut recorded: Vec<(usize, Sample)> = Vec::with_capacity(requests);
+    while let Some(done) = tasks.join_next().await {
+        recorded.extend(done.map_err(|e| BenchError::Setup(format!("a sender failed: {e}")))?);
+    }
+    recorded.sort_by_key(|(t, _)| *t);
+    let samples: Vec<Sample> = recorded.into_iter().map(|(_, s)| s).collect();
+    let first = samples
+        .iter()
+        .map(|s| s.start_ms)
+        .fold(f64::INFINITY, f64::min);
+    let last = samples
+        .iter()
+        .map(|s| s.start_ms + s.e2e_ms)
+        .fold(0.0, f64::max);
+    Ok(Level {
+        load,
+        samples,
+        duration: Duration::from_secs_f64(((last - first) / 1e3).max(1e-6)),
+    })
+}
+
+struct Shared {
+    client: reqwest::Client,
+    target: Target,
+    work: Vec<Work>,
+    started: Instant,
+    warm_until: Instant,
+    next: AtomicUsize,
+    tickets: AtomicUsize,
+    requests: usize,
+}
+
+impl Shared {
+    /// The next request to send and its ticket (its place among the recorded ones; `None`
+    /// during the warm-up), or `None` once every recorded request has been started.
+    fn take(&self) -> Option<(Option<usize>, Work)> {
+        let ticket = if Instant::now() < self.warm_until {
+            None
+        } else {
+            let t = self.tickets.fetch_add(1, Ordering::Relaxed);
+            if t >= self.requests {
+                return None;
+            }
+            Some(t)
+        };
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        Some((ticket, self.work[i % self.work.len()].clone()))
+    }
+
+    async fn send(&self, work: &Work) -> Sample {
+        let sent = Instant::now();
+        let start_ms = ms(sent - self.started);
+        let mut sample = match measure(&self.client, &self.target, work, sent).await {
+            Ok(s) => s,
+            Err(error) => Sample {
+                error: Some(error),
+                ..Sample::default()
+            },
+        };
+        sample.start_ms = start_ms;
+        sample.e2e_ms = ms(sent.elapsed());
+        sample
+    }
+}
+
+/// Sends one request and reads its stream to the end.
+async fn measure(
+    client: &reqwest::Client,
+    target: &Target,
+    work: &Work,
+    sent: Instant,
+) -> Result<Sample, String> {
+    let request = match (target, work) {
+        (
+            Target::Sluice {
+                url,
+                tenant,
+                k,
+                use_cache,
+                include_prompt,
+            },
+            Work::Query(query),
+        ) => {
+            let mut body = json!({"query": query, "include_prompt": include_prompt});
+            if !use_cache {
+                body["cache"] = json!("bypass");
+            }
+            if let Some(k) = k {
+                body["k"] = json!(k);
+            }
+            let request = client.post(format!("{url}/v1/answer")).json(&body);
+            match tenant {
+                Some(t) => request.header("x-sluice-tenant", t),
+                None => request,
+            }
+        }
+        (Target::Llm { url, model }, Work::Prompt(prompt)) => {
+            client.post(format!("{url}/chat/completions")).json(&json!({
+                "model": model,
+                "messages": prompt.messages,
+                "max_tokens": prompt.max_tokens,
+                "stream": true,
+                "stream_options": {"include_usage": true},
+            }))
+        }
+        _ => return Err("this target cannot send this kind of request".into()),
+    };
+    let response = request.send().await.map_err(|e| format!("send: {e}"))?;
+    let status = response.status();
+    if !status.is_success() {
+        let body = response.text().await.unwrap_or_default();
+        return Err(format!(
+            "HTTP {status}: {}",
+            body.chars().take(200).collect::<String>()
+        ));
+    }
+    let sluice = matches!(target, Target::Sluice { .. });
+    let mut sample = Sample::default();
+    let mut last_token: Option<Instant> = None;
+    let mut events = response.bytes_stream().eventsource();
+    while let Some(event) = events.next().await {
+        let event = event.map_err(|e| format!("stream: {e}"))?;
+        let tokens = if sluice {
+            read_sluice_event(&event.event, &event.data, &mut sample)?
+        } else {
+            read_llm_event(&event.data, &mut sample)?
+        };
+        for _ in 0..tokens {
+            let now = Instant::now();
+            match last_token {
+                None => sample.ttft_ms = Some(ms(now - sent)),
+                Some(t) => sample.itl_ms.push(ms(now - t)),
+            }
+            last_token = Some(now);
+            sample.tokens += 1;
+        }
+        if sample.ok || sample.error.is_some() {
+            break;
+        }
+    }
+    if !sample.ok && sample.error.is_none() {
+        sample.error = Some("the stream ended without an ending event".into());
+    }
+    Ok(sample)
+}
+
+/// Reads one Sluice event into `sample`; returns the number of tokens it carried.
+fn read_sluice_event(name: &str, data: &str, sample: &mut Sample) -> Result<u64, String> {
+    let value: Value = serde_json::from_str(data).map_err(|e| format!("event data: {e}"))?;
+    match name {
+        "meta" => {
+            sample.cache = value["cache"].as_str().map(str::to_string);
+            sample.degraded = value["degraded"].as_array().is_some_and(|d| !d.is_empty());
+            sample.prompt = serde_json::from_value(value["prompt"].clone()).ok();
+        }
+        "token" => return Ok(1),
+        "done" => {
+            sample.ok = true;
+            sample.server = serde_json::from_value(value["timings"].clone()).ok();
+        }
+        "error" => {
+            sample.error = Some(format!(
+                "{}: {}",
+                value["code"].as_str().unwrap_or("error"),
+                value["message"].as_str().unwrap_or("")
+            ));
+        }
+        _ => {}
+    }
+    Ok(0)
+}
+
+/// Reads one OpenAI stream chunk into `sample`; returns the number of tokens it carried.
+fn read_llm_event(data: &str, sample: &mut Sample) -> Result<u64, String> {
+    let data = data.trim();
+    if data == "[DONE]" {
+        if !sample.ok {
+            sample.error = Some("[DONE] before a finish reason".into());
+        }
+        return Ok(0);
+    }
+    let value: Value = serde_json::from_str(data).map_err(|e| format!("chunk: {e}"))?;
+    let mut tokens = 0;
+    for choice in value["choices"].as_array().into_iter().flatten() {
+        if choice["delta"]["content"]
+            .as_str()
+            .is_some_and(|t| !t.is_empty())
+        {
+            tokens += 1;
+        }
+        if choice["finish_reason"].is_string() {
+            // The usage chunk and [DONE] follow; nothing after the finish is timed.
+            sample.ok = true;
+        }
+    }
+    Ok(tokens)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e3
+}
+
+/// A small seeded generator (SplitMix64) for Poisson gaps: runs are repeatable by `--seed`.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// An exponential gap in seconds with mean `1 / rate`.
+    fn exponential(&mut self, rate: f64) -> f64 {
+        // Uniform in (0, 1]: never ln(0).
+        let u = ((self.next() >> 11) as f64 + 1.0) / (1u64 << 53) as f64;
+        -u.ln() / rate
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poisson_gaps_have_the_asked_mean() {
+        let mut r = SplitMix(7);
+        let n = 20_000;
+        let mean = (0..n).map(|_| r.exponential(4.0)).sum::<f64>() / n as f64;
+        assert!((mean - 0.25).abs() < 0.01, "mean gap {mean}");
+    }
+
+    #[test]
+    fn llm_chunks_count_tokens_and_the_finish() {
+        let mut s = Sample::default();
+        let chunk = |delta: &str, finish: Value| {
+            json!({"choices": [{"delta": {"content": delta}, "finish_reason": finish}]}).to_string()
+        };
+        assert_eq!(read_llm_event(&chunk("", Value::Null), &mut s), Ok(0));
+        assert_eq!(read_llm_event(&chunk(" a", Value::Null), &mut s), Ok(1));
+        assert!(!s.ok);
+        assert_eq!(read_llm_event(&chunk("", json!("stop")), &mut s), Ok(0));
+        assert!(s.ok);
+        assert_eq!(read_llm_event("[DONE]", &mut s), Ok(0));
+        assert!(s.error.is_none());
+        let mut early = Sample::default();
+        read_llm_event("[DONE]", &mut early).ok();
+        assert!(early.error.is_some());
+    }
+
+    #[test]
+    fn sluice_events_fill_the_sample() {
+        let mut s = Sample::default();
+        let meta = json!({"cache": "miss", "degraded": ["retrieval_timeout"],
+            "prompt": {"messages": [{"role": "user", "content": "q"}], "max_tokens": 8}});
+        assert_eq!(read_sluice_event("meta", &meta.to_string(), &mut s), Ok(0));
+        assert_eq!(s.cache.as_deref(), Some("miss"));
+        assert!(s.degraded);
+        assert_eq!(s.prompt.as_ref().map(|p| p.max_tokens), Some(8));
+        assert_eq!(
+            read_sluice_event("token", r#"{"text":"x","index":0}"#, &mut s),
+            Ok(1)
+        );
+        let done = json!({"timings": {"embed_ms": 2.5, "ttft_ms": 9.0}});
+        read_sluice_event("done", &done.to_string(), &mut s).ok();
+        assert!(s.ok);
+        assert_eq!(s.server.as_ref().and_then(|t| t.embed_ms), Some(2.5));
+        let mut failed = Sample::default();
+        read_sluice_event(
+            "error",
+            r#"{"code":"llm_unavailable","message":"down","retryable":true}"#,
+            &mut failed,
+        )
+        .ok();
+        assert_eq!(failed.error.as_deref(), Some("llm_unavailable: down"));
+    }
+}
