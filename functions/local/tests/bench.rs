@@ -285,6 +285,34 @@ fn metrics_list_every_series_and_they_move_with_requests() {
         assert!(after.contains(help), "{help}");
     }
 
+    // Every series the Grafana dashboard queries is one the server exposes.
+    let dashboard: Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../infra/grafana/sluice.json"),
+        )
+        .expect("infra/grafana/sluice.json"),
+    )
+    .expect("dashboard JSON");
+    let mut queried = 0;
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().expect("targets") {
+            let expr = target["expr"].as_str().expect("expr");
+            for name in expr
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .filter(|w| w.starts_with("sluice_"))
+            {
+                queried += 1;
+                assert!(
+                    after.lines().any(|l| l.starts_with(name)),
+                    "the dashboard's {name} (panel {}) is not in /metrics",
+                    panel["title"]
+                );
+            }
+        }
+    }
+    assert!(queried >= 10, "{queried} series queried");
+
     // A stream open while scraping is counted as active.
     let held = fixture(2, 8);
     let slow = serve_with(&[("SLUICE_LLM_URL", &held.url)]);
