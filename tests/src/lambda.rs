@@ -11,6 +11,17 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+impl Drop for Function {
+    fn drop(&mut self) {
+        if std::env::var_os("SLUICE_TEST_FUNCTION_LOGS").is_some() {
+            eprintln!(
+                "{}",
+                std::fs::read_to_string(self.log.path()).unwrap_or_default()
+            );
+        }
+    }
+}
+
 /// Kills the child when dropped, however the test ends.
 struct Killed(Child);
 
@@ -34,6 +45,8 @@ pub struct Function {
     // Dropped in this order: the function, then its emulator.
     _function: Killed,
     _emulator: Killed,
+    /// The function's stdout: its JSON log lines and EMF metric lines.
+    log: tempfile::NamedTempFile,
 }
 
 impl Function {
@@ -68,6 +81,7 @@ impl Function {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+        let log = tempfile::NamedTempFile::new().expect("log file");
         let mut command = Command::new(binary);
         command
             // What the emulator says a function needs (Lambda sets the same in AWS).
@@ -81,13 +95,9 @@ impl Function {
             .env("SLUICE_LLM_URL", crate::llm_url())
             .env("SLUICE_CACHE", "off")
             .env("SLUICE_MAX_TOKENS", "24")
-            // The function's log (JSON lines on stdout) shows when the test runs with
-            // --nocapture and RUST_LOG set; stderr carries panics.
-            .stdout(if std::env::var_os("SLUICE_TEST_FUNCTION_LOGS").is_some() {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            })
+            // The function's log (JSON lines on stdout) is kept for `log()`, and printed at
+            // the end with SLUICE_TEST_FUNCTION_LOGS set; stderr carries panics.
+            .stdout(log.reopen().expect("log file"))
             .stderr(Stdio::inherit());
         for (k, v) in env {
             command.env(k, v);
@@ -97,7 +107,17 @@ impl Function {
             port,
             _function: function,
             _emulator: emulator,
+            log,
         }
+    }
+
+    /// What the function has written to stdout so far, one JSON object per line.
+    pub fn log(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.log.path())
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
     }
 
     /// The function URL's base: `http://127.0.0.1:PORT/lambda-url/_`.

@@ -13,7 +13,11 @@ async fn the_function_url_streams_an_answer_token_by_token() {
     let data = tempfile::tempdir().unwrap();
     let function = Function::start(
         Path::new(env!("CARGO_BIN_EXE_answer")),
-        &[("SLUICE_DATA_DIR", data.path().display().to_string())],
+        &[
+            ("SLUICE_DATA_DIR", data.path().display().to_string()),
+            // The `answered` line is at info level.
+            ("RUST_LOG", "info,qdrant_edge=error".into()),
+        ],
     );
     let base = function.url();
     // The emulator holds the invocation until the function has initialised and asks for it.
@@ -39,4 +43,32 @@ async fn the_function_url_streams_an_answer_token_by_token() {
         tokens[0].at,
         done.at
     );
+
+    // The function's stdout: the `answered` log line carries the answer's span, and one
+    // CloudWatch EMF line carries its metrics (the stream ends after both are written).
+    let request_id = answer.first("meta").data["request_id"].clone();
+    let log = function.log();
+    let answered = log
+        .iter()
+        .find(|l| l["fields"]["message"] == "answered")
+        .unwrap_or_else(|| panic!("no `answered` line in {log:?}"));
+    assert_eq!(answered["span"]["request_id"], request_id);
+    assert_eq!(answered["span"]["tenant"], "default");
+    assert_eq!(
+        answered["span"]["trace_id"],
+        answer.first("meta").data["trace_id"]
+    );
+    let emf: Vec<_> = log.iter().filter(|l| l.get("_aws").is_some()).collect();
+    assert_eq!(emf.len(), 1, "one EMF line per answer: {emf:?}");
+    let emf = emf[0];
+    let directive = &emf["_aws"]["CloudWatchMetrics"][0];
+    assert_eq!(directive["Namespace"], "Sluice");
+    assert_eq!(directive["Dimensions"], json!([["Function"]]));
+    // AWS_LAMBDA_FUNCTION_NAME as the emulator harness sets it.
+    assert_eq!(emf["Function"], "_");
+    assert_eq!(emf["request_id"], request_id);
+    let server_ttft = done.data["timings"]["ttft_ms"].as_f64().expect("ttft");
+    assert_eq!(emf["ttft_ms"].as_f64(), Some(server_ttft));
+    assert_eq!(emf["tokens"].as_f64(), Some(tokens.len() as f64));
+    assert_eq!(emf["error"].as_f64(), Some(0.0));
 }
