@@ -86,13 +86,9 @@ pub async fn run(
         include_prompt: compare.is_some(),
     };
     let work: Vec<Work> = plan.queries.iter().cloned().map(Work::Query).collect();
+    let client = load::client()?;
     let mut levels = Vec::new();
     for (i, load) in plan.loads.iter().enumerate() {
-        let concurrency = match *load {
-            Load::Concurrent(n) => n,
-            _ => 64,
-        };
-        let client = load::client(concurrency)?;
         let seed = plan.seed.wrapping_add(i as u64);
         let level = load::run_level(
             &client,

@@ -132,13 +132,13 @@ pub struct Level {
     pub duration: Duration,
 }
 
-/// A client for `concurrency` streams at once. Every phase has a timeout.
-pub fn client(concurrency: usize) -> Result<reqwest::Client, BenchError> {
+/// The load's client: one keep-alive pool (a connection per stream in flight, reused after).
+/// Every phase has a timeout.
+pub fn client() -> Result<reqwest::Client, BenchError> {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
         // Between two reads of a stream.
         .read_timeout(Duration::from_secs(120))
-        .pool_max_idle_per_host(concurrency.max(1))
         .tcp_nodelay(true)
         .build()
         .map_err(|e| BenchError::Setup(format!("HTTP client: {e}")))

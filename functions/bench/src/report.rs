@@ -379,13 +379,20 @@ impl Plot {
             let y = y0 - (y0 - y1) * f;
             let _ = write!(
                 svg,
-                r##"<text x="{x}" y="{}" font-size="11" text-anchor="middle">{}</text><text x="{}" y="{}" font-size="11" text-anchor="end">{}</text><line x1="{x0}" y1="{y}" x2="{x1}" y2="{y}" stroke="#ddd"/>"##,
+                r##"<text x="{x}" y="{}" font-size="11" text-anchor="middle">{}</text><line x1="{x0}" y1="{y}" x2="{x1}" y2="{y}" stroke="#ddd"/>"##,
                 y0 + 15.0,
                 short(xv),
-                x0 - 5.0,
-                y + 4.0,
-                short(yv)
             );
+            // A plot without a y label (the stage bars) has rows, not a y scale.
+            if !y_label.is_empty() {
+                let _ = write!(
+                    svg,
+                    r#"<text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>"#,
+                    x0 - 5.0,
+                    y + 4.0,
+                    short(yv)
+                );
+            }
         }
         let _ = write!(
             svg,
