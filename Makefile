@@ -3,7 +3,7 @@
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/sluice/target
 
-.PHONY: demo test bench lint setup llm
+.PHONY: demo test bench load lint setup llm
 
 demo:
 	scripts/demo.sh
@@ -13,6 +13,9 @@ test:
 
 bench:
 	scripts/bench.sh
+
+load:
+	scripts/load.sh
 
 lint:
 	cargo fmt --all --check

@@ -28,16 +28,7 @@ export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 export SLUICE_TEST_MOTO_SERVER="$cache/venv/bin/moto_server"
 export SLUICE_MODEL_DIR=${SLUICE_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}
 export RUST_LOG=${RUST_LOG:-warn}
-# Lint in the same build: clippy-driver wraps rustc for the workspace's own crates only
-# (RUSTC_WORKSPACE_WRAPPER), so the lints of `make lint` (-D warnings) are enforced while the
-# tests are compiled, and dependencies are compiled once, in full, instead of a second time in
-# check mode (on a fresh machine that second pass cost about 9 of `.ci/run`'s minutes).
-driver=$(dirname "$(rustup which cargo 2>/dev/null || command -v cargo)")/clippy-driver
-if [ -x "$driver" ]; then
-  export RUSTC_WORKSPACE_WRAPPER=$driver CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
-else
-  echo "clippy-driver not found next to cargo: building the tests without lints" >&2
-fi
+source scripts/cargo-env.sh
 log=$(mktemp)
 set +e
 # Every target (benches and examples too, as `make lint` checks them), then the tests.

@@ -1,0 +1,14 @@
+# Sourced by the scripts that build (test, load): the one build configuration of the
+# workspace, so that they share every compiled artefact.
+#
+# Lint in the same build: clippy-driver wraps rustc for the workspace's own crates only
+# (RUSTC_WORKSPACE_WRAPPER), so the lints of `make lint` (-D warnings) are enforced while the
+# tests are compiled, and dependencies are compiled once, in full, instead of a second time in
+# check mode (on a fresh machine that second pass cost about 9 of `.ci/run`'s minutes). The
+# wrapper is part of Cargo's fingerprint: a build without it recompiles the workspace.
+driver=$(dirname "$(rustup which cargo 2>/dev/null || command -v cargo)")/clippy-driver
+if [ -x "$driver" ]; then
+  export RUSTC_WORKSPACE_WRAPPER=$driver CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
+else
+  echo "clippy-driver not found next to cargo: building without lints" >&2
+fi

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# `make load`: the load sweep of the README. Starts the synthetic upstream (a benchmark
+# fixture, not a model) and `sluice serve` on 127.0.0.1, ingests the sample documents, runs
+# `sluice bench run` with the comparison against the fixture alone, prints one line per level,
+# and stops both. Reports: $SLUICE_HOME/load/report.{json,csv,html}.
+#
+#   LEVELS=100,500,1000    concurrent streams per level
+#   TOKENS_PER_SEC=10      per stream (a 256-token answer then lasts 25.6 s, as a long
+#   TOKENS=256             answer from a loaded GPU does)
+#   REQUESTS=1000          recorded per level, after WARMUP_S seconds of unrecorded load
+#   WARMUP_S=26            (one answer's length: every stream is open before recording)
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+cache=${SLUICE_HOME:-$HOME/.cache/sluice}
+export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
+export SLUICE_MODEL_DIR=${SLUICE_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}
+scripts/setup.sh model
+# The build `make test` makes (every target, same features and wrapper): nothing to compile
+# after it. A plain `cargo build` would unify features differently and recompile half the tree.
+source scripts/cargo-env.sh
+cargo test --workspace --all-targets --no-run --quiet 2>/dev/null
+sluice=$CARGO_TARGET_DIR/debug/sluice
+llm_port=${SLUICE_LOAD_LLM_PORT:-18095}
+port=${SLUICE_LOAD_PORT:-18096}
+out=$cache/load
+data=$(mktemp -d)
+"$sluice" fixture llm --addr "127.0.0.1:$llm_port" --tokens-per-sec "${TOKENS_PER_SEC:-10}" \
+  --tokens "${TOKENS:-256}" 2>/dev/null &
+fixture=$!
+SLUICE_ADDR=127.0.0.1:$port SLUICE_DATA_DIR=$data SLUICE_LLM_URL=http://127.0.0.1:$llm_port/v1 \
+  SLUICE_CACHE=off SLUICE_MAX_TOKENS=${TOKENS:-256} RUST_LOG=${RUST_LOG:-warn} \
+  "$sluice" serve 2>"$data/serve.log" &
+server=$!
+# Stop both and wait for the server to flush its store before its folder goes.
+trap 'kill "$fixture" "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$data"' EXIT
+for _ in $(seq 300); do
+  curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+  sleep 0.2
+done
+"$sluice" ingest --url "http://127.0.0.1:$port" samples >/dev/null
+"$sluice" bench run --url "http://127.0.0.1:$port" --load concurrent \
+  --levels "${LEVELS:-100,500,1000}" --requests "${REQUESTS:-1000}" --warmup-s "${WARMUP_S:-26}" \
+  --compare-llm "http://127.0.0.1:$llm_port/v1" --out "$out"
+echo "server peak RSS (VmHWM): $(grep VmHWM "/proc/$server/status" | awk '{print $2/1024 " MB"}')"
