@@ -9,6 +9,8 @@ cd "$here"
 cache=${SLUICE_HOME:-$HOME/.cache/sluice}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
 export SLUICE_MODEL_DIR=${SLUICE_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}
+# The test build's configuration: the benches reuse what `make test` compiled.
+source scripts/cargo-env.sh
 scripts/setup.sh model
 scripts/build-components.sh >/dev/null
 aws_port=${SLUICE_BENCH_AWS_PORT:-18083}
