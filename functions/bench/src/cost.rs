@@ -26,29 +26,41 @@ pub const LOOKUP_READ_UNITS: f64 = 0.5 + 10.0 * 0.5;
 /// Item writes per cached answer: the table and its 10 band indexes.
 pub const WRITES_PER_ENTRY: f64 = 11.0;
 
-/// Unit prices and deployment settings. Defaults: AWS list prices in us-east-1 (arm64
-/// Lambda, DynamoDB on demand, API Gateway REST) as published in 2025.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+/// Unit prices and deployment settings, also the flags of `sluice bench cost`. Defaults: AWS
+/// list prices in us-east-1 (arm64 Lambda, DynamoDB on demand, API Gateway REST) as
+/// published in 2025; the GPU's price and throughput have none (they depend on the fleet).
+#[derive(Debug, Clone, Serialize, Deserialize, clap::Args)]
 pub struct Prices {
     /// Lambda $ per GB-second (arm64).
+    #[arg(long, default_value_t = 0.0000133334)]
     pub lambda_gb_s: f64,
     /// Lambda $ per million requests.
+    #[arg(long, default_value_t = 0.20)]
     pub lambda_per_million: f64,
-    /// The answer function's memory, MB.
+    /// The answer function's memory, MB (the SAM template's default).
+    #[arg(long, default_value_t = 2048.0)]
     pub memory_mb: f64,
-    /// API Gateway $ per million requests (0 for a function URL).
+    /// API Gateway $ per million requests (REST; 0 for a function URL).
+    #[arg(long, default_value_t = 3.50)]
     pub api_per_million: f64,
-    /// DynamoDB $ per million read request units.
+    /// DynamoDB on-demand $ per million read request units.
+    #[arg(long, default_value_t = 0.125)]
     pub dynamodb_read_per_million: f64,
-    /// DynamoDB $ per million write request units.
+    /// DynamoDB on-demand $ per million write request units.
+    #[arg(long, default_value_t = 0.625)]
     pub dynamodb_write_per_million: f64,
     /// Size of a cached answer, KB (rounded up per write).
+    #[arg(long, default_value_t = 3.0)]
     pub cache_entry_kb: f64,
-    /// Share of answers served from the cache (default: as measured in the report).
+    /// Share of answers served from the cache, 0 to 1 [default: as measured in the report].
+    #[arg(long)]
     pub cache_hit_ratio: Option<f64>,
-    /// GPU $ per hour.
+    /// GPU $ per hour (required: depends on your instance and contract).
+    #[arg(long)]
     pub gpu_per_hour: f64,
-    /// Generated tokens per second one GPU sustains across its concurrent streams.
+    /// Generated tokens per second one GPU sustains over all its streams (required: measure
+    /// your vLLM fleet; the synthetic upstream cannot).
+    #[arg(long)]
     pub gpu_tokens_per_s: f64,
 }
 

@@ -166,37 +166,8 @@ enum BenchCommand {
         /// The level to price (its label, e.g. "concurrent 32") [default: the last].
         #[arg(long)]
         level: Option<String>,
-        /// GPU $ per hour (required: depends on your instance and contract).
-        #[arg(long)]
-        gpu_per_hour: f64,
-        /// Generated tokens per second one GPU sustains over all its streams (required:
-        /// measure your vLLM fleet; the synthetic upstream cannot).
-        #[arg(long)]
-        gpu_tokens_per_s: f64,
-        /// Lambda $ per GB-second (arm64, us-east-1).
-        #[arg(long, default_value_t = 0.0000133334)]
-        lambda_gb_s: f64,
-        /// Lambda $ per million requests.
-        #[arg(long, default_value_t = 0.20)]
-        lambda_per_million: f64,
-        /// The answer function's memory in MB (the SAM template's).
-        #[arg(long, default_value_t = 2048.0)]
-        memory_mb: f64,
-        /// API Gateway $ per million requests (REST; 0 for a function URL).
-        #[arg(long, default_value_t = 3.50)]
-        api_per_million: f64,
-        /// DynamoDB on-demand $ per million read request units.
-        #[arg(long, default_value_t = 0.125)]
-        dynamodb_read_per_million: f64,
-        /// DynamoDB on-demand $ per million write request units.
-        #[arg(long, default_value_t = 0.625)]
-        dynamodb_write_per_million: f64,
-        /// Size of a cached answer in KB.
-        #[arg(long, default_value_t = 3.0)]
-        cache_entry_kb: f64,
-        /// Share of answers from the cache, 0 to 1 [default: as measured].
-        #[arg(long)]
-        cache_hit_ratio: Option<f64>,
+        #[command(flatten)]
+        prices: sluice_bench::cost::Prices,
         /// Where to write the page.
         #[arg(long, default_value = "docs/cost.md")]
         out: PathBuf,
@@ -386,33 +357,10 @@ fn main() -> Result<()> {
                 BenchCommand::Cost {
                     report,
                     level,
-                    gpu_per_hour,
-                    gpu_tokens_per_s,
-                    lambda_gb_s,
-                    lambda_per_million,
-                    memory_mb,
-                    api_per_million,
-                    dynamodb_read_per_million,
-                    dynamodb_write_per_million,
-                    cache_entry_kb,
-                    cache_hit_ratio,
+                    prices,
                     out,
                 },
-        } => {
-            let prices = sluice_bench::cost::Prices {
-                lambda_gb_s,
-                lambda_per_million,
-                memory_mb,
-                api_per_million,
-                dynamodb_read_per_million,
-                dynamodb_write_per_million,
-                cache_entry_kb,
-                cache_hit_ratio,
-                gpu_per_hour,
-                gpu_tokens_per_s,
-            };
-            bench::cost(&report, level.as_deref(), &prices, &out)
-        }
+        } => bench::cost(&report, level.as_deref(), &prices, &out),
         Command::Cache {
             command: CacheCommand::Clear { tenant, url: u },
         } => {
