@@ -39,11 +39,16 @@ SAM_TOOLS=(aws-sam-cli==1.170.0)
 # The browser test's driver (Chromium itself comes from Debian).
 PLAYWRIGHT_PKG=playwright-core@1.65.1
 
-tools() {
-  if ! command -v cmake >/dev/null; then
-    log "installing cmake (Debian)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq cmake >/dev/null
+# Installs the Debian package $1 unless its command is already there.
+debian() {
+  if ! command -v "$1" >/dev/null; then
+    log "installing $1 (Debian)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$1" >/dev/null
   fi
+}
+
+tools() {
+  debian cmake
   if [ ! -f "$venv/.ok-v3" ]; then
     log "creating Python venv $venv"
     python3 -m venv "$venv"
@@ -141,10 +146,7 @@ llm() {
 # The browser test's tools: Chromium from Debian and playwright-core from npm (the driver
 # only; it downloads no browser of its own).
 browser() {
-  if ! command -v chromium >/dev/null; then
-    log "installing chromium (Debian)"
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
-  fi
+  debian chromium
   if [ ! -f "$cache/browser/.ok-v1" ]; then
     log "installing $PLAYWRIGHT_PKG (npm) into $cache/browser"
     mkdir -p "$cache/browser"
