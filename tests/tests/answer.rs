@@ -311,3 +311,26 @@ async fn an_unreachable_remote_store_opens_its_breaker_and_answers_go_on_without
         );
     }
 }
+
+#[tokio::test]
+async fn a_dead_first_llm_endpoint_fails_over_to_the_next() {
+    let dead = {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("free port")
+            .port();
+        format!("http://127.0.0.1:{port}/v1")
+    };
+    let urls = format!("{dead},{}", sluice_tests::llm_url());
+    let server = start(&[("SLUICE_LLM_URL", urls.as_str())]).await;
+    server.ingest_samples().await;
+    let answer = server
+        .answer(&json!({"query": "How do I reset my password?", "cache": "bypass"}))
+        .await;
+    answer.assert_well_formed();
+    assert_eq!(answer.names().last(), Some(&"done"), "{:?}", answer.names());
+    assert!(answer.text().chars().any(char::is_alphanumeric));
+    // Ready while one endpoint answers.
+    let (status, _) = server.get("/readyz").await;
+    assert_eq!(status, 200);
+}

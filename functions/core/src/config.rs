@@ -31,8 +31,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// `SLUICE_MODEL_DIR`: `model.onnx` and `tokenizer.json` of the embedding model.
     pub model_dir: PathBuf,
-    /// `SLUICE_LLM_URL`: base URL of the OpenAI-compatible API (ends in `/v1`).
-    pub llm_url: String,
+    /// `SLUICE_LLM_URL`: base URLs of the OpenAI-compatible API (each ends in `/v1`),
+    /// comma-separated; tried in order before the first token (failover).
+    pub llm_urls: Vec<String>,
     /// `SLUICE_LLM_MODEL`: model name sent upstream.
     pub llm_model: String,
     /// `SLUICE_LLM_API_KEY`: bearer token for the upstream, if it wants one. Never logged.
@@ -160,7 +161,7 @@ impl fmt::Debug for Config {
             .field("addr", &self.addr)
             .field("data_dir", &self.data_dir)
             .field("model_dir", &self.model_dir)
-            .field("llm_url", &self.llm_url)
+            .field("llm_urls", &self.llm_urls)
             .field("llm_model", &self.llm_model)
             .field(
                 "llm_api_key",
@@ -218,10 +219,11 @@ impl Config {
             model_dir: get("SLUICE_MODEL_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| home.join("models/all-MiniLM-L6-v2")),
-            llm_url: get("SLUICE_LLM_URL")
+            llm_urls: get("SLUICE_LLM_URL")
                 .unwrap_or_else(|| "http://127.0.0.1:8081/v1".into())
-                .trim_end_matches('/')
-                .to_string(),
+                .split(',')
+                .map(|u| u.trim().trim_end_matches('/').to_string())
+                .collect(),
             llm_model: get("SLUICE_LLM_MODEL").unwrap_or_else(|| "SmolLM2-135M-Instruct".into()),
             llm_api_key: get("SLUICE_LLM_API_KEY"),
             llm_context_tokens: ranged(&get, "SLUICE_LLM_CONTEXT_TOKENS", 8192, 512, 1 << 20)?,
@@ -336,11 +338,15 @@ impl Config {
             breaker_failures: ranged(&get, "SLUICE_BREAKER_FAILURES", 5, 1, 1000)? as u32,
             breaker_cool_down: millis(&get, "SLUICE_BREAKER_COOLDOWN_MS", 5000, 1)?,
         };
-        if !(config.llm_url.starts_with("http://") || config.llm_url.starts_with("https://")) {
+        if let Some(bad) = config
+            .llm_urls
+            .iter()
+            .find(|u| !(u.starts_with("http://") || u.starts_with("https://")))
+        {
             return Err(ConfigError {
                 name: "SLUICE_LLM_URL",
-                value: config.llm_url,
-                expected: "an http:// or https:// URL of an OpenAI-compatible API, such as http://127.0.0.1:8081/v1".into(),
+                value: bad.clone(),
+                expected: "http:// or https:// URLs of an OpenAI-compatible API, comma-separated, such as http://127.0.0.1:8081/v1".into(),
             });
         }
         if config.store == StoreBackend::Qdrant
@@ -540,7 +546,7 @@ mod tests {
         );
         assert_eq!(c.retrieval_deadline, Duration::from_millis(200));
         assert_eq!(c.top_k, 5);
-        assert_eq!(c.llm_url, "http://127.0.0.1:8081/v1");
+        assert_eq!(c.llm_urls, ["http://127.0.0.1:8081/v1"]);
     }
 
     #[test]
@@ -551,7 +557,16 @@ mod tests {
             ("SLUICE_TOP_K", "12"),
         ])
         .unwrap();
-        assert_eq!(c.llm_url, "http://10.0.0.5:8000/v1");
+        assert_eq!(c.llm_urls, ["http://10.0.0.5:8000/v1"]);
+        let c = with(&[(
+            "SLUICE_LLM_URL",
+            "http://10.0.0.5:8000/v1/, https://llm-b.internal/v1",
+        )])
+        .unwrap();
+        assert_eq!(
+            c.llm_urls,
+            ["http://10.0.0.5:8000/v1", "https://llm-b.internal/v1"]
+        );
         assert_eq!(c.retrieval_deadline, Duration::ZERO);
         assert_eq!(c.top_k, 12);
     }
@@ -565,6 +580,9 @@ mod tests {
         assert_eq!(e.name, "SLUICE_ADDR");
         let e = with(&[("SLUICE_LLM_URL", "127.0.0.1:8081")]).unwrap_err();
         assert_eq!(e.name, "SLUICE_LLM_URL");
+        // Every endpoint of a list is checked, an empty one too.
+        let e = with(&[("SLUICE_LLM_URL", "http://a/v1,,http://b/v1")]).unwrap_err();
+        assert_eq!((e.name, e.value.as_str()), ("SLUICE_LLM_URL", ""));
         let e = with(&[("SLUICE_RETRIEVAL_DEADLINE_MS", "soon")]).unwrap_err();
         assert_eq!(e.name, "SLUICE_RETRIEVAL_DEADLINE_MS");
         let e = with(&[

@@ -7,6 +7,13 @@
 //! `eventsource-stream`. `token_count` comes from the upstream's `usage`
 //! (`stream_options.include_usage`, which vLLM honours) when it reports one. Each request
 //! carries the answer's W3C `traceparent` (vLLM joins it when started with OpenTelemetry).
+//!
+//! With several endpoints (`SLUICE_LLM_URL=http://a/v1,http://b/v1`) the first is asked
+//! first, and a failure before the first token — connection refused or reset, 429 or 5xx,
+//! no first token within the first-token timeout, a stream that breaks before a token — moves
+//! the request to the next, in order. A refusal (another 4xx) is not retried anywhere: the
+//! request itself is wrong. After the first token nothing is retried: the client has already
+//! seen text, and a failure ends the answer with an `error` event.
 #![warn(missing_docs)]
 
 use std::time::{Duration, Instant};
@@ -44,7 +51,8 @@ pub struct Timeouts {
 /// The OpenAI-compatible client.
 pub struct OpenAiClient {
     http: reqwest::Client,
-    base_url: String,
+    /// Endpoints in the order they are tried; never empty.
+    base_urls: Vec<String>,
     model: String,
     api_key: Option<String>,
     timeouts: Timeouts,
@@ -87,6 +95,20 @@ impl OpenAiClient {
         api_key: Option<String>,
         timeouts: Timeouts,
     ) -> Result<Self, LlmError> {
+        Self::with_endpoints(&[base_url.to_string()], model, api_key, timeouts)
+    }
+
+    /// A client for several endpoints of the same model, tried in this order before the
+    /// first token (see the crate's documentation).
+    pub fn with_endpoints(
+        base_urls: &[String],
+        model: &str,
+        api_key: Option<String>,
+        timeouts: Timeouts,
+    ) -> Result<Self, LlmError> {
+        if base_urls.is_empty() {
+            return Err(LlmError::Unavailable("no LLM endpoint configured".into()));
+        }
         let http = reqwest::Client::builder()
             .connect_timeout(timeouts.connect)
             .pool_idle_timeout(POOL_IDLE)
@@ -96,7 +118,10 @@ impl OpenAiClient {
             .map_err(|e| LlmError::Unavailable(format!("HTTP client: {e}")))?;
         Ok(Self {
             http,
-            base_url: base_url.trim_end_matches('/').to_string(),
+            base_urls: base_urls
+                .iter()
+                .map(|u| u.trim_end_matches('/').to_string())
+                .collect(),
             model: model.to_string(),
             api_key,
             timeouts,
@@ -105,8 +130,8 @@ impl OpenAiClient {
 
     /// A client configured from `SLUICE_LLM_*`.
     pub fn from_config(config: &Config) -> Result<Self, LlmError> {
-        Self::new(
-            &config.llm_url,
+        Self::with_endpoints(
+            &config.llm_urls,
             &config.llm_model,
             config.llm_api_key.clone(),
             Timeouts {
@@ -117,10 +142,13 @@ impl OpenAiClient {
         )
     }
 
-    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let request = self
-            .http
-            .request(method, format!("{}{path}", self.base_url));
+    fn request(
+        &self,
+        method: reqwest::Method,
+        base_url: &str,
+        path: &str,
+    ) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, format!("{base_url}{path}"));
         match &self.api_key {
             Some(key) => request.bearer_auth(key),
             None => request,
@@ -145,7 +173,6 @@ impl Llm for OpenAiClient {
         max_tokens: u32,
         traceparent: &str,
     ) -> Result<LlmStream, LlmError> {
-        let started = Instant::now();
         let body = json!({
             "model": self.model,
             "messages": messages,
@@ -153,11 +180,49 @@ impl Llm for OpenAiClient {
             "stream_options": {"include_usage": true},
             "max_tokens": max_tokens,
         });
+        let mut failure = None;
+        for (i, url) in self.base_urls.iter().enumerate() {
+            match self.start(url, &body, traceparent).await {
+                Ok(stream) => return Ok(stream),
+                Err(e) if e.retryable() && i + 1 < self.base_urls.len() => {
+                    tracing::warn!(endpoint = %url, error = %e, "LLM endpoint failed before the first token; trying the next");
+                    failure = Some(e);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        // Unreachable with at least one endpoint: the last one returns above.
+        Err(failure.unwrap_or_else(|| LlmError::Unavailable("no LLM endpoint".into())))
+    }
+
+    async fn ready(&self) -> Result<(), LlmError> {
+        // Ready when any endpoint answers: requests fail over to it.
+        let mut failure = None;
+        for url in &self.base_urls {
+            match self.probe(url).await {
+                Ok(()) => return Ok(()),
+                Err(e) => failure = Some(e),
+            }
+        }
+        Err(failure.unwrap_or_else(|| LlmError::Unavailable("no LLM endpoint".into())))
+    }
+}
+
+impl OpenAiClient {
+    /// One endpoint's stream, returned once its first event (a token, or the finish of an
+    /// empty answer) has arrived, so that a failure before it can move to the next endpoint.
+    async fn start(
+        &self,
+        url: &str,
+        body: &serde_json::Value,
+        traceparent: &str,
+    ) -> Result<LlmStream, LlmError> {
+        let started = Instant::now();
         let first_token = self.timeouts.first_token;
         let send = self
-            .request(reqwest::Method::POST, "/chat/completions")
+            .request(reqwest::Method::POST, url, "/chat/completions")
             .header("traceparent", traceparent)
-            .json(&body)
+            .json(body)
             .send();
         let response = tokio::time::timeout(first_token, send)
             .await
@@ -221,13 +286,20 @@ impl Llm for OpenAiClient {
                 None => Err(LlmError::Stream("the upstream closed the stream without a finish_reason".into()))?,
             }
         };
-        Ok(Box::pin(stream))
+        let mut stream: LlmStream = Box::pin(stream);
+        match stream.next().await {
+            Some(Ok(first)) => Ok(Box::pin(
+                futures::stream::once(async { Ok(first) }).chain(stream),
+            )),
+            Some(Err(e)) => Err(e),
+            None => Err(LlmError::Stream("the upstream sent nothing".into())),
+        }
     }
 
-    async fn ready(&self) -> Result<(), LlmError> {
+    async fn probe(&self, url: &str) -> Result<(), LlmError> {
         let response = tokio::time::timeout(
             READY_TIMEOUT,
-            self.request(reqwest::Method::GET, "/models").send(),
+            self.request(reqwest::Method::GET, url, "/models").send(),
         )
         .await
         .map_err(|_| LlmError::Timeout("readiness"))?

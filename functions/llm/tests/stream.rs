@@ -272,3 +272,125 @@ async fn usage_from_the_upstream_is_reported() {
         }
     );
 }
+
+/// A stand-in that streams one token and finishes (a transport stand-in, not a model).
+async fn good_stand_in() -> String {
+    let finish =
+        "data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\ndata: [DONE]\n\n";
+    stand_in(
+        vec![
+            (SSE_HEAD, Duration::ZERO),
+            (TOKEN, Duration::ZERO),
+            (finish, Duration::ZERO),
+        ],
+        Duration::ZERO,
+    )
+    .await
+}
+
+fn closed_port_url() -> String {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .unwrap()
+        .port();
+    format!("http://127.0.0.1:{port}/v1")
+}
+
+async fn run_endpoints(urls: &[String]) -> (usize, Result<(), LlmError>) {
+    let client = OpenAiClient::with_endpoints(urls, "m", None, FAST).unwrap();
+    let mut stream = match client
+        .stream(vec![ChatMessage::new("user", "hi")], 8, TRACE)
+        .await
+    {
+        Ok(s) => s,
+        Err(e) => return (0, Err(e)),
+    };
+    let mut tokens = 0;
+    while let Some(item) = stream.next().await {
+        match item {
+            Ok(LlmEvent::Token(_)) => tokens += 1,
+            Ok(LlmEvent::Finish { .. }) => return (tokens, Ok(())),
+            Err(e) => return (tokens, Err(e)),
+        }
+    }
+    (tokens, Ok(()))
+}
+
+#[tokio::test]
+async fn a_refused_overloaded_or_silent_endpoint_fails_over_before_the_first_token() {
+    let overloaded = "HTTP/1.1 503 Service Unavailable\r\ncontent-length: 8\r\nconnection: close\r\n\r\noverload";
+    let failing = [
+        ("refused", closed_port_url()),
+        (
+            "503",
+            stand_in(vec![(overloaded, Duration::ZERO)], Duration::ZERO).await,
+        ),
+        (
+            "silent",
+            stand_in(vec![(SSE_HEAD, Duration::ZERO)], Duration::from_secs(5)).await,
+        ),
+        (
+            "broken before a token",
+            stand_in(vec![(SSE_HEAD, Duration::ZERO)], Duration::ZERO).await,
+        ),
+    ];
+    for (what, bad) in failing {
+        let good = good_stand_in().await;
+        let started = Instant::now();
+        let (tokens, r) = run_endpoints(&[bad, good]).await;
+        assert!(r.is_ok(), "{what}: {r:?}");
+        assert_eq!(tokens, 1, "{what}: the second endpoint's token");
+        // A silent endpoint costs its first-token timeout (400 ms here), no more.
+        assert!(started.elapsed() < Duration::from_secs(2), "{what}");
+    }
+}
+
+#[tokio::test]
+async fn a_rejected_request_is_not_sent_elsewhere_and_all_down_reports_the_last_failure() {
+    let rejected = "HTTP/1.1 400 Bad Request\r\ncontent-length: 3\r\nconnection: close\r\n\r\nbad";
+    let bad_request = stand_in(vec![(rejected, Duration::ZERO)], Duration::ZERO).await;
+    let good = good_stand_in().await;
+    let (tokens, r) = run_endpoints(&[bad_request, good]).await;
+    assert_eq!(tokens, 0);
+    assert!(
+        matches!(r, Err(LlmError::Status { status: 400, .. })),
+        "{r:?}"
+    );
+
+    let (_, r) = run_endpoints(&[closed_port_url(), closed_port_url()]).await;
+    let e = r.unwrap_err();
+    assert!(matches!(e, LlmError::Unavailable(_)), "{e:?}");
+    assert!(e.retryable());
+}
+
+#[tokio::test]
+async fn a_failure_after_the_first_token_is_not_retried() {
+    // One token, then a stall: the answer has started, so the idle timeout ends it here
+    // instead of a second endpoint starting the answer again.
+    let stalls = stand_in(
+        vec![(SSE_HEAD, Duration::ZERO), (TOKEN, Duration::ZERO)],
+        Duration::from_secs(5),
+    )
+    .await;
+    let good = good_stand_in().await;
+    let (tokens, r) = run_endpoints(&[stalls, good]).await;
+    assert_eq!(tokens, 1);
+    assert!(matches!(r, Err(LlmError::Timeout("idle"))), "{r:?}");
+}
+
+#[tokio::test]
+async fn ready_when_any_endpoint_answers() {
+    let client = OpenAiClient::with_endpoints(
+        &[closed_port_url(), real_llm_url()],
+        "SmolLM2-135M-Instruct",
+        None,
+        FAST,
+    )
+    .unwrap();
+    client.ready().await.unwrap();
+    let client =
+        OpenAiClient::with_endpoints(&[closed_port_url(), closed_port_url()], "m", None, FAST)
+            .unwrap();
+    assert!(client.ready().await.is_err());
+    assert!(OpenAiClient::with_endpoints(&[], "m", None, FAST).is_err());
+}

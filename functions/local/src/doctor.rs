@@ -64,7 +64,11 @@ pub async fn run(config: &Config, url: &str) -> Result<()> {
         Ok(()) => report(
             true,
             "LLM",
-            &format!("{} answers (model {})", config.llm_url, config.llm_model),
+            &format!(
+                "{} answers (model {})",
+                config.llm_urls.join(", "),
+                config.llm_model
+            ),
         ),
         Err(e) => report(
             false,

@@ -44,7 +44,7 @@ pub fn router(pipeline: Arc<Pipeline>) -> axum::Router {
 /// Serves until Ctrl-C or SIGTERM, then lets open streams finish.
 pub async fn run(config: Config) -> Result<()> {
     let addr = config.addr;
-    let llm_url = config.llm_url.clone();
+    let llm_url = config.llm_urls.join(",");
     let pipeline = sluice_app::pipeline(config).await?;
     let pipeline = Arc::new(pipeline);
     let listener = tokio::net::TcpListener::bind(addr)
