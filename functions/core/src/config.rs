@@ -558,17 +558,17 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(c.llm_urls, ["http://10.0.0.5:8000/v1"]);
-        let c = with(&[(
+        assert_eq!(c.retrieval_deadline, Duration::ZERO);
+        assert_eq!(c.top_k, 12);
+        let two = with(&[(
             "SLUICE_LLM_URL",
             "http://10.0.0.5:8000/v1/, https://llm-b.internal/v1",
         )])
         .unwrap();
         assert_eq!(
-            c.llm_urls,
+            two.llm_urls,
             ["http://10.0.0.5:8000/v1", "https://llm-b.internal/v1"]
         );
-        assert_eq!(c.retrieval_deadline, Duration::ZERO);
-        assert_eq!(c.top_k, 12);
     }
 
     #[test]
