@@ -251,6 +251,7 @@ mod tests {
                 added_ttft_ms: None,
                 server_rss_mb: None,
                 server_peak_rss_mb: None,
+                server_open_fds: None,
                 samples: level.samples,
             }],
         }

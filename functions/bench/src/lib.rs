@@ -100,7 +100,7 @@ pub async fn run(
             seed,
         )
         .await?;
-        let (rss, peak) = server_memory(&client, &plan.url).await;
+        let (rss, peak, fds) = server_process(&client, &plan.url).await;
         let sluice_measures = report::measures(&level, plan.slo_ttft_ms);
         let (direct, added) = match &compare {
             None => (None, None),
@@ -149,6 +149,7 @@ pub async fn run(
             added_ttft_ms: added,
             server_rss_mb: rss,
             server_peak_rss_mb: peak,
+            server_open_fds: fds,
             samples: level.samples,
         };
         progress(&level_report);
@@ -185,8 +186,12 @@ async fn first_model(url: &str) -> Result<String, BenchError> {
         .ok_or_else(|| fail("no model listed; pass --llm-model".into()))
 }
 
-/// The server's resident and peak resident memory in MB, from its `/metrics`, if it has one.
-async fn server_memory(client: &reqwest::Client, url: &str) -> (Option<f64>, Option<f64>) {
+/// The server's resident and peak resident memory in MB and its open file descriptors, from
+/// its `/metrics`, if it has one.
+async fn server_process(
+    client: &reqwest::Client,
+    url: &str,
+) -> (Option<f64>, Option<f64>, Option<f64>) {
     let text = match client
         .get(format!("{}/metrics", url.trim_end_matches('/')))
         .timeout(Duration::from_secs(3))
@@ -194,17 +199,18 @@ async fn server_memory(client: &reqwest::Client, url: &str) -> (Option<f64>, Opt
         .await
     {
         Ok(r) if r.status().is_success() => r.text().await.unwrap_or_default(),
-        _ => return (None, None),
+        _ => return (None, None, None),
     };
     let gauge = |name: &str| {
         text.lines()
             .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
             .and_then(|v| v.trim().parse::<f64>().ok())
-            .map(|b| b / (1024.0 * 1024.0))
     };
+    let mb = |b: f64| b / (1024.0 * 1024.0);
     (
-        gauge("sluice_process_resident_memory_bytes"),
-        gauge("sluice_process_peak_resident_memory_bytes"),
+        gauge("sluice_process_resident_memory_bytes").map(mb),
+        gauge("sluice_process_peak_resident_memory_bytes").map(mb),
+        gauge("sluice_process_open_fds"),
     )
 }
 

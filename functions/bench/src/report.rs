@@ -151,13 +151,16 @@ pub struct LevelReport {
     /// TTFT added by Sluice (comparison mode).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub added_ttft_ms: Option<Added>,
-    /// The server's resident memory after the level, and its peak so far, from its
-    /// `/metrics` (absent when it has none).
+    /// The server's resident memory after the level (this and the next two from its
+    /// `/metrics`; absent when it has none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_rss_mb: Option<f64>,
     /// Peak resident memory so far.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub server_peak_rss_mb: Option<f64>,
+    /// The server's open file descriptors after the level.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_open_fds: Option<f64>,
     /// The recorded requests.
     pub samples: Vec<Sample>,
 }
@@ -290,14 +293,14 @@ pub fn csv(report: &Report) -> String {
          goodput_per_s,ttft_p50_ms,ttft_p90_ms,ttft_p95_ms,ttft_p99_ms,tpot_p50_ms,tpot_p99_ms,\
          itl_p50_ms,itl_p99_ms,e2e_p50_ms,e2e_p99_ms,pipeline_p50_ms,pipeline_p99_ms,\
          direct_ttft_p50_ms,direct_ttft_p99_ms,added_ttft_p50_ms,added_ttft_p99_ms,\
-         cache_hits,degraded,server_peak_rss_mb\n",
+         cache_hits,degraded,server_peak_rss_mb,server_rss_mb,server_open_fds\n",
     );
     let opt = |v: Option<f64>| v.map_or(String::new(), |v| format!("{v:.3}"));
     for l in &report.levels {
         let m = &l.sluice;
         let _ = writeln!(
             out,
-            "{},{},{},{},{},{:.4},{:.3},{:.3},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{},{},{}",
+            "{},{},{},{},{},{:.4},{:.3},{:.3},{:.1},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{},{},{},{},{},{},{}",
             l.label,
             l.load.level(),
             m.requests,
@@ -327,6 +330,8 @@ pub fn csv(report: &Report) -> String {
             l.cache_hits,
             l.degraded,
             opt(l.server_peak_rss_mb),
+            opt(l.server_rss_mb),
+            opt(l.server_open_fds),
         );
     }
     out

@@ -98,6 +98,7 @@ struct Inner {
     active: Gauge,
     resident: Gauge,
     resident_peak: Gauge,
+    open_fds: Gauge,
     /// The function name of the EMF dimension, when EMF lines are written.
     emf: Option<String>,
 }
@@ -133,6 +134,7 @@ impl Metrics {
             active: Gauge::default(),
             resident: Gauge::default(),
             resident_peak: Gauge::default(),
+            open_fds: Gauge::default(),
             emf,
             registry: Registry::default(),
         };
@@ -188,6 +190,11 @@ impl Metrics {
             "Largest resident memory of this process so far (VmHWM)",
             Unit::Bytes,
             inner.resident_peak.clone(),
+        );
+        registry.register(
+            "process_open_fds",
+            "File descriptors open in this process (read at scrape time)",
+            inner.open_fds.clone(),
         );
         Self {
             inner: Arc::new(Inner { registry, ..inner }),
@@ -254,11 +261,14 @@ impl Metrics {
         }
     }
 
-    /// The OpenMetrics text of every series, with the memory gauges read now.
+    /// The OpenMetrics text of every series, with the process gauges read now.
     pub fn encode(&self) -> String {
         if let Some((now, peak)) = resident_memory() {
             self.inner.resident.set(now);
             self.inner.resident_peak.set(peak);
+        }
+        if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+            self.inner.open_fds.set(fds.count() as i64);
         }
         let mut out = String::new();
         // Writing to a String cannot fail.
@@ -450,6 +460,7 @@ mod tests {
         // A stage that did not run has no series.
         assert!(!text.contains("stage=\"rerank\""), "{text}");
         assert!(text.contains("sluice_process_resident_memory_bytes "));
+        assert!(text.contains("sluice_process_open_fds "));
     }
 
     #[test]

@@ -99,9 +99,12 @@ pub async fn run(plan: &sluice_bench::Plan, out: &Path) -> Result<()> {
             .map_or(String::new(), |a| {
                 format!(" | added ttft p50 {:.1} p99 {:.1} ms", a.p50, a.p99)
             });
-        let rss = l
-            .server_peak_rss_mb
-            .map_or(String::new(), |r| format!(" | server peak rss {r:.0} MB"));
+        let rss = match (l.server_rss_mb, l.server_peak_rss_mb, l.server_open_fds) {
+            (Some(now), Some(peak), Some(fds)) => {
+                format!(" | server rss {now:.0} MB (peak {peak:.0}), {fds:.0} fds")
+            }
+            _ => String::new(),
+        };
         eprintln!(
             "{:<18} {} ok {} errors | ttft p50 {:.1} p99 {:.1} ms | e2e p50 {:.0} ms | {:.1} req/s {:.0} tok/s | pipeline p99 {:.1} ms{added}{rss}",
             l.label,

@@ -3,51 +3,10 @@
 
 mod common;
 
-use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use common::*;
 use serde_json::Value;
-
-/// `sluice fixture llm` on a free port; killed when dropped.
-struct Fixture {
-    child: Child,
-    url: String,
-}
-
-impl Drop for Fixture {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn fixture(tokens_per_sec: u32, tokens: u32) -> Fixture {
-    let port = free_port();
-    let child = sluice()
-        .args(["fixture", "llm", "--addr", &format!("127.0.0.1:{port}")])
-        .args(["--tokens-per-sec", &tokens_per_sec.to_string()])
-        .args(["--tokens", &tokens.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("sluice fixture llm");
-    wait_for_port(port, "the synthetic upstream");
-    Fixture {
-        child,
-        url: format!("http://127.0.0.1:{port}/v1"),
-    }
-}
-
-fn ingest(server: &Server) {
-    let out = output_within(
-        sluice()
-            .args(["ingest", "--url", &server.url])
-            .arg(samples()),
-        Duration::from_secs(120),
-    );
-    assert!(out.status.success(), "{}", text(&out));
-}
 
 fn number(v: &Value) -> f64 {
     v.as_f64().unwrap_or(f64::NAN)

@@ -6,7 +6,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -26,16 +26,8 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
         .find(|p| std::path::Path::new(p).is_file())
         .expect("Chromium is not installed: run `scripts/setup.sh browser`");
 
-    let port = free_port();
-    let mut upstream = sluice()
-        .args(["fixture", "llm", "--addr", &format!("127.0.0.1:{port}")])
-        .args(["--tokens-per-sec", "20", "--tokens", "16"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("sluice fixture llm");
-    wait_for_port(port, "the synthetic upstream");
-    let server = serve_with(&[("SLUICE_LLM_URL", &format!("http://127.0.0.1:{port}/v1"))]);
+    let upstream = fixture(20, 16);
+    let server = serve_with(&[("SLUICE_LLM_URL", &upstream.url)]);
 
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("browser");
     std::fs::create_dir_all(&out_dir).expect("output folder");
@@ -55,8 +47,7 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
             .env("SCREENSHOT", &screenshot),
         Duration::from_secs(120),
     );
-    let _ = upstream.kill();
-    let _ = upstream.wait();
+    drop(upstream);
     assert!(out.status.success(), "{}", text(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     let seen: Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))

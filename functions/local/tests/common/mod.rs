@@ -134,3 +134,46 @@ pub fn wait_for_port(port: u16, what: &str) {
 pub fn samples() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../samples")
 }
+
+/// `sluice fixture llm` (the synthetic upstream, a benchmark fixture) on a free port, at
+/// `tokens_per_sec` per stream, `tokens` per answer; killed when dropped.
+pub struct Fixture {
+    pub child: Child,
+    /// Its OpenAI base URL, `http://127.0.0.1:PORT/v1`.
+    pub url: String,
+}
+
+impl Drop for Fixture {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn fixture(tokens_per_sec: u32, tokens: u32) -> Fixture {
+    let port = free_port();
+    let child = sluice()
+        .args(["fixture", "llm", "--addr", &format!("127.0.0.1:{port}")])
+        .args(["--tokens-per-sec", &tokens_per_sec.to_string()])
+        .args(["--tokens", &tokens.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("sluice fixture llm");
+    wait_for_port(port, "the synthetic upstream");
+    Fixture {
+        child,
+        url: format!("http://127.0.0.1:{port}/v1"),
+    }
+}
+
+/// `sluice ingest samples/` into `server`.
+pub fn ingest(server: &Server) {
+    let out = output_within(
+        sluice()
+            .args(["ingest", "--url", &server.url])
+            .arg(samples()),
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+}
