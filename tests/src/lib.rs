@@ -153,13 +153,18 @@ pub async fn start(overrides: &[(&str, &str)]) -> TestServer {
     start_with(overrides, |s| s).await
 }
 
-/// Starts a server whose LLM URL points at a closed port on 127.0.0.1.
-pub async fn start_without_llm() -> TestServer {
+/// The `/v1` URL of a port on 127.0.0.1 that nothing listens on: an LLM that is down.
+pub fn closed_llm_url() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .expect("free port")
         .port();
-    let url = format!("http://127.0.0.1:{port}/v1");
+    format!("http://127.0.0.1:{port}/v1")
+}
+
+/// Starts a server whose LLM URL points at a closed port on 127.0.0.1.
+pub async fn start_without_llm() -> TestServer {
+    let url = closed_llm_url();
     start(&[("SLUICE_LLM_URL", url.as_str())]).await
 }
 

@@ -314,14 +314,11 @@ async fn an_unreachable_remote_store_opens_its_breaker_and_answers_go_on_without
 
 #[tokio::test]
 async fn a_dead_first_llm_endpoint_fails_over_to_the_next() {
-    let dead = {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .and_then(|l| l.local_addr())
-            .expect("free port")
-            .port();
-        format!("http://127.0.0.1:{port}/v1")
-    };
-    let urls = format!("{dead},{}", sluice_tests::llm_url());
+    let urls = format!(
+        "{},{}",
+        sluice_tests::closed_llm_url(),
+        sluice_tests::llm_url()
+    );
     let server = start(&[("SLUICE_LLM_URL", urls.as_str())]).await;
     server.ingest_samples().await;
     let answer = server

@@ -95,12 +95,7 @@ async fn max_tokens_caps_the_answer() {
 
 #[tokio::test]
 async fn a_closed_port_is_unavailable_at_once() {
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let client =
-        OpenAiClient::new(&format!("http://127.0.0.1:{port}/v1"), "m", None, FAST).unwrap();
+    let client = OpenAiClient::new(&closed_port_url(), "m", None, FAST).unwrap();
     let started = Instant::now();
     let err = client
         .stream(vec![ChatMessage::new("user", "hi")], 8, TRACE)
@@ -142,24 +137,9 @@ const SSE_HEAD: &str =
 const TOKEN: &str =
     "data: {\"choices\":[{\"delta\":{\"content\":\"Hi\"},\"finish_reason\":null}]}\n\n";
 
+/// One request to `url`: the tokens seen and how the stream ended.
 async fn run(url: &str) -> (usize, Result<(), LlmError>) {
-    let client = OpenAiClient::new(url, "m", None, FAST).unwrap();
-    let mut stream = match client
-        .stream(vec![ChatMessage::new("user", "hi")], 8, TRACE)
-        .await
-    {
-        Ok(s) => s,
-        Err(e) => return (0, Err(e)),
-    };
-    let mut tokens = 0;
-    while let Some(item) = stream.next().await {
-        match item {
-            Ok(LlmEvent::Token(_)) => tokens += 1,
-            Ok(LlmEvent::Finish { .. }) => return (tokens, Ok(())),
-            Err(e) => return (tokens, Err(e)),
-        }
-    }
-    (tokens, Ok(()))
+    run_endpoints(&[url.to_string()]).await
 }
 
 #[tokio::test]
@@ -288,6 +268,7 @@ async fn good_stand_in() -> String {
     .await
 }
 
+/// The `/v1` URL of a port on 127.0.0.1 that nothing listens on.
 fn closed_port_url() -> String {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
@@ -296,6 +277,7 @@ fn closed_port_url() -> String {
     format!("http://127.0.0.1:{port}/v1")
 }
 
+/// One request over `urls` (failover in order): the tokens seen and how the stream ended.
 async fn run_endpoints(urls: &[String]) -> (usize, Result<(), LlmError>) {
     let client = OpenAiClient::with_endpoints(urls, "m", None, FAST).unwrap();
     let mut stream = match client
