@@ -72,3 +72,73 @@ async fn the_function_url_streams_an_answer_token_by_token() {
     assert_eq!(emf["tokens"].as_f64(), Some(tokens.len() as f64));
     assert_eq!(emf["error"].as_f64(), Some(0.0));
 }
+
+#[tokio::test]
+async fn with_keys_in_dynamodb_the_function_url_needs_a_key_and_never_logs_it() {
+    use sluice_core::auth::{KeyRecord, Permission, Principal, digest, new_key};
+    // A fresh key table on the emulator, with one key of acme's.
+    let table = format!("sluice-keys-{}", std::process::id());
+    let config = sluice_core::Config::from_lookup(|name| {
+        (name == "SLUICE_API_KEYS_TABLE").then(|| table.clone())
+    })
+    .unwrap();
+    let keys = sluice_aws::keys::DynamoKeys::connect(&config)
+        .await
+        .unwrap();
+    keys.create_table().await.unwrap();
+    let key = new_key();
+    let record = KeyRecord {
+        hash: digest(&key),
+        principal: Principal {
+            tenant: "acme".into(),
+            permissions: vec![Permission::Answer],
+        },
+        name: Some("lambda test".into()),
+    };
+    keys.put(&record).await.unwrap();
+    // The same digest twice is refused.
+    assert!(keys.put(&record).await.is_err());
+
+    let data = tempfile::tempdir().unwrap();
+    let function = Function::start(
+        Path::new(env!("CARGO_BIN_EXE_answer")),
+        &[
+            ("SLUICE_DATA_DIR", data.path().display().to_string()),
+            ("SLUICE_API_KEYS_TABLE", table.clone()),
+            ("RUST_LOG", "info,qdrant_edge=error".into()),
+        ],
+    );
+    let base = function.url();
+    let body = json!({"query": "How long does a replacement card take to arrive?"});
+    let refused = sluice_tests::http()
+        .post(format!("{base}/v1/answer"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let error: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "missing_api_key");
+    let wrong = format!("Bearer {}", new_key());
+    let refused = sluice_tests::http()
+        .post(format!("{base}/v1/answer"))
+        .header("authorization", &wrong)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 401);
+    let auth = format!("Bearer {key}");
+    let answer =
+        sluice_tests::answer_with_headers(&base, &[("authorization", auth.as_str())], &body).await;
+    answer.assert_well_formed();
+    assert_eq!(answer.first("meta").data["tenant"], "acme");
+    // The tenant is on the answer's log lines; the key is on none.
+    let log = function.log();
+    assert!(
+        log.iter().any(|l| l["span"]["tenant"] == "acme"),
+        "no line of acme's: {log:?}"
+    );
+    let raw = serde_json::to_string(&log).unwrap();
+    assert!(!raw.contains(&key), "the key was logged");
+}

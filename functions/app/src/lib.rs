@@ -8,13 +8,14 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use sluice_core::auth::KeyStore;
 use sluice_core::error::{CacheError, EmbedError, LlmError, StoreError};
 use sluice_core::stages::{ComponentError, ComponentStorage, Embedder};
 use sluice_core::{Config, Pipeline};
 use sluice_embed::MiniLm;
 use sluice_llm::OpenAiClient;
 use sluice_sandbox::{Disk, Registry};
-use tracing::info;
+use tracing::{info, warn};
 
 /// A part of the pipeline that could not be built.
 #[derive(Debug, thiserror::Error)]
@@ -34,6 +35,9 @@ pub enum AppError {
     /// The answer cache could not be set up.
     #[error("setting up the answer cache: {0}")]
     Cache(#[from] CacheError),
+    /// The API keys could not be read.
+    #[error("{0}")]
+    Auth(#[from] sluice_core::auth::AuthError),
     /// The configuration is invalid.
     #[error("configuration: {0}")]
     Config(#[from] sluice_core::config::ConfigError),
@@ -104,6 +108,26 @@ pub async fn pipeline(config: Config) -> Result<Pipeline, AppError> {
             Arc::new(Disk::open(&config.data_dir.join("components")).map_err(AppError::Components)?)
         }
     };
+    let keys: Option<Arc<dyn KeyStore>> = match &config.api_keys_table {
+        Some(table) => {
+            info!(%table, "auth on: API keys in DynamoDB");
+            Some(Arc::new(
+                sluice_aws::keys::DynamoKeys::connect(&config).await?,
+            ))
+        }
+        None => match sluice_core::auth::file_keys(&config)? {
+            Some(keys) => {
+                info!(keys = keys.len(), file = ?config.api_keys_file, "auth on: API keys from the key file");
+                Some(Arc::new(keys))
+            }
+            None => {
+                warn!(
+                    "auth is off (no SLUICE_API_KEYS_FILE or SLUICE_API_KEYS_TABLE): the x-sluice-tenant header is trusted"
+                );
+                None
+            }
+        },
+    };
     let llm = OpenAiClient::from_config(&config)?;
     let joined = |e: tokio::task::JoinError| AppError::Task(e.to_string());
     let store = store.await.map_err(joined)??;
@@ -112,8 +136,11 @@ pub async fn pipeline(config: Config) -> Result<Pipeline, AppError> {
         Registry::from_config(&config, Arc::clone(&embedder), storage)
             .map_err(AppError::Components)?,
     );
-    let pipeline = Pipeline::new(config, embedder, store, Arc::new(llm))
+    let mut pipeline = Pipeline::new(config, embedder, store, Arc::new(llm))
         .with_components(registry.clone(), registry);
+    if let Some(keys) = keys {
+        pipeline = pipeline.with_keys(keys);
+    }
     Ok(match cache {
         Some(cache) => pipeline.with_cache(cache),
         None => pipeline,

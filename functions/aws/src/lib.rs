@@ -4,6 +4,7 @@
 //!   — uploads and compiled artefacts in S3, versions and the active pointer in DynamoDB —
 //!   shared by the registry function (which compiles, for its own architecture) and the
 //!   answer function (which loads what was compiled).
+//! - [`keys::DynamoKeys`]: API keys (digests → tenants) for the functions' auth.
 //! - [`documents::Documents`]: reads an uploaded document from S3 for the ingest function.
 //! - [`secrets::settings`]: `SLUICE_*` settings (the vector store's API key) from a Secrets
 //!   Manager secret, read once at start.
@@ -16,6 +17,7 @@ use std::time::Duration;
 
 pub mod components;
 pub mod documents;
+pub mod keys;
 pub mod secrets;
 
 /// Connecting to an AWS endpoint (in-region, or through a VPC endpoint): well under a second.

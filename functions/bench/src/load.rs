@@ -302,7 +302,14 @@ async fn measure(
             if let Some(k) = k {
                 body["k"] = json!(k);
             }
-            let request = client.post(format!("{url}/v1/answer")).json(&body);
+            // SLUICE_API_KEY for a server with auth on; read once, sent to Sluice only.
+            static AUTH: std::sync::OnceLock<reqwest::header::HeaderMap> =
+                std::sync::OnceLock::new();
+            let auth = AUTH.get_or_init(sluice_core::auth::client_headers).clone();
+            let request = client
+                .post(format!("{url}/v1/answer"))
+                .headers(auth)
+                .json(&body);
             match tenant {
                 Some(t) => request.header("x-sluice-tenant", t),
                 None => request,

@@ -52,8 +52,23 @@ pub struct Config {
     pub retrieval_deadline: Duration,
     /// `SLUICE_TOP_K`: sources per answer when the request does not say.
     pub top_k: usize,
-    /// `SLUICE_DEFAULT_TENANT`: the tenant of every request while auth is off.
+    /// `SLUICE_DEFAULT_TENANT`: the tenant of requests without `x-sluice-tenant` while auth
+    /// is off.
     pub default_tenant: String,
+    /// `SLUICE_API_KEYS_FILE`: the key file of `sluice serve` (auth on when set).
+    pub api_keys_file: Option<PathBuf>,
+    /// `SLUICE_API_KEYS_TABLE`: the DynamoDB table of keys on Lambda (auth on when set).
+    pub api_keys_table: Option<String>,
+    /// `SLUICE_TENANT_RATE`: requests per second per tenant (0 = no limit).
+    pub tenant_rate: f64,
+    /// `SLUICE_TENANT_BURST`: requests a tenant may make at once above its rate.
+    pub tenant_burst: u32,
+    /// `SLUICE_TENANT_MAX_STREAMS`: answers one tenant may have streaming at once (0 = no limit).
+    pub tenant_max_streams: usize,
+    /// `SLUICE_MAX_DOCUMENTS`: documents per ingest request.
+    pub max_documents: usize,
+    /// `SLUICE_MAX_CHUNKS`: chunks one ingest request may produce.
+    pub max_chunks: usize,
     /// `SLUICE_MAX_BODY_BYTES`: request body cap for `/v1/answer` (413 above).
     pub max_body_bytes: usize,
     /// `SLUICE_MAX_INGEST_BYTES`: request body cap for `/v1/documents` (413 above).
@@ -172,6 +187,8 @@ impl fmt::Debug for Config {
             .field("retrieval_deadline", &self.retrieval_deadline)
             .field("top_k", &self.top_k)
             .field("default_tenant", &self.default_tenant)
+            .field("api_keys_file", &self.api_keys_file)
+            .field("api_keys_table", &self.api_keys_table)
             .field("cache", &self.cache)
             .field("store", &self.store)
             .field("qdrant_url", &self.qdrant_url)
@@ -234,6 +251,28 @@ impl Config {
             retrieval_deadline: millis(&get, "SLUICE_RETRIEVAL_DEADLINE_MS", 200, 0)?,
             top_k: ranged(&get, "SLUICE_TOP_K", 5, 1, MAX_K)?,
             default_tenant: get("SLUICE_DEFAULT_TENANT").unwrap_or_else(|| "default".into()),
+            api_keys_file: get("SLUICE_API_KEYS_FILE").map(PathBuf::from),
+            api_keys_table: get("SLUICE_API_KEYS_TABLE"),
+            tenant_rate: {
+                let rate: f64 = parse(
+                    &get,
+                    "SLUICE_TENANT_RATE",
+                    "50",
+                    "requests per second, from 0 (no limit) to 100000",
+                )?;
+                if !(0.0..=100_000.0).contains(&rate) {
+                    return Err(ConfigError {
+                        name: "SLUICE_TENANT_RATE",
+                        value: rate.to_string(),
+                        expected: "requests per second, from 0 (no limit) to 100000".into(),
+                    });
+                }
+                rate
+            },
+            tenant_burst: ranged(&get, "SLUICE_TENANT_BURST", 100, 1, 1_000_000)? as u32,
+            tenant_max_streams: ranged(&get, "SLUICE_TENANT_MAX_STREAMS", 64, 0, 1_000_000)?,
+            max_documents: ranged(&get, "SLUICE_MAX_DOCUMENTS", 1000, 1, 1_000_000)?,
+            max_chunks: ranged(&get, "SLUICE_MAX_CHUNKS", 20_000, 1, 10_000_000)?,
             max_body_bytes: ranged(&get, "SLUICE_MAX_BODY_BYTES", 1 << 20, 1024, 1 << 30)?,
             max_ingest_bytes: ranged(&get, "SLUICE_MAX_INGEST_BYTES", 16 << 20, 1024, 1 << 30)?,
             chunk_tokens: ranged(&get, "SLUICE_CHUNK_TOKENS", 256, 16, 512)?,
@@ -389,6 +428,14 @@ impl Config {
                     "less than half of SLUICE_CHUNK_TOKENS ({})",
                     config.chunk_tokens
                 ),
+            });
+        }
+        if config.api_keys_file.is_some() && config.api_keys_table.is_some() {
+            return Err(ConfigError {
+                name: "SLUICE_API_KEYS_TABLE",
+                value: config.api_keys_table.unwrap_or_default(),
+                expected: "unset while SLUICE_API_KEYS_FILE is set (keys come from one place)"
+                    .into(),
             });
         }
         if !valid_tenant(&config.default_tenant) {
@@ -593,6 +640,46 @@ mod tests {
         assert_eq!(e.name, "SLUICE_CHUNK_OVERLAP_TOKENS");
         let e = with(&[("SLUICE_DEFAULT_TENANT", "a b")]).unwrap_err();
         assert_eq!(e.name, "SLUICE_DEFAULT_TENANT");
+    }
+
+    #[test]
+    fn auth_and_limits_have_defaults_and_are_checked() {
+        let c = with(&[]).unwrap();
+        assert_eq!(
+            (c.api_keys_file.as_ref(), c.api_keys_table.as_ref()),
+            (None, None)
+        );
+        assert_eq!(
+            (c.tenant_rate, c.tenant_burst, c.tenant_max_streams),
+            (50.0, 100, 64)
+        );
+        assert_eq!((c.max_documents, c.max_chunks), (1000, 20_000));
+        let c = with(&[
+            ("SLUICE_API_KEYS_FILE", "/etc/sluice/keys.json"),
+            ("SLUICE_TENANT_RATE", "0.5"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.api_keys_file,
+            Some(PathBuf::from("/etc/sluice/keys.json"))
+        );
+        assert_eq!(c.tenant_rate, 0.5);
+        let e = with(&[
+            ("SLUICE_API_KEYS_FILE", "k.json"),
+            ("SLUICE_API_KEYS_TABLE", "keys"),
+        ])
+        .unwrap_err();
+        assert_eq!(e.name, "SLUICE_API_KEYS_TABLE");
+        for (name, value) in [
+            ("SLUICE_TENANT_RATE", "-1"),
+            ("SLUICE_TENANT_RATE", "lots"),
+            ("SLUICE_TENANT_BURST", "0"),
+            ("SLUICE_MAX_DOCUMENTS", "0"),
+            ("SLUICE_MAX_CHUNKS", "x"),
+        ] {
+            let e = with(&[(name, value)]).unwrap_err();
+            assert_eq!(e.name, name, "{name}={value}: {e}");
+        }
     }
 
     #[test]

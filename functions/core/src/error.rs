@@ -66,6 +66,10 @@ pub enum IngestError {
     /// A document or file is malformed; the message says which and why.
     #[error("{0}")]
     Invalid(String),
+    /// The request is over a limit (`SLUICE_MAX_DOCUMENTS`, `SLUICE_MAX_CHUNKS`); nothing was
+    /// written.
+    #[error("{0}")]
+    TooLarge(String),
     /// Embedding the chunks failed.
     #[error(transparent)]
     Embed(#[from] EmbedError),

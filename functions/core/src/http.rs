@@ -14,10 +14,17 @@
 //!
 //! Every error is JSON: `{"error": {"code", "message"}}` with a 4xx/5xx status.
 //!
-//! The tenant of a request is the `x-sluice-tenant` header, or `SLUICE_DEFAULT_TENANT`
-//! without it. Auth is off: this trusts the network in front of the server. A `traceparent`
-//! header (W3C) is continued into the LLM call. Every response is counted by route and status
-//! in the pipeline's metrics.
+//! **Auth.** With a key store (`SLUICE_API_KEYS_FILE`, `SLUICE_API_KEYS_TABLE`) every `/v1`
+//! request needs `Authorization: Bearer <key>` (or `x-api-key: <key>`, for callers whose
+//! `Authorization` carries a SigV4 signature): the key's tenant is the request's tenant.
+//! No key or an unknown one is a 401; an `x-sluice-tenant` header naming another tenant, or a
+//! route the key has no [`Permission`] for, a 403. Without a key store auth is off and the
+//! tenant is the `x-sluice-tenant` header, or `SLUICE_DEFAULT_TENANT` without it: that trusts
+//! the network in front of the server. Then each tenant's request rate and open streams are
+//! limited ([`crate::quota`]): over a limit is a 429 with `Retry-After`.
+//!
+//! A `traceparent` header (W3C) is continued into the LLM call. Every response is counted by
+//! route and status in the pipeline's metrics.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -33,10 +40,12 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
 
+use crate::auth::{Permission, digest};
 use crate::config::{MAX_K, MAX_QUERY_CHARS, valid_tenant};
 use crate::error::IngestError;
 use crate::ingest::Document;
 use crate::pipeline::{AnswerRequest, Pipeline};
+use crate::quota::Limited;
 use crate::sse::{ErrorEvent, Event};
 use crate::stages::{ComponentError, Components};
 use crate::trace::TraceContext;
@@ -82,7 +91,9 @@ const MAX_SESSION_ID_CHARS: usize = 128;
 const MAX_DEADLINE_MS: u64 = 60_000;
 /// Largest component upload.
 const MAX_COMPONENT_BYTES: usize = 2 << 20;
-/// The header naming the tenant while auth is off.
+/// The API key's header when `Authorization` is taken by a SigV4 signature.
+const KEY_HEADER: &str = "x-api-key";
+/// The header naming the tenant (with auth on, it must name the key's own).
 const TENANT_HEADER: &str = "x-sluice-tenant";
 /// How long `/readyz` waits for the LLM.
 const READY_LLM_TIMEOUT: Duration = Duration::from_secs(2);
@@ -96,6 +107,8 @@ pub struct ApiError {
     pub code: &'static str,
     /// What is wrong, for people.
     pub message: String,
+    /// When to try again (`Retry-After`, whole seconds), for 429 and 503.
+    pub retry_after: Option<Duration>,
 }
 
 impl ApiError {
@@ -104,6 +117,7 @@ impl ApiError {
             status,
             code,
             message: message.into(),
+            retry_after: None,
         }
     }
 
@@ -115,7 +129,28 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = json!({"error": {"code": self.code, "message": self.message}});
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        let headers = response.headers_mut();
+        if let Some(after) = self.retry_after {
+            let secs = after.as_secs_f64().ceil().max(1.0) as u64;
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"sluice\""),
+            );
+        }
+        response
+    }
+}
+
+impl From<Limited> for ApiError {
+    fn from(l: Limited) -> Self {
+        Self {
+            retry_after: Some(l.retry_after),
+            ..Self::new(StatusCode::TOO_MANY_REQUESTS, l.code, l.message)
+        }
     }
 }
 
@@ -198,18 +233,130 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     )
 }
 
-/// The request's tenant: the `x-sluice-tenant` header, else the default tenant.
-fn tenant(pipeline: &Pipeline, headers: &HeaderMap) -> Result<String, ApiError> {
-    match headers.get(TENANT_HEADER) {
-        None => Ok(pipeline.config.default_tenant.clone()),
+/// Who is asking: the tenant, and whether it may see the assembled prompt.
+struct Caller {
+    tenant: String,
+    may_see_prompt: bool,
+}
+
+/// The caller of a request that needs `permission`: with auth on, the tenant of its key (see
+/// the module docs for 401 and 403); with auth off, the `x-sluice-tenant` header, else the
+/// default tenant. Rate and stream limits are the handler's (the answer route opens a stream).
+async fn authorize(
+    pipeline: &Pipeline,
+    headers: &HeaderMap,
+    permission: Permission,
+) -> Result<Caller, ApiError> {
+    let named = match headers.get(TENANT_HEADER) {
+        None => None,
         Some(v) => match v.to_str() {
-            Ok(t) if valid_tenant(t) => Ok(t.to_string()),
-            _ => Err(ApiError::bad_request(
-                "invalid_tenant",
-                format!("{TENANT_HEADER} must be 1-64 characters of letters, digits, '-' or '_'"),
-            )),
+            Ok(t) if valid_tenant(t) => Some(t.to_string()),
+            _ => {
+                return Err(ApiError::bad_request(
+                    "invalid_tenant",
+                    format!(
+                        "{TENANT_HEADER} must be 1-64 characters of letters, digits, '-' or '_'"
+                    ),
+                ));
+            }
         },
+    };
+    let Some(keys) = &pipeline.keys else {
+        return Ok(Caller {
+            tenant: named.unwrap_or_else(|| pipeline.config.default_tenant.clone()),
+            may_see_prompt: true,
+        });
+    };
+    let unauthorized =
+        |code, message: &str| ApiError::new(StatusCode::UNAUTHORIZED, code, message.to_string());
+    // `x-api-key` first: behind IAM auth (function URL, API Gateway) `Authorization` carries
+    // the caller's SigV4 signature, so the key travels in a header of its own.
+    let key = match (headers.get(KEY_HEADER), headers.get(header::AUTHORIZATION)) {
+        (Some(v), _) => v
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|key| !key.is_empty())
+            .ok_or_else(|| unauthorized("invalid_api_key", "the x-api-key header is empty"))?,
+        (None, None) => {
+            return Err(unauthorized(
+                "missing_api_key",
+                "this server needs an API key: send Authorization: Bearer <key> (or x-api-key: <key>)",
+            ));
+        }
+        (None, Some(v)) => v
+            .to_str()
+            .ok()
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, key)| key.trim())
+            .filter(|key| !key.is_empty())
+            .ok_or_else(|| {
+                unauthorized(
+                    "invalid_api_key",
+                    "the Authorization header must be Bearer <key>",
+                )
+            })?,
+    };
+    let principal = match keys.find(&digest(key)).await {
+        Ok(Some(p)) => p,
+        Ok(None) => return Err(unauthorized("invalid_api_key", "the API key is not valid")),
+        Err(e) => {
+            tracing::error!(error = %e, "API key lookup failed");
+            return Err(ApiError {
+                retry_after: Some(Duration::from_secs(1)),
+                ..ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "auth_unavailable",
+                    "API keys cannot be checked right now; try again",
+                )
+            });
+        }
+    };
+    if let Some(named) = named
+        && named != principal.tenant
+    {
+        tracing::warn!(tenant = %principal.tenant, asked_for = %named, "a key asked for another tenant");
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "forbidden_tenant",
+            format!("this API key belongs to another tenant than {named:?}"),
+        ));
     }
+    if !principal.may(permission) {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "permission_denied",
+            format!(
+                "this API key does not have the {:?} permission",
+                permission.name()
+            ),
+        ));
+    }
+    Ok(Caller {
+        may_see_prompt: principal.may(Permission::Prompt),
+        tenant: principal.tenant,
+    })
+}
+
+/// The caller of a request that needs `permission`, within its tenant's request rate.
+async fn admit(
+    pipeline: &Pipeline,
+    headers: &HeaderMap,
+    permission: Permission,
+) -> Result<String, ApiError> {
+    let caller = authorize(pipeline, headers, permission).await?;
+    pipeline
+        .quotas
+        .request(&caller.tenant)
+        .map_err(|l| limited(&caller.tenant, l))?;
+    Ok(caller.tenant)
+}
+
+/// A 429, logged with the tenant.
+fn limited(tenant: &str, l: Limited) -> ApiError {
+    tracing::warn!(%tenant, code = l.code, retry_after_s = l.retry_after.as_secs(), "request over a tenant limit");
+    ApiError::from(l)
 }
 
 /// Reads the whole body, refusing (413) more than `limit` bytes.
@@ -258,14 +405,17 @@ struct AnswerBody {
     include_prompt: bool,
 }
 
-/// Validates an answer body into a pipeline request.
-fn answer_request(
-    pipeline: &Pipeline,
+/// Parses and validates the body of `POST /v1/answer` (with its `Cache-Control` and
+/// `traceparent` headers) into a pipeline request for `tenant`; defaults from `config`.
+/// Request bodies are untrusted input: this is fuzzed (`fuzz/`).
+pub fn answer_request(
+    config: &crate::Config,
     tenant: String,
     headers: &HeaderMap,
-    body: AnswerBody,
+    body: &[u8],
     received: Instant,
 ) -> Result<AnswerRequest, ApiError> {
+    let body: AnswerBody = parse_json(body)?;
     let query = body
         .query
         .ok_or_else(|| ApiError::bad_request("missing_query", "\"query\" is required"))?;
@@ -281,7 +431,7 @@ fn answer_request(
         ));
     }
     let k = match body.k {
-        None => pipeline.config.top_k,
+        None => config.top_k,
         Some(k) => match k.as_u64() {
             Some(n) if (1..=MAX_K as u64).contains(&n) => n as usize,
             _ => {
@@ -301,7 +451,7 @@ fn answer_request(
         ));
     }
     let retrieval_deadline = match body.retrieval_deadline_ms {
-        None => pipeline.config.retrieval_deadline,
+        None => config.retrieval_deadline,
         Some(ms) if ms <= MAX_DEADLINE_MS => Duration::from_millis(ms),
         Some(ms) => {
             return Err(ApiError::bad_request(
@@ -353,14 +503,35 @@ async fn answer(
     body: Body,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let tenant = tenant(&pipeline, &headers)?;
+    let caller = authorize(&pipeline, &headers, Permission::Answer).await?;
     let bytes = read_body(body, pipeline.config.max_body_bytes).await?;
-    let request = answer_request(&pipeline, tenant, &headers, parse_json(&bytes)?, received)?;
+    let request = answer_request(
+        &pipeline.config,
+        caller.tenant.clone(),
+        &headers,
+        &bytes,
+        received,
+    )?;
+    if request.include_prompt && !caller.may_see_prompt {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "permission_denied",
+            "\"include_prompt\" needs an API key with the \"prompt\" permission",
+        ));
+    }
+    // The stream's place in the tenant's quota, held until the stream ends or is dropped.
+    let permit = pipeline
+        .quotas
+        .stream(&caller.tenant)
+        .map_err(|l| limited(&caller.tenant, l))?;
     let events = match deadline {
         Some(axum::Extension(StreamDeadline(at))) => cut_at(pipeline.answer(request), at).boxed(),
         None => pipeline.answer(request).boxed(),
     };
-    let events = events.map(|e| Ok::<_, Infallible>(Bytes::from(e.to_sse())));
+    let events = events.map(move |e| {
+        let _held = &permit;
+        Ok::<_, Infallible>(Bytes::from(e.to_sse()))
+    });
     let mut response = Response::new(Body::from_stream(events));
     let headers = response.headers_mut();
     headers.insert(
@@ -393,7 +564,7 @@ async fn documents(
     body: Body,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let tenant = tenant(&pipeline, &headers)?;
+    let tenant = admit(&pipeline, &headers, Permission::Documents).await?;
     let bytes = read_body(body, pipeline.config.max_ingest_bytes).await?;
     let documents = match query.filename {
         Some(name) => crate::ingest::parse_file(&name, &bytes)
@@ -409,6 +580,11 @@ async fn documents(
         Err(IngestError::Invalid(message)) => {
             Err(ApiError::bad_request("invalid_document", message))
         }
+        Err(IngestError::TooLarge(message)) => Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "ingest_too_large",
+            message,
+        )),
         Err(e) => {
             tracing::error!(%tenant, error = %e, "ingest failed");
             Err(ApiError::new(
@@ -499,7 +675,7 @@ async fn upload_component(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let tenant = tenant(&pipeline, &headers)?;
+    let tenant = admit(&pipeline, &headers, Permission::Components).await?;
     let bytes = read_body(body, MAX_COMPONENT_BYTES).await?;
     let version = registry(&pipeline, move |r| r.upload(&tenant, &bytes)).await?;
     Ok((StatusCode::CREATED, Json(version)).into_response())
@@ -516,7 +692,7 @@ async fn activate_component(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let tenant = tenant(&pipeline, &headers)?;
+    let tenant = admit(&pipeline, &headers, Permission::Components).await?;
     let bytes = read_body(body, pipeline.config.max_body_bytes).await?;
     let body: ActivateBody = parse_json(&bytes)?;
     let version = registry(&pipeline, move |r| r.activate(&tenant, &body.version)).await?;
@@ -527,7 +703,7 @@ async fn list_components(
     State(pipeline): State<Arc<Pipeline>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let tenant = tenant(&pipeline, &headers)?;
+    let tenant = admit(&pipeline, &headers, Permission::Components).await?;
     let versions = registry(&pipeline, move |r| r.list(&tenant)).await?;
     let active = versions
         .iter()
@@ -540,7 +716,7 @@ async fn deactivate_component(
     State(pipeline): State<Arc<Pipeline>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let tenant = tenant(&pipeline, &headers)?;
+    let tenant = admit(&pipeline, &headers, Permission::Components).await?;
     registry(&pipeline, move |r| r.deactivate(&tenant)).await?;
     Ok(Json(json!({ "active": null })).into_response())
 }
@@ -549,7 +725,7 @@ async fn clear_cache(
     State(pipeline): State<Arc<Pipeline>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let tenant = tenant(&pipeline, &headers)?;
+    let tenant = admit(&pipeline, &headers, Permission::Cache).await?;
     let cache = pipeline.cache.clone().ok_or_else(|| {
         ApiError::new(
             StatusCode::NOT_FOUND,

@@ -136,42 +136,64 @@ pub fn validate(documents: &[Document]) -> Result<(), IngestError> {
 
 impl Pipeline {
     /// Ingests `documents` for `tenant`: each replaces any earlier document with its id.
+    ///
+    /// The whole batch is checked and chunked before anything is written, so that a batch
+    /// over `SLUICE_MAX_DOCUMENTS` or `SLUICE_MAX_CHUNKS` changes nothing.
     pub async fn ingest(
         self: &Arc<Self>,
         tenant: &str,
         documents: Vec<Document>,
     ) -> Result<IngestReport, IngestError> {
         validate(&documents)?;
-        let mut chunks_written = 0;
-        for doc in &documents {
+        let limit = self.config.max_documents;
+        if documents.len() > limit {
+            return Err(IngestError::TooLarge(format!(
+                "{} documents in one request; the limit is {limit} (SLUICE_MAX_DOCUMENTS)",
+                documents.len()
+            )));
+        }
+        let count = documents.len();
+        let this = Arc::clone(self);
+        // Chunking counts tokens: CPU work, off the async threads.
+        let chunked = tokio::task::spawn_blocking(move || {
+            let counter = |t: &str| this.embedder.count_tokens(t);
+            let (size, overlap) = (this.config.chunk_tokens, this.config.chunk_overlap_tokens);
+            documents
+                .into_iter()
+                .map(|doc| {
+                    let chunks = chunk_text(&doc.text, size, overlap, &counter);
+                    (doc, chunks)
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .map_err(|e| EmbedError::Inference(e.to_string()))?;
+        let total: usize = chunked.iter().map(|(_, c)| c.len()).sum();
+        let limit = self.config.max_chunks;
+        if total > limit {
+            return Err(IngestError::TooLarge(format!(
+                "these documents make {total} chunks; the limit is {limit} per request (SLUICE_MAX_CHUNKS)"
+            )));
+        }
+        for (doc, chunks) in chunked {
             let info = DocumentInfo {
-                id: doc.id.clone(),
                 title: doc
                     .title
-                    .clone()
                     .filter(|t| !t.trim().is_empty())
                     .unwrap_or_else(|| doc.id.clone()),
                 source: doc
                     .source
-                    .clone()
                     .filter(|s| !s.trim().is_empty())
                     .unwrap_or_else(|| doc.id.clone()),
+                id: doc.id,
             };
             let this = Arc::clone(self);
-            let text = doc.text.clone();
-            // Chunking counts tokens and embedding runs the model: both are CPU work.
+            // Embedding runs the model: CPU work too.
             let chunks =
                 tokio::task::spawn_blocking(move || -> Result<Vec<StoredChunk>, EmbedError> {
-                    let counter = |t: &str| this.embedder.count_tokens(t);
-                    let chunks = chunk_text(
-                        &text,
-                        this.config.chunk_tokens,
-                        this.config.chunk_overlap_tokens,
-                        &counter,
-                    );
                     let texts: Vec<&str> = chunks.iter().map(|c| c.text.as_str()).collect();
                     let vectors = this.embedder.embed(&texts)?;
-                    let out = chunks
+                    Ok(chunks
                         .into_iter()
                         .zip(vectors)
                         .enumerate()
@@ -181,18 +203,16 @@ impl Pipeline {
                             tokens: c.tokens,
                             vector,
                         })
-                        .collect();
-                    Ok(out)
+                        .collect())
                 })
                 .await
                 .map_err(|e| EmbedError::Inference(e.to_string()))??;
-            chunks_written += chunks.len();
             self.store.replace_document(tenant, &info, chunks).await?;
         }
         let corpus_version = self.store.bump_corpus_version(tenant).await?;
         Ok(IngestReport {
-            documents: documents.len(),
-            chunks: chunks_written,
+            documents: count,
+            chunks: total,
             corpus_version,
         })
     }

@@ -2,7 +2,8 @@
 //!
 //! A request flows through these modules in order:
 //!
-//! 1. [`http`]: routes, input validation, JSON errors, the SSE response.
+//! 1. [`http`]: routes, [`auth`] (API key → tenant) and [`quota`] (per-tenant rate and
+//!    streams), input validation, JSON errors, the SSE response.
 //! 2. [`pipeline`]: [`cache`] lookup → embed → retrieve under the retrieval deadline →
 //!    [`prompt`] → generate, emitting the [`sse`] events `meta`, `token`…, then exactly one
 //!    `done` or `error`; complete answers are written to the cache after `done`.
@@ -13,6 +14,7 @@
 //! (OpenAI-compatible streaming), `sluice-cache` (DynamoDB), `sluice-sandbox` (wasmtime). [`config`] reads and validates the environment.
 #![warn(missing_docs)]
 
+pub mod auth;
 pub mod breaker;
 pub mod cache;
 pub mod chunk;
@@ -23,6 +25,7 @@ pub mod ingest;
 pub mod metrics;
 pub mod pipeline;
 pub mod prompt;
+pub mod quota;
 pub mod sse;
 pub mod stages;
 pub mod trace;

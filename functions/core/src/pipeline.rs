@@ -23,11 +23,13 @@ use std::time::{Duration, Instant};
 use futures::{Stream, StreamExt};
 use tracing::{info, warn};
 
+use crate::auth::KeyStore;
 use crate::cache::{CachedAnswer, Lookup, Probe, Scope, SemanticCache};
 use crate::config::Config;
 use crate::error::{LlmError, StoreError};
 use crate::metrics::{Metrics, Outcome};
 use crate::prompt;
+use crate::quota::Quotas;
 use crate::sse::{Done, ErrorEvent, Event, Meta, PromptEcho, SourceDoc, Timings, Token};
 use crate::stages::{Components, Embedder, Hit, Llm, LlmEvent, Reranker, Store};
 use crate::trace::TraceContext;
@@ -90,6 +92,10 @@ pub struct Pipeline {
     pub cache: Option<Arc<SemanticCache>>,
     /// Counters and histograms of every answer (`/metrics`; EMF lines on Lambda).
     pub metrics: Metrics,
+    /// API keys; `None` while auth is off (the tenant is then the `x-sluice-tenant` header).
+    pub keys: Option<Arc<dyn KeyStore>>,
+    /// Per-tenant request rate and open streams.
+    pub quotas: Arc<Quotas>,
     replica_id: String,
 }
 
@@ -104,6 +110,11 @@ impl Pipeline {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_else(|_| "local".into());
+        let quotas = Arc::new(Quotas::new(
+            config.tenant_rate,
+            config.tenant_burst,
+            config.tenant_max_streams,
+        ));
         Self {
             config,
             embedder,
@@ -113,6 +124,8 @@ impl Pipeline {
             components: None,
             cache: None,
             metrics: Metrics::default(),
+            keys: None,
+            quotas,
             replica_id: format!("{host}-{}", std::process::id()),
         }
     }
@@ -125,6 +138,12 @@ impl Pipeline {
     ) -> Self {
         self.reranker = Some(reranker);
         self.components = Some(components);
+        self
+    }
+
+    /// Turns auth on: every `/v1` request needs a key from `keys`.
+    pub fn with_keys(mut self, keys: Arc<dyn KeyStore>) -> Self {
+        self.keys = Some(keys);
         self
     }
 

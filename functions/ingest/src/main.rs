@@ -108,7 +108,7 @@ async fn ingest_uploads(
                     corpus_version: done.corpus_version,
                 });
             }
-            Err(IngestError::Invalid(why)) => skip(why),
+            Err(IngestError::Invalid(why) | IngestError::TooLarge(why)) => skip(why),
             Err(e) => return Err(e).with_context(|| format!("ingesting s3://{bucket}/{key}")),
         }
     }

@@ -7,6 +7,8 @@
 //! - `sluice cache create-table`: create the DynamoDB cache table (`SLUICE_CACHE_TABLE`).
 //! - `sluice store create-collection`: create the Qdrant collection or the Pinecone indexes
 //!   (`SLUICE_STORE=qdrant|pinecone`).
+//! - `sluice keys create`: a new API key for a tenant (its digest into `SLUICE_API_KEYS_FILE`,
+//!   or the DynamoDB table `SLUICE_API_KEYS_TABLE`); the key is printed once.
 //! - `sluice model prepare`: store the embedding model's graph in the form that loads fastest.
 //! - `sluice bench run`: load-test a running server → report.json, report.csv, report.html.
 //! - `sluice bench cost`: a report and unit prices → $ per 1,000 answers (docs/cost.md).
@@ -15,6 +17,7 @@
 mod bench;
 mod client;
 mod doctor;
+mod keys;
 mod serve;
 
 use std::path::PathBuf;
@@ -78,6 +81,11 @@ enum Command {
     Cache {
         #[command(subcommand)]
         command: CacheCommand,
+    },
+    /// Manage API keys (auth).
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
     },
     /// Manage the embedding model.
     Model {
@@ -205,6 +213,31 @@ enum ModelCommand {
 }
 
 #[derive(Subcommand)]
+enum KeysCommand {
+    /// Make a key for a tenant and print it (once: only its SHA-256 is stored, in
+    /// SLUICE_API_KEYS_FILE, or in the DynamoDB table SLUICE_API_KEYS_TABLE). `sluice serve`
+    /// reads the file at start: restart it to use the new key.
+    Create {
+        /// The tenant the key acts for.
+        #[arg(long)]
+        tenant: String,
+        /// What the key may do, comma-separated: answer, documents, components, cache,
+        /// prompt (see the assembled prompt)
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "answer,documents,components,cache"
+        )]
+        permissions: Vec<String>,
+        /// A label for people (never used for access).
+        #[arg(long)]
+        name: Option<String>,
+    },
+    /// Create the DynamoDB table SLUICE_API_KEYS_TABLE (the SAM template makes it in a deployment).
+    CreateTable,
+}
+
+#[derive(Subcommand)]
 enum StoreCommand {
     /// Create what SLUICE_STORE needs (idempotent): for qdrant, the collection
     /// SLUICE_QDRANT_COLLECTION (dense cosine + BM25 sparse with IDF, payload indexes) and its
@@ -282,6 +315,17 @@ fn main() -> Result<()> {
             );
             Ok(())
         }),
+        Command::Keys {
+            command:
+                KeysCommand::Create {
+                    tenant,
+                    permissions,
+                    name,
+                },
+        } => runtime.block_on(keys::create(&config, tenant, &permissions, name)),
+        Command::Keys {
+            command: KeysCommand::CreateTable,
+        } => runtime.block_on(keys::create_table(&config)),
         Command::Model {
             command: ModelCommand::Prepare { dir },
         } => {

@@ -95,6 +95,77 @@ fn serve_ingest_ask_and_doctor() {
 }
 
 #[test]
+fn keys_made_by_the_cli_let_requests_in_and_never_reach_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("keys.json");
+    let out = sluice()
+        .args(["keys", "create", "--tenant", "acme", "--name", "cli test"])
+        .env("SLUICE_API_KEYS_FILE", &file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let key = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(key.starts_with("sk-sluice-"), "{key}");
+    let stored = std::fs::read_to_string(&file).unwrap();
+    assert!(
+        !stored.contains(&key) && stored.contains("\"acme\""),
+        "{stored}"
+    );
+    for (args, says) in [
+        (vec!["--tenant", "a b"], "--tenant"),
+        (
+            vec!["--tenant", "acme", "--permissions", "answer,root"],
+            "\"root\" is not one of",
+        ),
+    ] {
+        let out = sluice()
+            .args(["keys", "create"])
+            .args(&args)
+            .env("SLUICE_API_KEYS_FILE", &file)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        assert!(text(&out).contains(says), "{args:?}: {}", text(&out));
+    }
+
+    let server = serve_with(&[
+        ("SLUICE_API_KEYS_FILE", file.to_str().unwrap()),
+        ("RUST_LOG", "debug,qdrant_edge=error,h2=info,hyper=info"),
+    ]);
+    let out = sluice()
+        .args(["ingest", "--url", &server.url])
+        .arg(samples())
+        .env_remove("SLUICE_API_KEY")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("missing_api_key"), "{}", text(&out));
+    let out = sluice()
+        .args(["ingest", "--url", &server.url])
+        .arg(samples())
+        .env("SLUICE_API_KEY", &key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let out = sluice()
+        .args([
+            "ask",
+            "--url",
+            &server.url,
+            "What is the fee for a SWIFT transfer?",
+        ])
+        .env("SLUICE_API_KEY", &key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("] International transfers ("));
+    let log = std::fs::read_to_string(server._data.path().join("serve.log")).unwrap();
+    assert!(log.contains("auth on"), "{log}");
+    assert!(log.contains("acme"), "the tenant is logged: {log}");
+    assert!(!log.contains(&key), "the key was logged");
+}
+
+#[test]
 fn bad_configuration_stops_start_up_with_a_clear_message() {
     let out = sluice()
         .arg("serve")

@@ -58,6 +58,9 @@ pub fn serve_with(env: &[(&str, &str)]) -> Server {
         .env("SLUICE_DATA_DIR", data.path())
         .env("SLUICE_LLM_URL", llm_url())
         .env("SLUICE_MAX_TOKENS", "16")
+        // The load and soak tests go past the default tenant limits on purpose.
+        .env("SLUICE_TENANT_RATE", "0")
+        .env("SLUICE_TENANT_MAX_STREAMS", "0")
         .envs(env.iter().copied())
         .stdout(Stdio::null())
         .stderr(std::fs::File::create(&log).unwrap())

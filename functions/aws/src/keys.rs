@@ -1,0 +1,194 @@
+//! API keys in DynamoDB (`SLUICE_API_KEYS_TABLE`): one item per key, partition key `hash`
+//! (the key's `sha256:` digest), with `tenant` (S), `permissions` (SS) and `name` (S, optional).
+//! The key itself is never stored.
+//!
+//! Every request is checked, so lookups are remembered in the process: a known key for
+//! [`FOUND_TTL`], an unknown one for [`MISSING_TTL`]. A revoked key therefore keeps working for
+//! up to a minute in an instance that saw it — the price of not adding a DynamoDB round trip
+//! to every time to first token.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use aws_sdk_dynamodb::Client;
+use aws_sdk_dynamodb::types::{
+    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
+    ScalarAttributeType,
+};
+use sluice_core::Config;
+use sluice_core::auth::{AuthError, KeyRecord, KeyStore, Permission, Principal, check_record};
+
+use crate::AwsError;
+
+/// How long a found key is trusted without asking DynamoDB again.
+pub const FOUND_TTL: Duration = Duration::from_secs(60);
+/// How long an unknown key is refused without asking again (a key created a moment ago
+/// works after this).
+pub const MISSING_TTL: Duration = Duration::from_secs(5);
+/// One lookup attempt: on the request path, so short; a slow table is a 503, not a hang.
+const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(800);
+/// A lookup with its retry.
+const OPERATION_TIMEOUT: Duration = Duration::from_millis(2000);
+/// Remembered lookups; past this the memory is cleared (a flood of random keys).
+const MAX_REMEMBERED: usize = 10_000;
+
+type Remembered = HashMap<String, (Option<Principal>, Instant)>;
+
+/// The key table.
+pub struct DynamoKeys {
+    client: Client,
+    table: String,
+    remembered: Mutex<Remembered>,
+}
+
+fn s(v: &str) -> AttributeValue {
+    AttributeValue::S(v.to_string())
+}
+
+impl DynamoKeys {
+    /// A client for `config`'s `SLUICE_API_KEYS_TABLE` (the standard AWS environment).
+    pub async fn connect(config: &Config) -> Result<Self, AwsError> {
+        let table = config
+            .api_keys_table
+            .clone()
+            .ok_or_else(|| AwsError::Malformed("SLUICE_API_KEYS_TABLE is not set".into()))?;
+        let sdk =
+            crate::sdk_config_with("SLUICE_API_KEYS_TABLE", ATTEMPT_TIMEOUT, OPERATION_TIMEOUT)
+                .await?;
+        Ok(Self {
+            client: Client::new(&sdk),
+            table,
+            remembered: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The table's name.
+    pub fn table(&self) -> &str {
+        &self.table
+    }
+
+    /// Creates the table (on-demand billing), for `sluice keys create-table` and the tests;
+    /// the SAM template creates it in a deployment.
+    pub async fn create_table(&self) -> Result<(), AwsError> {
+        self.client
+            .create_table()
+            .table_name(&self.table)
+            .billing_mode(BillingMode::PayPerRequest)
+            .attribute_definitions(
+                AttributeDefinition::builder()
+                    .attribute_name("hash")
+                    .attribute_type(ScalarAttributeType::S)
+                    .build()
+                    .map_err(|e| AwsError::Malformed(e.to_string()))?,
+            )
+            .key_schema(
+                KeySchemaElement::builder()
+                    .attribute_name("hash")
+                    .key_type(KeyType::Hash)
+                    .build()
+                    .map_err(|e| AwsError::Malformed(e.to_string()))?,
+            )
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| AwsError::call("DynamoDB CreateTable", e))
+    }
+
+    /// Stores `record` (refusing to overwrite an existing digest).
+    pub async fn put(&self, record: &KeyRecord) -> Result<(), AwsError> {
+        check_record(record).map_err(AwsError::Malformed)?;
+        let permissions: Vec<String> = record
+            .principal
+            .permissions
+            .iter()
+            .map(|p| p.name().to_string())
+            .collect();
+        let mut put = self
+            .client
+            .put_item()
+            .table_name(&self.table)
+            .item("hash", s(&record.hash))
+            .item("tenant", s(&record.principal.tenant))
+            .item("permissions", AttributeValue::Ss(permissions))
+            .condition_expression("attribute_not_exists(#h)")
+            .expression_attribute_names("#h", "hash");
+        if let Some(name) = &record.name {
+            put = put.item("name", s(name));
+        }
+        put.send()
+            .await
+            .map(|_| ())
+            .map_err(|e| AwsError::call("DynamoDB PutItem", e))
+    }
+
+    async fn get(&self, hash: &str) -> Result<Option<Principal>, AuthError> {
+        let item = self
+            .client
+            .get_item()
+            .table_name(&self.table)
+            .key("hash", s(hash))
+            .send()
+            .await
+            .map_err(|e| {
+                AuthError::Unavailable(AwsError::call("DynamoDB GetItem", e).to_string())
+            })?;
+        let Some(item) = item.item() else {
+            return Ok(None);
+        };
+        let malformed = |what: &str| {
+            AuthError::Unavailable(format!(
+                "the key item in {} {what}; fix or delete it",
+                self.table
+            ))
+        };
+        let tenant = item
+            .get("tenant")
+            .and_then(|v| v.as_s().ok())
+            .ok_or_else(|| malformed("has no tenant"))?;
+        let permissions = item
+            .get("permissions")
+            .and_then(|v| v.as_ss().ok())
+            .ok_or_else(|| malformed("has no permissions"))?
+            .iter()
+            .map(|p| Permission::parse(p).ok_or_else(|| malformed("names an unknown permission")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let record = KeyRecord {
+            hash: hash.to_string(),
+            principal: Principal {
+                tenant: tenant.clone(),
+                permissions,
+            },
+            name: None,
+        };
+        check_record(&record).map_err(|m| malformed(&m))?;
+        Ok(Some(record.principal))
+    }
+
+    fn recall(&self, hash: &str) -> Option<Option<Principal>> {
+        let remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
+        let (principal, at) = remembered.get(hash)?;
+        let ttl = if principal.is_some() {
+            FOUND_TTL
+        } else {
+            MISSING_TTL
+        };
+        (at.elapsed() < ttl).then(|| principal.clone())
+    }
+}
+
+#[async_trait::async_trait]
+impl KeyStore for DynamoKeys {
+    async fn find(&self, hash: &str) -> Result<Option<Principal>, AuthError> {
+        if let Some(known) = self.recall(hash) {
+            return Ok(known);
+        }
+        let found = self.get(hash).await?;
+        let mut remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
+        if remembered.len() >= MAX_REMEMBERED {
+            remembered.clear();
+        }
+        remembered.insert(hash.to_string(), (found.clone(), Instant::now()));
+        Ok(found)
+    }
+}

@@ -1,0 +1,406 @@
+//! API keys → tenants.
+//!
+//! A key is `sk-sluice-` and 64 hex digits (244 random bits, from two v4 UUIDs). Only its
+//! SHA-256 is stored — a file for `sluice serve` ([`FileKeys`], `SLUICE_API_KEYS_FILE`), a
+//! DynamoDB table on Lambda (`sluice-aws`, `SLUICE_API_KEYS_TABLE`) — with the tenant it acts
+//! for and what it may do ([`Permission`]). A fast hash is enough: the keys are random, not
+//! passwords, so there is nothing to guess from a leaked digest.
+//!
+//! The HTTP layer hashes the bearer token of each request and asks the [`KeyStore`]; no key
+//! (or an unknown one) is a 401, a key used for another tenant or beyond its permissions a 403.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+use thiserror::Error;
+
+use crate::config::valid_tenant;
+
+/// Every key starts with this, so that a leaked one is recognisable (secret scanners).
+pub const KEY_PREFIX: &str = "sk-sluice-";
+
+/// What a key may do. Routes need one each; reading the assembled prompt back
+/// (`"include_prompt": true`) needs [`Permission::Prompt`] on top of [`Permission::Answer`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Permission {
+    /// `POST /v1/answer`.
+    Answer,
+    /// `POST /v1/documents`.
+    Documents,
+    /// `/v1/components/rerank` (upload, activate, list, deactivate).
+    Components,
+    /// `DELETE /v1/cache`.
+    Cache,
+    /// See the assembled prompt (system prompt and retrieved chunks) in `meta.prompt`.
+    Prompt,
+}
+
+impl Permission {
+    /// Every permission, in the order the docs list them.
+    pub const ALL: [Permission; 5] = [
+        Permission::Answer,
+        Permission::Documents,
+        Permission::Components,
+        Permission::Cache,
+        Permission::Prompt,
+    ];
+
+    /// What a new key gets unless told otherwise: everything but [`Permission::Prompt`].
+    pub const DEFAULT: [Permission; 4] = [
+        Permission::Answer,
+        Permission::Documents,
+        Permission::Components,
+        Permission::Cache,
+    ];
+
+    /// The name used in key files, the CLI and error messages.
+    pub fn name(self) -> &'static str {
+        match self {
+            Permission::Answer => "answer",
+            Permission::Documents => "documents",
+            Permission::Components => "components",
+            Permission::Cache => "cache",
+            Permission::Prompt => "prompt",
+        }
+    }
+
+    /// The permission called `name`.
+    pub fn parse(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.name() == name.trim())
+    }
+}
+
+/// Who a key belongs to and what it may do.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Principal {
+    /// The tenant every request with this key acts for.
+    pub tenant: String,
+    /// What the key may do.
+    pub permissions: Vec<Permission>,
+}
+
+impl Principal {
+    /// Whether the key may do `p`.
+    pub fn may(&self, p: Permission) -> bool {
+        self.permissions.contains(&p)
+    }
+}
+
+/// A stored key: its digest and whom it stands for.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeyRecord {
+    /// `sha256:` and the 64 hex digits of the key's SHA-256 ([`digest`]).
+    pub hash: String,
+    /// The tenant and permissions.
+    #[serde(flatten)]
+    pub principal: Principal,
+    /// A label for people ("ci", "alice's laptop"); never used for access.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+}
+
+/// Why keys could not be read.
+#[derive(Debug, Error)]
+pub enum AuthError {
+    /// The key file is missing, unreadable or malformed.
+    #[error("API key file {path}: {message}")]
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// The key store (DynamoDB) could not be asked.
+    #[error("API key store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// Where keys are looked up by digest.
+#[async_trait]
+pub trait KeyStore: Send + Sync {
+    /// The principal of the key whose [`digest`] is `hash`; `None` for an unknown key.
+    async fn find(&self, hash: &str) -> Result<Option<Principal>, AuthError>;
+}
+
+/// A new random key. Shown once to whoever made it; only its [`digest`] is kept.
+pub fn new_key() -> String {
+    let a = uuid::Uuid::new_v4().simple().to_string();
+    let b = uuid::Uuid::new_v4().simple().to_string();
+    format!("{KEY_PREFIX}{a}{b}")
+}
+
+/// `sha256:<hex>` of `key`: what key stores hold and are searched by.
+pub fn digest(key: &str) -> String {
+    let sum = Sha256::digest(key.as_bytes());
+    let mut out = String::with_capacity(7 + 64);
+    out.push_str("sha256:");
+    for b in sum {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// Whether `hash` has the form [`digest`] gives.
+pub fn valid_digest(hash: &str) -> bool {
+    hash.strip_prefix("sha256:").is_some_and(|h| {
+        h.len() == 64
+            && h.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
+/// Checks a record read from storage: a digest, a valid tenant, at least one permission.
+pub fn check_record(record: &KeyRecord) -> Result<(), String> {
+    if !valid_digest(&record.hash) {
+        return Err(format!(
+            "{:?} is not a key digest (sha256: and 64 lower-case hex digits)",
+            record.hash
+        ));
+    }
+    if !valid_tenant(&record.principal.tenant) {
+        return Err(format!(
+            "tenant {:?} is not 1-64 characters of letters, digits, '-' or '_'",
+            record.principal.tenant
+        ));
+    }
+    if record.principal.permissions.is_empty() {
+        return Err(format!(
+            "the key of {:?} has no permissions",
+            record.principal.tenant
+        ));
+    }
+    Ok(())
+}
+
+/// The key file of `sluice serve`: `{"keys": [{"hash", "tenant", "permissions", "name"?}]}`,
+/// read once at start (`sluice keys create` appends to it; restart to pick up new keys).
+#[derive(Debug, Default)]
+pub struct FileKeys {
+    by_hash: HashMap<String, Principal>,
+}
+
+#[derive(Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct KeyFile {
+    keys: Vec<KeyRecord>,
+}
+
+impl FileKeys {
+    /// Reads and checks `path`: every record well-formed, no digest twice.
+    pub fn load(path: &Path) -> Result<Self, AuthError> {
+        let records = read_records(path)?;
+        let fail = |message: String| AuthError::File {
+            path: path.to_path_buf(),
+            message,
+        };
+        let mut by_hash = HashMap::with_capacity(records.len());
+        for (i, record) in records.into_iter().enumerate() {
+            check_record(&record).map_err(|m| fail(format!("key {i}: {m}")))?;
+            if by_hash
+                .insert(record.hash.clone(), record.principal)
+                .is_some()
+            {
+                return Err(fail(format!("key {i}: the same digest appears twice")));
+            }
+        }
+        Ok(Self { by_hash })
+    }
+
+    /// How many keys the file holds.
+    pub fn len(&self) -> usize {
+        self.by_hash.len()
+    }
+
+    /// Whether the file holds no keys (then nobody gets in).
+    pub fn is_empty(&self) -> bool {
+        self.by_hash.is_empty()
+    }
+}
+
+fn read_records(path: &Path) -> Result<Vec<KeyRecord>, AuthError> {
+    let fail = |message: String| AuthError::File {
+        path: path.to_path_buf(),
+        message,
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| fail(e.to_string()))?;
+    let file: KeyFile = serde_json::from_str(&text).map_err(|e| {
+        fail(format!(
+            "expected {{\"keys\": [{{\"hash\", \"tenant\", \"permissions\", \"name\"?}}]}} ({e})"
+        ))
+    })?;
+    Ok(file.keys)
+}
+
+/// Adds `record` to the key file at `path` (created when missing), keeping the others.
+/// The file is replaced whole (written beside it, then renamed), so that a server reading
+/// it never sees half a file.
+pub fn append_to_file(path: &Path, record: KeyRecord) -> Result<(), AuthError> {
+    let fail = |message: String| AuthError::File {
+        path: path.to_path_buf(),
+        message,
+    };
+    check_record(&record).map_err(fail)?;
+    let mut keys = if path.exists() {
+        read_records(path)?
+    } else {
+        Vec::new()
+    };
+    keys.push(record);
+    let text = serde_json::to_string_pretty(&KeyFile { keys }).map_err(|e| fail(e.to_string()))?;
+    let part = path.with_extension("part");
+    std::fs::write(&part, text + "\n")
+        .and_then(|()| std::fs::rename(&part, path))
+        .map_err(|e| fail(e.to_string()))
+}
+
+#[async_trait]
+impl KeyStore for FileKeys {
+    async fn find(&self, hash: &str) -> Result<Option<Principal>, AuthError> {
+        Ok(self.by_hash.get(hash).cloned())
+    }
+}
+
+/// The variable the `sluice` commands (ask, ingest, bench, cache clear) read their key from.
+pub const CLIENT_KEY_VAR: &str = "SLUICE_API_KEY";
+
+/// Headers for a client of a Sluice server: `Authorization: Bearer $SLUICE_API_KEY` when the
+/// variable is set (and a valid header value), none otherwise.
+pub fn client_headers() -> axum::http::HeaderMap {
+    let mut headers = axum::http::HeaderMap::new();
+    if let Ok(key) = std::env::var(CLIENT_KEY_VAR)
+        && let Ok(mut value) = axum::http::HeaderValue::from_str(&format!("Bearer {}", key.trim()))
+    {
+        value.set_sensitive(true);
+        headers.insert(axum::http::header::AUTHORIZATION, value);
+    }
+    headers
+}
+
+/// The key store `config` names for `sluice serve` (`SLUICE_API_KEYS_FILE`); `None` when it
+/// names none. The DynamoDB store of the Lambda functions is built by `sluice-app`.
+pub fn file_keys(config: &crate::Config) -> Result<Option<FileKeys>, AuthError> {
+    config
+        .api_keys_file
+        .as_deref()
+        .map(FileKeys::load)
+        .transpose()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(key: &str, tenant: &str, permissions: &[Permission]) -> KeyRecord {
+        KeyRecord {
+            hash: digest(key),
+            principal: Principal {
+                tenant: tenant.into(),
+                permissions: permissions.to_vec(),
+            },
+            name: None,
+        }
+    }
+
+    #[test]
+    fn keys_are_random_prefixed_and_only_their_digest_is_kept() {
+        let (a, b) = (new_key(), new_key());
+        assert_ne!(a, b);
+        assert!(
+            a.starts_with(KEY_PREFIX) && a.len() == KEY_PREFIX.len() + 64,
+            "{a}"
+        );
+        assert!(valid_digest(&digest(&a)));
+        assert_ne!(digest(&a), digest(&b));
+        assert!(!digest(&a).contains(&a[KEY_PREFIX.len()..]));
+        // A known vector: SHA-256 of "abc".
+        assert_eq!(
+            digest("abc"),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+        assert!(!valid_digest("sha256:ABC"));
+        assert!(!valid_digest(&digest("x")[1..]));
+    }
+
+    #[test]
+    fn permissions_round_trip_by_name() {
+        for p in Permission::ALL {
+            assert_eq!(Permission::parse(p.name()), Some(p));
+            assert_eq!(serde_json::to_value(p).unwrap(), p.name());
+        }
+        assert_eq!(Permission::parse("admin"), None);
+        assert!(!Permission::DEFAULT.contains(&Permission::Prompt));
+    }
+
+    #[tokio::test]
+    async fn a_key_file_maps_digests_to_tenants() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.json");
+        append_to_file(&path, record("key-a", "acme", &Permission::DEFAULT)).unwrap();
+        append_to_file(&path, record("key-b", "globex", &[Permission::Answer])).unwrap();
+        let keys = FileKeys::load(&path).unwrap();
+        assert_eq!(keys.len(), 2);
+        let a = keys.find(&digest("key-a")).await.unwrap().unwrap();
+        assert_eq!(a.tenant, "acme");
+        assert!(a.may(Permission::Documents) && !a.may(Permission::Prompt));
+        let b = keys.find(&digest("key-b")).await.unwrap().unwrap();
+        assert_eq!(
+            (b.tenant.as_str(), b.may(Permission::Documents)),
+            ("globex", false)
+        );
+        assert_eq!(keys.find(&digest("key-c")).await.unwrap(), None);
+        // The key itself is nowhere in the file.
+        let text = std::fs::read_to_string(&path).unwrap();
+        assert!(!text.contains("key-a") && text.contains(&digest("key-a")));
+    }
+
+    #[test]
+    fn bad_key_files_say_what_is_wrong() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("keys.json");
+        let missing = FileKeys::load(&path).unwrap_err().to_string();
+        assert!(missing.contains("keys.json"), "{missing}");
+        for (text, says) in [
+            (
+                "{\"keys\": [{\"hash\": \"plain-key\", \"tenant\": \"a\", \"permissions\": [\"answer\"]}]}",
+                "not a key digest",
+            ),
+            (
+                &format!(
+                    "{{\"keys\": [{{\"hash\": \"{}\", \"tenant\": \"a b\", \"permissions\": [\"answer\"]}}]}}",
+                    digest("k")
+                ),
+                "tenant",
+            ),
+            (
+                &format!(
+                    "{{\"keys\": [{{\"hash\": \"{}\", \"tenant\": \"a\", \"permissions\": []}}]}}",
+                    digest("k")
+                ),
+                "no permissions",
+            ),
+            (
+                &format!(
+                    "{{\"keys\": [{{\"hash\": \"{}\", \"tenant\": \"a\", \"permissions\": [\"root\"]}}]}}",
+                    digest("k")
+                ),
+                "unknown variant",
+            ),
+            ("[]", "expected"),
+        ] {
+            std::fs::write(&path, text).unwrap();
+            let e = FileKeys::load(&path).unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        }
+        let twice = record("k", "a", &[Permission::Answer]);
+        std::fs::remove_file(&path).unwrap();
+        append_to_file(&path, twice.clone()).unwrap();
+        append_to_file(&path, twice).unwrap();
+        let e = FileKeys::load(&path).unwrap_err().to_string();
+        assert!(e.contains("twice"), "{e}");
+    }
+}

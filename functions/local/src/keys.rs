@@ -1,0 +1,61 @@
+//! `sluice keys`: API keys for the tenants of a server with auth on.
+
+use anyhow::{Context, Result, bail};
+use sluice_core::Config;
+use sluice_core::auth::{self, KeyRecord, Permission, Principal};
+use sluice_core::config::valid_tenant;
+
+/// Makes a key, stores its digest where `config` says, and prints the key.
+pub async fn create(
+    config: &Config,
+    tenant: String,
+    permissions: &[String],
+    name: Option<String>,
+) -> Result<()> {
+    if !valid_tenant(&tenant) {
+        bail!("--tenant {tenant:?}: a tenant is 1-64 characters of letters, digits, '-' or '_'");
+    }
+    let permissions = permissions
+        .iter()
+        .map(|p| {
+            Permission::parse(p).with_context(|| {
+                let known: Vec<&str> = Permission::ALL.iter().map(|p| p.name()).collect();
+                format!("--permissions: {p:?} is not one of {}", known.join(", "))
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let key = auth::new_key();
+    let record = KeyRecord {
+        hash: auth::digest(&key),
+        principal: Principal {
+            tenant: tenant.clone(),
+            permissions,
+        },
+        name,
+    };
+    let place = match (&config.api_keys_file, &config.api_keys_table) {
+        (Some(file), _) => {
+            auth::append_to_file(file, record)?;
+            format!("{} (restart sluice serve to use it)", file.display())
+        }
+        (None, Some(table)) => {
+            let keys = sluice_aws::keys::DynamoKeys::connect(config).await?;
+            keys.put(&record).await?;
+            format!("DynamoDB table {table}")
+        }
+        (None, None) => bail!(
+            "set SLUICE_API_KEYS_FILE (sluice serve) or SLUICE_API_KEYS_TABLE (Lambda) to say where keys live"
+        ),
+    };
+    eprintln!("key for tenant {tenant} stored in {place}; it is shown only now:");
+    println!("{key}");
+    Ok(())
+}
+
+/// Creates the DynamoDB key table.
+pub async fn create_table(config: &Config) -> Result<()> {
+    let keys = sluice_aws::keys::DynamoKeys::connect(config).await?;
+    keys.create_table().await?;
+    println!("table {} created", keys.table());
+    Ok(())
+}
