@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use sluice_core::stages::{Embedder, Llm, Store};
+use sluice_core::error::StoreError;
+use sluice_core::stages::{DocumentInfo, Embedder, Hit, Llm, Store, StoredChunk};
 use sluice_core::{Config, Pipeline};
 use sluice_embed::MiniLm;
 use sluice_llm::OpenAiClient;
@@ -60,6 +61,9 @@ pub struct TestServer {
     pub url: String,
     /// The pipeline behind the router.
     pub pipeline: Arc<Pipeline>,
+    /// Dropped (or sent) to begin a graceful shutdown.
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 /// Configuration for a test server: the environment, then the test LLM and a fresh data
@@ -69,6 +73,9 @@ pub fn config(data: &std::path::Path, overrides: &[(&str, &str)]) -> Config {
     vars.insert("SLUICE_LLM_URL".into(), llm_url());
     vars.insert("SLUICE_DATA_DIR".into(), data.display().to_string());
     vars.insert("SLUICE_MAX_TOKENS".into(), "24".into());
+    // Tests send requests back to back; the ones about limits set their own.
+    vars.insert("SLUICE_TENANT_RATE".into(), "0".into());
+    vars.insert("SLUICE_TENANT_MAX_STREAMS".into(), "0".into());
     for (k, v) in overrides {
         vars.insert(k.to_string(), v.to_string());
     }
@@ -91,7 +98,9 @@ pub async fn start_with_cache(
     start_custom(overrides, |s| s, Some(cache)).await
 }
 
-async fn start_custom(
+/// Starts a server with the real stages, `wrap_store` around the store, and the answer cache
+/// over `cache_store` when given (else as the configuration says).
+pub async fn start_custom(
     overrides: &[(&str, &str)],
     wrap_store: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
     cache_store: Option<Arc<dyn sluice_core::cache::CacheStore>>,
@@ -127,25 +136,36 @@ async fn start_custom(
     if let Some(cache) = cache {
         pipeline = pipeline.with_cache(cache);
     }
+    if let Some(keys) = sluice_core::auth::file_keys(&pipeline.config).expect("API key file") {
+        pipeline = pipeline.with_keys(Arc::new(keys));
+    }
     let pipeline = Arc::new(pipeline);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     let serving = Arc::clone(&pipeline);
-    tokio::spawn(async move {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(async move {
         // The data folder lives in the server task, declared first so that it is deleted
         // last: when the runtime drops this task, the store is dropped (and flushes its
         // files) while its folder still exists.
         let _data = data;
-        sluice_core::http::serve(
+        let _ = sluice_core::http::serve(
             listener,
             sluice_core::http::router(serving),
-            std::future::pending(),
+            async move {
+                let _ = stopped.await;
+            },
         )
-        .await
+        .await;
     });
-    TestServer { url, pipeline }
+    TestServer {
+        url,
+        pipeline,
+        stop,
+        task,
+    }
 }
 
 /// Starts a server with the real stages.
@@ -206,6 +226,22 @@ pub fn http() -> reqwest::Client {
 }
 
 impl TestServer {
+    /// Stops the server and waits until it has: its connections closed, the store dropped
+    /// (flushed) and then its data folder deleted. Tests that start several servers call it,
+    /// so that none is left for the runtime to drop in an arbitrary order (a store dropped
+    /// after its folder fails to flush).
+    pub async fn stop(self) {
+        let TestServer {
+            pipeline,
+            stop,
+            task,
+            ..
+        } = self;
+        drop(pipeline);
+        let _ = stop.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
+    }
+
     /// Ingests every sample document through `POST /v1/documents`.
     pub async fn ingest_samples(&self) -> Value {
         self.ingest_samples_as("default").await
@@ -302,10 +338,16 @@ impl TestServer {
 /// its arrival time, and checks the status and that no `content-length` was sent (events
 /// must leave as they are made).
 pub async fn answer_at(base: &str, tenant: Option<&str>, body: &Value) -> Answer {
+    let headers: Vec<(&str, &str)> = tenant.map(|t| ("x-sluice-tenant", t)).into_iter().collect();
+    answer_with_headers(base, &headers, body).await
+}
+
+/// [`answer_at`] with any request headers (`authorization` for a server with auth on).
+pub async fn answer_with_headers(base: &str, headers: &[(&str, &str)], body: &Value) -> Answer {
     let sent = Instant::now();
     let mut request = http().post(format!("{base}/v1/answer")).json(body);
-    if let Some(t) = tenant {
-        request = request.header("x-sluice-tenant", t);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
     }
     let r = request.send().await.expect("request");
     assert_eq!(r.status().as_u16(), 200);
@@ -395,5 +437,50 @@ impl Answer {
         for (i, e) in self.events.iter().filter(|e| e.name == "token").enumerate() {
             assert_eq!(e.data["index"], i as u64, "token indices must count from 0");
         }
+    }
+}
+
+/// A store whose searches take `delay`, then fail when `fail` is set: a slow or broken
+/// backend for the fault tests. Writes and counts go to `inner` untouched.
+pub struct Troubled {
+    /// The real store.
+    pub inner: Arc<dyn Store>,
+    /// Added before every search.
+    pub delay: Duration,
+    /// Every search fails (after the delay).
+    pub fail: bool,
+}
+
+#[async_trait::async_trait]
+impl Store for Troubled {
+    async fn search(
+        &self,
+        tenant: &str,
+        query: &str,
+        vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        tokio::time::sleep(self.delay).await;
+        if self.fail {
+            return Err(StoreError::Backend("injected failure".into()));
+        }
+        self.inner.search(tenant, query, vector, k).await
+    }
+    async fn replace_document(
+        &self,
+        tenant: &str,
+        d: &DocumentInfo,
+        c: Vec<StoredChunk>,
+    ) -> Result<(), StoreError> {
+        self.inner.replace_document(tenant, d, c).await
+    }
+    async fn bump_corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.inner.bump_corpus_version(tenant).await
+    }
+    async fn corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+        self.inner.corpus_version(tenant).await
+    }
+    async fn count(&self, tenant: &str) -> Result<usize, StoreError> {
+        self.inner.count(tenant).await
     }
 }
