@@ -116,6 +116,34 @@ pub trait Reranker: Send + Sync {
     ) -> Result<Option<Vec<usize>>, String>;
 }
 
+/// Checks what a rerank component returned — `(index, score)` for each of `n` candidates —
+/// and turns it into an order, best first, stable on ties. Every index in range, each once,
+/// every score finite; otherwise the message says what is wrong (the pipeline then keeps
+/// the fused order). Component output is untrusted input: this is fuzzed (`fuzz/`).
+pub fn rerank_order(scored: &[(u32, f32)], n: usize) -> Result<Vec<usize>, String> {
+    if scored.len() != n {
+        return Err(format!("{} scores for {n} candidates", scored.len()));
+    }
+    let mut scores = vec![None; n];
+    for &(index, score) in scored {
+        let i = index as usize;
+        if i >= n {
+            return Err(format!("index {i} out of range for {n} candidates"));
+        }
+        if !score.is_finite() {
+            return Err(format!("score {score} for index {i} is not finite"));
+        }
+        if scores[i].replace(score).is_some() {
+            return Err(format!("index {i} scored twice"));
+        }
+    }
+    // n entries, none twice, all in range: every slot is filled.
+    let score = |i: usize| scores[i].unwrap_or(f32::MIN);
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by(|&a, &b| score(b).total_cmp(&score(a)));
+    Ok(order)
+}
+
 /// A version of a tenant's rerank component.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ComponentVersion {
@@ -221,4 +249,28 @@ pub trait Llm: Send + Sync {
     ) -> Result<LlmStream, LlmError>;
     /// Whether the upstream answers at all (for `/readyz` and `doctor`).
     async fn ready(&self) -> Result<(), LlmError>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rerank_order_is_by_score_and_stable_on_ties() {
+        assert_eq!(
+            rerank_order(&[(0, 0.1), (1, 0.9), (2, 0.1)], 3).unwrap(),
+            vec![1, 0, 2]
+        );
+        assert_eq!(rerank_order(&[], 0).unwrap(), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn invalid_rerank_outputs_are_named() {
+        let bad = |v: &[(u32, f32)], n| rerank_order(v, n).unwrap_err();
+        assert!(bad(&[(0, 1.0)], 2).contains("1 scores for 2"));
+        assert!(bad(&[(0, 1.0), (0, 2.0)], 2).contains("scored twice"));
+        assert!(bad(&[(0, 1.0), (5, 2.0)], 2).contains("out of range"));
+        assert!(bad(&[(0, f32::NAN), (1, 2.0)], 2).contains("not finite"));
+        assert!(bad(&[(0, f32::INFINITY), (1, 2.0)], 2).contains("not finite"));
+    }
 }

@@ -87,6 +87,73 @@ struct Usage {
     completion_tokens: u64,
 }
 
+/// The OpenAI streaming format, one SSE event's `data` at a time: tokens out of
+/// `choices[].delta.content`, the finish reason and the usage's token count kept for the end.
+/// Free of I/O so that it is fuzzed with the SSE framing in front of it (`fuzz/`).
+#[derive(Debug, Default)]
+pub struct ChunkParser {
+    saw_token: bool,
+    finish_reason: Option<String>,
+    completion_tokens: Option<u64>,
+}
+
+impl ChunkParser {
+    /// The tokens in one event's data (none for a keep-alive), or `None` at `[DONE]`. A body
+    /// that is not a chunk, or an upstream `error` object, is an [`LlmError::Stream`].
+    pub fn data(&mut self, data: &str) -> Result<Option<Vec<String>>, LlmError> {
+        let data = data.trim();
+        if data == "[DONE]" {
+            return Ok(None);
+        }
+        if data.is_empty() {
+            return Ok(Some(Vec::new()));
+        }
+        let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
+            LlmError::Stream(format!(
+                "not an OpenAI stream chunk ({e}): {}",
+                data.chars().take(200).collect::<String>()
+            ))
+        })?;
+        if let Some(error) = chunk.error {
+            return Err(LlmError::Stream(format!("upstream error: {error}")));
+        }
+        if let Some(usage) = chunk.usage {
+            self.completion_tokens = Some(usage.completion_tokens);
+        }
+        let mut tokens = Vec::new();
+        for choice in chunk.choices {
+            if let Some(text) = choice.delta.content.filter(|t| !t.is_empty()) {
+                self.saw_token = true;
+                tokens.push(text);
+            }
+            if let Some(reason) = choice.finish_reason {
+                self.finish_reason = Some(reason);
+            }
+        }
+        Ok(Some(tokens))
+    }
+
+    /// Whether a token has arrived (after it, the idle timeout applies instead of the
+    /// first-token one).
+    pub fn saw_token(&self) -> bool {
+        self.saw_token
+    }
+
+    /// The stream's last event: [`LlmEvent::Finish`], or an error when the upstream ended
+    /// without saying why (a truncation must not pass for a complete answer).
+    pub fn finish(self) -> Result<LlmEvent, LlmError> {
+        match self.finish_reason {
+            Some(finish_reason) => Ok(LlmEvent::Finish {
+                finish_reason,
+                completion_tokens: self.completion_tokens,
+            }),
+            None => Err(LlmError::Stream(
+                "the upstream closed the stream without a finish_reason".into(),
+            )),
+        }
+    }
+}
+
 impl OpenAiClient {
     /// A client for the API at `base_url` (ending in `/v1`).
     pub fn new(
@@ -244,11 +311,9 @@ impl OpenAiClient {
         let idle = self.timeouts.idle;
         let mut events = response.bytes_stream().eventsource();
         let stream = async_stream::try_stream! {
-            let mut saw_token = false;
-            let mut finish_reason = None;
-            let mut completion_tokens = None;
+            let mut parser = ChunkParser::default();
             loop {
-                let (wait, phase) = if saw_token {
+                let (wait, phase) = if parser.saw_token() {
                     (idle, "idle")
                 } else {
                     (first_token.saturating_sub(started.elapsed()), "first-token")
@@ -256,35 +321,16 @@ impl OpenAiClient {
                 let next = tokio::time::timeout(wait, events.next()).await.map_err(|_| LlmError::Timeout(phase))?;
                 let Some(event) = next else { break };
                 let event = event.map_err(|e| LlmError::Stream(e.to_string()))?;
-                let data = event.data.trim();
-                if data == "[DONE]" {
-                    break;
-                }
-                if data.is_empty() {
-                    continue;
-                }
-                let chunk: Chunk = serde_json::from_str(data)
-                    .map_err(|e| LlmError::Stream(format!("not an OpenAI stream chunk ({e}): {}", data.chars().take(200).collect::<String>())))?;
-                if let Some(error) = chunk.error {
-                    Err(LlmError::Stream(format!("upstream error: {error}")))?;
-                }
-                if let Some(usage) = chunk.usage {
-                    completion_tokens = Some(usage.completion_tokens);
-                }
-                for choice in chunk.choices {
-                    if let Some(text) = choice.delta.content.filter(|t| !t.is_empty()) {
-                        saw_token = true;
-                        yield LlmEvent::Token(text);
-                    }
-                    if let Some(reason) = choice.finish_reason {
-                        finish_reason = Some(reason);
+                match parser.data(&event.data)? {
+                    None => break,
+                    Some(tokens) => {
+                        for text in tokens {
+                            yield LlmEvent::Token(text);
+                        }
                     }
                 }
             }
-            match finish_reason {
-                Some(finish_reason) => yield LlmEvent::Finish { finish_reason, completion_tokens },
-                None => Err(LlmError::Stream("the upstream closed the stream without a finish_reason".into()))?,
-            }
+            yield parser.finish()?;
         };
         let mut stream: LlmStream = Box::pin(stream);
         match stream.next().await {

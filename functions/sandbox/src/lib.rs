@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use sluice_core::stages::rerank_order;
 use thiserror::Error;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{
@@ -478,42 +479,10 @@ fn is_core_module(bytes: &[u8]) -> bool {
     bytes.len() >= 8 && bytes.starts_with(b"\0asm") && bytes[6] == 0 && bytes[7] == 0
 }
 
-/// Validates the scores and turns them into an order, best first, stable on ties.
+/// Validates the scores and turns them into an order ([`rerank_order`]).
 fn order(scored: &[Scored], n: usize) -> Result<Vec<usize>, RerankError> {
-    if scored.len() != n {
-        return Err(RerankError::InvalidOutput(format!(
-            "{} scores for {n} candidates",
-            scored.len()
-        )));
-    }
-    let mut scores = vec![None; n];
-    for s in scored {
-        let i = s.index as usize;
-        if i >= n {
-            return Err(RerankError::InvalidOutput(format!(
-                "index {i} out of range for {n} candidates"
-            )));
-        }
-        if !s.score.is_finite() {
-            return Err(RerankError::InvalidOutput(format!(
-                "score {} for index {i} is not finite",
-                s.score
-            )));
-        }
-        if scores[i].replace(s.score).is_some() {
-            return Err(RerankError::InvalidOutput(format!(
-                "index {i} scored twice"
-            )));
-        }
-    }
-    let mut order: Vec<usize> = (0..n).collect();
-    // Every slot is filled: n entries, none twice, all in range.
-    order.sort_by(|&a, &b| {
-        scores[b]
-            .unwrap_or(f32::MIN)
-            .total_cmp(&scores[a].unwrap_or(f32::MIN))
-    });
-    Ok(order)
+    let pairs: Vec<(u32, f32)> = scored.iter().map(|s| (s.index, s.score)).collect();
+    rerank_order(&pairs, n).map_err(RerankError::InvalidOutput)
 }
 
 #[cfg(test)]
@@ -525,21 +494,16 @@ mod tests {
     }
 
     #[test]
-    fn order_is_by_score_and_stable_on_ties() {
+    fn component_scores_become_an_order_or_an_invalid_output_error() {
         assert_eq!(
             order(&[s(0, 0.1), s(1, 0.9), s(2, 0.1)], 3).unwrap(),
             vec![1, 0, 2]
         );
-    }
-
-    #[test]
-    fn invalid_outputs_are_named() {
-        let bad = |v: &[Scored], n| order(v, n).unwrap_err().to_string();
-        assert!(bad(&[s(0, 1.0)], 2).contains("1 scores for 2"));
-        assert!(bad(&[s(0, 1.0), s(0, 2.0)], 2).contains("scored twice"));
-        assert!(bad(&[s(0, 1.0), s(5, 2.0)], 2).contains("out of range"));
-        assert!(bad(&[s(0, f32::NAN), s(1, 2.0)], 2).contains("not finite"));
-        assert!(bad(&[s(0, f32::INFINITY), s(1, 2.0)], 2).contains("not finite"));
+        let e = order(&[s(0, 1.0), s(0, 2.0)], 2).unwrap_err();
+        assert!(
+            matches!(&e, RerankError::InvalidOutput(m) if m.contains("scored twice")),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,0 +1,35 @@
+//! The upstream stream parser: bytes from the LLM, cut into network reads at places the
+//! input chooses, through the SSE framing (eventsource-stream) and the OpenAI chunk parser
+//! (`sluice_llm::ChunkParser`). Anything may be an error; nothing may panic, no token is empty,
+//! and a stream that ends is either a finish or an error, never a silent truncation.
+#![no_main]
+
+use futures::StreamExt;
+use eventsource_stream::Eventsource;
+use libfuzzer_sys::fuzz_target;
+use sluice_core::stages::LlmEvent;
+use sluice_llm::ChunkParser;
+
+fuzz_target!(|data: &[u8]| {
+    let Some((&cut, body)) = data.split_first() else {
+        return;
+    };
+    let step = usize::from(cut).max(1);
+    let reads: Vec<Result<Vec<u8>, std::io::Error>> =
+        body.chunks(step).map(|c| Ok(c.to_vec())).collect();
+    futures::executor::block_on(async {
+        let mut events = futures::stream::iter(reads).eventsource();
+        let mut parser = ChunkParser::default();
+        while let Some(event) = events.next().await {
+            let Ok(event) = event else { return };
+            match parser.data(&event.data) {
+                Err(_) => return,
+                Ok(None) => break,
+                Ok(Some(tokens)) => assert!(tokens.iter().all(|t| !t.is_empty())),
+            }
+        }
+        if let Ok(event) = parser.finish() {
+            assert!(matches!(event, LlmEvent::Finish { .. }));
+        }
+    });
+});

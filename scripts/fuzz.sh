@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# `scripts/fuzz.sh [SECONDS]`: builds the cargo fuzz targets in fuzz/ (the machine's nightly
+# toolchain; cargo-fuzz from crates.io, installed by `scripts/setup.sh cargo-tools`) and runs
+# each for SECONDS (default 20), then prints one line per target: executions, corpus size,
+# crashes. Exits non-zero on a crash; its input is kept under fuzz/artifacts/<target>/.
+#
+# The corpus grows across runs in $SLUICE_HOME/fuzz-corpus/<target>, seeded from fuzz/seeds/.
+# No sanitizer (-s none): the targets are safe Rust, so the findings are panics — failed
+# assertions, overflow (debug assertions are on), out-of-bounds indexing, timeouts and
+# memory blow-ups — and builds and runs are several times faster without ASan.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+cache=${SLUICE_HOME:-$HOME/.cache/sluice}
+secs=${1:-20}
+export PATH="$cache/tools/bin:$PATH"
+command -v cargo-fuzz >/dev/null || scripts/setup.sh cargo-tools
+# The fuzz build is nightly's own: no clippy wrapper (a stable tool), its own target dir.
+unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+export CARGO_TARGET_DIR=$cache/fuzz-target
+targets=(request upstream_sse chunker rerank_output)
+
+cargo +nightly fuzz build -s none >/dev/null 2>"$cache/fuzz-build.log" || {
+  tail -n 40 "$cache/fuzz-build.log" >&2
+  exit 1
+}
+status=0
+summary=()
+for t in "${targets[@]}"; do
+  corpus=$cache/fuzz-corpus/$t
+  mkdir -p "$corpus" "fuzz/artifacts/$t"
+  log=$(mktemp)
+  set +e
+  cargo +nightly fuzz run -s none "$t" "$corpus" "fuzz/seeds/$t" -- \
+    -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
+    -print_final_stats=1 >"$log" 2>&1
+  rc=$?
+  set -e
+  execs=$(grep -Eo 'stat::number_of_executed_units: *[0-9]+' "$log" | grep -Eo '[0-9]+$' || echo 0)
+  crashes=$(find "fuzz/artifacts/$t" -type f | wc -l)
+  files=$(find "$corpus" -type f | wc -l)
+  if [ "$rc" -ne 0 ]; then
+    status=1
+    tail -n 30 "$log" >&2
+  fi
+  summary+=("$t: $execs execs, $files corpus inputs, $crashes crashes")
+  rm -f "$log"
+done
+printf 'fuzz (%ss each): %s\n' "$secs" "$(IFS=';'; echo "${summary[*]}" | sed 's/;/; /g')"
+exit "$status"
