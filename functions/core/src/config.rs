@@ -65,6 +65,9 @@ pub struct Config {
     pub tenant_burst: u32,
     /// `SLUICE_TENANT_MAX_STREAMS`: answers one tenant may have streaming at once (0 = no limit).
     pub tenant_max_streams: usize,
+    /// `SLUICE_DRAIN_TIMEOUT_MS`: after SIGTERM, how long `sluice serve` lets open streams
+    /// finish before ending them with a retryable error.
+    pub drain_timeout: Duration,
     /// `SLUICE_MAX_DOCUMENTS`: documents per ingest request.
     pub max_documents: usize,
     /// `SLUICE_MAX_CHUNKS`: chunks one ingest request may produce.
@@ -271,6 +274,7 @@ impl Config {
             },
             tenant_burst: ranged(&get, "SLUICE_TENANT_BURST", 100, 1, 1_000_000)? as u32,
             tenant_max_streams: ranged(&get, "SLUICE_TENANT_MAX_STREAMS", 64, 0, 1_000_000)?,
+            drain_timeout: millis(&get, "SLUICE_DRAIN_TIMEOUT_MS", 25_000, 0)?,
             max_documents: ranged(&get, "SLUICE_MAX_DOCUMENTS", 1000, 1, 1_000_000)?,
             max_chunks: ranged(&get, "SLUICE_MAX_CHUNKS", 20_000, 1, 10_000_000)?,
             max_body_bytes: ranged(&get, "SLUICE_MAX_BODY_BYTES", 1 << 20, 1024, 1 << 30)?,

@@ -58,10 +58,28 @@ use crate::trace::TraceContext;
 #[derive(Debug, Clone, Copy)]
 pub struct StreamDeadline(pub tokio::time::Instant);
 
-/// `events` until `deadline`; a stream that has not ended by then gets a closing `error`.
+/// `events` until `deadline`; a stream that has not ended by then gets a closing `error`
+/// (`deadline_exceeded`).
 fn cut_at(
     events: impl futures::Stream<Item = Event> + Send + 'static,
     deadline: tokio::time::Instant,
+) -> impl futures::Stream<Item = Event> + Send + 'static {
+    cut_when(
+        events,
+        tokio::time::sleep_until(deadline),
+        "deadline_exceeded",
+        "the function's time limit was reached before the answer ended",
+    )
+}
+
+/// `events` until `stop` completes; a stream that has not ended by then gets a closing
+/// retryable `error` with `code` and `message` instead of being cut off with no ending, and
+/// dropping the rest cancels the upstream LLM request.
+fn cut_when(
+    events: impl futures::Stream<Item = Event> + Send + 'static,
+    stop: impl std::future::Future<Output = ()> + Send + 'static,
+    code: &'static str,
+    message: &'static str,
 ) -> impl futures::Stream<Item = Event> + Send + 'static {
     use std::sync::atomic::{AtomicBool, Ordering};
     let ended = Arc::new(AtomicBool::new(false));
@@ -72,13 +90,13 @@ fn cut_at(
                 seen.store(true, Ordering::Relaxed);
             }
         })
-        .take_until(tokio::time::sleep_until(deadline))
+        .take_until(stop)
         .chain(futures::stream::iter(std::iter::from_fn(move || {
             // Once: the flag is set as the closing event goes out.
             (!ended.swap(true, Ordering::Relaxed)).then(|| {
                 Event::Error(ErrorEvent {
-                    code: "deadline_exceeded".into(),
-                    message: "the function's time limit was reached before the answer ended".into(),
+                    code: code.into(),
+                    message: message.into(),
                     retryable: true,
                 })
             })
@@ -524,9 +542,20 @@ async fn answer(
         .quotas
         .stream(&caller.tenant)
         .map_err(|l| limited(&caller.tenant, l))?;
+    // A server shutting down lets open streams finish until its drain time is up (see
+    // `Pipeline::drain`), then ends the rest with `shutting_down`.
+    let mut draining = pipeline.draining();
+    let events = cut_when(
+        pipeline.answer(request),
+        async move {
+            let _ = draining.wait_for(|over| *over).await;
+        },
+        "shutting_down",
+        "the server is shutting down; ask again",
+    );
     let events = match deadline {
-        Some(axum::Extension(StreamDeadline(at))) => cut_at(pipeline.answer(request), at).boxed(),
-        None => pipeline.answer(request).boxed(),
+        Some(axum::Extension(StreamDeadline(at))) => cut_at(events, at).boxed(),
+        None => events.boxed(),
     };
     let events = events.map(move |e| {
         let _held = &permit;

@@ -96,6 +96,8 @@ pub struct Pipeline {
     pub keys: Option<Arc<dyn KeyStore>>,
     /// Per-tenant request rate and open streams.
     pub quotas: Arc<Quotas>,
+    /// Set when open streams must end (see [`Pipeline::drain`]).
+    drained: tokio::sync::watch::Sender<bool>,
     replica_id: String,
 }
 
@@ -126,6 +128,7 @@ impl Pipeline {
             metrics: Metrics::default(),
             keys: None,
             quotas,
+            drained: tokio::sync::watch::Sender::new(false),
             replica_id: format!("{host}-{}", std::process::id()),
         }
     }
@@ -139,6 +142,18 @@ impl Pipeline {
         self.reranker = Some(reranker);
         self.components = Some(components);
         self
+    }
+
+    /// Ends every answer still streaming with a retryable `shutting_down` error (and every
+    /// one started later at once): what a server that is shutting down does when its drain
+    /// time is up, so that no client is cut off without an ending.
+    pub fn drain(&self) {
+        self.drained.send_replace(true);
+    }
+
+    /// Becomes `true` when [`Pipeline::drain`] is called.
+    pub fn draining(&self) -> tokio::sync::watch::Receiver<bool> {
+        self.drained.subscribe()
     }
 
     /// Turns auth on: every `/v1` request needs a key from `keys`.

@@ -41,17 +41,33 @@ pub fn router(pipeline: Arc<Pipeline>) -> axum::Router {
         )
 }
 
-/// Serves until Ctrl-C or SIGTERM, then lets open streams finish.
+/// Serves until Ctrl-C or SIGTERM, then stops accepting connections and lets open streams
+/// finish for up to `SLUICE_DRAIN_TIMEOUT_MS`; any still open then end with a retryable
+/// `shutting_down` error, and the process exits.
 pub async fn run(config: Config) -> Result<()> {
     let addr = config.addr;
     let llm_url = config.llm_urls.join(",");
+    let drain_timeout = config.drain_timeout;
     let pipeline = sluice_app::pipeline(config).await?;
     let pipeline = Arc::new(pipeline);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
     info!(%addr, llm = %llm_url, "sluice serving");
-    sluice_core::http::serve(listener, router(pipeline), shutdown()).await?;
+    let draining = Arc::clone(&pipeline);
+    let signalled = async move {
+        shutdown().await;
+        info!(
+            timeout_ms = drain_timeout.as_millis() as u64,
+            "shutting down: draining open streams"
+        );
+        tokio::spawn(async move {
+            tokio::time::sleep(drain_timeout).await;
+            info!("drain time is up: ending the streams still open");
+            draining.drain();
+        });
+    };
+    sluice_core::http::serve(listener, router(pipeline), signalled).await?;
     Ok(())
 }
 
@@ -71,5 +87,4 @@ async fn shutdown() {
     }
     #[cfg(not(unix))]
     ctrl_c.await.unwrap_or(());
-    info!("shutting down: draining open streams");
 }

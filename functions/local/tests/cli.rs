@@ -166,6 +166,84 @@ fn keys_made_by_the_cli_let_requests_in_and_never_reach_the_log() {
 }
 
 #[test]
+fn sigterm_lets_open_streams_finish_then_ends_the_rest_with_a_retryable_error() {
+    // 20 tokens/s: an 8-token answer ends well inside a 10 s drain; a 200-token one outlasts
+    // a 300 ms drain.
+    let upstream = fixture(20, 1000);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    for (max_tokens, drain_ms, ending) in [("8", "10000", "done"), ("200", "300", "error")] {
+        let mut server = serve_with(&[
+            ("SLUICE_LLM_URL", &upstream.url),
+            ("SLUICE_MAX_TOKENS", max_tokens),
+            ("SLUICE_DRAIN_TIMEOUT_MS", drain_ms),
+            ("SLUICE_CACHE", "off"),
+        ]);
+        let pid = server.child.id().to_string();
+        let (stream, after_signal) = runtime.block_on(async {
+            let mut r = reqwest::Client::new()
+                .post(format!("{}/v1/answer", server.url))
+                .json(&serde_json::json!({"query": "tell me about refunds"}))
+                .timeout(Duration::from_secs(30))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            let mut text = String::new();
+            while !text.contains("event: token") {
+                let chunk = r.chunk().await.unwrap().expect("a token before the end");
+                text.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            assert!(
+                Command::new("kill")
+                    .args(["-TERM", &pid])
+                    .status()
+                    .unwrap()
+                    .success()
+            );
+            let signalled = Instant::now();
+            while let Some(chunk) = r.chunk().await.unwrap() {
+                text.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            (text, signalled.elapsed())
+        });
+        let events: Vec<&str> = stream
+            .lines()
+            .filter_map(|l| l.strip_prefix("event: "))
+            .collect();
+        assert_eq!(events.last(), Some(&ending), "{stream}");
+        if ending == "done" {
+            assert_eq!(
+                events.iter().filter(|e| **e == "token").count(),
+                8,
+                "{stream}"
+            );
+        } else {
+            let last = stream.trim_end().lines().last().unwrap();
+            let error: serde_json::Value =
+                serde_json::from_str(last.trim_start_matches("data: ")).unwrap();
+            assert_eq!(error["code"], "shutting_down", "{stream}");
+            assert_eq!(error["retryable"], true);
+            assert!(
+                after_signal < Duration::from_millis(2000),
+                "ended {after_signal:?} after SIGTERM with a 300 ms drain"
+            );
+        }
+        let started = Instant::now();
+        loop {
+            if let Some(status) = server.child.try_wait().unwrap() {
+                assert!(status.success(), "exit status {status}");
+                break;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "no exit after the drain"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+#[test]
 fn bad_configuration_stops_start_up_with_a_clear_message() {
     let out = sluice()
         .arg("serve")
