@@ -151,14 +151,11 @@ pub async fn start_custom(
         // last: when the runtime drops this task, the store is dropped (and flushes its
         // files) while its folder still exists.
         let _data = data;
-        let _ = sluice_core::http::serve(
-            listener,
-            sluice_core::http::router(serving),
-            async move {
+        let _ =
+            sluice_core::http::serve(listener, sluice_core::http::router(serving), async move {
                 let _ = stopped.await;
-            },
-        )
-        .await;
+            })
+            .await;
     });
     TestServer {
         url,
