@@ -55,6 +55,53 @@ pub fn samples_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../samples")
 }
 
+/// The documents of `samples/`, ids `samples/<file name>`.
+pub fn sample_documents() -> Vec<sluice_core::ingest::Document> {
+    let mut documents = Vec::new();
+    let mut paths: Vec<_> = std::fs::read_dir(samples_dir())
+        .expect("samples")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    paths.sort();
+    for p in paths {
+        let bytes = std::fs::read(&p).expect("read sample");
+        let name = format!(
+            "samples/{}",
+            p.file_name().and_then(|n| n.to_str()).expect("name")
+        );
+        documents.extend(sluice_core::ingest::parse_file(&name, &bytes).expect("sample parses"));
+    }
+    documents
+}
+
+/// A key file (auth on with `SLUICE_API_KEYS_FILE`) with one new key per `(tenant,
+/// permissions)`: the folder holding it (deleted when dropped), its path and the keys in order.
+pub fn key_file(
+    entries: &[(&str, &[sluice_core::auth::Permission])],
+) -> (tempfile::TempDir, String, Vec<String>) {
+    use sluice_core::auth::{KeyRecord, Principal, append_to_file, digest, new_key};
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("keys.json");
+    let keys = entries
+        .iter()
+        .map(|(tenant, permissions)| {
+            let key = new_key();
+            let record = KeyRecord {
+                hash: digest(&key),
+                principal: Principal {
+                    tenant: tenant.to_string(),
+                    permissions: permissions.to_vec(),
+                },
+                name: None,
+            };
+            append_to_file(&path, record).expect("key file");
+            key
+        })
+        .collect();
+    let path = path.display().to_string();
+    (dir, path, keys)
+}
+
 /// A running server and what it is made of.
 pub struct TestServer {
     /// `http://127.0.0.1:PORT`.
@@ -246,22 +293,9 @@ impl TestServer {
 
     /// Ingests every sample document for `tenant`.
     pub async fn ingest_samples_as(&self, tenant: &str) -> Value {
-        let mut documents = Vec::new();
-        let mut paths: Vec<_> = std::fs::read_dir(samples_dir())
-            .expect("samples")
-            .map(|e| e.expect("entry").path())
-            .collect();
-        paths.sort();
-        for p in paths {
-            let bytes = std::fs::read(&p).expect("read sample");
-            let name = format!(
-                "samples/{}",
-                p.file_name().and_then(|n| n.to_str()).expect("name")
-            );
-            documents
-                .extend(sluice_core::ingest::parse_file(&name, &bytes).expect("sample parses"));
-        }
-        let body = json!({ "documents": documents }).to_string().into_bytes();
+        let body = json!({ "documents": sample_documents() })
+            .to_string()
+            .into_bytes();
         let (status, body) = self
             .send_as(tenant, reqwest::Method::POST, "/v1/documents", body)
             .await;

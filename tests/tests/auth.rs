@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use sluice_core::auth::{KeyRecord, Permission, Principal, append_to_file, digest, new_key};
-use sluice_tests::{Answer, TestServer, answer_with_headers, http, start, start_with};
+use sluice_core::auth::{Permission, new_key};
+use sluice_tests::{Answer, TestServer, answer_with_headers, http, key_file, start, start_with};
 
 const REVERSE: &str = include_str!("../../functions/sandbox/tests/reverse.wat");
 const QUESTION: &str = "How long does a refund take?";
@@ -26,28 +26,16 @@ struct Keys {
 }
 
 fn keys() -> Keys {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("keys.json");
-    let make = |tenant: &str, permissions: &[Permission]| {
-        let key = new_key();
-        let record = KeyRecord {
-            hash: digest(&key),
-            principal: Principal {
-                tenant: tenant.into(),
-                permissions: permissions.to_vec(),
-            },
-            name: None,
-        };
-        append_to_file(&path, record).unwrap();
-        key
-    };
-    let acme = make("acme", &Permission::DEFAULT);
-    let globex = make("globex", &Permission::DEFAULT);
-    let reader = make("acme", &[Permission::Answer]);
-    let debugger = make("acme", &[Permission::Answer, Permission::Prompt]);
+    let (dir, path, keys) = key_file(&[
+        ("acme", &Permission::DEFAULT),
+        ("globex", &Permission::DEFAULT),
+        ("acme", &[Permission::Answer]),
+        ("acme", &[Permission::Answer, Permission::Prompt]),
+    ]);
+    let [acme, globex, reader, debugger] = <[String; 4]>::try_from(keys).unwrap();
     Keys {
-        path: path.display().to_string(),
         _dir: dir,
+        path,
         acme,
         globex,
         reader,

@@ -9,6 +9,7 @@
 //! | `GET /v1/components/rerank` | the tenant's versions and the active one |
 //! | `DELETE /v1/components/rerank` | back to the built-in default (fused order) |
 //! | `DELETE /v1/cache` | forget the tenant's cached answers → `{"deleted": n}` |
+//! | `POST /v1/chat/completions`, `GET /v1/models` | OpenAI-compatible ([`crate::openai`]) |
 //! | `GET /healthz` | the process is up |
 //! | `GET /readyz` | model loaded, store open, LLM reachable (503 otherwise) |
 //!
@@ -130,7 +131,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
         Self {
             status,
             code,
@@ -139,7 +140,7 @@ impl ApiError {
         }
     }
 
-    fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
         Self::new(StatusCode::BAD_REQUEST, code, message)
     }
 }
@@ -209,6 +210,11 @@ pub fn router(pipeline: Arc<Pipeline>) -> Router {
         )
         .route("/v1/components/rerank/activate", post(activate_component))
         .route("/v1/cache", delete(clear_cache))
+        .route(
+            "/v1/chat/completions",
+            post(crate::openai::chat_completions),
+        )
+        .route("/v1/models", get(crate::openai::models))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(
@@ -252,15 +258,15 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 }
 
 /// Who is asking: the tenant, and whether it may see the assembled prompt.
-struct Caller {
-    tenant: String,
+pub(crate) struct Caller {
+    pub(crate) tenant: String,
     may_see_prompt: bool,
 }
 
 /// The caller of a request that needs `permission`: with auth on, the tenant of its key (see
 /// the module docs for 401 and 403); with auth off, the `x-sluice-tenant` header, else the
 /// default tenant. Rate and stream limits are the handler's (the answer route opens a stream).
-async fn authorize(
+pub(crate) async fn authorize(
     pipeline: &Pipeline,
     headers: &HeaderMap,
     permission: Permission,
@@ -378,7 +384,7 @@ fn limited(tenant: &str, l: Limited) -> ApiError {
 }
 
 /// Reads the whole body, refusing (413) more than `limit` bytes.
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -504,7 +510,7 @@ pub fn answer_request(
 
 /// Whether `Cache-Control` says `no-cache` or `no-store`: the request then neither reads
 /// nor writes the answer cache.
-fn no_cache(headers: &HeaderMap) -> bool {
+pub(crate) fn no_cache(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::CACHE_CONTROL)
         .iter()
@@ -530,6 +536,20 @@ async fn answer(
         &bytes,
         received,
     )?;
+    let events = open_answer(&pipeline, &caller, deadline, request)?;
+    Ok(sse_response(events.map(|e| e.to_sse())))
+}
+
+/// Starts answering `request` for `caller` (the tenant's stream quota permitting): the
+/// pipeline's events, ended early — with a closing retryable `error` — when the server's drain
+/// time is up or the entry point's [`StreamDeadline`] comes. The stream holds the tenant's
+/// stream permit until it ends or is dropped.
+pub(crate) fn open_answer(
+    pipeline: &Arc<Pipeline>,
+    caller: &Caller,
+    deadline: Option<axum::Extension<StreamDeadline>>,
+    request: AnswerRequest,
+) -> Result<futures::stream::BoxStream<'static, Event>, ApiError> {
     if request.include_prompt && !caller.may_see_prompt {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
@@ -537,7 +557,6 @@ async fn answer(
             "\"include_prompt\" needs an API key with the \"prompt\" permission",
         ));
     }
-    // The stream's place in the tenant's quota, held until the stream ends or is dropped.
     let permit = pipeline
         .quotas
         .stream(&caller.tenant)
@@ -557,11 +576,20 @@ async fn answer(
         Some(axum::Extension(StreamDeadline(at))) => cut_at(events, at).boxed(),
         None => events.boxed(),
     };
-    let events = events.map(move |e| {
-        let _held = &permit;
-        Ok::<_, Infallible>(Bytes::from(e.to_sse()))
-    });
-    let mut response = Response::new(Body::from_stream(events));
+    Ok(events
+        .map(move |e| {
+            let _held = &permit;
+            e
+        })
+        .boxed())
+}
+
+/// A `text/event-stream` response of already-framed events, passed on as they come.
+pub(crate) fn sse_response(
+    events: impl futures::Stream<Item = String> + Send + 'static,
+) -> Response {
+    let body = events.map(|e| Ok::<_, Infallible>(Bytes::from(e)));
+    let mut response = Response::new(Body::from_stream(body));
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
@@ -570,7 +598,7 @@ async fn answer(
     headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
     // Tell buffering proxies (nginx and the like) to pass events through at once.
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
-    Ok(response)
+    response
 }
 
 #[derive(Debug, Deserialize)]

@@ -2,7 +2,7 @@
 //!
 //! A request flows through these modules in order:
 //!
-//! 1. [`http`]: routes, [`auth`] (API key → tenant) and [`quota`] (per-tenant rate and
+//! 1. [`http`]: routes (and the OpenAI-compatible ones in [`openai`]), [`auth`] (API key → tenant) and [`quota`] (per-tenant rate and
 //!    streams), input validation, JSON errors, the SSE response.
 //! 2. [`pipeline`]: [`cache`] lookup → embed → retrieve under the retrieval deadline →
 //!    [`prompt`] → generate, emitting the [`sse`] events `meta`, `token`…, then exactly one
@@ -23,6 +23,7 @@ pub mod error;
 pub mod http;
 pub mod ingest;
 pub mod metrics;
+pub mod openai;
 pub mod pipeline;
 pub mod prompt;
 pub mod quota;

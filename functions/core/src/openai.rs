@@ -1,0 +1,353 @@
+//! The OpenAI-compatible surface, for any OpenAI client:
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /v1/chat/completions` | the last user message is the question; the answer streams as `chat.completion.chunk`s (`"stream": true`) or comes whole as a `chat.completion` |
+//! | `GET /v1/models` | the one model that answers |
+//!
+//! It is the same pipeline as `POST /v1/answer` — cache, retrieval under the deadline, rerank,
+//! prompt, generation — with the same auth (the client's `api_key` is the Sluice key) and
+//! limits. What OpenAI's schema has no field for travels in a `sluice` object: on the final
+//! chunk (the one with `finish_reason`) and on the whole completion, `{"request_id",
+//! "sources", "cache", "degraded", "timings"}`. Errors have OpenAI's shape,
+//! `{"error": {"message", "type", "param", "code"}}`; one during a stream arrives as a chunk
+//! of that shape, which OpenAI's clients raise as an error.
+//!
+//! Earlier turns of the conversation are not sent to the model: each question is answered
+//! from the tenant's documents alone. `model` is accepted whatever it names (the deployment's
+//! model answers, and the responses say which); `max_tokens`, `temperature` and the other
+//! sampling fields are accepted and not used (`SLUICE_MAX_TOKENS` caps every answer).
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::auth::Permission;
+use crate::http::{
+    ApiError, StreamDeadline, answer_request, authorize, open_answer, read_body, sse_response,
+};
+use crate::pipeline::Pipeline;
+use crate::sse::{Done, ErrorEvent, Event, Meta};
+
+/// An error in OpenAI's shape, with the status and headers (`Retry-After`,
+/// `WWW-Authenticate`) of the Sluice error it stands for.
+pub(crate) struct OpenAiError(ApiError);
+
+impl From<ApiError> for OpenAiError {
+    fn from(e: ApiError) -> Self {
+        Self(e)
+    }
+}
+
+/// OpenAI's error `type` for a status.
+fn error_type(status: StatusCode) -> &'static str {
+    match status.as_u16() {
+        401 => "authentication_error",
+        403 => "permission_error",
+        404 => "not_found_error",
+        429 => "rate_limit_error",
+        400..=499 => "invalid_request_error",
+        _ => "server_error",
+    }
+}
+
+impl IntoResponse for OpenAiError {
+    fn into_response(self) -> Response {
+        let status = self.0.status;
+        let body = json!({"error": {
+            "message": self.0.message,
+            "type": error_type(status),
+            "param": Value::Null,
+            "code": self.0.code,
+        }});
+        // Keep the Sluice response's headers (Retry-After, WWW-Authenticate).
+        let mut response = self.0.into_response();
+        *response.body_mut() = Body::from(body.to_string());
+        response
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatRequest {
+    #[serde(default)]
+    messages: Vec<Message>,
+    #[serde(default)]
+    stream: bool,
+    #[serde(default)]
+    n: Option<u32>,
+    /// Sluice's own options: `k`, `retrieval_deadline_ms`, `cache`, `session_id`,
+    /// `include_prompt`, as `POST /v1/answer` takes them.
+    #[serde(default)]
+    sluice: Option<serde_json::Map<String, Value>>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Message {
+    role: String,
+    #[serde(default)]
+    content: Option<Content>,
+}
+
+/// A message's content: a string, or parts of which the text ones count.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+#[derive(Debug, Deserialize)]
+struct Part {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    text: Option<String>,
+}
+
+impl Content {
+    fn text(&self) -> String {
+        match self {
+            Content::Text(t) => t.clone(),
+            Content::Parts(parts) => parts
+                .iter()
+                .filter(|p| p.kind == "text")
+                .filter_map(|p| p.text.as_deref())
+                .collect::<Vec<_>>()
+                .join("\n"),
+        }
+    }
+}
+
+/// The question a chat request asks: its last user message, as an `/v1/answer` body (with the
+/// `sluice` options). Refuses what cannot be answered here.
+fn answer_body(bytes: &[u8]) -> Result<(ChatRequest, Vec<u8>), ApiError> {
+    let request: ChatRequest = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::bad_request(
+            "invalid_json",
+            format!("request body is not a valid chat completion request: {e}"),
+        )
+    })?;
+    if request.n.is_some_and(|n| n != 1) {
+        return Err(ApiError::bad_request(
+            "invalid_n",
+            "\"n\" must be 1: Sluice gives one answer per request",
+        ));
+    }
+    let question = request
+        .messages
+        .iter()
+        .rev()
+        .find(|m| m.role == "user")
+        .and_then(|m| m.content.as_ref())
+        .map(Content::text)
+        .ok_or_else(|| {
+            ApiError::bad_request(
+                "missing_query",
+                "\"messages\" has no user message to answer",
+            )
+        })?;
+    let mut body = request.sluice.clone().unwrap_or_default();
+    if body.contains_key("query") {
+        return Err(ApiError::bad_request(
+            "invalid_json",
+            "\"sluice\" may not carry \"query\": the last user message is the question",
+        ));
+    }
+    body.insert("query".into(), Value::String(question));
+    let bytes = serde_json::to_vec(&body).unwrap_or_default();
+    Ok((request, bytes))
+}
+
+/// Seconds since the epoch, for `created`.
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+/// The `sluice` extension: sources and how the answer was made.
+fn extension(meta: &Meta, done: &Done) -> Value {
+    json!({
+        "request_id": meta.request_id,
+        "sources": meta.documents,
+        "cache": meta.cache,
+        "degraded": meta.degraded,
+        "timings": done.timings,
+        "cached": done.cached,
+    })
+}
+
+/// An error event mid-stream in OpenAI's error shape.
+fn stream_error(e: &ErrorEvent) -> Value {
+    json!({"error": {
+        "message": e.message,
+        "type": "server_error",
+        "param": Value::Null,
+        "code": e.code,
+        "retryable": e.retryable,
+    }})
+}
+
+/// `POST /v1/chat/completions`.
+pub(crate) async fn chat_completions(
+    State(pipeline): State<Arc<Pipeline>>,
+    deadline: Option<axum::Extension<StreamDeadline>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, OpenAiError> {
+    let received = Instant::now();
+    let caller = authorize(&pipeline, &headers, Permission::Answer).await?;
+    let bytes = read_body(body, pipeline.config.max_body_bytes).await?;
+    let (chat, answer) = answer_body(&bytes)?;
+    let request = answer_request(
+        &pipeline.config,
+        caller.tenant.clone(),
+        &headers,
+        &answer,
+        received,
+    )?;
+    let events = open_answer(&pipeline, &caller, deadline, request)?;
+    let created = now();
+    if chat.stream {
+        Ok(sse_response(stream_chunks(events, created)))
+    } else {
+        whole(events, created).await
+    }
+}
+
+/// The pipeline's events as `chat.completion.chunk` SSE lines, ending with `data: [DONE]`
+/// (or an error chunk).
+fn stream_chunks(
+    events: futures::stream::BoxStream<'static, Event>,
+    created: u64,
+) -> impl futures::Stream<Item = String> + Send + 'static {
+    let mut meta: Option<Box<Meta>> = None;
+    let chunk = move |meta: &Meta, choices: Value, extra: Option<Value>| {
+        let mut c = json!({
+            "id": format!("chatcmpl-{}", meta.request_id),
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": meta.model_id,
+            "choices": choices,
+        });
+        if let Some(extra) = extra {
+            c["sluice"] = extra;
+        }
+        format!("data: {c}\n\n")
+    };
+    events.filter_map(move |event| {
+        let out = match event {
+            Event::Meta(m) => {
+                let first = chunk(
+                    &m,
+                    json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
+                    None,
+                );
+                meta = Some(m);
+                Some(first)
+            }
+            Event::Token(t) => meta.as_deref().map(|m| {
+                chunk(
+                    m,
+                    json!([{"index": 0, "delta": {"content": t.text}, "finish_reason": null}]),
+                    None,
+                )
+            }),
+            Event::Done(d) => meta.as_deref().map(|m| {
+                let last = chunk(
+                    m,
+                    json!([{"index": 0, "delta": {}, "finish_reason": d.finish_reason}]),
+                    Some(extension(m, &d)),
+                );
+                format!("{last}data: [DONE]\n\n")
+            }),
+            Event::Error(e) => Some(format!("data: {}\n\n", stream_error(&e))),
+        };
+        futures::future::ready(out)
+    })
+}
+
+/// The whole answer as one `chat.completion`; an error before the end is an error response
+/// (the tokens before it are dropped: a partial answer would pass for a complete one).
+async fn whole(
+    mut events: futures::stream::BoxStream<'static, Event>,
+    created: u64,
+) -> Result<Response, OpenAiError> {
+    let mut meta = None;
+    let mut text = String::new();
+    while let Some(event) = events.next().await {
+        match event {
+            Event::Meta(m) => meta = Some(m),
+            Event::Token(t) => text.push_str(&t.text),
+            Event::Error(e) => {
+                let status = match e.code.as_str() {
+                    "llm_timeout" | "deadline_exceeded" => StatusCode::GATEWAY_TIMEOUT,
+                    "llm_unavailable" | "shutting_down" => StatusCode::SERVICE_UNAVAILABLE,
+                    _ => StatusCode::BAD_GATEWAY,
+                };
+                let code: &'static str = match e.code.as_str() {
+                    "llm_timeout" => "llm_timeout",
+                    "deadline_exceeded" => "deadline_exceeded",
+                    "llm_unavailable" => "llm_unavailable",
+                    "shutting_down" => "shutting_down",
+                    "llm_rejected" => "llm_rejected",
+                    _ => "llm_stream_failed",
+                };
+                return Err(ApiError::new(status, code, e.message).into());
+            }
+            Event::Done(d) => {
+                let Some(m) = meta else { break };
+                let body = json!({
+                    "id": format!("chatcmpl-{}", m.request_id),
+                    "object": "chat.completion",
+                    "created": created,
+                    "model": m.model_id,
+                    "choices": [{
+                        "index": 0,
+                        "message": {"role": "assistant", "content": text},
+                        "finish_reason": d.finish_reason,
+                    }],
+                    "sluice": extension(&m, &d),
+                });
+                return Ok(Json(body).into_response());
+            }
+        }
+    }
+    Err(ApiError::new(
+        StatusCode::BAD_GATEWAY,
+        "llm_stream_failed",
+        "the answer ended without finishing",
+    )
+    .into())
+}
+
+/// `GET /v1/models`.
+pub(crate) async fn models(
+    State(pipeline): State<Arc<Pipeline>>,
+    headers: HeaderMap,
+) -> Result<Response, OpenAiError> {
+    authorize(&pipeline, &headers, Permission::Answer).await?;
+    let mut response = Json(json!({
+        "object": "list",
+        "data": [{
+            "id": pipeline.llm.model_id(),
+            "object": "model",
+            "created": 0,
+            "owned_by": "sluice",
+        }],
+    }))
+    .into_response();
+    response.headers_mut().insert(
+        header::CACHE_CONTROL,
+        axum::http::HeaderValue::from_static("no-store"),
+    );
+    Ok(response)
+}
