@@ -9,6 +9,7 @@
 #   scripts/setup.sh llm        SmolLM2-135M-Instruct GGUF + llama-server built from source
 #   scripts/setup.sh browser    Chromium (Debian) + playwright-core (npm) for the browser test
 #   scripts/setup.sh cargo-tools  cargo-deny and cargo-fuzz (crates.io) into $SLUICE_HOME/tools
+#   scripts/setup.sh eval       τ²-bench banking_knowledge (documents, tasks) from inspect-evals
 #
 # Sources are package registries only (PyPI, Debian, npm, crates.io); nothing is fetched from a
 # model hub.
@@ -38,6 +39,13 @@ IAC_TOOLS=(cfn-lint==1.58.0 checkov==3.3.30)
 # The SAM CLI (`sam validate --lint`, `sam build`) and its translator, in a third venv
 # ($SLUICE_HOME/sam): it pins boto3 and cfn-lint ranges of its own.
 SAM_TOOLS=(aws-sam-cli==1.170.0)
+# The retrieval evaluation's dataset: τ²-bench's banking_knowledge domain as inspect-evals ships
+# it (MIT): 698 documents and 97 tasks with required_documents.
+INSPECT_EVALS_PKG=inspect-evals==0.28.0
+
+# The official OpenAI client, in a venv of its own ($SLUICE_HOME/openai), for the test that
+# drives /v1/chat/completions with it.
+OPENAI_PKG=openai==3.57.0
 # The browser test's driver (Chromium itself comes from Debian).
 PLAYWRIGHT_PKG=playwright-core@1.65.1
 # The supply-chain check and the fuzzer driver, built from crates.io (cargo-deny: ~4 minutes
@@ -65,6 +73,12 @@ tools() {
     python3 -m venv "$cache/iac"
     "$cache/iac/bin/pip" install -q --disable-pip-version-check "${IAC_TOOLS[@]}"
     touch "$cache/iac/.ok-v1"
+  fi
+  if [ ! -f "$cache/openai/.ok-v1" ]; then
+    log "creating the OpenAI client's venv $cache/openai"
+    python3 -m venv "$cache/openai"
+    "$cache/openai/bin/pip" install -q --disable-pip-version-check "$OPENAI_PKG"
+    touch "$cache/openai/.ok-v1"
   fi
   if [ ! -f "$cache/sam/.ok-v1" ]; then
     log "creating the SAM CLI's venv $cache/sam"
@@ -173,12 +187,25 @@ cargo_tools() {
   rm -rf "$cache/tools/target"
 }
 
+eval_data() {
+  local out=$cache/eval/tau2-banking
+  if [ ! -f "$out/tasks.json" ]; then
+    wheel "$INSPECT_EVALS_PKG" "$dl/inspect-evals"
+    local domain=$dl/inspect-evals/inspect_evals/tau2/data/domains/banking_knowledge
+    mkdir -p "$out"
+    python3 -c 'import gzip, shutil, sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+      "$domain/documents.json.gz" "$out/documents.json"
+    cp "$domain/tasks.json" "$out/tasks.json.part" && mv "$out/tasks.json.part" "$out/tasks.json"
+  fi
+}
+
 case "${1:-all}" in
   tools) tools ;;
   model) model ;;
   llm) llm ;;
   browser) browser ;;
   cargo-tools) cargo_tools ;;
-  all) model; llm; browser; cargo_tools ;;
-  *) echo "usage: $0 [tools|model|llm|browser|cargo-tools|all]" >&2; exit 2 ;;
+  eval) eval_data ;;
+  all) model; llm; browser; cargo_tools; eval_data ;;
+  *) echo "usage: $0 [tools|model|llm|browser|cargo-tools|eval|all]" >&2; exit 2 ;;
 esac

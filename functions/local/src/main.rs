@@ -12,11 +12,14 @@
 //! - `sluice model prepare`: store the embedding model's graph in the form that loads fastest.
 //! - `sluice bench run`: load-test a running server → report.json, report.csv, report.html.
 //! - `sluice bench cost`: a report and unit prices → $ per 1,000 answers (docs/cost.md).
+//! - `sluice eval retrieval`: recall, nDCG and MRR of dense, BM25, hybrid and hybrid + rerank
+//!   on τ²-bench's banking_knowledge documents and tasks.
 //! - `sluice fixture llm`: a synthetic OpenAI-compatible upstream for load tests (not a model).
 
 mod bench;
 mod client;
 mod doctor;
+mod eval;
 mod keys;
 mod serve;
 
@@ -96,6 +99,11 @@ enum Command {
     Bench {
         #[command(subcommand)]
         command: BenchCommand,
+    },
+    /// Evaluate retrieval quality on a labelled dataset.
+    Eval {
+        #[command(subcommand)]
+        command: EvalCommand,
     },
     /// Benchmark fixtures.
     Fixture {
@@ -213,6 +221,32 @@ enum ModelCommand {
 }
 
 #[derive(Subcommand)]
+enum EvalCommand {
+    /// Recall@5/10/20, nDCG@10 and MRR of dense, BM25, hybrid (RRF) and hybrid + each rerank
+    /// component on τ²-bench banking_knowledge (698 documents, 97 tasks; `scripts/setup.sh
+    /// eval` unpacks them from the PyPI package inspect-evals). Writes report.json and
+    /// report.md to --out and prints the table.
+    Retrieval {
+        /// Folder with documents.json and tasks.json [default: $SLUICE_HOME/eval/tau2-banking]
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// Evaluate only the first N tasks.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Ingest only N documents: those the evaluated tasks require, then others in file
+        /// order (a smaller haystack for a quick run; random recall is reported for it).
+        #[arg(long)]
+        documents: Option<usize>,
+        /// Rerank components (built by scripts/build-components.sh) to try on top of hybrid.
+        #[arg(long, value_delimiter = ',', default_value = "keyword-boost,mmr")]
+        components: Vec<String>,
+        /// Where the reports go.
+        #[arg(long, default_value = "eval-report")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
 enum KeysCommand {
     /// Make a key for a tenant and print it (once: only its SHA-256 is stored, in
     /// SLUICE_API_KEYS_FILE, or in the DynamoDB table SLUICE_API_KEYS_TABLE). `sluice serve`
@@ -326,6 +360,33 @@ fn main() -> Result<()> {
         Command::Keys {
             command: KeysCommand::CreateTable,
         } => runtime.block_on(keys::create_table(&config)),
+        Command::Eval {
+            command:
+                EvalCommand::Retrieval {
+                    data,
+                    limit,
+                    documents,
+                    components,
+                    out,
+                },
+        } => {
+            let data = data.unwrap_or_else(eval::default_data);
+            let report = runtime.block_on(eval::run(
+                &config,
+                &data,
+                limit,
+                documents,
+                &components,
+                |line| eprintln!("{line}"),
+            ))?;
+            std::fs::create_dir_all(&out)?;
+            let table = eval::table(&report);
+            std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
+            std::fs::write(out.join("report.md"), &table)?;
+            println!("{table}");
+            eprintln!("wrote {}/report.json and report.md", out.display());
+            Ok(())
+        }
         Command::Model {
             command: ModelCommand::Prepare { dir },
         } => {

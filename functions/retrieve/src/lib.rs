@@ -276,41 +276,65 @@ fn hit(point: ScoredPoint) -> Option<Hit> {
     Some(hit_from(&payload, point.score, vector))
 }
 
-#[async_trait]
-impl Store for EdgeStore {
-    async fn search(
+/// Which ranking a search returns: the pipeline always uses [`Retrieval::Hybrid`]; the other
+/// two are its halves, for `sluice eval retrieval`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retrieval {
+    /// Dense nearest neighbours alone.
+    Dense,
+    /// BM25 alone (nothing for a query of stopwords only).
+    Bm25,
+    /// Both, fused by reciprocal rank fusion.
+    Hybrid,
+}
+
+impl EdgeStore {
+    /// The `k` best chunks of `tenant` for `query` (its text for BM25, `vector` for dense) by
+    /// `retrieval`.
+    pub async fn search_by(
         &self,
         tenant: &str,
         query: &str,
         vector: &[f32],
         k: usize,
+        retrieval: Retrieval,
     ) -> Result<Vec<Hit>, StoreError> {
         let filter = tenant_filter(tenant, None, None)?;
         let sparse = self.inner.bm25.embed_query(query);
         let dense = vector.to_vec();
         self.blocking(move |inner| {
             let limit = (k * PREFETCH_FACTOR).max(MIN_PREFETCH);
+            let nearest = |query: VectorInternal, using: &str| {
+                ScoringQuery::Vector(QueryEnum::Nearest(NamedQuery::new(query, using)))
+            };
             let prefetch = |query: VectorInternal, using: &str| Prefetch {
                 prefetches: vec![],
-                query: Some(ScoringQuery::Vector(QueryEnum::Nearest(NamedQuery::new(
-                    query, using,
-                )))),
+                query: Some(nearest(query, using)),
                 limit,
                 params: None,
                 filter: Some(filter.clone()),
                 score_threshold: None,
             };
-            let mut prefetches = vec![prefetch(VectorInternal::Dense(dense), DENSE)];
-            // A query of stopwords only has no BM25 terms: dense alone then.
-            if !sparse.indices.is_empty() {
-                prefetches.push(prefetch(VectorInternal::Sparse(sparse), SPARSE));
-            }
+            let (prefetches, query) = match retrieval {
+                Retrieval::Dense => (vec![], nearest(VectorInternal::Dense(dense), DENSE)),
+                Retrieval::Bm25 if sparse.indices.is_empty() => return Ok(Vec::new()),
+                Retrieval::Bm25 => (vec![], nearest(VectorInternal::Sparse(sparse), SPARSE)),
+                Retrieval::Hybrid => {
+                    let mut prefetches = vec![prefetch(VectorInternal::Dense(dense), DENSE)];
+                    // A query of stopwords only has no BM25 terms: dense alone then.
+                    if !sparse.indices.is_empty() {
+                        prefetches.push(prefetch(VectorInternal::Sparse(sparse), SPARSE));
+                    }
+                    let fusion = ScoringQuery::Fusion(Fusion::Rrf {
+                        k: RRF_K,
+                        weights: None,
+                    });
+                    (prefetches, fusion)
+                }
+            };
             let request = QueryRequest {
                 prefetches,
-                query: Some(ScoringQuery::Fusion(Fusion::Rrf {
-                    k: RRF_K,
-                    weights: None,
-                })),
+                query: Some(query),
                 filter: Some(filter.clone()),
                 score_threshold: None,
                 limit: k,
@@ -323,6 +347,20 @@ impl Store for EdgeStore {
             Ok(points.into_iter().filter_map(hit).collect())
         })
         .await
+    }
+}
+
+#[async_trait]
+impl Store for EdgeStore {
+    async fn search(
+        &self,
+        tenant: &str,
+        query: &str,
+        vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        self.search_by(tenant, query, vector, k, Retrieval::Hybrid)
+            .await
     }
 
     async fn replace_document(
