@@ -55,6 +55,13 @@ pub fn samples_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../samples")
 }
 
+/// The `code` of an error body `{"error": {"code", ...}}` (Sluice's or OpenAI's shape).
+pub fn error_code(body: &Value) -> &str {
+    body["error"]["code"]
+        .as_str()
+        .unwrap_or_else(|| panic!("not an error body: {body}"))
+}
+
 /// The documents of `samples/`, ids `samples/<file name>`.
 pub fn sample_documents() -> Vec<sluice_core::ingest::Document> {
     let mut documents = Vec::new();
@@ -270,6 +277,18 @@ pub fn http() -> reqwest::Client {
 }
 
 impl TestServer {
+    /// Fails unless `tenant` has no chunks and a corpus version of 0: nothing was ingested.
+    pub async fn assert_nothing_written(&self, tenant: &str) {
+        let store = &self.pipeline.store;
+        assert_eq!(
+            store.count(tenant).await.expect("count"),
+            0,
+            "chunks of {tenant}"
+        );
+        let version = store.corpus_version(tenant).await.expect("corpus version");
+        assert_eq!(version, 0, "corpus version of {tenant}");
+    }
+
     /// Stops the server and waits until it has: its connections closed, the store dropped
     /// (flushed) and then its data folder deleted. Tests that start several servers call it,
     /// so that none is left for the runtime to drop in an arbitrary order (a store dropped

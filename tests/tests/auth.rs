@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 use reqwest::Method;
 use serde_json::{Value, json};
 use sluice_core::auth::{Permission, new_key};
-use sluice_tests::{Answer, TestServer, answer_with_headers, http, key_file, start, start_with};
+use sluice_tests::{
+    Answer, TestServer, answer_with_headers, error_code as code, http, key_file, start, start_with,
+};
 
 const REVERSE: &str = include_str!("../../functions/sandbox/tests/reverse.wat");
 const QUESTION: &str = "How long does a refund take?";
@@ -129,10 +131,6 @@ async fn ingest(server: &TestServer, key: &str, id: &str, text: &str) -> Value {
     body
 }
 
-fn code(body: &Value) -> &str {
-    body["error"]["code"].as_str().unwrap_or_default()
-}
-
 #[tokio::test]
 async fn every_v1_route_needs_a_valid_key() {
     let keys = keys();
@@ -210,8 +208,8 @@ async fn every_v1_route_needs_a_valid_key() {
     // Health and readiness stay open to the load balancer.
     assert_eq!(server.get("/healthz").await.0, 200);
     // Nothing was written by any of the refused requests.
-    assert_eq!(server.pipeline.store.count("acme").await.unwrap(), 0);
-    assert_eq!(server.pipeline.store.count("default").await.unwrap(), 0);
+    server.assert_nothing_written("acme").await;
+    server.assert_nothing_written("default").await;
 }
 
 #[tokio::test]
@@ -584,16 +582,7 @@ async fn an_ingest_over_its_limits_is_refused_whole() {
             .unwrap()
             .contains("SLUICE_MAX_CHUNKS")
     );
-    assert_eq!(server.pipeline.store.count("default").await.unwrap(), 0);
-    assert_eq!(
-        server
-            .pipeline
-            .store
-            .corpus_version("default")
-            .await
-            .unwrap(),
-        0
-    );
+    server.assert_nothing_written("default").await;
     // Within the limits the same route works.
     let ok = json!({"documents": [doc("short", "Refunds take five days.")]});
     assert_eq!(server.post("/v1/documents", &ok).await.0, 200);

@@ -1,13 +1,7 @@
 //! Bad input gets a clear JSON error with the exact status and code, and nothing hangs.
 
-use serde_json::{Value, json};
-use sluice_tests::{start, start_without_llm};
-
-fn code(body: &Value) -> &str {
-    body["error"]["code"]
-        .as_str()
-        .unwrap_or_else(|| panic!("not an error body: {body}"))
-}
+use serde_json::json;
+use sluice_tests::{error_code as code, start, start_without_llm};
 
 #[tokio::test]
 async fn answer_requests_are_validated() {
@@ -130,14 +124,5 @@ async fn bad_documents_are_refused_and_nothing_is_written() {
         let (status, reply) = server.post("/v1/documents", &body).await;
         assert_eq!((status, code(&reply)), (400, expected), "for {body}");
     }
-    assert_eq!(server.pipeline.store.count("default").await.unwrap(), 0);
-    assert_eq!(
-        server
-            .pipeline
-            .store
-            .corpus_version("default")
-            .await
-            .unwrap(),
-        0
-    );
+    server.assert_nothing_written("default").await;
 }

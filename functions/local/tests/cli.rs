@@ -80,18 +80,7 @@ fn serve_ingest_ask_and_doctor() {
             .unwrap()
             .success()
     );
-    let started = Instant::now();
-    loop {
-        if let Some(status) = server.child.try_wait().unwrap() {
-            assert!(status.success(), "exit status {status}");
-            break;
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(10),
-            "no exit 10 s after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    server.assert_exits_cleanly_within(Duration::from_secs(10));
 }
 
 #[test]
@@ -228,18 +217,7 @@ fn sigterm_lets_open_streams_finish_then_ends_the_rest_with_a_retryable_error() 
                 "ended {after_signal:?} after SIGTERM with a 300 ms drain"
             );
         }
-        let started = Instant::now();
-        loop {
-            if let Some(status) = server.child.try_wait().unwrap() {
-                assert!(status.success(), "exit status {status}");
-                break;
-            }
-            assert!(
-                started.elapsed() < Duration::from_secs(10),
-                "no exit after the drain"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        server.assert_exits_cleanly_within(Duration::from_secs(10));
     }
 }
 

@@ -26,6 +26,21 @@ pub struct Server {
     pub _data: tempfile::TempDir,
 }
 
+impl Server {
+    /// Waits until the server exits, failing unless it does so with success within `limit`.
+    pub fn assert_exits_cleanly_within(&mut self, limit: Duration) {
+        let started = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                assert!(status.success(), "exit status {status}");
+                return;
+            }
+            assert!(started.elapsed() < limit, "no exit within {limit:?}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
