@@ -25,6 +25,8 @@ pub struct ConfigError {
 /// Everything Sluice reads from its environment.
 #[derive(Clone)]
 pub struct Config {
+    /// `SLUICE_HOME`: downloads, models and tools (default `~/.cache/sluice`).
+    pub home: PathBuf,
     /// `SLUICE_ADDR`: where `sluice serve` listens.
     pub addr: SocketAddr,
     /// `SLUICE_DATA_DIR`: the Qdrant Edge shard and tenant state.
@@ -227,6 +229,7 @@ impl Config {
             PathBuf::from(get("HOME").unwrap_or_else(|| ".".into())).join(".cache/sluice")
         });
         let config = Config {
+            home: home.clone(),
             addr: parse(
                 &get,
                 "SLUICE_ADDR",
@@ -591,6 +594,7 @@ mod tests {
     fn defaults_apply_when_nothing_is_set() {
         let c = with(&[("HOME", "/home/u")]).unwrap();
         assert_eq!(c.addr.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.home, PathBuf::from("/home/u/.cache/sluice"));
         assert_eq!(
             c.model_dir,
             PathBuf::from("/home/u/.cache/sluice/models/all-MiniLM-L6-v2")

@@ -288,18 +288,15 @@ async fn whole(
             Event::Meta(m) => meta = Some(m),
             Event::Token(t) => text.push_str(&t.text),
             Event::Error(e) => {
-                let status = match e.code.as_str() {
-                    "llm_timeout" | "deadline_exceeded" => StatusCode::GATEWAY_TIMEOUT,
-                    "llm_unavailable" | "shutting_down" => StatusCode::SERVICE_UNAVAILABLE,
-                    _ => StatusCode::BAD_GATEWAY,
-                };
-                let code: &'static str = match e.code.as_str() {
-                    "llm_timeout" => "llm_timeout",
-                    "deadline_exceeded" => "deadline_exceeded",
-                    "llm_unavailable" => "llm_unavailable",
-                    "shutting_down" => "shutting_down",
-                    "llm_rejected" => "llm_rejected",
-                    _ => "llm_stream_failed",
+                use StatusCode as S;
+                // The stream's code as a status (and a `'static` code for `ApiError`).
+                let (status, code) = match e.code.as_str() {
+                    "llm_timeout" => (S::GATEWAY_TIMEOUT, "llm_timeout"),
+                    "deadline_exceeded" => (S::GATEWAY_TIMEOUT, "deadline_exceeded"),
+                    "llm_unavailable" => (S::SERVICE_UNAVAILABLE, "llm_unavailable"),
+                    "shutting_down" => (S::SERVICE_UNAVAILABLE, "shutting_down"),
+                    "llm_rejected" => (S::BAD_GATEWAY, "llm_rejected"),
+                    _ => (S::BAD_GATEWAY, "llm_stream_failed"),
                 };
                 return Err(ApiError::new(status, code, e.message).into());
             }

@@ -384,13 +384,8 @@ pub fn table(report: &Report) -> String {
 }
 
 /// The default dataset folder: `$SLUICE_HOME/eval/tau2-banking`.
-pub fn default_data() -> PathBuf {
-    let home = std::env::var_os("SLUICE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/sluice")
-        });
-    home.join("eval/tau2-banking")
+pub fn default_data(config: &Config) -> PathBuf {
+    config.home.join("eval/tau2-banking")
 }
 
 #[cfg(test)]

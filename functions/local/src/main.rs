@@ -370,7 +370,7 @@ fn main() -> Result<()> {
                     out,
                 },
         } => {
-            let data = data.unwrap_or_else(eval::default_data);
+            let data = data.unwrap_or_else(|| eval::default_data(&config));
             let report = runtime.block_on(eval::run(
                 &config,
                 &data,
