@@ -13,7 +13,7 @@
 //! bumps it), LLM, embedding model, prompt version, `k` and rerank component, and its `ttl`
 //! not passed (checked
 //! here: emulators and DynamoDB itself delete expired items late) — and when the
-//! [guard](guard::Guard) finds no differing negation, number or opposite word.
+//! [guard](guard::Guard) finds the two questions made of the same content words.
 //!
 //! Every lookup runs under its own small budget; late, failed or doubtful is a miss. Entries
 //! are written after `done`, only for complete answers that were not degraded.
@@ -433,13 +433,14 @@ mod tests {
     async fn similar_needs_the_threshold_and_the_guard() {
         let c = cache(0.95);
         store(&c, "acme", "how do I turn on alerts", near(1.0), scope(1)).await;
-        let on = Probe::new("how can I switch alerts on");
-        let off = Probe::new("how can I switch alerts off");
+        let on = Probe::new("how can I turn alerts on");
+        let off = Probe::new("how can I turn alerts off");
         assert!(hit(&c.similar("acme", &on, &near(0.97), &scope(1)).await).is_some());
         assert!(hit(&c.similar("acme", &on, &near(0.90), &scope(1)).await).is_none());
         assert!(hit(&c.similar("acme", &off, &near(0.99), &scope(1)).await).is_none());
         // A tenant's own threshold.
         store(&c, "strict", "how do I turn on alerts", near(1.0), scope(1)).await;
+        let on = Probe::new("how do I turn on alerts?");
         assert!(hit(&c.similar("strict", &on, &near(0.97), &scope(1)).await).is_none());
     }
 
