@@ -7,7 +7,7 @@ use reqwest::Method;
 use serde_json::{Value, json};
 use sluice_tests::{TestServer, start};
 
-const REVERSE: &str = include_str!("../../functions/sandbox/tests/reverse.wat");
+use sluice_tests::REVERSE;
 const MARK: &str = "(call $reverse (local.get $n)) ;; misbehaviour";
 const ROUTE: &str = "/v1/components/rerank";
 const QUESTION: &str = "How long does a replacement card take to arrive?";
@@ -224,4 +224,80 @@ async fn mmr_runs_on_the_stored_vectors_within_the_deadline() {
     a.sort();
     b.sort();
     assert_eq!(a, b, "a permutation of the fused sources");
+}
+
+/// The CPU time this thread has used (a component's guest code and host calls run on the
+/// thread that calls it).
+fn thread_cpu() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which lives on this stack frame.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// What one rerank call may cost the host at most, with the default limits, on this project's
+/// machine: its 5 ms deadline, plus one embedding begun before it (at most 256 tokens, about
+/// 90 ms here), plus tokenising the 64 KiB byte budget (a few ms), plus copying the strings it
+/// passes (at most its 16 MiB of memory once). The README states it; this holds it, with room
+/// for a loaded machine.
+const WORST_HOST_CPU: std::time::Duration = std::time::Duration::from_millis(300);
+
+#[test]
+fn a_component_flooding_the_host_costs_the_host_little() {
+    use sluice_sandbox::{Candidate, Limits, ModelHost, Sandbox};
+    let sandbox = Sandbox::new(
+        Limits::default(),
+        std::sync::Arc::new(ModelHost(sluice_tests::model())),
+    )
+    .unwrap();
+    let template = include_str!("../../functions/sandbox/tests/host_calls.wat");
+    let candidates: Vec<Candidate> = (0..5)
+        .map(|i| Candidate {
+            id: format!("doc{i}"),
+            title: format!("Doc {i}"),
+            text: format!("text of candidate {i}"),
+            score: 0.0,
+        })
+        .collect();
+    for (name, flood) in [
+        (
+            "count-tokens of 8 MiB × 10",
+            include_str!("../../functions/sandbox/tests/floods/count_tokens.wat"),
+        ),
+        (
+            "embed 64 × 8 KiB, then 8 × 8,000 B × 8",
+            include_str!("../../functions/sandbox/tests/floods/embed.wat"),
+        ),
+        (
+            "log 100,000 × 1 KiB",
+            include_str!("../../functions/sandbox/tests/floods/log.wat"),
+        ),
+    ] {
+        let wat = template.replace("(nop) ;; flood", flood);
+        let prepared = sandbox
+            .compile(wat.as_bytes())
+            .expect("passes the smoke run");
+        let before = thread_cpu();
+        let (result, cost) = sandbox.rerank_costed(&prepared, "q", &candidates, Default::default());
+        let cpu = thread_cpu() - before;
+        eprintln!(
+            "host-call flood: {name:<42} {:>7.1} ms CPU, {:>7.1} ms wall, {:?}, ended {:?}",
+            cpu.as_secs_f64() * 1e3,
+            cost.wall.as_secs_f64() * 1e3,
+            cost.host,
+            result.as_ref().err()
+        );
+        assert!(
+            result.is_err(),
+            "{name}: the flood must not pass as a rerank"
+        );
+        assert!(
+            cpu <= WORST_HOST_CPU,
+            "{name}: {cpu:?} of CPU for one call (bound {WORST_HOST_CPU:?})"
+        );
+    }
 }

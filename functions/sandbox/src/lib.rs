@@ -9,13 +9,19 @@
 //!   `InstancePre` with every import already resolved.
 //! - Every call gets a fresh [`Store`] with its own fuel, epoch deadline and [`StoreLimits`],
 //!   so nothing survives from one request (or tenant) to the next.
+//! - Host calls (`embed`, `count-tokens`, `log`) run host code, which neither fuel nor epochs
+//!   stop: each call has a budget of host work ([`Limits`]: texts, bytes, log lines and
+//!   bytes), checked before the work starts, and no host work starts once the call's deadline
+//!   has passed. So one call costs the host at most: tokenising
+//!   [`Limits::max_host_bytes`], the model's embeddings of the texts begun before the deadline
+//!   (the last at most one text of 256 tokens), and a few log lines (see the README's limits).
 //! - The output is validated: exactly one finite score per candidate.
 #![warn(missing_docs)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sluice_core::stages::rerank_order;
 use thiserror::Error;
@@ -26,12 +32,19 @@ use wasmtime::{
 };
 
 mod registry;
+use registry::truncate;
 pub use registry::{Disk, ModelHost, Registry};
 
-// Generated from the WIT; its docs live in `wit/rerank/rerank.wit`.
+// Generated from the WIT; its docs live in `wit/rerank/rerank.wit`. Host functions may trap
+// (`trappable`): that is how a call over its host budget is stopped where the WIT gives the
+// function no error to return.
 #[allow(missing_docs)]
 mod bindings {
-    wasmtime::component::bindgen!({ world: "reranker", path: "../../wit/rerank" });
+    wasmtime::component::bindgen!({
+        world: "reranker",
+        path: "../../wit/rerank",
+        imports: { default: trappable },
+    });
 }
 
 pub use bindings::sluice::rerank::host::Level;
@@ -82,8 +95,16 @@ pub struct Limits {
     pub max_candidates: usize,
     /// Longest candidate text, in bytes.
     pub max_text_bytes: usize,
-    /// Most texts a call may ask the host to embed (summed over its `embed` calls).
+    /// Most texts a call may ask the host to embed (summed over its `embed` calls; texts
+    /// whose vectors the host already has are free).
     pub max_embed_texts: usize,
+    /// Most bytes of text a call may have the host tokenise: `count-tokens` arguments and
+    /// new texts to `embed`, summed over the call.
+    pub max_host_bytes: usize,
+    /// Most `log` lines a call may write; later ones are dropped (and counted).
+    pub max_log_lines: usize,
+    /// Most bytes of `log` messages a call may write; the rest is dropped.
+    pub max_log_bytes: usize,
     /// Largest component accepted at upload.
     pub max_component_bytes: usize,
 }
@@ -99,6 +120,10 @@ impl Default for Limits {
             max_candidates: 200,
             max_text_bytes: 8 << 10,
             max_embed_texts: 64,
+            // About 4 ms of tokenising on one core: a deadline's worth.
+            max_host_bytes: 64 << 10,
+            max_log_lines: 32,
+            max_log_bytes: 4 << 10,
             max_component_bytes: 2 << 20,
         }
     }
@@ -163,52 +188,151 @@ pub enum RerankError {
     /// The result is not one finite score per candidate.
     #[error("invalid output: {0}")]
     InvalidOutput(String),
+    /// A host call went past the call's host budget (or its deadline) where the host function
+    /// has no error to return (`count-tokens`): the call was stopped.
+    #[error("host budget exceeded: {0}")]
+    HostBudget(String),
 }
 
-/// Per-call state: limits and host services, never shared between calls.
+/// Host work a call asked for (and what it was refused), for [`CallCost`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostUsage {
+    /// Texts the host model embedded (texts whose vectors were lent are not counted).
+    pub embedded_texts: usize,
+    /// Bytes of text the host tokenised (`count-tokens`, and new texts to embed).
+    pub tokenised_bytes: usize,
+    /// `log` lines written.
+    pub log_lines: usize,
+    /// Host calls refused: over a budget, or after the deadline (log lines dropped too).
+    pub refused: usize,
+}
+
+/// What one call cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallCost {
+    /// Fuel consumed (instructions, about).
+    pub fuel: u64,
+    /// Wall time of the call, host work included.
+    pub wall: Duration,
+    /// Host work done for it.
+    pub host: HostUsage,
+}
+
+/// The error a host function returns to stop a call that is over its host budget.
+#[derive(Debug, Error)]
+#[error("{0}")]
+struct OverBudget(String);
+
+/// Per-call state: limits, host services and what is left of the host budget; never shared
+/// between calls.
 struct CallState {
     limits: StoreLimits,
     host: Arc<dyn HostServices>,
-    embed_budget: usize,
+    /// Host work left to this call.
+    texts_left: usize,
+    bytes_left: usize,
+    log_lines_left: usize,
+    log_bytes_left: usize,
+    /// When the call started, and its wall-clock budget: no host work starts after it.
+    started: Instant,
+    deadline: Duration,
+    used: HostUsage,
     /// Embeddings the host already has (the query's, the candidates'): `embed` of these
     /// texts costs no model run and no budget.
     known: HashMap<String, Vec<f32>>,
 }
 
+impl CallState {
+    fn late(&self) -> bool {
+        self.started.elapsed() >= self.deadline
+    }
+
+    /// Refuses a host call: counted, and the message for the guest (or the trap).
+    fn refuse(&mut self, message: String) -> String {
+        self.used.refused += 1;
+        message
+    }
+
+    /// Takes `bytes` of tokenising from the budget, or says why not.
+    fn take_bytes(&mut self, bytes: usize, what: &str) -> Result<(), String> {
+        if self.late() {
+            return Err(self.refuse(format!(
+                "{what}: the call's deadline of {:?} has passed",
+                self.deadline
+            )));
+        }
+        if bytes > self.bytes_left {
+            let left = self.bytes_left;
+            return Err(self.refuse(format!(
+                "{what}: {bytes} bytes of text asked, {left} left in this call's host budget"
+            )));
+        }
+        self.bytes_left -= bytes;
+        self.used.tokenised_bytes += bytes;
+        Ok(())
+    }
+}
+
 impl bindings::sluice::rerank::types::Host for CallState {}
 
 impl bindings::sluice::rerank::host::Host for CallState {
-    fn log(&mut self, level: Level, message: String) {
-        let message: String = message.chars().take(1024).collect();
+    fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
+        if self.late() || self.log_lines_left == 0 || self.log_bytes_left == 0 {
+            self.used.refused += 1;
+            return Ok(());
+        }
+        let message = truncate(&message, self.log_bytes_left.min(1024));
+        self.log_lines_left -= 1;
+        self.log_bytes_left -= message.len();
+        self.used.log_lines += 1;
         match level {
             Level::Debug => tracing::debug!(target: "component", "{message}"),
             Level::Info => tracing::info!(target: "component", "{message}"),
             Level::Warn => tracing::warn!(target: "component", "{message}"),
             Level::Error => tracing::error!(target: "component", "{message}"),
         }
+        Ok(())
     }
 
-    fn embed(&mut self, texts: Vec<String>) -> Result<Vec<Vec<f32>>, String> {
+    fn embed(&mut self, texts: Vec<String>) -> wasmtime::Result<Result<Vec<Vec<f32>>, String>> {
         let unknown: Vec<&str> = texts
             .iter()
             .filter(|t| !self.known.contains_key(t.as_str()))
             .map(String::as_str)
             .collect();
-        if unknown.len() > self.embed_budget {
-            return Err(format!(
-                "embed budget exceeded: {} new texts asked, {} left in this call",
-                unknown.len(),
-                self.embed_budget
-            ));
+        if unknown.len() > self.texts_left {
+            let left = self.texts_left;
+            return Ok(Err(self.refuse(format!(
+                "embed budget exceeded: {} new texts asked, {left} left in this call",
+                unknown.len()
+            ))));
         }
-        self.embed_budget -= unknown.len();
-        let fresh = if unknown.is_empty() {
-            Vec::new()
-        } else {
-            self.host.embed(&unknown)?
-        };
+        let bytes = unknown.iter().map(|t| t.len()).sum();
+        if let Err(e) = self.take_bytes(bytes, "embed") {
+            return Ok(Err(e));
+        }
+        self.texts_left -= unknown.len();
+        // One text at a time, so that no model run starts once the deadline has passed.
+        let mut fresh = Vec::with_capacity(unknown.len());
+        for text in &unknown {
+            if self.late() {
+                let message = format!(
+                    "embed: the call's deadline of {:?} passed after {} of {} new texts",
+                    self.deadline,
+                    fresh.len(),
+                    unknown.len()
+                );
+                return Ok(Err(self.refuse(message)));
+            }
+            match self.host.embed(&[text]) {
+                Ok(mut v) if v.len() == 1 => fresh.push(v.remove(0)),
+                Ok(_) => return Ok(Err("the host model returned no vector".to_string())),
+                Err(e) => return Ok(Err(e)),
+            }
+            self.used.embedded_texts += 1;
+        }
         let mut fresh = fresh.into_iter();
-        texts
+        Ok(texts
             .iter()
             .map(|t| match self.known.get(t) {
                 Some(v) => Ok(v.clone()),
@@ -216,11 +340,14 @@ impl bindings::sluice::rerank::host::Host for CallState {
                     .next()
                     .ok_or_else(|| "the host model returned too few vectors".to_string()),
             })
-            .collect()
+            .collect())
     }
 
-    fn count_tokens(&mut self, text: String) -> u32 {
-        self.host.count_tokens(&text)
+    fn count_tokens(&mut self, text: String) -> wasmtime::Result<u32> {
+        match self.take_bytes(text.len(), "count-tokens") {
+            Ok(()) => Ok(self.host.count_tokens(&text)),
+            Err(e) => Err(wasmtime::Error::new(OverBudget(e))),
+        }
     }
 }
 
@@ -406,24 +533,38 @@ impl Sandbox {
         candidates: &[Candidate],
         known: HashMap<String, Vec<f32>>,
     ) -> Result<Vec<usize>, RerankError> {
+        self.rerank_costed(prepared, query, candidates, known).0
+    }
+
+    /// [`Sandbox::rerank_with`], and what the call cost: fuel, wall time, host work.
+    pub fn rerank_costed(
+        &self,
+        prepared: &Prepared,
+        query: &str,
+        candidates: &[Candidate],
+        known: HashMap<String, Vec<f32>>,
+    ) -> (Result<Vec<usize>, RerankError>, CallCost) {
         let limits = &self.limits;
+        let started = Instant::now();
         if candidates.len() > limits.max_candidates {
-            return Err(RerankError::Input(format!(
+            let e = RerankError::Input(format!(
                 "{} candidates; the limit is {}",
                 candidates.len(),
                 limits.max_candidates
-            )));
+            ));
+            return (Err(e), CallCost::default());
         }
         if let Some(c) = candidates
             .iter()
             .find(|c| c.text.len() > limits.max_text_bytes)
         {
-            return Err(RerankError::Input(format!(
+            let e = RerankError::Input(format!(
                 "candidate {:?} has {} bytes of text; the limit is {}",
                 c.id,
                 c.text.len(),
                 limits.max_text_bytes
-            )));
+            ));
+            return (Err(e), CallCost::default());
         }
         let state = CallState {
             limits: StoreLimitsBuilder::new()
@@ -431,14 +572,23 @@ impl Sandbox {
                 .trap_on_grow_failure(true)
                 .build(),
             host: Arc::clone(&self.host),
-            embed_budget: limits.max_embed_texts,
+            texts_left: limits.max_embed_texts,
+            bytes_left: limits.max_host_bytes,
+            log_lines_left: limits.max_log_lines,
+            log_bytes_left: limits.max_log_bytes,
+            started,
+            deadline: limits.deadline,
+            used: HostUsage::default(),
             known,
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
-        store
-            .set_fuel(limits.fuel)
-            .map_err(|e| RerankError::Trap(format!("{e:#}")))?;
+        if let Err(e) = store.set_fuel(limits.fuel) {
+            return (
+                Err(RerankError::Trap(format!("{e:#}"))),
+                CallCost::default(),
+            );
+        }
         let ticks = limits.deadline.as_millis().max(1) as u64;
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
@@ -447,17 +597,23 @@ impl Sandbox {
             .pre
             .instantiate(&mut store)
             .and_then(|r| r.call_rerank(&mut store, query, candidates));
-        let scored = match result {
-            Ok(Ok(scored)) => scored,
-            Ok(Err(message)) => {
-                return Err(RerankError::Guest(message.chars().take(1024).collect()));
-            }
-            Err(e) => return Err(self.classify(e)),
+        let cost = CallCost {
+            fuel: limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0)),
+            wall: started.elapsed(),
+            host: store.data().used,
         };
-        order(&scored, candidates.len())
+        let order = match result {
+            Ok(Ok(scored)) => order(&scored, candidates.len()),
+            Ok(Err(message)) => Err(RerankError::Guest(message.chars().take(1024).collect())),
+            Err(e) => Err(self.classify(e)),
+        };
+        (order, cost)
     }
 
     fn classify(&self, e: wasmtime::Error) -> RerankError {
+        if let Some(over) = e.downcast_ref::<OverBudget>() {
+            return RerankError::HostBudget(over.0.clone());
+        }
         match e.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => RerankError::OutOfFuel(self.limits.fuel),
             Some(Trap::Interrupt) => RerankError::Deadline(self.limits.deadline),

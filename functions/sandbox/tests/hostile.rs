@@ -248,3 +248,210 @@ fn a_component_that_fails_its_smoke_run_is_refused() {
         "{err:?}"
     );
 }
+
+// Host-call floods: host code runs outside fuel and epochs, so each call has a budget of host
+// work. `Counting` records every byte and text the host was asked to work on, so the tests
+// assert the work the host did, not a time.
+
+/// A host that counts what it was asked to do.
+#[derive(Default)]
+struct Counting {
+    tokenised: std::sync::atomic::AtomicUsize,
+    embedded: std::sync::atomic::AtomicUsize,
+}
+
+impl HostServices for Counting {
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.embedded.fetch_add(texts.len(), Relaxed);
+        self.tokenised
+            .fetch_add(texts.iter().map(|t| t.len()).sum(), Relaxed);
+        Ok(texts.iter().map(|t| vec![t.len() as f32]).collect())
+    }
+    fn count_tokens(&self, text: &str) -> u32 {
+        self.tokenised
+            .fetch_add(text.len(), std::sync::atomic::Ordering::Relaxed);
+        text.split_whitespace().count() as u32
+    }
+}
+
+/// `host_calls.wat` with `flood` run on real requests (more than two candidates).
+fn host_calls(flood: &str) -> String {
+    let template = include_str!("host_calls.wat");
+    assert!(template.contains(FLOOD));
+    template.replace(FLOOD, flood)
+}
+
+const FLOOD: &str = "(nop) ;; flood";
+
+/// Runs `flood` on 5 candidates under the default limits with a counting host; the error (if
+/// any), what the call cost and what the host saw.
+fn flood(
+    flood: &str,
+) -> (
+    Option<RerankError>,
+    sluice_sandbox::CallCost,
+    (usize, usize),
+) {
+    flood_under(Limits::default(), flood)
+}
+
+/// [`flood`] under `limits`.
+fn flood_under(
+    limits: Limits,
+    flood: &str,
+) -> (
+    Option<RerankError>,
+    sluice_sandbox::CallCost,
+    (usize, usize),
+) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let host = Arc::new(Counting::default());
+    let sb = Sandbox::new(limits, host.clone()).expect("engine");
+    let bad = sb
+        .compile(host_calls(flood).as_bytes())
+        .expect("passes the smoke run");
+    let (result, cost) = sb.rerank_costed(&bad, "q", &candidates(5), Default::default());
+    let seen = (host.tokenised.load(Relaxed), host.embedded.load(Relaxed));
+    (result.err(), cost, seen)
+}
+
+#[test]
+fn a_component_that_calls_the_host_within_its_budget_works() {
+    // Three texts to embed, one count and one log line: well within every budget.
+    let (err, cost, (tokenised, embedded)) = flood(
+        "(call $fill (i32.const 65536) (i32.const 256)) (call $pairs (i32.const 3) (i32.const 100)) \
+         (call $embed (i32.const 4096) (i32.const 3) (i32.const 2048)) \
+         (drop (call $count (i32.const 65536) (i32.const 200))) \
+         (call $log (i32.const 1) (i32.const 65536) (i32.const 40))",
+    );
+    assert_eq!(err, None);
+    assert_eq!((embedded, tokenised), (3, 500));
+    assert_eq!(cost.host.embedded_texts, 3);
+    assert_eq!(cost.host.tokenised_bytes, 500);
+    assert_eq!((cost.host.log_lines, cost.host.refused), (1, 0));
+    assert!(cost.fuel > 0 && cost.fuel < Limits::default().fuel);
+}
+
+#[test]
+fn count_tokens_of_a_large_text_is_refused_before_any_tokenising() {
+    // 8 MiB counted ten times with no loop between the calls (only the host can stop them),
+    // and the largest string memory allows (15 MiB). Given a second, so that writing the text
+    // never runs into the deadline first: the first call is refused, and stops the component.
+    let limits = || Limits {
+        deadline: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    for (size, bytes) in [("0x800000", 8_388_608), ("0xF00000", 15_728_640)] {
+        let wat = include_str!("floods/count_tokens.wat").replace("0x800000", size);
+        let (err, cost, (tokenised, _)) = flood_under(limits(), &wat);
+        assert!(
+            matches!(&err, Some(RerankError::HostBudget(m)) if m.contains("count-tokens") && m.contains(&format!("{bytes} bytes"))),
+            "{err:?}"
+        );
+        assert_eq!(tokenised, 0, "the host tokenised nothing");
+        assert_eq!(
+            cost.host.refused, 1,
+            "the call stopped at the first refusal"
+        );
+    }
+    // Under the default 5 ms the deadline may stop it first, while it writes the text: either
+    // way, nothing is tokenised.
+    let (err, _, (tokenised, _)) = flood(include_str!("floods/count_tokens.wat"));
+    assert!(
+        matches!(
+            err,
+            Some(RerankError::HostBudget(_)) | Some(RerankError::Deadline(_))
+        ),
+        "{err:?}"
+    );
+    assert_eq!(tokenised, 0);
+}
+
+#[test]
+fn count_tokens_stops_at_the_byte_budget() {
+    // 16 KiB at a time: four fit the 64 KiB budget, the fifth stops the call.
+    let (err, cost, (tokenised, _)) = flood(
+        "(call $fill (i32.const 65536) (i32.const 16384)) (local.set $k (i32.const 1000)) \
+         (loop $again (drop (call $count (i32.const 65536) (i32.const 16384))) \
+           (local.set $k (i32.sub (local.get $k) (i32.const 1))) (br_if $again (local.get $k)))",
+    );
+    assert!(matches!(err, Some(RerankError::HostBudget(_))), "{err:?}");
+    assert_eq!(tokenised, 4 * 16384);
+    assert!(tokenised <= Limits::default().max_host_bytes);
+    assert_eq!(cost.host.tokenised_bytes, tokenised);
+}
+
+#[test]
+fn an_embed_flood_gets_errors_past_its_budget_and_the_host_stops() {
+    // The 64 texts of 8 KiB are refused at once (512 KiB of text); the first batch of 8 fits
+    // the 64 KiB budget; every later one is refused.
+    let (err, cost, (tokenised, embedded)) = flood(include_str!("floods/embed.wat"));
+    // The component ignores the errors and loops on: its own deadline or fuel ends it, or it
+    // finishes; the host did at most one budget's work either way.
+    assert!(
+        matches!(
+            err,
+            None | Some(RerankError::Deadline(_)) | Some(RerankError::OutOfFuel(_))
+        ),
+        "{err:?}"
+    );
+    assert_eq!(embedded, 8, "one batch embedded");
+    assert!(tokenised <= Limits::default().max_host_bytes, "{tokenised}");
+    assert!(cost.host.refused >= 2, "{cost:?}");
+}
+
+#[test]
+fn a_log_flood_writes_only_its_budget() {
+    let (err, cost, _) = flood(include_str!("floods/log.wat"));
+    let limits = Limits::default();
+    // 1 KiB lines into a 4 KiB budget: four lines, the rest dropped.
+    assert_eq!(cost.host.log_lines, limits.max_log_bytes / 1024);
+    assert!(cost.host.log_lines <= limits.max_log_lines);
+    assert!(cost.host.refused > 0, "{cost:?}");
+    assert!(
+        matches!(
+            err,
+            None | Some(RerankError::Deadline(_)) | Some(RerankError::OutOfFuel(_))
+        ),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn no_host_work_starts_after_the_deadline() {
+    // A host whose every call takes 20 ms, against a 5 ms deadline: the first embed runs one
+    // text, then the rest of that call and every later call are refused.
+    struct Slow;
+    impl HostServices for Slow {
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+            std::thread::sleep(Duration::from_millis(20));
+            Ok(texts.iter().map(|_| vec![0.0]).collect())
+        }
+        fn count_tokens(&self, _: &str) -> u32 {
+            std::thread::sleep(Duration::from_millis(20));
+            1
+        }
+    }
+    let sb = Sandbox::new(Limits::default(), Arc::new(Slow)).expect("engine");
+    let bad = sb
+        .compile(
+            host_calls(
+                "(call $fill (i32.const 65536) (i32.const 256)) (call $pairs (i32.const 8) (i32.const 100)) \
+                 (call $embed (i32.const 4096) (i32.const 8) (i32.const 2048)) \
+                 (drop (call $count (i32.const 65536) (i32.const 10)))",
+            )
+            .as_bytes(),
+        )
+        .expect("passes the smoke run");
+    let (result, cost) = sb.rerank_costed(&bad, "q", &candidates(5), Default::default());
+    assert_eq!(cost.host.embedded_texts, 1, "{cost:?}");
+    // The guest is then interrupted by its epoch deadline, or reaches `count-tokens`, which
+    // the host refuses: either way nothing more ran.
+    assert!(
+        matches!(&result, Err(RerankError::Deadline(_)))
+            || matches!(&result, Err(RerankError::HostBudget(m)) if m.contains("deadline")),
+        "{result:?}"
+    );
+    assert!(cost.wall < Duration::from_millis(200), "{cost:?}");
+}
