@@ -1,7 +1,8 @@
 //! The upstream stream parser: bytes from the LLM, cut into network reads at places the
-//! input chooses, through the SSE framing (eventsource-stream) and the OpenAI chunk parser
-//! (`sluice_llm::ChunkParser`). Anything may be an error; nothing may panic, no token is empty,
-//! and a stream that ends is either a finish or an error, never a silent truncation.
+//! input chooses, through the event-size cap (`sluice_llm::capped`), the SSE framing
+//! (eventsource-stream) and the OpenAI chunk parser (`sluice_llm::ChunkParser`). Anything may
+//! be an error; nothing may panic, no token is empty, no event passes the cap, and a stream
+//! that ends is either a finish or an error, never a silent truncation.
 #![no_main]
 
 use futures::StreamExt;
@@ -18,10 +19,11 @@ fuzz_target!(|data: &[u8]| {
     let reads: Vec<Result<Vec<u8>, std::io::Error>> =
         body.chunks(step).map(|c| Ok(c.to_vec())).collect();
     futures::executor::block_on(async {
-        let mut events = futures::stream::iter(reads).eventsource();
+        let mut events = sluice_llm::capped(futures::stream::iter(reads)).eventsource();
         let mut parser = ChunkParser::default();
         while let Some(event) = events.next().await {
             let Ok(event) = event else { return };
+            assert!(event.data.len() <= sluice_llm::MAX_EVENT_BYTES);
             match parser.data(&event.data) {
                 Err(_) => return,
                 Ok(None) => break,

@@ -31,7 +31,7 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(800);
 /// A lookup with its retry.
 const OPERATION_TIMEOUT: Duration = Duration::from_millis(2000);
 /// Remembered lookups; past this the memory is cleared (a flood of random keys).
-const MAX_REMEMBERED: usize = 10_000;
+const MAX_REMEMBERED: usize = sluice_core::REMEMBERED_TENANTS;
 
 type Remembered = HashMap<String, (Option<Principal>, Instant)>;
 

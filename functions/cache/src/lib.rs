@@ -145,13 +145,12 @@ impl DynamoCache {
             .credentials_provider(provider)
             .build();
         let client = Client::from_conf(config);
-        Ok(tenants
-            .clients
-            .lock()
-            .map_err(setup)?
-            .entry(tenant.to_string())
-            .or_insert(client)
-            .clone())
+        let mut clients = tenants.clients.lock().map_err(setup)?;
+        if clients.len() >= sluice_core::REMEMBERED_TENANTS && !clients.contains_key(tenant) {
+            // Bounded: a forgotten tenant's next call assumes its role again.
+            clients.clear();
+        }
+        Ok(clients.entry(tenant.to_string()).or_insert(client).clone())
     }
 
     /// How many tenants have clients of their own (with a tenant role).

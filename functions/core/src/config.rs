@@ -70,6 +70,14 @@ pub struct Config {
     /// `SLUICE_DRAIN_TIMEOUT_MS`: after SIGTERM, how long `sluice serve` lets open streams
     /// finish before ending them with a retryable error.
     pub drain_timeout: Duration,
+    /// `SLUICE_ALLOWED_HOSTS`: the `Host` names `sluice serve` answers to (`*`: any); `None`
+    /// for the default, the loopback names and the address it listens on.
+    pub allowed_hosts: Option<Vec<String>>,
+    /// `SLUICE_ALLOW_UNAUTHENTICATED`: let `sluice serve` listen beyond loopback with auth off.
+    pub allow_unauthenticated: bool,
+    /// `SLUICE_SSE_KEEPALIVE_MS`: after this long without an event, a stream sends an SSE
+    /// comment line, so that proxies with idle timeouts keep it open (0: never).
+    pub sse_keepalive: Duration,
     /// `SLUICE_MAX_DOCUMENTS`: documents per ingest request.
     pub max_documents: usize,
     /// `SLUICE_MAX_CHUNKS`: chunks one ingest request may produce.
@@ -278,6 +286,17 @@ impl Config {
             tenant_burst: ranged(&get, "SLUICE_TENANT_BURST", 100, 1, 1_000_000)? as u32,
             tenant_max_streams: ranged(&get, "SLUICE_TENANT_MAX_STREAMS", 64, 0, 1_000_000)?,
             drain_timeout: millis(&get, "SLUICE_DRAIN_TIMEOUT_MS", 25_000, 0)?,
+            allowed_hosts: match get("SLUICE_ALLOWED_HOSTS") {
+                None => None,
+                Some(list) => Some(host_names(&list)?),
+            },
+            allow_unauthenticated: parse(
+                &get,
+                "SLUICE_ALLOW_UNAUTHENTICATED",
+                "false",
+                "true or false",
+            )?,
+            sse_keepalive: millis(&get, "SLUICE_SSE_KEEPALIVE_MS", 5000, 0)?,
             max_documents: ranged(&get, "SLUICE_MAX_DOCUMENTS", 1000, 1, 1_000_000)?,
             max_chunks: ranged(&get, "SLUICE_MAX_CHUNKS", 20_000, 1, 10_000_000)?,
             max_body_bytes: ranged(&get, "SLUICE_MAX_BODY_BYTES", 1 << 20, 1024, 1 << 30)?,
@@ -514,6 +533,36 @@ fn valid_bucket(name: &str) -> bool {
         && name.as_bytes()[name.len() - 1].is_ascii_alphanumeric()
 }
 
+/// `SLUICE_ALLOWED_HOSTS`: comma-separated host names or addresses (no port; IPv6 in
+/// brackets), or `*` alone; lower-cased.
+fn host_names(value: &str) -> Result<Vec<String>, ConfigError> {
+    let names: Vec<String> = value
+        .split(',')
+        .map(|h| h.trim().to_ascii_lowercase())
+        .filter(|h| !h.is_empty())
+        .collect();
+    let valid = |h: &String| {
+        h == "*"
+            || h.strip_prefix('[')
+                .and_then(|v6| v6.strip_suffix(']'))
+                .is_some_and(|v6| v6.parse::<std::net::Ipv6Addr>().is_ok())
+            || (h.len() <= 253
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'))
+    };
+    if names.is_empty()
+        || !names.iter().all(valid)
+        || (names.len() > 1 && names.iter().any(|h| h == "*"))
+    {
+        return Err(ConfigError {
+            name: "SLUICE_ALLOWED_HOSTS",
+            value: value.to_string(),
+            expected: "comma-separated host names or addresses without a port (IPv6 in brackets), such as localhost,sluice.internal,10.0.0.5; or * alone for any".into(),
+        });
+    }
+    Ok(names)
+}
+
 /// Tenant ids are short, printable and safe in keys and file names.
 pub fn valid_tenant(tenant: &str) -> bool {
     (1..=64).contains(&tenant.len())
@@ -684,6 +733,47 @@ mod tests {
             ("SLUICE_TENANT_BURST", "0"),
             ("SLUICE_MAX_DOCUMENTS", "0"),
             ("SLUICE_MAX_CHUNKS", "x"),
+        ] {
+            let e = with(&[(name, value)]).unwrap_err();
+            assert_eq!(e.name, name, "{name}={value}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_local_server_guards_have_safe_defaults_and_are_checked() {
+        let c = with(&[]).unwrap();
+        assert_eq!(c.allowed_hosts, None);
+        assert!(!c.allow_unauthenticated);
+        assert_eq!(c.sse_keepalive, Duration::from_secs(5));
+        let c = with(&[
+            ("SLUICE_ALLOWED_HOSTS", " Sluice.Internal ,10.0.0.5,[::1]"),
+            ("SLUICE_ALLOW_UNAUTHENTICATED", "true"),
+            ("SLUICE_SSE_KEEPALIVE_MS", "0"),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.allowed_hosts,
+            Some(vec![
+                "sluice.internal".into(),
+                "10.0.0.5".into(),
+                "[::1]".into()
+            ])
+        );
+        assert!(c.allow_unauthenticated);
+        assert_eq!(c.sse_keepalive, Duration::ZERO);
+        assert_eq!(
+            with(&[("SLUICE_ALLOWED_HOSTS", "*")])
+                .unwrap()
+                .allowed_hosts,
+            Some(vec!["*".into()])
+        );
+        for (name, value) in [
+            ("SLUICE_ALLOWED_HOSTS", "localhost:8080"),
+            ("SLUICE_ALLOWED_HOSTS", "*,localhost"),
+            ("SLUICE_ALLOWED_HOSTS", "http://x"),
+            ("SLUICE_ALLOWED_HOSTS", ","),
+            ("SLUICE_ALLOW_UNAUTHENTICATED", "yes"),
+            ("SLUICE_SSE_KEEPALIVE_MS", "-1"),
         ] {
             let e = with(&[(name, value)]).unwrap_err();
             assert_eq!(e.name, name, "{name}={value}: {e}");

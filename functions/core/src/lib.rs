@@ -32,4 +32,10 @@ pub mod stages;
 pub mod trace;
 
 pub use config::Config;
+
+/// Most tenants (or API keys) any per-tenant memory of a process holds — the quota table, the
+/// rerank registry's components, a remote store's corpus versions, the key look-ups — before
+/// it forgets the ones least worth keeping: names come from outside, so nothing keyed by them
+/// may grow without bound.
+pub const REMEMBERED_TENANTS: usize = 10_000;
 pub use pipeline::Pipeline;

@@ -213,8 +213,9 @@ impl Metrics {
     }
 
     /// An open answer stream, counted in `active_streams` until the guard is dropped. Its
-    /// [`AnswerGuard::finish`] records how it ended; one dropped before that (the client went
-    /// away, or the function's time limit cut it) counts as `ending="dropped"`.
+    /// [`AnswerGuard::finish`] records how it ended (an answer ended by the server's drain or
+    /// the function's time limit ends with an `error` event of its own code); one dropped
+    /// before that (the client went away) counts as `ending="dropped"`.
     pub fn stream_opened(&self) -> AnswerGuard {
         self.inner.active.inc();
         AnswerGuard {
@@ -312,11 +313,16 @@ fn label(value: &str) -> &'static str {
         d::CONTEXT_TRUNCATED,
         d::RERANK_FAILED,
         d::RETRIEVAL_CIRCUIT_OPEN,
+        d::CORPUS_VERSION_TIMEOUT,
+        d::CORPUS_VERSION_FAILED,
+        d::COMPONENT_TIMEOUT,
+        d::COMPONENT_FAILED,
         "llm_unavailable",
         "llm_rejected",
         "llm_timeout",
         "llm_stream_failed",
         "deadline_exceeded",
+        "shutting_down",
     ];
     KNOWN
         .iter()

@@ -32,7 +32,7 @@ use serde_json::{Value, json};
 
 use crate::auth::Permission;
 use crate::http::{
-    ApiError, StreamDeadline, answer_request, authorize, open_answer, read_body, sse_response,
+    ApiError, StreamDeadline, admit, answer_request, open_answer, read_body, sse_response,
 };
 use crate::pipeline::Pipeline;
 use crate::sse::{Done, ErrorEvent, Event, Meta};
@@ -204,7 +204,7 @@ pub(crate) async fn chat_completions(
     body: Body,
 ) -> Result<Response, OpenAiError> {
     let received = Instant::now();
-    let caller = authorize(&pipeline, &headers, Permission::Answer).await?;
+    let caller = admit(&pipeline, &headers, Permission::Answer).await?;
     let bytes = read_body(body, pipeline.config.max_body_bytes).await?;
     let (chat, answer) = answer_body(&bytes)?;
     let request = answer_request(
@@ -217,7 +217,10 @@ pub(crate) async fn chat_completions(
     let events = open_answer(&pipeline, &caller, deadline, request)?;
     let created = now();
     if chat.stream {
-        Ok(sse_response(stream_chunks(events, created)))
+        Ok(sse_response(
+            stream_chunks(events, created),
+            pipeline.config.sse_keepalive,
+        ))
     } else {
         whole(events, created).await
     }
@@ -275,8 +278,9 @@ fn stream_chunks(
     })
 }
 
-/// The whole answer as one `chat.completion`; an error before the end is an error response
-/// (the tokens before it are dropped: a partial answer would pass for a complete one).
+/// The whole answer as one `chat.completion`, sent once the answer stream has ended (its
+/// cache write included); an error before the end is an error response (the tokens before it
+/// are dropped: a partial answer would pass for a complete one).
 async fn whole(
     mut events: futures::stream::BoxStream<'static, Event>,
     created: u64,
@@ -302,6 +306,10 @@ async fn whole(
             }
             Event::Done(d) => {
                 let Some(m) = meta else { break };
+                // The stream ends once its cache write has finished (see `Pipeline::answer`):
+                // answering before that would leave the write to be frozen with a Lambda
+                // invocation that is over.
+                while events.next().await.is_some() {}
                 let body = json!({
                     "id": format!("chatcmpl-{}", m.request_id),
                     "object": "chat.completion",
@@ -331,7 +339,7 @@ pub(crate) async fn models(
     State(pipeline): State<Arc<Pipeline>>,
     headers: HeaderMap,
 ) -> Result<Response, OpenAiError> {
-    authorize(&pipeline, &headers, Permission::Answer).await?;
+    admit(&pipeline, &headers, Permission::Answer).await?;
     let mut response = Json(json!({
         "object": "list",
         "data": [{

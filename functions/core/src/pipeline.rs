@@ -1,37 +1,52 @@
 //! The answer path, stage by stage:
 //!
-//! 1. cache: an in-process cache is read by exact key first (a hit skips the embedding),
-//!    then by similar question once the query is embedded; a remote cache (DynamoDB) is read
-//!    once, after the embedding, by exact key and similar question in one parallel round. A
-//!    hit replays the cached answer at once (`meta.cache = "hit"`, `done.cached = true`);
+//! 0. scope: the tenant's corpus version (for the cache) and active rerank component are
+//!    read side by side with the embedding, each bounded (see below);
+//! 1. cache: an in-process cache is read by exact key first (a hit skips the embedding; only
+//!    when the scope was known at once), then by similar question once the query is
+//!    embedded; a remote cache (DynamoDB) is read once, after the embedding, by exact key and
+//!    similar question in one parallel round. A hit replays the cached answer at once
+//!    (`meta.cache = "hit"`, `done.cached = true`);
 //! 2. embed the query (in-process model, on the blocking pool);
 //! 3. retrieve: hybrid dense + BM25 search fused by RRF in the store;
 //! 4. rerank with the tenant's WASM component, if it has one (else the fused order stays);
-//!    steps 2–4 run under the retrieval deadline (cache lookups have their own budget):
-//!    late or failed retrieval → answer without context; a failed rerank → the fused order,
-//!    with `rerank_failed` in `meta.degraded`;
 //! 5. assemble the prompt under the token budget;
 //! 6. stream tokens from the LLM; after `done`, a complete answer that was not degraded is
 //!    written to the cache in the background.
 //!
-//! The result is a stream of [`Event`]s that always ends with exactly one `done` or `error`.
-//! It is lazy: dropping it (a client that went away) drops the upstream LLM request.
+//! **The deadline.** Everything before the LLM call — the scope reads, the cache rounds,
+//! the embedding, retrieval and rerank — ends by the request's retrieval deadline, counted
+//! from its arrival: late or failed work is abandoned (never waited for) and `meta.degraded`
+//! says what was skipped. Each scope read is awaited by the first stage that needs it, within
+//! that stage's time, and not used by a later one if it missed it: with the cache in use
+//! that is the cache, which gives them one cache budget (`SLUICE_CACHE_BUDGET_MS`) past the
+//! embedding; without it, the component is awaited beside the search, until the deadline.
+//! Cache rounds have their budget each, within the deadline.
+//!
+//! The result is a stream of [`Event`]s that always ends with exactly one `done` or `error`
+//! (one also comes when the server drains or the entry point's time is up: see
+//! [`AnswerRequest::ends_by`]). It is lazy: dropping it (a client that went away) drops the
+//! upstream LLM request. The metrics are fed from the events as they pass.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures::future::{BoxFuture, FutureExt, MaybeDone, maybe_done};
 use futures::{Stream, StreamExt};
+use tokio::time::Instant as Deadline;
 use tracing::{info, warn};
 
 use crate::auth::KeyStore;
 use crate::cache::{CachedAnswer, Lookup, Probe, Scope, SemanticCache};
 use crate::config::Config;
 use crate::error::{LlmError, StoreError};
-use crate::metrics::{Metrics, Outcome};
+use crate::metrics::{AnswerGuard, Metrics, Outcome};
 use crate::prompt;
 use crate::quota::Quotas;
 use crate::sse::{Done, ErrorEvent, Event, Meta, PromptEcho, SourceDoc, Timings, Token};
-use crate::stages::{Components, Embedder, Hit, Llm, LlmEvent, Reranker, Store};
+use crate::stages::{ActiveComponent, Components, Embedder, Hit, Llm, LlmEvent, Reranker, Store};
 use crate::trace::TraceContext;
 
 /// Characters of a chunk shown as its snippet in `meta`.
@@ -49,6 +64,17 @@ pub mod degraded {
     pub const RERANK_FAILED: &str = "rerank_failed";
     /// The store's circuit breaker is open: retrieval was skipped without waiting.
     pub const RETRIEVAL_CIRCUIT_OPEN: &str = "retrieval_circuit_open";
+    /// The tenant's corpus version was not read in time: the cache was neither read nor
+    /// written (no entry could be proven fresh).
+    pub const CORPUS_VERSION_TIMEOUT: &str = "corpus_version_timeout";
+    /// Reading the tenant's corpus version failed: the cache was neither read nor written.
+    pub const CORPUS_VERSION_FAILED: &str = "corpus_version_failed";
+    /// The tenant's active rerank component was not known in time (a first look-up still
+    /// reading the component storage): fused order kept, the cache neither read nor written.
+    pub const COMPONENT_TIMEOUT: &str = "component_timeout";
+    /// Looking up the tenant's active rerank component failed: fused order kept, the cache
+    /// neither read nor written.
+    pub const COMPONENT_FAILED: &str = "component_failed";
 }
 
 /// A validated answer request.
@@ -72,6 +98,11 @@ pub struct AnswerRequest {
     pub trace: TraceContext,
     /// Put the LLM request in `meta.prompt` (`"include_prompt": true`).
     pub include_prompt: bool,
+    /// When the stream must have ended, for an entry point that is stopped at a fixed time
+    /// (on Lambda: the invocation's deadline less a margin); `None` for none. A stream still
+    /// running then ends with a retryable `deadline_exceeded` error instead of being cut off
+    /// with no ending, and the upstream LLM request is dropped.
+    pub ends_by: Option<Deadline>,
 }
 
 /// The pipeline: the stages, built once at start and shared by every request.
@@ -174,7 +205,6 @@ impl Pipeline {
         self: &Arc<Self>,
         request: AnswerRequest,
     ) -> impl Stream<Item = Event> + Send + 'static {
-        let this = Arc::clone(self);
         let request_id = uuid::Uuid::new_v4().to_string();
         let span = tracing::info_span!(
             "answer",
@@ -182,55 +212,114 @@ impl Pipeline {
             tenant = %request.tenant,
             trace_id = %request.trace.trace_id,
         );
-        let mut open = self.metrics.stream_opened();
-        let events = async_stream::stream! {
+        let guard = self.metrics.stream_opened();
+        let observed = (request.tenant.clone(), request_id.clone());
+        let stop = self.stop(request.ends_by);
+        let events = Arc::clone(self).events(request, request_id);
+        in_span(span, observe(until(events, stop), guard, observed))
+    }
+
+    /// Resolves when an open answer must end now: with the code and message of its closing
+    /// `error` (the server's drain time is up, or the entry point's time).
+    fn stop(&self, ends_by: Option<Deadline>) -> impl Future<Output = ErrorEvent> + Send + 'static {
+        let mut draining = self.draining();
+        async move {
+            let drained = async move {
+                let _ = draining.wait_for(|over| *over).await;
+                closing("shutting_down", "the server is shutting down; ask again")
+            };
+            let Some(at) = ends_by else {
+                return drained.await;
+            };
+            tokio::select! {
+                e = drained => e,
+                () = tokio::time::sleep_until(at) => closing(
+                    "deadline_exceeded",
+                    "the function's time limit was reached before the answer ended",
+                ),
+            }
+        }
+    }
+
+    /// The answer's events, stage by stage (see the module docs).
+    fn events(
+        self: Arc<Self>,
+        request: AnswerRequest,
+        request_id: String,
+    ) -> impl Stream<Item = Event> + Send + 'static {
+        let this = self;
+        async_stream::stream! {
             let session_id = request.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
             let mut timings = Timings::default();
             let mut degraded: Vec<String> = Vec::new();
             let ids = (request_id.clone(), session_id.clone());
+            let deadline = Deadline::from_std(request.received + request.retrieval_deadline);
+            let cache = this.cache.clone().filter(|_| !request.bypass_cache);
 
-            // Stage 1: the cache, unless there is none or the request bypasses it.
-            let lookup = this.cache_lookup(&request).await;
-            let cache_state = if lookup.is_some() { "miss" } else { "bypass" };
+            // Stage 0: the scope reads start now and run beside the embedding.
+            let (mut version, mut component) = this.read_scope(&request, cache.is_some(), deadline);
 
-            // An in-process cache is read before the embedding, so that an exact hit skips it.
-            if let Some((cache, probe, scope)) = lookup.as_ref().filter(|(c, _, _)| c.in_process()) {
-                let started = Instant::now();
-                let found = cache.exact(&request.tenant, probe, scope).await;
-                add_ms(&mut timings.cache_ms, started.elapsed());
-                if let Some(events) = this.replay(&request, ids.clone(), found, &mut timings) {
-                    open.finish(&outcome(&request, &request_id, &timings, "hit", &[], events.len() as u64 - 2, None));
-                    for event in events { yield event; }
-                    return;
+            // Stage 1: an in-process cache by exact key, when the scope was known at once.
+            let mut exact_read = false;
+            if let Some(cache) = cache.as_ref().filter(|c| c.in_process()) {
+                let _ = futures::poll!(&mut version);
+                let _ = futures::poll!(&mut component);
+                if let (Some(Read::Got(Some(v))), Some(Read::Got(c))) = (output(&mut version), output(&mut component)) {
+                    let scope = this.scope(&request, *v, c.as_ref());
+                    let probe = Probe::new(&request.query);
+                    let started = Instant::now();
+                    let found = bounded(deadline, cache.exact(&request.tenant, &probe, &scope)).await.unwrap_or(Lookup::Miss);
+                    add_ms(&mut timings.cache_ms, started.elapsed());
+                    exact_read = true;
+                    if let Some(events) = this.replay(&request, ids.clone(), found, &mut timings) {
+                        for event in events { yield event; }
+                        return;
+                    }
                 }
             }
 
-            // Stage 2: the query embedding.
-            let vector = this.embed_query(&request, &mut timings).await;
+            // Stage 2: the query embedding, with the scope reads going on beside it.
+            let embedding = this.embed_query(&request, deadline, &mut timings);
+            let vector = beside(embedding, futures::future::join(&mut version, &mut component)).await;
 
-            // Stage 1, continued: the similar-question lookup needs the embedding; a remote
-            // cache reads the exact key in the same parallel round.
-            if let Some((cache, probe, scope)) = &lookup {
-                let started = Instant::now();
-                let found = match (&vector, cache.in_process()) {
-                    (Ok((v, _)), true) => cache.similar(&request.tenant, probe, v, scope).await,
-                    (Ok((v, _)), false) => cache.lookup(&request.tenant, probe, v, scope).await,
-                    (Err(_), true) => Lookup::Miss,
-                    (Err(_), false) => cache.exact(&request.tenant, probe, scope).await,
-                };
-                add_ms(&mut timings.cache_ms, started.elapsed());
-                if let Some(events) = this.replay(&request, ids.clone(), found, &mut timings) {
-                    open.finish(&outcome(&request, &request_id, &timings, "hit", &[], events.len() as u64 - 2, None));
-                    for event in events { yield event; }
-                    return;
+            // Stage 1, continued: what the cache needs is awaited (bounded), then the
+            // similar-question lookup; a remote cache reads the exact key in the same round.
+            let mut cache_state = "bypass";
+            let mut lookup = None;
+            if let Some(cache) = &cache {
+                // The reads ran beside the embedding; what is still missing gets one cache
+                // budget more, never past the deadline.
+                let cache_by = deadline.min(Deadline::now() + this.config.cache_budget);
+                let _ = bounded(cache_by, futures::future::join(&mut version, &mut component)).await;
+                let version = take(&mut version, VERSION_READ, &mut degraded).flatten();
+                let active = take(&mut component, COMPONENT_READ, &mut degraded);
+                if let (Some(version), Some(active)) = (version, &active) {
+                    let scope = this.scope(&request, version, active.as_ref());
+                    let probe = Probe::new(&request.query);
+                    let started = Instant::now();
+                    let found = match (&vector, cache.in_process()) {
+                        (Ok((v, _)), true) if exact_read => cache.similar(&request.tenant, &probe, v, &scope).boxed(),
+                        (Ok((v, _)), _) => cache.lookup(&request.tenant, &probe, v, &scope).boxed(),
+                        (Err(_), false) => cache.exact(&request.tenant, &probe, &scope).boxed(),
+                        (Err(_), true) => async { Lookup::Miss }.boxed(),
+                    };
+                    let found = bounded(deadline, found).await.unwrap_or(Lookup::Miss);
+                    add_ms(&mut timings.cache_ms, started.elapsed());
+                    if let Some(events) = this.replay(&request, ids.clone(), found, &mut timings) {
+                        for event in events { yield event; }
+                        return;
+                    }
+                    cache_state = "miss";
+                    lookup = Some((Arc::clone(cache), probe, scope));
                 }
+                // Resolved for the rerank stage: a late or failed look-up keeps the fused order.
+                component = resolved(active.flatten());
             }
 
-            // Stages 3-4: retrieval and rerank, in what is left of the retrieval deadline.
+            // Stages 3-4: retrieval and rerank, by the deadline.
             let hits = match &vector {
-                Ok((vector, embed_time)) => {
-                    let left = request.retrieval_deadline.saturating_sub(*embed_time);
-                    this.retrieve(&request, vector, left, &mut timings, &mut degraded).await
+                Ok((vector, _)) => {
+                    this.retrieve(&request, vector, deadline, component, &mut timings, &mut degraded).await
                 }
                 Err(reason) => Err(*reason),
             };
@@ -276,9 +365,7 @@ impl Pipeline {
                 Ok(s) => s,
                 Err(e) => {
                     warn!(error = %e, "LLM request failed");
-                    let event = error_event(&e, false);
-                    open.finish(&outcome(&request, &request_id, &timings, cache_state, &degraded, 0, Some(&event.code)));
-                    yield Event::Error(event);
+                    yield Event::Error(error_event(&e, false));
                     return;
                 }
             };
@@ -303,9 +390,7 @@ impl Pipeline {
                     }
                     Err(e) => {
                         warn!(error = %e, tokens = tokens.len(), "LLM stream failed");
-                        let event = error_event(&e, !tokens.is_empty());
-                        open.finish(&outcome(&request, &request_id, &timings, cache_state, &degraded, tokens.len() as u64, Some(&event.code)));
-                        yield Event::Error(event);
+                        yield Event::Error(error_event(&e, !tokens.is_empty()));
                         return;
                     }
                 }
@@ -313,9 +398,7 @@ impl Pipeline {
             let Some((finish_reason, usage_tokens)) = finish else {
                 let e = LlmError::Stream("the upstream closed the stream before it finished".into());
                 warn!(tokens = tokens.len(), "LLM stream ended without a finish reason");
-                let event = error_event(&e, !tokens.is_empty());
-                open.finish(&outcome(&request, &request_id, &timings, cache_state, &degraded, tokens.len() as u64, Some(&event.code)));
-                yield Event::Error(event);
+                yield Event::Error(error_event(&e, !tokens.is_empty()));
                 return;
             };
 
@@ -329,7 +412,6 @@ impl Pipeline {
                 tokens = token_count, ttft_ms = timings.ttft_ms, total_ms = timings.total_ms,
                 degraded = ?degraded, "answered"
             );
-            open.finish(&outcome(&request, &request_id, &timings, cache_state, &degraded, tokens.len() as u64, None));
             // Write-behind: only complete answers (the model stopped, or reached the
             // configured max_tokens, as it would again) that were not degraded. The write
             // starts now and never delays `done`, but the stream ends only once it has
@@ -371,54 +453,71 @@ impl Pipeline {
                 // A failed write was logged by the task; a panicked one needs no more.
                 let _ = write.await;
             }
-        };
-        in_span(span, events)
+        }
     }
 
-    /// What stage 1 needs: the cache, the question's probe and the scope an entry must have
-    /// been made under; `None` when the request bypasses the cache or there is none.
-    async fn cache_lookup(
+    /// Starts the reads the cache and the rerank stage depend on, each bounded by the
+    /// deadline: the tenant's corpus version (only when the cache is in use) and its active
+    /// component. A component known to the registry but due for a check is waited for one
+    /// cache budget at most; then the version known so far serves.
+    fn read_scope(
         &self,
         request: &AnswerRequest,
-    ) -> Option<(Arc<SemanticCache>, Probe, Scope)> {
-        let cache = self.cache.clone().filter(|_| !request.bypass_cache)?;
-        let corpus_version = match self.store.corpus_version(&request.tenant).await {
-            Ok(v) => v,
-            Err(e) => {
-                // Without the corpus version no entry can be proven fresh: a miss.
-                warn!(tenant = %request.tenant, error = %e, "corpus version unknown; cache skipped");
-                return None;
+        cached: bool,
+        deadline: Deadline,
+    ) -> (ScopeRead<Option<u64>>, ScopeRead<Component>) {
+        let by = deadline;
+        let check_by = deadline.min(Deadline::from_std(
+            request.received + self.config.cache_budget,
+        ));
+        let version = match cached {
+            false => async { Read::Got(None) }.boxed(),
+            true => {
+                let store = Arc::clone(&self.store);
+                let tenant = request.tenant.clone();
+                async move {
+                    match bounded(by, store.corpus_version(&tenant)).await {
+                        Some(Ok(v)) => Read::Got(Some(v)),
+                        Some(Err(e)) => Read::Failed(e.to_string()),
+                        None => Read::Late,
+                    }
+                }
+                .boxed()
             }
         };
-        let rerank = match self.reranker.clone() {
-            None => None,
-            // Off the async workers: finding the active version may read the component
-            // storage (a file, or DynamoDB) once the registry's knowledge of it is stale.
-            Some(r) => match tokio::task::spawn_blocking({
+        let component = match self.reranker.clone() {
+            None => async { Read::Got(None) }.boxed(),
+            Some(reranker) => {
                 let tenant = request.tenant.clone();
-                move || r.active_component(&tenant)
-            })
-            .await
-            .unwrap_or_else(|e| Err(e.to_string()))
-            {
-                Ok(version) => version,
-                Err(e) => {
-                    warn!(tenant = %request.tenant, error = %e, "active rerank component unknown; cache skipped");
-                    return None;
+                async move {
+                    match bounded(by, reranker.active(&tenant, check_by)).await {
+                        Some(Ok(c)) => Read::Got(c),
+                        Some(Err(e)) => Read::Failed(e),
+                        None => Read::Late,
+                    }
                 }
-            },
+                .boxed()
+            }
         };
-        let scope = Scope {
-            rerank,
+        (maybe_done(version), maybe_done(component))
+    }
+
+    /// The scope an entry must have been made under to answer this request.
+    fn scope(
+        &self,
+        request: &AnswerRequest,
+        corpus_version: u64,
+        component: Option<&Arc<dyn ActiveComponent>>,
+    ) -> Scope {
+        Scope {
+            rerank: component.map(|c| c.version().to_string()),
             corpus_version,
             llm_model: self.llm.model_id().to_string(),
             embed_model: self.embedder.model_id().to_string(),
             prompt_version: prompt::PROMPT_VERSION,
             k: request.k,
-        };
-        Some((cache, Probe::new(&request.query), scope))
+        }
     }
-
     /// The events of a cache hit (`meta`, the cached tokens, `done`), or `None` on a miss.
     fn replay(
         &self,
@@ -475,14 +574,15 @@ impl Pipeline {
         Some(events)
     }
 
-    /// The query vector and the time it took, within the retrieval deadline; else the
-    /// `meta.degraded` reason.
+    /// The query vector and the time it took, by the deadline; else the `meta.degraded`
+    /// reason.
     async fn embed_query(
         &self,
         request: &AnswerRequest,
+        deadline: Deadline,
         timings: &mut Timings,
     ) -> Result<(Vec<f32>, Duration), &'static str> {
-        if request.retrieval_deadline.is_zero() {
+        if request.retrieval_deadline.is_zero() || Deadline::now() >= deadline {
             return Err(degraded::RETRIEVAL_TIMEOUT);
         }
         let started = Instant::now();
@@ -497,97 +597,258 @@ impl Pipeline {
                 .next()
                 .ok_or_else(|| "the embedder returned no vector".to_string())
         });
-        match tokio::time::timeout(request.retrieval_deadline, task).await {
-            Ok(Ok(Ok(vector))) => {
+        match bounded(deadline, task).await {
+            Some(Ok(Ok(vector))) => {
                 let took = started.elapsed();
                 timings.embed_ms = Some(ms(took));
                 Ok((vector, took))
             }
-            Ok(Ok(Err(e))) => {
-                warn!(tenant = %request.tenant, error = %e, "embedding failed; answering without context");
+            Some(Ok(Err(e))) => {
+                warn!(error = %e, "embedding failed; answering without context");
                 Err(degraded::RETRIEVAL_FAILED)
             }
-            Ok(Err(e)) => {
-                warn!(tenant = %request.tenant, error = %e, "embedding task failed; answering without context");
+            Some(Err(e)) => {
+                warn!(error = %e, "embedding task failed; answering without context");
                 Err(degraded::RETRIEVAL_FAILED)
             }
-            Err(_) => {
-                warn!(tenant = %request.tenant, deadline = ?request.retrieval_deadline, "retrieval deadline passed while embedding; answering without context");
+            None => {
+                warn!(deadline = ?request.retrieval_deadline, "retrieval deadline passed while embedding; answering without context");
                 Err(degraded::RETRIEVAL_TIMEOUT)
             }
         }
     }
 
-    /// Searches the store and reranks within `left` (what the embedding left of the
-    /// retrieval deadline). On failure returns the `meta.degraded` reason.
+    /// Searches the store, then reranks with the tenant's component once `component` (read
+    /// beside the search when it was not needed before) has resolved, all by the deadline.
+    /// When the search fails returns the `meta.degraded` reason; a failed or late rerank keeps
+    /// the fused order (`rerank_failed`).
     async fn retrieve(
         &self,
         request: &AnswerRequest,
         vector: &[f32],
-        left: Duration,
+        deadline: Deadline,
+        mut component: ScopeRead<Component>,
         timings: &mut Timings,
         degraded: &mut Vec<String>,
     ) -> Result<Vec<Hit>, &'static str> {
-        let work = async {
-            let started = Instant::now();
-            let hits = match self
-                .store
-                .search(&request.tenant, &request.query, vector, request.k)
-                .await
-            {
-                Ok(hits) => hits,
-                Err(StoreError::CircuitOpen) => return Ok(Err(degraded::RETRIEVAL_CIRCUIT_OPEN)),
-                Err(e) => return Err(e.to_string()),
-            };
-            timings.retrieve_ms = Some(ms(started.elapsed()));
-
-            let Some(reranker) = self.reranker.clone() else {
-                return Ok::<_, String>(Ok(hits));
-            };
-            let started = Instant::now();
-            let (tenant, query, vector) = (
-                request.tenant.clone(),
-                request.query.clone(),
-                vector.to_vec(),
-            );
-            let (hits, outcome) = tokio::task::spawn_blocking(move || {
-                let outcome = reranker.rerank(&tenant, &query, &vector, &hits);
-                (hits, outcome)
-            })
-            .await
-            .map_err(|e| e.to_string())?;
-            let hits = match outcome {
-                Ok(Some(order)) => {
-                    timings.rerank_ms = Some(ms(started.elapsed()));
-                    let mut slots: Vec<Option<Hit>> = hits.into_iter().map(Some).collect();
-                    order
-                        .into_iter()
-                        .filter_map(|i| slots.get_mut(i).and_then(Option::take))
-                        .collect()
-                }
-                Ok(None) => hits,
-                Err(e) => {
-                    timings.rerank_ms = Some(ms(started.elapsed()));
-                    warn!(tenant = %request.tenant, error = %e, "rerank component failed; keeping the fused order");
-                    degraded.push(degraded::RERANK_FAILED.to_string());
-                    hits
-                }
-            };
-            Ok::<_, String>(Ok(hits))
-        };
-        match tokio::time::timeout(left, work).await {
-            Ok(Ok(Ok(hits))) => Ok(hits),
-            Ok(Ok(Err(skipped))) => Err(skipped),
-            Ok(Err(e)) => {
-                warn!(tenant = %request.tenant, error = %e, "retrieval failed; answering without context");
-                Err(degraded::RETRIEVAL_FAILED)
+        let started = Instant::now();
+        let search = self
+            .store
+            .search(&request.tenant, &request.query, vector, request.k);
+        let hits = match bounded(deadline, beside(search, &mut component)).await {
+            Some(Ok(hits)) => hits,
+            Some(Err(StoreError::CircuitOpen)) => return Err(degraded::RETRIEVAL_CIRCUIT_OPEN),
+            Some(Err(e)) => {
+                warn!(error = %e, "retrieval failed; answering without context");
+                return Err(degraded::RETRIEVAL_FAILED);
             }
-            Err(_) => {
-                warn!(tenant = %request.tenant, deadline = ?request.retrieval_deadline, "retrieval deadline passed; answering without context");
-                Err(degraded::RETRIEVAL_TIMEOUT)
+            None => {
+                warn!(deadline = ?request.retrieval_deadline, "retrieval deadline passed; answering without context");
+                return Err(degraded::RETRIEVAL_TIMEOUT);
+            }
+        };
+        timings.retrieve_ms = Some(ms(started.elapsed()));
+
+        (&mut component).await;
+        let Some(Some(active)) = take(&mut component, COMPONENT_READ, degraded) else {
+            return Ok(hits);
+        };
+        if Deadline::now() >= deadline {
+            warn!(
+                "the retrieval deadline passed before the rerank could start; keeping the fused order"
+            );
+            degraded.push(degraded::RERANK_FAILED.to_string());
+            return Ok(hits);
+        }
+        let started = Instant::now();
+        let (query, vector, candidates) = (request.query.clone(), vector.to_vec(), hits.clone());
+        let span = tracing::Span::current();
+        let task = tokio::task::spawn_blocking(move || {
+            let _span = span.enter();
+            active.rerank(&query, &vector, &candidates)
+        });
+        let outcome = match bounded(deadline, task).await {
+            Some(Ok(outcome)) => outcome,
+            Some(Err(e)) => Err(format!("the rerank task failed: {e}")),
+            None => Err("the retrieval deadline passed while it ran".to_string()),
+        };
+        timings.rerank_ms = Some(ms(started.elapsed()));
+        match outcome {
+            Ok(order) => {
+                let mut slots: Vec<Option<Hit>> = hits.into_iter().map(Some).collect();
+                Ok(order
+                    .into_iter()
+                    .filter_map(|i| slots.get_mut(i).and_then(Option::take))
+                    .collect())
+            }
+            Err(e) => {
+                warn!(error = %e, "rerank component failed; keeping the fused order");
+                degraded.push(degraded::RERANK_FAILED.to_string());
+                Ok(hits)
             }
         }
     }
+}
+
+/// How a bounded read ended.
+enum Read<T> {
+    /// It answered in time.
+    Got(T),
+    /// Its time was up first; it is abandoned.
+    Late,
+    /// It failed; the message says why.
+    Failed(String),
+}
+
+/// A scope read in flight (or done): polled beside other stages, awaited where it is needed.
+type ScopeRead<T> = MaybeDone<BoxFuture<'static, Read<T>>>;
+
+/// The tenant's active component, `None` for the built-in default.
+type Component = Option<Arc<dyn ActiveComponent>>;
+
+/// The `meta.degraded` reasons of a scope read that was late or failed, and what it is (for
+/// the log line).
+type Reasons = (&'static str, &'static str, &'static str);
+const VERSION_READ: Reasons = (
+    degraded::CORPUS_VERSION_TIMEOUT,
+    degraded::CORPUS_VERSION_FAILED,
+    "corpus version",
+);
+const COMPONENT_READ: Reasons = (
+    degraded::COMPONENT_TIMEOUT,
+    degraded::COMPONENT_FAILED,
+    "active rerank component",
+);
+
+/// What a finished read gave, when it answered in time (`None` until it finished).
+fn output<T>(read: &mut ScopeRead<T>) -> Option<&Read<T>> {
+    Pin::new(read).output_mut().map(|r| &*r)
+}
+
+/// Takes what a read gave; one that was late, is still running (its stage's time is up) or
+/// failed adds its reason to `degraded`.
+fn take<T>(
+    read: &mut ScopeRead<T>,
+    (late, failed, what): Reasons,
+    degraded: &mut Vec<String>,
+) -> Option<T> {
+    match Pin::new(read).take_output() {
+        Some(Read::Got(value)) => Some(value),
+        Some(Read::Late) | None => {
+            warn!("the {what} was not read in time; going on without it");
+            degraded.push(late.to_string());
+            None
+        }
+        Some(Read::Failed(e)) => {
+            warn!(error = %e, "reading the {what} failed; going on without it");
+            degraded.push(failed.to_string());
+            None
+        }
+    }
+}
+
+/// A scope read that has already answered `value`.
+fn resolved<T: Send + 'static>(value: T) -> ScopeRead<T> {
+    let mut read = maybe_done(futures::future::ready(Read::Got(value)).boxed());
+    // Ready on its first poll: done now, so that taking it needs no await.
+    let _ = Pin::new(&mut read).poll(&mut std::task::Context::from_waker(std::task::Waker::noop()));
+    read
+}
+
+/// `work` unless `deadline` passes first (`None`; the work is dropped). A future that is
+/// ready at once answers even past the deadline: what is in memory is never refused.
+async fn bounded<T>(deadline: Deadline, work: impl Future<Output = T>) -> Option<T> {
+    tokio::time::timeout_at(deadline, work).await.ok()
+}
+
+/// Awaits `main` while driving `side` too: reads that run beside a stage and are awaited
+/// later. `side` is not polled again once it is done.
+async fn beside<T>(main: impl Future<Output = T>, side: impl Future) -> T {
+    let mut main = std::pin::pin!(main);
+    let mut side = std::pin::pin!(maybe_done(side));
+    std::future::poll_fn(|cx| {
+        let _ = side.as_mut().poll(cx);
+        main.as_mut().poll(cx)
+    })
+    .await
+}
+
+/// An `error` event that ends a stream from outside (retryable).
+fn closing(code: &str, message: &str) -> ErrorEvent {
+    ErrorEvent {
+        code: code.into(),
+        message: message.into(),
+        retryable: true,
+    }
+}
+
+/// `events` until `stop` resolves; a stream that has not ended by then gets `stop`'s closing
+/// `error` instead of being cut off with no ending, and the rest of it (the upstream LLM
+/// request) is dropped.
+fn until(
+    events: impl Stream<Item = Event> + Send + 'static,
+    stop: impl Future<Output = ErrorEvent> + Send + 'static,
+) -> impl Stream<Item = Event> + Send + 'static {
+    async_stream::stream! {
+        let mut events = std::pin::pin!(events);
+        let mut stop = std::pin::pin!(stop);
+        // After its closing event a stream may still finish work (the cache write): it is
+        // polled to its end, and nothing more is sent.
+        let mut ended = false;
+        loop {
+            let next = tokio::select! {
+                biased;
+                closing = &mut stop, if !ended => Err(closing),
+                event = events.next() => Ok(event),
+            };
+            match next {
+                Ok(Some(event)) => {
+                    ended |= matches!(event, Event::Done(_) | Event::Error(_));
+                    yield event;
+                }
+                Ok(None) => break,
+                Err(closing) => {
+                    yield Event::Error(closing);
+                    break;
+                }
+            }
+        }
+    }
+}
+
+/// `events`, recorded in the metrics as they pass: how the answer ended (its closing event,
+/// with `meta`'s cache state, degraded reasons and timings, or `done`'s timings), or as
+/// `dropped` when the stream is dropped before its end (the client went away).
+fn observe(
+    events: impl Stream<Item = Event> + Send + 'static,
+    mut guard: AnswerGuard,
+    (tenant, request_id): (String, String),
+) -> impl Stream<Item = Event> + Send + 'static {
+    // What `meta` said: the cache state, degraded reasons and timings so far.
+    let mut meta: Option<(String, Vec<String>, Timings)> = None;
+    let mut tokens = 0;
+    events.inspect(move |event| {
+        let none = Timings::default();
+        let (cache, degraded, timings) = match &meta {
+            Some((cache, degraded, timings)) => (cache.as_str(), degraded.as_slice(), timings),
+            None => ("bypass", &[][..], &none),
+        };
+        let outcome = |timings, error| Outcome {
+            tenant: &tenant,
+            request_id: &request_id,
+            timings,
+            cache,
+            degraded,
+            tokens,
+            error,
+        };
+        match event {
+            Event::Meta(m) => meta = Some((m.cache.clone(), m.degraded.clone(), m.timings.clone())),
+            Event::Token(_) => tokens += 1,
+            Event::Done(d) => guard.finish(&outcome(&d.timings, None)),
+            Event::Error(e) => guard.finish(&outcome(timings, Some(&e.code))),
+        }
+    })
 }
 
 /// `events`, polled inside `span`, so that every log line of the answer carries its fields.
@@ -597,27 +858,6 @@ fn in_span<S: Stream<Item = Event> + Send + 'static>(
 ) -> impl Stream<Item = Event> + Send + 'static {
     let mut events = Box::pin(events);
     futures::stream::poll_fn(move |cx| span.in_scope(|| events.as_mut().poll_next(cx)))
-}
-
-/// What the metrics record of an answer that ended.
-fn outcome<'a>(
-    request: &'a AnswerRequest,
-    request_id: &'a str,
-    timings: &'a Timings,
-    cache: &'a str,
-    degraded: &'a [String],
-    tokens: u64,
-    error: Option<&'a str>,
-) -> Outcome<'a> {
-    Outcome {
-        tenant: &request.tenant,
-        request_id,
-        timings,
-        cache,
-        degraded,
-        tokens,
-        error,
-    }
 }
 
 /// Adds `d` to a timing that may not have started yet.
@@ -655,4 +895,107 @@ fn error_event(e: &LlmError, mid_stream: bool) -> ErrorEvent {
 
 fn ms(d: Duration) -> f64 {
     (d.as_secs_f64() * 1e6).round() / 1e3
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(index: u64) -> Event {
+        Event::Token(Token {
+            text: "t".into(),
+            index,
+        })
+    }
+
+    fn names(events: &[Event]) -> Vec<&'static str> {
+        events.iter().map(Event::name).collect()
+    }
+
+    #[tokio::test]
+    async fn a_stream_still_running_when_it_must_stop_ends_with_the_stops_error() {
+        // Two tokens, then an upstream that never answers again.
+        let events = futures::stream::iter([token(0), token(1)]).chain(futures::stream::pending());
+        let stop = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            closing("deadline_exceeded", "time is up")
+        };
+        let started = Instant::now();
+        let out: Vec<Event> = until(events, stop).collect().await;
+        assert!(started.elapsed() < Duration::from_secs(2));
+        assert_eq!(names(&out), ["token", "token", "error"]);
+        match &out[2] {
+            Event::Error(e) => {
+                assert_eq!(e.code, "deadline_exceeded");
+                assert!(e.retryable);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_stream_that_ended_gets_nothing_added_and_is_polled_to_its_end() {
+        let closing_event = Event::Error(ErrorEvent {
+            code: "llm_unavailable".into(),
+            message: "x".into(),
+            retryable: true,
+        });
+        // After its closing event the stream still has work to finish (as the cache write),
+        // during which the stop comes: the work finishes and no second ending is sent.
+        let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = Arc::clone(&finished);
+        let events = futures::stream::iter([token(0), closing_event]).chain(
+            futures::stream::once(async move {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                flag.store(true, std::sync::atomic::Ordering::SeqCst);
+                None
+            })
+            .filter_map(futures::future::ready),
+        );
+        let stop = async {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            closing("shutting_down", "bye")
+        };
+        let out: Vec<Event> = until(events, stop).collect().await;
+        assert_eq!(names(&out), ["token", "error"]);
+        if let Event::Error(e) = &out[1] {
+            assert_eq!(e.code, "llm_unavailable", "the stream's own ending kept");
+        }
+        assert!(finished.load(std::sync::atomic::Ordering::SeqCst));
+    }
+
+    #[tokio::test]
+    async fn a_late_read_is_abandoned_and_a_ready_one_answers_even_past_the_deadline() {
+        let past = Deadline::now() - Duration::from_millis(1);
+        assert_eq!(bounded(past, async { 7 }).await, Some(7));
+        let soon = Deadline::now() + Duration::from_millis(20);
+        let started = Instant::now();
+        let late = bounded(soon, tokio::time::sleep(Duration::from_secs(5))).await;
+        assert_eq!(late, None);
+        assert!(started.elapsed() < Duration::from_secs(1));
+    }
+
+    #[tokio::test]
+    async fn beside_drives_the_side_read_while_the_main_one_runs() {
+        let mut side = maybe_done(
+            async {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                Read::Got(3)
+            }
+            .boxed(),
+        );
+        let main = async {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            1
+        };
+        assert_eq!(beside(main, &mut side).await, 1);
+        let mut reasons = Vec::new();
+        assert!(matches!(output(&mut side), Some(Read::Got(3))));
+        assert_eq!(take(&mut side, VERSION_READ, &mut reasons), Some(3));
+        assert!(reasons.is_empty());
+        let mut late: ScopeRead<u64> = maybe_done(async { Read::Late }.boxed());
+        (&mut late).await;
+        assert_eq!(take(&mut late, COMPONENT_READ, &mut reasons), None);
+        assert_eq!(reasons, ["component_timeout"]);
+    }
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Past this many tenants in the table, idle ones (full bucket, no stream) are forgotten.
-const PRUNE_ABOVE: usize = 10_000;
+const PRUNE_ABOVE: usize = crate::REMEMBERED_TENANTS;
 
 /// A request refused by a limit: answered 429 with `Retry-After`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -81,7 +81,8 @@ impl Quotas {
         self.take(&mut tenants, tenant, Instant::now())
     }
 
-    /// Takes one request from `tenant`'s rate and opens a stream in its quota.
+    /// Opens a stream in `tenant`'s quota (the request itself was counted against its rate
+    /// by [`Quotas::request`] when it was admitted).
     pub fn stream(self: &Arc<Self>, tenant: &str) -> Result<StreamPermit, Limited> {
         let mut tenants = self.lock();
         let now = Instant::now();
@@ -97,10 +98,11 @@ impl Quotas {
                 retry_after: Duration::from_secs(1),
             });
         }
-        self.take(&mut tenants, tenant, now)?;
-        if let Some(u) = tenants.get_mut(tenant) {
-            u.streams += 1;
-        }
+        self.prune(&mut tenants, tenant, now);
+        tenants
+            .entry(tenant.to_string())
+            .or_insert_with(|| self.fresh(now))
+            .streams += 1;
         Ok(StreamPermit {
             quotas: Arc::clone(self),
             tenant: tenant.to_string(),
@@ -113,14 +115,10 @@ impl Quotas {
         tenant: &str,
         now: Instant,
     ) -> Result<(), Limited> {
-        if tenants.len() > PRUNE_ABOVE && !tenants.contains_key(tenant) {
-            tenants.retain(|_, u| u.streams > 0 || self.refill(u, now) < self.burst);
-        }
-        let usage = tenants.entry(tenant.to_string()).or_insert(Usage {
-            tokens: self.burst,
-            refilled: now,
-            streams: 0,
-        });
+        self.prune(tenants, tenant, now);
+        let usage = tenants
+            .entry(tenant.to_string())
+            .or_insert_with(|| self.fresh(now));
         if self.rate == 0.0 {
             return Ok(());
         }
@@ -140,6 +138,23 @@ impl Quotas {
             ),
             retry_after: Duration::from_secs_f64(wait.ceil().max(1.0)),
         })
+    }
+
+    /// A tenant's usage before its first request: a full bucket, no stream.
+    fn fresh(&self, now: Instant) -> Usage {
+        Usage {
+            tokens: self.burst,
+            refilled: now,
+            streams: 0,
+        }
+    }
+
+    /// Before `tenant` is added to a full table, forgets the idle tenants (a full bucket and
+    /// no stream): the table is as big as the tenants active lately, whatever names come in.
+    fn prune(&self, tenants: &mut HashMap<String, Usage>, tenant: &str, now: Instant) {
+        if tenants.len() > PRUNE_ABOVE && !tenants.contains_key(tenant) {
+            tenants.retain(|_, u| u.streams > 0 || self.refill(u, now) < self.burst);
+        }
     }
 
     /// `usage`'s tokens as of `now`.
@@ -192,6 +207,17 @@ mod tests {
         let _c = q.stream("acme").unwrap();
         drop(b);
         assert_eq!(q.open_streams("acme"), 1);
+    }
+
+    #[test]
+    fn opening_a_stream_takes_nothing_from_the_rate() {
+        // The request was counted when it was admitted; its stream is not a second request.
+        let q = Arc::new(Quotas::new(1.0, 1, 5));
+        q.request("acme").unwrap();
+        let _a = q.stream("acme").unwrap();
+        let _b = q.stream("acme").unwrap();
+        assert_eq!(q.open_streams("acme"), 2);
+        assert_eq!(q.request("acme").unwrap_err().code, "rate_limited");
     }
 
     #[test]

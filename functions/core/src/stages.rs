@@ -1,6 +1,7 @@
 //! The traits each pipeline stage's adapter implements, and the values that pass between them.
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::Stream;
@@ -94,26 +95,35 @@ pub trait Store: Send + Sync {
     async fn count(&self, tenant: &str) -> Result<usize, StoreError>;
 }
 
-/// Reorders retrieved chunks with the tenant's rerank component.
-///
-/// Calls are CPU-bound and synchronous; the pipeline runs them on the blocking pool, inside
-/// the retrieval deadline.
+/// A tenant's active rerank component, resolved for one request: what the pipeline runs,
+/// and the version its cached answers remember.
+pub trait ActiveComponent: Send + Sync {
+    /// The version (content hash): a new one makes cached answers stale.
+    fn version(&self) -> &str;
+    /// The new order of `hits` (indices, best first). `Err` says why the component failed;
+    /// the pipeline then keeps the fused order. `query_vector` is the query's embedding,
+    /// lent to the component with the hits' vectors. CPU-bound and synchronous: the pipeline
+    /// runs it on the blocking pool, inside the retrieval deadline.
+    fn rerank(&self, query: &str, query_vector: &[f32], hits: &[Hit])
+    -> Result<Vec<usize>, String>;
+}
+
+/// Finds each tenant's active rerank component.
+#[async_trait]
 pub trait Reranker: Send + Sync {
-    /// The version of the tenant's active component, `None` for the built-in default.
-    /// Cached answers remember it: a new component makes them stale. May block on storage:
-    /// the pipeline calls it (and `rerank`) on the blocking pool.
-    fn active_component(&self, tenant: &str) -> Result<Option<String>, String>;
-    /// The new order of `hits` (indices, best first), or `Ok(None)` when the tenant has no
-    /// active component (the built-in default: fused order). `Err` says why the component
-    /// failed; the pipeline then keeps the fused order.
-    /// `query_vector` is the query's embedding, lent to the component with the hits' vectors.
-    fn rerank(
+    /// The tenant's active component, `None` for the built-in default (fused order).
+    ///
+    /// Answers from memory while what the process knows of the tenant is fresh. Once it is
+    /// due to be checked again, the check (and the fetch and compile of a changed version)
+    /// runs in the background and is waited for until `by` at most: past that, the version
+    /// known so far serves. Only a tenant this process has not seen yet has nothing to fall
+    /// back on: the caller bounds that wait (the pipeline, by its deadline), and the load
+    /// goes on in the background so that a later request finds it.
+    async fn active(
         &self,
         tenant: &str,
-        query: &str,
-        query_vector: &[f32],
-        hits: &[Hit],
-    ) -> Result<Option<Vec<usize>>, String>;
+        by: tokio::time::Instant,
+    ) -> Result<Option<Arc<dyn ActiveComponent>>, String>;
 }
 
 /// Checks what a rerank component returned — `(index, score)` for each of `n` candidates —
@@ -156,15 +166,19 @@ pub struct ComponentVersion {
 }
 
 /// Why a component operation was refused.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ComponentError {
     /// The upload is not an acceptable component; the message says why (400).
+    #[error("{0}")]
     Invalid(String),
     /// The upload is over the size limit (413).
+    #[error("{0}")]
     TooLarge(String),
     /// No such version for this tenant (404).
+    #[error("{0}")]
     NotFound(String),
     /// Storage failed (500).
+    #[error("component storage: {0}")]
     Storage(String),
 }
 

@@ -275,6 +275,48 @@ impl Llm for OpenAiClient {
     }
 }
 
+/// Longest SSE event the upstream may send: bytes between two blank lines. An OpenAI chunk is
+/// well under a kilobyte; without a cap, an upstream that never ends its line (or event) would
+/// be buffered whole until a timeout fired.
+pub const MAX_EVENT_BYTES: usize = 64 << 10;
+
+/// The upstream's bytes, failing once an event (the bytes since the last blank line) would
+/// pass [`MAX_EVENT_BYTES`]: the answer then ends with `llm_stream_failed`.
+pub fn capped<S, B, E>(bytes: S) -> impl futures::Stream<Item = Result<B, String>> + Send
+where
+    S: futures::Stream<Item = Result<B, E>> + Send,
+    B: AsRef<[u8]>,
+    E: std::fmt::Display,
+{
+    let (mut event, mut line, mut after_cr) = (0usize, 0usize, false);
+    bytes.map(move |chunk| {
+        let chunk = chunk.map_err(|e| e.to_string())?;
+        for &b in chunk.as_ref() {
+            match b {
+                // `\r\n` ends one line, not two.
+                b'\n' if after_cr => {}
+                b'\n' | b'\r' => {
+                    if line == 0 {
+                        event = 0;
+                    }
+                    line = 0;
+                }
+                _ => {
+                    line += 1;
+                    event += 1;
+                }
+            }
+            after_cr = b == b'\r';
+        }
+        if event > MAX_EVENT_BYTES {
+            return Err(format!(
+                "the upstream sent an event of more than {MAX_EVENT_BYTES} bytes"
+            ));
+        }
+        Ok(chunk)
+    })
+}
+
 impl OpenAiClient {
     /// One endpoint's stream, returned once its first event (a token, or the finish of an
     /// empty answer) has arrived, so that a failure before it can move to the next endpoint.
@@ -309,7 +351,7 @@ impl OpenAiClient {
         }
 
         let idle = self.timeouts.idle;
-        let mut events = response.bytes_stream().eventsource();
+        let mut events = capped(response.bytes_stream()).eventsource();
         let stream = async_stream::try_stream! {
             let mut parser = ChunkParser::default();
             loop {

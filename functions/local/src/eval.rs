@@ -288,6 +288,16 @@ pub async fn run(
             }
             None => registry.deactivate(TENANT).map_err(refused)?,
         }
+        // Activated in this process just now: known, so answered from memory.
+        let by = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        let active = registry
+            .active(TENANT, by)
+            .await
+            .map_err(anyhow::Error::msg)?;
+        anyhow::ensure!(
+            active.is_some() == component.is_some(),
+            "the registry does not run the component just activated"
+        );
         let retrieval = match method.as_str() {
             "dense" => Retrieval::Dense,
             "bm25" => Retrieval::Bm25,
@@ -307,12 +317,11 @@ pub async fn run(
             let mut hits = edge
                 .search_by(TENANT, &task.query, &vector, CANDIDATES, retrieval)
                 .await?;
-            if component.is_some() {
+            if let Some(active) = &active {
                 let head = &hits[..hits.len().min(RERANKED)];
-                let order = registry
-                    .rerank(TENANT, &task.query, &vector, head)
-                    .map_err(anyhow::Error::msg)?
-                    .context("the component is not active")?;
+                let order = active
+                    .rerank(&task.query, &vector, head)
+                    .map_err(anyhow::Error::msg)?;
                 let mut reordered: Vec<Hit> = order.into_iter().map(|i| head[i].clone()).collect();
                 reordered.extend_from_slice(&hits[head.len()..]);
                 hits = reordered;

@@ -46,6 +46,17 @@ pub fn router(pipeline: Arc<Pipeline>) -> axum::Router {
 /// `shutting_down` error, and the process exits.
 pub async fn run(config: Config) -> Result<()> {
     let addr = config.addr;
+    let auth = config.api_keys_file.is_some() || config.api_keys_table.is_some();
+    if !auth && !addr.ip().is_loopback() && !config.allow_unauthenticated {
+        anyhow::bail!(
+            "refusing to listen on {addr} with auth off: anyone who can reach it could read and change every tenant's documents. \
+             Set SLUICE_API_KEYS_FILE (see `sluice keys create`), listen on 127.0.0.1, or set SLUICE_ALLOW_UNAUTHENTICATED=true if a trusted proxy in front authenticates"
+        );
+    }
+    let hosts = allowed_hosts(&config);
+    if config.allowed_hosts.is_none() && addr.ip().is_unspecified() {
+        tracing::warn!(hosts = %hosts.join(","), "listening on every address, but answering only requests for these host names: set SLUICE_ALLOWED_HOSTS to the names clients use");
+    }
     let llm_url = config.llm_urls.join(",");
     let drain_timeout = config.drain_timeout;
     let pipeline = sluice_app::pipeline(config).await?;
@@ -67,8 +78,26 @@ pub async fn run(config: Config) -> Result<()> {
             draining.drain();
         });
     };
-    sluice_core::http::serve(listener, router(pipeline), signalled).await?;
+    let router = sluice_core::http::only_hosts(router(pipeline), hosts);
+    sluice_core::http::serve(listener, router, signalled).await?;
     Ok(())
+}
+
+/// The `Host` names the server answers to: `SLUICE_ALLOWED_HOSTS`, else the loopback names and
+/// the address it listens on (when it is one address).
+fn allowed_hosts(config: &Config) -> Vec<String> {
+    if let Some(hosts) = &config.allowed_hosts {
+        return hosts.clone();
+    }
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"].map(String::from).into();
+    let ip = config.addr.ip();
+    if !ip.is_unspecified() && !ip.is_loopback() {
+        hosts.push(match ip {
+            std::net::IpAddr::V4(v4) => v4.to_string(),
+            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        });
+    }
+    hosts
 }
 
 async fn shutdown() {

@@ -137,8 +137,21 @@ impl VersionMemo {
 
     pub(crate) fn put(&self, tenant: &str, version: u64) {
         if let Ok(mut memo) = self.0.lock() {
+            if memo.len() >= sluice_core::REMEMBERED_TENANTS && !memo.contains_key(tenant) {
+                // Bounded: versions past their second are of no use; then start afresh.
+                memo.retain(|_, (_, at)| at.elapsed() < VERSION_FRESH);
+                if memo.len() >= sluice_core::REMEMBERED_TENANTS {
+                    memo.clear();
+                }
+            }
             memo.insert(tenant.to_string(), (version, Instant::now()));
         }
+    }
+
+    /// How many tenants it holds.
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.0.lock().map_or(0, |m| m.len())
     }
 }
 
@@ -161,4 +174,25 @@ pub(crate) fn qdrant_result<T: DeserializeOwned>(text: &str) -> Result<T, String
     serde_json::from_str::<Envelope<T>>(text)
         .map(|e| e.result)
         .map_err(|e| format!("unexpected response: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_version_memo_stays_bounded_whatever_tenants_it_sees() {
+        let memo = VersionMemo::default();
+        for i in 0..sluice_core::REMEMBERED_TENANTS * 2 + 7 {
+            memo.put(&format!("t{i}"), i as u64);
+        }
+        assert!(
+            memo.len() <= sluice_core::REMEMBERED_TENANTS,
+            "{}",
+            memo.len()
+        );
+        // What was put last is still there and fresh.
+        let last = sluice_core::REMEMBERED_TENANTS * 2 + 6;
+        assert_eq!(memo.get(&format!("t{last}")), Some(last as u64));
+    }
 }

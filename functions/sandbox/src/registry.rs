@@ -6,21 +6,26 @@
 //! version. A version is the SHA-256 of the
 //! uploaded bytes. [`Disk`] keeps them under a folder (`sluice serve`); the Lambda functions
 //! keep them in S3 and DynamoDB (`sluice-aws`), so that what the registry function compiles
-//! the answer function loads. Compiled components are cached in memory per tenant, and the
-//! active version is read again once it is older than the refresh interval (another process
-//! may have activated one); an artefact from another engine is recompiled from the upload.
+//! the answer function loads. Compiled components are kept in memory per tenant (at most
+//! [`sluice_core::REMEMBERED_TENANTS`]), and the active version is read again once it is older
+//! than the refresh interval (another process may have activated one) — in the background,
+//! with the version known so far serving until a changed one is fetched and compiled, so that
+//! no request waits on the storage for a tenant it has seen; an artefact from another engine
+//! is recompiled from the upload.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+use futures::future::{BoxFuture, FutureExt, Shared};
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use sluice_core::Config;
 use sluice_core::stages::{
-    ComponentError, ComponentStorage as Storage, ComponentVersion, Components, Embedder, Hit,
-    Reranker,
+    ActiveComponent, ComponentError, ComponentStorage as Storage, ComponentVersion, Components,
+    Embedder, Hit, Reranker,
 };
 
 use crate::{Candidate, HostServices, Limits, Prepared, Sandbox, UploadError};
@@ -127,20 +132,37 @@ impl Storage for Disk {
     }
 }
 
-/// What a process knows of a tenant's active component, and since when.
-struct Known {
-    /// The active version, compiled; `None`: the built-in default.
-    entry: Option<(String, Prepared)>,
-    checked: Instant,
+/// A tenant's active component, compiled, as the pipeline runs it.
+struct Active {
+    version: String,
+    prepared: Prepared,
+    sandbox: Arc<Sandbox>,
 }
+
+/// What a process knows of a tenant's active component (`None`: the built-in default), since
+/// when, and when it was last asked for.
+struct Known {
+    active: Option<Arc<Active>>,
+    checked: Instant,
+    used: Instant,
+}
+
+/// A read of a tenant's active component from the storage (a first load, or a check of what
+/// is known), shared by the requests that ask while it runs.
+type Load = Shared<BoxFuture<'static, Result<Option<Arc<Active>>, String>>>;
 
 /// Components of every tenant, in one storage.
 pub struct Registry {
-    sandbox: Sandbox,
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    sandbox: Arc<Sandbox>,
     storage: Arc<dyn Storage>,
     /// How long [`Known`] is trusted before the storage is asked again.
     refresh: Duration,
-    active: RwLock<HashMap<String, Known>>,
+    known: Mutex<HashMap<String, Known>>,
+    loading: Mutex<HashMap<String, Load>>,
 }
 
 fn is_version(v: &str) -> bool {
@@ -161,6 +183,12 @@ fn limits(config: &Config) -> Limits {
     }
 }
 
+/// A lock whose holder cannot leave it half-changed (plain inserts and removes): a panic
+/// elsewhere does not poison the registry.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Registry {
     /// The registry of a server: a sandbox with the `SLUICE_RERANK_*` limits, the host model
     /// lent to components, `storage`, and `SLUICE_COMPONENT_REFRESH_MS`.
@@ -174,21 +202,26 @@ impl Registry {
         Ok(Self::new(sandbox, storage, config.component_refresh))
     }
 
-    /// A registry over `storage` that reads a tenant's active version again after `refresh`.
+    /// A registry over `storage` that checks a tenant's active version again after `refresh`.
     pub fn new(sandbox: Sandbox, storage: Arc<dyn Storage>, refresh: Duration) -> Self {
         Self {
-            sandbox,
-            storage,
-            refresh,
-            active: RwLock::new(HashMap::new()),
+            inner: Arc::new(Inner {
+                sandbox: Arc::new(sandbox),
+                storage,
+                refresh,
+                known: Mutex::new(HashMap::new()),
+                loading: Mutex::new(HashMap::new()),
+            }),
         }
     }
 
     /// The sandbox the components run in.
     pub fn sandbox(&self) -> &Sandbox {
-        &self.sandbox
+        &self.inner.sandbox
     }
+}
 
+impl Inner {
     fn artefact_key(&self, tenant: &str, version: &str) -> String {
         format!(
             "{tenant}/{version}.{}.cwasm",
@@ -198,12 +231,19 @@ impl Registry {
 
     /// Loads a stored version: its artefact when it matches this engine, else a recompile
     /// (whose artefact is then stored for the next process).
-    fn load(&self, tenant: &str, version: &str) -> Result<Prepared, ComponentError> {
+    fn load(&self, tenant: &str, version: &str) -> Result<Arc<Active>, ComponentError> {
         let artefact = self.artefact_key(tenant, version);
+        let active = |prepared| {
+            Arc::new(Active {
+                version: version.to_string(),
+                prepared,
+                sandbox: Arc::clone(&self.sandbox),
+            })
+        };
         if let Some(bytes) = self.storage.get(&artefact)?
             && let Ok(prepared) = self.sandbox.load(&bytes)
         {
-            return Ok(prepared);
+            return Ok(active(prepared));
         }
         let wasm = self
             .storage
@@ -214,134 +254,101 @@ impl Registry {
             .compile(&wasm)
             .map_err(|e| ComponentError::Invalid(e.to_string()))?;
         self.storage.put(&artefact, &prepared.artifact)?;
-        Ok(prepared)
+        Ok(active(prepared))
     }
 
-    /// The tenant's active version and component, compiled: from memory while it is fresh,
-    /// else from the storage (recompiling nothing when the version has not changed).
-    fn active(&self, tenant: &str) -> Result<Option<(String, Prepared)>, ComponentError> {
-        let known = self
-            .active
-            .read()
-            .map_err(storage)?
-            .get(tenant)
-            .map(|k| (k.entry.clone(), k.checked.elapsed() < self.refresh));
-        // What this process knew, if anything: fresh → answer; stale → reused below when
-        // the version has not changed.
-        let previous = match known {
-            Some((entry, true)) => return Ok(entry),
-            Some((entry, false)) => entry,
-            None => None,
-        };
-        let entry = match (self.storage.active(tenant)?, previous) {
-            (Some(v), Some((known, prepared))) if v == known => Some((v, prepared)),
-            (Some(v), _) => Some((v.clone(), self.load(tenant, &v)?)),
-            (None, _) => None,
-        };
-        self.remember(tenant, entry.clone())?;
-        Ok(entry)
-    }
-
-    fn remember(
+    /// Reads the tenant's active version from the storage and loads it, unless it is the one
+    /// already known (`known`). Blocking: storage calls and compilation.
+    fn read(
         &self,
         tenant: &str,
-        entry: Option<(String, Prepared)>,
-    ) -> Result<(), ComponentError> {
-        self.active.write().map_err(storage)?.insert(
+        known: Option<&Arc<Active>>,
+    ) -> Result<Option<Arc<Active>>, ComponentError> {
+        Ok(match (self.storage.active(tenant)?, known) {
+            (Some(v), Some(known)) if v == known.version => Some(Arc::clone(known)),
+            (Some(v), _) => Some(self.load(tenant, &v)?),
+            (None, _) => None,
+        })
+    }
+
+    /// Records what the tenant's active component is, as of now.
+    fn remember(&self, tenant: &str, active: Option<Arc<Active>>) {
+        let now = Instant::now();
+        let mut known = lock(&self.known);
+        if known.len() >= sluice_core::REMEMBERED_TENANTS && !known.contains_key(tenant) {
+            // Tenants not asked for lately go first (they are loaded again when they come
+            // back); if that is not enough, the half asked for longest ago.
+            known.retain(|_, k| now.duration_since(k.used) < IDLE);
+            if known.len() >= sluice_core::REMEMBERED_TENANTS {
+                let mut used: Vec<Instant> = known.values().map(|k| k.used).collect();
+                used.sort_unstable();
+                let cut = used[used.len() / 2];
+                known.retain(|_, k| k.used > cut);
+            }
+        }
+        known.insert(
             tenant.to_string(),
             Known {
-                entry,
-                checked: Instant::now(),
+                active,
+                checked: now,
+                used: now,
             },
         );
-        Ok(())
-    }
-}
-
-impl Components for Registry {
-    fn upload(&self, tenant: &str, bytes: &[u8]) -> Result<ComponentVersion, ComponentError> {
-        let prepared = self.sandbox.compile(bytes).map_err(|e| match e {
-            UploadError::TooLarge { .. } => ComponentError::TooLarge(e.to_string()),
-            other => ComponentError::Invalid(other.to_string()),
-        })?;
-        let version = format!("{:x}", Sha256::digest(bytes));
-        self.storage
-            .put(&format!("{tenant}/{version}.wasm"), bytes)?;
-        self.storage
-            .put(&self.artefact_key(tenant, &version), &prepared.artifact)?;
-        // Recorded last: a listed version always has its bytes stored.
-        self.storage.add_version(tenant, &version, bytes.len())?;
-        let active = self.storage.active(tenant)?.as_deref() == Some(version.as_str());
-        Ok(ComponentVersion {
-            version,
-            size: bytes.len(),
-            active,
-        })
     }
 
-    fn activate(&self, tenant: &str, version: &str) -> Result<ComponentVersion, ComponentError> {
-        let unknown = || {
-            ComponentError::NotFound(format!(
-                "tenant {tenant:?} has no component version {version:?}"
-            ))
-        };
-        if !is_version(version) {
-            return Err(unknown());
+    /// Reads the tenant's active component from the storage, in the background: a first load
+    /// (`known` is `None` and nothing was known), or a check of the version known so far (a
+    /// changed one is fetched and compiled here). One read per tenant at a time, joined by
+    /// every request that asks while it runs; it finishes even when nobody waits any more.
+    /// A failed check keeps what was known, to be checked again after the refresh interval.
+    fn read_in_background(
+        self: &Arc<Self>,
+        tenant: &str,
+        known: Option<Option<Arc<Active>>>,
+    ) -> Load {
+        let mut loading = lock(&self.loading);
+        if let Some(load) = loading.get(tenant) {
+            return load.clone();
         }
-        let size = self
-            .storage
-            .versions(tenant)?
-            .into_iter()
-            .find(|(v, _)| v == version)
-            .ok_or_else(unknown)?
-            .1;
-        let prepared = self.load(tenant, version)?;
-        self.storage.set_active(tenant, Some(version))?;
-        self.remember(tenant, Some((version.to_string(), prepared)))?;
-        Ok(ComponentVersion {
-            version: version.to_string(),
-            size,
-            active: true,
-        })
-    }
-
-    fn list(&self, tenant: &str) -> Result<Vec<ComponentVersion>, ComponentError> {
-        let active = self.storage.active(tenant)?;
-        Ok(self
-            .storage
-            .versions(tenant)?
-            .into_iter()
-            .map(|(version, size)| ComponentVersion {
-                active: active.as_deref() == Some(version.as_str()),
-                version,
-                size,
-            })
-            .collect())
-    }
-
-    fn deactivate(&self, tenant: &str) -> Result<(), ComponentError> {
-        self.storage.set_active(tenant, None)?;
-        self.remember(tenant, None)
+        let (inner, name) = (Arc::clone(self), tenant.to_string());
+        let task = tokio::task::spawn_blocking(move || {
+            let current = known.as_ref().and_then(Option::as_ref);
+            let read = inner.read(&name, current);
+            match (&read, known) {
+                (Ok(active), _) => inner.remember(&name, active.clone()),
+                (Err(e), Some(still)) => {
+                    tracing::warn!(tenant = %name, error = %e, "checking the active rerank component failed; the known one goes on serving");
+                    inner.remember(&name, still);
+                }
+                (Err(_), None) => {}
+            }
+            lock(&inner.loading).remove(&name);
+            read.map_err(|e| e.to_string())
+        });
+        let load = task
+            .map(|joined| joined.unwrap_or_else(|e| Err(format!("the load task failed: {e}"))))
+            .boxed()
+            .shared();
+        loading.insert(tenant.to_string(), load.clone());
+        load
     }
 }
 
-impl Reranker for Registry {
-    fn active_component(&self, tenant: &str) -> Result<Option<String>, String> {
-        self.active(tenant)
-            .map(|entry| entry.map(|(version, _)| version))
-            .map_err(|e| format!("{e:?}"))
+/// Past this long unasked, a tenant's component is the first to be forgotten when the
+/// registry's memory is full.
+const IDLE: Duration = Duration::from_secs(600);
+
+impl ActiveComponent for Active {
+    fn version(&self) -> &str {
+        &self.version
     }
 
     fn rerank(
         &self,
-        tenant: &str,
         query: &str,
         query_vector: &[f32],
         hits: &[Hit],
-    ) -> Result<Option<Vec<usize>>, String> {
-        let Some((_, prepared)) = self.active(tenant).map_err(|e| format!("{e:?}"))? else {
-            return Ok(None);
-        };
+    ) -> Result<Vec<usize>, String> {
         let max = self.sandbox.limits().max_text_bytes;
         let candidates: Vec<Candidate> = hits
             .iter()
@@ -362,14 +369,119 @@ impl Reranker for Registry {
             known.insert(query.to_string(), query_vector.to_vec());
         }
         self.sandbox
-            .rerank_with(&prepared, query, &candidates, known)
-            .map(Some)
+            .rerank_with(&self.prepared, query, &candidates, known)
             .map_err(|e| e.to_string())
     }
 }
 
+#[async_trait::async_trait]
+impl Reranker for Registry {
+    async fn active(
+        &self,
+        tenant: &str,
+        by: tokio::time::Instant,
+    ) -> Result<Option<Arc<dyn ActiveComponent>>, String> {
+        let inner = &self.inner;
+        let known = {
+            let mut known = lock(&inner.known);
+            known.get_mut(tenant).map(|k| {
+                k.used = Instant::now();
+                (k.active.clone(), k.checked.elapsed() >= inner.refresh)
+            })
+        };
+        let active = match known {
+            Some((active, false)) => active,
+            // Due for a check: waited for until `by`, else the version known so far serves.
+            Some((active, true)) => {
+                let check = inner.read_in_background(tenant, Some(active.clone()));
+                match tokio::time::timeout_at(by, check).await {
+                    Ok(Ok(checked)) => checked,
+                    _ => active,
+                }
+            }
+            None => inner.read_in_background(tenant, None).await?,
+        };
+        Ok(active.map(|a| a as Arc<dyn ActiveComponent>))
+    }
+}
+
+impl Components for Registry {
+    fn upload(&self, tenant: &str, bytes: &[u8]) -> Result<ComponentVersion, ComponentError> {
+        let prepared = self.inner.sandbox.compile(bytes).map_err(|e| match e {
+            UploadError::TooLarge { .. } => ComponentError::TooLarge(e.to_string()),
+            other => ComponentError::Invalid(other.to_string()),
+        })?;
+        let version = format!("{:x}", Sha256::digest(bytes));
+        self.inner
+            .storage
+            .put(&format!("{tenant}/{version}.wasm"), bytes)?;
+        self.inner.storage.put(
+            &self.inner.artefact_key(tenant, &version),
+            &prepared.artifact,
+        )?;
+        // Recorded last: a listed version always has its bytes stored.
+        self.inner
+            .storage
+            .add_version(tenant, &version, bytes.len())?;
+        let active = self.inner.storage.active(tenant)?.as_deref() == Some(version.as_str());
+        Ok(ComponentVersion {
+            version,
+            size: bytes.len(),
+            active,
+        })
+    }
+
+    fn activate(&self, tenant: &str, version: &str) -> Result<ComponentVersion, ComponentError> {
+        let unknown = || {
+            ComponentError::NotFound(format!(
+                "tenant {tenant:?} has no component version {version:?}"
+            ))
+        };
+        if !is_version(version) {
+            return Err(unknown());
+        }
+        let size = self
+            .inner
+            .storage
+            .versions(tenant)?
+            .into_iter()
+            .find(|(v, _)| v == version)
+            .ok_or_else(unknown)?
+            .1;
+        let active = self.inner.load(tenant, version)?;
+        self.inner.storage.set_active(tenant, Some(version))?;
+        self.inner.remember(tenant, Some(active));
+        Ok(ComponentVersion {
+            version: version.to_string(),
+            size,
+            active: true,
+        })
+    }
+
+    fn list(&self, tenant: &str) -> Result<Vec<ComponentVersion>, ComponentError> {
+        let active = self.inner.storage.active(tenant)?;
+        Ok(self
+            .inner
+            .storage
+            .versions(tenant)?
+            .into_iter()
+            .map(|(version, size)| ComponentVersion {
+                active: active.as_deref() == Some(version.as_str()),
+                version,
+                size,
+            })
+            .collect())
+    }
+
+    fn deactivate(&self, tenant: &str) -> Result<(), ComponentError> {
+        self.inner.storage.set_active(tenant, None)?;
+        self.inner.remember(tenant, None);
+        Ok(())
+    }
+}
+
 /// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
-fn truncate(text: &str, max: usize) -> &str {
+pub(crate) fn truncate(text: &str, max: usize) -> &str {
     if text.len() <= max {
         return text;
     }
@@ -378,4 +490,40 @@ fn truncate(text: &str, max: usize) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct NoHost;
+    impl crate::HostServices for NoHost {
+        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+            Ok(texts.iter().map(|_| vec![0.0]).collect())
+        }
+        fn count_tokens(&self, _: &str) -> u32 {
+            0
+        }
+    }
+
+    #[test]
+    fn what_the_registry_remembers_stays_bounded_whatever_tenants_ask() {
+        let dir = tempfile::tempdir().unwrap();
+        let sandbox = Sandbox::new(Limits::default(), Arc::new(NoHost)).unwrap();
+        let registry = Registry::new(
+            sandbox,
+            Arc::new(Disk::open(dir.path()).unwrap()),
+            Duration::from_secs(5),
+        );
+        let max = sluice_core::REMEMBERED_TENANTS;
+        for i in 0..max * 2 + 3 {
+            registry.inner.remember(&format!("t{i}"), None);
+        }
+        let known = lock(&registry.inner.known);
+        assert!(known.len() <= max, "{}", known.len());
+        assert!(
+            known.contains_key(&format!("t{}", max * 2 + 2)),
+            "the newest is kept"
+        );
+    }
 }
