@@ -1,0 +1,54 @@
+//! The build scripts' promises: `make test` (and `.ci/run`, `make load`, `make bench`) compile
+//! the workspace through clippy's driver, so a build without it would silently drop the lints
+//! `.ci/run` promises — it is refused instead.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+/// Runs `script` in bash, in the repository root, with a `rustup` on the PATH that names a
+/// cargo in `toolchain` (where a `clippy-driver` may or may not be).
+fn with_toolchain(toolchain: &Path, script: &str) -> std::process::Output {
+    let bin = toolchain.join("shims");
+    std::fs::create_dir_all(&bin).unwrap();
+    let rustup = bin.join("rustup");
+    std::fs::write(
+        &rustup,
+        format!("#!/bin/sh\necho {}/cargo\n", toolchain.display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&rustup, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    Command::new("bash")
+        .args(["-c", script])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .env("PATH", path)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_build_without_clippy_driver_is_refused() {
+    let toolchain = tempfile::tempdir().unwrap();
+    let script = "set -e; source scripts/cargo-env.sh; echo \"wrapper=$RUSTC_WORKSPACE_WRAPPER\"";
+    let out = with_toolchain(toolchain.path(), script);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "built without lints: {out:?}");
+    assert!(stderr.contains("clippy-driver not found"), "{stderr}");
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("wrapper="));
+
+    // With the driver beside cargo, the build goes through it.
+    let driver = toolchain.path().join("clippy-driver");
+    std::fs::write(&driver, "#!/bin/sh\n").unwrap();
+    std::fs::set_permissions(&driver, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = with_toolchain(toolchain.path(), script);
+    assert!(out.status.success(), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        format!("wrapper={}", driver.display())
+    );
+}
