@@ -106,6 +106,7 @@ fn bench(c: &mut Criterion) {
             bypass_cache: false,
             trace: sluice_core::trace::TraceContext::from_header(None),
             include_prompt: false,
+            ends_by: None,
         };
         let received = request.received;
         let done = runtime.block_on(async {

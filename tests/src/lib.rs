@@ -10,7 +10,8 @@ use std::time::{Duration, Instant};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use sluice_core::error::StoreError;
+use sluice_core::cache::{CacheEntry, CacheStore};
+use sluice_core::error::{CacheError, StoreError};
 use sluice_core::stages::{DocumentInfo, Embedder, Hit, Llm, Store, StoredChunk};
 use sluice_core::{Config, Pipeline};
 use sluice_embed::MiniLm;
@@ -18,6 +19,8 @@ use sluice_llm::OpenAiClient;
 
 pub mod aws;
 pub mod lambda;
+pub mod proxy;
+pub mod stand_in;
 
 /// The URL of the local LLM started by `make test`.
 pub fn llm_url() -> String {
@@ -53,6 +56,61 @@ pub fn model() -> Arc<MiniLm> {
 /// The repository's `samples/` folder.
 pub fn samples_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../samples")
+}
+
+/// The sandbox's well-behaved test component (`functions/sandbox/tests/reverse.wat`): it
+/// reverses the fused order.
+pub const REVERSE: &str = include_str!("../../functions/sandbox/tests/reverse.wat");
+
+/// Every `/v1` route, each with a body it would accept: method, path, body.
+pub fn v1_routes() -> Vec<(reqwest::Method, &'static str, Vec<u8>)> {
+    use reqwest::Method;
+    vec![
+        (Method::POST, "/v1/answer", br#"{"query":"x"}"#.to_vec()),
+        (
+            Method::POST,
+            "/v1/documents",
+            br#"{"documents":[{"id":"a","text":"x"}]}"#.to_vec(),
+        ),
+        (
+            Method::PUT,
+            "/v1/components/rerank",
+            REVERSE.as_bytes().to_vec(),
+        ),
+        (
+            Method::POST,
+            "/v1/components/rerank/activate",
+            br#"{"version":"v"}"#.to_vec(),
+        ),
+        (Method::GET, "/v1/components/rerank", Vec::new()),
+        (Method::DELETE, "/v1/components/rerank", Vec::new()),
+        (Method::DELETE, "/v1/cache", Vec::new()),
+        (
+            Method::POST,
+            "/v1/chat/completions",
+            br#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#.to_vec(),
+        ),
+        (Method::GET, "/v1/models", Vec::new()),
+    ]
+}
+
+/// `method {base}{path}` with `headers` and `body`: status, response headers and the JSON
+/// body (Null when it is not JSON).
+pub async fn request(
+    base: &str,
+    headers: &[(&str, &str)],
+    method: reqwest::Method,
+    path: &str,
+    body: Vec<u8>,
+) -> (u16, reqwest::header::HeaderMap, Value) {
+    let mut request = http().request(method, format!("{base}{path}")).body(body);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let r = request.send().await.expect("request");
+    let status = r.status().as_u16();
+    let headers = r.headers().clone();
+    (status, headers, r.json().await.unwrap_or(Value::Null))
 }
 
 /// The `code` of an error body `{"error": {"code", ...}}` (Sluice's or OpenAI's shape).
@@ -141,23 +199,31 @@ pub async fn start_with(
     overrides: &[(&str, &str)],
     wrap_store: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
 ) -> TestServer {
-    start_custom(overrides, wrap_store, None).await
+    start_adjusted(overrides, |p| p.store = wrap_store(Arc::clone(&p.store))).await
 }
 
 /// Starts a server with the real stages and the answer cache over `cache` (a test double).
 pub async fn start_with_cache(
     overrides: &[(&str, &str)],
-    cache: Arc<dyn sluice_core::cache::CacheStore>,
+    cache: Arc<dyn CacheStore>,
 ) -> TestServer {
-    start_custom(overrides, |s| s, Some(cache)).await
+    start_adjusted(overrides, |p| {
+        p.cache = Some(Arc::new(sluice_core::cache::SemanticCache::new(
+            cache,
+            sluice_core::cache::CacheSettings::from_config(&p.config),
+            sluice_embed::DIM,
+        )))
+    })
+    .await
 }
 
-/// Starts a server with the real stages, `wrap_store` around the store, and the answer cache
-/// over `cache_store` when given (else as the configuration says).
-pub async fn start_custom(
+/// Starts a server with the real stages — the model, a Qdrant Edge store in a fresh folder,
+/// the LLM client, the component registry (in `<data>/components`), the answer cache and the
+/// API keys as the configuration says — after `adjust` has had its way with them (test
+/// doubles in place of stages, a stage taken away).
+pub async fn start_adjusted(
     overrides: &[(&str, &str)],
-    wrap_store: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
-    cache_store: Option<Arc<dyn sluice_core::cache::CacheStore>>,
+    adjust: impl FnOnce(&mut Pipeline),
 ) -> TestServer {
     let data = tempfile::tempdir().expect("temp dir");
     let config = config(data.path(), overrides);
@@ -175,24 +241,23 @@ pub async fn start_custom(
         )
         .expect("registry"),
     );
-    let cache = match cache_store {
-        Some(store) => Some(Arc::new(sluice_core::cache::SemanticCache::new(
-            store,
-            sluice_core::cache::CacheSettings::from_config(&config),
-            sluice_embed::DIM,
-        ))),
-        None => sluice_cache::build(&config, sluice_embed::DIM)
-            .await
-            .expect("answer cache"),
-    };
-    let mut pipeline = Pipeline::new(config, embedder, wrap_store(store), llm)
-        .with_components(registry.clone(), registry);
+    let cache = sluice_cache::build(&config, sluice_embed::DIM)
+        .await
+        .expect("answer cache");
+    let mut pipeline =
+        Pipeline::new(config, embedder, store, llm).with_components(registry.clone(), registry);
     if let Some(cache) = cache {
         pipeline = pipeline.with_cache(cache);
     }
     if let Some(keys) = sluice_core::auth::file_keys(&pipeline.config).expect("API key file") {
         pipeline = pipeline.with_keys(Arc::new(keys));
     }
+    adjust(&mut pipeline);
+    serve(pipeline, data).await
+}
+
+/// Serves `pipeline` on a free port of 127.0.0.1; `data` is deleted once the server stops.
+async fn serve(pipeline: Pipeline, data: tempfile::TempDir) -> TestServer {
     let pipeline = Arc::new(pipeline);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
@@ -355,6 +420,17 @@ impl TestServer {
         .await
     }
 
+    /// DELETEs a path and returns status and JSON body.
+    pub async fn delete(&self, path: &str) -> (u16, Value) {
+        self.send(
+            None,
+            reqwest::Method::DELETE,
+            path,
+            reqwest::Body::from(Vec::new()),
+        )
+        .await
+    }
+
     async fn send(
         &self,
         tenant: Option<&str>,
@@ -407,7 +483,17 @@ pub async fn answer_with_headers(base: &str, headers: &[(&str, &str)], body: &Va
         "a streamed answer has no length"
     );
     let mut events = Vec::new();
-    let mut stream = r.bytes_stream().eventsource();
+    // Comment lines (keep-alives) are counted as they pass; the SSE parser drops them.
+    let raw = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&raw);
+    let mut stream = r
+        .bytes_stream()
+        .inspect(move |chunk| {
+            if let (Ok(bytes), Ok(mut raw)) = (chunk, seen.lock()) {
+                raw.extend_from_slice(bytes);
+            }
+        })
+        .eventsource();
     while let Some(e) = stream.next().await {
         let e = e.expect("well-formed SSE");
         let data: Value = serde_json::from_str(&e.data).expect("every data line is JSON");
@@ -417,9 +503,15 @@ pub async fn answer_with_headers(base: &str, headers: &[(&str, &str)], body: &Va
             at: sent.elapsed(),
         });
     }
+    let raw = raw.lock().map(|r| r.clone()).unwrap_or_default();
+    let comments = String::from_utf8_lossy(&raw)
+        .lines()
+        .filter(|l| l.starts_with(':'))
+        .count();
     Answer {
         events,
         ended: sent.elapsed(),
+        comments,
     }
 }
 
@@ -441,6 +533,8 @@ pub struct Answer {
     pub events: Vec<Received>,
     /// When the response body ended, counted from sending the request.
     pub ended: Duration,
+    /// SSE comment lines (keep-alives) the stream carried.
+    pub comments: usize,
 }
 
 impl Answer {
@@ -490,8 +584,9 @@ impl Answer {
     }
 }
 
-/// A store whose searches take `delay`, then fail when `fail` is set: a slow or broken
-/// backend for the fault tests. Writes and counts go to `inner` untouched.
+/// A store that is slow or broken as set: searches take `delay` (then fail with `fail`),
+/// corpus-version reads take `version_delay`, writes fail with `fail_writes`. What is not
+/// troubled goes to `inner` untouched.
 pub struct Troubled {
     /// The real store.
     pub inner: Arc<dyn Store>,
@@ -499,6 +594,23 @@ pub struct Troubled {
     pub delay: Duration,
     /// Every search fails (after the delay).
     pub fail: bool,
+    /// Added before every corpus-version read.
+    pub version_delay: Duration,
+    /// Every write (document replacement) fails.
+    pub fail_writes: bool,
+}
+
+impl Troubled {
+    /// `inner`, untroubled until fields are set.
+    pub fn around(inner: Arc<dyn Store>) -> Self {
+        Self {
+            inner,
+            delay: Duration::ZERO,
+            fail: false,
+            version_delay: Duration::ZERO,
+            fail_writes: false,
+        }
+    }
 }
 
 #[async_trait::async_trait]
@@ -522,15 +634,147 @@ impl Store for Troubled {
         d: &DocumentInfo,
         c: Vec<StoredChunk>,
     ) -> Result<(), StoreError> {
+        if self.fail_writes {
+            return Err(StoreError::Backend("injected write failure".into()));
+        }
         self.inner.replace_document(tenant, d, c).await
     }
     async fn bump_corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
         self.inner.bump_corpus_version(tenant).await
     }
     async fn corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+        tokio::time::sleep(self.version_delay).await;
         self.inner.corpus_version(tenant).await
     }
     async fn count(&self, tenant: &str) -> Result<usize, StoreError> {
         self.inner.count(tenant).await
+    }
+}
+
+/// Component storage that is slow as set: reads of the active pointer take `pointer_delay`,
+/// reads of bytes (an upload or its compiled artefact) `fetch_delay`. Writes go to `inner`.
+pub struct SlowComponents {
+    /// The real storage.
+    pub inner: Arc<dyn sluice_core::stages::ComponentStorage>,
+    /// Added before every read of a tenant's active pointer.
+    pub pointer_delay: Duration,
+    /// Added before every read of stored bytes.
+    pub fetch_delay: Duration,
+}
+
+impl sluice_core::stages::ComponentStorage for SlowComponents {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, sluice_core::stages::ComponentError> {
+        std::thread::sleep(self.fetch_delay);
+        self.inner.get(key)
+    }
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), sluice_core::stages::ComponentError> {
+        self.inner.put(key, bytes)
+    }
+    fn versions(
+        &self,
+        tenant: &str,
+    ) -> Result<Vec<(String, usize)>, sluice_core::stages::ComponentError> {
+        self.inner.versions(tenant)
+    }
+    fn add_version(
+        &self,
+        tenant: &str,
+        version: &str,
+        size: usize,
+    ) -> Result<(), sluice_core::stages::ComponentError> {
+        self.inner.add_version(tenant, version, size)
+    }
+    fn active(&self, tenant: &str) -> Result<Option<String>, sluice_core::stages::ComponentError> {
+        std::thread::sleep(self.pointer_delay);
+        self.inner.active(tenant)
+    }
+    fn set_active(
+        &self,
+        tenant: &str,
+        version: Option<&str>,
+    ) -> Result<(), sluice_core::stages::ComponentError> {
+        self.inner.set_active(tenant, version)
+    }
+}
+
+impl TestServer {
+    /// Uploads and activates the component `bytes` for `tenant` through the server's own
+    /// registry (as `PUT` then `POST …/activate` would); its version.
+    pub async fn activate_component(&self, tenant: &str, bytes: Vec<u8>) -> String {
+        let registry = self.pipeline.components.clone().expect("components");
+        let tenant = tenant.to_string();
+        tokio::task::spawn_blocking(move || {
+            let version = registry.upload(&tenant, &bytes).expect("upload").version;
+            registry.activate(&tenant, &version).expect("activate");
+            version
+        })
+        .await
+        .expect("registry task")
+    }
+}
+
+/// A registry over `storage` for `pipeline`'s configuration and model, as its rerank stage
+/// and component routes (in place of the one the harness built).
+pub fn use_registry(
+    pipeline: &mut Pipeline,
+    storage: Arc<dyn sluice_core::stages::ComponentStorage>,
+) {
+    let registry = Arc::new(
+        sluice_sandbox::Registry::from_config(
+            &pipeline.config,
+            Arc::clone(&pipeline.embedder),
+            storage,
+        )
+        .expect("registry"),
+    );
+    pipeline.reranker = Some(registry.clone());
+    pipeline.components = Some(registry);
+}
+
+/// The folder the harness keeps a server's components in (`<data>/components`), as storage.
+pub fn component_folder(pipeline: &Pipeline) -> Arc<dyn sluice_core::stages::ComponentStorage> {
+    Arc::new(
+        sluice_sandbox::Disk::open(&pipeline.config.data_dir.join("components"))
+            .expect("component folder"),
+    )
+}
+
+/// A cache backend that fails every call (DynamoDB throttling or unreachable).
+pub struct BrokenCache;
+
+#[async_trait::async_trait]
+impl CacheStore for BrokenCache {
+    fn backend(&self) -> &'static str {
+        "broken"
+    }
+    fn in_process(&self) -> bool {
+        false
+    }
+    async fn get(&self, _: &str, _: &str) -> Result<Option<CacheEntry>, CacheError> {
+        Err(CacheError::Backend("injected: cache unreachable".into()))
+    }
+    async fn candidates(&self, _: &str, _: &[u32]) -> Result<Vec<CacheEntry>, CacheError> {
+        Err(CacheError::Backend("injected: cache unreachable".into()))
+    }
+    async fn put(&self, _: &CacheEntry) -> Result<(), CacheError> {
+        Err(CacheError::Backend("injected: cache unreachable".into()))
+    }
+    async fn clear(&self, _: &str) -> Result<usize, CacheError> {
+        Err(CacheError::Backend("injected: cache unreachable".into()))
+    }
+}
+
+/// API keys that cannot be checked (the key table unreachable).
+pub struct BrokenKeys;
+
+#[async_trait::async_trait]
+impl sluice_core::auth::KeyStore for BrokenKeys {
+    async fn find(
+        &self,
+        _: &str,
+    ) -> Result<Option<sluice_core::auth::Principal>, sluice_core::auth::AuthError> {
+        Err(sluice_core::auth::AuthError::Unavailable(
+            "injected: key table unreachable".into(),
+        ))
     }
 }

@@ -100,6 +100,20 @@ async fn a_question_gets_its_document_in_the_top_3_and_a_streamed_answer() {
 async fn a_zero_deadline_answers_without_context_and_says_so() {
     let server = start(&[]).await;
     server.ingest_samples().await;
+    // With no time at all, only what is in memory is read: the tenant's component (none) is
+    // known once it has been asked for, and nothing else can run.
+    let first = server
+        .answer(&json!({"query": "What is the ATM limit?", "retrieval_deadline_ms": 0}))
+        .await;
+    first.assert_well_formed();
+    // A tenant not seen yet: its component is looked up on the blocking pool, which may or
+    // may not have answered by the first look.
+    let degraded = &first.first("meta").data["degraded"];
+    assert!(
+        *degraded == json!(["retrieval_timeout"])
+            || *degraded == json!(["component_timeout", "retrieval_timeout"]),
+        "{degraded}"
+    );
     let answer = server
         .answer(&json!({"query": "What is the ATM limit?", "retrieval_deadline_ms": 0}))
         .await;

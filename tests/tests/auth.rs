@@ -10,9 +10,10 @@ use serde_json::{Value, json};
 use sluice_core::auth::{Permission, new_key};
 use sluice_tests::{
     Answer, TestServer, answer_with_headers, error_code as code, http, key_file, start, start_with,
+    v1_routes,
 };
 
-const REVERSE: &str = include_str!("../../functions/sandbox/tests/reverse.wat");
+use sluice_tests::REVERSE;
 const QUESTION: &str = "How long does a refund take?";
 
 /// A key file with keys for two tenants and two narrower keys of acme's.
@@ -79,16 +80,7 @@ async fn call_with(
     path: &str,
     body: Vec<u8>,
 ) -> (u16, reqwest::header::HeaderMap, Value) {
-    let mut request = http()
-        .request(method, format!("{}{path}", server.url))
-        .body(body);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let r = request.send().await.unwrap();
-    let status = r.status().as_u16();
-    let headers = r.headers().clone();
-    (status, headers, r.json().await.unwrap_or(Value::Null))
+    sluice_tests::request(&server.url, headers, method, path, body).await
 }
 
 async fn as_key(
@@ -135,27 +127,7 @@ async fn ingest(server: &TestServer, key: &str, id: &str, text: &str) -> Value {
 async fn every_v1_route_needs_a_valid_key() {
     let keys = keys();
     let server = server_with(&keys, &[]).await;
-    let routes: [(Method, &str, Vec<u8>); 7] = [
-        (Method::POST, "/v1/answer", br#"{"query":"x"}"#.to_vec()),
-        (
-            Method::POST,
-            "/v1/documents",
-            br#"{"documents":[{"id":"a","text":"x"}]}"#.to_vec(),
-        ),
-        (
-            Method::PUT,
-            "/v1/components/rerank",
-            REVERSE.as_bytes().to_vec(),
-        ),
-        (
-            Method::POST,
-            "/v1/components/rerank/activate",
-            br#"{"version":"v"}"#.to_vec(),
-        ),
-        (Method::GET, "/v1/components/rerank", Vec::new()),
-        (Method::DELETE, "/v1/components/rerank", Vec::new()),
-        (Method::DELETE, "/v1/cache", Vec::new()),
-    ];
+    let routes = v1_routes();
     let wrong = bearer(&new_key());
     for (method, path, body) in routes {
         let (status, headers, error) =
@@ -472,6 +444,65 @@ async fn over_its_rate_a_tenant_gets_429_with_retry_after() {
         as_key(&server, &keys.acme, Method::GET, route, Value::Null)
             .await
             .0,
+        200
+    );
+}
+
+#[tokio::test]
+async fn every_v1_request_counts_against_the_rate_whatever_it_asks() {
+    // The models list, a refused answer body, a chat completion: each takes one request from
+    // the tenant's rate, as every other route does (a burst of 3 here, and hardly any refill).
+    let keys = keys();
+    let server = server_with(
+        &keys,
+        &[("SLUICE_TENANT_RATE", "0.01"), ("SLUICE_TENANT_BURST", "3")],
+    )
+    .await;
+    let acme = &keys.acme;
+    assert_eq!(
+        as_key(&server, acme, Method::GET, "/v1/models", Value::Null)
+            .await
+            .0,
+        200
+    );
+    let (status, error) = as_key(&server, acme, Method::POST, "/v1/answer", json!({"k": 3})).await;
+    assert_eq!((status, code(&error)), (400, "missing_query"));
+    let (status, error) = as_key(
+        &server,
+        acme,
+        Method::POST,
+        "/v1/answer",
+        json!({"query": ""}),
+    )
+    .await;
+    assert_eq!((status, code(&error)), (400, "empty_query"));
+    for (method, path, body) in v1_routes() {
+        let (status, _, error) = call(
+            &server,
+            Some(&bearer(acme)),
+            None,
+            method.clone(),
+            path,
+            body,
+        )
+        .await;
+        assert_eq!(
+            (status, code(&error)),
+            (429, "rate_limited"),
+            "{method} {path}"
+        );
+    }
+    // Another tenant has a rate of its own.
+    assert_eq!(
+        as_key(
+            &server,
+            &keys.globex,
+            Method::GET,
+            "/v1/models",
+            Value::Null
+        )
+        .await
+        .0,
         200
     );
 }

@@ -11,7 +11,7 @@ use sluice_core::stages::{ComponentStorage, Components, DocumentInfo, Hit, Reran
 use sluice_sandbox::{Limits, ModelHost, Registry, Sandbox};
 use sluice_tests::aws;
 
-const REVERSE: &str = include_str!("../../functions/sandbox/tests/reverse.wat");
+use sluice_tests::REVERSE;
 
 /// Component storage on a fresh bucket and table.
 async fn storage() -> (Arc<S3Components>, String) {
@@ -94,51 +94,59 @@ fn hit(id: &str, score: f32) -> Hit {
     }
 }
 
+/// The version `registry` answers for `tenant`, waiting for its storage as long as it takes.
+async fn active(registry: &Registry, tenant: &str) -> Option<String> {
+    let by = tokio::time::Instant::now() + Duration::from_secs(30);
+    registry
+        .active(tenant, by)
+        .await
+        .unwrap()
+        .map(|c| c.version().to_string())
+}
+
 #[tokio::test]
 async fn what_one_registry_compiles_another_loads_and_an_activation_is_seen_after_the_refresh() {
     let (s3, bucket) = storage().await;
-    // The registry function's view (reads the pointer every time) and the answer function's
+    // The registry function's view (checks the pointer every time) and the answer function's
     // (trusts what it knows for 400 ms).
     let writer = registry(s3.clone(), Duration::ZERO);
     let reader = registry(s3.clone(), Duration::from_millis(400));
 
-    let (w, r) = (writer.clone(), reader.clone());
-    let version = blocking(move || {
-        assert_eq!(r.active_component("acme").unwrap(), None);
-        w.upload("acme", REVERSE.as_bytes()).unwrap().version
-    })
-    .await;
+    assert_eq!(active(&reader, "acme").await, None);
+    let w = writer.clone();
+    let version = blocking(move || w.upload("acme", REVERSE.as_bytes()).unwrap().version).await;
     // The upload and its compiled artefact, for this engine, are in the bucket.
     let fingerprint = writer.sandbox().engine_fingerprint();
     assert!(aws::object_exists(&bucket, &format!("acme/{version}.wasm")).await);
     assert!(aws::object_exists(&bucket, &format!("acme/{version}.{fingerprint}.cwasm")).await);
 
-    let (w, r, v) = (writer.clone(), reader.clone(), version.clone());
-    blocking(move || {
-        w.activate("acme", &v).unwrap();
-        assert_eq!(
-            w.active_component("acme").unwrap().as_deref(),
-            Some(v.as_str())
-        );
-        // Within its refresh interval the reader still knows "none".
-        assert_eq!(r.active_component("acme").unwrap(), None);
-        std::thread::sleep(Duration::from_millis(450));
-        assert_eq!(
-            r.active_component("acme").unwrap().as_deref(),
-            Some(v.as_str())
-        );
-        // And runs it: the reverse component turns the order around.
-        let hits = [hit("a", 0.3), hit("b", 0.2), hit("c", 0.1)];
-        let order = r.rerank("acme", "q", &[], &hits).unwrap().unwrap();
-        assert_eq!(order, vec![2, 1, 0]);
-        // Other tenants are untouched.
-        assert_eq!(r.active_component("globex").unwrap(), None);
+    let (w, v) = (writer.clone(), version.clone());
+    blocking(move || w.activate("acme", &v).unwrap()).await;
+    assert_eq!(
+        active(&writer, "acme").await.as_deref(),
+        Some(version.as_str())
+    );
+    // Within its refresh interval the reader still knows "none"; after it, it checks again and
+    // sees the new version.
+    assert_eq!(active(&reader, "acme").await, None);
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(
+        active(&reader, "acme").await.as_deref(),
+        Some(version.as_str())
+    );
+    // And runs it: the reverse component turns the order around.
+    let hits = [hit("a", 0.3), hit("b", 0.2), hit("c", 0.1)];
+    let by = tokio::time::Instant::now() + Duration::from_secs(30);
+    let component = reader.active("acme", by).await.unwrap().unwrap();
+    let order = blocking(move || component.rerank("q", &[], &hits).unwrap()).await;
+    assert_eq!(order, vec![2, 1, 0]);
+    // Other tenants are untouched.
+    assert_eq!(active(&reader, "globex").await, None);
 
-        w.deactivate("acme").unwrap();
-        std::thread::sleep(Duration::from_millis(450));
-        assert_eq!(r.active_component("acme").unwrap(), None);
-    })
-    .await;
+    let w = writer.clone();
+    blocking(move || w.deactivate("acme").unwrap()).await;
+    tokio::time::sleep(Duration::from_millis(450)).await;
+    assert_eq!(active(&reader, "acme").await, None);
 }
 
 #[tokio::test]

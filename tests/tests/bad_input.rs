@@ -126,3 +126,152 @@ async fn bad_documents_are_refused_and_nothing_is_written() {
     }
     server.assert_nothing_written("default").await;
 }
+
+/// Sends `head` (request line and headers), a body shorter than its `content-length` says,
+/// then ends the request side: what a client that breaks off mid-body leaves. The response.
+async fn broken_off(url: &str, head: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = url.trim_start_matches("http://");
+    let mut tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    tcp.write_all(head.as_bytes()).await.unwrap();
+    tcp.write_all(br#"{"query": "#).await.unwrap();
+    tcp.shutdown().await.unwrap();
+    let mut response = String::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        tcp.read_to_string(&mut response),
+    )
+    .await;
+    response
+}
+
+#[tokio::test]
+async fn a_body_broken_off_is_unreadable() {
+    let server = start(&[]).await;
+    let head = "POST /v1/answer HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n";
+    let response = broken_off(&server.url, head).await;
+    assert!(response.starts_with("HTTP/1.1 400"), "{response}");
+    assert!(response.contains("\"unreadable_body\""), "{response}");
+}
+
+#[tokio::test]
+async fn broken_dependencies_get_their_own_codes() {
+    use sluice_core::stages::{ComponentError, ComponentStorage, ComponentVersion, Components};
+    use std::sync::Arc;
+
+    /// Component storage that fails every read.
+    struct Unreachable;
+    impl ComponentStorage for Unreachable {
+        fn get(&self, _: &str) -> Result<Option<Vec<u8>>, ComponentError> {
+            Err(ComponentError::Storage("injected: unreachable".into()))
+        }
+        fn put(&self, _: &str, _: &[u8]) -> Result<(), ComponentError> {
+            Err(ComponentError::Storage("injected: unreachable".into()))
+        }
+        fn versions(&self, _: &str) -> Result<Vec<(String, usize)>, ComponentError> {
+            Err(ComponentError::Storage("injected: unreachable".into()))
+        }
+        fn add_version(&self, _: &str, _: &str, _: usize) -> Result<(), ComponentError> {
+            Err(ComponentError::Storage("injected: unreachable".into()))
+        }
+        fn active(&self, _: &str) -> Result<Option<String>, ComponentError> {
+            Err(ComponentError::Storage("injected: unreachable".into()))
+        }
+        fn set_active(&self, _: &str, _: Option<&str>) -> Result<(), ComponentError> {
+            Err(ComponentError::Storage("injected: unreachable".into()))
+        }
+    }
+
+    /// A registry whose work dies (a panic on the blocking pool).
+    struct Dying;
+    impl Components for Dying {
+        fn upload(&self, _: &str, _: &[u8]) -> Result<ComponentVersion, ComponentError> {
+            panic!("injected")
+        }
+        fn activate(&self, _: &str, _: &str) -> Result<ComponentVersion, ComponentError> {
+            panic!("injected")
+        }
+        fn list(&self, _: &str) -> Result<Vec<ComponentVersion>, ComponentError> {
+            panic!("injected")
+        }
+        fn deactivate(&self, _: &str) -> Result<(), ComponentError> {
+            panic!("injected")
+        }
+    }
+
+    // The store refuses writes: 500 ingest_failed, and nothing is half-written.
+    let server = sluice_tests::start_adjusted(&[], |p| {
+        let mut store = sluice_tests::Troubled::around(Arc::clone(&p.store));
+        store.fail_writes = true;
+        p.store = Arc::new(store);
+    })
+    .await;
+    let (status, error) = server
+        .post(
+            "/v1/documents",
+            &json!({"documents": [{"id": "a", "text": "Refunds take five days."}]}),
+        )
+        .await;
+    assert_eq!((status, code(&error)), (500, "ingest_failed"), "{error}");
+    server.assert_nothing_written("default").await;
+    server.stop().await;
+
+    // The answer cache unreachable: clearing it is a 503.
+    let server = sluice_tests::start_with_cache(&[], Arc::new(sluice_tests::BrokenCache)).await;
+    let (status, error) = server.delete("/v1/cache").await;
+    assert_eq!(
+        (status, code(&error)),
+        (503, "cache_unavailable"),
+        "{error}"
+    );
+    server.stop().await;
+
+    // The key table unreachable: every /v1 route is a 503 with Retry-After.
+    let server =
+        sluice_tests::start_adjusted(&[], |p| p.keys = Some(Arc::new(sluice_tests::BrokenKeys)))
+            .await;
+    for (method, path, body) in sluice_tests::v1_routes() {
+        let r = sluice_tests::http()
+            .request(method.clone(), format!("{}{path}", server.url))
+            .header("authorization", "Bearer sk-sluice-0000")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 503, "{method} {path}");
+        assert_eq!(r.headers()["retry-after"], "1", "{method} {path}");
+        let error: serde_json::Value = r.json().await.unwrap();
+        assert_eq!(code(&error), "auth_unavailable", "{method} {path}");
+    }
+    server.stop().await;
+
+    // No component registry in this deployment: 404 components_disabled.
+    let server = sluice_tests::start_adjusted(&[], |p| {
+        p.components = None;
+        p.reranker = None;
+    })
+    .await;
+    let (status, error) = server.get("/v1/components/rerank").await;
+    assert_eq!(
+        (status, code(&error)),
+        (404, "components_disabled"),
+        "{error}"
+    );
+    server.stop().await;
+
+    // The component storage unreachable: 500 storage_failed.
+    let server = sluice_tests::start_adjusted(&[], |p| {
+        sluice_tests::use_registry(p, Arc::new(Unreachable))
+    })
+    .await;
+    let (status, error) = server.get("/v1/components/rerank").await;
+    assert_eq!((status, code(&error)), (500, "storage_failed"), "{error}");
+    server.stop().await;
+
+    // The registry's work dies: 500 internal, and the server goes on serving.
+    let server = sluice_tests::start_adjusted(&[], |p| p.components = Some(Arc::new(Dying))).await;
+    let (status, error) = server.get("/v1/components/rerank").await;
+    assert_eq!((status, code(&error)), (500, "internal"), "{error}");
+    assert_eq!(server.get("/healthz").await.0, 200);
+    server.stop().await;
+}

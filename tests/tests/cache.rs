@@ -155,16 +155,27 @@ async fn a_request_can_bypass_the_cache_by_body_or_header() {
 async fn degraded_answers_are_not_cached() {
     let server = start(&[]).await;
     server.ingest_samples_as("acme").await;
+    // The tenant's component (none) known, so that the deadline is the only thing degraded.
+    let by = tokio::time::Instant::now() + Duration::from_secs(10);
+    let reranker = server.pipeline.reranker.clone().unwrap();
+    reranker.active("acme", by).await.unwrap();
     let degraded = server
         .answer_as(
             Some("acme"),
             &json!({ "query": QUESTION, "retrieval_deadline_ms": 0 }),
         )
         .await;
+    degraded.assert_well_formed();
     assert_eq!(
         degraded.first("meta").data["degraded"],
         json!(["retrieval_timeout"])
     );
+    assert_eq!(
+        degraded.names().last(),
+        Some(&"done"),
+        "a complete answer, that would have been cached were it not degraded"
+    );
+    assert_eq!(cache_state(&degraded), "miss");
     tokio::time::sleep(Duration::from_millis(200)).await;
     let next = server
         .answer_as(Some("acme"), &json!({ "query": QUESTION }))
@@ -287,10 +298,8 @@ impl CacheStore for SlowWrites {
     }
 }
 
-#[tokio::test]
-async fn the_stream_ends_only_after_the_cache_write_without_delaying_done() {
-    // On Lambda the invocation ends with the response stream; a write still in flight then
-    // would be frozen with the execution environment and lost.
+/// A server over the samples whose cache writes take 400 ms, and the cache.
+async fn with_slow_writes() -> (Arc<SlowWrites>, TestServer) {
     let cache = Arc::new(SlowWrites {
         inner: sluice_core::cache::memory::MemoryCache::new(100),
         delay: Duration::from_millis(400),
@@ -298,6 +307,14 @@ async fn the_stream_ends_only_after_the_cache_write_without_delaying_done() {
     });
     let server = start_with_cache(&[], cache.clone()).await;
     server.ingest_samples().await;
+    (cache, server)
+}
+
+#[tokio::test]
+async fn the_stream_ends_only_after_the_cache_write_without_delaying_done() {
+    // On Lambda the invocation ends with the response stream; a write still in flight then
+    // would be frozen with the execution environment and lost.
+    let (cache, server) = with_slow_writes().await;
     let first = server.answer(&json!({ "query": QUESTION })).await;
     first.assert_well_formed();
     assert_eq!(cache_state(&first), "miss");
@@ -315,4 +332,26 @@ async fn the_stream_ends_only_after_the_cache_write_without_delaying_done() {
     // No waiting: the very next request is answered from the cache.
     let again = server.answer(&json!({ "query": QUESTION })).await;
     assert_eq!(cache_state(&again), "hit");
+}
+
+#[tokio::test]
+async fn a_whole_chat_completion_is_sent_only_after_its_cache_write() {
+    // The non-streamed OpenAI answer comes in one response: it must not leave while the
+    // answer's cache write is still in flight (on Lambda that write would be frozen).
+    let (cache, server) = with_slow_writes().await;
+    let body = json!({"model": "sluice", "messages": [{"role": "user", "content": QUESTION}]});
+    let (status, first) = server.post("/v1/chat/completions", &body).await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["sluice"]["cache"], "miss");
+    assert_eq!(
+        cache.written.load(Ordering::SeqCst),
+        1,
+        "the response left before the cache write finished"
+    );
+    let (_, again) = server.post("/v1/chat/completions", &body).await;
+    assert_eq!(again["sluice"]["cache"], "hit", "{again}");
+    assert_eq!(
+        again["choices"][0]["message"]["content"],
+        first["choices"][0]["message"]["content"]
+    );
 }

@@ -13,7 +13,13 @@ const QUESTION: &str = "How many days does a replacement card take to arrive aft
 #[tokio::test]
 async fn the_openai_python_client_streams_an_answer_with_its_sources() {
     let (_dir, path, keys) = key_file(&[("acme", &Permission::DEFAULT)]);
-    let server = start(&[("SLUICE_API_KEYS_FILE", &path)]).await;
+    // Keep-alive comments every 50 ms: the local model's prefill takes longer, so the client
+    // reads some before the first token, as it would from a loaded fleet, and must skip them.
+    let server = start(&[
+        ("SLUICE_API_KEYS_FILE", &path),
+        ("SLUICE_SSE_KEEPALIVE_MS", "50"),
+    ])
+    .await;
     server
         .pipeline
         .ingest("acme", sample_documents())

@@ -142,3 +142,144 @@ async fn with_keys_in_dynamodb_the_function_url_needs_a_key_and_never_logs_it() 
     let raw = serde_json::to_string(&log).unwrap();
     assert!(!raw.contains(&key), "the key was logged");
 }
+
+// ---- the deadline covers the reads before retrieval ----------------------------------------
+//
+// Each case: the function with a fast LLM stand-in, one of its dependencies behind a 5 s delay
+// (the real protocol, through a delaying proxy or a stand-in), a first request for another
+// tenant (the function's init is not what is measured), then a request whose first token must
+// come within the retrieval deadline (150 ms) plus a margin, with `meta.degraded` saying what
+// was late.
+
+const SLOW: Duration = Duration::from_secs(5);
+const DEADLINE_MS: &str = "150";
+/// Loopback, the prompt and the LLM stand-in's first token, on a loaded test machine.
+const MARGIN: Duration = Duration::from_millis(400);
+
+/// Starts the answer function with `env`, a fast LLM stand-in and the test deadline; asks
+/// once for the tenant `warm-up`, then once for `acme`, and checks the second answer: its
+/// first token in time, `reason` in `meta.degraded`, then `done`.
+async fn first_token_in_time(env: Vec<(&str, String)>, reason: &str) {
+    let data = tempfile::tempdir().unwrap();
+    let llm = sluice_tests::stand_in::llm(sluice_tests::stand_in::Llm::Tokens(5)).await;
+    let mut vars = vec![
+        ("SLUICE_DATA_DIR", data.path().display().to_string()),
+        ("SLUICE_LLM_URL", llm),
+        ("SLUICE_RETRIEVAL_DEADLINE_MS", DEADLINE_MS.to_string()),
+    ];
+    vars.extend(env);
+    let function = Function::start(Path::new(env!("CARGO_BIN_EXE_answer")), &vars);
+    let body = json!({"query": "How long does a replacement card take to arrive?"});
+    let warm = sluice_tests::answer_at(&function.url(), Some("warm-up"), &body).await;
+    warm.assert_well_formed();
+    let answer = sluice_tests::answer_at(&function.url(), Some("acme"), &body).await;
+    answer.assert_well_formed();
+    let degraded = &answer.first("meta").data["degraded"];
+    assert!(
+        degraded
+            .as_array()
+            .is_some_and(|d| d.iter().any(|r| r == reason)),
+        "{reason} not in {degraded}"
+    );
+    assert_eq!(answer.names().last(), Some(&"done"), "{:?}", answer.names());
+    let first = answer.first("token").at;
+    eprintln!("through the answer function, {reason}: first token at {first:?}");
+    let limit = Duration::from_millis(DEADLINE_MS.parse().unwrap()) + MARGIN;
+    assert!(
+        first < limit,
+        "first token after {first:?} (limit {limit:?}), {reason}"
+    );
+}
+
+/// A fresh component bucket and table on the emulator.
+async fn component_storage() -> (String, String) {
+    (
+        sluice_tests::aws::bucket("components").await,
+        sluice_tests::aws::component_table().await,
+    )
+}
+
+#[tokio::test]
+async fn a_slow_component_pointer_read_does_not_hold_the_first_token() {
+    // DynamoDB (the component table) answers 5 s late; the tenant has not been seen.
+    let (bucket, table) = component_storage().await;
+    let dynamodb = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("emulator");
+    let slow = sluice_tests::proxy::delaying(&dynamodb, SLOW).await;
+    first_token_in_time(
+        vec![
+            ("SLUICE_COMPONENT_BUCKET", bucket),
+            ("SLUICE_COMPONENT_TABLE", table),
+            ("AWS_ENDPOINT_URL_DYNAMODB", slow),
+        ],
+        "component_timeout",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_slow_component_fetch_does_not_hold_the_first_token() {
+    use sluice_core::stages::Components;
+    // acme has an active component; S3 (its upload and compiled artefact) answers 5 s late.
+    let (bucket, table) = component_storage().await;
+    let data = tempfile::tempdir().unwrap();
+    let config = sluice_tests::config(
+        data.path(),
+        &[
+            ("SLUICE_COMPONENT_BUCKET", bucket.as_str()),
+            ("SLUICE_COMPONENT_TABLE", table.as_str()),
+        ],
+    );
+    let storage = sluice_aws::components::S3Components::connect(&config)
+        .await
+        .unwrap();
+    let registry = sluice_sandbox::Registry::from_config(
+        &config,
+        sluice_tests::model(),
+        std::sync::Arc::new(storage),
+    )
+    .unwrap();
+    tokio::task::spawn_blocking(move || {
+        let wat = include_str!("../../sandbox/tests/reverse.wat");
+        let version = registry.upload("acme", wat.as_bytes()).unwrap().version;
+        registry.activate("acme", &version).unwrap();
+    })
+    .await
+    .unwrap();
+    let s3 = std::env::var("AWS_ENDPOINT_URL_S3").expect("emulator");
+    let slow = sluice_tests::proxy::delaying(&s3, SLOW).await;
+    first_token_in_time(
+        vec![
+            ("SLUICE_COMPONENT_BUCKET", bucket),
+            ("SLUICE_COMPONENT_TABLE", table),
+            ("AWS_ENDPOINT_URL_S3", slow),
+        ],
+        "component_timeout",
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn a_slow_corpus_version_read_does_not_hold_the_first_token() {
+    // A Qdrant stand-in (a stand-in for the transport: it answers the query with no points and
+    // the corpus-version read 5 s late), with the answer cache on, which needs the version.
+    async fn qdrant(request: axum::extract::Request) -> axum::response::Response {
+        let path = request.uri().path().to_string();
+        if path.contains("_versions") {
+            tokio::time::sleep(SLOW).await;
+        }
+        axum::Json(json!({"result": {"points": []}, "status": "ok", "time": 0.0})).into_response()
+    }
+    use axum::response::IntoResponse;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, axum::Router::new().fallback(qdrant)).await });
+    first_token_in_time(
+        vec![
+            ("SLUICE_STORE", "qdrant".into()),
+            ("SLUICE_QDRANT_URL", url),
+            ("SLUICE_CACHE", "memory".into()),
+        ],
+        "corpus_version_timeout",
+    )
+    .await;
+}

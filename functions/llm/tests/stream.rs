@@ -376,3 +376,78 @@ async fn ready_when_any_endpoint_answers() {
     assert!(client.ready().await.is_err());
     assert!(OpenAiClient::with_endpoints(&[], "m", None, FAST).is_err());
 }
+
+/// An HTTP/1.1 stand-in (keep-alive, as vLLM and llama.cpp serve) that streams `body` to every
+/// chat completion; its URL and the number of TCP connections it has accepted.
+async fn keep_alive_stand_in(
+    body: &'static str,
+) -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use axum::serve::ListenerExt;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let connections = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&connections);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/v1", listener.local_addr().unwrap());
+    let listener = listener.tap_io(move |_| {
+        counted.fetch_add(1, Ordering::SeqCst);
+    });
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(move || async move { ([("content-type", "text/event-stream")], body) }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, connections)
+}
+
+#[tokio::test]
+async fn many_answers_share_one_pooled_connection() {
+    // Connection set-up is time the first token waits for: answers one after the other must
+    // reuse the pool's connection, which needs each answer's body read to its end.
+    let body = "data: {\"choices\":[{\"delta\":{\"content\":\"Hello\"}}]}\n\n\
+                data: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n\
+                data: [DONE]\n\n";
+    let (url, connections) = keep_alive_stand_in(body).await;
+    let client = OpenAiClient::new(&url, "m", None, FAST).unwrap();
+    for _ in 0..20 {
+        let (tokens, end) = collect(&client, "hi", 8).await;
+        assert_eq!(tokens, ["Hello"]);
+        assert!(matches!(end, Ok(LlmEvent::Finish { .. })), "{end:?}");
+    }
+    assert_eq!(
+        connections.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "twenty answers, one connection"
+    );
+}
+
+#[tokio::test]
+async fn an_event_past_the_size_cap_ends_the_stream_at_once() {
+    // 100 KB of one line that never ends: without a cap it would be buffered until the
+    // first-token timeout (here 400 ms); with it the stream fails as soon as the cap passes.
+    let head = SSE_HEAD;
+    let line: &'static str = Box::leak(format!("data: {}", "x".repeat(100_000)).into_boxed_str());
+    let url = stand_in(
+        vec![(head, Duration::ZERO), (line, Duration::ZERO)],
+        Duration::from_secs(30),
+    )
+    .await;
+    let client = OpenAiClient::new(&url, "m", None, FAST).unwrap();
+    let started = Instant::now();
+    let err = match client
+        .stream(vec![ChatMessage::new("user", "hi")], 8, TRACE)
+        .await
+    {
+        Ok(_) => panic!("a stream past the cap must not start"),
+        Err(e) => e,
+    };
+    assert!(
+        matches!(&err, LlmError::Stream(m) if m.contains("bytes")),
+        "{err:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+}

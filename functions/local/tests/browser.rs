@@ -13,8 +13,8 @@ use common::*;
 use serde_json::Value;
 use sluice_tests::sluice_home;
 
-#[test]
-fn ask_in_the_browser_and_watch_the_answer_stream_in() {
+/// playwright-core's `node_modules` and Chromium, as `scripts/setup.sh browser` installs them.
+fn browser() -> (PathBuf, &'static str) {
     let modules = sluice_home().join("browser/node_modules");
     assert!(
         modules.join("playwright-core").is_dir(),
@@ -25,6 +25,12 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
         .into_iter()
         .find(|p| std::path::Path::new(p).is_file())
         .expect("Chromium is not installed: run `scripts/setup.sh browser`");
+    (modules, chromium)
+}
+
+#[test]
+fn ask_in_the_browser_and_watch_the_answer_stream_in() {
+    let (modules, chromium) = browser();
 
     let upstream = fixture(20, 16);
     let server = serve_with(&[("SLUICE_LLM_URL", &upstream.url)]);
@@ -111,4 +117,62 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
     let png = std::fs::read(&screenshot).expect("screenshot");
     assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
     eprintln!("screenshot: {}", screenshot.display());
+}
+
+#[test]
+fn no_web_page_can_drive_the_server() {
+    let (modules, chromium) = browser();
+    let upstream = fixture(200, 8);
+    let server = serve_with(&[("SLUICE_LLM_URL", &upstream.url)]);
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/cross_site.cjs");
+    let out = output_within(
+        Command::new("node")
+            .arg(&script)
+            .env("NODE_PATH", &modules)
+            .env("CHROMIUM", chromium)
+            .env("SLUICE_URL", &server.url),
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("the script's summary is not JSON ({e}): {stdout}"));
+
+    // The form was posted and both fetches were sent; none was served.
+    let cross = &seen["crossSite"];
+    assert_eq!(cross["form"], "posted", "{seen}");
+    assert!(
+        cross["read"] == "blocked"
+            || cross["read"]
+                .as_str()
+                .is_some_and(|t| t.contains("cross_origin")),
+        "{seen}"
+    );
+    // The rebinding page: the server refused its name, for the page and for the API.
+    assert_eq!(seen["landing"], 403, "{seen}");
+    assert_eq!(seen["rebound"]["status"], 403, "{seen}");
+    assert!(
+        seen["rebound"]["body"]
+            .as_str()
+            .is_some_and(|b| b.contains("forbidden_host")),
+        "{seen}"
+    );
+    // Nothing written, nothing answered: the server's own count of what it did.
+    let (_, metrics) = get_as_host(server.port(), "127.0.0.1", "/metrics");
+    for line in metrics.lines() {
+        if line.starts_with("sluice_http_requests_total{") && line.contains("/v1/") {
+            assert!(
+                line.contains("status=\"403\""),
+                "a /v1 request was served: {line}"
+            );
+        }
+    }
+    assert!(
+        metrics.contains("route=\"/v1/documents\",status=\"403\""),
+        "the form reached the server and was refused: {metrics}"
+    );
+    assert!(
+        !metrics.contains("sluice_answers_total{"),
+        "an answer was started: {metrics}"
+    );
 }

@@ -237,6 +237,72 @@ fn bad_configuration_stops_start_up_with_a_clear_message() {
 }
 
 #[test]
+fn serve_answers_only_requests_for_its_own_host_names() {
+    // A DNS-rebinding page reaches the server under the attacker's name: refused, on every
+    // route, the page and the metrics included.
+    let server = serve();
+    let port = server.port();
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("LOCALHOST:{port}"),
+        format!("[::1]:{port}"),
+        "127.0.0.1".to_string(),
+    ] {
+        assert_eq!(get_as_host(port, &host, "/v1/models").0, 200, "{host}");
+    }
+    for path in ["/v1/models", "/", "/metrics", "/readyz"] {
+        let (status, response) = get_as_host(port, &format!("rebind.example:{port}"), path);
+        assert_eq!(status, 403, "{path}: {response}");
+        assert!(response.contains("forbidden_host"), "{response}");
+    }
+    // Other names are the operator's to add.
+    let named = serve_with(&[("SLUICE_ALLOWED_HOSTS", "sluice.internal")]);
+    let port = named.port();
+    assert_eq!(get_as_host(port, "sluice.internal:1", "/v1/models").0, 200);
+    assert_eq!(
+        get_as_host(port, &format!("127.0.0.1:{port}"), "/v1/models").0,
+        403
+    );
+}
+
+#[test]
+fn serve_with_auth_off_refuses_an_address_beyond_loopback_unless_told() {
+    let port = free_port();
+    let out = output_within(
+        sluice()
+            .arg("serve")
+            .env("SLUICE_ADDR", format!("0.0.0.0:{port}"))
+            .env_remove("SLUICE_API_KEYS_FILE")
+            .env_remove("SLUICE_API_KEYS_TABLE"),
+        Duration::from_secs(30),
+    );
+    assert!(!out.status.success());
+    let said = text(&out);
+    assert!(
+        said.contains("auth off") && said.contains("SLUICE_ALLOW_UNAUTHENTICATED"),
+        "{said}"
+    );
+    // Told, it serves (and still answers only its loopback names by default).
+    let data = tempfile::tempdir().unwrap();
+    let mut child = sluice()
+        .arg("serve")
+        .env("SLUICE_ADDR", format!("0.0.0.0:{port}"))
+        .env("SLUICE_ALLOW_UNAUTHENTICATED", "true")
+        .env("SLUICE_DATA_DIR", data.path())
+        .env("SLUICE_LLM_URL", llm_url())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_for_port(port, "sluice serve on 0.0.0.0");
+    let (status, _) = get_as_host(port, &format!("127.0.0.1:{port}"), "/v1/models");
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(status, 200);
+}
+
+#[test]
 fn doctor_names_what_is_missing() {
     let port = free_port();
     let data = tempfile::tempdir().unwrap();

@@ -34,8 +34,13 @@ async fn a_component_activated_through_the_registry_reranks_the_answer_functions
             ("SLUICE_DATA_DIR", dir.path().display().to_string()),
             ("SLUICE_COMPONENT_BUCKET", bucket.clone()),
             ("SLUICE_COMPONENT_TABLE", table.clone()),
-            // The answer function reads the pointer on every request here (default 5 s).
+            // The answer function checks the pointer on every request here (default 5 s), and
+            // waits for the check (and the fetch of a new version) up to a cache budget, within
+            // the deadline: generous here, so that the emulator's pace does not decide whether
+            // the next answer already sees the activation.
             ("SLUICE_COMPONENT_REFRESH_MS", "0".into()),
+            ("SLUICE_CACHE_BUDGET_MS", "3000".into()),
+            ("SLUICE_RETRIEVAL_DEADLINE_MS", "5000".into()),
         ]
     };
     let (registry_dir, answer_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());

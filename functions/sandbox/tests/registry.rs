@@ -1,0 +1,193 @@
+//! The registry as the answer path uses it: a tenant's component is answered from memory,
+//! checked again in the background once the refresh interval has passed (a changed version is
+//! fetched and compiled off the request path while the one known so far serves), and only a
+//! tenant never seen waits for the storage — for as long as the caller allows, with the load
+//! going on in the background. Component storage here is a folder behind a double that can
+//! make its reads slow or failing.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sluice_core::stages::{ComponentError, ComponentStorage, Components, Reranker};
+use sluice_sandbox::{Disk, HostServices, Limits, Registry, Sandbox};
+
+struct NoHost;
+
+impl HostServices for NoHost {
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+        Ok(texts.iter().map(|_| vec![0.0]).collect())
+    }
+    fn count_tokens(&self, _: &str) -> u32 {
+        0
+    }
+}
+
+/// A folder whose reads of the active pointer (`active`) and of bytes (`get`: artefacts and
+/// uploads) take as long as set, or fail.
+struct Slow {
+    disk: Disk,
+    pointer_ms: AtomicU64,
+    fetch_ms: AtomicU64,
+    failing: AtomicBool,
+}
+
+impl Slow {
+    fn wait(&self, ms: &AtomicU64) -> Result<(), ComponentError> {
+        std::thread::sleep(Duration::from_millis(ms.load(Ordering::SeqCst)));
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(ComponentError::Storage(
+                "injected: storage unreachable".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl ComponentStorage for Slow {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ComponentError> {
+        self.wait(&self.fetch_ms)?;
+        self.disk.get(key)
+    }
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), ComponentError> {
+        self.disk.put(key, bytes)
+    }
+    fn versions(&self, tenant: &str) -> Result<Vec<(String, usize)>, ComponentError> {
+        self.disk.versions(tenant)
+    }
+    fn add_version(&self, tenant: &str, version: &str, size: usize) -> Result<(), ComponentError> {
+        self.disk.add_version(tenant, version, size)
+    }
+    fn active(&self, tenant: &str) -> Result<Option<String>, ComponentError> {
+        self.wait(&self.pointer_ms)?;
+        self.disk.active(tenant)
+    }
+    fn set_active(&self, tenant: &str, version: Option<&str>) -> Result<(), ComponentError> {
+        self.disk.set_active(tenant, version)
+    }
+}
+
+const REVERSE: &str = include_str!("reverse.wat");
+
+/// The same component keeping the fused order (scores −i instead of i): another version.
+fn keep_order() -> String {
+    let score = "(f32.convert_i32_u (local.get $i))";
+    assert!(REVERSE.contains(score));
+    REVERSE.replace(score, &format!("(f32.neg {score})"))
+}
+
+fn registry(storage: Arc<dyn ComponentStorage>, refresh: Duration) -> Arc<Registry> {
+    let sandbox = Sandbox::new(Limits::default(), Arc::new(NoHost)).expect("engine");
+    Arc::new(Registry::new(sandbox, storage, refresh))
+}
+
+fn slow(dir: &std::path::Path) -> Arc<Slow> {
+    Arc::new(Slow {
+        disk: Disk::open(dir).unwrap(),
+        pointer_ms: AtomicU64::new(0),
+        fetch_ms: AtomicU64::new(0),
+        failing: AtomicBool::new(false),
+    })
+}
+
+/// What `registry` answers for `tenant` when the caller waits at most `wait`, and how long it
+/// took; `None` when the wait ran out (nothing known for the tenant).
+async fn ask(
+    registry: &Registry,
+    tenant: &str,
+    wait: Duration,
+) -> (Option<Option<String>>, Duration) {
+    let started = Instant::now();
+    let by = tokio::time::Instant::now() + wait;
+    let answer = tokio::time::timeout_at(by, registry.active(tenant, by))
+        .await
+        .ok()
+        .map(|r| r.unwrap().map(|c| c.version().to_string()));
+    (answer, started.elapsed())
+}
+
+/// Uploads and activates `wat` for `tenant` through `registry`; its version.
+async fn activate(registry: &Arc<Registry>, tenant: &'static str, wat: String) -> String {
+    let r = Arc::clone(registry);
+    tokio::task::spawn_blocking(move || {
+        let v = r.upload(tenant, wat.as_bytes()).unwrap().version;
+        r.activate(tenant, &v).unwrap();
+        v
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_changed_version_loads_in_the_background_while_the_known_one_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = slow(dir.path());
+    // The answer function's registry (checks after 100 ms) and the registry function's,
+    // another process sharing the storage.
+    let answers = registry(storage.clone(), Duration::from_millis(100));
+    let uploads = registry(storage.clone(), Duration::ZERO);
+    let first = activate(&uploads, "acme", REVERSE.to_string()).await;
+    let (known, _) = ask(&answers, "acme", Duration::from_secs(5)).await;
+    assert_eq!(known, Some(Some(first.clone())));
+
+    // A new version is activated elsewhere, and fetching it is slow (2 s).
+    let second = activate(&uploads, "acme", keep_order()).await;
+    storage.fetch_ms.store(2000, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Due for a check: the request waits 50 ms for it, then the known version serves.
+    let (served, took) = ask(&answers, "acme", Duration::from_millis(50)).await;
+    assert_eq!(
+        served,
+        Some(Some(first.clone())),
+        "the known version serves"
+    );
+    assert!(took < Duration::from_millis(500), "waited {took:?}");
+    // Meanwhile the fetch goes on in the background; once it is done, the new one serves
+    // without any wait on the storage.
+    storage.fetch_ms.store(0, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    storage.pointer_ms.store(2000, Ordering::SeqCst);
+    let (served, took) = ask(&answers, "acme", Duration::from_millis(50)).await;
+    assert_eq!(served, Some(Some(second)));
+    assert!(took < Duration::from_millis(500), "waited {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_tenant_never_seen_waits_only_as_long_as_the_caller_allows() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = slow(dir.path());
+    let uploads = registry(storage.clone(), Duration::ZERO);
+    let version = activate(&uploads, "acme", REVERSE.to_string()).await;
+    let answers = registry(storage.clone(), Duration::from_secs(60));
+    storage.pointer_ms.store(1000, Ordering::SeqCst);
+    let (nothing, took) = ask(&answers, "acme", Duration::from_millis(50)).await;
+    assert_eq!(nothing, None, "no answer within the caller's wait");
+    assert!(took < Duration::from_millis(500), "waited {took:?}");
+    // A second request joins the same load instead of starting another.
+    let (nothing, _) = ask(&answers, "acme", Duration::from_millis(50)).await;
+    assert_eq!(nothing, None);
+    // The load finished in the background: later requests get the component at once.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    storage.pointer_ms.store(5000, Ordering::SeqCst);
+    let (served, took) = ask(&answers, "acme", Duration::from_millis(50)).await;
+    assert_eq!(served, Some(Some(version)));
+    assert!(took < Duration::from_millis(500), "waited {took:?}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_failed_check_keeps_the_known_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage = slow(dir.path());
+    let answers = registry(storage.clone(), Duration::from_millis(50));
+    let version = activate(&answers, "acme", REVERSE.to_string()).await;
+    storage.failing.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    for _ in 0..3 {
+        let (served, _) = ask(&answers, "acme", Duration::from_secs(2)).await;
+        assert_eq!(served, Some(Some(version.clone())));
+    }
+    // A tenant never seen has nothing to fall back on: the failure is the answer.
+    let by = tokio::time::Instant::now() + Duration::from_secs(2);
+    let e = answers.active("globex", by).await.err().unwrap();
+    assert!(e.contains("storage unreachable"), "{e}");
+}
