@@ -41,7 +41,7 @@ fuzz_target!(|data: &[u8]| {
     let selector = selector & 0x3f;
     match selector % 3 {
         0 => {
-            if let Ok(r) = sluice_core::http::answer_request(
+            if let Ok(r) = sluice_http::answer_request(
                 config(),
                 "t".into(),
                 &headers,

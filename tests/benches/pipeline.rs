@@ -204,9 +204,9 @@ fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
         let shutdown = async {
             let _ = stopped.await;
         };
-        let server = tokio::spawn(sluice_core::http::serve(
+        let server = tokio::spawn(sluice_http::serve(
             listener,
-            sluice_core::http::router(Arc::clone(&pipeline)),
+            sluice_http::router(Arc::new(sluice_http::Server::new(Arc::clone(&pipeline)))),
             shutdown,
         ));
         (url, server)

@@ -1,4 +1,4 @@
-//! Harness for the end-to-end tests: a real server (the core router over the real model, a
+//! Harness for the end-to-end tests: a real server (the router over the real model, a
 //! Qdrant Edge store in a temporary folder, and the local LLM named by SLUICE_TEST_LLM_URL)
 //! on 127.0.0.1, and an SSE client that records what arrives and when.
 
@@ -10,11 +10,14 @@ use std::time::{Duration, Instant};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Value, json};
+use sluice_core::auth::KeyStore;
 use sluice_core::cache::{CacheEntry, CacheStore};
 use sluice_core::error::{CacheError, StoreError};
+use sluice_core::stages::Components;
 use sluice_core::stages::{DocumentInfo, Embedder, Hit, Llm, Store, StoredChunk};
 use sluice_core::{Config, Pipeline};
 use sluice_embed::MiniLm;
+use sluice_http::Server;
 use sluice_llm::OpenAiClient;
 
 pub mod aws;
@@ -171,7 +174,9 @@ pub fn key_file(
 pub struct TestServer {
     /// `http://127.0.0.1:PORT`.
     pub url: String,
-    /// The pipeline behind the router.
+    /// What the router serves (its metrics, quotas and registry).
+    pub server: Arc<Server>,
+    /// The pipeline behind the router (`server.pipeline`).
     pub pipeline: Arc<Pipeline>,
     /// Dropped (or sent) to begin a graceful shutdown.
     stop: tokio::sync::oneshot::Sender<()>,
@@ -217,13 +222,37 @@ pub async fn start_with_cache(
     .await
 }
 
+/// What a test server is built from, before it starts: the pipeline (reached through this, as
+/// `p.store`, `p.cache`, …), and what the wire adds around it.
+pub struct Parts {
+    /// The answer path.
+    pub pipeline: Pipeline,
+    /// The registry behind `/v1/components/rerank`.
+    pub components: Option<Arc<dyn Components>>,
+    /// API keys (auth on), or none.
+    pub keys: Option<Arc<dyn KeyStore>>,
+}
+
+impl std::ops::Deref for Parts {
+    type Target = Pipeline;
+    fn deref(&self) -> &Pipeline {
+        &self.pipeline
+    }
+}
+
+impl std::ops::DerefMut for Parts {
+    fn deref_mut(&mut self) -> &mut Pipeline {
+        &mut self.pipeline
+    }
+}
+
 /// Starts a server with the real stages — the model, a Qdrant Edge store in a fresh folder,
 /// the LLM client, the component registry (in `<data>/components`), the answer cache and the
 /// API keys as the configuration says — after `adjust` has had its way with them (test
 /// doubles in place of stages, a stage taken away).
 pub async fn start_adjusted(
     overrides: &[(&str, &str)],
-    adjust: impl FnOnce(&mut Pipeline),
+    adjust: impl FnOnce(&mut Parts),
 ) -> TestServer {
     let data = tempfile::tempdir().expect("temp dir");
     let config = config(data.path(), overrides);
@@ -244,40 +273,53 @@ pub async fn start_adjusted(
     let cache = sluice_cache::build(&config, sluice_embed::DIM)
         .await
         .expect("answer cache");
-    let mut pipeline =
-        Pipeline::new(config, embedder, store, llm).with_components(registry.clone(), registry);
+    let keys = sluice_core::auth::file_keys(&config)
+        .expect("API key file")
+        .map(|k| Arc::new(k) as Arc<dyn KeyStore>);
+    let mut pipeline = Pipeline::new(config, embedder, store, llm).with_reranker(registry.clone());
     if let Some(cache) = cache {
         pipeline = pipeline.with_cache(cache);
     }
-    if let Some(keys) = sluice_core::auth::file_keys(&pipeline.config).expect("API key file") {
-        pipeline = pipeline.with_keys(Arc::new(keys));
-    }
-    adjust(&mut pipeline);
-    serve(pipeline, data).await
+    let mut parts = Parts {
+        pipeline,
+        components: Some(registry),
+        keys,
+    };
+    adjust(&mut parts);
+    let Parts {
+        pipeline,
+        components,
+        keys,
+    } = parts;
+    let mut server = Server::new(Arc::new(pipeline));
+    server.components = components;
+    server.keys = keys;
+    serve(server, data).await
 }
 
-/// Serves `pipeline` on a free port of 127.0.0.1; `data` is deleted once the server stops.
-async fn serve(pipeline: Pipeline, data: tempfile::TempDir) -> TestServer {
-    let pipeline = Arc::new(pipeline);
+/// Serves `server` on a free port of 127.0.0.1; `data` is deleted once the server stops.
+async fn serve(server: Server, data: tempfile::TempDir) -> TestServer {
+    let server = Arc::new(server);
+    let pipeline = Arc::clone(&server.pipeline);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let serving = Arc::clone(&pipeline);
+    let serving = Arc::clone(&server);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         // The data folder lives in the server task, declared first so that it is deleted
         // last: when the runtime drops this task, the store is dropped (and flushes its
         // files) while its folder still exists.
         let _data = data;
-        let _ =
-            sluice_core::http::serve(listener, sluice_core::http::router(serving), async move {
-                let _ = stopped.await;
-            })
-            .await;
+        let _ = sluice_http::serve(listener, sluice_http::router(serving), async move {
+            let _ = stopped.await;
+        })
+        .await;
     });
     TestServer {
         url,
+        server,
         pipeline,
         stop,
         task,
@@ -360,12 +402,13 @@ impl TestServer {
     /// after its folder fails to flush).
     pub async fn stop(self) {
         let TestServer {
+            server,
             pipeline,
             stop,
             task,
             ..
         } = self;
-        drop(pipeline);
+        drop((server, pipeline));
         let _ = stop.send(());
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     }
@@ -701,7 +744,7 @@ impl TestServer {
     /// Uploads and activates the component `bytes` for `tenant` through the server's own
     /// registry (as `PUT` then `POST …/activate` would); its version.
     pub async fn activate_component(&self, tenant: &str, bytes: Vec<u8>) -> String {
-        let registry = self.pipeline.components.clone().expect("components");
+        let registry = self.server.components.clone().expect("components");
         let tenant = tenant.to_string();
         tokio::task::spawn_blocking(move || {
             let version = registry.upload(&tenant, &bytes).expect("upload").version;
@@ -713,22 +756,15 @@ impl TestServer {
     }
 }
 
-/// A registry over `storage` for `pipeline`'s configuration and model, as its rerank stage
+/// A registry over `storage` for the pipeline's configuration and model, as its rerank stage
 /// and component routes (in place of the one the harness built).
-pub fn use_registry(
-    pipeline: &mut Pipeline,
-    storage: Arc<dyn sluice_core::stages::ComponentStorage>,
-) {
+pub fn use_registry(parts: &mut Parts, storage: Arc<dyn sluice_core::stages::ComponentStorage>) {
     let registry = Arc::new(
-        sluice_sandbox::Registry::from_config(
-            &pipeline.config,
-            Arc::clone(&pipeline.embedder),
-            storage,
-        )
-        .expect("registry"),
+        sluice_sandbox::Registry::from_config(&parts.config, Arc::clone(&parts.embedder), storage)
+            .expect("registry"),
     );
-    pipeline.reranker = Some(registry.clone());
-    pipeline.components = Some(registry);
+    parts.reranker = Some(registry.clone());
+    parts.components = Some(registry);
 }
 
 /// The folder the harness keeps a server's components in (`<data>/components`), as storage.

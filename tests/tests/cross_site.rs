@@ -45,7 +45,7 @@ async fn a_page_of_another_origin_is_refused_on_every_v1_route() {
         }
     }
     server.assert_nothing_written("default").await;
-    let metrics = server.pipeline.metrics.encode();
+    let metrics = server.server.metrics.encode();
     assert!(
         !metrics.contains("sluice_answers_total{"),
         "an answer was started: {metrics}"

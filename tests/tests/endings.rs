@@ -10,12 +10,14 @@ use futures::StreamExt;
 use serde_json::json;
 use sluice_core::pipeline::AnswerRequest;
 use sluice_core::sse::Event;
+use sluice_http::answer::answer_stream;
 use sluice_tests::stand_in::{Llm, llm};
 use sluice_tests::start;
 
-/// An answer request for the default tenant, as the router would make it.
+/// An answer request for the default tenant, as the router would make it; the tests read it
+/// through [`answer_stream`], which counts it in the server's metrics as the route does.
 fn request(server: &sluice_tests::TestServer) -> AnswerRequest {
-    sluice_core::http::answer_request(
+    sluice_http::answer_request(
         &server.pipeline.config,
         "default".into(),
         &Default::default(),
@@ -37,21 +39,22 @@ async fn an_answer_still_streaming_at_the_entry_points_time_ends_deadline_exceed
     let upstream = llm(Llm::StallAfter(3)).await;
     let server = start(&[("SLUICE_LLM_URL", &upstream)]).await;
     let ends_by = tokio::time::Instant::now() + Duration::from_millis(800);
-    let events: Vec<Event> = server
-        .pipeline
-        .answer(AnswerRequest {
+    let events: Vec<Event> = answer_stream(
+        &server.server,
+        AnswerRequest {
             ends_by: Some(ends_by),
             ..request(&server)
-        })
-        .collect()
-        .await;
+        },
+    )
+    .collect()
+    .await;
     let names: Vec<&str> = events.iter().map(Event::name).collect();
     assert_eq!(names, ["meta", "token", "token", "token", "error"]);
     let Some(Event::Error(e)) = events.last() else {
         unreachable!()
     };
     assert_eq!((e.code.as_str(), e.retryable), ("deadline_exceeded", true));
-    let text = server.pipeline.metrics.encode();
+    let text = server.server.metrics.encode();
     assert!(
         metric(
             &text,
@@ -75,7 +78,7 @@ async fn an_answer_still_streaming_at_the_entry_points_time_ends_deadline_exceed
 async fn a_drained_server_ends_open_answers_shutting_down_and_counts_them() {
     let upstream = llm(Llm::StallAfter(2)).await;
     let server = start(&[("SLUICE_LLM_URL", &upstream)]).await;
-    let mut events = Box::pin(server.pipeline.answer(request(&server)));
+    let mut events = Box::pin(answer_stream(&server.server, request(&server)));
     // Wait until the answer is streaming, then drain.
     let mut seen = Vec::new();
     while seen.len() < 3 {
@@ -91,7 +94,7 @@ async fn a_drained_server_ends_open_answers_shutting_down_and_counts_them() {
         unreachable!()
     };
     assert_eq!((e.code.as_str(), e.retryable), ("shutting_down", true));
-    let text = server.pipeline.metrics.encode();
+    let text = server.server.metrics.encode();
     assert!(
         metric(
             &text,
@@ -107,12 +110,12 @@ async fn a_drained_server_ends_open_answers_shutting_down_and_counts_them() {
 async fn a_client_that_goes_away_is_counted_as_dropped() {
     let upstream = llm(Llm::StallAfter(2)).await;
     let server = start(&[("SLUICE_LLM_URL", &upstream)]).await;
-    let mut events = Box::pin(server.pipeline.answer(request(&server)));
+    let mut events = Box::pin(answer_stream(&server.server, request(&server)));
     for _ in 0..2 {
         events.next().await.expect("an event");
     }
     drop(events);
-    let text = server.pipeline.metrics.encode();
+    let text = server.server.metrics.encode();
     assert!(
         metric(&text, "sluice_answers_total{ending=\"dropped\"} 1"),
         "{text}"

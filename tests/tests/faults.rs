@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_core::Pipeline;
+use sluice_tests::Parts;
 use sluice_tests::REVERSE;
 use sluice_tests::stand_in::{Llm, llm};
 use sluice_tests::{
@@ -36,7 +36,7 @@ enum Ending {
 }
 
 /// Changes a server's stages before it serves: the test doubles of a fault.
-type Adjust = Box<dyn FnOnce(&mut Pipeline) + Send>;
+type Adjust = Box<dyn FnOnce(&mut Parts) + Send>;
 
 struct Fault {
     name: &'static str,
@@ -82,7 +82,7 @@ impl Fault {
         self
     }
 
-    fn adjusted(mut self, adjust: impl FnOnce(&mut Pipeline) + Send + 'static) -> Self {
+    fn adjusted(mut self, adjust: impl FnOnce(&mut Parts) + Send + 'static) -> Self {
         self.adjust = Some(Box::new(adjust));
         self.ingest = true;
         self
@@ -115,8 +115,8 @@ fn stand_in_timeouts(url: String) -> Vec<(&'static str, String)> {
 /// The store wrapped in a [`Troubled`] double set by `trouble`.
 fn troubled(
     trouble: impl FnOnce(&mut Troubled) + Send + 'static,
-) -> impl FnOnce(&mut Pipeline) + Send {
-    move |p: &mut Pipeline| {
+) -> impl FnOnce(&mut Parts) + Send {
+    move |p: &mut Parts| {
         let mut store = Troubled::around(Arc::clone(&p.store));
         trouble(&mut store);
         p.store = Arc::new(store);
@@ -124,8 +124,8 @@ fn troubled(
 }
 
 /// The component storage (the server's folder) behind a [`SlowComponents`] double.
-fn slow_components(pointer: Duration, fetch: Duration) -> impl FnOnce(&mut Pipeline) + Send {
-    move |p: &mut Pipeline| {
+fn slow_components(pointer: Duration, fetch: Duration) -> impl FnOnce(&mut Parts) + Send {
+    move |p: &mut Parts| {
         let storage = Arc::new(SlowComponents {
             inner: component_folder(p),
             pointer_delay: pointer,

@@ -9,7 +9,7 @@ use axum::extract::Request;
 use axum::middleware::Next;
 use serde_json::{Value, json};
 use sluice_bench::synthetic::{Settings, router};
-use sluice_core::http::serve;
+use sluice_http::serve;
 use sluice_tests::{http, start};
 
 const CALLER: &str = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";

@@ -9,7 +9,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use anyhow::Context;
-use sluice_core::http::StreamDeadline;
+use sluice_http::StreamDeadline;
 
 /// How long before the invocation's deadline an answer still streaming is ended with an
 /// `error` event: time to write it and for the runtime to flush the stream before Lambda
@@ -42,10 +42,9 @@ async fn with_deadline(mut request: axum::extract::Request) -> axum::extract::Re
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    let pipeline = sluice_app::function("answer")
+    let server = sluice_app::function("answer")
         .await
         .context("building the pipeline")?;
-    let router =
-        sluice_core::http::router(pipeline).layer(axum::middleware::map_request(with_deadline));
+    let router = sluice_http::router(server).layer(axum::middleware::map_request(with_deadline));
     lambda_http::run_with_streaming_response(router).await
 }

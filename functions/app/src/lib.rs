@@ -13,6 +13,7 @@ use sluice_core::error::{CacheError, EmbedError, LlmError, StoreError};
 use sluice_core::stages::{ComponentError, ComponentStorage, Embedder};
 use sluice_core::{Config, Pipeline};
 use sluice_embed::MiniLm;
+use sluice_http::Server;
 use sluice_llm::OpenAiClient;
 use sluice_sandbox::{Disk, Registry};
 use tracing::{info, warn};
@@ -71,11 +72,11 @@ pub async fn config() -> Result<Config, AppError> {
     })?)
 }
 
-/// Builds the pipeline `config` describes. The model load — most of a cold start — begins
-/// first, on the blocking pool, and the rest is set up beside it: the cache (which may call
-/// DynamoDB, `SLUICE_CACHE=dynamodb`), the component storage (S3 clients with
+/// Builds the pipeline `config` describes, and the wire around it. The model load — most of a
+/// cold start — begins first, on the blocking pool, and the rest is set up beside it: the cache
+/// (which may call DynamoDB, `SLUICE_CACHE=dynamodb`), the component storage (S3 clients with
 /// `SLUICE_COMPONENT_BUCKET`) and the store; then the LLM pool and the rerank sandbox.
-pub async fn pipeline(config: Config) -> Result<Pipeline, AppError> {
+pub async fn server(config: Config) -> Result<Server, AppError> {
     let model = {
         let dir = config.model_dir.clone();
         tokio::task::spawn_blocking(move || {
@@ -136,21 +137,22 @@ pub async fn pipeline(config: Config) -> Result<Pipeline, AppError> {
         Registry::from_config(&config, Arc::clone(&embedder), storage)
             .map_err(AppError::Components)?,
     );
-    let mut pipeline = Pipeline::new(config, embedder, store, Arc::new(llm))
-        .with_components(registry.clone(), registry);
-    if let Some(keys) = keys {
-        pipeline = pipeline.with_keys(keys);
+    let mut pipeline =
+        Pipeline::new(config, embedder, store, Arc::new(llm)).with_reranker(registry.clone());
+    if let Some(cache) = cache {
+        pipeline = pipeline.with_cache(cache);
     }
-    Ok(match cache {
-        Some(cache) => pipeline.with_cache(cache),
-        None => pipeline,
+    let server = Server::new(Arc::new(pipeline)).with_components(registry);
+    Ok(match keys {
+        Some(keys) => server.with_keys(keys),
+        None => server,
     })
 }
 
 /// What every Lambda function does in its init phase: JSON log lines (CloudWatch keeps one
 /// event per line, queryable by field), the configuration (with the secret's settings), and
 /// the pipeline with CloudWatch EMF metrics; the time it took is logged as `init_ms`.
-pub async fn function(name: &'static str) -> Result<Arc<Pipeline>, AppError> {
+pub async fn function(name: &'static str) -> Result<Arc<Server>, AppError> {
     tracing_subscriber::fmt()
         .json()
         .with_env_filter(
@@ -162,14 +164,14 @@ pub async fn function(name: &'static str) -> Result<Arc<Pipeline>, AppError> {
         .without_time()
         .init();
     let started = Instant::now();
-    let mut pipeline = pipeline(config().await?).await?;
+    let mut server = server(config().await?).await?;
     // Nothing scrapes a Lambda process: each answer's metrics go out as an EMF log line.
     let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| name.into());
-    pipeline.metrics = sluice_core::metrics::Metrics::with_emf(&function);
+    server.metrics = sluice_http::metrics::Metrics::with_emf(&function);
     info!(
         function = name,
         init_ms = started.elapsed().as_millis() as u64,
         "function ready"
     );
-    Ok(Arc::new(pipeline))
+    Ok(Arc::new(server))
 }

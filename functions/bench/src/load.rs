@@ -305,7 +305,7 @@ async fn measure(
             // SLUICE_API_KEY for a server with auth on; read once, sent to Sluice only.
             static AUTH: std::sync::OnceLock<reqwest::header::HeaderMap> =
                 std::sync::OnceLock::new();
-            let auth = AUTH.get_or_init(sluice_core::auth::client_headers).clone();
+            let auth = AUTH.get_or_init(sluice_http::client_headers).clone();
             let request = client
                 .post(format!("{url}/v1/answer"))
                 .headers(auth)

@@ -268,19 +268,6 @@ impl KeyStore for FileKeys {
 /// The variable the `sluice` commands (ask, ingest, bench, cache clear) read their key from.
 pub const CLIENT_KEY_VAR: &str = "SLUICE_API_KEY";
 
-/// Headers for a client of a Sluice server: `Authorization: Bearer $SLUICE_API_KEY` when the
-/// variable is set (and a valid header value), none otherwise.
-pub fn client_headers() -> axum::http::HeaderMap {
-    let mut headers = axum::http::HeaderMap::new();
-    if let Ok(key) = std::env::var(CLIENT_KEY_VAR)
-        && let Ok(mut value) = axum::http::HeaderValue::from_str(&format!("Bearer {}", key.trim()))
-    {
-        value.set_sensitive(true);
-        headers.insert(axum::http::header::AUTHORIZATION, value);
-    }
-    headers
-}
-
 /// The key store `config` names for `sluice serve` (`SLUICE_API_KEYS_FILE`); `None` when it
 /// names none. The DynamoDB store of the Lambda functions is built by `sluice-app`.
 pub fn file_keys(config: &crate::Config) -> Result<Option<FileKeys>, AuthError> {

@@ -1,32 +1,33 @@
-//! Sluice core: the request pipeline, stage by stage, with no heavy dependencies.
+//! Sluice core: the pipeline and its rules, stage by stage, with no web framework, cloud or
+//! engine in it.
 //!
-//! A request flows through these modules in order:
-//!
-//! 1. [`http`]: routes (and the OpenAI-compatible ones in [`openai`]), [`auth`] (API key → tenant) and [`quota`] (per-tenant rate and
-//!    streams), input validation, JSON errors, the SSE response.
-//! 2. [`pipeline`]: [`cache`] lookup → embed → retrieve under the retrieval deadline →
-//!    [`prompt`] → generate, emitting the [`sse`] events `meta`, `token`…, then exactly one
-//!    `done` or `error`; complete answers are written to the cache after `done`.
-//! 3. [`ingest`]: documents in — parse, [`chunk`], embed, replace in the store.
+//! - [`pipeline`]: the answer path — the scope reads, [`cache`] lookup, embedding, retrieval
+//!   and rerank under one deadline, [`prompt`], generation — as a stream of [`sse`] events that
+//!   always ends with exactly one `done` or `error`; complete answers are written to the cache
+//!   after `done`.
+//! - [`ingest`]: the document path — parse, [`chunk`], embed, replace in the store.
+//! - [`stages`]: the traits each stage's adapter implements, and the values between them;
+//!   [`codes`]: every code a client can see; [`auth`]: API keys and what they allow;
+//!   [`breaker`]: the circuit breaker of remote stores; [`trace`]: W3C trace context;
+//!   [`config`]: the environment, read and checked once.
 //!
 //! The heavy work lives in adapter crates that implement the traits in [`stages`]:
-//! `sluice-embed` (tract + tokenizers), `sluice-retrieve` (Qdrant Edge), `sluice-llm`
-//! (OpenAI-compatible streaming), `sluice-cache` (DynamoDB), `sluice-sandbox` (wasmtime). [`config`] reads and validates the environment.
+//! `sluice-embed` (tract + tokenizers), `sluice-retrieve` (Qdrant Edge, Qdrant, Pinecone),
+//! `sluice-llm` (OpenAI-compatible streaming), `sluice-cache` (DynamoDB), `sluice-sandbox`
+//! (wasmtime). The wire — routes, auth, quotas, the OpenAI surface, SSE framing, metrics — is
+//! `sluice-http`.
 #![warn(missing_docs)]
 
 pub mod auth;
 pub mod breaker;
 pub mod cache;
 pub mod chunk;
+pub mod codes;
 pub mod config;
 pub mod error;
-pub mod http;
 pub mod ingest;
-pub mod metrics;
-pub mod openai;
 pub mod pipeline;
 pub mod prompt;
-pub mod quota;
 pub mod sse;
 pub mod stages;
 pub mod trace;

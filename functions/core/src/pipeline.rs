@@ -1,18 +1,18 @@
-//! The answer path, stage by stage:
+//! The answer path, stage by stage ([`Pipeline::answer`]):
 //!
-//! 0. scope: the tenant's corpus version (for the cache) and active rerank component are
+//! 0. **scope**: the tenant's corpus version (for the cache) and active rerank component are
 //!    read side by side with the embedding, each bounded (see below);
-//! 1. cache: an in-process cache is read by exact key first (a hit skips the embedding; only
-//!    when the scope was known at once), then by similar question once the query is
+//! 1. **cache**: an in-process cache is read by exact key first (a hit skips the embedding;
+//!    only when the scope was known at once), then by similar question once the query is
 //!    embedded; a remote cache (DynamoDB) is read once, after the embedding, by exact key and
 //!    similar question in one parallel round. A hit replays the cached answer at once
 //!    (`meta.cache = "hit"`, `done.cached = true`);
-//! 2. embed the query (in-process model, on the blocking pool);
-//! 3. retrieve: hybrid dense + BM25 search fused by RRF in the store;
-//! 4. rerank with the tenant's WASM component, if it has one (else the fused order stays);
-//! 5. assemble the prompt under the token budget;
-//! 6. stream tokens from the LLM; after `done`, a complete answer that was not degraded is
-//!    written to the cache in the background.
+//! 2. **embed** the query (in-process model, on the blocking pool);
+//! 3. **retrieve**: hybrid dense + BM25 search fused by RRF in the store;
+//! 4. **rerank** with the tenant's WASM component, if it has one (else the fused order stays);
+//! 5. **prompt**: assembled under the token budget;
+//! 6. **generate**: tokens streamed from the LLM; after `done`, a complete answer that was not
+//!    degraded is written to the cache in the background.
 //!
 //! **The deadline.** Everything before the LLM call — the scope reads, the cache rounds,
 //! the embedding, retrieval and rerank — ends by the request's retrieval deadline, counted
@@ -26,7 +26,7 @@
 //! The result is a stream of [`Event`]s that always ends with exactly one `done` or `error`
 //! (one also comes when the server drains or the entry point's time is up: see
 //! [`AnswerRequest::ends_by`]). It is lazy: dropping it (a client that went away) drops the
-//! upstream LLM request. The metrics are fed from the events as they pass.
+//! upstream LLM request.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -38,44 +38,19 @@ use futures::{Stream, StreamExt};
 use tokio::time::Instant as Deadline;
 use tracing::{info, warn};
 
-use crate::auth::KeyStore;
 use crate::cache::{CachedAnswer, Lookup, Probe, Scope, SemanticCache};
+use crate::codes::{Code, Degraded};
 use crate::config::Config;
 use crate::error::{LlmError, StoreError};
-use crate::metrics::{AnswerGuard, Metrics, Outcome};
-use crate::prompt;
-use crate::quota::Quotas;
-use crate::sse::{Done, ErrorEvent, Event, Meta, PromptEcho, SourceDoc, Timings, Token};
-use crate::stages::{ActiveComponent, Components, Embedder, Hit, Llm, LlmEvent, Reranker, Store};
+use crate::prompt::{self, Prompt};
+use crate::sse::{
+    CacheState, Done, ErrorEvent, Event, Meta, PromptEcho, SourceDoc, Timings, Token,
+};
+use crate::stages::{ActiveComponent, Embedder, Hit, Llm, LlmEvent, Reranker, Store};
 use crate::trace::TraceContext;
 
 /// Characters of a chunk shown as its snippet in `meta`.
 const SNIPPET_CHARS: usize = 240;
-
-/// Reasons reported in `meta.degraded`.
-pub mod degraded {
-    /// Embedding + retrieval did not finish within the retrieval deadline.
-    pub const RETRIEVAL_TIMEOUT: &str = "retrieval_timeout";
-    /// Embedding or retrieval failed.
-    pub const RETRIEVAL_FAILED: &str = "retrieval_failed";
-    /// Some sources were dropped to fit the prompt budget.
-    pub const CONTEXT_TRUNCATED: &str = "context_truncated";
-    /// The tenant's rerank component failed (trap, limit, bad output): fused order kept.
-    pub const RERANK_FAILED: &str = "rerank_failed";
-    /// The store's circuit breaker is open: retrieval was skipped without waiting.
-    pub const RETRIEVAL_CIRCUIT_OPEN: &str = "retrieval_circuit_open";
-    /// The tenant's corpus version was not read in time: the cache was neither read nor
-    /// written (no entry could be proven fresh).
-    pub const CORPUS_VERSION_TIMEOUT: &str = "corpus_version_timeout";
-    /// Reading the tenant's corpus version failed: the cache was neither read nor written.
-    pub const CORPUS_VERSION_FAILED: &str = "corpus_version_failed";
-    /// The tenant's active rerank component was not known in time (a first look-up still
-    /// reading the component storage): fused order kept, the cache neither read nor written.
-    pub const COMPONENT_TIMEOUT: &str = "component_timeout";
-    /// Looking up the tenant's active rerank component failed: fused order kept, the cache
-    /// neither read nor written.
-    pub const COMPONENT_FAILED: &str = "component_failed";
-}
 
 /// A validated answer request.
 #[derive(Debug, Clone)]
@@ -88,7 +63,7 @@ pub struct AnswerRequest {
     pub k: usize,
     /// The client's session, if it sent one.
     pub session_id: Option<String>,
-    /// Embedding + retrieval budget for this request.
+    /// Budget of everything before the LLM call, from `received`.
     pub retrieval_deadline: Duration,
     /// When the request arrived: all timings count from here.
     pub received: Instant,
@@ -105,11 +80,11 @@ pub struct AnswerRequest {
     pub ends_by: Option<Deadline>,
 }
 
-/// The pipeline: the stages, built once at start and shared by every request.
+/// The answer path's stages, built once at start and shared by every request.
 pub struct Pipeline {
     /// Settings read at start.
     pub config: Config,
-    /// Query and document embeddings.
+    /// Query embeddings.
     pub embedder: Arc<dyn Embedder>,
     /// Chunks of every tenant.
     pub store: Arc<dyn Store>,
@@ -117,19 +92,29 @@ pub struct Pipeline {
     pub llm: Arc<dyn Llm>,
     /// Runs tenant rerank components, when the deployment has them.
     pub reranker: Option<Arc<dyn Reranker>>,
-    /// The registry behind `/v1/components/rerank`, when the deployment has one.
-    pub components: Option<Arc<dyn Components>>,
     /// The answer cache, unless it is off.
     pub cache: Option<Arc<SemanticCache>>,
-    /// Counters and histograms of every answer (`/metrics`; EMF lines on Lambda).
-    pub metrics: Metrics,
-    /// API keys; `None` while auth is off (the tenant is then the `x-sluice-tenant` header).
-    pub keys: Option<Arc<dyn KeyStore>>,
-    /// Per-tenant request rate and open streams.
-    pub quotas: Arc<Quotas>,
     /// Set when open streams must end (see [`Pipeline::drain`]).
     drained: tokio::sync::watch::Sender<bool>,
     replica_id: String,
+}
+
+/// What one answer has gathered on its way: its ids, the deadline, timings and degraded
+/// reasons so far. Each stage adds to it; `meta` and `done` are made from it.
+struct Progress {
+    request_id: String,
+    session_id: String,
+    deadline: Deadline,
+    timings: Timings,
+    degraded: Vec<Degraded>,
+}
+
+/// Where the cache stands for an answer after its lookup: what a complete answer is written
+/// under, if anything.
+struct CacheWrite {
+    cache: Arc<SemanticCache>,
+    probe: Probe,
+    scope: Scope,
 }
 
 impl Pipeline {
@@ -143,35 +128,27 @@ impl Pipeline {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
             .map(|h| h.trim().to_string())
             .unwrap_or_else(|_| "local".into());
-        let quotas = Arc::new(Quotas::new(
-            config.tenant_rate,
-            config.tenant_burst,
-            config.tenant_max_streams,
-        ));
         Self {
             config,
             embedder,
             store,
             llm,
             reranker: None,
-            components: None,
             cache: None,
-            metrics: Metrics::default(),
-            keys: None,
-            quotas,
             drained: tokio::sync::watch::Sender::new(false),
             replica_id: format!("{host}-{}", std::process::id()),
         }
     }
 
-    /// Adds the rerank stage and its registry (usually one object implementing both).
-    pub fn with_components(
-        mut self,
-        reranker: Arc<dyn Reranker>,
-        components: Arc<dyn Components>,
-    ) -> Self {
+    /// Adds the rerank stage.
+    pub fn with_reranker(mut self, reranker: Arc<dyn Reranker>) -> Self {
         self.reranker = Some(reranker);
-        self.components = Some(components);
+        self
+    }
+
+    /// Adds the answer cache.
+    pub fn with_cache(mut self, cache: Arc<SemanticCache>) -> Self {
+        self.cache = Some(cache);
         self
     }
 
@@ -182,25 +159,8 @@ impl Pipeline {
         self.drained.send_replace(true);
     }
 
-    /// Becomes `true` when [`Pipeline::drain`] is called.
-    pub fn draining(&self) -> tokio::sync::watch::Receiver<bool> {
-        self.drained.subscribe()
-    }
-
-    /// Turns auth on: every `/v1` request needs a key from `keys`.
-    pub fn with_keys(mut self, keys: Arc<dyn KeyStore>) -> Self {
-        self.keys = Some(keys);
-        self
-    }
-
-    /// Adds the answer cache.
-    pub fn with_cache(mut self, cache: Arc<SemanticCache>) -> Self {
-        self.cache = Some(cache);
-        self
-    }
-
     /// Answers `request` as a stream of SSE events. Every log line it writes carries the
-    /// request id, tenant and trace id (the `answer` span); the metrics see how it ended.
+    /// request id, tenant and trace id (the `answer` span).
     pub fn answer(
         self: &Arc<Self>,
         request: AnswerRequest,
@@ -212,29 +172,27 @@ impl Pipeline {
             tenant = %request.tenant,
             trace_id = %request.trace.trace_id,
         );
-        let guard = self.metrics.stream_opened();
-        let observed = (request.tenant.clone(), request_id.clone());
         let stop = self.stop(request.ends_by);
         let events = Arc::clone(self).events(request, request_id);
-        in_span(span, observe(until(events, stop), guard, observed))
+        in_span(span, until(events, stop))
     }
 
-    /// Resolves when an open answer must end now: with the code and message of its closing
-    /// `error` (the server's drain time is up, or the entry point's time).
+    /// Resolves when an open answer must end now: with its closing `error` (the server's
+    /// drain time is up, or the entry point's time).
     fn stop(&self, ends_by: Option<Deadline>) -> impl Future<Output = ErrorEvent> + Send + 'static {
-        let mut draining = self.draining();
+        let mut draining = self.drained.subscribe();
         async move {
             let drained = async move {
                 let _ = draining.wait_for(|over| *over).await;
-                closing("shutting_down", "the server is shutting down; ask again")
+                ErrorEvent::new(Code::ShuttingDown, "the server is shutting down; ask again")
             };
             let Some(at) = ends_by else {
                 return drained.await;
             };
             tokio::select! {
                 e = drained => e,
-                () = tokio::time::sleep_until(at) => closing(
-                    "deadline_exceeded",
+                () = tokio::time::sleep_until(at) => ErrorEvent::new(
+                    Code::DeadlineExceeded,
                     "the function's time limit was reached before the answer ended",
                 ),
             }
@@ -249,123 +207,70 @@ impl Pipeline {
     ) -> impl Stream<Item = Event> + Send + 'static {
         let this = self;
         async_stream::stream! {
-            let session_id = request.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
-            let mut timings = Timings::default();
-            let mut degraded: Vec<String> = Vec::new();
-            let ids = (request_id.clone(), session_id.clone());
-            let deadline = Deadline::from_std(request.received + request.retrieval_deadline);
+            let mut progress = Progress {
+                request_id,
+                session_id: request.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+                deadline: Deadline::from_std(request.received + request.retrieval_deadline),
+                timings: Timings::default(),
+                degraded: Vec::new(),
+            };
             let cache = this.cache.clone().filter(|_| !request.bypass_cache);
 
-            // Stage 0: the scope reads start now and run beside the embedding.
-            let (mut version, mut component) = this.read_scope(&request, cache.is_some(), deadline);
+            // 0. The scope reads start now and run beside the embedding.
+            let (mut version, mut component) = this.read_scope(&request, cache.is_some(), progress.deadline);
 
-            // Stage 1: an in-process cache by exact key, when the scope was known at once.
-            let mut exact_read = false;
-            if let Some(cache) = cache.as_ref().filter(|c| c.in_process()) {
-                let _ = futures::poll!(&mut version);
-                let _ = futures::poll!(&mut component);
-                if let (Some(Read::Got(Some(v))), Some(Read::Got(c))) = (output(&mut version), output(&mut component)) {
-                    let scope = this.scope(&request, *v, c.as_ref());
-                    let probe = Probe::new(&request.query);
-                    let started = Instant::now();
-                    let found = bounded(deadline, cache.exact(&request.tenant, &probe, &scope)).await.unwrap_or(Lookup::Miss);
-                    add_ms(&mut timings.cache_ms, started.elapsed());
-                    exact_read = true;
-                    if let Some(events) = this.replay(&request, ids.clone(), found, &mut timings) {
-                        for event in events { yield event; }
-                        return;
-                    }
-                }
+            // 1. An in-process cache by exact key, when the scope was known at once.
+            let found = this.exact_in_memory(&request, cache.as_ref(), &mut version, &mut component, &mut progress).await;
+            if let Some(events) = found.replay {
+                for event in events { yield event; }
+                return;
             }
 
-            // Stage 2: the query embedding, with the scope reads going on beside it.
-            let embedding = this.embed_query(&request, deadline, &mut timings);
+            // 2. The query embedding, with the scope reads going on beside it.
+            let embedding = this.embed_query(&request, progress.deadline, &mut progress.timings);
             let vector = beside(embedding, futures::future::join(&mut version, &mut component)).await;
 
-            // Stage 1, continued: what the cache needs is awaited (bounded), then the
-            // similar-question lookup; a remote cache reads the exact key in the same round.
-            let mut cache_state = "bypass";
-            let mut lookup = None;
+            // 1, continued: the cache by similar question (and a remote cache's exact key).
+            let mut write = None;
+            let mut cache_state = CacheState::Bypass;
             if let Some(cache) = &cache {
-                // The reads ran beside the embedding; what is still missing gets one cache
-                // budget more, never past the deadline.
-                let cache_by = deadline.min(Deadline::now() + this.config.cache_budget);
-                let _ = bounded(cache_by, futures::future::join(&mut version, &mut component)).await;
-                let version = take(&mut version, VERSION_READ, &mut degraded).flatten();
-                let active = take(&mut component, COMPONENT_READ, &mut degraded);
-                if let (Some(version), Some(active)) = (version, &active) {
-                    let scope = this.scope(&request, version, active.as_ref());
-                    let probe = Probe::new(&request.query);
-                    let started = Instant::now();
-                    let found = match (&vector, cache.in_process()) {
-                        (Ok((v, _)), true) if exact_read => cache.similar(&request.tenant, &probe, v, &scope).boxed(),
-                        (Ok((v, _)), _) => cache.lookup(&request.tenant, &probe, v, &scope).boxed(),
-                        (Err(_), false) => cache.exact(&request.tenant, &probe, &scope).boxed(),
-                        (Err(_), true) => async { Lookup::Miss }.boxed(),
-                    };
-                    let found = bounded(deadline, found).await.unwrap_or(Lookup::Miss);
-                    add_ms(&mut timings.cache_ms, started.elapsed());
-                    if let Some(events) = this.replay(&request, ids.clone(), found, &mut timings) {
+                match this.cache_round(&request, cache, &vector, found.exact_read, &mut version, &mut component, &mut progress).await {
+                    Round::Hit(events) => {
                         for event in events { yield event; }
                         return;
                     }
-                    cache_state = "miss";
-                    lookup = Some((Arc::clone(cache), probe, scope));
+                    Round::Miss(w) => {
+                        cache_state = CacheState::Miss;
+                        write = Some(w);
+                    }
+                    Round::Skipped => {}
                 }
-                // Resolved for the rerank stage: a late or failed look-up keeps the fused order.
-                component = resolved(active.flatten());
             }
 
-            // Stages 3-4: retrieval and rerank, by the deadline.
+            // 3-4. Retrieval and rerank, by the deadline.
             let hits = match &vector {
-                Ok((vector, _)) => {
-                    this.retrieve(&request, vector, deadline, component, &mut timings, &mut degraded).await
-                }
+                Ok((vector, _)) => this.retrieve(&request, vector, component, &mut progress).await,
                 Err(reason) => Err(*reason),
             };
             let hits = hits.unwrap_or_else(|reason| {
-                degraded.push(reason.to_string());
+                progress.degraded.push(reason);
                 Vec::new()
             });
 
-            // Stage 5: the prompt.
-            let started = Instant::now();
-            let counter = |text: &str| this.embedder.count_tokens(text);
-            let budget = prompt::input_budget(this.config.llm_context_tokens, this.config.max_tokens as usize);
-            let prompt = prompt::assemble(&request.query, hits, budget, &counter);
-            if prompt.dropped > 0 {
-                degraded.push(degraded::CONTEXT_TRUNCATED.to_string());
-            }
-            timings.prompt_ms = Some(ms(started.elapsed()));
-
+            // 5. The prompt, and `meta`.
+            let prompt = this.prompt(&request, hits, &mut progress);
             let documents: Vec<SourceDoc> = prompt.sources.iter().map(source_doc).collect();
-            let max_tokens = this.config.max_tokens;
-            let echo = request.include_prompt.then(|| PromptEcho {
-                messages: prompt.messages.clone(),
-                max_tokens,
-            });
-            yield Event::Meta(Box::new(Meta {
-                request_id: request_id.clone(),
-                session_id: session_id.clone(),
-                tenant: request.tenant.clone(),
-                model_id: this.llm.model_id().to_string(),
-                k: request.k,
-                documents: documents.clone(),
-                cache: cache_state.into(),
-                degraded: degraded.clone(),
-                timings: timings.clone(),
-                trace_id: request.trace.trace_id.clone(),
-                prompt: echo,
-            }));
+            yield this.meta(&request, &progress, documents.clone(), cache_state, &prompt);
 
-            // Stage 6: generation.
+            // 6. Generation.
             let llm_start = Instant::now();
             let traceparent = request.trace.header();
+            let max_tokens = this.config.max_tokens;
             let mut upstream = match this.llm.stream(prompt.messages, max_tokens, &traceparent).await {
                 Ok(s) => s,
                 Err(e) => {
                     warn!(error = %e, "LLM request failed");
-                    yield Event::Error(error_event(&e, false));
+                    yield Event::Error(llm_error(&e, false));
                     return;
                 }
             };
@@ -377,8 +282,8 @@ impl Pipeline {
                     Ok(LlmEvent::Token(text)) => {
                         if first_token_at.is_none() {
                             first_token_at = Some(Instant::now());
-                            timings.llm_ttft_ms = Some(ms(llm_start.elapsed()));
-                            timings.ttft_ms = Some(ms(request.received.elapsed()));
+                            progress.timings.llm_ttft_ms = Some(ms(llm_start.elapsed()));
+                            progress.timings.ttft_ms = Some(ms(request.received.elapsed()));
                         }
                         let index = tokens.len() as u64;
                         tokens.push(text.clone());
@@ -390,7 +295,7 @@ impl Pipeline {
                     }
                     Err(e) => {
                         warn!(error = %e, tokens = tokens.len(), "LLM stream failed");
-                        yield Event::Error(error_event(&e, !tokens.is_empty()));
+                        yield Event::Error(llm_error(&e, !tokens.is_empty()));
                         return;
                     }
                 }
@@ -398,7 +303,7 @@ impl Pipeline {
             let Some((finish_reason, usage_tokens)) = finish else {
                 let e = LlmError::Stream("the upstream closed the stream before it finished".into());
                 warn!(tokens = tokens.len(), "LLM stream ended without a finish reason");
-                yield Event::Error(error_event(&e, !tokens.is_empty()));
+                yield Event::Error(llm_error(&e, !tokens.is_empty()));
                 return;
             };
 
@@ -407,10 +312,10 @@ impl Pipeline {
                 None => (tokens.len() as u64, "events"),
             };
             let generating = first_token_at.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
-            timings.total_ms = Some(ms(request.received.elapsed()));
+            progress.timings.total_ms = Some(ms(request.received.elapsed()));
             info!(
-                tokens = token_count, ttft_ms = timings.ttft_ms, total_ms = timings.total_ms,
-                degraded = ?degraded, "answered"
+                tokens = token_count, ttft_ms = progress.timings.ttft_ms,
+                total_ms = progress.timings.total_ms, degraded = ?progress.degraded, "answered"
             );
             // Write-behind: only complete answers (the model stopped, or reached the
             // configured max_tokens, as it would again) that were not degraded. The write
@@ -418,8 +323,8 @@ impl Pipeline {
             // finished: on Lambda the invocation ends with the response stream, and a write
             // still in flight would be frozen with the execution environment (and lost).
             let mut write_behind = None;
-            if let (Some((cache, probe, scope)), Ok((vector, _))) = (lookup, vector)
-                && degraded.is_empty()
+            if let (Some(write), Ok((vector, _))) = (write, vector)
+                && progress.degraded.is_empty()
                 && matches!(finish_reason.as_str(), "stop" | "length")
             {
                 let answer = CachedAnswer {
@@ -429,16 +334,16 @@ impl Pipeline {
                     token_count,
                     token_count_source: source.into(),
                 };
-                let entry = cache.entry(&request.tenant, &probe, vector, scope, answer);
+                let entry = write.cache.entry(&request.tenant, &write.probe, vector, write.scope, answer);
                 write_behind = Some(tokio::spawn(async move {
-                    if let Err(e) = cache.put(&entry).await {
+                    if let Err(e) = write.cache.put(&entry).await {
                         warn!(tenant = %entry.tenant, error = %e, "answer not cached");
                     }
                 }));
             }
             yield Event::Done(Box::new(Done {
-                request_id,
-                session_id,
+                request_id: progress.request_id,
+                session_id: progress.session_id,
                 replica_id: this.replica_id.clone(),
                 model_id: this.llm.model_id().to_string(),
                 k: request.k,
@@ -447,7 +352,7 @@ impl Pipeline {
                 tokens_per_sec: if generating > 0.0 { token_count as f64 / generating } else { 0.0 },
                 finish_reason,
                 cached: false,
-                timings,
+                timings: progress.timings,
             }));
             if let Some(write) = write_behind {
                 // A failed write was logged by the task; a panicked one needs no more.
@@ -466,7 +371,6 @@ impl Pipeline {
         cached: bool,
         deadline: Deadline,
     ) -> (ScopeRead<Option<u64>>, ScopeRead<Component>) {
-        let by = deadline;
         let check_by = deadline.min(Deadline::from_std(
             request.received + self.config.cache_budget,
         ));
@@ -476,7 +380,7 @@ impl Pipeline {
                 let store = Arc::clone(&self.store);
                 let tenant = request.tenant.clone();
                 async move {
-                    match bounded(by, store.corpus_version(&tenant)).await {
+                    match bounded(deadline, store.corpus_version(&tenant)).await {
                         Some(Ok(v)) => Read::Got(Some(v)),
                         Some(Err(e)) => Read::Failed(e.to_string()),
                         None => Read::Late,
@@ -490,7 +394,7 @@ impl Pipeline {
             Some(reranker) => {
                 let tenant = request.tenant.clone();
                 async move {
-                    match bounded(by, reranker.active(&tenant, check_by)).await {
+                    match bounded(deadline, reranker.active(&tenant, check_by)).await {
                         Some(Ok(c)) => Read::Got(c),
                         Some(Err(e)) => Read::Failed(e),
                         None => Read::Late,
@@ -500,6 +404,95 @@ impl Pipeline {
             }
         };
         (maybe_done(version), maybe_done(component))
+    }
+
+    /// Stage 1 before the embedding: an in-process cache read by exact key, when the scope
+    /// reads answered at once (an exact hit then costs microseconds and no embedding).
+    async fn exact_in_memory(
+        &self,
+        request: &AnswerRequest,
+        cache: Option<&Arc<SemanticCache>>,
+        version: &mut ScopeRead<Option<u64>>,
+        component: &mut ScopeRead<Component>,
+        progress: &mut Progress,
+    ) -> ExactRead {
+        let Some(cache) = cache.filter(|c| c.in_process()) else {
+            return ExactRead::default();
+        };
+        let _ = futures::poll!(&mut *version);
+        let _ = futures::poll!(&mut *component);
+        let (Some(Read::Got(Some(v))), Some(Read::Got(c))) = (output(version), output(component))
+        else {
+            return ExactRead::default();
+        };
+        let scope = self.scope(request, *v, c.as_ref());
+        let probe = Probe::new(&request.query);
+        let started = Instant::now();
+        let found = bounded(
+            progress.deadline,
+            cache.exact(&request.tenant, &probe, &scope),
+        )
+        .await
+        .unwrap_or(Lookup::Miss);
+        add_ms(&mut progress.timings.cache_ms, started.elapsed());
+        ExactRead {
+            exact_read: true,
+            replay: self.replay(request, progress, found),
+        }
+    }
+
+    /// Stage 1 after the embedding: what the cache needs is awaited (one cache budget more,
+    /// never past the deadline), then the similar-question lookup; a remote cache reads the
+    /// exact key in the same round. The component is resolved here for the rerank stage: a
+    /// late or failed look-up keeps the fused order.
+    #[allow(clippy::too_many_arguments)]
+    async fn cache_round(
+        &self,
+        request: &AnswerRequest,
+        cache: &Arc<SemanticCache>,
+        vector: &Result<(Vec<f32>, Duration), Degraded>,
+        exact_read: bool,
+        version: &mut ScopeRead<Option<u64>>,
+        component: &mut ScopeRead<Component>,
+        progress: &mut Progress,
+    ) -> Round {
+        let cache_by = progress
+            .deadline
+            .min(Deadline::now() + self.config.cache_budget);
+        let _ = bounded(
+            cache_by,
+            futures::future::join(&mut *version, &mut *component),
+        )
+        .await;
+        let version = take(version, VERSION_READ, &mut progress.degraded).flatten();
+        let active = take(component, COMPONENT_READ, &mut progress.degraded);
+        *component = resolved(active.clone().flatten());
+        let (Some(version), Some(active)) = (version, active) else {
+            return Round::Skipped;
+        };
+        let scope = self.scope(request, version, active.as_ref());
+        let probe = Probe::new(&request.query);
+        let started = Instant::now();
+        let found = match (vector, cache.in_process()) {
+            (Ok((v, _)), true) if exact_read => {
+                cache.similar(&request.tenant, &probe, v, &scope).boxed()
+            }
+            (Ok((v, _)), _) => cache.lookup(&request.tenant, &probe, v, &scope).boxed(),
+            (Err(_), false) => cache.exact(&request.tenant, &probe, &scope).boxed(),
+            (Err(_), true) => async { Lookup::Miss }.boxed(),
+        };
+        let found = bounded(progress.deadline, found)
+            .await
+            .unwrap_or(Lookup::Miss);
+        add_ms(&mut progress.timings.cache_ms, started.elapsed());
+        match self.replay(request, progress, found) {
+            Some(events) => Round::Hit(events),
+            None => Round::Miss(CacheWrite {
+                cache: Arc::clone(cache),
+                probe,
+                scope,
+            }),
+        }
     }
 
     /// The scope an entry must have been made under to answer this request.
@@ -518,34 +511,35 @@ impl Pipeline {
             k: request.k,
         }
     }
+
     /// The events of a cache hit (`meta`, the cached tokens, `done`), or `None` on a miss.
     fn replay(
         &self,
         request: &AnswerRequest,
-        (request_id, session_id): (String, String),
+        progress: &mut Progress,
         found: Lookup,
-        timings: &mut Timings,
     ) -> Option<Vec<Event>> {
         let (entry, similarity) = match found {
             Lookup::Hit { entry, similarity } => (entry, similarity),
             Lookup::Miss => return None,
             Lookup::Failed(e) => {
-                warn!(tenant = %request.tenant, error = %e, "cache lookup failed; treated as a miss");
+                warn!(error = %e, "cache lookup failed; treated as a miss");
                 return None;
             }
         };
         info!(similarity, "answered from the cache");
         let answer = entry.answer;
+        let timings = &mut progress.timings;
         timings.ttft_ms = Some(ms(request.received.elapsed()));
         let mut events = Vec::with_capacity(answer.tokens.len() + 2);
         events.push(Event::Meta(Box::new(Meta {
-            request_id: request_id.clone(),
-            session_id: session_id.clone(),
+            request_id: progress.request_id.clone(),
+            session_id: progress.session_id.clone(),
             tenant: request.tenant.clone(),
             model_id: self.llm.model_id().to_string(),
             k: request.k,
             documents: answer.sources,
-            cache: "hit".into(),
+            cache: CacheState::Hit,
             degraded: Vec::new(),
             timings: timings.clone(),
             trace_id: request.trace.trace_id.clone(),
@@ -559,8 +553,8 @@ impl Pipeline {
         }));
         timings.total_ms = Some(ms(request.received.elapsed()));
         events.push(Event::Done(Box::new(Done {
-            request_id,
-            session_id,
+            request_id: progress.request_id.clone(),
+            session_id: progress.session_id.clone(),
             replica_id: self.replica_id.clone(),
             model_id: self.llm.model_id().to_string(),
             k: request.k,
@@ -574,16 +568,15 @@ impl Pipeline {
         Some(events)
     }
 
-    /// The query vector and the time it took, by the deadline; else the `meta.degraded`
-    /// reason.
+    /// Stage 2: the query vector and the time it took, by the deadline; else the reason.
     async fn embed_query(
         &self,
         request: &AnswerRequest,
         deadline: Deadline,
         timings: &mut Timings,
-    ) -> Result<(Vec<f32>, Duration), &'static str> {
+    ) -> Result<(Vec<f32>, Duration), Degraded> {
         if request.retrieval_deadline.is_zero() || Deadline::now() >= deadline {
-            return Err(degraded::RETRIEVAL_TIMEOUT);
+            return Err(Degraded::RetrievalTimeout);
         }
         let started = Instant::now();
         let embedder = Arc::clone(&self.embedder);
@@ -605,59 +598,59 @@ impl Pipeline {
             }
             Some(Ok(Err(e))) => {
                 warn!(error = %e, "embedding failed; answering without context");
-                Err(degraded::RETRIEVAL_FAILED)
+                Err(Degraded::RetrievalFailed)
             }
             Some(Err(e)) => {
                 warn!(error = %e, "embedding task failed; answering without context");
-                Err(degraded::RETRIEVAL_FAILED)
+                Err(Degraded::RetrievalFailed)
             }
             None => {
                 warn!(deadline = ?request.retrieval_deadline, "retrieval deadline passed while embedding; answering without context");
-                Err(degraded::RETRIEVAL_TIMEOUT)
+                Err(Degraded::RetrievalTimeout)
             }
         }
     }
 
-    /// Searches the store, then reranks with the tenant's component once `component` (read
-    /// beside the search when it was not needed before) has resolved, all by the deadline.
-    /// When the search fails returns the `meta.degraded` reason; a failed or late rerank keeps
-    /// the fused order (`rerank_failed`).
+    /// Stages 3-4: searches the store, then reranks with the tenant's component once
+    /// `component` (read beside the search when the cache did not need it first) has
+    /// resolved, all by the deadline. When the search fails returns the reason; a failed or
+    /// late rerank keeps the fused order (`rerank_failed`).
     async fn retrieve(
         &self,
         request: &AnswerRequest,
         vector: &[f32],
-        deadline: Deadline,
         mut component: ScopeRead<Component>,
-        timings: &mut Timings,
-        degraded: &mut Vec<String>,
-    ) -> Result<Vec<Hit>, &'static str> {
+        progress: &mut Progress,
+    ) -> Result<Vec<Hit>, Degraded> {
+        let deadline = progress.deadline;
         let started = Instant::now();
         let search = self
             .store
             .search(&request.tenant, &request.query, vector, request.k);
         let hits = match bounded(deadline, beside(search, &mut component)).await {
             Some(Ok(hits)) => hits,
-            Some(Err(StoreError::CircuitOpen)) => return Err(degraded::RETRIEVAL_CIRCUIT_OPEN),
+            Some(Err(StoreError::CircuitOpen)) => return Err(Degraded::RetrievalCircuitOpen),
             Some(Err(e)) => {
                 warn!(error = %e, "retrieval failed; answering without context");
-                return Err(degraded::RETRIEVAL_FAILED);
+                return Err(Degraded::RetrievalFailed);
             }
             None => {
                 warn!(deadline = ?request.retrieval_deadline, "retrieval deadline passed; answering without context");
-                return Err(degraded::RETRIEVAL_TIMEOUT);
+                return Err(Degraded::RetrievalTimeout);
             }
         };
-        timings.retrieve_ms = Some(ms(started.elapsed()));
+        progress.timings.retrieve_ms = Some(ms(started.elapsed()));
 
         (&mut component).await;
-        let Some(Some(active)) = take(&mut component, COMPONENT_READ, degraded) else {
+        let Some(Some(active)) = take(&mut component, COMPONENT_READ, &mut progress.degraded)
+        else {
             return Ok(hits);
         };
         if Deadline::now() >= deadline {
             warn!(
                 "the retrieval deadline passed before the rerank could start; keeping the fused order"
             );
-            degraded.push(degraded::RERANK_FAILED.to_string());
+            progress.degraded.push(Degraded::RerankFailed);
             return Ok(hits);
         }
         let started = Instant::now();
@@ -672,7 +665,7 @@ impl Pipeline {
             Some(Err(e)) => Err(format!("the rerank task failed: {e}")),
             None => Err("the retrieval deadline passed while it ran".to_string()),
         };
-        timings.rerank_ms = Some(ms(started.elapsed()));
+        progress.timings.rerank_ms = Some(ms(started.elapsed()));
         match outcome {
             Ok(order) => {
                 let mut slots: Vec<Option<Hit>> = hits.into_iter().map(Some).collect();
@@ -683,11 +676,72 @@ impl Pipeline {
             }
             Err(e) => {
                 warn!(error = %e, "rerank component failed; keeping the fused order");
-                degraded.push(degraded::RERANK_FAILED.to_string());
+                progress.degraded.push(Degraded::RerankFailed);
                 Ok(hits)
             }
         }
     }
+
+    /// Stage 5: the prompt under the token budget (the lowest-ranked sources go first).
+    fn prompt(&self, request: &AnswerRequest, hits: Vec<Hit>, progress: &mut Progress) -> Prompt {
+        let started = Instant::now();
+        let counter = |text: &str| self.embedder.count_tokens(text);
+        let budget = prompt::input_budget(
+            self.config.llm_context_tokens,
+            self.config.max_tokens as usize,
+        );
+        let prompt = prompt::assemble(&request.query, hits, budget, &counter);
+        if prompt.dropped > 0 {
+            progress.degraded.push(Degraded::ContextTruncated);
+        }
+        progress.timings.prompt_ms = Some(ms(started.elapsed()));
+        prompt
+    }
+
+    /// The `meta` event: the sources, the cache state and what was degraded, before
+    /// generation.
+    fn meta(
+        &self,
+        request: &AnswerRequest,
+        progress: &Progress,
+        documents: Vec<SourceDoc>,
+        cache: CacheState,
+        prompt: &Prompt,
+    ) -> Event {
+        Event::Meta(Box::new(Meta {
+            request_id: progress.request_id.clone(),
+            session_id: progress.session_id.clone(),
+            tenant: request.tenant.clone(),
+            model_id: self.llm.model_id().to_string(),
+            k: request.k,
+            documents,
+            cache,
+            degraded: progress.degraded.clone(),
+            timings: progress.timings.clone(),
+            trace_id: request.trace.trace_id.clone(),
+            prompt: request.include_prompt.then(|| PromptEcho {
+                messages: prompt.messages.clone(),
+                max_tokens: self.config.max_tokens,
+            }),
+        }))
+    }
+}
+
+/// What the exact read before the embedding gave: whether it ran, and a hit's events.
+#[derive(Default)]
+struct ExactRead {
+    exact_read: bool,
+    replay: Option<Vec<Event>>,
+}
+
+/// How the cache round after the embedding ended.
+enum Round {
+    /// The cached answer's events.
+    Hit(Vec<Event>),
+    /// Nothing fit: a complete answer is written under this.
+    Miss(CacheWrite),
+    /// The scope was not known in time: the cache is neither read nor written.
+    Skipped,
 }
 
 /// How a bounded read ended.
@@ -708,15 +762,15 @@ type Component = Option<Arc<dyn ActiveComponent>>;
 
 /// The `meta.degraded` reasons of a scope read that was late or failed, and what it is (for
 /// the log line).
-type Reasons = (&'static str, &'static str, &'static str);
+type Reasons = (Degraded, Degraded, &'static str);
 const VERSION_READ: Reasons = (
-    degraded::CORPUS_VERSION_TIMEOUT,
-    degraded::CORPUS_VERSION_FAILED,
+    Degraded::CorpusVersionTimeout,
+    Degraded::CorpusVersionFailed,
     "corpus version",
 );
 const COMPONENT_READ: Reasons = (
-    degraded::COMPONENT_TIMEOUT,
-    degraded::COMPONENT_FAILED,
+    Degraded::ComponentTimeout,
+    Degraded::ComponentFailed,
     "active rerank component",
 );
 
@@ -730,18 +784,18 @@ fn output<T>(read: &mut ScopeRead<T>) -> Option<&Read<T>> {
 fn take<T>(
     read: &mut ScopeRead<T>,
     (late, failed, what): Reasons,
-    degraded: &mut Vec<String>,
+    degraded: &mut Vec<Degraded>,
 ) -> Option<T> {
     match Pin::new(read).take_output() {
         Some(Read::Got(value)) => Some(value),
         Some(Read::Late) | None => {
             warn!("the {what} was not read in time; going on without it");
-            degraded.push(late.to_string());
+            degraded.push(late);
             None
         }
         Some(Read::Failed(e)) => {
             warn!(error = %e, "reading the {what} failed; going on without it");
-            degraded.push(failed.to_string());
+            degraded.push(failed);
             None
         }
     }
@@ -771,15 +825,6 @@ async fn beside<T>(main: impl Future<Output = T>, side: impl Future) -> T {
         main.as_mut().poll(cx)
     })
     .await
-}
-
-/// An `error` event that ends a stream from outside (retryable).
-fn closing(code: &str, message: &str) -> ErrorEvent {
-    ErrorEvent {
-        code: code.into(),
-        message: message.into(),
-        retryable: true,
-    }
 }
 
 /// `events` until `stop` resolves; a stream that has not ended by then gets `stop`'s closing
@@ -816,41 +861,6 @@ fn until(
     }
 }
 
-/// `events`, recorded in the metrics as they pass: how the answer ended (its closing event,
-/// with `meta`'s cache state, degraded reasons and timings, or `done`'s timings), or as
-/// `dropped` when the stream is dropped before its end (the client went away).
-fn observe(
-    events: impl Stream<Item = Event> + Send + 'static,
-    mut guard: AnswerGuard,
-    (tenant, request_id): (String, String),
-) -> impl Stream<Item = Event> + Send + 'static {
-    // What `meta` said: the cache state, degraded reasons and timings so far.
-    let mut meta: Option<(String, Vec<String>, Timings)> = None;
-    let mut tokens = 0;
-    events.inspect(move |event| {
-        let none = Timings::default();
-        let (cache, degraded, timings) = match &meta {
-            Some((cache, degraded, timings)) => (cache.as_str(), degraded.as_slice(), timings),
-            None => ("bypass", &[][..], &none),
-        };
-        let outcome = |timings, error| Outcome {
-            tenant: &tenant,
-            request_id: &request_id,
-            timings,
-            cache,
-            degraded,
-            tokens,
-            error,
-        };
-        match event {
-            Event::Meta(m) => meta = Some((m.cache.clone(), m.degraded.clone(), m.timings.clone())),
-            Event::Token(_) => tokens += 1,
-            Event::Done(d) => guard.finish(&outcome(&d.timings, None)),
-            Event::Error(e) => guard.finish(&outcome(timings, Some(&e.code))),
-        }
-    })
-}
-
 /// `events`, polled inside `span`, so that every log line of the answer carries its fields.
 fn in_span<S: Stream<Item = Event> + Send + 'static>(
     span: tracing::Span,
@@ -877,20 +887,16 @@ fn source_doc(hit: &Hit) -> SourceDoc {
 }
 
 /// The `error` event for an LLM failure; `mid_stream` when tokens were already sent.
-fn error_event(e: &LlmError, mid_stream: bool) -> ErrorEvent {
+fn llm_error(e: &LlmError, mid_stream: bool) -> ErrorEvent {
     let code = match e {
-        _ if mid_stream => "llm_stream_failed",
-        LlmError::Unavailable(_) => "llm_unavailable",
-        LlmError::Status { status, .. } if *status == 429 || *status >= 500 => "llm_unavailable",
-        LlmError::Status { .. } => "llm_rejected",
-        LlmError::Timeout(_) => "llm_timeout",
-        LlmError::Stream(_) => "llm_stream_failed",
+        _ if mid_stream => Code::LlmStreamFailed,
+        LlmError::Unavailable(_) => Code::LlmUnavailable,
+        LlmError::Status { status, .. } if *status == 429 || *status >= 500 => Code::LlmUnavailable,
+        LlmError::Status { .. } => Code::LlmRejected,
+        LlmError::Timeout(_) => Code::LlmTimeout,
+        LlmError::Stream(_) => Code::LlmStreamFailed,
     };
-    ErrorEvent {
-        code: code.into(),
-        message: e.to_string(),
-        retryable: e.retryable(),
-    }
+    ErrorEvent::new(code, e.to_string())
 }
 
 fn ms(d: Duration) -> f64 {
@@ -918,7 +924,7 @@ mod tests {
         let events = futures::stream::iter([token(0), token(1)]).chain(futures::stream::pending());
         let stop = async {
             tokio::time::sleep(Duration::from_millis(50)).await;
-            closing("deadline_exceeded", "time is up")
+            ErrorEvent::new(Code::DeadlineExceeded, "time is up")
         };
         let started = Instant::now();
         let out: Vec<Event> = until(events, stop).collect().await;
@@ -926,7 +932,7 @@ mod tests {
         assert_eq!(names(&out), ["token", "token", "error"]);
         match &out[2] {
             Event::Error(e) => {
-                assert_eq!(e.code, "deadline_exceeded");
+                assert_eq!(e.code, Code::DeadlineExceeded);
                 assert!(e.retryable);
             }
             other => panic!("{other:?}"),
@@ -935,11 +941,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_stream_that_ended_gets_nothing_added_and_is_polled_to_its_end() {
-        let closing_event = Event::Error(ErrorEvent {
-            code: "llm_unavailable".into(),
-            message: "x".into(),
-            retryable: true,
-        });
+        let closing_event = Event::Error(ErrorEvent::new(Code::LlmUnavailable, "x"));
         // After its closing event the stream still has work to finish (as the cache write),
         // during which the stop comes: the work finishes and no second ending is sent.
         let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -954,12 +956,12 @@ mod tests {
         );
         let stop = async {
             tokio::time::sleep(Duration::from_millis(20)).await;
-            closing("shutting_down", "bye")
+            ErrorEvent::new(Code::ShuttingDown, "bye")
         };
         let out: Vec<Event> = until(events, stop).collect().await;
         assert_eq!(names(&out), ["token", "error"]);
         if let Event::Error(e) = &out[1] {
-            assert_eq!(e.code, "llm_unavailable", "the stream's own ending kept");
+            assert_eq!(e.code, Code::LlmUnavailable, "the stream's own ending kept");
         }
         assert!(finished.load(std::sync::atomic::Ordering::SeqCst));
     }
@@ -996,6 +998,6 @@ mod tests {
         let mut late: ScopeRead<u64> = maybe_done(async { Read::Late }.boxed());
         (&mut late).await;
         assert_eq!(take(&mut late, COMPONENT_READ, &mut reasons), None);
-        assert_eq!(reasons, ["component_timeout"]);
+        assert_eq!(reasons, [Degraded::ComponentTimeout]);
     }
 }

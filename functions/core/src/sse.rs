@@ -4,6 +4,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::codes::{Code, Degraded};
+
 /// Stage timings in milliseconds; a stage that did not run is absent.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct Timings {
@@ -50,6 +52,30 @@ pub struct SourceDoc {
     pub snippet: String,
 }
 
+/// Where an answer stands with the cache (`meta.cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheState {
+    /// Answered from the cache.
+    Hit,
+    /// Looked up, not found (a failed or late lookup too): generated, and cached if complete.
+    Miss,
+    /// Not looked up: the request asked to skip it, the cache is off, or the tenant's corpus
+    /// version or component was not known in time.
+    Bypass,
+}
+
+impl CacheState {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheState::Hit => "hit",
+            CacheState::Miss => "miss",
+            CacheState::Bypass => "bypass",
+        }
+    }
+}
+
 /// First event of every stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Meta {
@@ -65,10 +91,10 @@ pub struct Meta {
     pub k: usize,
     /// Sources in the prompt, best first.
     pub documents: Vec<SourceDoc>,
-    /// `hit`, `miss` or `bypass` (no cache configured or the request asked to skip it).
-    pub cache: String,
+    /// Whether the answer came from the cache.
+    pub cache: CacheState,
     /// Why the answer is degraded (`retrieval_timeout`, `retrieval_failed`, …); empty when not.
-    pub degraded: Vec<String>,
+    pub degraded: Vec<Degraded>,
     /// Stage timings so far.
     pub timings: Timings,
     /// The W3C trace id of this answer (sent to the LLM in `traceparent`; in every log line).
@@ -130,11 +156,22 @@ pub struct Done {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorEvent {
     /// Stable machine-readable code, e.g. `llm_unavailable`.
-    pub code: String,
+    pub code: Code,
     /// What went wrong, for people.
     pub message: String,
     /// Whether sending the same request again may succeed.
     pub retryable: bool,
+}
+
+impl ErrorEvent {
+    /// An `error` event with `code` and its retryability.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            retryable: code.retryable(),
+        }
+    }
 }
 
 /// One SSE event.
@@ -172,11 +209,6 @@ impl Event {
         // These types hold only strings, numbers and lists: serialisation cannot fail.
         value.unwrap_or_else(|e| format!("{{\"code\":\"internal\",\"message\":\"{e}\"}}"))
     }
-
-    /// The event in wire format, ending with the blank line that terminates it.
-    pub fn to_sse(&self) -> String {
-        format!("event: {}\ndata: {}\n\n", self.name(), self.data())
-    }
 }
 
 #[cfg(test)]
@@ -184,18 +216,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn wire_format_is_one_event_line_and_one_json_data_line() {
+    fn the_data_is_one_json_object_whatever_the_text() {
         let e = Event::Token(Token {
             text: "hi\nthere".into(),
             index: 3,
         });
-        let wire = e.to_sse();
-        let lines: Vec<&str> = wire.trim_end().lines().collect();
-        assert_eq!(lines.len(), 2, "{wire:?}");
-        assert_eq!(lines[0], "event: token");
-        let data: Token = serde_json::from_str(lines[1].strip_prefix("data: ").unwrap()).unwrap();
-        assert_eq!(data.text, "hi\nthere");
-        assert!(wire.ends_with("\n\n"));
+        let data = e.data();
+        assert!(!data.contains('\n'), "{data:?}");
+        let back: Token = serde_json::from_str(&data).unwrap();
+        assert_eq!(back.text, "hi\nthere");
+        let error = Event::Error(ErrorEvent::new(Code::LlmTimeout, "slow"));
+        assert_eq!(
+            error.data(),
+            r#"{"code":"llm_timeout","message":"slow","retryable":true}"#
+        );
     }
 
     #[test]

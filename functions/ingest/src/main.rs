@@ -117,11 +117,12 @@ async fn ingest_uploads(
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    let pipeline = sluice_app::function("ingest")
+    let server = sluice_app::function("ingest")
         .await
         .context("building the pipeline")?;
+    let pipeline = Arc::clone(&server.pipeline);
     let documents = Arc::new(Documents::connect().await.context("S3 client")?);
-    let router = sluice_core::http::router(Arc::clone(&pipeline));
+    let router = sluice_http::router(server);
     let handler = lambda_runtime::service_fn(move |event: LambdaEvent<Value>| {
         let (pipeline, documents, router) = (pipeline.clone(), documents.clone(), router.clone());
         async move {

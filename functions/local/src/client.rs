@@ -17,7 +17,7 @@ const BATCH_BYTES: usize = 4 << 20;
 
 fn http() -> Result<reqwest::Client> {
     Ok(reqwest::Client::builder()
-        .default_headers(sluice_core::auth::client_headers())
+        .default_headers(sluice_http::client_headers())
         .connect_timeout(Duration::from_secs(3))
         // Between two reads of a response (a slow model may pause between tokens).
         .read_timeout(Duration::from_secs(120))

@@ -6,16 +6,17 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use axum::http::header;
 use axum::routing::get;
-use sluice_core::{Config, Pipeline};
+use sluice_core::Config;
+use sluice_http::Server;
 use tracing::info;
 
 /// The web page: one file, no build step; it talks to the API routes of the same server.
 const PAGE: &str = include_str!("../web/index.html");
 
-/// The core router, `GET /` (the page) and `GET /metrics`.
-pub fn router(pipeline: Arc<Pipeline>) -> axum::Router {
-    let metrics = pipeline.metrics.clone();
-    sluice_core::http::router(pipeline)
+/// The API's routes, `GET /` (the page) and `GET /metrics`.
+pub fn router(server: Arc<Server>) -> axum::Router {
+    let metrics = server.metrics.clone();
+    sluice_http::router(server)
         .route(
             "/",
             get(|| async {
@@ -36,7 +37,7 @@ pub fn router(pipeline: Arc<Pipeline>) -> axum::Router {
             "/metrics",
             get(move || {
                 let text = metrics.encode();
-                async move { ([(header::CONTENT_TYPE, sluice_core::metrics::CONTENT_TYPE)], text) }
+                async move { ([(header::CONTENT_TYPE, sluice_http::metrics::CONTENT_TYPE)], text) }
             }),
         )
 }
@@ -59,13 +60,12 @@ pub async fn run(config: Config) -> Result<()> {
     }
     let llm_url = config.llm_urls.join(",");
     let drain_timeout = config.drain_timeout;
-    let pipeline = sluice_app::pipeline(config).await?;
-    let pipeline = Arc::new(pipeline);
+    let server = Arc::new(sluice_app::server(config).await?);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
     info!(%addr, llm = %llm_url, "sluice serving");
-    let draining = Arc::clone(&pipeline);
+    let draining = Arc::clone(&server.pipeline);
     let signalled = async move {
         shutdown().await;
         info!(
@@ -78,8 +78,8 @@ pub async fn run(config: Config) -> Result<()> {
             draining.drain();
         });
     };
-    let router = sluice_core::http::only_hosts(router(pipeline), hosts);
-    sluice_core::http::serve(listener, router, signalled).await?;
+    let router = sluice_http::only_hosts(router(server), hosts);
+    sluice_http::serve(listener, router, signalled).await?;
     Ok(())
 }
 

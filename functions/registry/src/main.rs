@@ -11,10 +11,10 @@ use anyhow::Context;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    let pipeline = sluice_app::function("registry")
+    let server = sluice_app::function("registry")
         .await
         .context("building the pipeline")?;
-    if pipeline.config.component_bucket.is_none() {
+    if server.pipeline.config.component_bucket.is_none() {
         // The components would stay in this function's own /tmp, which no other function
         // sees: almost certainly a configuration mistake.
         tracing::warn!(
@@ -22,5 +22,5 @@ async fn main() -> Result<(), lambda_http::Error> {
              which the answer function cannot read"
         );
     }
-    lambda_http::run(sluice_core::http::router(pipeline)).await
+    lambda_http::run(sluice_http::router(server)).await
 }

@@ -8,14 +8,16 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use sluice_core::codes::Code;
+
 /// Past this many tenants in the table, idle ones (full bucket, no stream) are forgotten.
-const PRUNE_ABOVE: usize = crate::REMEMBERED_TENANTS;
+const PRUNE_ABOVE: usize = sluice_core::REMEMBERED_TENANTS;
 
 /// A request refused by a limit: answered 429 with `Retry-After`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limited {
     /// `rate_limited` or `too_many_streams`.
-    pub code: &'static str,
+    pub code: Code,
     /// What the limit is, for people.
     pub message: String,
     /// When a retry may succeed (whole seconds, at least 1, in the header).
@@ -89,7 +91,7 @@ impl Quotas {
         let open = tenants.get(tenant).map_or(0, |u| u.streams);
         if self.max_streams > 0 && open >= self.max_streams {
             return Err(Limited {
-                code: "too_many_streams",
+                code: Code::TooManyStreams,
                 message: format!(
                     "tenant {tenant} has {open} answers streaming; the limit is {}",
                     self.max_streams
@@ -131,7 +133,7 @@ impl Quotas {
         }
         let wait = (1.0 - tokens) / self.rate;
         Err(Limited {
-            code: "rate_limited",
+            code: Code::RateLimited,
             message: format!(
                 "tenant {tenant} is over its rate of {} requests per second (bursts of {})",
                 self.rate, self.burst
@@ -180,7 +182,7 @@ mod tests {
             q.request("acme").unwrap();
         }
         let e = q.request("acme").unwrap_err();
-        assert_eq!(e.code, "rate_limited");
+        assert_eq!(e.code, Code::RateLimited);
         assert_eq!(e.retry_after, Duration::from_secs(1));
         // Another tenant has its own bucket.
         q.request("globex").unwrap();
@@ -198,7 +200,7 @@ mod tests {
         let e = q.stream("acme").unwrap_err();
         assert_eq!(
             (e.code, e.retry_after),
-            ("too_many_streams", Duration::from_secs(1))
+            (Code::TooManyStreams, Duration::from_secs(1))
         );
         assert_eq!(q.open_streams("acme"), 2);
         let _other = q.stream("globex").unwrap();
@@ -217,7 +219,7 @@ mod tests {
         let _a = q.stream("acme").unwrap();
         let _b = q.stream("acme").unwrap();
         assert_eq!(q.open_streams("acme"), 2);
-        assert_eq!(q.request("acme").unwrap_err().code, "rate_limited");
+        assert_eq!(q.request("acme").unwrap_err().code, Code::RateLimited);
     }
 
     #[test]

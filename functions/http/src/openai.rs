@@ -30,12 +30,14 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use crate::auth::Permission;
-use crate::http::{
-    ApiError, StreamDeadline, admit, answer_request, open_answer, read_body, sse_response,
-};
-use crate::pipeline::Pipeline;
-use crate::sse::{Done, ErrorEvent, Event, Meta};
+use sluice_core::auth::Permission;
+use sluice_core::codes::Code;
+use sluice_core::sse::{Done, ErrorEvent, Event, Meta};
+
+use crate::admit::admit;
+use crate::answer::{AnswerBody, checked_request, open_answer, read_body, sse_response};
+use crate::error::ApiError;
+use crate::{Server, StreamDeadline};
 
 /// An error in OpenAI's shape, with the status and headers (`Retry-After`,
 /// `WWW-Authenticate`) of the Sluice error it stands for.
@@ -61,7 +63,7 @@ fn error_type(status: StatusCode) -> &'static str {
 
 impl IntoResponse for OpenAiError {
     fn into_response(self) -> Response {
-        let status = self.0.status;
+        let status = self.0.status();
         let body = json!({"error": {
             "message": self.0.message,
             "type": error_type(status),
@@ -84,9 +86,9 @@ struct ChatRequest {
     #[serde(default)]
     n: Option<u32>,
     /// Sluice's own options: `k`, `retrieval_deadline_ms`, `cache`, `session_id`,
-    /// `include_prompt`, as `POST /v1/answer` takes them.
+    /// `include_prompt`, as `POST /v1/answer` takes them (and checks them).
     #[serde(default)]
-    sluice: Option<serde_json::Map<String, Value>>,
+    sluice: Option<AnswerBody>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -126,18 +128,18 @@ impl Content {
     }
 }
 
-/// The question a chat request asks: its last user message, as an `/v1/answer` body (with the
-/// `sluice` options). Refuses what cannot be answered here.
-fn answer_body(bytes: &[u8]) -> Result<(ChatRequest, Vec<u8>), ApiError> {
-    let request: ChatRequest = serde_json::from_slice(bytes).map_err(|e| {
-        ApiError::bad_request(
-            "invalid_json",
+/// The question a chat request asks — its last user message — with the `sluice` options, as
+/// an `/v1/answer` body. Refuses what cannot be answered here.
+fn answer_body(bytes: &[u8]) -> Result<(ChatRequest, AnswerBody), ApiError> {
+    let mut request: ChatRequest = serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(
+            Code::InvalidJson,
             format!("request body is not a valid chat completion request: {e}"),
         )
     })?;
     if request.n.is_some_and(|n| n != 1) {
-        return Err(ApiError::bad_request(
-            "invalid_n",
+        return Err(ApiError::new(
+            Code::InvalidN,
             "\"n\" must be 1: Sluice gives one answer per request",
         ));
     }
@@ -149,21 +151,20 @@ fn answer_body(bytes: &[u8]) -> Result<(ChatRequest, Vec<u8>), ApiError> {
         .and_then(|m| m.content.as_ref())
         .map(Content::text)
         .ok_or_else(|| {
-            ApiError::bad_request(
-                "missing_query",
+            ApiError::new(
+                Code::MissingQuery,
                 "\"messages\" has no user message to answer",
             )
         })?;
-    let mut body = request.sluice.clone().unwrap_or_default();
-    if body.contains_key("query") {
-        return Err(ApiError::bad_request(
-            "invalid_json",
+    let mut body = request.sluice.take().unwrap_or_default();
+    if body.query.is_some() {
+        return Err(ApiError::new(
+            Code::InvalidJson,
             "\"sluice\" may not carry \"query\": the last user message is the question",
         ));
     }
-    body.insert("query".into(), Value::String(question));
-    let bytes = serde_json::to_vec(&body).unwrap_or_default();
-    Ok((request, bytes))
+    body.query = Some(question);
+    Ok((request, body))
 }
 
 /// Seconds since the epoch, for `created`.
@@ -198,28 +199,23 @@ fn stream_error(e: &ErrorEvent) -> Value {
 
 /// `POST /v1/chat/completions`.
 pub(crate) async fn chat_completions(
-    State(pipeline): State<Arc<Pipeline>>,
+    State(server): State<Arc<Server>>,
     deadline: Option<axum::Extension<StreamDeadline>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, OpenAiError> {
     let received = Instant::now();
-    let caller = admit(&pipeline, &headers, Permission::Answer).await?;
-    let bytes = read_body(body, pipeline.config.max_body_bytes).await?;
+    let config = &server.pipeline.config;
+    let caller = admit(&server, &headers, Permission::Answer).await?;
+    let bytes = read_body(body, config.max_body_bytes).await?;
     let (chat, answer) = answer_body(&bytes)?;
-    let request = answer_request(
-        &pipeline.config,
-        caller.tenant.clone(),
-        &headers,
-        &answer,
-        received,
-    )?;
-    let events = open_answer(&pipeline, &caller, deadline, request)?;
+    let request = checked_request(config, caller.tenant.clone(), &headers, answer, received)?;
+    let events = open_answer(&server, &caller, deadline, request)?;
     let created = now();
     if chat.stream {
         Ok(sse_response(
             stream_chunks(events, created),
-            pipeline.config.sse_keepalive,
+            config.sse_keepalive,
         ))
     } else {
         whole(events, created).await
@@ -291,19 +287,9 @@ async fn whole(
         match event {
             Event::Meta(m) => meta = Some(m),
             Event::Token(t) => text.push_str(&t.text),
-            Event::Error(e) => {
-                use StatusCode as S;
-                // The stream's code as a status (and a `'static` code for `ApiError`).
-                let (status, code) = match e.code.as_str() {
-                    "llm_timeout" => (S::GATEWAY_TIMEOUT, "llm_timeout"),
-                    "deadline_exceeded" => (S::GATEWAY_TIMEOUT, "deadline_exceeded"),
-                    "llm_unavailable" => (S::SERVICE_UNAVAILABLE, "llm_unavailable"),
-                    "shutting_down" => (S::SERVICE_UNAVAILABLE, "shutting_down"),
-                    "llm_rejected" => (S::BAD_GATEWAY, "llm_rejected"),
-                    _ => (S::BAD_GATEWAY, "llm_stream_failed"),
-                };
-                return Err(ApiError::new(status, code, e.message).into());
-            }
+            // The stream's code, with its status (504 for a timeout, 503 for an unavailable
+            // upstream or a server shutting down, 502 for an upstream that misbehaved).
+            Event::Error(e) => return Err(ApiError::new(e.code, e.message).into()),
             Event::Done(d) => {
                 let Some(m) = meta else { break };
                 // The stream ends once its cache write has finished (see `Pipeline::answer`):
@@ -326,24 +312,19 @@ async fn whole(
             }
         }
     }
-    Err(ApiError::new(
-        StatusCode::BAD_GATEWAY,
-        "llm_stream_failed",
-        "the answer ended without finishing",
-    )
-    .into())
+    Err(ApiError::new(Code::LlmStreamFailed, "the answer ended without finishing").into())
 }
 
 /// `GET /v1/models`.
 pub(crate) async fn models(
-    State(pipeline): State<Arc<Pipeline>>,
+    State(server): State<Arc<Server>>,
     headers: HeaderMap,
 ) -> Result<Response, OpenAiError> {
-    admit(&pipeline, &headers, Permission::Answer).await?;
+    admit(&server, &headers, Permission::Answer).await?;
     let mut response = Json(json!({
         "object": "list",
         "data": [{
-            "id": pipeline.llm.model_id(),
+            "id": server.pipeline.llm.model_id(),
             "object": "model",
             "created": 0,
             "owned_by": "sluice",

@@ -21,7 +21,9 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 use serde_json::{Map, Value, json};
 
-use crate::sse::Timings;
+use futures::{Stream, StreamExt};
+use sluice_core::codes::{Code, Degraded};
+use sluice_core::sse::{CacheState, Event, Timings};
 
 /// The content type of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -41,7 +43,7 @@ struct Ending {
     ending: &'static str,
 }
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct Code {
+struct Label {
     code: &'static str,
 }
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -70,14 +72,14 @@ pub struct Outcome<'a> {
     pub request_id: &'a str,
     /// Stage timings as sent in `done` (or as far as they got).
     pub timings: &'a Timings,
-    /// `hit`, `miss` or `bypass`.
-    pub cache: &'a str,
+    /// Whether the cache answered.
+    pub cache: CacheState,
     /// `meta.degraded`.
-    pub degraded: &'a [String],
+    pub degraded: &'a [Degraded],
     /// Token events sent.
     pub tokens: u64,
     /// The `error` event's code, when the stream ended with one.
-    pub error: Option<&'a str>,
+    pub error: Option<Code>,
 }
 
 /// The process's metrics; cheap to clone (one shared set).
@@ -90,7 +92,7 @@ struct Inner {
     registry: Registry,
     requests: Family<RouteLabels, Counter>,
     answers: Family<Ending, Counter>,
-    errors: Family<Code, Counter>,
+    errors: Family<Label, Counter>,
     stages: Family<Stage, Histogram>,
     cache: Family<Lookup, Counter>,
     degraded: Family<Reason, Counter>,
@@ -228,32 +230,39 @@ impl Metrics {
         let i = &self.inner;
         let ending = match (outcome.error, outcome.cache) {
             (Some(_), _) => "error",
-            (None, "hit") => "cached",
+            (None, CacheState::Hit) => "cached",
             (None, _) => "done",
         };
         i.answers.get_or_create(&Ending { ending }).inc();
         if let Some(code) = outcome.error {
-            i.errors.get_or_create(&Code { code: label(code) }).inc();
+            i.errors
+                .get_or_create(&Label {
+                    code: code.as_str(),
+                })
+                .inc();
         }
         for (name, value) in stages(outcome.timings) {
             i.stages
                 .get_or_create(&Stage { stage: name })
                 .observe(value / 1e3);
         }
-        let cache = match outcome.cache {
-            "hit" => "hit",
-            "miss" => "miss",
-            _ => "bypass",
-        };
-        i.cache.get_or_create(&Lookup { result: cache }).inc();
+        i.cache
+            .get_or_create(&Lookup {
+                result: outcome.cache.as_str(),
+            })
+            .inc();
         for reason in outcome.degraded {
             i.degraded
                 .get_or_create(&Reason {
-                    reason: label(reason),
+                    reason: reason.as_str(),
                 })
                 .inc();
         }
-        let source = if cache == "hit" { "cache" } else { "llm" };
+        let source = if outcome.cache == CacheState::Hit {
+            "cache"
+        } else {
+            "llm"
+        };
         i.tokens
             .get_or_create(&Source { source })
             .inc_by(outcome.tokens);
@@ -276,6 +285,48 @@ impl Metrics {
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.inner.registry);
         out
     }
+}
+
+/// `events` (an answer's), recorded in `metrics` as they pass: how the answer ended (its
+/// closing event, with `meta`'s cache state, degraded reasons and timings, or `done`'s
+/// timings), or as `dropped` when the stream is dropped before its end (the client went away).
+/// Label values come from fixed sets (the typed codes and reasons): a series per tenant or per
+/// free-form string would grow forever.
+pub fn observed(
+    metrics: &Metrics,
+    tenant: String,
+    events: impl Stream<Item = Event> + Send + 'static,
+) -> impl Stream<Item = Event> + Send + 'static {
+    let mut guard = metrics.stream_opened();
+    // What `meta` said: the cache state, degraded reasons and timings so far.
+    let mut meta: Option<(CacheState, Vec<Degraded>, Timings)> = None;
+    let mut request_id = String::new();
+    let mut tokens = 0;
+    events.inspect(move |event| {
+        let none = Timings::default();
+        let (cache, degraded, timings) = match &meta {
+            Some((cache, degraded, timings)) => (*cache, degraded.as_slice(), timings),
+            None => (CacheState::Bypass, &[][..], &none),
+        };
+        let outcome = |timings, error| Outcome {
+            tenant: &tenant,
+            request_id: &request_id,
+            timings,
+            cache,
+            degraded,
+            tokens,
+            error,
+        };
+        match event {
+            Event::Meta(m) => {
+                request_id = m.request_id.clone();
+                meta = Some((m.cache, m.degraded.clone(), m.timings.clone()));
+            }
+            Event::Token(_) => tokens += 1,
+            Event::Done(d) => guard.finish(&outcome(&d.timings, None)),
+            Event::Error(e) => guard.finish(&outcome(timings, Some(e.code))),
+        }
+    })
 }
 
 /// One open answer stream: keeps `active_streams` raised while it lives.
@@ -301,34 +352,6 @@ impl Drop for AnswerGuard {
             i.answers.get_or_create(&Ending { ending: "dropped" }).inc();
         }
     }
-}
-
-/// Label values must come from a fixed set (each new value is a new series kept forever):
-/// the codes and reasons this crate emits, anything else as `other`.
-fn label(value: &str) -> &'static str {
-    use crate::pipeline::degraded as d;
-    const KNOWN: &[&str] = &[
-        d::RETRIEVAL_TIMEOUT,
-        d::RETRIEVAL_FAILED,
-        d::CONTEXT_TRUNCATED,
-        d::RERANK_FAILED,
-        d::RETRIEVAL_CIRCUIT_OPEN,
-        d::CORPUS_VERSION_TIMEOUT,
-        d::CORPUS_VERSION_FAILED,
-        d::COMPONENT_TIMEOUT,
-        d::COMPONENT_FAILED,
-        "llm_unavailable",
-        "llm_rejected",
-        "llm_timeout",
-        "llm_stream_failed",
-        "deadline_exceeded",
-        "shutting_down",
-    ];
-    KNOWN
-        .iter()
-        .find(|k| **k == value)
-        .copied()
-        .unwrap_or("other")
 }
 
 /// The stages that ran, in milliseconds.
@@ -363,7 +386,7 @@ fn emf_line(function: &str, o: &Outcome<'_>) -> String {
     metric("tokens".into(), o.tokens as f64, "Count");
     metric(
         "cache_hit".into(),
-        f64::from(u8::from(o.cache == "hit")),
+        f64::from(u8::from(o.cache == CacheState::Hit)),
         "Count",
     );
     metric(
@@ -396,7 +419,7 @@ fn emf_line(function: &str, o: &Outcome<'_>) -> String {
     if let Value::Object(fields) = &mut line {
         fields.extend(values);
         if let Some(code) = o.error {
-            fields.insert("error_code".into(), json!(code));
+            fields.insert("error_code".into(), json!(code.as_str()));
         }
     }
     line.to_string()
@@ -425,12 +448,12 @@ fn resident_memory() -> Option<(i64, i64)> {
 mod tests {
     use super::*;
 
-    fn outcome<'a>(timings: &'a Timings, degraded: &'a [String]) -> Outcome<'a> {
+    fn outcome<'a>(timings: &'a Timings, degraded: &'a [Degraded]) -> Outcome<'a> {
         Outcome {
             tenant: "acme",
             request_id: "r1",
             timings,
-            cache: "miss",
+            cache: CacheState::Miss,
             degraded,
             tokens: 7,
             error: None,
@@ -445,7 +468,7 @@ mod tests {
             ttft_ms: Some(12.0),
             ..Timings::default()
         };
-        let degraded = vec!["retrieval_timeout".to_string(), "made-up".to_string()];
+        let degraded = vec![Degraded::RetrievalTimeout, Degraded::ComponentTimeout];
         let mut open = m.stream_opened();
         open.finish(&outcome(&timings, &degraded));
         open.finish(&outcome(&timings, &degraded));
@@ -456,7 +479,7 @@ mod tests {
             "sluice_answers_total{ending=\"done\"} 1",
             "sluice_cache_lookups_total{result=\"miss\"} 1",
             "sluice_degraded_answers_total{reason=\"retrieval_timeout\"} 1",
-            "sluice_degraded_answers_total{reason=\"other\"} 1",
+            "sluice_degraded_answers_total{reason=\"component_timeout\"} 1",
             "sluice_tokens_total{source=\"llm\"} 7",
             "sluice_stage_duration_seconds_count{stage=\"embed\"} 1",
             "sluice_http_requests_total{route=\"/v1/answer\",status=\"200\"} 1",

@@ -1,0 +1,305 @@
+//! Every code a client can see, in one place: the `code` of an error response or of an `error`
+//! event, and the reasons of `meta.degraded`. An error code carries its HTTP status (for an
+//! error response; a stream's code has one too, for the whole OpenAI completion that failed)
+//! and whether the same request may succeed if sent again. The wire name is the snake_case
+//! one, and it never changes: clients match on it.
+
+use std::fmt;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+/// Declares a code enum: each variant with its wire name (and, for [`Code`], status and
+/// retryability), the list of all of them, and the conversions to and from the wire.
+macro_rules! wire_names {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident { $( $(#[doc = $doc:expr])* $variant:ident = $wire:literal ),* $(,)? }
+    ) => {
+        $(#[$meta])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name { $( $(#[doc = $doc])* $variant ),* }
+
+        impl $name {
+            /// Every value, in the order of the declaration.
+            pub const ALL: &'static [$name] = &[ $($name::$variant),* ];
+
+            /// The wire name.
+            pub const fn as_str(self) -> &'static str {
+                match self { $($name::$variant => $wire),* }
+            }
+
+            /// The value with this wire name.
+            pub fn from_wire(name: &str) -> Option<Self> {
+                Self::ALL.iter().copied().find(|c| c.as_str() == name)
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl Serialize for $name {
+            fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+                s.serialize_str(self.as_str())
+            }
+        }
+
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+                let name = String::deserialize(d)?;
+                Self::from_wire(&name).ok_or_else(|| {
+                    serde::de::Error::custom(format!("unknown {}: {name:?}", stringify!($name)))
+                })
+            }
+        }
+    };
+}
+
+wire_names! {
+    /// The `code` of an error response (`{"error": {"code", "message"}}`) or `error` event.
+    pub enum Code {
+        /// Not JSON, a field of the wrong type, or an unknown field.
+        InvalidJson = "invalid_json",
+        /// `query` absent (or a chat request without a user message).
+        MissingQuery = "missing_query",
+        /// `query` blank.
+        EmptyQuery = "empty_query",
+        /// `query` over the length limit.
+        QueryTooLong = "query_too_long",
+        /// `k` not a whole number in range.
+        InvalidK = "invalid_k",
+        /// `retrieval_deadline_ms` out of range.
+        InvalidDeadline = "invalid_deadline",
+        /// `session_id` empty or too long.
+        InvalidSessionId = "invalid_session_id",
+        /// `cache` other than `auto` or `bypass`.
+        InvalidCache = "invalid_cache",
+        /// A document or file that cannot be ingested.
+        InvalidDocument = "invalid_document",
+        /// A bad `x-sluice-tenant` header.
+        InvalidTenant = "invalid_tenant",
+        /// An upload that is not an acceptable rerank component.
+        InvalidComponent = "invalid_component",
+        /// A chat completion asking for `n` other than 1.
+        InvalidN = "invalid_n",
+        /// The request body could not be read.
+        UnreadableBody = "unreadable_body",
+        /// Auth on and no API key.
+        MissingApiKey = "missing_api_key",
+        /// An API key that is not valid.
+        InvalidApiKey = "invalid_api_key",
+        /// `x-sluice-tenant` names another tenant than the key's.
+        ForbiddenTenant = "forbidden_tenant",
+        /// The key lacks the permission the request needs.
+        PermissionDenied = "permission_denied",
+        /// A browser's request from a page of another origin.
+        CrossOrigin = "cross_origin",
+        /// A `Host` the server does not answer to.
+        ForbiddenHost = "forbidden_host",
+        /// An unknown route.
+        NotFound = "not_found",
+        /// A component version the tenant does not have.
+        UnknownVersion = "unknown_version",
+        /// The answer cache is off.
+        CacheDisabled = "cache_disabled",
+        /// This deployment runs without tenant components.
+        ComponentsDisabled = "components_disabled",
+        /// A wrong method on a known route.
+        MethodNotAllowed = "method_not_allowed",
+        /// A body over its cap.
+        BodyTooLarge = "body_too_large",
+        /// An ingest over its documents or chunks limit.
+        IngestTooLarge = "ingest_too_large",
+        /// The tenant is over its request rate.
+        RateLimited = "rate_limited",
+        /// The tenant has too many answers streaming.
+        TooManyStreams = "too_many_streams",
+        /// The model or the store failed during an ingest.
+        IngestFailed = "ingest_failed",
+        /// The component storage failed.
+        StorageFailed = "storage_failed",
+        /// A bug: work that should not fail died.
+        Internal = "internal",
+        /// The answer cache cannot be reached.
+        CacheUnavailable = "cache_unavailable",
+        /// The API keys cannot be checked.
+        AuthUnavailable = "auth_unavailable",
+        /// The LLM refused the connection, or answered 429 or 5xx before the first token.
+        LlmUnavailable = "llm_unavailable",
+        /// The LLM refused the request (another 4xx).
+        LlmRejected = "llm_rejected",
+        /// No first token from the LLM in time.
+        LlmTimeout = "llm_timeout",
+        /// The LLM's stream broke, stalled, carried garbage or ended without a finish reason.
+        LlmStreamFailed = "llm_stream_failed",
+        /// The entry point's time limit came before the answer ended (Lambda).
+        DeadlineExceeded = "deadline_exceeded",
+        /// The server is shutting down and its drain time is up.
+        ShuttingDown = "shutting_down",
+    }
+}
+
+impl Code {
+    /// The HTTP status of an error response with this code.
+    pub const fn status(self) -> u16 {
+        use Code::*;
+        match self {
+            InvalidJson | MissingQuery | EmptyQuery | QueryTooLong | InvalidK | InvalidDeadline
+            | InvalidSessionId | InvalidCache | InvalidDocument | InvalidTenant
+            | InvalidComponent | InvalidN | UnreadableBody => 400,
+            MissingApiKey | InvalidApiKey => 401,
+            ForbiddenTenant | PermissionDenied | CrossOrigin | ForbiddenHost => 403,
+            NotFound | UnknownVersion | CacheDisabled | ComponentsDisabled => 404,
+            MethodNotAllowed => 405,
+            BodyTooLarge | IngestTooLarge => 413,
+            RateLimited | TooManyStreams => 429,
+            IngestFailed | StorageFailed | Internal => 500,
+            LlmRejected | LlmStreamFailed => 502,
+            CacheUnavailable | AuthUnavailable | LlmUnavailable | ShuttingDown => 503,
+            LlmTimeout | DeadlineExceeded => 504,
+        }
+    }
+
+    /// Whether sending the same request again may succeed.
+    pub const fn retryable(self) -> bool {
+        use Code::*;
+        matches!(
+            self,
+            RateLimited
+                | TooManyStreams
+                | CacheUnavailable
+                | AuthUnavailable
+                | LlmUnavailable
+                | LlmTimeout
+                | LlmStreamFailed
+                | DeadlineExceeded
+                | ShuttingDown
+        )
+    }
+}
+
+wire_names! {
+    /// Why an answer is not the full one (`meta.degraded`).
+    pub enum Degraded {
+        /// Embedding + retrieval did not finish within the retrieval deadline.
+        RetrievalTimeout = "retrieval_timeout",
+        /// Embedding or retrieval failed.
+        RetrievalFailed = "retrieval_failed",
+        /// The store's circuit breaker is open: retrieval was skipped without waiting.
+        RetrievalCircuitOpen = "retrieval_circuit_open",
+        /// Some sources were dropped to fit the prompt budget.
+        ContextTruncated = "context_truncated",
+        /// The tenant's rerank component failed (trap, limit, host budget, bad output) or ran
+        /// past the deadline: fused order kept.
+        RerankFailed = "rerank_failed",
+        /// The tenant's corpus version was not read in time: the cache was neither read nor
+        /// written (no entry could be proven fresh).
+        CorpusVersionTimeout = "corpus_version_timeout",
+        /// Reading the tenant's corpus version failed: the cache was neither read nor written.
+        CorpusVersionFailed = "corpus_version_failed",
+        /// The tenant's active rerank component was not known in time: fused order kept, the
+        /// cache neither read nor written.
+        ComponentTimeout = "component_timeout",
+        /// Looking up the tenant's active rerank component failed: fused order kept, the cache
+        /// neither read nor written.
+        ComponentFailed = "component_failed",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_names_are_unique_snake_case_and_round_trip() {
+        let names: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
+        let mut unique = names.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(unique.len(), names.len(), "a wire name twice");
+        for code in Code::ALL {
+            let name = code.as_str();
+            assert!(
+                name.bytes().all(|b| b.is_ascii_lowercase() || b == b'_'),
+                "{name}"
+            );
+            let json = serde_json::to_string(code).unwrap();
+            assert_eq!(json, format!("\"{name}\""));
+            assert_eq!(serde_json::from_str::<Code>(&json).unwrap(), *code);
+        }
+        for reason in Degraded::ALL {
+            let json = serde_json::to_string(reason).unwrap();
+            assert_eq!(serde_json::from_str::<Degraded>(&json).unwrap(), *reason);
+        }
+        assert!(serde_json::from_str::<Code>("\"made_up\"").is_err());
+    }
+
+    #[test]
+    fn statuses_are_client_errors_for_requests_and_server_errors_for_dependencies() {
+        assert_eq!(Code::InvalidJson.status(), 400);
+        assert_eq!(Code::RateLimited.status(), 429);
+        assert_eq!(Code::LlmTimeout.status(), 504);
+        for code in Code::ALL {
+            let status = code.status();
+            assert!((400..600).contains(&status), "{code}");
+            if code.retryable() {
+                assert!(
+                    status == 429 || status >= 500,
+                    "{code} is retryable at {status}"
+                );
+            }
+        }
+        assert!(!Code::LlmRejected.retryable());
+    }
+
+    /// The rows of the README's error table (`| status | code | when |`): each code with its
+    /// status, several codes in a row separated by ` / `.
+    fn readme_error_table() -> Vec<(String, u16)> {
+        let readme = include_str!("../../../README.md");
+        let table = readme
+            .split("### Errors")
+            .nth(1)
+            .expect("the README has an Errors section");
+        table
+            .lines()
+            .skip_while(|l| !l.starts_with("| status | code |"))
+            .skip(2)
+            .take_while(|l| l.starts_with('|'))
+            .flat_map(|row| {
+                let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+                let status: u16 = cells[1].parse().expect("a status in the first column");
+                cells[2]
+                    .split(" / ")
+                    .map(|c| (c.trim_matches('`').to_string(), status))
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_readme_error_table_lists_exactly_these_codes_with_their_statuses() {
+        let rows = readme_error_table();
+        let mut listed: Vec<&str> = rows.iter().map(|(c, _)| c.as_str()).collect();
+        listed.sort();
+        let mut declared: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
+        declared.sort();
+        assert_eq!(listed, declared, "README error table vs codes.rs");
+        for (name, status) in &rows {
+            let code = Code::from_wire(name).expect("declared");
+            assert_eq!(code.status(), *status, "{name}'s status in the README");
+        }
+    }
+
+    #[test]
+    fn the_readme_explains_every_degraded_reason() {
+        let readme = include_str!("../../../README.md");
+        for reason in Degraded::ALL {
+            assert!(
+                readme.contains(&format!("`{reason}`")),
+                "the README does not name the degraded reason {reason}"
+            );
+        }
+    }
+}

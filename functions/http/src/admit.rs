@@ -1,0 +1,217 @@
+//! Who is asking, and may they: every `/v1` route starts at [`admit`] — a browser's request
+//! from a page of another origin is refused, the caller is identified (by API key with auth
+//! on, by header with it off), and one request is taken from its tenant's rate.
+
+use std::time::Duration;
+
+use axum::http::{HeaderMap, header};
+use sluice_core::auth::{CLIENT_KEY_VAR, Permission, digest};
+use sluice_core::codes::Code;
+use sluice_core::config::valid_tenant;
+
+use crate::Server;
+use crate::error::ApiError;
+use crate::quota::Limited;
+
+/// The API key's header when `Authorization` is taken by a SigV4 signature.
+const KEY_HEADER: &str = "x-api-key";
+/// The header naming the tenant (with auth on, it must name the key's own).
+pub const TENANT_HEADER: &str = "x-sluice-tenant";
+
+/// Who is asking: the tenant, and whether it may see the assembled prompt.
+pub(crate) struct Caller {
+    pub(crate) tenant: String,
+    pub(crate) may_see_prompt: bool,
+}
+
+/// Admits a `/v1` request that needs `permission`, or says why not (every `/v1` route starts
+/// here): a browser's request from a page of another origin is refused (403 `cross_origin`);
+/// then the caller — with auth on, the tenant of its key (see the module docs for 401 and
+/// 403); with auth off, the `x-sluice-tenant` header, else the default tenant — and one
+/// request from its tenant's rate (429). An answer's stream slot is [`open_answer`]'s.
+pub(crate) async fn admit(
+    server: &Server,
+    headers: &HeaderMap,
+    permission: Permission,
+) -> Result<Caller, ApiError> {
+    if let Some(why) = cross_site(headers) {
+        tracing::warn!("{why}");
+        return Err(ApiError::new(Code::CrossOrigin, why));
+    }
+    let caller = identify(server, headers, permission).await?;
+    server
+        .quotas
+        .request(&caller.tenant)
+        .map_err(|l| limited(&caller.tenant, l))?;
+    Ok(caller)
+}
+
+/// Who is asking, by key or by header (see [`admit`]).
+async fn identify(
+    server: &Server,
+    headers: &HeaderMap,
+    permission: Permission,
+) -> Result<Caller, ApiError> {
+    let named = match headers.get(TENANT_HEADER) {
+        None => None,
+        Some(v) => match v.to_str() {
+            Ok(t) if valid_tenant(t) => Some(t.to_string()),
+            _ => {
+                return Err(ApiError::new(
+                    Code::InvalidTenant,
+                    format!(
+                        "{TENANT_HEADER} must be 1-64 characters of letters, digits, '-' or '_'"
+                    ),
+                ));
+            }
+        },
+    };
+    let Some(keys) = &server.keys else {
+        return Ok(Caller {
+            tenant: named.unwrap_or_else(|| server.default_tenant.clone()),
+            may_see_prompt: true,
+        });
+    };
+    let unauthorized = |code, message: &str| ApiError::new(code, message.to_string());
+    // `x-api-key` first: behind IAM auth (function URL, API Gateway) `Authorization` carries
+    // the caller's SigV4 signature, so the key travels in a header of its own.
+    let key = match (headers.get(KEY_HEADER), headers.get(header::AUTHORIZATION)) {
+        (Some(v), _) => v
+            .to_str()
+            .ok()
+            .map(str::trim)
+            .filter(|key| !key.is_empty())
+            .ok_or_else(|| unauthorized(Code::InvalidApiKey, "the x-api-key header is empty"))?,
+        (None, None) => {
+            return Err(unauthorized(
+                Code::MissingApiKey,
+                "this server needs an API key: send Authorization: Bearer <key> (or x-api-key: <key>)",
+            ));
+        }
+        (None, Some(v)) => v
+            .to_str()
+            .ok()
+            .and_then(|v| v.split_once(' '))
+            .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+            .map(|(_, key)| key.trim())
+            .filter(|key| !key.is_empty())
+            .ok_or_else(|| {
+                unauthorized(
+                    Code::InvalidApiKey,
+                    "the Authorization header must be Bearer <key>",
+                )
+            })?,
+    };
+    let principal = match keys.find(&digest(key)).await {
+        Ok(Some(p)) => p,
+        Ok(None) => {
+            return Err(unauthorized(
+                Code::InvalidApiKey,
+                "the API key is not valid",
+            ));
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "API key lookup failed");
+            return Err(ApiError {
+                retry_after: Some(Duration::from_secs(1)),
+                ..ApiError::new(
+                    Code::AuthUnavailable,
+                    "API keys cannot be checked right now; try again",
+                )
+            });
+        }
+    };
+    if let Some(named) = named
+        && named != principal.tenant
+    {
+        tracing::warn!(tenant = %principal.tenant, asked_for = %named, "a key asked for another tenant");
+        return Err(ApiError::new(
+            Code::ForbiddenTenant,
+            format!("this API key belongs to another tenant than {named:?}"),
+        ));
+    }
+    if !principal.may(permission) {
+        return Err(ApiError::new(
+            Code::PermissionDenied,
+            format!(
+                "this API key does not have the {:?} permission",
+                permission.name()
+            ),
+        ));
+    }
+    Ok(Caller {
+        may_see_prompt: principal.may(Permission::Prompt),
+        tenant: principal.tenant,
+    })
+}
+
+/// Why a request was sent by a web page of another origin than this server's, if it was:
+/// browsers name the page's origin in `Origin` (every `POST`, and cross-origin `fetch`), or
+/// at least say `Sec-Fetch-Site: cross-site`. Without this, any site the user visits could
+/// post a form to a local `sluice serve` with auth off and plant documents, switch components
+/// or burn LLM time (the body is read as JSON whatever its content type). Clients that are not
+/// browsers send neither header (curl, the CLI, SDKs); the page at `/` is same-origin.
+/// Same origin: `Origin`'s host and port are the request's `Host` (or `X-Forwarded-Host`, set
+/// by a proxy in front; a page cannot set it on a form post, nor on a cross-origin `fetch`
+/// without a preflight this server never grants).
+pub(crate) fn cross_site(headers: &HeaderMap) -> Option<String> {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return match headers.get("sec-fetch-site").and_then(|v| v.to_str().ok()) {
+            Some(site @ ("cross-site" | "same-site")) => Some(format!(
+                "requests from web pages of other sites are refused (Sec-Fetch-Site: {site})"
+            )),
+            _ => None,
+        };
+    };
+    let origin = origin.to_str().unwrap_or("(not text)");
+    let own = |name| headers.get_all(name).iter().filter_map(|v| v.to_str().ok());
+    let same = own(header::HOST)
+        .chain(own(axum::http::HeaderName::from_static("x-forwarded-host")))
+        .flat_map(|v| v.split(','))
+        .any(|host| same_origin(origin, host.trim()));
+    (!same)
+        .then(|| format!("requests from web pages of other origins are refused (Origin: {origin})"))
+}
+
+/// Whether the origin `scheme://host[:port]` is the one of a server reached as `host[:port]`
+/// (the port defaulting to the scheme's).
+fn same_origin(origin: &str, host: &str) -> bool {
+    let Some((scheme, authority)) = origin.split_once("://") else {
+        // `null` (a sandboxed frame, a file) and anything else is not this server.
+        return false;
+    };
+    let default = match scheme.to_ascii_lowercase().as_str() {
+        "http" => "80",
+        "https" => "443",
+        _ => return false,
+    };
+    let with_port = |a: &str| -> (String, String) {
+        let a = a.to_ascii_lowercase();
+        // `[::1]:8080`, `[::1]`, `name:8080`, `name`.
+        match a.rsplit_once(':') {
+            Some((h, p)) if !p.contains(']') && !h.is_empty() => (h.to_string(), p.to_string()),
+            _ => (a, default.to_string()),
+        }
+    };
+    !authority.contains('/') && with_port(authority) == with_port(host)
+}
+
+/// A 429, logged with the tenant.
+pub(crate) fn limited(tenant: &str, l: Limited) -> ApiError {
+    tracing::warn!(%tenant, code = %l.code, retry_after_s = l.retry_after.as_secs(), "request over a tenant limit");
+    ApiError::from(l)
+}
+
+/// Headers for a client of a Sluice server (the CLI, the load generator):
+/// `Authorization: Bearer $SLUICE_API_KEY` when the variable is set (and a valid header
+/// value), none otherwise.
+pub fn client_headers() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Ok(key) = std::env::var(CLIENT_KEY_VAR)
+        && let Ok(mut value) = axum::http::HeaderValue::from_str(&format!("Bearer {}", key.trim()))
+    {
+        value.set_sensitive(true);
+        headers.insert(header::AUTHORIZATION, value);
+    }
+    headers
+}

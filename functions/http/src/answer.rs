@@ -1,0 +1,318 @@
+//! `POST /v1/answer`: the request's rules, and the answer as `text/event-stream` — the
+//! pipeline's events, framed, counted in the metrics, with keep-alive comments while the
+//! stream is silent.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::Response;
+use futures::StreamExt;
+use serde::Deserialize;
+use sluice_core::auth::Permission;
+use sluice_core::codes::Code;
+use sluice_core::config::{Config, MAX_K, MAX_QUERY_CHARS};
+use sluice_core::pipeline::AnswerRequest;
+use sluice_core::sse::Event;
+use sluice_core::trace::TraceContext;
+
+use crate::admit::{Caller, admit, limited};
+use crate::error::ApiError;
+use crate::{Server, StreamDeadline};
+
+/// Longest accepted `session_id`.
+const MAX_SESSION_ID_CHARS: usize = 128;
+/// Largest accepted per-request retrieval deadline.
+const MAX_DEADLINE_MS: u64 = 60_000;
+
+/// Reads the whole body, refusing (413) more than `limit` bytes.
+pub(crate) async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let too_large = || {
+        ApiError::new(
+            Code::BodyTooLarge,
+            format!("request body is larger than {limit} bytes"),
+        )
+    };
+    axum::body::to_bytes(body, limit).await.map_err(|e| {
+        let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+        while let Some(s) = source {
+            if s.is::<http_body_util::LengthLimitError>() {
+                return too_large();
+            }
+            source = s.source();
+        }
+        ApiError::new(
+            Code::UnreadableBody,
+            format!("could not read the request body: {e}"),
+        )
+    })
+}
+
+/// Parses JSON, naming the problem (syntax, or a field of the wrong type) in the message.
+pub(crate) fn parse_json<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::new(
+            Code::InvalidJson,
+            format!("request body is not valid JSON for this route: {e}"),
+        )
+    })
+}
+
+/// The body of `POST /v1/answer` (and the `sluice` options of a chat completion).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct AnswerBody {
+    pub(crate) query: Option<String>,
+    k: Option<serde_json::Value>,
+    session_id: Option<String>,
+    retrieval_deadline_ms: Option<u64>,
+    cache: Option<String>,
+    #[serde(default)]
+    include_prompt: bool,
+}
+
+/// Parses and validates the body of `POST /v1/answer` (with its `Cache-Control` and
+/// `traceparent` headers) into a pipeline request for `tenant`; defaults from `config`.
+/// Request bodies are untrusted input: this is fuzzed (`fuzz/`).
+pub fn answer_request(
+    config: &Config,
+    tenant: String,
+    headers: &HeaderMap,
+    body: &[u8],
+    received: Instant,
+) -> Result<AnswerRequest, ApiError> {
+    let body: AnswerBody = parse_json(body)?;
+    checked_request(config, tenant, headers, body, received)
+}
+
+/// Checks an answer body already parsed (the answer route's, or a chat completion's question
+/// with its `sluice` options) into a pipeline request for `tenant`.
+pub(crate) fn checked_request(
+    config: &Config,
+    tenant: String,
+    headers: &HeaderMap,
+    body: AnswerBody,
+    received: Instant,
+) -> Result<AnswerRequest, ApiError> {
+    let query = body
+        .query
+        .ok_or_else(|| ApiError::new(Code::MissingQuery, "\"query\" is required"))?;
+    let query = query.trim().to_string();
+    if query.is_empty() {
+        return Err(ApiError::new(Code::EmptyQuery, "\"query\" is empty"));
+    }
+    let chars = query.chars().count();
+    if chars > MAX_QUERY_CHARS {
+        return Err(ApiError::new(
+            Code::QueryTooLong,
+            format!("\"query\" has {chars} characters; the limit is {MAX_QUERY_CHARS}"),
+        ));
+    }
+    let k = match body.k {
+        None => config.top_k,
+        Some(k) => match k.as_u64() {
+            Some(n) if (1..=MAX_K as u64).contains(&n) => n as usize,
+            _ => {
+                return Err(ApiError::new(
+                    Code::InvalidK,
+                    format!("\"k\" is {k}; it must be a whole number from 1 to {MAX_K}"),
+                ));
+            }
+        },
+    };
+    if let Some(s) = &body.session_id
+        && (s.is_empty() || s.chars().count() > MAX_SESSION_ID_CHARS)
+    {
+        return Err(ApiError::new(
+            Code::InvalidSessionId,
+            format!("\"session_id\" must have 1 to {MAX_SESSION_ID_CHARS} characters"),
+        ));
+    }
+    let retrieval_deadline = match body.retrieval_deadline_ms {
+        None => config.retrieval_deadline,
+        Some(ms) if ms <= MAX_DEADLINE_MS => Duration::from_millis(ms),
+        Some(ms) => {
+            return Err(ApiError::new(
+                Code::InvalidDeadline,
+                format!("\"retrieval_deadline_ms\" is {ms}; the limit is {MAX_DEADLINE_MS}"),
+            ));
+        }
+    };
+    let bypass_cache = match body.cache.as_deref() {
+        None | Some("auto") => no_cache(headers),
+        Some("bypass") => true,
+        Some(other) => {
+            return Err(ApiError::new(
+                Code::InvalidCache,
+                format!("\"cache\" is {other:?}; it must be \"auto\" or \"bypass\""),
+            ));
+        }
+    };
+    let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
+    Ok(AnswerRequest {
+        tenant,
+        query,
+        k,
+        session_id: body.session_id,
+        retrieval_deadline,
+        received,
+        bypass_cache,
+        trace: TraceContext::from_header(traceparent),
+        include_prompt: body.include_prompt,
+        ends_by: None,
+    })
+}
+
+/// Whether `Cache-Control` says `no-cache` or `no-store`: the request then neither reads
+/// nor writes the answer cache.
+pub(crate) fn no_cache(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(header::CACHE_CONTROL)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|d| d.trim().to_ascii_lowercase())
+        .any(|d| d == "no-cache" || d == "no-store")
+}
+
+pub(crate) async fn answer(
+    State(server): State<Arc<Server>>,
+    deadline: Option<axum::Extension<StreamDeadline>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let received = Instant::now();
+    let config = &server.pipeline.config;
+    let caller = admit(&server, &headers, Permission::Answer).await?;
+    let bytes = read_body(body, config.max_body_bytes).await?;
+    let request = answer_request(config, caller.tenant.clone(), &headers, &bytes, received)?;
+    let events = open_answer(&server, &caller, deadline, request)?;
+    Ok(sse_response(
+        events.map(|e| frame(&e)),
+        config.sse_keepalive,
+    ))
+}
+
+/// An event in SSE's wire format: an `event:` line, one `data:` line with its JSON, and the
+/// blank line that ends it.
+pub fn frame(event: &Event) -> String {
+    format!("event: {}\ndata: {}\n\n", event.name(), event.data())
+}
+
+/// Starts answering `request` for `caller` (the tenant's stream quota permitting): the
+/// pipeline's events — which end early, with a closing retryable `error`, when the server's
+/// drain time is up or the entry point's [`StreamDeadline`] comes — counted in the metrics as
+/// they pass. The stream holds the tenant's stream permit until it ends or is dropped.
+pub(crate) fn open_answer(
+    server: &Server,
+    caller: &Caller,
+    deadline: Option<axum::Extension<StreamDeadline>>,
+    request: AnswerRequest,
+) -> Result<futures::stream::BoxStream<'static, Event>, ApiError> {
+    if request.include_prompt && !caller.may_see_prompt {
+        return Err(ApiError::new(
+            Code::PermissionDenied,
+            "\"include_prompt\" needs an API key with the \"prompt\" permission",
+        ));
+    }
+    let permit = server
+        .quotas
+        .stream(&caller.tenant)
+        .map_err(|l| limited(&caller.tenant, l))?;
+    let request = AnswerRequest {
+        ends_by: deadline.map(|axum::Extension(StreamDeadline(at))| at),
+        ..request
+    };
+    Ok(answer_stream(server, request)
+        .map(move |e| {
+            let _held = &permit;
+            e
+        })
+        .boxed())
+}
+
+/// The pipeline's answer to `request`, counted in `server`'s metrics as it passes: what every
+/// entry point serves (no quota is taken here; [`open_answer`] does that for the routes).
+pub fn answer_stream(
+    server: &Server,
+    request: AnswerRequest,
+) -> impl futures::Stream<Item = Event> + Send + 'static {
+    let tenant = request.tenant.clone();
+    crate::metrics::observed(&server.metrics, tenant, server.pipeline.answer(request))
+}
+
+/// A `text/event-stream` response of already-framed events, passed on as they come. After
+/// `keepalive` without an event (a loaded fleet can take seconds to its first token) an SSE
+/// comment line goes out, which clients ignore, so that proxies and load balancers with idle
+/// timeouts do not cut the stream; zero sends none.
+pub(crate) fn sse_response(
+    events: impl futures::Stream<Item = String> + Send + 'static,
+    keepalive: Duration,
+) -> Response {
+    let events = kept_alive(events, keepalive);
+    let body = events.map(|e| Ok::<_, Infallible>(Bytes::from(e)));
+    let mut response = Response::new(Body::from_stream(body));
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream"),
+    );
+    headers.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-cache"));
+    // Tell buffering proxies (nginx and the like) to pass events through at once.
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}
+
+/// The SSE comment line of [`sse_response`]'s keep-alive.
+pub const KEEPALIVE: &str = ": keep-alive\n\n";
+
+/// `events`, with [`KEEPALIVE`] after every `every` of silence (none when zero).
+fn kept_alive(
+    events: impl futures::Stream<Item = String> + Send + 'static,
+    every: Duration,
+) -> futures::stream::BoxStream<'static, String> {
+    if every.is_zero() {
+        return events.boxed();
+    }
+    async_stream::stream! {
+        let mut events = std::pin::pin!(events);
+        loop {
+            // Waiting for the next event may stop at any time: nothing is lost.
+            match tokio::time::timeout(every, events.next()).await {
+                Ok(Some(event)) => yield event,
+                Ok(None) => break,
+                Err(_) => yield KEEPALIVE.to_string(),
+            }
+        }
+    }
+    .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sluice_core::sse::{ErrorEvent, Token};
+
+    #[test]
+    fn an_event_is_one_event_line_one_json_data_line_and_a_blank_line() {
+        let e = Event::Token(Token {
+            text: "hi\nthere".into(),
+            index: 3,
+        });
+        let wire = frame(&e);
+        assert!(wire.ends_with("\n\n"));
+        let lines: Vec<&str> = wire.trim_end().lines().collect();
+        assert_eq!(lines.len(), 2, "{wire:?}");
+        assert_eq!(lines[0], "event: token");
+        let data: Token = serde_json::from_str(lines[1].strip_prefix("data: ").unwrap()).unwrap();
+        assert_eq!(data.text, "hi\nthere");
+        let error = frame(&Event::Error(ErrorEvent::new(Code::ShuttingDown, "bye")));
+        assert_eq!(
+            error,
+            "event: error\ndata: {\"code\":\"shutting_down\",\"message\":\"bye\",\"retryable\":true}\n\n"
+        );
+    }
+}

@@ -1,0 +1,104 @@
+//! `/v1/components/rerank`: a tenant's rerank components — upload, activate, list,
+//! deactivate — through the registry, on the blocking pool.
+
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
+use serde_json::json;
+use sluice_core::auth::Permission;
+use sluice_core::codes::Code;
+use sluice_core::stages::{ComponentError, Components};
+
+use crate::Server;
+use crate::admit::admit;
+use crate::answer::{parse_json, read_body};
+use crate::error::ApiError;
+
+/// Largest component upload.
+const MAX_COMPONENT_BYTES: usize = 2 << 20;
+
+/// The registry, or 404 when this deployment runs without tenant components.
+fn components(server: &Server) -> Result<Arc<dyn Components>, ApiError> {
+    server.components.clone().ok_or_else(|| {
+        ApiError::new(
+            Code::ComponentsDisabled,
+            "this server runs without tenant rerank components",
+        )
+    })
+}
+
+/// Runs registry work (compilation, file I/O) on the blocking pool.
+async fn registry<T: Send + 'static>(
+    server: &Server,
+    work: impl FnOnce(&dyn Components) -> Result<T, ComponentError> + Send + 'static,
+) -> Result<T, ApiError> {
+    let registry = components(server)?;
+    tokio::task::spawn_blocking(move || work(registry.as_ref()))
+        .await
+        .map_err(|e| ApiError::new(Code::Internal, e.to_string()))?
+        .map_err(ApiError::from)
+}
+
+pub(crate) async fn upload_component(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let tenant = admit(&server, &headers, Permission::Components)
+        .await?
+        .tenant;
+    let bytes = read_body(body, MAX_COMPONENT_BYTES).await?;
+    let version = registry(&server, move |r| r.upload(&tenant, &bytes)).await?;
+    Ok((StatusCode::CREATED, Json(version)).into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct ActivateBody {
+    version: String,
+}
+
+pub(crate) async fn activate_component(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let tenant = admit(&server, &headers, Permission::Components)
+        .await?
+        .tenant;
+    let bytes = read_body(body, server.pipeline.config.max_body_bytes).await?;
+    let body: ActivateBody = parse_json(&bytes)?;
+    let version = registry(&server, move |r| r.activate(&tenant, &body.version)).await?;
+    Ok(Json(version).into_response())
+}
+
+pub(crate) async fn list_components(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = admit(&server, &headers, Permission::Components)
+        .await?
+        .tenant;
+    let versions = registry(&server, move |r| r.list(&tenant)).await?;
+    let active = versions
+        .iter()
+        .find(|v| v.active)
+        .map(|v| v.version.clone());
+    Ok(Json(json!({ "versions": versions, "active": active })).into_response())
+}
+
+pub(crate) async fn deactivate_component(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = admit(&server, &headers, Permission::Components)
+        .await?
+        .tenant;
+    registry(&server, move |r| r.deactivate(&tenant)).await?;
+    Ok(Json(json!({ "active": null })).into_response())
+}

@@ -1,0 +1,82 @@
+//! Errors as clients see them: `{"error": {"code", "message"}}` with the code's status.
+
+use std::time::Duration;
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+use sluice_core::codes::Code;
+use sluice_core::stages::ComponentError;
+
+use crate::quota::Limited;
+
+/// An error answered as `{"error": {"code", "message"}}`, with the status of its code.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApiError {
+    /// Stable machine-readable code; it decides the status.
+    pub code: Code,
+    /// What is wrong, for people.
+    pub message: String,
+    /// When to try again (`Retry-After`, whole seconds), for 429 and 503.
+    pub retry_after: Option<Duration>,
+}
+
+impl ApiError {
+    /// An error with `code`'s status.
+    pub fn new(code: Code, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            retry_after: None,
+        }
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        StatusCode::from_u16(self.code.status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let mut response = (status, Json(body)).into_response();
+        let headers = response.headers_mut();
+        if let Some(after) = self.retry_after {
+            let secs = after.as_secs_f64().ceil().max(1.0) as u64;
+            headers.insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static("Bearer realm=\"sluice\""),
+            );
+        }
+        response
+    }
+}
+
+impl From<Limited> for ApiError {
+    fn from(l: Limited) -> Self {
+        Self {
+            retry_after: Some(l.retry_after),
+            ..Self::new(l.code, l.message)
+        }
+    }
+}
+
+impl From<ComponentError> for ApiError {
+    fn from(e: ComponentError) -> Self {
+        match e {
+            ComponentError::Invalid(m) => ApiError::new(Code::InvalidComponent, m),
+            ComponentError::TooLarge(m) => ApiError::new(Code::BodyTooLarge, m),
+            ComponentError::NotFound(m) => ApiError::new(Code::UnknownVersion, m),
+            ComponentError::Storage(m) => {
+                tracing::error!(error = %m, "component storage failed");
+                ApiError::new(Code::StorageFailed, m)
+            }
+        }
+    }
+}
