@@ -7,13 +7,17 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use libfuzzer_sys::fuzz_target;
-use sluice_core::Config;
-use sluice_core::config::{MAX_K, MAX_QUERY_CHARS};
+use sluice_core::config::{AnswerConfig, MAX_K, MAX_QUERY_CHARS};
 use sluice_core::ingest::{MAX_ID_CHARS, parse_file, validate};
+use sluice_core::{Config, Tenant};
 
-fn config() -> &'static Config {
-    static CONFIG: OnceLock<Config> = OnceLock::new();
-    CONFIG.get_or_init(|| Config::from_lookup(|_| None).expect("default configuration"))
+fn config() -> &'static AnswerConfig {
+    static CONFIG: OnceLock<AnswerConfig> = OnceLock::new();
+    CONFIG.get_or_init(|| {
+        Config::from_lookup(|_| None)
+            .expect("default configuration")
+            .answer
+    })
 }
 
 const FILES: [&str; 5] = ["a.json", "a.jsonl", "a.md", "a.txt", "a.pdf"];
@@ -33,7 +37,11 @@ fuzz_target!(|data: &[u8]| {
         };
         body = after;
         if let Ok(value) = http::HeaderValue::from_bytes(line) {
-            let name = if selector & 0x40 != 0 { "cache-control" } else { "traceparent" };
+            let name = if selector & 0x40 != 0 {
+                "cache-control"
+            } else {
+                "traceparent"
+            };
             headers.insert(name, value);
         }
     }
@@ -43,7 +51,7 @@ fuzz_target!(|data: &[u8]| {
         0 => {
             if let Ok(r) = sluice_http::answer_request(
                 config(),
-                "t".into(),
+                Tenant::new("t").expect("a valid tenant"),
                 &headers,
                 rest,
                 Instant::now(),

@@ -13,7 +13,12 @@ fuzz_target!(|data: &[u8]| {
     let n = usize::from(n % 64);
     let scored: Vec<(u32, f32)> = rest
         .chunks_exact(5)
-        .map(|c| (u32::from(c[0]), f32::from_le_bytes([c[1], c[2], c[3], c[4]])))
+        .map(|c| {
+            (
+                u32::from(c[0]),
+                f32::from_le_bytes([c[1], c[2], c[3], c[4]]),
+            )
+        })
         .collect();
     if let Ok(order) = rerank_order(&scored, n) {
         let mut seen = vec![false; n];

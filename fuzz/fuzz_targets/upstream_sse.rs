@@ -5,8 +5,8 @@
 //! that ends is either a finish or an error, never a silent truncation.
 #![no_main]
 
-use futures::StreamExt;
 use eventsource_stream::Eventsource;
+use futures::StreamExt;
 use libfuzzer_sys::fuzz_target;
 use sluice_core::stages::LlmEvent;
 use sluice_llm::ChunkParser;

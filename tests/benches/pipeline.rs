@@ -8,6 +8,7 @@
 //! the first `token` event: exact repeats, paraphrases (which need the query embedding), and
 //! the same questions with the cache bypassed for comparison.
 
+use sluice_testkit::tenant;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -66,8 +67,10 @@ fn bench(c: &mut Criterion) {
     let store: Arc<dyn Store> =
         Arc::new(EdgeStore::open(&config.data_dir, sluice_embed::DIM).unwrap());
     let llm = Arc::new(Stopwatch(Mutex::new(None)));
+    let ingest =
+        sluice_core::Ingest::new(config.ingest.clone(), sluice_tests::model(), store.clone());
     let pipeline = Arc::new(Pipeline::new(
-        config,
+        config.answer,
         sluice_tests::model(),
         store,
         llm.clone(),
@@ -91,13 +94,13 @@ fn bench(c: &mut Criterion) {
                 all.push(d);
             }
         }
-        pipeline.ingest("default", all).await.unwrap();
+        ingest.ingest(&tenant("default"), all).await.unwrap();
     });
 
     let stages: Mutex<Vec<Timings>> = Mutex::new(Vec::new());
     let overhead = |i: usize| -> Duration {
         let request = AnswerRequest {
-            tenant: "default".into(),
+            tenant: tenant("default"),
             query: QUERIES[i % QUERIES.len()].into(),
             k: 5,
             session_id: None,
@@ -182,12 +185,15 @@ fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
         Arc::new(EdgeStore::open(&config.data_dir, sluice_embed::DIM).unwrap());
     let cache = SemanticCache::new(
         Arc::new(MemoryCache::new(10_000)),
-        CacheSettings::from_config(&config),
+        CacheSettings::from_config(&config.cache),
         sluice_embed::DIM,
     );
-    let pipeline =
-        Pipeline::new(config, sluice_tests::model(), store, llm).with_cache(Arc::new(cache));
-    let pipeline = Arc::new(pipeline);
+    let ingest =
+        sluice_core::Ingest::new(config.ingest.clone(), sluice_tests::model(), store.clone());
+    let pipeline = Pipeline::new(config.answer.clone(), sluice_tests::model(), store, llm)
+        .with_cache(Arc::new(cache));
+    let server = sluice_http::Server::new(&config.limits, &config.server, &config.auth)
+        .with_answers(Arc::new(pipeline));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (url, server) = runtime.block_on(async {
         let mut docs = Vec::new();
@@ -198,7 +204,7 @@ fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
                 sluice_core::ingest::parse_file(&name, &std::fs::read(&p).unwrap()).unwrap(),
             );
         }
-        pipeline.ingest("default", docs).await.unwrap();
+        ingest.ingest(&tenant("default"), docs).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/v1/answer", listener.local_addr().unwrap());
         let shutdown = async {
@@ -206,7 +212,7 @@ fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
         };
         let server = tokio::spawn(sluice_http::serve(
             listener,
-            sluice_http::router(Arc::new(sluice_http::Server::new(Arc::clone(&pipeline)))),
+            sluice_http::router(Arc::new(server)),
             shutdown,
         ));
         (url, server)

@@ -10,15 +10,13 @@ use std::time::{Duration, Instant};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use sluice_core::auth::KeyStore;
-use sluice_core::cache::{CacheEntry, CacheStore};
-use sluice_core::error::{CacheError, StoreError};
-use sluice_core::stages::Components;
-use sluice_core::stages::{DocumentInfo, Embedder, Hit, Llm, Store, StoredChunk};
-use sluice_core::{Config, Pipeline};
+use sluice_core::cache::CacheStore;
+use sluice_core::stages::Store;
+use sluice_core::{Config, Pipeline, Tenant};
 use sluice_embed::MiniLm;
 use sluice_http::Server;
-use sluice_llm::OpenAiClient;
+
+pub use sluice_testkit::{BrokenCache, BrokenKeys, SlowComponents, Troubled, tenant};
 
 pub mod aws;
 pub mod lambda;
@@ -33,7 +31,7 @@ pub fn llm_url() -> String {
 
 /// A fresh DynamoDB cache table on the emulator `make test` starts (named by the standard
 /// `AWS_ENDPOINT_URL_DYNAMODB`), for `config`'s `SLUICE_CACHE_TABLE`.
-pub async fn dynamodb(config: &Config) -> sluice_cache::DynamoCache {
+pub async fn dynamodb(config: &sluice_core::config::CacheConfig) -> sluice_cache::DynamoCache {
     assert!(
         std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_some(),
         "AWS_ENDPOINT_URL_DYNAMODB is not set: run the tests with `make test`, which starts the DynamoDB emulator"
@@ -64,38 +62,6 @@ pub fn samples_dir() -> PathBuf {
 /// The sandbox's well-behaved test component (`functions/sandbox/tests/reverse.wat`): it
 /// reverses the fused order.
 pub const REVERSE: &str = include_str!("../../functions/sandbox/tests/reverse.wat");
-
-/// Every `/v1` route, each with a body it would accept: method, path, body.
-pub fn v1_routes() -> Vec<(reqwest::Method, &'static str, Vec<u8>)> {
-    use reqwest::Method;
-    vec![
-        (Method::POST, "/v1/answer", br#"{"query":"x"}"#.to_vec()),
-        (
-            Method::POST,
-            "/v1/documents",
-            br#"{"documents":[{"id":"a","text":"x"}]}"#.to_vec(),
-        ),
-        (
-            Method::PUT,
-            "/v1/components/rerank",
-            REVERSE.as_bytes().to_vec(),
-        ),
-        (
-            Method::POST,
-            "/v1/components/rerank/activate",
-            br#"{"version":"v"}"#.to_vec(),
-        ),
-        (Method::GET, "/v1/components/rerank", Vec::new()),
-        (Method::DELETE, "/v1/components/rerank", Vec::new()),
-        (Method::DELETE, "/v1/cache", Vec::new()),
-        (
-            Method::POST,
-            "/v1/chat/completions",
-            br#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#.to_vec(),
-        ),
-        (Method::GET, "/v1/models", Vec::new()),
-    ]
-}
 
 /// `method {base}{path}` with `headers` and `body`: status, response headers and the JSON
 /// body (Null when it is not JSON).
@@ -157,7 +123,7 @@ pub fn key_file(
             let record = KeyRecord {
                 hash: digest(&key),
                 principal: Principal {
-                    tenant: tenant.to_string(),
+                    tenant: Tenant::new(tenant).expect("a tenant"),
                     permissions: permissions.to_vec(),
                 },
                 name: None,
@@ -176,8 +142,10 @@ pub struct TestServer {
     pub url: String,
     /// What the router serves (its metrics, quotas and registry).
     pub server: Arc<Server>,
-    /// The pipeline behind the router (`server.pipeline`).
+    /// The pipeline behind the router (`server.answers`).
     pub pipeline: Arc<Pipeline>,
+    /// The document ingestion behind the router (`server.ingest`).
+    pub ingest: Arc<sluice_core::Ingest>,
     /// Dropped (or sent) to begin a graceful shutdown.
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<()>,
@@ -204,7 +172,7 @@ pub async fn start_with(
     overrides: &[(&str, &str)],
     wrap_store: impl FnOnce(Arc<dyn Store>) -> Arc<dyn Store>,
 ) -> TestServer {
-    start_adjusted(overrides, |p| p.store = wrap_store(Arc::clone(&p.store))).await
+    start_adjusted(overrides, |p| p.store = p.store.take().map(wrap_store)).await
 }
 
 /// Starts a server with the real stages and the answer cache over `cache` (a test double).
@@ -215,92 +183,60 @@ pub async fn start_with_cache(
     start_adjusted(overrides, |p| {
         p.cache = Some(Arc::new(sluice_core::cache::SemanticCache::new(
             cache,
-            sluice_core::cache::CacheSettings::from_config(&p.config),
+            sluice_core::cache::CacheSettings::from_config(&p.config.cache),
             sluice_embed::DIM,
         )))
     })
     .await
 }
 
-/// What a test server is built from, before it starts: the pipeline (reached through this, as
-/// `p.store`, `p.cache`, …), and what the wire adds around it.
-pub struct Parts {
-    /// The answer path.
-    pub pipeline: Pipeline,
-    /// The registry behind `/v1/components/rerank`.
-    pub components: Option<Arc<dyn Components>>,
-    /// API keys (auth on), or none.
-    pub keys: Option<Arc<dyn KeyStore>>,
-}
-
-impl std::ops::Deref for Parts {
-    type Target = Pipeline;
-    fn deref(&self) -> &Pipeline {
-        &self.pipeline
-    }
-}
-
-impl std::ops::DerefMut for Parts {
-    fn deref_mut(&mut self) -> &mut Pipeline {
-        &mut self.pipeline
-    }
-}
+pub use sluice_app::Parts;
 
 /// Starts a server with the real stages — the model, a Qdrant Edge store in a fresh folder,
 /// the LLM client, the component registry (in `<data>/components`), the answer cache and the
-/// API keys as the configuration says — after `adjust` has had its way with them (test
-/// doubles in place of stages, a stage taken away).
+/// API keys as the configuration says, built by `sluice-app` as `sluice serve` builds them —
+/// after `adjust` has had its way with them (test doubles in place of stages, a stage taken
+/// away).
 pub async fn start_adjusted(
     overrides: &[(&str, &str)],
     adjust: impl FnOnce(&mut Parts),
 ) -> TestServer {
     let data = tempfile::tempdir().expect("temp dir");
     let config = config(data.path(), overrides);
-    let embedder: Arc<dyn Embedder> = model();
-    let store = sluice_retrieve::open(&config, sluice_embed::DIM).expect("store");
-    let llm: Arc<dyn Llm> = Arc::new(OpenAiClient::from_config(&config).expect("llm client"));
-    let registry = Arc::new(
-        sluice_sandbox::Registry::from_config(
-            &config,
-            Arc::clone(&embedder),
-            Arc::new(
-                sluice_sandbox::Disk::open(&config.data_dir.join("components"))
-                    .expect("component folder"),
-            ),
-        )
-        .expect("registry"),
-    );
-    let cache = sluice_cache::build(&config, sluice_embed::DIM)
+    let mut parts = sluice_app::parts(config, sluice_app::Role::All, Some(model()))
         .await
-        .expect("answer cache");
-    let keys = sluice_core::auth::file_keys(&config)
-        .expect("API key file")
-        .map(|k| Arc::new(k) as Arc<dyn KeyStore>);
-    let mut pipeline = Pipeline::new(config, embedder, store, llm).with_reranker(registry.clone());
-    if let Some(cache) = cache {
-        pipeline = pipeline.with_cache(cache);
-    }
-    let mut parts = Parts {
-        pipeline,
-        components: Some(registry),
-        keys,
-    };
+        .expect("the server's parts");
     adjust(&mut parts);
-    let Parts {
-        pipeline,
-        components,
-        keys,
-    } = parts;
-    let mut server = Server::new(Arc::new(pipeline));
-    server.components = components;
-    server.keys = keys;
-    serve(server, data).await
+    serve(parts.into_server(), data).await
+}
+
+/// Ingests `documents` for `tenant` into the Qdrant Edge store in the folder `data`, as the
+/// ingest function would, and closes the store: the corpus of a function started on that
+/// folder afterwards (an embedded store belongs to one process at a time).
+pub async fn ingest_into(
+    data: &std::path::Path,
+    tenant: &str,
+    documents: Vec<sluice_core::ingest::Document>,
+) {
+    let parts = sluice_app::parts(
+        config(data, &[]),
+        sluice_app::Role::Documents,
+        Some(model()),
+    )
+    .await
+    .expect("the ingest function's parts");
+    let ingest = parts.into_server().ingest.expect("a server that ingests");
+    ingest
+        .ingest(&self::tenant(tenant), documents)
+        .await
+        .expect("ingest");
 }
 
 /// Serves `server` on a free port of 127.0.0.1; `data` is deleted once the server stops.
 async fn serve(server: Server, data: tempfile::TempDir) -> TestServer {
     let server = Arc::new(server);
-    let pipeline = Arc::clone(&server.pipeline);
+    let pipeline = server.answers.clone().expect("a server that answers");
+    let ingest = server.ingest.clone().expect("a server that ingests");
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind");
@@ -321,6 +257,7 @@ async fn serve(server: Server, data: tempfile::TempDir) -> TestServer {
         url,
         server,
         pipeline,
+        ingest,
         stop,
         task,
     }
@@ -338,12 +275,6 @@ pub fn closed_llm_url() -> String {
         .expect("free port")
         .port();
     format!("http://127.0.0.1:{port}/v1")
-}
-
-/// Starts a server whose LLM URL points at a closed port on 127.0.0.1.
-pub async fn start_without_llm() -> TestServer {
-    let url = closed_llm_url();
-    start(&[("SLUICE_LLM_URL", url.as_str())]).await
 }
 
 /// Where `scripts/setup.sh` installs things: `SLUICE_HOME`, default `~/.cache/sluice`.
@@ -386,6 +317,7 @@ pub fn http() -> reqwest::Client {
 impl TestServer {
     /// Fails unless `tenant` has no chunks and a corpus version of 0: nothing was ingested.
     pub async fn assert_nothing_written(&self, tenant: &str) {
+        let tenant = &sluice_core::Tenant::new(tenant).expect("a tenant");
         let store = &self.pipeline.store;
         assert_eq!(
             store.count(tenant).await.expect("count"),
@@ -404,11 +336,12 @@ impl TestServer {
         let TestServer {
             server,
             pipeline,
+            ingest,
             stop,
             task,
             ..
         } = self;
-        drop((server, pipeline));
+        drop((server, pipeline, ingest));
         let _ = stop.send(());
         let _ = tokio::time::timeout(Duration::from_secs(10), task).await;
     }
@@ -627,125 +560,12 @@ impl Answer {
     }
 }
 
-/// A store that is slow or broken as set: searches take `delay` (then fail with `fail`),
-/// corpus-version reads take `version_delay`, writes fail with `fail_writes`. What is not
-/// troubled goes to `inner` untouched.
-pub struct Troubled {
-    /// The real store.
-    pub inner: Arc<dyn Store>,
-    /// Added before every search.
-    pub delay: Duration,
-    /// Every search fails (after the delay).
-    pub fail: bool,
-    /// Added before every corpus-version read.
-    pub version_delay: Duration,
-    /// Every write (document replacement) fails.
-    pub fail_writes: bool,
-}
-
-impl Troubled {
-    /// `inner`, untroubled until fields are set.
-    pub fn around(inner: Arc<dyn Store>) -> Self {
-        Self {
-            inner,
-            delay: Duration::ZERO,
-            fail: false,
-            version_delay: Duration::ZERO,
-            fail_writes: false,
-        }
-    }
-}
-
-#[async_trait::async_trait]
-impl Store for Troubled {
-    async fn search(
-        &self,
-        tenant: &str,
-        query: &str,
-        vector: &[f32],
-        k: usize,
-    ) -> Result<Vec<Hit>, StoreError> {
-        tokio::time::sleep(self.delay).await;
-        if self.fail {
-            return Err(StoreError::Backend("injected failure".into()));
-        }
-        self.inner.search(tenant, query, vector, k).await
-    }
-    async fn replace_document(
-        &self,
-        tenant: &str,
-        d: &DocumentInfo,
-        c: Vec<StoredChunk>,
-    ) -> Result<(), StoreError> {
-        if self.fail_writes {
-            return Err(StoreError::Backend("injected write failure".into()));
-        }
-        self.inner.replace_document(tenant, d, c).await
-    }
-    async fn bump_corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
-        self.inner.bump_corpus_version(tenant).await
-    }
-    async fn corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
-        tokio::time::sleep(self.version_delay).await;
-        self.inner.corpus_version(tenant).await
-    }
-    async fn count(&self, tenant: &str) -> Result<usize, StoreError> {
-        self.inner.count(tenant).await
-    }
-}
-
-/// Component storage that is slow as set: reads of the active pointer take `pointer_delay`,
-/// reads of bytes (an upload or its compiled artefact) `fetch_delay`. Writes go to `inner`.
-pub struct SlowComponents {
-    /// The real storage.
-    pub inner: Arc<dyn sluice_core::stages::ComponentStorage>,
-    /// Added before every read of a tenant's active pointer.
-    pub pointer_delay: Duration,
-    /// Added before every read of stored bytes.
-    pub fetch_delay: Duration,
-}
-
-impl sluice_core::stages::ComponentStorage for SlowComponents {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, sluice_core::stages::ComponentError> {
-        std::thread::sleep(self.fetch_delay);
-        self.inner.get(key)
-    }
-    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), sluice_core::stages::ComponentError> {
-        self.inner.put(key, bytes)
-    }
-    fn versions(
-        &self,
-        tenant: &str,
-    ) -> Result<Vec<(String, usize)>, sluice_core::stages::ComponentError> {
-        self.inner.versions(tenant)
-    }
-    fn add_version(
-        &self,
-        tenant: &str,
-        version: &str,
-        size: usize,
-    ) -> Result<(), sluice_core::stages::ComponentError> {
-        self.inner.add_version(tenant, version, size)
-    }
-    fn active(&self, tenant: &str) -> Result<Option<String>, sluice_core::stages::ComponentError> {
-        std::thread::sleep(self.pointer_delay);
-        self.inner.active(tenant)
-    }
-    fn set_active(
-        &self,
-        tenant: &str,
-        version: Option<&str>,
-    ) -> Result<(), sluice_core::stages::ComponentError> {
-        self.inner.set_active(tenant, version)
-    }
-}
-
 impl TestServer {
     /// Uploads and activates the component `bytes` for `tenant` through the server's own
     /// registry (as `PUT` then `POST …/activate` would); its version.
-    pub async fn activate_component(&self, tenant: &str, bytes: Vec<u8>) -> String {
+    pub async fn activate_component(&self, tenant: &Tenant, bytes: Vec<u8>) -> String {
         let registry = self.server.components.clone().expect("components");
-        let tenant = tenant.to_string();
+        let tenant = sluice_core::Tenant::new(tenant).expect("a tenant");
         tokio::task::spawn_blocking(move || {
             let version = registry.upload(&tenant, &bytes).expect("upload").version;
             registry.activate(&tenant, &version).expect("activate");
@@ -756,61 +576,35 @@ impl TestServer {
     }
 }
 
-/// A registry over `storage` for the pipeline's configuration and model, as its rerank stage
-/// and component routes (in place of the one the harness built).
+/// A registry over `storage` with the parts' configuration and model lent to components
+/// (as `sluice-app` builds one, over another storage).
+pub fn registry_over(
+    parts: &Parts,
+    storage: Arc<dyn sluice_core::stages::ComponentStorage>,
+) -> Arc<sluice_sandbox::Registry> {
+    let embedder = parts.embedder.clone().expect("the model");
+    Arc::new(
+        sluice_sandbox::Registry::from_config(
+            &parts.config.rerank,
+            Arc::new(sluice_sandbox::ModelHost(embedder)),
+            storage,
+        )
+        .expect("registry"),
+    )
+}
+
+/// [`registry_over`] `storage`, as the parts' rerank stage and component routes (in place of
+/// the ones built).
 pub fn use_registry(parts: &mut Parts, storage: Arc<dyn sluice_core::stages::ComponentStorage>) {
-    let registry = Arc::new(
-        sluice_sandbox::Registry::from_config(&parts.config, Arc::clone(&parts.embedder), storage)
-            .expect("registry"),
-    );
+    let registry = registry_over(parts, storage);
     parts.reranker = Some(registry.clone());
     parts.components = Some(registry);
 }
 
 /// The folder the harness keeps a server's components in (`<data>/components`), as storage.
-pub fn component_folder(pipeline: &Pipeline) -> Arc<dyn sluice_core::stages::ComponentStorage> {
+pub fn component_folder(parts: &Parts) -> Arc<dyn sluice_core::stages::ComponentStorage> {
     Arc::new(
-        sluice_sandbox::Disk::open(&pipeline.config.data_dir.join("components"))
+        sluice_sandbox::Disk::open(&parts.config.data_dir.join("components"))
             .expect("component folder"),
     )
-}
-
-/// A cache backend that fails every call (DynamoDB throttling or unreachable).
-pub struct BrokenCache;
-
-#[async_trait::async_trait]
-impl CacheStore for BrokenCache {
-    fn backend(&self) -> &'static str {
-        "broken"
-    }
-    fn in_process(&self) -> bool {
-        false
-    }
-    async fn get(&self, _: &str, _: &str) -> Result<Option<CacheEntry>, CacheError> {
-        Err(CacheError::Backend("injected: cache unreachable".into()))
-    }
-    async fn candidates(&self, _: &str, _: &[u32]) -> Result<Vec<CacheEntry>, CacheError> {
-        Err(CacheError::Backend("injected: cache unreachable".into()))
-    }
-    async fn put(&self, _: &CacheEntry) -> Result<(), CacheError> {
-        Err(CacheError::Backend("injected: cache unreachable".into()))
-    }
-    async fn clear(&self, _: &str) -> Result<usize, CacheError> {
-        Err(CacheError::Backend("injected: cache unreachable".into()))
-    }
-}
-
-/// API keys that cannot be checked (the key table unreachable).
-pub struct BrokenKeys;
-
-#[async_trait::async_trait]
-impl sluice_core::auth::KeyStore for BrokenKeys {
-    async fn find(
-        &self,
-        _: &str,
-    ) -> Result<Option<sluice_core::auth::Principal>, sluice_core::auth::AuthError> {
-        Err(sluice_core::auth::AuthError::Unavailable(
-            "injected: key table unreachable".into(),
-        ))
-    }
 }

@@ -2,6 +2,7 @@
 //! storage in S3 and DynamoDB shared by two registries (as the registry and answer functions
 //! share it, each in its own process), and settings from Secrets Manager.
 
+use sluice_testkit::tenant;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -26,7 +27,7 @@ async fn storage() -> (Arc<S3Components>, String) {
         ],
     );
     (
-        Arc::new(S3Components::connect(&config).await.unwrap()),
+        Arc::new(S3Components::connect(&config.components).await.unwrap()),
         bucket,
     )
 }
@@ -56,25 +57,25 @@ async fn bytes_versions_and_the_active_pointer_round_trip() {
             Some(&b"first"[..])
         );
 
-        assert_eq!(s3.versions("acme").unwrap(), vec![]);
-        s3.add_version("acme", "b", 20).unwrap();
+        assert_eq!(s3.versions(&tenant("acme")).unwrap(), vec![]);
+        s3.add_version(&tenant("acme"), "b", 20).unwrap();
         std::thread::sleep(Duration::from_millis(5));
-        s3.add_version("acme", "a", 10).unwrap();
+        s3.add_version(&tenant("acme"), "a", 10).unwrap();
         // Again: a no-op that keeps the first upload's place.
-        s3.add_version("acme", "b", 20).unwrap();
+        s3.add_version(&tenant("acme"), "b", 20).unwrap();
         assert_eq!(
-            s3.versions("acme").unwrap(),
+            s3.versions(&tenant("acme")).unwrap(),
             vec![("b".to_string(), 20), ("a".to_string(), 10)],
             "upload order, not key order"
         );
-        assert_eq!(s3.versions("globex").unwrap(), vec![]);
+        assert_eq!(s3.versions(&tenant("globex")).unwrap(), vec![]);
 
-        assert_eq!(s3.active("acme").unwrap(), None);
-        s3.set_active("acme", Some("a")).unwrap();
-        assert_eq!(s3.active("acme").unwrap().as_deref(), Some("a"));
-        assert_eq!(s3.active("globex").unwrap(), None);
-        s3.set_active("acme", None).unwrap();
-        assert_eq!(s3.active("acme").unwrap(), None);
+        assert_eq!(s3.active(&tenant("acme")).unwrap(), None);
+        s3.set_active(&tenant("acme"), Some("a")).unwrap();
+        assert_eq!(s3.active(&tenant("acme")).unwrap().as_deref(), Some("a"));
+        assert_eq!(s3.active(&tenant("globex")).unwrap(), None);
+        s3.set_active(&tenant("acme"), None).unwrap();
+        assert_eq!(s3.active(&tenant("acme")).unwrap(), None);
     })
     .await;
 }
@@ -94,11 +95,11 @@ fn hit(id: &str, score: f32) -> Hit {
     }
 }
 
-/// The version `registry` answers for `tenant`, waiting for its storage as long as it takes.
-async fn active(registry: &Registry, tenant: &str) -> Option<String> {
+/// The version `registry` answers for the tenant `name`, waiting for its storage as long as it takes.
+async fn active(registry: &Registry, name: &str) -> Option<String> {
     let by = tokio::time::Instant::now() + Duration::from_secs(30);
     registry
-        .active(tenant, by)
+        .active(&tenant(name), by)
         .await
         .unwrap()
         .map(|c| c.version().to_string())
@@ -114,14 +115,19 @@ async fn what_one_registry_compiles_another_loads_and_an_activation_is_seen_afte
 
     assert_eq!(active(&reader, "acme").await, None);
     let w = writer.clone();
-    let version = blocking(move || w.upload("acme", REVERSE.as_bytes()).unwrap().version).await;
+    let version = blocking(move || {
+        w.upload(&tenant("acme"), REVERSE.as_bytes())
+            .unwrap()
+            .version
+    })
+    .await;
     // The upload and its compiled artefact, for this engine, are in the bucket.
     let fingerprint = writer.sandbox().engine_fingerprint();
     assert!(aws::object_exists(&bucket, &format!("acme/{version}.wasm")).await);
     assert!(aws::object_exists(&bucket, &format!("acme/{version}.{fingerprint}.cwasm")).await);
 
     let (w, v) = (writer.clone(), version.clone());
-    blocking(move || w.activate("acme", &v).unwrap()).await;
+    blocking(move || w.activate(&tenant("acme"), &v).unwrap()).await;
     assert_eq!(
         active(&writer, "acme").await.as_deref(),
         Some(version.as_str())
@@ -137,14 +143,14 @@ async fn what_one_registry_compiles_another_loads_and_an_activation_is_seen_afte
     // And runs it: the reverse component turns the order around.
     let hits = [hit("a", 0.3), hit("b", 0.2), hit("c", 0.1)];
     let by = tokio::time::Instant::now() + Duration::from_secs(30);
-    let component = reader.active("acme", by).await.unwrap().unwrap();
+    let component = reader.active(&tenant("acme"), by).await.unwrap().unwrap();
     let order = blocking(move || component.rerank("q", &[], &hits).unwrap()).await;
     assert_eq!(order, vec![2, 1, 0]);
     // Other tenants are untouched.
     assert_eq!(active(&reader, "globex").await, None);
 
     let w = writer.clone();
-    blocking(move || w.deactivate("acme").unwrap()).await;
+    blocking(move || w.deactivate(&tenant("acme")).unwrap()).await;
     tokio::time::sleep(Duration::from_millis(450)).await;
     assert_eq!(active(&reader, "acme").await, None);
 }

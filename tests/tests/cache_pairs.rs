@@ -15,6 +15,7 @@
 //! Rule for the fixtures: an `asked` question is never a `cached` question of another pair
 //! (or a paraphrase of one), so that every hit can be judged from its own pair.
 
+use sluice_testkit::tenant;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -132,7 +133,7 @@ async fn run(store: Arc<dyn CacheStore>, pairs: &[&Pair]) -> Report {
             token_count: 1,
             token_count_source: "usage".into(),
         };
-        let entry = cache.entry("bank", &Probe::new(q), embed(q), scope(), answer);
+        let entry = cache.entry(&tenant("bank"), &Probe::new(q), embed(q), scope(), answer);
         cache.put(&entry).await.expect("put");
     }
 
@@ -140,9 +141,11 @@ async fn run(store: Arc<dyn CacheStore>, pairs: &[&Pair]) -> Report {
     for p in pairs {
         let probe = Probe::new(&p.asked);
         let vector = embed(&p.asked);
-        let mut found = cache.exact("bank", &probe, &scope()).await;
+        let mut found = cache.exact(&tenant("bank"), &probe, &scope()).await;
         if matches!(found, Lookup::Miss) {
-            found = cache.similar("bank", &probe, &vector, &scope()).await;
+            found = cache
+                .similar(&tenant("bank"), &probe, &vector, &scope())
+                .await;
         }
         let hit = match found {
             Lookup::Hit { entry, similarity } => Some((entry.answer.tokens[0].clone(), similarity)),
@@ -246,6 +249,6 @@ async fn labelled_pairs_on_dynamodb() {
         data.path(),
         &[("SLUICE_CACHE", "dynamodb"), ("SLUICE_CACHE_TABLE", &table)],
     );
-    let store = sluice_tests::dynamodb(&config).await;
+    let store = sluice_tests::dynamodb(&config.cache).await;
     hand_written(Arc::new(store)).await;
 }

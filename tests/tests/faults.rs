@@ -11,6 +11,7 @@
 //! dying under a running `sluice serve` (`functions/local/tests/cli.rs`), a failing rerank
 //! component (`components.rs`), the stream deadline and shutdown (`endings.rs`).
 
+use sluice_testkit::tenant;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -117,9 +118,9 @@ fn troubled(
     trouble: impl FnOnce(&mut Troubled) + Send + 'static,
 ) -> impl FnOnce(&mut Parts) + Send {
     move |p: &mut Parts| {
-        let mut store = Troubled::around(Arc::clone(&p.store));
+        let mut store = Troubled::around(p.store.take().expect("a store"));
         trouble(&mut store);
-        p.store = Arc::new(store);
+        p.store = Some(Arc::new(store));
     }
 }
 
@@ -232,7 +233,7 @@ async fn faults() -> Vec<Fault> {
         Fault::new("answer cache failing", Ending::Done, secs(3)).adjusted(|p| {
             p.cache = Some(Arc::new(sluice_core::cache::SemanticCache::new(
                 Arc::new(BrokenCache),
-                sluice_core::cache::CacheSettings::from_config(&p.config),
+                sluice_core::cache::CacheSettings::from_config(&p.config.cache),
                 sluice_embed::DIM,
             )))
         }),
@@ -319,16 +320,21 @@ async fn inject(fault: Fault) -> Result<(&'static str, Duration), String> {
             // Stored (and activated) in the server's folder before the server starts, through
             // a registry of its own: the server's registry has not seen the tenant yet.
             let writer = sluice_sandbox::Registry::from_config(
-                &p.config,
-                Arc::clone(&p.embedder),
+                &p.config.rerank,
+                Arc::new(sluice_sandbox::ModelHost(
+                    p.embedder.clone().expect("the model"),
+                )),
                 component_folder(p),
             )
             .expect("registry");
-            let version =
-                sluice_core::stages::Components::upload(&writer, "default", component.as_bytes())
-                    .expect("upload")
-                    .version;
-            sluice_core::stages::Components::activate(&writer, "default", &version)
+            let version = sluice_core::stages::Components::upload(
+                &writer,
+                &tenant("default"),
+                component.as_bytes(),
+            )
+            .expect("upload")
+            .version;
+            sluice_core::stages::Components::activate(&writer, &tenant("default"), &version)
                 .expect("activate");
         }
         if let Some(adjust) = adjust {
@@ -343,7 +349,10 @@ async fn inject(fault: Fault) -> Result<(&'static str, Duration), String> {
         // A tenant this server has seen: its component is in memory, as after a first answer.
         let reranker = server.pipeline.reranker.clone().expect("reranker");
         let by = tokio::time::Instant::now() + Duration::from_secs(30);
-        let active = reranker.active("default", by).await.expect("component");
+        let active = reranker
+            .active(&tenant("default"), by)
+            .await
+            .expect("component");
         assert!(active.is_some(), "the component is active");
     }
     let answer = server

@@ -112,42 +112,6 @@ async fn the_callers_trace_reaches_the_llm_as_a_child_span() {
 }
 
 #[tokio::test]
-async fn include_prompt_echoes_the_llm_request_and_is_off_by_default() {
-    let (llm, _) = recording_llm().await;
-    let server = start(&[("SLUICE_LLM_URL", llm.as_str()), ("SLUICE_CACHE", "off")]).await;
-    server.ingest_samples().await;
-    let query = "What should I do if I lose my card?";
-    let plain = ask(&server.url, None, &json!({"query": query})).await;
-    assert!(plain[0].1.get("prompt").is_none(), "{}", plain[0].1);
-
-    let echoed = ask(
-        &server.url,
-        None,
-        &json!({"query": query, "include_prompt": true}),
-    )
-    .await;
-    let prompt = &echoed[0].1["prompt"];
-    // The test configuration caps answers at 24 tokens.
-    assert_eq!(prompt["max_tokens"], 24);
-    let messages = prompt["messages"].as_array().expect("messages");
-    let last = messages.last().expect("a message");
-    assert_eq!(last["role"], "user");
-    assert!(last["content"].as_str().is_some_and(|c| c.contains(query)));
-    // The sources shown in meta are the ones in the prompt.
-    let first_source = echoed[0].1["documents"][0]["snippet"]
-        .as_str()
-        .expect("a source");
-    let all: String = messages
-        .iter()
-        .filter_map(|m| m["content"].as_str())
-        .collect();
-    assert!(
-        all.contains(&first_source[..40]),
-        "source missing from the prompt"
-    );
-}
-
-#[tokio::test]
 async fn a_file_uploads_as_it_is_and_an_unknown_kind_is_refused() {
     let (llm, _) = recording_llm().await;
     let server = start(&[("SLUICE_LLM_URL", llm.as_str())]).await;

@@ -1,4 +1,4 @@
-//! Init time of the answer function: from process start to its first request for an
+//! Init time of each Lambda function: from process start to its first request for an
 //! invocation (`GET …/runtime/invocation/next`), which the Lambda runtime makes once
 //! everything is built — the embedding model loaded, the store open, the sandbox started.
 //! That is the init phase AWS bills and a cold request waits for (plus AWS's own start-up of
@@ -9,7 +9,9 @@
 //! folder, the memory cache and no reachable LLM (nothing at init connects to it). The
 //! function's own log gives the share of the model load. Both model forms are measured in one
 //! run, alternating: the ONNX graph alone, and with `model.nnef.tar` (`sluice model prepare`,
-//! what the Lambda model layer ships).
+//! what the Lambda model layer ships). Then the ingest function (model and store, no LLM pool)
+//! and the registry (the sandbox and the tokenizer; no model, store or LLM pool) from the
+//! prepared graph, each built beside the answer function by the workspace build.
 //!
 //! `cargo bench --profile dev --workspace --bench init` (`SLUICE_INIT_RUNS`, default 15).
 
@@ -18,15 +20,17 @@ use std::net::TcpListener;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-/// One start: (spawn → asks for an invocation, the model load as the function logged it).
-fn start_once(model_dir: &std::path::Path) -> (Duration, Duration) {
+/// One start of `function`: (spawn → asks for an invocation, the model load as the function
+/// logged it; zero when it loads none).
+fn start_once(function: &str, model_dir: &std::path::Path) -> (Duration, Duration) {
     let api = TcpListener::bind("127.0.0.1:0").expect("bind");
     let port = api.local_addr().expect("addr").port();
     let data = tempfile::tempdir().expect("temp dir");
     let started = Instant::now();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_answer"))
+    let binary = std::path::Path::new(env!("CARGO_BIN_EXE_answer")).with_file_name(function);
+    let mut child = Command::new(&binary)
         .env("AWS_LAMBDA_RUNTIME_API", format!("127.0.0.1:{port}"))
-        .env("AWS_LAMBDA_FUNCTION_NAME", "answer")
+        .env("AWS_LAMBDA_FUNCTION_NAME", function)
         .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "2048")
         .env("SLUICE_DATA_DIR", data.path())
@@ -37,7 +41,7 @@ fn start_once(model_dir: &std::path::Path) -> (Duration, Duration) {
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
-        .expect("the answer binary starts");
+        .unwrap_or_else(|e| panic!("{} starts: {e}", binary.display()));
     let (mut conn, _) = api.accept().expect("the function connects");
     let mut head = [0u8; 256];
     let n = conn.read(&mut head).expect("request");
@@ -84,15 +88,15 @@ fn main() {
     sluice_embed::prepare(prepared.path()).expect("sluice model prepare");
     // One start of each first, untimed: the binary and the model files then come from the
     // page cache, as they do on a warm Lambda host; a first start from disk is slower still.
-    start_once(onnx.path());
-    start_once(prepared.path());
+    start_once("answer", onnx.path());
+    start_once("answer", prepared.path());
     let mut runs_of = [(vec![], vec![]), (vec![], vec![])];
     for _ in 0..runs {
         for (dir, (ready, model)) in [onnx.path(), prepared.path()]
             .iter()
             .zip(runs_of.iter_mut())
         {
-            let (r, m) = start_once(dir);
+            let (r, m) = start_once("answer", dir);
             ready.push(r);
             model.push(m);
         }
@@ -118,4 +122,23 @@ fn main() {
         "answer function init: model.nnef.tar / model.onnx = {:.2}",
         medians[1] / medians[0]
     );
+    // The other two functions, alternating, from the prepared graph.
+    for function in ["ingest", "registry"] {
+        start_once(function, prepared.path());
+    }
+    let mut starts = [vec![], vec![]];
+    for _ in 0..runs {
+        for (function, ready) in ["ingest", "registry"].iter().zip(starts.iter_mut()) {
+            ready.push(start_once(function, prepared.path()).0);
+        }
+    }
+    for (function, ready) in ["ingest", "registry"].iter().zip(starts.iter_mut()) {
+        println!(
+            "{function} function init (process start → asks for an invocation), {runs} starts: \
+             median {:.0} ms, p90 {:.0} ms, min {:.0} ms",
+            ms(sluice_tests::percentile(ready, 0.5)),
+            ms(sluice_tests::percentile(ready, 0.9)),
+            ms(sluice_tests::percentile(ready, 0.0)),
+        );
+    }
 }

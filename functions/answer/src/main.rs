@@ -1,10 +1,12 @@
-//! The answer function: Sluice's core router on AWS Lambda, behind a function URL
-//! (`InvokeMode: RESPONSE_STREAM`) or an API Gateway REST API in STREAM mode.
+//! The answer function: Sluice's answer routes (`/v1/answer`, the OpenAI routes,
+//! `DELETE /v1/cache`) on AWS Lambda, behind a function URL (`InvokeMode: RESPONSE_STREAM`)
+//! or an API Gateway REST API in STREAM mode.
 //!
 //! Everything heavy — the embedding model, the store, the LLM connection pool, the rerank
 //! sandbox, the cache client — is built in the init phase, before the first event; each
 //! invocation then runs the same routes as `sluice serve`, with the response body streamed
 //! to the client as it is produced (no `content-length`: SSE events leave as they are made).
+//! Documents and components are the ingest and registry functions' routes.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -42,7 +44,7 @@ async fn with_deadline(mut request: axum::extract::Request) -> axum::extract::Re
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    let server = sluice_app::function("answer")
+    let server = sluice_app::function("answer", sluice_app::Role::Answers)
         .await
         .context("building the pipeline")?;
     let router = sluice_http::router(server).layer(axum::middleware::map_request(with_deadline));

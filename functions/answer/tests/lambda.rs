@@ -82,7 +82,7 @@ async fn with_keys_in_dynamodb_the_function_url_needs_a_key_and_never_logs_it() 
         (name == "SLUICE_API_KEYS_TABLE").then(|| table.clone())
     })
     .unwrap();
-    let keys = sluice_aws::keys::DynamoKeys::connect(&config)
+    let keys = sluice_aws::keys::DynamoKeys::connect(&config.auth)
         .await
         .unwrap();
     keys.create_table().await.unwrap();
@@ -90,7 +90,7 @@ async fn with_keys_in_dynamodb_the_function_url_needs_a_key_and_never_logs_it() 
     let record = KeyRecord {
         hash: digest(&key),
         principal: Principal {
-            tenant: "acme".into(),
+            tenant: sluice_tests::tenant("acme"),
             permissions: vec![Permission::Answer],
         },
         name: Some("lambda test".into()),
@@ -229,19 +229,20 @@ async fn a_slow_component_fetch_does_not_hold_the_first_token() {
             ("SLUICE_COMPONENT_TABLE", table.as_str()),
         ],
     );
-    let storage = sluice_aws::components::S3Components::connect(&config)
+    let storage = sluice_aws::components::S3Components::connect(&config.components)
         .await
         .unwrap();
     let registry = sluice_sandbox::Registry::from_config(
-        &config,
-        sluice_tests::model(),
+        &config.rerank,
+        std::sync::Arc::new(sluice_sandbox::ModelHost(sluice_tests::model())),
         std::sync::Arc::new(storage),
     )
     .unwrap();
     tokio::task::spawn_blocking(move || {
         let wat = include_str!("../../sandbox/tests/reverse.wat");
-        let version = registry.upload("acme", wat.as_bytes()).unwrap().version;
-        registry.activate("acme", &version).unwrap();
+        let acme = sluice_tests::tenant("acme");
+        let version = registry.upload(&acme, wat.as_bytes()).unwrap().version;
+        registry.activate(&acme, &version).unwrap();
     })
     .await
     .unwrap();

@@ -1,21 +1,25 @@
-//! The pipeline every entry point serves — `sluice serve` and the Lambda functions — wired
-//! once from the configuration: the embedding model, the vector store, the LLM pool, the
-//! tenants' rerank components and the answer cache. Everything heavy happens here, at start
-//! (on Lambda: in the init phase, not on the first request).
+//! What every entry point serves — `sluice serve` and the Lambda functions — wired once from
+//! the configuration: the one place where backends are chosen (the store, the cache, the
+//! component storage, the key store) and where each process builds only the parts its
+//! [`Role`] needs (the embedding model, the vector store, the LLM pool, the rerank sandbox,
+//! the answer cache). Everything heavy happens here, at start (on Lambda: in the init phase,
+//! not on the first request).
 #![warn(missing_docs)]
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use sluice_core::Config;
 use sluice_core::auth::KeyStore;
+use sluice_core::config::AuthConfig;
 use sluice_core::error::{CacheError, EmbedError, LlmError, StoreError};
-use sluice_core::stages::{ComponentError, ComponentStorage, Embedder};
-use sluice_core::{Config, Pipeline};
-use sluice_embed::MiniLm;
+use sluice_core::stages::{ComponentError, ComponentStorage, Embedder, Llm};
+use sluice_embed::{MiniLm, Tokens};
 use sluice_http::Server;
+pub use sluice_http::{Parts, Role};
 use sluice_llm::OpenAiClient;
-use sluice_sandbox::{Disk, Registry};
+use sluice_sandbox::{Disk, HostServices, ModelHost, Registry, UploadHost};
 use tracing::{info, warn};
 
 /// A part of the pipeline that could not be built.
@@ -72,87 +76,169 @@ pub async fn config() -> Result<Config, AppError> {
     })?)
 }
 
-/// Builds the pipeline `config` describes, and the wire around it. The model load — most of a
-/// cold start — begins first, on the blocking pool, and the rest is set up beside it: the cache
-/// (which may call DynamoDB, `SLUICE_CACHE=dynamodb`), the component storage (S3 clients with
-/// `SLUICE_COMPONENT_BUCKET`) and the store; then the LLM pool and the rerank sandbox.
-pub async fn server(config: Config) -> Result<Server, AppError> {
-    let model = {
-        let dir = config.model_dir.clone();
-        tokio::task::spawn_blocking(move || {
-            let started = Instant::now();
-            let model = MiniLm::load(&dir)?;
-            info!(model = %model.source().display(), ms = started.elapsed().as_millis() as u64, "embedding model loaded");
-            Ok::<_, AppError>(model)
-        })
+/// Builds what `role` needs as `config` describes: the one place where backends are chosen.
+/// The model load — most of a cold start — begins first, on the blocking pool, and the rest
+/// is set up beside it: the store, the cache (which may call DynamoDB, `SLUICE_CACHE=dynamodb`),
+/// the component storage (S3 clients with `SLUICE_COMPONENT_BUCKET`) and the keys; then the
+/// LLM pool and the rerank sandbox. `model`, when given, is used instead of loading one
+/// (tests share one).
+pub async fn parts(
+    config: Config,
+    role: Role,
+    model: Option<Arc<dyn Embedder>>,
+) -> Result<Parts, AppError> {
+    let joined = |e: tokio::task::JoinError| AppError::Task(e.to_string());
+    let uses_model = role.answers() || role.documents();
+    let loading = match (uses_model, &model) {
+        (true, None) => Some(load_model(&config)),
+        _ => None,
     };
-    let store = {
-        let config = config.clone();
+    let store = uses_model.then(|| {
+        let config = config.store.clone();
         tokio::task::spawn_blocking(move || {
             let store = sluice_retrieve::open(&config, sluice_embed::DIM)?;
-            info!(store = ?config.store, data_dir = %config.data_dir.display(), "vector store open");
+            info!(store = ?config.backend, "vector store open");
             Ok::<_, AppError>(store)
         })
+    });
+    let cache = match role.answers() {
+        true => {
+            let cache = sluice_cache::build(&config.cache, sluice_embed::DIM).await?;
+            match &cache {
+                Some(c) => info!(backend = c.backend(), "answer cache ready"),
+                None => info!("answer cache off"),
+            }
+            cache
+        }
+        false => None,
     };
-    let cache = sluice_cache::build(&config, sluice_embed::DIM).await?;
-    match &cache {
-        Some(c) => info!(backend = c.backend(), "answer cache ready"),
-        None => info!("answer cache off"),
+    let storage = match role.answers() || role.components() {
+        true => Some(component_storage(&config).await?),
+        false => None,
+    };
+    let keys = keys(&config.auth).await?;
+    let llm: Option<Arc<dyn Llm>> = match role.answers() {
+        true => Some(Arc::new(OpenAiClient::from_config(&config.llm)?)),
+        false => None,
+    };
+    let store = match store {
+        Some(store) => Some(store.await.map_err(joined)??),
+        None => None,
+    };
+    let embedder = match loading {
+        Some(loading) => Some(loading.await.map_err(joined)??),
+        None => model.filter(|_| uses_model),
+    };
+    let mut parts = Parts {
+        role,
+        embedder,
+        store,
+        llm,
+        cache,
+        reranker: None,
+        components: None,
+        keys,
+        config,
+    };
+    if let Some(storage) = storage {
+        add_registry(&mut parts, storage)?;
     }
-    let storage: Arc<dyn ComponentStorage> = match &config.component_bucket {
+    Ok(parts)
+}
+
+/// Adds the rerank registry over `storage`: with the model lent to components where answers
+/// are served, else (the registry function) with the tokenizer alone.
+fn add_registry(parts: &mut Parts, storage: Arc<dyn ComponentStorage>) -> Result<(), AppError> {
+    let config = &parts.config;
+    let host: Arc<dyn HostServices> = match &parts.embedder {
+        Some(embedder) => Arc::new(ModelHost(Arc::clone(embedder))),
+        None => {
+            if config.components.bucket.is_none() {
+                // The components would stay in this process's own folder (a function's
+                // /tmp), which no other function sees: almost certainly a mistake.
+                warn!(
+                    "SLUICE_COMPONENT_BUCKET is not set: components are kept in SLUICE_DATA_DIR, \
+                         which the answer function cannot read"
+                );
+            }
+            let started = Instant::now();
+            let tokens = Tokens::load(&config.model_dir)?;
+            info!(
+                ms = started.elapsed().as_millis() as u64,
+                "tokenizer loaded (no model: uploads are smoke-run with made-up vectors)"
+            );
+            Arc::new(UploadHost(Box::new(move |text: &str| tokens.count(text))))
+        }
+    };
+    let registry = Arc::new(
+        Registry::from_config(&config.rerank, host, storage).map_err(AppError::Components)?,
+    );
+    if parts.role.answers() {
+        parts.reranker = Some(registry.clone());
+    }
+    if parts.role.components() {
+        parts.components = Some(registry);
+    }
+    Ok(())
+}
+
+/// Builds what `role` serves as `config` describes, and the wire around it.
+pub async fn server(config: Config, role: Role) -> Result<Server, AppError> {
+    Ok(parts(config, role, None).await?.into_server())
+}
+
+/// Starts loading the embedding model on the blocking pool.
+fn load_model(config: &Config) -> tokio::task::JoinHandle<Result<Arc<dyn Embedder>, AppError>> {
+    let dir = config.model_dir.clone();
+    tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let model = MiniLm::load(&dir)?;
+        info!(model = %model.source().display(), ms = started.elapsed().as_millis() as u64, "embedding model loaded");
+        Ok::<_, AppError>(Arc::new(model) as Arc<dyn Embedder>)
+    })
+}
+
+/// Where tenants' components are kept: S3 and DynamoDB with `SLUICE_COMPONENT_BUCKET`, else
+/// `SLUICE_DATA_DIR/components`.
+async fn component_storage(config: &Config) -> Result<Arc<dyn ComponentStorage>, AppError> {
+    Ok(match &config.components.bucket {
         Some(bucket) => {
-            let s3 = sluice_aws::components::S3Components::connect(&config).await?;
+            let s3 = sluice_aws::components::S3Components::connect(&config.components).await?;
             info!(bucket = %bucket, table = %s3.table(), "components in S3 and DynamoDB");
             Arc::new(s3)
         }
         None => {
             Arc::new(Disk::open(&config.data_dir.join("components")).map_err(AppError::Components)?)
         }
-    };
-    let keys: Option<Arc<dyn KeyStore>> = match &config.api_keys_table {
-        Some(table) => {
-            info!(%table, "auth on: API keys in DynamoDB");
-            Some(Arc::new(
-                sluice_aws::keys::DynamoKeys::connect(&config).await?,
-            ))
-        }
-        None => match sluice_core::auth::file_keys(&config)? {
-            Some(keys) => {
-                info!(keys = keys.len(), file = ?config.api_keys_file, "auth on: API keys from the key file");
-                Some(Arc::new(keys))
-            }
-            None => {
-                warn!(
-                    "auth is off (no SLUICE_API_KEYS_FILE or SLUICE_API_KEYS_TABLE): the x-sluice-tenant header is trusted"
-                );
-                None
-            }
-        },
-    };
-    let llm = OpenAiClient::from_config(&config)?;
-    let joined = |e: tokio::task::JoinError| AppError::Task(e.to_string());
-    let store = store.await.map_err(joined)??;
-    let embedder: Arc<dyn Embedder> = Arc::new(model.await.map_err(joined)??);
-    let registry = Arc::new(
-        Registry::from_config(&config, Arc::clone(&embedder), storage)
-            .map_err(AppError::Components)?,
-    );
-    let mut pipeline =
-        Pipeline::new(config, embedder, store, Arc::new(llm)).with_reranker(registry.clone());
-    if let Some(cache) = cache {
-        pipeline = pipeline.with_cache(cache);
+    })
+}
+
+/// The API keys: a DynamoDB table, a key file, or none (auth off).
+async fn keys(config: &AuthConfig) -> Result<Option<Arc<dyn KeyStore>>, AppError> {
+    if let Some(table) = &config.api_keys_table {
+        info!(%table, "auth on: API keys in DynamoDB");
+        return Ok(Some(Arc::new(
+            sluice_aws::keys::DynamoKeys::connect(config).await?,
+        )));
     }
-    let server = Server::new(Arc::new(pipeline)).with_components(registry);
-    Ok(match keys {
-        Some(keys) => server.with_keys(keys),
-        None => server,
+    Ok(match sluice_core::auth::file_keys(config)? {
+        Some(keys) => {
+            info!(keys = keys.len(), file = ?config.api_keys_file, "auth on: API keys from the key file");
+            Some(Arc::new(keys))
+        }
+        None => {
+            warn!(
+                "auth is off (no SLUICE_API_KEYS_FILE or SLUICE_API_KEYS_TABLE): the x-sluice-tenant header is trusted"
+            );
+            None
+        }
     })
 }
 
 /// What every Lambda function does in its init phase: JSON log lines (CloudWatch keeps one
 /// event per line, queryable by field), the configuration (with the secret's settings), and
 /// the pipeline with CloudWatch EMF metrics; the time it took is logged as `init_ms`.
-pub async fn function(name: &'static str) -> Result<Arc<Server>, AppError> {
+pub async fn function(name: &'static str, role: Role) -> Result<Arc<Server>, AppError> {
     tracing_subscriber::fmt()
         .json()
         .with_env_filter(
@@ -164,12 +250,13 @@ pub async fn function(name: &'static str) -> Result<Arc<Server>, AppError> {
         .without_time()
         .init();
     let started = Instant::now();
-    let mut server = server(config().await?).await?;
+    let mut server = server(config().await?, role).await?;
     // Nothing scrapes a Lambda process: each answer's metrics go out as an EMF log line.
     let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| name.into());
     server.metrics = sluice_http::metrics::Metrics::with_emf(&function);
     info!(
         function = name,
+        ?role,
         init_ms = started.elapsed().as_millis() as u64,
         "function ready"
     );

@@ -15,7 +15,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_s3::primitives::ByteStream;
-use sluice_core::Config;
+use sluice_core::Tenant;
+use sluice_core::config::ComponentsConfig;
 use sluice_core::stages::ComponentError;
 use sluice_core::stages::ComponentStorage as Storage;
 
@@ -39,9 +40,9 @@ fn s(value: &str) -> AttributeValue {
 impl S3Components {
     /// Clients from the standard AWS environment for the configured bucket and table. Call
     /// within the tokio runtime that is to run the calls.
-    pub async fn connect(config: &Config) -> Result<Self, AwsError> {
+    pub async fn connect(config: &ComponentsConfig) -> Result<Self, AwsError> {
         let bucket = config
-            .component_bucket
+            .bucket
             .clone()
             .ok_or_else(|| AwsError::Malformed("SLUICE_COMPONENT_BUCKET is not set".into()))?;
         let sdk = crate::sdk_config("SLUICE_COMPONENT_BUCKET").await?;
@@ -49,7 +50,7 @@ impl S3Components {
             s3: crate::s3_client(&sdk),
             dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
             bucket,
-            table: config.component_table.clone(),
+            table: config.table.clone(),
             runtime: tokio::runtime::Handle::current(),
         })
     }
@@ -237,19 +238,24 @@ impl Storage for S3Components {
         self.wait(self.put_object(key, bytes))
     }
 
-    fn versions(&self, tenant: &str) -> Result<Vec<(String, usize)>, ComponentError> {
+    fn versions(&self, tenant: &Tenant) -> Result<Vec<(String, usize)>, ComponentError> {
         self.wait(self.query_versions(tenant))
     }
 
-    fn add_version(&self, tenant: &str, version: &str, size: usize) -> Result<(), ComponentError> {
+    fn add_version(
+        &self,
+        tenant: &Tenant,
+        version: &str,
+        size: usize,
+    ) -> Result<(), ComponentError> {
         self.wait(self.put_version(tenant, version, size))
     }
 
-    fn active(&self, tenant: &str) -> Result<Option<String>, ComponentError> {
+    fn active(&self, tenant: &Tenant) -> Result<Option<String>, ComponentError> {
         self.wait(self.get_active(tenant))
     }
 
-    fn set_active(&self, tenant: &str, version: Option<&str>) -> Result<(), ComponentError> {
+    fn set_active(&self, tenant: &Tenant, version: Option<&str>) -> Result<(), ComponentError> {
         self.wait(self.put_active(tenant, version))
     }
 }

@@ -9,7 +9,7 @@ use crate::AwsError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upload {
     /// The tenant: the key's first segment.
-    pub tenant: String,
+    pub tenant: sluice_core::Tenant,
     /// The rest of the key: the document's name.
     pub name: String,
 }
@@ -18,8 +18,9 @@ pub struct Upload {
 /// the tenant is not a valid tenant id.
 pub fn upload(key: &str) -> Option<Upload> {
     let (tenant, name) = key.split_once('/')?;
-    (sluice_core::config::valid_tenant(tenant) && !name.is_empty()).then(|| Upload {
-        tenant: tenant.to_string(),
+    let tenant = sluice_core::Tenant::new(tenant).ok()?;
+    (!name.is_empty()).then(|| Upload {
+        tenant,
         name: name.to_string(),
     })
 }
@@ -130,7 +131,7 @@ mod tests {
         assert_eq!(
             upload("acme/docs/faq.md"),
             Some(Upload {
-                tenant: "acme".into(),
+                tenant: sluice_core::Tenant::new("acme").unwrap(),
                 name: "docs/faq.md".into()
             })
         );

@@ -16,8 +16,9 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,
 };
-use sluice_core::Config;
+use sluice_core::Tenant;
 use sluice_core::auth::{AuthError, KeyRecord, KeyStore, Permission, Principal, check_record};
+use sluice_core::config::AuthConfig;
 
 use crate::AwsError;
 
@@ -48,7 +49,7 @@ fn s(v: &str) -> AttributeValue {
 
 impl DynamoKeys {
     /// A client for `config`'s `SLUICE_API_KEYS_TABLE` (the standard AWS environment).
-    pub async fn connect(config: &Config) -> Result<Self, AwsError> {
+    pub async fn connect(config: &AuthConfig) -> Result<Self, AwsError> {
         let table = config
             .api_keys_table
             .clone()
@@ -146,6 +147,8 @@ impl DynamoKeys {
             .get("tenant")
             .and_then(|v| v.as_s().ok())
             .ok_or_else(|| malformed("has no tenant"))?;
+        let tenant =
+            Tenant::new(tenant).map_err(|e| malformed(&format!("has a bad tenant: {e}")))?;
         let permissions = item
             .get("permissions")
             .and_then(|v| v.as_ss().ok())
@@ -156,7 +159,7 @@ impl DynamoKeys {
         let record = KeyRecord {
             hash: hash.to_string(),
             principal: Principal {
-                tenant: tenant.clone(),
+                tenant,
                 permissions,
             },
             name: None,

@@ -8,6 +8,7 @@
 //! whole table, so its figures grow with the table and say nothing about DynamoDB's service
 //! time (where a `Query` reads only the items it returns); they bound the client's own cost.
 
+use sluice_testkit::tenant;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -81,9 +82,13 @@ impl Bench {
                 token_count_source: "usage".into(),
             };
             let q = question(i);
-            let entry =
-                self.cache
-                    .entry("bench", &Probe::new(&q), vector(i as u64), scope(), answer);
+            let entry = self.cache.entry(
+                &tenant("bench"),
+                &Probe::new(&q),
+                vector(i as u64),
+                scope(),
+                answer,
+            );
             self.cache.put(&entry).await.expect("put");
         }
     }
@@ -91,7 +96,7 @@ impl Bench {
     async fn exact(&self, i: usize, entries: usize) -> Duration {
         let probe = Probe::new(&question(i % entries));
         let started = Instant::now();
-        let found = self.cache.exact("bench", &probe, &scope()).await;
+        let found = self.cache.exact(&tenant("bench"), &probe, &scope()).await;
         let took = started.elapsed();
         assert!(
             matches!(found, Lookup::Hit { .. }),
@@ -106,7 +111,10 @@ impl Bench {
         let probe = Probe::new(&format!("{} please", question(n)));
         let v = paraphrase(&vector(n as u64), 1_000_000 + i as u64, 0.97);
         let started = Instant::now();
-        let found = self.cache.similar("bench", &probe, &v, &scope()).await;
+        let found = self
+            .cache
+            .similar(&tenant("bench"), &probe, &v, &scope())
+            .await;
         let took = started.elapsed();
         if let Lookup::Failed(e) = &found {
             panic!("{}: {e}", self.name);
@@ -141,8 +149,8 @@ fn bench(c: &mut Criterion) {
             "AWS_ENDPOINT_URL_DYNAMODB is not set: run `make bench`, which starts the emulator"
         );
         let mut config = sluice_core::Config::from_env().expect("config");
-        config.cache_table = format!("sluice-bench-{}", std::process::id());
-        let table = sluice_cache::DynamoCache::connect(&config)
+        config.cache.table = format!("sluice-bench-{}", std::process::id());
+        let table = sluice_cache::DynamoCache::connect(&config.cache)
             .await
             .expect("client");
         table.create_table().await.expect("table");

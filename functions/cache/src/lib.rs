@@ -38,7 +38,7 @@ use aws_sdk_dynamodb::types::{
     KeySchemaElement, KeyType, Projection, ProjectionType, ScalarAttributeType, TableStatus,
     TimeToLiveSpecification, WriteRequest,
 };
-use sluice_core::Config;
+use sluice_core::Tenant;
 use sluice_core::cache::lsh::BANDS;
 use std::sync::Arc;
 
@@ -46,7 +46,7 @@ use sluice_core::cache::memory::MemoryCache;
 use sluice_core::cache::{
     CacheEntry, CacheSettings, CacheStore, CachedAnswer, Scope, SemanticCache,
 };
-use sluice_core::config::CacheBackend;
+use sluice_core::config::{CacheBackend, CacheConfig};
 use sluice_core::error::CacheError;
 use tracing::{info, warn};
 
@@ -63,13 +63,16 @@ const OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
 /// The cache stage `config` asks for (`SLUICE_CACHE`), for query vectors of `dim`
 /// components; `None` when it is off. For DynamoDB the client is built and the table checked
 /// (and created, with `SLUICE_CACHE_CREATE_TABLE=true`) here, once per process.
-pub async fn build(config: &Config, dim: usize) -> Result<Option<Arc<SemanticCache>>, CacheError> {
-    let store: Arc<dyn CacheStore> = match config.cache {
+pub async fn build(
+    config: &CacheConfig,
+    dim: usize,
+) -> Result<Option<Arc<SemanticCache>>, CacheError> {
+    let store: Arc<dyn CacheStore> = match config.backend {
         CacheBackend::Off => return Ok(None),
-        CacheBackend::Memory => Arc::new(MemoryCache::new(config.cache_max_entries)),
+        CacheBackend::Memory => Arc::new(MemoryCache::new(config.max_entries)),
         CacheBackend::Dynamodb => {
             let table = DynamoCache::connect(config).await?;
-            table.prepare(config.cache_create_table).await?;
+            table.prepare(config.create_table).await?;
             Arc::new(table)
         }
     };
@@ -106,7 +109,7 @@ pub const TENANT_TAG: &str = "sluice-tenant";
 impl DynamoCache {
     /// A client built once from the standard AWS environment (`AWS_REGION`, credentials,
     /// `AWS_ENDPOINT_URL_DYNAMODB` for an emulator) for `SLUICE_CACHE_TABLE`.
-    pub async fn connect(config: &Config) -> Result<Self, CacheError> {
+    pub async fn connect(config: &CacheConfig) -> Result<Self, CacheError> {
         let sdk = sluice_aws::sdk_config_with(
             "SLUICE_CACHE=dynamodb",
             ATTEMPT_TIMEOUT,
@@ -114,8 +117,8 @@ impl DynamoCache {
         )
         .await
         .map_err(|e| CacheError::Setup(e.to_string()))?;
-        let mut cache = Self::new(Client::new(&sdk), &config.cache_table);
-        if let Some(role) = &config.cache_tenant_role_arn {
+        let mut cache = Self::new(Client::new(&sdk), &config.table);
+        if let Some(role) = &config.tenant_role_arn {
             cache.tenants = Some(Arc::new(TenantClients {
                 role: role.clone(),
                 sdk,
@@ -361,7 +364,7 @@ impl CacheStore for DynamoCache {
         false
     }
 
-    async fn get(&self, tenant: &str, key: &str) -> Result<Option<CacheEntry>, CacheError> {
+    async fn get(&self, tenant: &Tenant, key: &str) -> Result<Option<CacheEntry>, CacheError> {
         let out = self
             .client(tenant)
             .await?
@@ -379,7 +382,7 @@ impl CacheStore for DynamoCache {
 
     async fn candidates(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         buckets: &[u32],
     ) -> Result<Vec<CacheEntry>, CacheError> {
         let client = self.client(tenant).await?;
@@ -427,7 +430,7 @@ impl CacheStore for DynamoCache {
         Ok(())
     }
 
-    async fn clear(&self, tenant: &str) -> Result<usize, CacheError> {
+    async fn clear(&self, tenant: &Tenant) -> Result<usize, CacheError> {
         let client = self.client(tenant).await?;
         let mut deleted = 0;
         let mut start: Option<HashMap<String, AttributeValue>> = None;
@@ -593,7 +596,7 @@ pub fn decode(item: &HashMap<String, AttributeValue>) -> Result<CacheEntry, Stri
             _ => Err(format!("attribute {name} is missing or not a number")),
         }
     };
-    let tenant = text("pk")?;
+    let tenant = Tenant::new(&text("pk")?).map_err(|e| format!("attribute pk: {e}"))?;
     let vector = match item.get("v") {
         Some(AttributeValue::B(b)) if b.as_ref().len() % 2 == 0 => b
             .as_ref()
@@ -638,7 +641,7 @@ mod tests {
 
     fn entry(answer_bytes: usize) -> CacheEntry {
         CacheEntry {
-            tenant: "acme".into(),
+            tenant: sluice_testkit::tenant("acme"),
             key: "ab".repeat(32),
             query: "how do i reset my pin".into(),
             vector: (0..384).map(|i| (i as f32 / 384.0) - 0.5).collect(),

@@ -2,6 +2,7 @@
 //! `make test` on 127.0.0.1 and named by the standard `AWS_ENDPOINT_URL_DYNAMODB`).
 //! Each test works in its own table.
 
+use sluice_testkit::tenant;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -11,10 +12,11 @@ use sluice_core::Config;
 use sluice_core::cache::{
     CacheEntry, CacheSettings, CacheStore, CachedAnswer, Lookup, Probe, Scope, SemanticCache,
 };
+use sluice_core::config::CacheConfig;
 use sluice_core::error::CacheError;
 
-fn config(table: &str) -> Config {
-    config_with(table, &[])
+fn config(table: &str) -> CacheConfig {
+    config_with(table, &[]).cache
 }
 
 /// The environment with the DynamoDB backend on `table`, then `extra`.
@@ -73,8 +75,14 @@ fn answer(text: &str) -> CachedAnswer {
     }
 }
 
-fn entry(cache: &SemanticCache, tenant: &str, query: &str, vector: Vec<f32>) -> CacheEntry {
-    cache.entry(tenant, &Probe::new(query), vector, scope(), answer(query))
+fn entry(cache: &SemanticCache, name: &str, query: &str, vector: Vec<f32>) -> CacheEntry {
+    cache.entry(
+        &tenant(name),
+        &Probe::new(query),
+        vector,
+        scope(),
+        answer(query),
+    )
 }
 
 fn hit_text(lookup: &Lookup) -> Option<String> {
@@ -117,7 +125,11 @@ async fn exact_and_similar_hits_round_trip_through_the_table() {
     cache.put(&stored).await.unwrap();
 
     let exact = cache
-        .exact("acme", &Probe::new("how do I reset my pin"), &scope())
+        .exact(
+            &tenant("acme"),
+            &Probe::new("how do I reset my pin"),
+            &scope(),
+        )
         .await;
     assert_eq!(hit_text(&exact).as_deref(), Some("How do I reset my PIN?"));
 
@@ -125,7 +137,7 @@ async fn exact_and_similar_hits_round_trip_through_the_table() {
     let near = vec![0.98, (1.0f32 - 0.98 * 0.98).sqrt(), 0.0, 0.0];
     let similar = cache
         .similar(
-            "acme",
+            &tenant("acme"),
             &Probe::new("how can I reset my pin"),
             &near,
             &scope(),
@@ -150,19 +162,32 @@ async fn one_tenant_never_reads_another_tenants_entry() {
         .await
         .unwrap();
     let probe = Probe::new("what is the fee");
-    assert!(hit_text(&cache.exact("globex", &probe, &scope()).await).is_none());
-    assert!(hit_text(&cache.similar("globex", &probe, &v, &scope()).await).is_none());
+    assert!(hit_text(&cache.exact(&tenant("globex"), &probe, &scope()).await).is_none());
+    assert!(hit_text(&cache.similar(&tenant("globex"), &probe, &v, &scope()).await).is_none());
     // Not even the raw backend returns it: the tenant is part of every key it reads.
-    assert!(store.get("globex", &probe.key).await.unwrap().is_none());
+    assert!(
+        store
+            .get(&tenant("globex"), &probe.key)
+            .await
+            .unwrap()
+            .is_none()
+    );
     let buckets = entry(&cache, "acme", "what is the fee", v.clone()).buckets;
     assert!(
         store
-            .candidates("globex", &buckets)
+            .candidates(&tenant("globex"), &buckets)
             .await
             .unwrap()
             .is_empty()
     );
-    assert_eq!(store.candidates("acme", &buckets).await.unwrap().len(), 1);
+    assert_eq!(
+        store
+            .candidates(&tenant("acme"), &buckets)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
 }
 
 #[tokio::test]
@@ -175,11 +200,15 @@ async fn expired_entries_are_ignored_although_the_emulator_keeps_them() {
     cache.put(&old).await.unwrap();
     let probe = Probe::new("opening hours");
     assert!(
-        store.get("acme", &probe.key).await.unwrap().is_some(),
+        store
+            .get(&tenant("acme"), &probe.key)
+            .await
+            .unwrap()
+            .is_some(),
         "still stored"
     );
-    assert!(hit_text(&cache.exact("acme", &probe, &scope()).await).is_none());
-    assert!(hit_text(&cache.similar("acme", &probe, &v, &scope()).await).is_none());
+    assert!(hit_text(&cache.exact(&tenant("acme"), &probe, &scope()).await).is_none());
+    assert!(hit_text(&cache.similar(&tenant("acme"), &probe, &v, &scope()).await).is_none());
 }
 
 #[tokio::test]
@@ -202,11 +231,11 @@ async fn clear_deletes_every_entry_of_one_tenant_only() {
         ))
         .await
         .unwrap();
-    assert_eq!(store.clear("acme").await.unwrap(), 60);
-    assert_eq!(store.clear("acme").await.unwrap(), 0);
+    assert_eq!(store.clear(&tenant("acme")).await.unwrap(), 60);
+    assert_eq!(store.clear(&tenant("acme")).await.unwrap(), 0);
     assert!(
         store
-            .get("globex", &Probe::new("question 1").key)
+            .get(&tenant("globex"), &Probe::new("question 1").key)
             .await
             .unwrap()
             .is_some()
@@ -226,7 +255,13 @@ async fn an_answer_over_the_item_limit_is_not_written() {
     big.answer.tokens = vec!["word ".repeat(100_000)];
     let e = cache.put(&big).await.unwrap_err();
     assert!(matches!(e, CacheError::TooLarge { .. }), "{e:?}");
-    assert!(store.get("acme", &big.key).await.unwrap().is_none());
+    assert!(
+        store
+            .get(&tenant("acme"), &big.key)
+            .await
+            .unwrap()
+            .is_none()
+    );
 }
 
 /// A TCP proxy in front of the emulator (a stand-in for the network only): it holds every
@@ -300,7 +335,7 @@ async fn a_lookup_is_one_parallel_round_of_one_get_item_and_ten_index_queries() 
     let started = std::time::Instant::now();
     let found = cache
         .lookup(
-            "acme",
+            &tenant("acme"),
             &Probe::new("what's the fee, please"),
             &[0.99, 0.141, 0.0, 0.0],
             &scope(),
@@ -329,7 +364,7 @@ async fn with_a_tenant_role_each_tenant_calls_with_credentials_assumed_for_it() 
             "arn:aws:iam::123456789012:role/sluice-cache-tenant",
         )],
     );
-    let store = DynamoCache::connect(&config).await.expect("client");
+    let store = DynamoCache::connect(&config.cache).await.expect("client");
     store.create_table().await.expect("create table");
     assert_eq!(
         store.tenant_clients(),
@@ -337,11 +372,11 @@ async fn with_a_tenant_role_each_tenant_calls_with_credentials_assumed_for_it() 
         "table set-up uses the process's own client"
     );
     let cache = semantic(store.clone());
-    for tenant in ["acme", "globex"] {
+    for name in ["acme", "globex"] {
         let e = entry(
             &cache,
-            tenant,
-            &format!("fee for {tenant}"),
+            name,
+            &format!("fee for {name}"),
             vec![1.0, 0.0, 0.0, 0.0],
         );
         cache.put(&e).await.expect("put as the tenant");
@@ -349,13 +384,19 @@ async fn with_a_tenant_role_each_tenant_calls_with_credentials_assumed_for_it() 
     assert_eq!(store.tenant_clients(), 2);
     let found = cache
         .lookup(
-            "acme",
+            &tenant("acme"),
             &Probe::new("fee for acme"),
             &[1.0, 0.0, 0.0, 0.0],
             &scope(),
         )
         .await;
     assert_eq!(hit_text(&found).as_deref(), Some("fee for acme"));
-    assert_eq!(cache.clear("globex").await.expect("clear as the tenant"), 1);
+    assert_eq!(
+        cache
+            .clear(&tenant("globex"))
+            .await
+            .expect("clear as the tenant"),
+        1
+    );
     assert_eq!(store.tenant_clients(), 2, "one client per tenant, reused");
 }

@@ -9,6 +9,7 @@
 //! The HTTP layer hashes the bearer token of each request and asks the [`KeyStore`]; no key
 //! (or an unknown one) is a 401, a key used for another tenant or beyond its permissions a 403.
 
+use crate::Tenant;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
@@ -16,8 +17,6 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use thiserror::Error;
-
-use crate::config::valid_tenant;
 
 /// Every key starts with this, so that a leaked one is recognisable (secret scanners).
 pub const KEY_PREFIX: &str = "sk-sluice-";
@@ -78,7 +77,7 @@ impl Permission {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Principal {
     /// The tenant every request with this key acts for.
-    pub tenant: String,
+    pub tenant: Tenant,
     /// What the key may do.
     pub permissions: Vec<Permission>,
 }
@@ -154,18 +153,13 @@ pub fn valid_digest(hash: &str) -> bool {
     })
 }
 
-/// Checks a record read from storage: a digest, a valid tenant, at least one permission.
+/// Checks a record read from storage: a digest and at least one permission (its tenant was
+/// checked when it was read, as every [`Tenant`] is).
 pub fn check_record(record: &KeyRecord) -> Result<(), String> {
     if !valid_digest(&record.hash) {
         return Err(format!(
             "{:?} is not a key digest (sha256: and 64 lower-case hex digits)",
             record.hash
-        ));
-    }
-    if !valid_tenant(&record.principal.tenant) {
-        return Err(format!(
-            "tenant {:?} is not 1-64 characters of letters, digits, '-' or '_'",
-            record.principal.tenant
         ));
     }
     if record.principal.permissions.is_empty() {
@@ -270,7 +264,7 @@ pub const CLIENT_KEY_VAR: &str = "SLUICE_API_KEY";
 
 /// The key store `config` names for `sluice serve` (`SLUICE_API_KEYS_FILE`); `None` when it
 /// names none. The DynamoDB store of the Lambda functions is built by `sluice-app`.
-pub fn file_keys(config: &crate::Config) -> Result<Option<FileKeys>, AuthError> {
+pub fn file_keys(config: &crate::config::AuthConfig) -> Result<Option<FileKeys>, AuthError> {
     config
         .api_keys_file
         .as_deref()
@@ -286,7 +280,7 @@ mod tests {
         KeyRecord {
             hash: digest(key),
             principal: Principal {
-                tenant: tenant.into(),
+                tenant: Tenant::new(tenant).unwrap(),
                 permissions: permissions.to_vec(),
             },
             name: None,

@@ -11,6 +11,7 @@
 //! A call that is abandoned (the retrieval deadline passed and its future was dropped) counts
 //! as a failure: waiting past the deadline is exactly what the breaker is for.
 
+use crate::Tenant;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -152,7 +153,7 @@ impl GuardedStore {
 impl Store for GuardedStore {
     async fn search(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         query: &str,
         vector: &[f32],
         k: usize,
@@ -163,22 +164,22 @@ impl Store for GuardedStore {
 
     async fn replace_document(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         document: &DocumentInfo,
         chunks: Vec<StoredChunk>,
     ) -> Result<(), StoreError> {
         self.inner.replace_document(tenant, document, chunks).await
     }
 
-    async fn bump_corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+    async fn bump_corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
         self.inner.bump_corpus_version(tenant).await
     }
 
-    async fn corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+    async fn corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
         self.guarded(self.inner.corpus_version(tenant)).await
     }
 
-    async fn count(&self, tenant: &str) -> Result<usize, StoreError> {
+    async fn count(&self, tenant: &Tenant) -> Result<usize, StoreError> {
         self.inner.count(tenant).await
     }
 }

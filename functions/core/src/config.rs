@@ -10,6 +10,8 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use crate::tenant::{TENANT_RULE, Tenant};
+
 /// A variable that is set but unusable; the message names it and says what it expects.
 #[derive(Debug, Error, PartialEq, Eq)]
 #[error("invalid {name}={value:?}: {expected}")]
@@ -22,51 +24,60 @@ pub struct ConfigError {
     pub expected: String,
 }
 
-/// Everything Sluice reads from its environment.
-#[derive(Clone)]
+/// A secret setting (an API key): used, never shown — its `Debug` is `<redacted>`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    /// The secret itself, for the one place that sends it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("<redacted>")
+    }
+}
+
+/// Everything Sluice reads from its environment, in one section per owner: each adapter is
+/// given its own section, and `sluice-app` picks the backends from them.
+#[derive(Debug, Clone)]
 pub struct Config {
     /// `SLUICE_HOME`: downloads, models and tools (default `~/.cache/sluice`).
     pub home: PathBuf,
-    /// `SLUICE_ADDR`: where `sluice serve` listens.
-    pub addr: SocketAddr,
-    /// `SLUICE_DATA_DIR`: the Qdrant Edge shard and tenant state.
+    /// `SLUICE_DATA_DIR`: the Qdrant Edge shard and the local component folder.
     pub data_dir: PathBuf,
     /// `SLUICE_MODEL_DIR`: `model.onnx` and `tokenizer.json` of the embedding model.
     pub model_dir: PathBuf,
-    /// `SLUICE_LLM_URL`: base URLs of the OpenAI-compatible API (each ends in `/v1`),
-    /// comma-separated; tried in order before the first token (failover).
-    pub llm_urls: Vec<String>,
-    /// `SLUICE_LLM_MODEL`: model name sent upstream.
-    pub llm_model: String,
-    /// `SLUICE_LLM_API_KEY`: bearer token for the upstream, if it wants one. Never logged.
-    pub llm_api_key: Option<String>,
-    /// `SLUICE_LLM_CONTEXT_TOKENS`: the model's context window; the prompt budget derives from it.
-    pub llm_context_tokens: usize,
-    /// `SLUICE_MAX_TOKENS`: cap on generated tokens per answer.
-    pub max_tokens: u32,
-    /// `SLUICE_LLM_CONNECT_TIMEOUT_MS`.
-    pub llm_connect_timeout: Duration,
-    /// `SLUICE_LLM_FIRST_TOKEN_TIMEOUT_MS`: from sending the request to the first token.
-    pub llm_first_token_timeout: Duration,
-    /// `SLUICE_LLM_IDLE_TIMEOUT_MS`: longest silence between two tokens.
-    pub llm_idle_timeout: Duration,
-    /// `SLUICE_RETRIEVAL_DEADLINE_MS`: embedding + retrieval budget; past it, answer without context.
-    pub retrieval_deadline: Duration,
-    /// `SLUICE_TOP_K`: sources per answer when the request does not say.
-    pub top_k: usize,
-    /// `SLUICE_DEFAULT_TENANT`: the tenant of requests without `x-sluice-tenant` while auth
-    /// is off.
-    pub default_tenant: String,
-    /// `SLUICE_API_KEYS_FILE`: the key file of `sluice serve` (auth on when set).
-    pub api_keys_file: Option<PathBuf>,
-    /// `SLUICE_API_KEYS_TABLE`: the DynamoDB table of keys on Lambda (auth on when set).
-    pub api_keys_table: Option<String>,
-    /// `SLUICE_TENANT_RATE`: requests per second per tenant (0 = no limit).
-    pub tenant_rate: f64,
-    /// `SLUICE_TENANT_BURST`: requests a tenant may make at once above its rate.
-    pub tenant_burst: u32,
-    /// `SLUICE_TENANT_MAX_STREAMS`: answers one tenant may have streaming at once (0 = no limit).
-    pub tenant_max_streams: usize,
+    /// `sluice serve`'s listener and the streams' keep-alive.
+    pub server: ServerConfig,
+    /// Request sizes and per-tenant rates (the wire's).
+    pub limits: Limits,
+    /// How an answer is made (the pipeline's).
+    pub answer: AnswerConfig,
+    /// How documents are chunked, and how many one request may bring.
+    pub ingest: IngestConfig,
+    /// The OpenAI-compatible upstream.
+    pub llm: LlmConfig,
+    /// The vector store.
+    pub store: StoreConfig,
+    /// The answer cache.
+    pub cache: CacheConfig,
+    /// The rerank sandbox's limits.
+    pub rerank: RerankConfig,
+    /// Where tenants' components are kept.
+    pub components: ComponentsConfig,
+    /// API keys and the tenant of unauthenticated requests.
+    pub auth: AuthConfig,
+}
+
+/// `sluice serve`'s listener, and what every entry point's streams do.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// `SLUICE_ADDR`: where `sluice serve` listens.
+    pub addr: SocketAddr,
     /// `SLUICE_DRAIN_TIMEOUT_MS`: after SIGTERM, how long `sluice serve` lets open streams
     /// finish before ending them with a retryable error.
     pub drain_timeout: Duration,
@@ -78,98 +89,154 @@ pub struct Config {
     /// `SLUICE_SSE_KEEPALIVE_MS`: after this long without an event, a stream sends an SSE
     /// comment line, so that proxies with idle timeouts keep it open (0: never).
     pub sse_keepalive: Duration,
-    /// `SLUICE_MAX_DOCUMENTS`: documents per ingest request.
-    pub max_documents: usize,
-    /// `SLUICE_MAX_CHUNKS`: chunks one ingest request may produce.
-    pub max_chunks: usize,
+}
+
+/// What one request may bring, and how fast each tenant may send them.
+#[derive(Debug, Clone)]
+pub struct Limits {
     /// `SLUICE_MAX_BODY_BYTES`: request body cap for `/v1/answer` (413 above).
     pub max_body_bytes: usize,
     /// `SLUICE_MAX_INGEST_BYTES`: request body cap for `/v1/documents` (413 above).
     pub max_ingest_bytes: usize,
+    /// `SLUICE_TENANT_RATE`: requests per second per tenant (0 = no limit).
+    pub tenant_rate: f64,
+    /// `SLUICE_TENANT_BURST`: requests a tenant may make at once above its rate.
+    pub tenant_burst: u32,
+    /// `SLUICE_TENANT_MAX_STREAMS`: answers one tenant may have streaming at once (0 = no limit).
+    pub tenant_max_streams: usize,
+}
+
+/// How the pipeline makes an answer.
+#[derive(Debug, Clone)]
+pub struct AnswerConfig {
+    /// `SLUICE_TOP_K`: sources per answer when the request does not say.
+    pub top_k: usize,
+    /// `SLUICE_RETRIEVAL_DEADLINE_MS`: everything before the LLM; past it, answer without
+    /// context.
+    pub retrieval_deadline: Duration,
+    /// `SLUICE_MAX_TOKENS`: cap on generated tokens per answer.
+    pub max_tokens: u32,
+    /// `SLUICE_LLM_CONTEXT_TOKENS`: the model's context window; the prompt budget derives
+    /// from it.
+    pub context_tokens: usize,
+    /// `SLUICE_CACHE_BUDGET_MS`: how long past the embedding the scope reads the cache needs
+    /// (corpus version, active component) are waited for — the cache's own lookup budget.
+    pub scope_budget: Duration,
+}
+
+/// How documents become chunks.
+#[derive(Debug, Clone)]
+pub struct IngestConfig {
     /// `SLUICE_CHUNK_TOKENS`: target chunk size in model tokens.
     pub chunk_tokens: usize,
-    /// `SLUICE_CHUNK_OVERLAP_TOKENS`: tokens repeated from the end of one chunk at the start of the next.
+    /// `SLUICE_CHUNK_OVERLAP_TOKENS`: tokens repeated from the end of one chunk at the start
+    /// of the next.
     pub chunk_overlap_tokens: usize,
-    /// `SLUICE_RERANK_MEMORY_MB`: linear memory a rerank component may use.
-    pub rerank_memory_mb: usize,
-    /// `SLUICE_RERANK_FUEL`: instructions a rerank call may execute.
-    pub rerank_fuel: u64,
-    /// `SLUICE_RERANK_DEADLINE_MS`: wall-clock budget of a rerank call.
-    pub rerank_deadline: Duration,
-    /// `SLUICE_RERANK_MAX_CANDIDATES`: most candidates passed to a component.
-    pub rerank_max_candidates: usize,
-    /// `SLUICE_RERANK_MAX_TEXT_BYTES`: candidate text is cut to this many bytes.
-    pub rerank_max_text_bytes: usize,
-    /// `SLUICE_COMPONENT_BUCKET`: keep tenant components in this S3 bucket (and their
-    /// pointers in `component_table`) instead of `SLUICE_DATA_DIR/components`.
-    pub component_bucket: Option<String>,
-    /// `SLUICE_COMPONENT_TABLE`: the DynamoDB table of component pointers.
-    pub component_table: String,
-    /// `SLUICE_COMPONENT_REFRESH_MS`: how long a process trusts the active component it
-    /// knows before reading the pointer again (another process may have activated one).
-    pub component_refresh: Duration,
-    /// `SLUICE_CACHE`: where answers are cached.
-    pub cache: CacheBackend,
-    /// `SLUICE_CACHE_TABLE`: the DynamoDB table.
-    pub cache_table: String,
-    /// `SLUICE_CACHE_CREATE_TABLE`: create the table at start when it is missing.
-    pub cache_create_table: bool,
-    /// `SLUICE_CACHE_TENANT_ROLE_ARN`: a role assumed per tenant (session tag `sluice-tenant`)
-    /// for the cache's item calls, whose policy confines them to the tenant's keys.
-    pub cache_tenant_role_arn: Option<String>,
-    /// `SLUICE_CACHE_TTL_SECS`: lifetime of a cached answer.
-    pub cache_ttl: Duration,
-    /// `SLUICE_CACHE_THRESHOLD`: cosine a paraphrase needs to reach to be answered from cache.
-    pub cache_threshold: f32,
-    /// `SLUICE_CACHE_TENANT_THRESHOLDS`: per-tenant thresholds, `acme=0.97,globex=0.9`.
-    pub cache_tenant_thresholds: HashMap<String, f32>,
-    /// `SLUICE_CACHE_BUDGET_MS`: budget of one cache lookup round; late is a miss.
-    pub cache_budget: Duration,
-    /// `SLUICE_CACHE_MAX_ENTRIES`: size bound of the in-memory cache.
-    pub cache_max_entries: usize,
-    /// `SLUICE_STORE`: where chunks live.
-    pub store: StoreBackend,
-    /// `SLUICE_QDRANT_URL`: base URL of the Qdrant REST API (`SLUICE_STORE=qdrant`).
-    pub qdrant_url: String,
-    /// `SLUICE_QDRANT_API_KEY`: sent as `api-key`; never logged.
-    pub qdrant_api_key: Option<String>,
-    /// `SLUICE_QDRANT_COLLECTION`: the collection (corpus versions live in `<name>_versions`).
-    pub qdrant_collection: String,
-    /// `SLUICE_PINECONE_API_KEY`: sent as `Api-Key` (required with `SLUICE_STORE=pinecone`);
-    /// never logged.
-    pub pinecone_api_key: Option<String>,
-    /// `SLUICE_PINECONE_HOST`: data-plane URL of the dense index (a bare host means https).
-    pub pinecone_host: Option<String>,
-    /// `SLUICE_PINECONE_SPARSE_HOST`: data-plane URL of the sparse (BM25) index.
-    pub pinecone_sparse_host: Option<String>,
-    /// `SLUICE_PINECONE_INDEX`: name of the dense index; the sparse one is `<name>-bm25`.
-    pub pinecone_index: String,
-    /// `SLUICE_PINECONE_CLOUD` and `SLUICE_PINECONE_REGION`: where
-    /// `sluice store create-collection` creates the serverless indexes.
-    pub pinecone_cloud: String,
-    /// See `pinecone_cloud`.
-    pub pinecone_region: String,
-    /// `SLUICE_PINECONE_CONTROL_URL`: Pinecone's control-plane API.
-    pub pinecone_control_url: String,
+    /// `SLUICE_MAX_DOCUMENTS`: documents per ingest request.
+    pub max_documents: usize,
+    /// `SLUICE_MAX_CHUNKS`: chunks one ingest request may produce.
+    pub max_chunks: usize,
+}
+
+/// The OpenAI-compatible upstream (vLLM in production).
+#[derive(Debug, Clone)]
+pub struct LlmConfig {
+    /// `SLUICE_LLM_URL`: base URLs of the OpenAI-compatible API (each ends in `/v1`),
+    /// comma-separated; tried in order before the first token (failover).
+    pub urls: Vec<String>,
+    /// `SLUICE_LLM_MODEL`: model name sent upstream.
+    pub model: String,
+    /// `SLUICE_LLM_API_KEY`: bearer token for the upstream, if it wants one.
+    pub api_key: Option<Secret>,
+    /// `SLUICE_LLM_CONNECT_TIMEOUT_MS`.
+    pub connect_timeout: Duration,
+    /// `SLUICE_LLM_FIRST_TOKEN_TIMEOUT_MS`: from sending the request to the first token.
+    pub first_token_timeout: Duration,
+    /// `SLUICE_LLM_IDLE_TIMEOUT_MS`: longest silence between two tokens.
+    pub idle_timeout: Duration,
+}
+
+/// The vector store: which backend, and how calls to a remote one are bounded.
+#[derive(Debug, Clone)]
+pub struct StoreConfig {
+    /// `SLUICE_STORE`: where chunks live, with that backend's settings.
+    pub backend: StoreBackend,
     /// `SLUICE_STORE_TIMEOUT_MS`: budget of one call to a remote store.
-    pub store_timeout: Duration,
+    pub timeout: Duration,
     /// `SLUICE_STORE_READ_RETRIES`: extra attempts of a failed read (inside the deadline).
-    pub store_read_retries: usize,
+    pub read_retries: usize,
     /// `SLUICE_BREAKER_FAILURES`: consecutive failures that open a remote store's breaker.
     pub breaker_failures: u32,
     /// `SLUICE_BREAKER_COOLDOWN_MS`: how long an open breaker skips the store.
     pub breaker_cool_down: Duration,
 }
 
-/// Where chunks live (`SLUICE_STORE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Where chunks live (`SLUICE_STORE`), with what that backend needs.
+#[derive(Debug, Clone, PartialEq)]
 pub enum StoreBackend {
     /// Qdrant Edge in-process, in `SLUICE_DATA_DIR` (the default).
-    Edge,
-    /// A Qdrant server or Qdrant Cloud over REST (`SLUICE_QDRANT_URL`).
-    Qdrant,
-    /// Two Pinecone serverless indexes, dense and sparse (`SLUICE_PINECONE_*`).
-    Pinecone,
+    Edge {
+        /// The shard's folder (`SLUICE_DATA_DIR`).
+        dir: PathBuf,
+    },
+    /// A Qdrant server or Qdrant Cloud over REST.
+    Qdrant(QdrantConfig),
+    /// Two Pinecone serverless indexes, dense and sparse.
+    Pinecone(PineconeConfig),
+}
+
+/// A Qdrant server over REST (`SLUICE_STORE=qdrant`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct QdrantConfig {
+    /// `SLUICE_QDRANT_URL`: base URL of the REST API.
+    pub url: String,
+    /// `SLUICE_QDRANT_API_KEY`: sent as `api-key`.
+    pub api_key: Option<Secret>,
+    /// `SLUICE_QDRANT_COLLECTION`: the collection (corpus versions live in `<name>_versions`).
+    pub collection: String,
+}
+
+/// Two Pinecone serverless indexes (`SLUICE_STORE=pinecone`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PineconeConfig {
+    /// `SLUICE_PINECONE_API_KEY`: sent as `Api-Key`.
+    pub api_key: Secret,
+    /// `SLUICE_PINECONE_HOST`: data-plane URL of the dense index (a bare host means https).
+    pub host: Option<String>,
+    /// `SLUICE_PINECONE_SPARSE_HOST`: data-plane URL of the sparse (BM25) index.
+    pub sparse_host: Option<String>,
+    /// `SLUICE_PINECONE_INDEX`: name of the dense index; the sparse one is `<name>-bm25`.
+    pub index: String,
+    /// `SLUICE_PINECONE_CLOUD`: where `sluice store create-collection` creates the indexes.
+    pub cloud: String,
+    /// `SLUICE_PINECONE_REGION`: see `cloud`.
+    pub region: String,
+    /// `SLUICE_PINECONE_CONTROL_URL`: Pinecone's control-plane API.
+    pub control_url: String,
+}
+
+/// The answer cache: where, and its rules.
+#[derive(Debug, Clone)]
+pub struct CacheConfig {
+    /// `SLUICE_CACHE`: where answers are cached.
+    pub backend: CacheBackend,
+    /// `SLUICE_CACHE_TABLE`: the DynamoDB table.
+    pub table: String,
+    /// `SLUICE_CACHE_CREATE_TABLE`: create the table at start when it is missing.
+    pub create_table: bool,
+    /// `SLUICE_CACHE_TENANT_ROLE_ARN`: a role assumed per tenant (session tag `sluice-tenant`)
+    /// for the cache's item calls, whose policy confines them to the tenant's keys.
+    pub tenant_role_arn: Option<String>,
+    /// `SLUICE_CACHE_TTL_SECS`: lifetime of a cached answer.
+    pub ttl: Duration,
+    /// `SLUICE_CACHE_THRESHOLD`: cosine a paraphrase needs to reach to be answered from cache.
+    pub threshold: f32,
+    /// `SLUICE_CACHE_TENANT_THRESHOLDS`: per-tenant thresholds, `acme=0.97,globex=0.9`.
+    pub tenant_thresholds: HashMap<Tenant, f32>,
+    /// `SLUICE_CACHE_BUDGET_MS`: budget of one cache lookup round; late is a miss.
+    pub budget: Duration,
+    /// `SLUICE_CACHE_MAX_ENTRIES`: size bound of the in-memory cache.
+    pub max_entries: usize,
 }
 
 /// Where answers are cached (`SLUICE_CACHE`).
@@ -183,40 +250,44 @@ pub enum CacheBackend {
     Dynamodb,
 }
 
-impl fmt::Debug for Config {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Config")
-            .field("addr", &self.addr)
-            .field("data_dir", &self.data_dir)
-            .field("model_dir", &self.model_dir)
-            .field("llm_urls", &self.llm_urls)
-            .field("llm_model", &self.llm_model)
-            .field(
-                "llm_api_key",
-                &self.llm_api_key.as_ref().map(|_| "<redacted>"),
-            )
-            .field("llm_context_tokens", &self.llm_context_tokens)
-            .field("max_tokens", &self.max_tokens)
-            .field("retrieval_deadline", &self.retrieval_deadline)
-            .field("top_k", &self.top_k)
-            .field("default_tenant", &self.default_tenant)
-            .field("api_keys_file", &self.api_keys_file)
-            .field("api_keys_table", &self.api_keys_table)
-            .field("cache", &self.cache)
-            .field("store", &self.store)
-            .field("qdrant_url", &self.qdrant_url)
-            .field(
-                "qdrant_api_key",
-                &self.qdrant_api_key.as_ref().map(|_| "<redacted>"),
-            )
-            .field("pinecone_host", &self.pinecone_host)
-            .field("pinecone_sparse_host", &self.pinecone_sparse_host)
-            .field(
-                "pinecone_api_key",
-                &self.pinecone_api_key.as_ref().map(|_| "<redacted>"),
-            )
-            .finish_non_exhaustive()
-    }
+/// The limits every tenant's rerank component runs under.
+#[derive(Debug, Clone)]
+pub struct RerankConfig {
+    /// `SLUICE_RERANK_MEMORY_MB`: linear memory a rerank component may use.
+    pub memory_mb: usize,
+    /// `SLUICE_RERANK_FUEL`: instructions a rerank call may execute.
+    pub fuel: u64,
+    /// `SLUICE_RERANK_DEADLINE_MS`: wall-clock budget of a rerank call.
+    pub deadline: Duration,
+    /// `SLUICE_RERANK_MAX_CANDIDATES`: most candidates passed to a component.
+    pub max_candidates: usize,
+    /// `SLUICE_RERANK_MAX_TEXT_BYTES`: candidate text is cut to this many bytes.
+    pub max_text_bytes: usize,
+    /// `SLUICE_COMPONENT_REFRESH_MS`: how long a process trusts the active component it
+    /// knows before reading the pointer again (another process may have activated one).
+    pub refresh: Duration,
+}
+
+/// Where tenants' rerank components are kept.
+#[derive(Debug, Clone)]
+pub struct ComponentsConfig {
+    /// `SLUICE_COMPONENT_BUCKET`: keep them in this S3 bucket (and their pointers in
+    /// `table`) instead of `SLUICE_DATA_DIR/components`.
+    pub bucket: Option<String>,
+    /// `SLUICE_COMPONENT_TABLE`: the DynamoDB table of component pointers.
+    pub table: String,
+}
+
+/// Who may call: API keys, and the tenant of a request while auth is off.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    /// `SLUICE_DEFAULT_TENANT`: the tenant of requests without `x-sluice-tenant` while auth
+    /// is off.
+    pub default_tenant: Tenant,
+    /// `SLUICE_API_KEYS_FILE`: the key file of `sluice serve` (auth on when set).
+    pub api_keys_file: Option<PathBuf>,
+    /// `SLUICE_API_KEYS_TABLE`: the DynamoDB table of keys on Lambda (auth on when set).
+    pub api_keys_table: Option<String>,
 }
 
 /// Largest `k` a request may ask for.
@@ -236,243 +307,287 @@ impl Config {
         let home = get("SLUICE_HOME").map(PathBuf::from).unwrap_or_else(|| {
             PathBuf::from(get("HOME").unwrap_or_else(|| ".".into())).join(".cache/sluice")
         });
-        let config = Config {
-            home: home.clone(),
-            addr: parse(
-                &get,
-                "SLUICE_ADDR",
-                "127.0.0.1:8080",
-                "a socket address such as 127.0.0.1:8080",
-            )?,
-            data_dir: get("SLUICE_DATA_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| "sluice-data".into()),
+        let data_dir = get("SLUICE_DATA_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| "sluice-data".into());
+        let cache_budget = millis(&get, "SLUICE_CACHE_BUDGET_MS", 50, 1)?;
+        Ok(Config {
             model_dir: get("SLUICE_MODEL_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| home.join("models/all-MiniLM-L6-v2")),
-            llm_urls: get("SLUICE_LLM_URL")
-                .unwrap_or_else(|| "http://127.0.0.1:8081/v1".into())
-                .split(',')
-                .map(|u| u.trim().trim_end_matches('/').to_string())
-                .collect(),
-            llm_model: get("SLUICE_LLM_MODEL").unwrap_or_else(|| "SmolLM2-135M-Instruct".into()),
-            llm_api_key: get("SLUICE_LLM_API_KEY"),
-            llm_context_tokens: ranged(&get, "SLUICE_LLM_CONTEXT_TOKENS", 8192, 512, 1 << 20)?,
-            max_tokens: ranged(&get, "SLUICE_MAX_TOKENS", 256, 1, 32768)? as u32,
-            llm_connect_timeout: millis(&get, "SLUICE_LLM_CONNECT_TIMEOUT_MS", 1000, 1)?,
-            llm_first_token_timeout: millis(&get, "SLUICE_LLM_FIRST_TOKEN_TIMEOUT_MS", 30_000, 1)?,
-            llm_idle_timeout: millis(&get, "SLUICE_LLM_IDLE_TIMEOUT_MS", 10_000, 1)?,
-            retrieval_deadline: millis(&get, "SLUICE_RETRIEVAL_DEADLINE_MS", 200, 0)?,
-            top_k: ranged(&get, "SLUICE_TOP_K", 5, 1, MAX_K)?,
-            default_tenant: get("SLUICE_DEFAULT_TENANT").unwrap_or_else(|| "default".into()),
-            api_keys_file: get("SLUICE_API_KEYS_FILE").map(PathBuf::from),
-            api_keys_table: get("SLUICE_API_KEYS_TABLE"),
-            tenant_rate: {
-                let rate: f64 = parse(
-                    &get,
-                    "SLUICE_TENANT_RATE",
-                    "50",
-                    "requests per second, from 0 (no limit) to 100000",
-                )?;
-                if !(0.0..=100_000.0).contains(&rate) {
-                    return Err(ConfigError {
-                        name: "SLUICE_TENANT_RATE",
-                        value: rate.to_string(),
-                        expected: "requests per second, from 0 (no limit) to 100000".into(),
-                    });
-                }
-                rate
+            server: server_section(&get)?,
+            limits: limits_section(&get)?,
+            answer: AnswerConfig {
+                top_k: ranged(&get, "SLUICE_TOP_K", 5, 1, MAX_K)?,
+                retrieval_deadline: millis(&get, "SLUICE_RETRIEVAL_DEADLINE_MS", 200, 0)?,
+                max_tokens: ranged(&get, "SLUICE_MAX_TOKENS", 256, 1, 32768)? as u32,
+                context_tokens: ranged(&get, "SLUICE_LLM_CONTEXT_TOKENS", 8192, 512, 1 << 20)?,
+                scope_budget: cache_budget,
             },
-            tenant_burst: ranged(&get, "SLUICE_TENANT_BURST", 100, 1, 1_000_000)? as u32,
-            tenant_max_streams: ranged(&get, "SLUICE_TENANT_MAX_STREAMS", 64, 0, 1_000_000)?,
-            drain_timeout: millis(&get, "SLUICE_DRAIN_TIMEOUT_MS", 25_000, 0)?,
-            allowed_hosts: match get("SLUICE_ALLOWED_HOSTS") {
-                None => None,
-                Some(list) => Some(host_names(&list)?),
+            ingest: ingest_section(&get)?,
+            llm: llm_section(&get)?,
+            store: store_section(&get, &data_dir)?,
+            cache: cache_section(&get, cache_budget)?,
+            rerank: RerankConfig {
+                memory_mb: ranged(&get, "SLUICE_RERANK_MEMORY_MB", 16, 1, 1024)?,
+                fuel: ranged(&get, "SLUICE_RERANK_FUEL", 50_000_000, 10_000, 1 << 40)? as u64,
+                deadline: millis(&get, "SLUICE_RERANK_DEADLINE_MS", 5, 1)?,
+                max_candidates: ranged(&get, "SLUICE_RERANK_MAX_CANDIDATES", 200, MAX_K, 10_000)?,
+                max_text_bytes: ranged(&get, "SLUICE_RERANK_MAX_TEXT_BYTES", 8192, 64, 1 << 20)?,
+                refresh: millis(&get, "SLUICE_COMPONENT_REFRESH_MS", 5000, 0)?,
             },
-            allow_unauthenticated: parse(
-                &get,
-                "SLUICE_ALLOW_UNAUTHENTICATED",
-                "false",
-                "true or false",
-            )?,
-            sse_keepalive: millis(&get, "SLUICE_SSE_KEEPALIVE_MS", 5000, 0)?,
-            max_documents: ranged(&get, "SLUICE_MAX_DOCUMENTS", 1000, 1, 1_000_000)?,
-            max_chunks: ranged(&get, "SLUICE_MAX_CHUNKS", 20_000, 1, 10_000_000)?,
-            max_body_bytes: ranged(&get, "SLUICE_MAX_BODY_BYTES", 1 << 20, 1024, 1 << 30)?,
-            max_ingest_bytes: ranged(&get, "SLUICE_MAX_INGEST_BYTES", 16 << 20, 1024, 1 << 30)?,
-            chunk_tokens: ranged(&get, "SLUICE_CHUNK_TOKENS", 256, 16, 512)?,
-            chunk_overlap_tokens: ranged(&get, "SLUICE_CHUNK_OVERLAP_TOKENS", 32, 0, 256)?,
-            rerank_memory_mb: ranged(&get, "SLUICE_RERANK_MEMORY_MB", 16, 1, 1024)?,
-            rerank_fuel: ranged(&get, "SLUICE_RERANK_FUEL", 50_000_000, 10_000, 1 << 40)? as u64,
-            rerank_deadline: millis(&get, "SLUICE_RERANK_DEADLINE_MS", 5, 1)?,
-            rerank_max_candidates: ranged(
-                &get,
-                "SLUICE_RERANK_MAX_CANDIDATES",
-                200,
-                MAX_K,
-                10_000,
-            )?,
-            rerank_max_text_bytes: ranged(&get, "SLUICE_RERANK_MAX_TEXT_BYTES", 8192, 64, 1 << 20)?,
-            component_bucket: match get("SLUICE_COMPONENT_BUCKET") {
-                Some(b) if !valid_bucket(&b) => {
-                    return Err(ConfigError {
-                        name: "SLUICE_COMPONENT_BUCKET",
-                        value: b,
-                        expected: "an S3 bucket name (3-63 characters of a-z, 0-9, '.' or '-')"
-                            .into(),
-                    });
-                }
-                b => b,
+            components: ComponentsConfig {
+                bucket: match get("SLUICE_COMPONENT_BUCKET") {
+                    Some(b) if !valid_bucket(&b) => {
+                        return Err(ConfigError {
+                            name: "SLUICE_COMPONENT_BUCKET",
+                            value: b,
+                            expected: "an S3 bucket name (3-63 characters of a-z, 0-9, '.' or '-')"
+                                .into(),
+                        });
+                    }
+                    b => b,
+                },
+                table: get("SLUICE_COMPONENT_TABLE").unwrap_or_else(|| "sluice-components".into()),
             },
-            component_table: get("SLUICE_COMPONENT_TABLE")
-                .unwrap_or_else(|| "sluice-components".into()),
-            component_refresh: millis(&get, "SLUICE_COMPONENT_REFRESH_MS", 5000, 0)?,
-            cache: match get("SLUICE_CACHE").as_deref().map(str::trim) {
-                None | Some("memory") => CacheBackend::Memory,
-                Some("dynamodb") => CacheBackend::Dynamodb,
-                Some("off") => CacheBackend::Off,
-                Some(other) => {
-                    return Err(ConfigError {
-                        name: "SLUICE_CACHE",
-                        value: other.to_string(),
-                        expected: "memory, dynamodb or off".into(),
-                    });
-                }
-            },
-            cache_table: get("SLUICE_CACHE_TABLE").unwrap_or_else(|| "sluice-cache".into()),
-            cache_create_table: parse(&get, "SLUICE_CACHE_CREATE_TABLE", "false", "true or false")?,
-            cache_tenant_role_arn: match get("SLUICE_CACHE_TENANT_ROLE_ARN") {
-                Some(arn) if !is_role_arn(&arn) => {
-                    return Err(ConfigError {
-                        name: "SLUICE_CACHE_TENANT_ROLE_ARN",
-                        value: arn,
-                        expected: "an IAM role ARN (arn:aws:iam::<account>:role/<name>)".into(),
-                    });
-                }
-                arn => arn,
-            },
-            cache_ttl: Duration::from_secs(ranged(
-                &get,
-                "SLUICE_CACHE_TTL_SECS",
-                86_400,
-                1,
-                365 * 86_400,
-            )? as u64),
-            cache_threshold: threshold(
-                "SLUICE_CACHE_THRESHOLD",
-                get("SLUICE_CACHE_THRESHOLD").as_deref().unwrap_or("0.95"),
-            )?,
-            cache_tenant_thresholds: tenant_thresholds(
-                get("SLUICE_CACHE_TENANT_THRESHOLDS")
-                    .as_deref()
-                    .unwrap_or(""),
-            )?,
-            cache_budget: millis(&get, "SLUICE_CACHE_BUDGET_MS", 50, 1)?,
-            cache_max_entries: ranged(&get, "SLUICE_CACHE_MAX_ENTRIES", 10_000, 1, 10_000_000)?,
-            store: match get("SLUICE_STORE").as_deref().map(str::trim) {
-                None | Some("edge") => StoreBackend::Edge,
-                Some("qdrant") => StoreBackend::Qdrant,
-                Some("pinecone") => StoreBackend::Pinecone,
-                Some(other) => {
-                    return Err(ConfigError {
-                        name: "SLUICE_STORE",
-                        value: other.to_string(),
-                        expected: "edge, qdrant or pinecone".into(),
-                    });
-                }
-            },
-            qdrant_url: get("SLUICE_QDRANT_URL")
+            auth: auth_section(&get)?,
+            home,
+            data_dir,
+        })
+    }
+}
+
+fn server_section(get: &impl Fn(&str) -> Option<String>) -> Result<ServerConfig, ConfigError> {
+    Ok(ServerConfig {
+        addr: parse(
+            get,
+            "SLUICE_ADDR",
+            "127.0.0.1:8080",
+            "a socket address such as 127.0.0.1:8080",
+        )?,
+        drain_timeout: millis(get, "SLUICE_DRAIN_TIMEOUT_MS", 25_000, 0)?,
+        allowed_hosts: match get("SLUICE_ALLOWED_HOSTS") {
+            None => None,
+            Some(list) => Some(host_names(&list)?),
+        },
+        allow_unauthenticated: parse(
+            get,
+            "SLUICE_ALLOW_UNAUTHENTICATED",
+            "false",
+            "true or false",
+        )?,
+        sse_keepalive: millis(get, "SLUICE_SSE_KEEPALIVE_MS", 5000, 0)?,
+    })
+}
+
+fn limits_section(get: &impl Fn(&str) -> Option<String>) -> Result<Limits, ConfigError> {
+    const RATE: &str = "requests per second, from 0 (no limit) to 100000";
+    let tenant_rate: f64 = parse(get, "SLUICE_TENANT_RATE", "50", RATE)?;
+    if !(0.0..=100_000.0).contains(&tenant_rate) {
+        return Err(ConfigError {
+            name: "SLUICE_TENANT_RATE",
+            value: tenant_rate.to_string(),
+            expected: RATE.into(),
+        });
+    }
+    Ok(Limits {
+        max_body_bytes: ranged(get, "SLUICE_MAX_BODY_BYTES", 1 << 20, 1024, 1 << 30)?,
+        max_ingest_bytes: ranged(get, "SLUICE_MAX_INGEST_BYTES", 16 << 20, 1024, 1 << 30)?,
+        tenant_rate,
+        tenant_burst: ranged(get, "SLUICE_TENANT_BURST", 100, 1, 1_000_000)? as u32,
+        tenant_max_streams: ranged(get, "SLUICE_TENANT_MAX_STREAMS", 64, 0, 1_000_000)?,
+    })
+}
+
+fn ingest_section(get: &impl Fn(&str) -> Option<String>) -> Result<IngestConfig, ConfigError> {
+    let ingest = IngestConfig {
+        chunk_tokens: ranged(get, "SLUICE_CHUNK_TOKENS", 256, 16, 512)?,
+        chunk_overlap_tokens: ranged(get, "SLUICE_CHUNK_OVERLAP_TOKENS", 32, 0, 256)?,
+        max_documents: ranged(get, "SLUICE_MAX_DOCUMENTS", 1000, 1, 1_000_000)?,
+        max_chunks: ranged(get, "SLUICE_MAX_CHUNKS", 20_000, 1, 10_000_000)?,
+    };
+    if ingest.chunk_overlap_tokens >= ingest.chunk_tokens / 2 {
+        return Err(ConfigError {
+            name: "SLUICE_CHUNK_OVERLAP_TOKENS",
+            value: ingest.chunk_overlap_tokens.to_string(),
+            expected: format!(
+                "less than half of SLUICE_CHUNK_TOKENS ({})",
+                ingest.chunk_tokens
+            ),
+        });
+    }
+    Ok(ingest)
+}
+
+fn llm_section(get: &impl Fn(&str) -> Option<String>) -> Result<LlmConfig, ConfigError> {
+    let urls: Vec<String> = get("SLUICE_LLM_URL")
+        .unwrap_or_else(|| "http://127.0.0.1:8081/v1".into())
+        .split(',')
+        .map(|u| u.trim().trim_end_matches('/').to_string())
+        .collect();
+    if let Some(bad) = urls.iter().find(|u| !is_http_url(u)) {
+        return Err(ConfigError {
+            name: "SLUICE_LLM_URL",
+            value: bad.clone(),
+            expected: "http:// or https:// URLs of an OpenAI-compatible API, comma-separated, such as http://127.0.0.1:8081/v1".into(),
+        });
+    }
+    Ok(LlmConfig {
+        urls,
+        model: get("SLUICE_LLM_MODEL").unwrap_or_else(|| "SmolLM2-135M-Instruct".into()),
+        api_key: get("SLUICE_LLM_API_KEY").map(Secret),
+        connect_timeout: millis(get, "SLUICE_LLM_CONNECT_TIMEOUT_MS", 1000, 1)?,
+        first_token_timeout: millis(get, "SLUICE_LLM_FIRST_TOKEN_TIMEOUT_MS", 30_000, 1)?,
+        idle_timeout: millis(get, "SLUICE_LLM_IDLE_TIMEOUT_MS", 10_000, 1)?,
+    })
+}
+
+fn store_section(
+    get: &impl Fn(&str) -> Option<String>,
+    data_dir: &std::path::Path,
+) -> Result<StoreConfig, ConfigError> {
+    let backend = match get("SLUICE_STORE").as_deref().map(str::trim) {
+        None | Some("edge") => StoreBackend::Edge {
+            dir: data_dir.to_path_buf(),
+        },
+        Some("qdrant") => {
+            let url = get("SLUICE_QDRANT_URL")
                 .unwrap_or_else(|| "http://127.0.0.1:6333".into())
                 .trim_end_matches('/')
-                .to_string(),
-            qdrant_api_key: get("SLUICE_QDRANT_API_KEY"),
-            qdrant_collection: get("SLUICE_QDRANT_COLLECTION").unwrap_or_else(|| "sluice".into()),
-            pinecone_api_key: get("SLUICE_PINECONE_API_KEY"),
-            pinecone_host: get("SLUICE_PINECONE_HOST").map(|h| https_url(&h)),
-            pinecone_sparse_host: get("SLUICE_PINECONE_SPARSE_HOST").map(|h| https_url(&h)),
-            pinecone_index: get("SLUICE_PINECONE_INDEX").unwrap_or_else(|| "sluice".into()),
-            pinecone_cloud: get("SLUICE_PINECONE_CLOUD").unwrap_or_else(|| "aws".into()),
-            pinecone_region: get("SLUICE_PINECONE_REGION").unwrap_or_else(|| "us-east-1".into()),
-            pinecone_control_url: https_url(
-                &get("SLUICE_PINECONE_CONTROL_URL")
-                    .unwrap_or_else(|| "https://api.pinecone.io".into()),
-            ),
-            store_timeout: millis(&get, "SLUICE_STORE_TIMEOUT_MS", 1000, 1)?,
-            store_read_retries: ranged(&get, "SLUICE_STORE_READ_RETRIES", 1, 0, 5)?,
-            breaker_failures: ranged(&get, "SLUICE_BREAKER_FAILURES", 5, 1, 1000)? as u32,
-            breaker_cool_down: millis(&get, "SLUICE_BREAKER_COOLDOWN_MS", 5000, 1)?,
-        };
-        if let Some(bad) = config
-            .llm_urls
-            .iter()
-            .find(|u| !(u.starts_with("http://") || u.starts_with("https://")))
-        {
-            return Err(ConfigError {
-                name: "SLUICE_LLM_URL",
-                value: bad.clone(),
-                expected: "http:// or https:// URLs of an OpenAI-compatible API, comma-separated, such as http://127.0.0.1:8081/v1".into(),
-            });
+                .to_string();
+            if !is_http_url(&url) {
+                return Err(ConfigError {
+                    name: "SLUICE_QDRANT_URL",
+                    value: url,
+                    expected: "an http:// or https:// URL of the Qdrant REST API, such as https://xyz.cloud.qdrant.io:6333".into(),
+                });
+            }
+            StoreBackend::Qdrant(QdrantConfig {
+                url,
+                api_key: get("SLUICE_QDRANT_API_KEY").map(Secret),
+                collection: get("SLUICE_QDRANT_COLLECTION").unwrap_or_else(|| "sluice".into()),
+            })
         }
-        if config.store == StoreBackend::Qdrant
-            && !(config.qdrant_url.starts_with("http://")
-                || config.qdrant_url.starts_with("https://"))
-        {
-            return Err(ConfigError {
-                name: "SLUICE_QDRANT_URL",
-                value: config.qdrant_url,
-                expected: "an http:// or https:// URL of the Qdrant REST API, such as https://xyz.cloud.qdrant.io:6333".into(),
-            });
-        }
-        if config.store == StoreBackend::Pinecone && config.pinecone_api_key.is_none() {
-            return Err(ConfigError {
+        Some("pinecone") => {
+            let api_key = get("SLUICE_PINECONE_API_KEY").ok_or_else(|| ConfigError {
                 name: "SLUICE_PINECONE_API_KEY",
                 value: String::new(),
                 expected: "the API key of the Pinecone project (SLUICE_STORE=pinecone)".into(),
-            });
-        }
-        let index = &config.pinecone_index;
-        if index.is_empty()
-            || index.len() > 40
-            || !index
-                .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
-            || index.starts_with('-')
-            || index.ends_with('-')
-        {
-            return Err(ConfigError {
-                name: "SLUICE_PINECONE_INDEX",
-                value: config.pinecone_index,
-                expected: "1-40 lower-case letters, digits or '-', not at either end (Pinecone's rule for index names, leaving room for the -bm25 suffix)".into(),
-            });
-        }
-        if config.chunk_overlap_tokens >= config.chunk_tokens / 2 {
-            return Err(ConfigError {
-                name: "SLUICE_CHUNK_OVERLAP_TOKENS",
-                value: config.chunk_overlap_tokens.to_string(),
-                expected: format!(
-                    "less than half of SLUICE_CHUNK_TOKENS ({})",
-                    config.chunk_tokens
+            })?;
+            let index = get("SLUICE_PINECONE_INDEX").unwrap_or_else(|| "sluice".into());
+            if index.is_empty()
+                || index.len() > 40
+                || !index
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                || index.starts_with('-')
+                || index.ends_with('-')
+            {
+                return Err(ConfigError {
+                    name: "SLUICE_PINECONE_INDEX",
+                    value: index,
+                    expected: "1-40 lower-case letters, digits or '-', not at either end (Pinecone's rule for index names, leaving room for the -bm25 suffix)".into(),
+                });
+            }
+            StoreBackend::Pinecone(PineconeConfig {
+                api_key: Secret(api_key),
+                host: get("SLUICE_PINECONE_HOST").map(|h| https_url(&h)),
+                sparse_host: get("SLUICE_PINECONE_SPARSE_HOST").map(|h| https_url(&h)),
+                index,
+                cloud: get("SLUICE_PINECONE_CLOUD").unwrap_or_else(|| "aws".into()),
+                region: get("SLUICE_PINECONE_REGION").unwrap_or_else(|| "us-east-1".into()),
+                control_url: https_url(
+                    &get("SLUICE_PINECONE_CONTROL_URL")
+                        .unwrap_or_else(|| "https://api.pinecone.io".into()),
                 ),
-            });
+            })
         }
-        if config.api_keys_file.is_some() && config.api_keys_table.is_some() {
+        Some(other) => {
             return Err(ConfigError {
-                name: "SLUICE_API_KEYS_TABLE",
-                value: config.api_keys_table.unwrap_or_default(),
-                expected: "unset while SLUICE_API_KEYS_FILE is set (keys come from one place)"
-                    .into(),
+                name: "SLUICE_STORE",
+                value: other.to_string(),
+                expected: "edge, qdrant or pinecone".into(),
             });
         }
-        if !valid_tenant(&config.default_tenant) {
-            return Err(ConfigError {
-                name: "SLUICE_DEFAULT_TENANT",
-                value: config.default_tenant,
-                expected: "1-64 characters of letters, digits, '-' or '_'".into(),
-            });
-        }
-        Ok(config)
+    };
+    Ok(StoreConfig {
+        backend,
+        timeout: millis(get, "SLUICE_STORE_TIMEOUT_MS", 1000, 1)?,
+        read_retries: ranged(get, "SLUICE_STORE_READ_RETRIES", 1, 0, 5)?,
+        breaker_failures: ranged(get, "SLUICE_BREAKER_FAILURES", 5, 1, 1000)? as u32,
+        breaker_cool_down: millis(get, "SLUICE_BREAKER_COOLDOWN_MS", 5000, 1)?,
+    })
+}
+
+fn cache_section(
+    get: &impl Fn(&str) -> Option<String>,
+    budget: Duration,
+) -> Result<CacheConfig, ConfigError> {
+    Ok(CacheConfig {
+        backend: match get("SLUICE_CACHE").as_deref().map(str::trim) {
+            None | Some("memory") => CacheBackend::Memory,
+            Some("dynamodb") => CacheBackend::Dynamodb,
+            Some("off") => CacheBackend::Off,
+            Some(other) => {
+                return Err(ConfigError {
+                    name: "SLUICE_CACHE",
+                    value: other.to_string(),
+                    expected: "memory, dynamodb or off".into(),
+                });
+            }
+        },
+        table: get("SLUICE_CACHE_TABLE").unwrap_or_else(|| "sluice-cache".into()),
+        create_table: parse(get, "SLUICE_CACHE_CREATE_TABLE", "false", "true or false")?,
+        tenant_role_arn: match get("SLUICE_CACHE_TENANT_ROLE_ARN") {
+            Some(arn) if !is_role_arn(&arn) => {
+                return Err(ConfigError {
+                    name: "SLUICE_CACHE_TENANT_ROLE_ARN",
+                    value: arn,
+                    expected: "an IAM role ARN (arn:aws:iam::<account>:role/<name>)".into(),
+                });
+            }
+            arn => arn,
+        },
+        ttl: Duration::from_secs(
+            ranged(get, "SLUICE_CACHE_TTL_SECS", 86_400, 1, 365 * 86_400)? as u64,
+        ),
+        threshold: threshold(
+            "SLUICE_CACHE_THRESHOLD",
+            get("SLUICE_CACHE_THRESHOLD").as_deref().unwrap_or("0.95"),
+        )?,
+        tenant_thresholds: tenant_thresholds(
+            get("SLUICE_CACHE_TENANT_THRESHOLDS")
+                .as_deref()
+                .unwrap_or(""),
+        )?,
+        budget,
+        max_entries: ranged(get, "SLUICE_CACHE_MAX_ENTRIES", 10_000, 1, 10_000_000)?,
+    })
+}
+
+fn auth_section(get: &impl Fn(&str) -> Option<String>) -> Result<AuthConfig, ConfigError> {
+    let default_tenant = get("SLUICE_DEFAULT_TENANT").unwrap_or_else(|| "default".into());
+    let auth = AuthConfig {
+        default_tenant: Tenant::new(&default_tenant).map_err(|_| ConfigError {
+            name: "SLUICE_DEFAULT_TENANT",
+            value: default_tenant.clone(),
+            expected: TENANT_RULE.into(),
+        })?,
+        api_keys_file: get("SLUICE_API_KEYS_FILE").map(PathBuf::from),
+        api_keys_table: get("SLUICE_API_KEYS_TABLE"),
+    };
+    if auth.api_keys_file.is_some() && auth.api_keys_table.is_some() {
+        return Err(ConfigError {
+            name: "SLUICE_API_KEYS_TABLE",
+            value: auth.api_keys_table.unwrap_or_default(),
+            expected: "unset while SLUICE_API_KEYS_FILE is set (keys come from one place)".into(),
+        });
     }
+    Ok(auth)
+}
+
+fn is_http_url(url: &str) -> bool {
+    url.starts_with("http://") || url.starts_with("https://")
 }
 
 /// A cosine threshold: from 0.8 (looser answers paraphrases that are not) to 1.0.
@@ -488,7 +603,7 @@ fn threshold(name: &'static str, value: &str) -> Result<f32, ConfigError> {
 }
 
 /// `tenant=threshold` pairs separated by commas.
-fn tenant_thresholds(value: &str) -> Result<HashMap<String, f32>, ConfigError> {
+fn tenant_thresholds(value: &str) -> Result<HashMap<Tenant, f32>, ConfigError> {
     const NAME: &str = "SLUICE_CACHE_TENANT_THRESHOLDS";
     let mut map = HashMap::new();
     for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -502,13 +617,10 @@ fn tenant_thresholds(value: &str) -> Result<HashMap<String, f32>, ConfigError> {
         let (tenant, t) = pair
             .split_once('=')
             .ok_or_else(|| bad(&format!("{pair:?} has no '='")))?;
-        let tenant = tenant.trim();
-        if !valid_tenant(tenant) {
-            return Err(bad(&format!("{tenant:?} is not a valid tenant")));
-        }
+        let tenant = Tenant::new(tenant.trim()).map_err(|e| bad(&e.to_string()))?;
         let t = threshold(NAME, t)
             .map_err(|_| bad(&format!("{tenant}'s threshold is not from 0.8 to 1.0")))?;
-        map.insert(tenant.to_string(), t);
+        map.insert(tenant, t);
     }
     Ok(map)
 }
@@ -561,14 +673,6 @@ fn host_names(value: &str) -> Result<Vec<String>, ConfigError> {
         });
     }
     Ok(names)
-}
-
-/// Tenant ids are short, printable and safe in keys and file names.
-pub fn valid_tenant(tenant: &str) -> bool {
-    (1..=64).contains(&tenant.len())
-        && tenant
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_')
 }
 
 fn parse<T: std::str::FromStr>(
@@ -642,15 +746,15 @@ mod tests {
     #[test]
     fn defaults_apply_when_nothing_is_set() {
         let c = with(&[("HOME", "/home/u")]).unwrap();
-        assert_eq!(c.addr.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.server.addr.to_string(), "127.0.0.1:8080");
         assert_eq!(c.home, PathBuf::from("/home/u/.cache/sluice"));
         assert_eq!(
             c.model_dir,
             PathBuf::from("/home/u/.cache/sluice/models/all-MiniLM-L6-v2")
         );
-        assert_eq!(c.retrieval_deadline, Duration::from_millis(200));
-        assert_eq!(c.top_k, 5);
-        assert_eq!(c.llm_urls, ["http://127.0.0.1:8081/v1"]);
+        assert_eq!(c.answer.retrieval_deadline, Duration::from_millis(200));
+        assert_eq!(c.answer.top_k, 5);
+        assert_eq!(c.llm.urls, ["http://127.0.0.1:8081/v1"]);
     }
 
     #[test]
@@ -661,16 +765,16 @@ mod tests {
             ("SLUICE_TOP_K", "12"),
         ])
         .unwrap();
-        assert_eq!(c.llm_urls, ["http://10.0.0.5:8000/v1"]);
-        assert_eq!(c.retrieval_deadline, Duration::ZERO);
-        assert_eq!(c.top_k, 12);
+        assert_eq!(c.llm.urls, ["http://10.0.0.5:8000/v1"]);
+        assert_eq!(c.answer.retrieval_deadline, Duration::ZERO);
+        assert_eq!(c.answer.top_k, 12);
         let two = with(&[(
             "SLUICE_LLM_URL",
             "http://10.0.0.5:8000/v1/, https://llm-b.internal/v1",
         )])
         .unwrap();
         assert_eq!(
-            two.llm_urls,
+            two.llm.urls,
             ["http://10.0.0.5:8000/v1", "https://llm-b.internal/v1"]
         );
     }
@@ -703,24 +807,34 @@ mod tests {
     fn auth_and_limits_have_defaults_and_are_checked() {
         let c = with(&[]).unwrap();
         assert_eq!(
-            (c.api_keys_file.as_ref(), c.api_keys_table.as_ref()),
+            (
+                c.auth.api_keys_file.as_ref(),
+                c.auth.api_keys_table.as_ref()
+            ),
             (None, None)
         );
         assert_eq!(
-            (c.tenant_rate, c.tenant_burst, c.tenant_max_streams),
+            (
+                c.limits.tenant_rate,
+                c.limits.tenant_burst,
+                c.limits.tenant_max_streams
+            ),
             (50.0, 100, 64)
         );
-        assert_eq!((c.max_documents, c.max_chunks), (1000, 20_000));
+        assert_eq!(
+            (c.ingest.max_documents, c.ingest.max_chunks),
+            (1000, 20_000)
+        );
         let c = with(&[
             ("SLUICE_API_KEYS_FILE", "/etc/sluice/keys.json"),
             ("SLUICE_TENANT_RATE", "0.5"),
         ])
         .unwrap();
         assert_eq!(
-            c.api_keys_file,
+            c.auth.api_keys_file,
             Some(PathBuf::from("/etc/sluice/keys.json"))
         );
-        assert_eq!(c.tenant_rate, 0.5);
+        assert_eq!(c.limits.tenant_rate, 0.5);
         let e = with(&[
             ("SLUICE_API_KEYS_FILE", "k.json"),
             ("SLUICE_API_KEYS_TABLE", "keys"),
@@ -742,9 +856,9 @@ mod tests {
     #[test]
     fn the_local_server_guards_have_safe_defaults_and_are_checked() {
         let c = with(&[]).unwrap();
-        assert_eq!(c.allowed_hosts, None);
-        assert!(!c.allow_unauthenticated);
-        assert_eq!(c.sse_keepalive, Duration::from_secs(5));
+        assert_eq!(c.server.allowed_hosts, None);
+        assert!(!c.server.allow_unauthenticated);
+        assert_eq!(c.server.sse_keepalive, Duration::from_secs(5));
         let c = with(&[
             ("SLUICE_ALLOWED_HOSTS", " Sluice.Internal ,10.0.0.5,[::1]"),
             ("SLUICE_ALLOW_UNAUTHENTICATED", "true"),
@@ -752,18 +866,19 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            c.allowed_hosts,
+            c.server.allowed_hosts,
             Some(vec![
                 "sluice.internal".into(),
                 "10.0.0.5".into(),
                 "[::1]".into()
             ])
         );
-        assert!(c.allow_unauthenticated);
-        assert_eq!(c.sse_keepalive, Duration::ZERO);
+        assert!(c.server.allow_unauthenticated);
+        assert_eq!(c.server.sse_keepalive, Duration::ZERO);
         assert_eq!(
             with(&[("SLUICE_ALLOWED_HOSTS", "*")])
                 .unwrap()
+                .server
                 .allowed_hosts,
             Some(vec!["*".into()])
         );
@@ -783,11 +898,11 @@ mod tests {
     #[test]
     fn component_storage_is_local_unless_a_bucket_is_named() {
         let c = with(&[]).unwrap();
-        assert_eq!(c.component_bucket, None);
-        assert_eq!(c.component_refresh, Duration::from_secs(5));
+        assert_eq!(c.components.bucket, None);
+        assert_eq!(c.rerank.refresh, Duration::from_secs(5));
         let c = with(&[("SLUICE_COMPONENT_BUCKET", "acme-components.v2")]).unwrap();
-        assert_eq!(c.component_bucket.as_deref(), Some("acme-components.v2"));
-        assert_eq!(c.component_table, "sluice-components");
+        assert_eq!(c.components.bucket.as_deref(), Some("acme-components.v2"));
+        assert_eq!(c.components.table, "sluice-components");
         for bad in ["Acme", "s3://acme", "ab", "-acme"] {
             let e = with(&[("SLUICE_COMPONENT_BUCKET", bad)]).unwrap_err();
             assert_eq!(e.name, "SLUICE_COMPONENT_BUCKET", "{bad}");
@@ -796,10 +911,10 @@ mod tests {
 
     #[test]
     fn the_tenant_role_must_be_a_role_arn() {
-        assert_eq!(with(&[]).unwrap().cache_tenant_role_arn, None);
+        assert_eq!(with(&[]).unwrap().cache.tenant_role_arn, None);
         let arn = "arn:aws:iam::123456789012:role/sluice/cache-tenant";
         let c = with(&[("SLUICE_CACHE_TENANT_ROLE_ARN", arn)]).unwrap();
-        assert_eq!(c.cache_tenant_role_arn.as_deref(), Some(arn));
+        assert_eq!(c.cache.tenant_role_arn.as_deref(), Some(arn));
         for bad in [
             "cache-tenant",
             "arn:aws:iam::123456789012:user/bob",
@@ -814,19 +929,19 @@ mod tests {
     #[test]
     fn cache_settings_are_validated() {
         let c = with(&[]).unwrap();
-        assert_eq!(c.cache, CacheBackend::Memory);
-        assert_eq!(c.cache_threshold, 0.95);
-        assert_eq!(c.cache_ttl, Duration::from_secs(86_400));
+        assert_eq!(c.cache.backend, CacheBackend::Memory);
+        assert_eq!(c.cache.threshold, 0.95);
+        assert_eq!(c.cache.ttl, Duration::from_secs(86_400));
         let c = with(&[
             ("SLUICE_CACHE", "dynamodb"),
             ("SLUICE_CACHE_TENANT_THRESHOLDS", " acme=0.97, globex=0.9 "),
             ("SLUICE_CACHE_CREATE_TABLE", "true"),
         ])
         .unwrap();
-        assert_eq!(c.cache, CacheBackend::Dynamodb);
-        assert!(c.cache_create_table);
-        assert_eq!(c.cache_tenant_thresholds.get("acme"), Some(&0.97));
-        assert_eq!(c.cache_tenant_thresholds.get("globex"), Some(&0.9));
+        assert_eq!(c.cache.backend, CacheBackend::Dynamodb);
+        assert!(c.cache.create_table);
+        assert_eq!(c.cache.tenant_thresholds.get("acme"), Some(&0.97));
+        assert_eq!(c.cache.tenant_thresholds.get("globex"), Some(&0.9));
         for (name, value) in [
             ("SLUICE_CACHE", "redis"),
             ("SLUICE_CACHE_THRESHOLD", "0.5"),
@@ -851,6 +966,35 @@ mod tests {
     }
 
     #[test]
+    fn the_store_section_holds_the_chosen_backend_with_its_settings() {
+        let c = with(&[("SLUICE_DATA_DIR", "/var/sluice")]).unwrap();
+        assert_eq!(
+            c.store.backend,
+            StoreBackend::Edge {
+                dir: PathBuf::from("/var/sluice")
+            }
+        );
+        let c = with(&[
+            ("SLUICE_STORE", "qdrant"),
+            ("SLUICE_QDRANT_URL", "https://q.example:6333/"),
+            ("SLUICE_QDRANT_API_KEY", "q-secret"),
+        ])
+        .unwrap();
+        let StoreBackend::Qdrant(qdrant) = &c.store.backend else {
+            panic!("not Qdrant: {:?}", c.store.backend)
+        };
+        assert_eq!(
+            (qdrant.url.as_str(), qdrant.collection.as_str()),
+            ("https://q.example:6333", "sluice")
+        );
+        assert!(!format!("{c:?}").contains("q-secret"));
+        let e = with(&[("SLUICE_STORE", "qdrant"), ("SLUICE_QDRANT_URL", "q:6333")]).unwrap_err();
+        assert_eq!(e.name, "SLUICE_QDRANT_URL");
+        let e = with(&[("SLUICE_STORE", "redis")]).unwrap_err();
+        assert_eq!(e.name, "SLUICE_STORE");
+    }
+
+    #[test]
     fn pinecone_needs_a_key_and_a_valid_index_name() {
         let e = with(&[("SLUICE_STORE", "pinecone")]).unwrap_err();
         assert_eq!(e.name, "SLUICE_PINECONE_API_KEY");
@@ -861,19 +1005,26 @@ mod tests {
             ("SLUICE_PINECONE_SPARSE_HOST", "http://127.0.0.1:9/"),
         ])
         .unwrap();
-        assert_eq!(c.store, StoreBackend::Pinecone);
+        let StoreBackend::Pinecone(pinecone) = &c.store.backend else {
+            panic!("not Pinecone: {:?}", c.store.backend)
+        };
         assert_eq!(
-            c.pinecone_host.as_deref(),
+            pinecone.host.as_deref(),
             Some("https://sluice-abc.svc.aped-1.pinecone.io")
         );
-        assert_eq!(
-            c.pinecone_sparse_host.as_deref(),
-            Some("http://127.0.0.1:9")
-        );
-        assert_eq!(c.pinecone_control_url, "https://api.pinecone.io");
+        assert_eq!(pinecone.sparse_host.as_deref(), Some("http://127.0.0.1:9"));
+        assert_eq!(pinecone.control_url, "https://api.pinecone.io");
+        assert_eq!(pinecone.api_key.expose(), "pc-secret");
         assert!(!format!("{c:?}").contains("pc-secret"));
+        // Another backend's settings are not read (nor checked) while it is not chosen.
+        assert!(with(&[("SLUICE_PINECONE_INDEX", "Bad_Name")]).is_ok());
         for bad in ["Sluice", "-x", "a_b"] {
-            let e = with(&[("SLUICE_PINECONE_INDEX", bad)]).unwrap_err();
+            let e = with(&[
+                ("SLUICE_STORE", "pinecone"),
+                ("SLUICE_PINECONE_API_KEY", "k"),
+                ("SLUICE_PINECONE_INDEX", bad),
+            ])
+            .unwrap_err();
             assert_eq!(e.name, "SLUICE_PINECONE_INDEX", "{bad}");
         }
     }

@@ -28,7 +28,7 @@ pub enum StoreError {
 }
 
 /// The LLM upstream failed.
-#[derive(Debug, Error)]
+#[derive(Debug, Clone, Error)]
 pub enum LlmError {
     /// No connection could be made, or the request could not be sent.
     #[error("LLM endpoint unreachable: {0}")]

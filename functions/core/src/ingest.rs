@@ -1,15 +1,18 @@
-//! Documents in: parse (.txt, .md, .json, .jsonl), validate, chunk, embed, replace in the
-//! store, and bump the tenant's corpus version once per ingest.
+//! The document path, beside the answer path: parse (.txt, .md, .json, .jsonl), validate,
+//! chunk, embed, replace in the store, and bump the tenant's corpus version once per ingest
+//! (which is what retires the tenant's cached answers). It needs the embedder and the store,
+//! never the LLM.
 
+use crate::Tenant;
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use crate::chunk::chunk_text;
+use crate::config::IngestConfig;
 use crate::error::{EmbedError, IngestError};
-use crate::pipeline::Pipeline;
-use crate::stages::{DocumentInfo, StoredChunk};
+use crate::stages::{DocumentInfo, Embedder, Store, StoredChunk};
 
 /// Longest accepted document id.
 pub const MAX_ID_CHARS: usize = 256;
@@ -134,14 +137,33 @@ pub fn validate(documents: &[Document]) -> Result<(), IngestError> {
     Ok(())
 }
 
-impl Pipeline {
+/// Writes documents into the store: what `POST /v1/documents` and `sluice ingest` run.
+pub struct Ingest {
+    /// Chunk size and the per-request limits.
+    pub config: IngestConfig,
+    /// Chunk embeddings (and the token counts chunking goes by).
+    pub embedder: Arc<dyn Embedder>,
+    /// Where the chunks go.
+    pub store: Arc<dyn Store>,
+}
+
+impl Ingest {
+    /// The document path over `embedder` and `store`.
+    pub fn new(config: IngestConfig, embedder: Arc<dyn Embedder>, store: Arc<dyn Store>) -> Self {
+        Self {
+            config,
+            embedder,
+            store,
+        }
+    }
+
     /// Ingests `documents` for `tenant`: each replaces any earlier document with its id.
     ///
     /// The whole batch is checked and chunked before anything is written, so that a batch
     /// over `SLUICE_MAX_DOCUMENTS` or `SLUICE_MAX_CHUNKS` changes nothing.
     pub async fn ingest(
-        self: &Arc<Self>,
-        tenant: &str,
+        &self,
+        tenant: &Tenant,
         documents: Vec<Document>,
     ) -> Result<IngestReport, IngestError> {
         validate(&documents)?;
@@ -153,11 +175,11 @@ impl Pipeline {
             )));
         }
         let count = documents.len();
-        let this = Arc::clone(self);
+        let embedder = Arc::clone(&self.embedder);
+        let (size, overlap) = (self.config.chunk_tokens, self.config.chunk_overlap_tokens);
         // Chunking counts tokens: CPU work, off the async threads.
         let chunked = tokio::task::spawn_blocking(move || {
-            let counter = |t: &str| this.embedder.count_tokens(t);
-            let (size, overlap) = (this.config.chunk_tokens, this.config.chunk_overlap_tokens);
+            let counter = |t: &str| embedder.count_tokens(t);
             documents
                 .into_iter()
                 .map(|doc| {
@@ -187,12 +209,12 @@ impl Pipeline {
                     .unwrap_or_else(|| doc.id.clone()),
                 id: doc.id,
             };
-            let this = Arc::clone(self);
+            let embedder = Arc::clone(&self.embedder);
             // Embedding runs the model: CPU work too.
             let chunks =
                 tokio::task::spawn_blocking(move || -> Result<Vec<StoredChunk>, EmbedError> {
                     let texts: Vec<&str> = chunks.iter().map(|c| c.text.as_str()).collect();
-                    let vectors = this.embedder.embed(&texts)?;
+                    let vectors = embedder.embed(&texts)?;
                     Ok(chunks
                         .into_iter()
                         .zip(vectors)

@@ -5,11 +5,13 @@
 //!   and rerank under one deadline, [`prompt`], generation — as a stream of [`sse`] events that
 //!   always ends with exactly one `done` or `error`; complete answers are written to the cache
 //!   after `done`.
-//! - [`ingest`]: the document path — parse, [`chunk`], embed, replace in the store.
+//! - [`ingest`]: the document path — parse, [`chunk`], embed, replace in the store — which
+//!   needs no LLM.
 //! - [`stages`]: the traits each stage's adapter implements, and the values between them;
 //!   [`codes`]: every code a client can see; [`auth`]: API keys and what they allow;
 //!   [`breaker`]: the circuit breaker of remote stores; [`trace`]: W3C trace context;
-//!   [`config`]: the environment, read and checked once.
+//!   [`config`]: the environment, read and checked once, in one section per owner;
+//!   [`tenant`]: the tenant name, checked where it comes in.
 //!
 //! The heavy work lives in adapter crates that implement the traits in [`stages`]:
 //! `sluice-embed` (tract + tokenizers), `sluice-retrieve` (Qdrant Edge, Qdrant, Pinecone),
@@ -25,18 +27,22 @@ pub mod chunk;
 pub mod codes;
 pub mod config;
 pub mod error;
+pub mod fusion;
 pub mod ingest;
 pub mod pipeline;
 pub mod prompt;
 pub mod sse;
 pub mod stages;
+pub mod tenant;
 pub mod trace;
 
 pub use config::Config;
+pub use tenant::Tenant;
 
 /// Most tenants (or API keys) any per-tenant memory of a process holds — the quota table, the
 /// rerank registry's components, a remote store's corpus versions, the key look-ups — before
 /// it forgets the ones least worth keeping: names come from outside, so nothing keyed by them
 /// may grow without bound.
 pub const REMEMBERED_TENANTS: usize = 10_000;
+pub use ingest::Ingest;
 pub use pipeline::Pipeline;

@@ -38,9 +38,10 @@ use futures::{Stream, StreamExt};
 use tokio::time::Instant as Deadline;
 use tracing::{info, warn};
 
+use crate::Tenant;
 use crate::cache::{CachedAnswer, Lookup, Probe, Scope, SemanticCache};
 use crate::codes::{Code, Degraded};
-use crate::config::Config;
+use crate::config::AnswerConfig;
 use crate::error::{LlmError, StoreError};
 use crate::prompt::{self, Prompt};
 use crate::sse::{
@@ -56,7 +57,7 @@ const SNIPPET_CHARS: usize = 240;
 #[derive(Debug, Clone)]
 pub struct AnswerRequest {
     /// Tenant whose documents are searched.
-    pub tenant: String,
+    pub tenant: Tenant,
     /// The question.
     pub query: String,
     /// Number of sources to retrieve.
@@ -83,7 +84,7 @@ pub struct AnswerRequest {
 /// The answer path's stages, built once at start and shared by every request.
 pub struct Pipeline {
     /// Settings read at start.
-    pub config: Config,
+    pub config: AnswerConfig,
     /// Query embeddings.
     pub embedder: Arc<dyn Embedder>,
     /// Chunks of every tenant.
@@ -120,7 +121,7 @@ struct CacheWrite {
 impl Pipeline {
     /// Assembles a pipeline from its stages.
     pub fn new(
-        config: Config,
+        config: AnswerConfig,
         embedder: Arc<dyn Embedder>,
         store: Arc<dyn Store>,
         llm: Arc<dyn Llm>,
@@ -372,7 +373,7 @@ impl Pipeline {
         deadline: Deadline,
     ) -> (ScopeRead<Option<u64>>, ScopeRead<Component>) {
         let check_by = deadline.min(Deadline::from_std(
-            request.received + self.config.cache_budget,
+            request.received + self.config.scope_budget,
         ));
         let version = match cached {
             false => async { Read::Got(None) }.boxed(),
@@ -458,7 +459,7 @@ impl Pipeline {
     ) -> Round {
         let cache_by = progress
             .deadline
-            .min(Deadline::now() + self.config.cache_budget);
+            .min(Deadline::now() + self.config.scope_budget);
         let _ = bounded(
             cache_by,
             futures::future::join(&mut *version, &mut *component),
@@ -686,10 +687,8 @@ impl Pipeline {
     fn prompt(&self, request: &AnswerRequest, hits: Vec<Hit>, progress: &mut Progress) -> Prompt {
         let started = Instant::now();
         let counter = |text: &str| self.embedder.count_tokens(text);
-        let budget = prompt::input_budget(
-            self.config.llm_context_tokens,
-            self.config.max_tokens as usize,
-        );
+        let budget =
+            prompt::input_budget(self.config.context_tokens, self.config.max_tokens as usize);
         let prompt = prompt::assemble(&request.query, hits, budget, &counter);
         if prompt.dropped > 0 {
             progress.degraded.push(Degraded::ContextTruncated);

@@ -2,6 +2,7 @@
 //!
 //! Each event is one `event:` line and one `data:` line holding a JSON object.
 
+use crate::Tenant;
 use serde::{Deserialize, Serialize};
 
 use crate::codes::{Code, Degraded};
@@ -84,7 +85,7 @@ pub struct Meta {
     /// The client's session (generated when it sent none).
     pub session_id: String,
     /// Tenant whose documents were searched.
-    pub tenant: String,
+    pub tenant: Tenant,
     /// LLM model that answers.
     pub model_id: String,
     /// Number of sources asked for.

@@ -1,5 +1,6 @@
 //! The traits each pipeline stage's adapter implements, and the values that pass between them.
 
+use crate::Tenant;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -75,7 +76,7 @@ pub trait Store: Send + Sync {
     /// fused by reciprocal rank fusion, best first.
     async fn search(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         query: &str,
         vector: &[f32],
         k: usize,
@@ -83,16 +84,16 @@ pub trait Store: Send + Sync {
     /// Replaces every chunk of `document` for `tenant` with `chunks`.
     async fn replace_document(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         document: &DocumentInfo,
         chunks: Vec<StoredChunk>,
     ) -> Result<(), StoreError>;
     /// Increments and returns the tenant's corpus version (every ingest calls this once).
-    async fn bump_corpus_version(&self, tenant: &str) -> Result<u64, StoreError>;
+    async fn bump_corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError>;
     /// The tenant's current corpus version (0 before the first ingest).
-    async fn corpus_version(&self, tenant: &str) -> Result<u64, StoreError>;
+    async fn corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError>;
     /// Number of chunks stored for `tenant`.
-    async fn count(&self, tenant: &str) -> Result<usize, StoreError>;
+    async fn count(&self, tenant: &Tenant) -> Result<usize, StoreError>;
 }
 
 /// A tenant's active rerank component, resolved for one request: what the pipeline runs,
@@ -121,7 +122,7 @@ pub trait Reranker: Send + Sync {
     /// goes on in the background so that a later request finds it.
     async fn active(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         by: tokio::time::Instant,
     ) -> Result<Option<Arc<dyn ActiveComponent>>, String>;
 }
@@ -185,13 +186,13 @@ pub enum ComponentError {
 /// Tenant-scoped registry of rerank components: upload, activate, list, deactivate.
 pub trait Components: Send + Sync {
     /// Validates, compiles and stores `bytes` for `tenant`; returns the version (not active yet).
-    fn upload(&self, tenant: &str, bytes: &[u8]) -> Result<ComponentVersion, ComponentError>;
+    fn upload(&self, tenant: &Tenant, bytes: &[u8]) -> Result<ComponentVersion, ComponentError>;
     /// Makes `version` the tenant's active component (an older one: a rollback).
-    fn activate(&self, tenant: &str, version: &str) -> Result<ComponentVersion, ComponentError>;
+    fn activate(&self, tenant: &Tenant, version: &str) -> Result<ComponentVersion, ComponentError>;
     /// The tenant's versions, oldest first.
-    fn list(&self, tenant: &str) -> Result<Vec<ComponentVersion>, ComponentError>;
+    fn list(&self, tenant: &Tenant) -> Result<Vec<ComponentVersion>, ComponentError>;
     /// Returns the tenant to the built-in default (versions are kept).
-    fn deactivate(&self, tenant: &str) -> Result<(), ComponentError>;
+    fn deactivate(&self, tenant: &Tenant) -> Result<(), ComponentError>;
 }
 
 /// Where the component registry keeps tenants' components: uploads and compiled artefacts
@@ -203,13 +204,18 @@ pub trait ComponentStorage: Send + Sync {
     /// Stores `bytes` under `key`, replacing what was there; never half-written.
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), ComponentError>;
     /// The tenant's uploads as `(version, size)`, oldest first.
-    fn versions(&self, tenant: &str) -> Result<Vec<(String, usize)>, ComponentError>;
+    fn versions(&self, tenant: &Tenant) -> Result<Vec<(String, usize)>, ComponentError>;
     /// Records an upload (already stored with [`put`](Self::put)); again is a no-op.
-    fn add_version(&self, tenant: &str, version: &str, size: usize) -> Result<(), ComponentError>;
+    fn add_version(
+        &self,
+        tenant: &Tenant,
+        version: &str,
+        size: usize,
+    ) -> Result<(), ComponentError>;
     /// The tenant's active version, `None` for the built-in default.
-    fn active(&self, tenant: &str) -> Result<Option<String>, ComponentError>;
+    fn active(&self, tenant: &Tenant) -> Result<Option<String>, ComponentError>;
     /// Sets (or with `None` clears) the tenant's active version.
-    fn set_active(&self, tenant: &str, version: Option<&str>) -> Result<(), ComponentError>;
+    fn set_active(&self, tenant: &Tenant, version: Option<&str>) -> Result<(), ComponentError>;
 }
 
 /// A chat message in the OpenAI format.

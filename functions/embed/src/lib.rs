@@ -75,10 +75,48 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, EmbedError> {
     Ok(target)
 }
 
+/// The model's tokenizer alone (`tokenizer.json`), for a process that counts tokens but runs
+/// no model (the registry function's upload smoke runs): milliseconds to load, where the
+/// model takes most of a cold start.
+pub struct Tokens {
+    tokenizer: Tokenizer,
+}
+
+impl Tokens {
+    /// Loads `tokenizer.json` from `dir`, set neither to pad nor to truncate.
+    pub fn load(dir: &Path) -> Result<Self, EmbedError> {
+        let tok = dir.join("tokenizer.json");
+        if !tok.is_file() {
+            return Err(EmbedError::Load(format!(
+                "{} is missing (run `scripts/setup.sh model`, or set SLUICE_MODEL_DIR)",
+                tok.display()
+            )));
+        }
+        let mut tokenizer = Tokenizer::from_file(&tok)
+            .map_err(|e| EmbedError::Load(format!("{}: {e}", tok.display())))?;
+        // The shipped tokenizer.json pads to 128 and truncates at 128: inputs are never padded
+        // here, and they are cut at MAX_TOKENS in `MiniLm::ids`.
+        tokenizer.with_padding(None);
+        tokenizer
+            .with_truncation(None)
+            .map_err(|e| EmbedError::Load(format!("tokenizer: {e}")))?;
+        Ok(Self { tokenizer })
+    }
+
+    /// Tokens in `text`, special tokens not counted (a whitespace count if it cannot be
+    /// tokenised).
+    pub fn count(&self, text: &str) -> usize {
+        self.tokenizer
+            .encode(text, false)
+            .map(|e| e.len())
+            .unwrap_or_else(|_| text.split_whitespace().count())
+    }
+}
+
 /// all-MiniLM-L6-v2 loaded once; cheap to share across threads.
 pub struct MiniLm {
     model: Arc<TypedRunnableModel>,
-    tokenizer: Tokenizer,
+    tokens: Tokens,
     /// The graph file it was loaded from.
     source: PathBuf,
 }
@@ -88,18 +126,16 @@ impl MiniLm {
     /// `tokenizer.json` from `dir`, and optimises the graph for this CPU.
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
         let onnx = dir.join("model.onnx");
-        let tok = dir.join("tokenizer.json");
         let prepared = prepared_path(dir);
         // The prepared graph alone will do (the Lambda layer ships it without the ONNX file).
         let graph = if prepared.is_file() { &prepared } else { &onnx };
-        for f in [graph, &tok] {
-            if !f.is_file() {
-                return Err(EmbedError::Load(format!(
-                    "{} is missing (run `scripts/setup.sh model`, or set SLUICE_MODEL_DIR)",
-                    f.display()
-                )));
-            }
+        if !graph.is_file() {
+            return Err(EmbedError::Load(format!(
+                "{} is missing (run `scripts/setup.sh model`, or set SLUICE_MODEL_DIR)",
+                graph.display()
+            )));
         }
+        let tokens = Tokens::load(dir)?;
         let (source, graph) = if is_fresh(&prepared, &onnx) {
             (&prepared, nnef().model_for_path(&prepared))
         } else {
@@ -109,17 +145,9 @@ impl MiniLm {
             .and_then(|m| m.into_optimized())
             .and_then(|m| m.into_runnable())
             .map_err(|e| EmbedError::Load(format!("{}: {e:#}", source.display())))?;
-        let mut tokenizer = Tokenizer::from_file(&tok)
-            .map_err(|e| EmbedError::Load(format!("{}: {e}", tok.display())))?;
-        // The shipped tokenizer.json pads to 128 and truncates at 128: inputs are never padded
-        // here, and they are cut at MAX_TOKENS in `ids`.
-        tokenizer.with_padding(None);
-        tokenizer
-            .with_truncation(None)
-            .map_err(|e| EmbedError::Load(format!("tokenizer: {e}")))?;
         let model = Self {
             model,
-            tokenizer,
+            tokens,
             source: source.clone(),
         };
         // One run at load time: the first request should not pay for first-run allocations.
@@ -135,6 +163,7 @@ impl MiniLm {
     /// Token ids of `text` with `[CLS]`/`[SEP]`, cut to [`MAX_TOKENS`] (keeping `[SEP]` last).
     pub fn ids(&self, text: &str) -> Result<Vec<u32>, EmbedError> {
         let enc = self
+            .tokens
             .tokenizer
             .encode(text, true)
             .map_err(|e| EmbedError::Inference(format!("tokenizer: {e}")))?;
@@ -193,9 +222,6 @@ impl Embedder for MiniLm {
     }
 
     fn count_tokens(&self, text: &str) -> usize {
-        self.tokenizer
-            .encode(text, false)
-            .map(|e| e.len())
-            .unwrap_or_else(|_| text.split_whitespace().count())
+        self.tokens.count(text)
     }
 }

@@ -5,9 +5,10 @@
 use std::time::Duration;
 
 use axum::http::{HeaderMap, header};
+use sluice_core::Tenant;
 use sluice_core::auth::{CLIENT_KEY_VAR, Permission, digest};
 use sluice_core::codes::Code;
-use sluice_core::config::valid_tenant;
+use sluice_core::tenant::TENANT_RULE;
 
 use crate::Server;
 use crate::error::ApiError;
@@ -20,7 +21,7 @@ pub const TENANT_HEADER: &str = "x-sluice-tenant";
 
 /// Who is asking: the tenant, and whether it may see the assembled prompt.
 pub(crate) struct Caller {
-    pub(crate) tenant: String,
+    pub(crate) tenant: Tenant,
     pub(crate) may_see_prompt: bool,
 }
 
@@ -54,14 +55,12 @@ async fn identify(
 ) -> Result<Caller, ApiError> {
     let named = match headers.get(TENANT_HEADER) {
         None => None,
-        Some(v) => match v.to_str() {
-            Ok(t) if valid_tenant(t) => Some(t.to_string()),
+        Some(v) => match v.to_str().ok().map(Tenant::new) {
+            Some(Ok(tenant)) => Some(tenant),
             _ => {
                 return Err(ApiError::new(
                     Code::InvalidTenant,
-                    format!(
-                        "{TENANT_HEADER} must be 1-64 characters of letters, digits, '-' or '_'"
-                    ),
+                    format!("{TENANT_HEADER} must be {TENANT_RULE}"),
                 ));
             }
         },

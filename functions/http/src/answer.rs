@@ -14,10 +14,11 @@ use futures::StreamExt;
 use serde::Deserialize;
 use sluice_core::auth::Permission;
 use sluice_core::codes::Code;
-use sluice_core::config::{Config, MAX_K, MAX_QUERY_CHARS};
+use sluice_core::config::{AnswerConfig, MAX_K, MAX_QUERY_CHARS};
 use sluice_core::pipeline::AnswerRequest;
 use sluice_core::sse::Event;
 use sluice_core::trace::TraceContext;
+use sluice_core::{Pipeline, Tenant};
 
 use crate::admit::{Caller, admit, limited};
 use crate::error::ApiError;
@@ -78,8 +79,8 @@ pub(crate) struct AnswerBody {
 /// `traceparent` headers) into a pipeline request for `tenant`; defaults from `config`.
 /// Request bodies are untrusted input: this is fuzzed (`fuzz/`).
 pub fn answer_request(
-    config: &Config,
-    tenant: String,
+    config: &AnswerConfig,
+    tenant: Tenant,
     headers: &HeaderMap,
     body: &[u8],
     received: Instant,
@@ -91,8 +92,8 @@ pub fn answer_request(
 /// Checks an answer body already parsed (the answer route's, or a chat completion's question
 /// with its `sluice` options) into a pipeline request for `tenant`.
 pub(crate) fn checked_request(
-    config: &Config,
-    tenant: String,
+    config: &AnswerConfig,
+    tenant: Tenant,
     headers: &HeaderMap,
     body: AnswerBody,
     received: Instant,
@@ -185,14 +186,20 @@ pub(crate) async fn answer(
     body: Body,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let config = &server.pipeline.config;
     let caller = admit(&server, &headers, Permission::Answer).await?;
-    let bytes = read_body(body, config.max_body_bytes).await?;
-    let request = answer_request(config, caller.tenant.clone(), &headers, &bytes, received)?;
-    let events = open_answer(&server, &caller, deadline, request)?;
+    let pipeline = server.answers("POST", "/v1/answer")?;
+    let bytes = read_body(body, server.limits.max_body_bytes).await?;
+    let request = answer_request(
+        &pipeline.config,
+        caller.tenant.clone(),
+        &headers,
+        &bytes,
+        received,
+    )?;
+    let events = open_answer(&server, pipeline, &caller, deadline, request)?;
     Ok(sse_response(
         events.map(|e| frame(&e)),
-        config.sse_keepalive,
+        server.sse_keepalive,
     ))
 }
 
@@ -208,6 +215,7 @@ pub fn frame(event: &Event) -> String {
 /// they pass. The stream holds the tenant's stream permit until it ends or is dropped.
 pub(crate) fn open_answer(
     server: &Server,
+    pipeline: &Arc<Pipeline>,
     caller: &Caller,
     deadline: Option<axum::Extension<StreamDeadline>>,
     request: AnswerRequest,
@@ -226,7 +234,7 @@ pub(crate) fn open_answer(
         ends_by: deadline.map(|axum::Extension(StreamDeadline(at))| at),
         ..request
     };
-    Ok(answer_stream(server, request)
+    Ok(answer_stream(server, pipeline, request)
         .map(move |e| {
             let _held = &permit;
             e
@@ -234,14 +242,15 @@ pub(crate) fn open_answer(
         .boxed())
 }
 
-/// The pipeline's answer to `request`, counted in `server`'s metrics as it passes: what every
+/// `pipeline`'s answer to `request`, counted in `server`'s metrics as it passes: what every
 /// entry point serves (no quota is taken here; [`open_answer`] does that for the routes).
 pub fn answer_stream(
     server: &Server,
+    pipeline: &Arc<Pipeline>,
     request: AnswerRequest,
 ) -> impl futures::Stream<Item = Event> + Send + 'static {
     let tenant = request.tenant.clone();
-    crate::metrics::observed(&server.metrics, tenant, server.pipeline.answer(request))
+    crate::metrics::observed(&server.metrics, tenant, pipeline.answer(request))
 }
 
 /// A `text/event-stream` response of already-framed events, passed on as they come. After

@@ -71,7 +71,7 @@ pub(crate) async fn activate_component(
     let tenant = admit(&server, &headers, Permission::Components)
         .await?
         .tenant;
-    let bytes = read_body(body, server.pipeline.config.max_body_bytes).await?;
+    let bytes = read_body(body, server.limits.max_body_bytes).await?;
     let body: ActivateBody = parse_json(&bytes)?;
     let version = registry(&server, move |r| r.activate(&tenant, &body.version)).await?;
     Ok(Json(version).into_response())

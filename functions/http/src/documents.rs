@@ -43,13 +43,14 @@ pub(crate) async fn documents(
     let tenant = admit(&server, &headers, Permission::Documents)
         .await?
         .tenant;
-    let bytes = read_body(body, server.pipeline.config.max_ingest_bytes).await?;
+    let ingest = server.ingest()?;
+    let bytes = read_body(body, server.limits.max_ingest_bytes).await?;
     let documents = match query.filename {
         Some(name) => sluice_core::ingest::parse_file(&name, &bytes)
             .map_err(|e| ApiError::new(Code::InvalidDocument, e.to_string()))?,
         None => parse_json::<DocumentsBody>(&bytes)?.documents,
     };
-    match server.pipeline.ingest(&tenant, documents).await {
+    match ingest.ingest(&tenant, documents).await {
         Ok(report) => {
             let mut value = serde_json::to_value(&report).unwrap_or_default();
             value["elapsed_ms"] = json!(started.elapsed().as_millis() as u64);

@@ -38,6 +38,7 @@ mod documents;
 pub mod error;
 pub mod metrics;
 pub mod openai;
+mod parts;
 pub mod quota;
 
 use std::sync::Arc;
@@ -50,25 +51,31 @@ use axum::http::{HeaderMap, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde_json::json;
-use sluice_core::Pipeline;
 use sluice_core::auth::{KeyStore, Permission};
 use sluice_core::codes::Code;
+use sluice_core::config::{AuthConfig, Limits, ServerConfig};
 use sluice_core::stages::Components;
+use sluice_core::{Ingest, Pipeline, Tenant};
 
 pub use admit::client_headers;
 pub use answer::answer_request;
 pub use error::ApiError;
 use metrics::Metrics;
+pub use parts::{Parts, Role};
 use quota::Quotas;
 
 /// How long `/readyz` waits for the LLM.
 const READY_LLM_TIMEOUT: Duration = Duration::from_secs(2);
 
-/// What the routes serve: the pipeline, and what the wire adds around it. Built once at start.
+/// What the routes serve, built once at start: the parts of Sluice this process runs, and what
+/// the wire adds around them. A Lambda function holds only the parts its routes need; the
+/// routes of a part it lacks answer 404 (`not_found`, or `components_disabled`).
 pub struct Server {
-    /// The answer path (and its cache, and the store `/readyz` checks).
-    pub pipeline: Arc<Pipeline>,
-    /// The registry behind `/v1/components/rerank`, when the deployment has one.
+    /// The answer path: `/v1/answer`, the OpenAI routes and `DELETE /v1/cache`.
+    pub answers: Option<Arc<Pipeline>>,
+    /// The document path: `/v1/documents`.
+    pub ingest: Option<Arc<Ingest>>,
+    /// The registry behind `/v1/components/rerank`.
     pub components: Option<Arc<dyn Components>>,
     /// API keys; `None` while auth is off (the tenant is then the `x-sluice-tenant` header).
     pub keys: Option<Arc<dyn KeyStore>>,
@@ -76,31 +83,48 @@ pub struct Server {
     pub quotas: Arc<Quotas>,
     /// Counters and histograms of requests and answers (`/metrics`; EMF lines on Lambda).
     pub metrics: Metrics,
+    /// Request body caps.
+    pub limits: Limits,
+    /// After this long without an event, a stream sends an SSE comment line (0: never).
+    pub sse_keepalive: Duration,
     /// The tenant of a request without `x-sluice-tenant` while auth is off.
-    pub default_tenant: String,
+    pub default_tenant: Tenant,
 }
 
 impl Server {
-    /// The wire around `pipeline`, with the tenant limits of its configuration, no component
-    /// registry and auth off.
-    pub fn new(pipeline: Arc<Pipeline>) -> Self {
-        let config = &pipeline.config;
-        let quotas = Arc::new(Quotas::new(
-            config.tenant_rate,
-            config.tenant_burst,
-            config.tenant_max_streams,
-        ));
+    /// The wire alone — tenant limits, body caps, keep-alive, the default tenant — with no
+    /// part to serve yet, and auth off.
+    pub fn new(limits: &Limits, server: &ServerConfig, auth: &AuthConfig) -> Self {
         Self {
-            default_tenant: config.default_tenant.clone(),
-            pipeline,
+            answers: None,
+            ingest: None,
             components: None,
             keys: None,
-            quotas,
+            quotas: Arc::new(Quotas::new(
+                limits.tenant_rate,
+                limits.tenant_burst,
+                limits.tenant_max_streams,
+            )),
             metrics: Metrics::default(),
+            limits: limits.clone(),
+            sse_keepalive: server.sse_keepalive,
+            default_tenant: auth.default_tenant.clone(),
         }
     }
 
-    /// Adds the component registry.
+    /// Serves answers from `pipeline`.
+    pub fn with_answers(mut self, pipeline: Arc<Pipeline>) -> Self {
+        self.answers = Some(pipeline);
+        self
+    }
+
+    /// Serves document ingestion through `ingest`.
+    pub fn with_ingest(mut self, ingest: Arc<Ingest>) -> Self {
+        self.ingest = Some(ingest);
+        self
+    }
+
+    /// Serves the component registry.
     pub fn with_components(mut self, components: Arc<dyn Components>) -> Self {
         self.components = Some(components);
         self
@@ -111,6 +135,28 @@ impl Server {
         self.keys = Some(keys);
         self
     }
+
+    /// The answer path, or the 404 of a process that serves no answers.
+    pub(crate) fn answers(&self, method: &str, path: &str) -> Result<&Arc<Pipeline>, ApiError> {
+        self.answers
+            .as_ref()
+            .ok_or_else(|| not_served(method, path, "answers"))
+    }
+
+    /// The document path, or the 404 of a process that serves no documents.
+    pub(crate) fn ingest(&self) -> Result<&Arc<Ingest>, ApiError> {
+        self.ingest
+            .as_ref()
+            .ok_or_else(|| not_served("POST", "/v1/documents", "documents"))
+    }
+}
+
+/// The 404 of a route whose part this process does not run (another function serves it).
+fn not_served(method: &str, path: &str, part: &str) -> ApiError {
+    ApiError::new(
+        Code::NotFound,
+        format!("no route for {method} {path}: this process does not serve {part}"),
+    )
 }
 
 /// The point an answer stream must have ended by, set as a request extension by an entry
@@ -251,38 +297,45 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     )
 }
 
+/// Whether each part this process runs can work now: the embedding model (loaded before the
+/// router exists: its presence is the check), the store, the LLM; 503 when one cannot.
 async fn ready(State(server): State<Arc<Server>>) -> Response {
-    let pipeline = &server.pipeline;
-    let store = pipeline
-        .store
-        .count(&pipeline.config.default_tenant)
-        .await
-        .map(|_| ())
-        .map_err(|e| e.to_string());
-    let llm = match tokio::time::timeout(READY_LLM_TIMEOUT, pipeline.llm.ready()).await {
-        Ok(r) => r.map_err(|e| e.to_string()),
-        Err(_) => Err(format!("no answer within {READY_LLM_TIMEOUT:?}")),
-    };
-    let check = |r: &Result<(), String>| match r {
-        Ok(()) => json!({"ok": true}),
-        Err(e) => json!({"ok": false, "error": e}),
-    };
-    let ok = store.is_ok() && llm.is_ok();
-    let body = json!({
-        "ready": ok,
-        "checks": {
-            // The model is loaded before the router exists: its presence is the check.
-            "model": {"ok": true, "id": pipeline.embedder.model_id()},
-            "store": check(&store),
-            "llm": check(&llm),
-        }
-    });
+    let mut checks = serde_json::Map::new();
+    let parts = server
+        .answers
+        .as_ref()
+        .map(|p| (&p.embedder, &p.store))
+        .or(server.ingest.as_ref().map(|i| (&i.embedder, &i.store)));
+    if let Some((embedder, store)) = parts {
+        checks.insert(
+            "model".into(),
+            json!({"ok": true, "id": embedder.model_id()}),
+        );
+        let counted = store.count(&server.default_tenant).await;
+        checks.insert("store".into(), check(counted.map(|_| ())));
+    }
+    if let Some(pipeline) = &server.answers {
+        let llm = match tokio::time::timeout(READY_LLM_TIMEOUT, pipeline.llm.ready()).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {READY_LLM_TIMEOUT:?}")),
+        };
+        checks.insert("llm".into(), check(llm));
+    }
+    let ok = checks.values().all(|c| c["ok"] == true);
     let status = if ok {
         axum::http::StatusCode::OK
     } else {
         axum::http::StatusCode::SERVICE_UNAVAILABLE
     };
-    (status, Json(body)).into_response()
+    (status, Json(json!({"ready": ok, "checks": checks}))).into_response()
+}
+
+/// One `/readyz` check: `{"ok": true}`, or `{"ok": false, "error"}`.
+fn check<E: std::fmt::Display>(result: Result<(), E>) -> serde_json::Value {
+    match result {
+        Ok(()) => json!({"ok": true}),
+        Err(e) => json!({"ok": false, "error": e.to_string()}),
+    }
 }
 
 async fn clear_cache(
@@ -292,7 +345,8 @@ async fn clear_cache(
     let tenant = admit::admit(&server, &headers, Permission::Cache)
         .await?
         .tenant;
-    let cache = server.pipeline.cache.clone().ok_or_else(|| {
+    let pipeline = server.answers("DELETE", "/v1/cache")?;
+    let cache = pipeline.cache.clone().ok_or_else(|| {
         ApiError::new(
             Code::CacheDisabled,
             "this server runs without an answer cache (SLUICE_CACHE=off)",

@@ -22,6 +22,7 @@ use prometheus_client::registry::{Registry, Unit};
 use serde_json::{Map, Value, json};
 
 use futures::{Stream, StreamExt};
+use sluice_core::Tenant;
 use sluice_core::codes::{Code, Degraded};
 use sluice_core::sse::{CacheState, Event, Timings};
 
@@ -294,7 +295,7 @@ impl Metrics {
 /// free-form string would grow forever.
 pub fn observed(
     metrics: &Metrics,
-    tenant: String,
+    tenant: Tenant,
     events: impl Stream<Item = Event> + Send + 'static,
 ) -> impl Stream<Item = Event> + Send + 'static {
     let mut guard = metrics.stream_opened();

@@ -205,17 +205,23 @@ pub(crate) async fn chat_completions(
     body: Body,
 ) -> Result<Response, OpenAiError> {
     let received = Instant::now();
-    let config = &server.pipeline.config;
     let caller = admit(&server, &headers, Permission::Answer).await?;
-    let bytes = read_body(body, config.max_body_bytes).await?;
+    let pipeline = server.answers("POST", "/v1/chat/completions")?;
+    let bytes = read_body(body, server.limits.max_body_bytes).await?;
     let (chat, answer) = answer_body(&bytes)?;
-    let request = checked_request(config, caller.tenant.clone(), &headers, answer, received)?;
-    let events = open_answer(&server, &caller, deadline, request)?;
+    let request = checked_request(
+        &pipeline.config,
+        caller.tenant.clone(),
+        &headers,
+        answer,
+        received,
+    )?;
+    let events = open_answer(&server, pipeline, &caller, deadline, request)?;
     let created = now();
     if chat.stream {
         Ok(sse_response(
             stream_chunks(events, created),
-            config.sse_keepalive,
+            server.sse_keepalive,
         ))
     } else {
         whole(events, created).await
@@ -321,10 +327,11 @@ pub(crate) async fn models(
     headers: HeaderMap,
 ) -> Result<Response, OpenAiError> {
     admit(&server, &headers, Permission::Answer).await?;
+    let pipeline = server.answers("GET", "/v1/models")?;
     let mut response = Json(json!({
         "object": "list",
         "data": [{
-            "id": server.pipeline.llm.model_id(),
+            "id": pipeline.llm.model_id(),
             "object": "model",
             "created": 0,
             "owned_by": "sluice",

@@ -20,7 +20,7 @@ use lambda_http::tower::{Service, ServiceExt};
 use serde::Serialize;
 use serde_json::Value;
 use sluice_aws::documents::{self, Documents, ReadError};
-use sluice_core::Pipeline;
+use sluice_core::Ingest;
 use sluice_core::error::IngestError;
 use tracing::{info, warn};
 
@@ -48,7 +48,8 @@ struct Skipped {
 
 /// Ingests the objects an S3 notification names; `Err` only for what a retry could fix.
 async fn ingest_uploads(
-    pipeline: &Arc<Pipeline>,
+    ingest: &Ingest,
+    max_bytes: usize,
     documents: &Documents,
     event: S3Event,
 ) -> anyhow::Result<S3Report> {
@@ -79,10 +80,7 @@ async fn ingest_uploads(
             skip("the key must be <tenant>/<name>, with a valid tenant id first".into());
             continue;
         };
-        let bytes = match documents
-            .read(&bucket, &key, pipeline.config.max_ingest_bytes)
-            .await
-        {
+        let bytes = match documents.read(&bucket, &key, max_bytes).await {
             Ok(b) => b,
             Err(e @ ReadError::TooLarge { .. }) => {
                 skip(e.to_string());
@@ -97,12 +95,12 @@ async fn ingest_uploads(
                 continue;
             }
         };
-        match pipeline.ingest(&upload.tenant, parsed).await {
+        match ingest.ingest(&upload.tenant, parsed).await {
             Ok(done) => {
                 info!(%bucket, %key, tenant = %upload.tenant, documents = done.documents, chunks = done.chunks, "upload ingested");
                 report.ingested.push(Ingested {
                     key,
-                    tenant: upload.tenant,
+                    tenant: upload.tenant.to_string(),
                     documents: done.documents,
                     chunks: done.chunks,
                     corpus_version: done.corpus_version,
@@ -117,20 +115,21 @@ async fn ingest_uploads(
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
-    let server = sluice_app::function("ingest")
+    let server = sluice_app::function("ingest", sluice_app::Role::Documents)
         .await
-        .context("building the pipeline")?;
-    let pipeline = Arc::clone(&server.pipeline);
+        .context("building the ingest path")?;
+    let ingest = Arc::clone(server.ingest.as_ref().context("the ingest path")?);
+    let max_bytes = server.limits.max_ingest_bytes;
     let documents = Arc::new(Documents::connect().await.context("S3 client")?);
     let router = sluice_http::router(server);
     let handler = lambda_runtime::service_fn(move |event: LambdaEvent<Value>| {
-        let (pipeline, documents, router) = (pipeline.clone(), documents.clone(), router.clone());
+        let (ingest, documents, router) = (ingest.clone(), documents.clone(), router.clone());
         async move {
             let LambdaEvent { payload, context } = event;
             // An S3 notification has `Records`; anything else is an HTTP event.
             if payload.get("Records").is_some() {
                 let event: S3Event = serde_json::from_value(payload).context("S3 event")?;
-                let report = ingest_uploads(&pipeline, &documents, event).await?;
+                let report = ingest_uploads(&ingest, max_bytes, &documents, event).await?;
                 return Ok::<Value, lambda_runtime::Error>(serde_json::to_value(report)?);
             }
             let request: LambdaRequest =

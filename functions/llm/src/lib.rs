@@ -23,7 +23,7 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
-use sluice_core::Config;
+use sluice_core::config::LlmConfig;
 use sluice_core::error::LlmError;
 use sluice_core::stages::{ChatMessage, Llm, LlmEvent, LlmStream};
 
@@ -196,15 +196,15 @@ impl OpenAiClient {
     }
 
     /// A client configured from `SLUICE_LLM_*`.
-    pub fn from_config(config: &Config) -> Result<Self, LlmError> {
+    pub fn from_config(config: &LlmConfig) -> Result<Self, LlmError> {
         Self::with_endpoints(
-            &config.llm_urls,
-            &config.llm_model,
-            config.llm_api_key.clone(),
+            &config.urls,
+            &config.model,
+            config.api_key.as_ref().map(|k| k.expose().to_string()),
             Timeouts {
-                connect: config.llm_connect_timeout,
-                first_token: config.llm_first_token_timeout,
-                idle: config.llm_idle_timeout,
+                connect: config.connect_timeout,
+                first_token: config.first_token_timeout,
+                idle: config.idle_timeout,
             },
         )
     }

@@ -59,15 +59,15 @@ pub async fn run(config: &Config, url: &str) -> Result<()> {
         },
     );
 
-    let llm = OpenAiClient::from_config(config)?;
+    let llm = OpenAiClient::from_config(&config.llm)?;
     ok &= match llm.ready().await {
         Ok(()) => report(
             true,
             "LLM",
             &format!(
                 "{} answers (model {})",
-                config.llm_urls.join(", "),
-                config.llm_model
+                config.llm.urls.join(", "),
+                config.llm.model
             ),
         ),
         Err(e) => report(
@@ -77,18 +77,18 @@ pub async fn run(config: &Config, url: &str) -> Result<()> {
         ),
     };
 
-    ok &= match config.cache {
+    ok &= match config.cache.backend {
         CacheBackend::Off => report(true, "answer cache", "off (SLUICE_CACHE=off)"),
         CacheBackend::Memory => report(
             true,
             "answer cache",
             &format!(
                 "in memory, up to {} entries (SLUICE_CACHE=dynamodb to share it)",
-                config.cache_max_entries
+                config.cache.max_entries
             ),
         ),
         CacheBackend::Dynamodb => {
-            let checked = match sluice_cache::DynamoCache::connect(config).await {
+            let checked = match sluice_cache::DynamoCache::connect(&config.cache).await {
                 Ok(table) => table.check().await.map(|exists| (table, exists)),
                 Err(e) => Err(e),
             };

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
-use sluice_core::Config;
 use sluice_core::ingest::Document;
 use sluice_core::stages::{ComponentError, Components, Embedder, Hit, Reranker};
+use sluice_core::{Config, Tenant};
 use sluice_retrieve::{EdgeStore, Retrieval};
 
 /// The tenant the evaluation's documents are ingested for.
@@ -238,25 +238,24 @@ pub async fn run(
     let scratch = tempfile::tempdir()?;
     let mut config = config.clone();
     config.data_dir = scratch.path().to_path_buf();
-    config.max_documents = config.max_documents.max(documents.len());
+    config.ingest.max_documents = config.ingest.max_documents.max(documents.len());
     // Quality, not latency, is measured here: no component is cut off by the request-time
     // deadline or fuel budget (100 candidates are more than a request usually reranks).
-    config.rerank_deadline = Duration::from_secs(2);
-    config.rerank_fuel = config.rerank_fuel.max(2_000_000_000);
-    config.rerank_max_candidates = config.rerank_max_candidates.max(CANDIDATES);
+    config.rerank.deadline = Duration::from_secs(2);
+    config.rerank.fuel = config.rerank.fuel.max(2_000_000_000);
+    config.rerank.max_candidates = config.rerank.max_candidates.max(CANDIDATES);
     let embedder: Arc<dyn Embedder> = Arc::new(sluice_embed::MiniLm::load(&config.model_dir)?);
     let edge = EdgeStore::open(scratch.path(), sluice_embed::DIM)?;
-    let llm = Arc::new(sluice_llm::OpenAiClient::from_config(&config)?);
-    let pipeline = Arc::new(sluice_core::Pipeline::new(
-        config.clone(),
+    let tenant = Tenant::new(TENANT)?;
+    let ingest = sluice_core::Ingest::new(
+        config.ingest.clone(),
         Arc::clone(&embedder),
         Arc::new(edge.clone()),
-        llm,
-    ));
+    );
     progress(&format!("ingesting {} documents", documents.len()));
     let started = Instant::now();
     let count = documents.len();
-    let ingested = pipeline.ingest(TENANT, documents).await?;
+    let ingested = ingest.ingest(&tenant, documents).await?;
     progress(&format!(
         "ingested {} documents as {} chunks in {:.1} s",
         ingested.documents,
@@ -266,9 +265,9 @@ pub async fn run(
 
     let refused = |e: ComponentError| anyhow::anyhow!("rerank components: {e:?}");
     let disk = sluice_sandbox::Disk::open(&scratch.path().join("components")).map_err(refused)?;
-    let registry =
-        sluice_sandbox::Registry::from_config(&config, Arc::clone(&embedder), Arc::new(disk))
-            .map_err(refused)?;
+    let host = Arc::new(sluice_sandbox::ModelHost(Arc::clone(&embedder)));
+    let registry = sluice_sandbox::Registry::from_config(&config.rerank, host, Arc::new(disk))
+        .map_err(refused)?;
     let mut methods: Vec<(String, Option<String>)> = vec![
         ("dense".into(), None),
         ("bm25".into(), None),
@@ -276,7 +275,7 @@ pub async fn run(
     ];
     for name in components {
         let bytes = sluice_sandbox::built_component(name).map_err(anyhow::Error::msg)?;
-        let version = registry.upload(TENANT, &bytes).map_err(refused)?;
+        let version = registry.upload(&tenant, &bytes).map_err(refused)?;
         methods.push((format!("hybrid + {name}"), Some(version.version)));
     }
 
@@ -284,14 +283,14 @@ pub async fn run(
     for (method, component) in &methods {
         match component {
             Some(v) => {
-                registry.activate(TENANT, v).map_err(refused)?;
+                registry.activate(&tenant, v).map_err(refused)?;
             }
-            None => registry.deactivate(TENANT).map_err(refused)?,
+            None => registry.deactivate(&tenant).map_err(refused)?,
         }
         // Activated in this process just now: known, so answered from memory.
         let by = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
         let active = registry
-            .active(TENANT, by)
+            .active(&tenant, by)
             .await
             .map_err(anyhow::Error::msg)?;
         anyhow::ensure!(
@@ -315,7 +314,7 @@ pub async fn run(
                 .context("no query vector")?;
             let started = Instant::now();
             let mut hits = edge
-                .search_by(TENANT, &task.query, &vector, CANDIDATES, retrieval)
+                .search_by(&tenant, &task.query, &vector, CANDIDATES, retrieval)
                 .await?;
             if let Some(active) = &active {
                 let head = &hits[..hits.len().min(RERANKED)];

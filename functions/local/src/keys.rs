@@ -2,8 +2,8 @@
 
 use anyhow::{Context, Result, bail};
 use sluice_core::Config;
+use sluice_core::Tenant;
 use sluice_core::auth::{self, KeyRecord, Permission, Principal};
-use sluice_core::config::valid_tenant;
 
 /// Makes a key, stores its digest where `config` says, and prints the key.
 pub async fn create(
@@ -12,9 +12,7 @@ pub async fn create(
     permissions: &[String],
     name: Option<String>,
 ) -> Result<()> {
-    if !valid_tenant(&tenant) {
-        bail!("--tenant {tenant:?}: a tenant is 1-64 characters of letters, digits, '-' or '_'");
-    }
+    let tenant = Tenant::new(&tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
     let permissions = permissions
         .iter()
         .map(|p| {
@@ -33,13 +31,13 @@ pub async fn create(
         },
         name,
     };
-    let place = match (&config.api_keys_file, &config.api_keys_table) {
+    let place = match (&config.auth.api_keys_file, &config.auth.api_keys_table) {
         (Some(file), _) => {
             auth::append_to_file(file, record)?;
             format!("{} (restart sluice serve to use it)", file.display())
         }
         (None, Some(table)) => {
-            let keys = sluice_aws::keys::DynamoKeys::connect(config).await?;
+            let keys = sluice_aws::keys::DynamoKeys::connect(&config.auth).await?;
             keys.put(&record).await?;
             format!("DynamoDB table {table}")
         }
@@ -54,7 +52,7 @@ pub async fn create(
 
 /// Creates the DynamoDB key table.
 pub async fn create_table(config: &Config) -> Result<()> {
-    let keys = sluice_aws::keys::DynamoKeys::connect(config).await?;
+    let keys = sluice_aws::keys::DynamoKeys::connect(&config.auth).await?;
     keys.create_table().await?;
     println!("table {} created", keys.table());
     Ok(())

@@ -316,7 +316,7 @@ fn main() -> Result<()> {
     }
     let cli = Cli::parse();
     let config = sluice_core::Config::from_env()?;
-    let url = |u: Option<String>| u.unwrap_or_else(|| format!("http://{}", config.addr));
+    let url = |u: Option<String>| u.unwrap_or_else(|| format!("http://{}", config.server.addr));
     let runtime = tokio::runtime::Runtime::new()?;
     match cli.command {
         Command::Serve => runtime.block_on(serve::run(config)),
@@ -332,7 +332,7 @@ fn main() -> Result<()> {
         Command::Store {
             command: StoreCommand::CreateCollection,
         } => runtime.block_on(async {
-            for line in sluice_retrieve::create(&config, sluice_embed::DIM).await? {
+            for line in sluice_retrieve::create(&config.store, sluice_embed::DIM).await? {
                 println!("{line}");
             }
             Ok(())
@@ -340,7 +340,7 @@ fn main() -> Result<()> {
         Command::Cache {
             command: CacheCommand::CreateTable,
         } => runtime.block_on(async {
-            let table = sluice_cache::DynamoCache::connect(&config).await?;
+            let table = sluice_cache::DynamoCache::connect(&config.cache).await?;
             let created = table.create_table().await?;
             println!(
                 "table {} {}",
@@ -469,7 +469,7 @@ fn main() -> Result<()> {
         Command::Cache {
             command: CacheCommand::Clear { tenant, url: u },
         } => {
-            let tenant = tenant.unwrap_or_else(|| config.default_tenant.clone());
+            let tenant = tenant.unwrap_or_else(|| config.auth.default_tenant.to_string());
             runtime.block_on(client::clear_cache(&url(u), &tenant))
         }
     }

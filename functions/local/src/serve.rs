@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use axum::http::header;
 use axum::routing::get;
 use sluice_core::Config;
+use sluice_core::config::ServerConfig;
 use sluice_http::Server;
 use tracing::info;
 
@@ -46,26 +47,26 @@ pub fn router(server: Arc<Server>) -> axum::Router {
 /// finish for up to `SLUICE_DRAIN_TIMEOUT_MS`; any still open then end with a retryable
 /// `shutting_down` error, and the process exits.
 pub async fn run(config: Config) -> Result<()> {
-    let addr = config.addr;
-    let auth = config.api_keys_file.is_some() || config.api_keys_table.is_some();
-    if !auth && !addr.ip().is_loopback() && !config.allow_unauthenticated {
+    let addr = config.server.addr;
+    let auth = config.auth.api_keys_file.is_some() || config.auth.api_keys_table.is_some();
+    if !auth && !addr.ip().is_loopback() && !config.server.allow_unauthenticated {
         anyhow::bail!(
             "refusing to listen on {addr} with auth off: anyone who can reach it could read and change every tenant's documents. \
              Set SLUICE_API_KEYS_FILE (see `sluice keys create`), listen on 127.0.0.1, or set SLUICE_ALLOW_UNAUTHENTICATED=true if a trusted proxy in front authenticates"
         );
     }
-    let hosts = allowed_hosts(&config);
-    if config.allowed_hosts.is_none() && addr.ip().is_unspecified() {
+    let hosts = allowed_hosts(&config.server);
+    if config.server.allowed_hosts.is_none() && addr.ip().is_unspecified() {
         tracing::warn!(hosts = %hosts.join(","), "listening on every address, but answering only requests for these host names: set SLUICE_ALLOWED_HOSTS to the names clients use");
     }
-    let llm_url = config.llm_urls.join(",");
-    let drain_timeout = config.drain_timeout;
-    let server = Arc::new(sluice_app::server(config).await?);
+    let llm_url = config.llm.urls.join(",");
+    let drain_timeout = config.server.drain_timeout;
+    let server = Arc::new(sluice_app::server(config, sluice_app::Role::All).await?);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;
     info!(%addr, llm = %llm_url, "sluice serving");
-    let draining = Arc::clone(&server.pipeline);
+    let draining = server.answers.clone();
     let signalled = async move {
         shutdown().await;
         info!(
@@ -75,7 +76,9 @@ pub async fn run(config: Config) -> Result<()> {
         tokio::spawn(async move {
             tokio::time::sleep(drain_timeout).await;
             info!("drain time is up: ending the streams still open");
-            draining.drain();
+            if let Some(pipeline) = draining {
+                pipeline.drain();
+            }
         });
     };
     let router = sluice_http::only_hosts(router(server), hosts);
@@ -85,7 +88,7 @@ pub async fn run(config: Config) -> Result<()> {
 
 /// The `Host` names the server answers to: `SLUICE_ALLOWED_HOSTS`, else the loopback names and
 /// the address it listens on (when it is one address).
-fn allowed_hosts(config: &Config) -> Vec<String> {
+fn allowed_hosts(config: &ServerConfig) -> Vec<String> {
     if let Some(hosts) = &config.allowed_hosts {
         return hosts.clone();
     }

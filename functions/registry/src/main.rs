@@ -1,5 +1,6 @@
 //! The registry function: `/v1/components/rerank` (upload, activate, list, deactivate) of
-//! the core router, behind API Gateway.
+//! the router, behind API Gateway. It loads no model, store or LLM pool: the sandbox, the
+//! component storage and the tokenizer (for the upload smoke run's `count-tokens`).
 //!
 //! An upload is validated and compiled here, in the init-warm sandbox, for this function's
 //! architecture and engine settings — the answer function's (both are arm64 and built from
@@ -11,16 +12,8 @@ use anyhow::Context;
 
 #[tokio::main]
 async fn main() -> Result<(), lambda_http::Error> {
-    let server = sluice_app::function("registry")
+    let server = sluice_app::function("registry", sluice_app::Role::Components)
         .await
-        .context("building the pipeline")?;
-    if server.pipeline.config.component_bucket.is_none() {
-        // The components would stay in this function's own /tmp, which no other function
-        // sees: almost certainly a configuration mistake.
-        tracing::warn!(
-            "SLUICE_COMPONENT_BUCKET is not set: components are kept in SLUICE_DATA_DIR, \
-             which the answer function cannot read"
-        );
-    }
+        .context("building the registry")?;
     lambda_http::run(sluice_http::router(server)).await
 }

@@ -6,6 +6,7 @@
 use std::path::Path;
 
 use serde_json::{Value, json};
+use sluice_core::ingest::Document;
 use sluice_tests::aws;
 use sluice_tests::lambda::Function;
 
@@ -44,6 +45,18 @@ async fn a_component_activated_through_the_registry_reranks_the_answer_functions
         ]
     };
     let (registry_dir, answer_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    // The corpus, in the answer function's store before it starts (the answer function serves
+    // no documents route; the ingest function does).
+    let documents = ["lost-card.md", "card-limits.md", "password-reset.md"]
+        .iter()
+        .map(|name| Document {
+            id: name.to_string(),
+            title: None,
+            text: std::fs::read_to_string(sluice_tests::samples_dir().join(name)).unwrap(),
+            source: None,
+        })
+        .collect();
+    sluice_tests::ingest_into(answer_dir.path(), "acme", documents).await;
     let registry = Function::start(
         Path::new(env!("CARGO_BIN_EXE_registry")),
         &shared(&registry_dir),
@@ -57,20 +70,6 @@ async fn a_component_activated_through_the_registry_reranks_the_answer_functions
     );
     let answer = Function::start(&answer_bin, &shared(&answer_dir));
 
-    let documents: Vec<Value> = ["lost-card.md", "card-limits.md", "password-reset.md"]
-        .iter()
-        .map(|name| {
-            let text = std::fs::read_to_string(sluice_tests::samples_dir().join(name)).unwrap();
-            json!({"id": name, "text": text})
-        })
-        .collect();
-    let (status, body) = send(
-        reqwest::Method::POST,
-        format!("{}/v1/documents", answer.url()),
-        json!({"documents": documents}).to_string().into_bytes(),
-    )
-    .await;
-    assert_eq!(status, 200, "{body}");
     let before =
         sluice_tests::answer_at(&answer.url(), Some("acme"), &json!({"query": QUESTION})).await;
     before.assert_well_formed();

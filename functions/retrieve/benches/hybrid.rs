@@ -5,6 +5,7 @@
 use criterion::{Criterion, criterion_group, criterion_main};
 use sluice_core::stages::{DocumentInfo, Store, StoredChunk};
 use sluice_retrieve::EdgeStore;
+use sluice_testkit::tenant;
 
 const DIM: usize = 384;
 const CHUNKS: usize = 10_000;
@@ -86,10 +87,13 @@ fn bench(c: &mut Criterion) {
                 title: format!("Doc {d}"),
                 source: "bench".into(),
             };
-            store.replace_document("bench", &doc, chunks).await.unwrap();
+            store
+                .replace_document(&tenant("bench"), &doc, chunks)
+                .await
+                .unwrap();
         }
-        store.bump_corpus_version("bench").await.unwrap();
-        assert_eq!(store.count("bench").await.unwrap(), CHUNKS);
+        store.bump_corpus_version(&tenant("bench")).await.unwrap();
+        assert_eq!(store.count(&tenant("bench")).await.unwrap(), CHUNKS);
     });
     let queries: Vec<Vec<f32>> = (0..64).map(|_| rng.unit()).collect();
     let mut i = 0;
@@ -98,7 +102,7 @@ fn bench(c: &mut Criterion) {
             i = (i + 1) % queries.len();
             runtime
                 .block_on(store.search(
-                    "bench",
+                    &tenant("bench"),
                     "daily card withdrawal limit abroad",
                     &queries[i],
                     5,

@@ -7,6 +7,7 @@
 //! the client's runtime does only the client's work; the time measured is the client's plus
 //! one loopback round trip (Pinecone: two, in parallel).
 
+use sluice_testkit::tenant;
 use std::time::Instant;
 
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -134,7 +135,10 @@ fn report(name: &str, store: &dyn Store, bare: (f64, f64), runtime: &tokio::runt
     let query = "How long does a replacement card take to arrive?";
     let cpu_before = thread_cpu_ns();
     let (p50, p99) = measure(runtime, || async {
-        let hits = store.search("bench", query, &vector, 5).await.unwrap();
+        let hits = store
+            .search(&tenant("bench"), query, &vector, 5)
+            .await
+            .unwrap();
         assert_eq!(hits.len(), 5);
     });
     let cpu = match (cpu_before, thread_cpu_ns()) {
@@ -156,17 +160,23 @@ fn bench(c: &mut Criterion) {
     let dense_url = stand_in(pinecone_response(true));
     let sparse_url = stand_in(pinecone_response(false));
     let (qdrant, pinecone) = runtime.block_on(async {
-        let qdrant = QdrantStore::from_config(&config(&[
-            ("SLUICE_STORE", "qdrant"),
-            ("SLUICE_QDRANT_URL", &qdrant_url),
-        ]))
+        let qdrant = QdrantStore::from_config(
+            &config(&[
+                ("SLUICE_STORE", "qdrant"),
+                ("SLUICE_QDRANT_URL", &qdrant_url),
+            ])
+            .store,
+        )
         .unwrap();
-        let pinecone = PineconeStore::from_config(&config(&[
-            ("SLUICE_STORE", "pinecone"),
-            ("SLUICE_PINECONE_API_KEY", "bench"),
-            ("SLUICE_PINECONE_HOST", &dense_url),
-            ("SLUICE_PINECONE_SPARSE_HOST", &sparse_url),
-        ]))
+        let pinecone = PineconeStore::from_config(
+            &config(&[
+                ("SLUICE_STORE", "pinecone"),
+                ("SLUICE_PINECONE_API_KEY", "bench"),
+                ("SLUICE_PINECONE_HOST", &dense_url),
+                ("SLUICE_PINECONE_SPARSE_HOST", &sparse_url),
+            ])
+            .store,
+        )
         .unwrap();
         (qdrant, pinecone)
     });
@@ -220,7 +230,7 @@ fn bench(c: &mut Criterion) {
                     let started = Instant::now();
                     for _ in 0..iters {
                         store
-                            .search("bench", "replacement card", &vector, 5)
+                            .search(&tenant("bench"), "replacement card", &vector, 5)
                             .await
                             .unwrap();
                     }

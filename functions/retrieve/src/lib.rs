@@ -12,18 +12,18 @@ mod rest;
 
 /// The store `SLUICE_STORE` names, for `dim`-d vectors: Qdrant Edge in `SLUICE_DATA_DIR`, or
 /// a remote store behind its circuit breaker.
-pub fn open(config: &sluice_core::Config, dim: usize) -> Result<Arc<dyn Store>, StoreError> {
+pub fn open(config: &StoreConfig, dim: usize) -> Result<Arc<dyn Store>, StoreError> {
     use sluice_core::breaker::{Breaker, GuardedStore};
-    use sluice_core::config::StoreBackend;
-    Ok(match config.store {
-        StoreBackend::Edge => Arc::new(EdgeStore::open(&config.data_dir, dim)?),
-        StoreBackend::Qdrant => Arc::new(GuardedStore::new(
-            Arc::new(qdrant::QdrantStore::from_config(config)?),
-            Breaker::new(config.breaker_failures, config.breaker_cool_down),
+    let breaker = || Breaker::new(config.breaker_failures, config.breaker_cool_down);
+    Ok(match &config.backend {
+        StoreBackend::Edge { dir } => Arc::new(EdgeStore::open(dir, dim)?),
+        StoreBackend::Qdrant(qdrant) => Arc::new(GuardedStore::new(
+            Arc::new(qdrant::QdrantStore::new(config, qdrant)?),
+            breaker(),
         )),
-        StoreBackend::Pinecone => Arc::new(GuardedStore::new(
-            Arc::new(pinecone::PineconeStore::from_config(config)?),
-            Breaker::new(config.breaker_failures, config.breaker_cool_down),
+        StoreBackend::Pinecone(pinecone) => Arc::new(GuardedStore::new(
+            Arc::new(pinecone::PineconeStore::new(config, pinecone)?),
+            breaker(),
         )),
     })
 }
@@ -31,26 +31,25 @@ pub fn open(config: &sluice_core::Config, dim: usize) -> Result<Arc<dyn Store>, 
 /// Creates what the remote store `SLUICE_STORE` names needs (`sluice store
 /// create-collection`), for `dim`-d vectors; returns what was done, a line per thing, for
 /// the operator. Edge needs nothing: it creates its shard on first use.
-pub async fn create(config: &sluice_core::Config, dim: usize) -> Result<Vec<String>, StoreError> {
-    use sluice_core::config::StoreBackend;
+pub async fn create(config: &StoreConfig, dim: usize) -> Result<Vec<String>, StoreError> {
     let said = |created: bool| if created { "created" } else { "already exists" };
-    Ok(match config.store {
-        StoreBackend::Edge => vec![format!(
+    Ok(match &config.backend {
+        StoreBackend::Edge { dir } => vec![format!(
             "nothing to create: Qdrant Edge makes its shard in {} on first use",
-            config.data_dir.display()
+            dir.display()
         )],
-        StoreBackend::Qdrant => {
-            let created = qdrant::QdrantStore::from_config(config)?
+        StoreBackend::Qdrant(qdrant) => {
+            let created = qdrant::QdrantStore::new(config, qdrant)?
                 .create_collection(dim)
                 .await?;
             vec![format!(
                 "collection {} {} at {}",
-                config.qdrant_collection,
+                qdrant.collection,
                 said(created),
-                config.qdrant_url
+                qdrant.url
             )]
         }
-        StoreBackend::Pinecone => {
+        StoreBackend::Pinecone(_) => {
             let wait = std::time::Duration::from_secs(300);
             let indexes = pinecone::create_indexes(config, dim, wait).await?;
             let mut lines: Vec<String> = indexes
@@ -81,13 +80,14 @@ use qdrant_edge::{
     VectorStructInternal, Vectors, WithPayloadInterface, WithVector,
 };
 use serde_json::{Value, json};
+use sluice_core::Tenant;
+use sluice_core::config::{StoreBackend, StoreConfig};
 use sluice_core::error::StoreError;
+use sluice_core::fusion::RRF_K;
 use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
 
 const DENSE: &str = "dense";
 const SPARSE: &str = "bm25";
-/// RRF's rank constant (Qdrant's default; the value from Cormack et al.).
-const RRF_K: usize = 60;
 /// Each prefetch returns this many candidates per requested result (at least `MIN_PREFETCH`),
 /// so that fusion has overlap to work with.
 const PREFETCH_FACTOR: usize = 4;
@@ -293,7 +293,7 @@ impl EdgeStore {
     /// `retrieval`.
     pub async fn search_by(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         query: &str,
         vector: &[f32],
         k: usize,
@@ -354,7 +354,7 @@ impl EdgeStore {
 impl Store for EdgeStore {
     async fn search(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         query: &str,
         vector: &[f32],
         k: usize,
@@ -365,7 +365,7 @@ impl Store for EdgeStore {
 
     async fn replace_document(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         document: &DocumentInfo,
         chunks: Vec<StoredChunk>,
     ) -> Result<(), StoreError> {
@@ -406,7 +406,7 @@ impl Store for EdgeStore {
         .await
     }
 
-    async fn bump_corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+    async fn bump_corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
         let tenant = tenant.to_string();
         self.blocking(move |inner| {
             inner.shard.flush();
@@ -425,12 +425,12 @@ impl Store for EdgeStore {
         .await
     }
 
-    async fn corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+    async fn corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
         let versions = self.inner.versions.lock().map_err(backend)?;
-        Ok(versions.get(tenant).copied().unwrap_or(0))
+        Ok(versions.get(tenant.as_str()).copied().unwrap_or(0))
     }
 
-    async fn count(&self, tenant: &str) -> Result<usize, StoreError> {
+    async fn count(&self, tenant: &Tenant) -> Result<usize, StoreError> {
         let filter = tenant_filter(tenant, None, None)?;
         self.blocking(move |inner| {
             inner

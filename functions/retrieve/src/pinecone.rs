@@ -18,7 +18,6 @@
 //! with no filter to forget. Corpus versions are records of the sparse index in the namespace
 //! `sluice.versions` (a name no tenant can take: tenants have no '.').
 
-use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -27,12 +26,14 @@ use reqwest::Method;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use sluice_core::Config;
+use sluice_core::Tenant;
+use sluice_core::config::{PineconeConfig, StoreBackend, StoreConfig};
 use sluice_core::error::StoreError;
 use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
 
 use crate::rest::{Rest, VersionMemo, backend, next_version};
-use crate::{MIN_PREFETCH, PREFETCH_FACTOR, RRF_K, chunk_payload, hit_from, point_uuid};
+use crate::{MIN_PREFETCH, PREFETCH_FACTOR, chunk_payload, hit_from, point_uuid};
+use sluice_core::fusion::{RRF_K, rrf};
 
 /// The API version both planes are called with.
 pub const API_VERSION: &str = "2025-10";
@@ -55,18 +56,32 @@ pub struct PineconeStore {
     versions: VersionMemo,
 }
 
-fn headers(config: &Config) -> Result<[(&'static str, &str); 2], StoreError> {
-    let key = config
-        .pinecone_api_key
-        .as_deref()
-        .ok_or_else(|| StoreError::Open("SLUICE_PINECONE_API_KEY is not set".into()))?;
-    Ok([("api-key", key), ("x-pinecone-api-version", API_VERSION)])
+/// The Pinecone settings of a `SLUICE_STORE=pinecone` configuration.
+fn section(store: &StoreConfig) -> Result<&PineconeConfig, StoreError> {
+    match &store.backend {
+        StoreBackend::Pinecone(pinecone) => Ok(pinecone),
+        other => Err(StoreError::Open(format!(
+            "SLUICE_STORE is not pinecone ({other:?})"
+        ))),
+    }
+}
+
+fn headers(config: &PineconeConfig) -> [(&'static str, &str); 2] {
+    [
+        ("api-key", config.api_key.expose()),
+        ("x-pinecone-api-version", API_VERSION),
+    ]
 }
 
 impl PineconeStore {
     /// The store `SLUICE_PINECONE_*` and `SLUICE_STORE_*` describe; no request is made.
-    pub fn from_config(config: &Config) -> Result<Self, StoreError> {
-        let headers = headers(config)?;
+    pub fn from_config(store: &StoreConfig) -> Result<Self, StoreError> {
+        Self::new(store, section(store)?)
+    }
+
+    /// The store over `config`, its remote calls bounded as `store` says.
+    pub fn new(store: &StoreConfig, config: &PineconeConfig) -> Result<Self, StoreError> {
+        let headers = headers(config);
         let host = |value: &Option<String>, name: &str| {
             value.clone().ok_or_else(|| {
                 StoreError::Open(format!(
@@ -74,13 +89,13 @@ impl PineconeStore {
                 ))
             })
         };
-        let dense = host(&config.pinecone_host, "SLUICE_PINECONE_HOST")?;
-        let sparse = host(&config.pinecone_sparse_host, "SLUICE_PINECONE_SPARSE_HOST")?;
+        let dense = host(&config.host, "SLUICE_PINECONE_HOST")?;
+        let sparse = host(&config.sparse_host, "SLUICE_PINECONE_SPARSE_HOST")?;
         let bm25 = EdgeBm25::new(EdgeBm25Config::default())
             .map_err(|e| StoreError::Open(format!("BM25 encoder: {e}")))?;
         Ok(Self {
-            dense: Rest::new(config, &dense, &headers, MISSING)?,
-            sparse: Rest::new(config, &sparse, &headers, MISSING)?,
+            dense: Rest::new(store, &dense, &headers, MISSING)?,
+            sparse: Rest::new(store, &sparse, &headers, MISSING)?,
             bm25,
             versions: VersionMemo::default(),
         })
@@ -126,29 +141,29 @@ async fn send_upsert(
 }
 
 /// The two indexes' names for `SLUICE_PINECONE_INDEX`.
-pub fn index_names(config: &Config) -> [String; 2] {
-    [
-        config.pinecone_index.clone(),
-        format!("{}-bm25", config.pinecone_index),
-    ]
+pub fn index_names(config: &PineconeConfig) -> [String; 2] {
+    [config.index.clone(), format!("{}-bm25", config.index)]
 }
 
 /// Creates the two serverless indexes (`SLUICE_PINECONE_CLOUD`/`_REGION`) through the
 /// control plane when they do not exist, waits until both are ready (at most `wait`), and
 /// returns each one's (name, host, created).
 pub async fn create_indexes(
-    config: &Config,
+    store: &StoreConfig,
     dim: usize,
     wait: Duration,
 ) -> Result<Vec<(String, String, bool)>, StoreError> {
-    let headers = headers(config)?;
+    let config = section(store)?;
+    let headers = headers(config);
     // An operator's command, not the request path: the control plane gets 30 s per call (the
     // store timeout is sized for queries).
-    let mut slow = config.clone();
-    slow.store_timeout = slow.store_timeout.max(CONTROL_TIMEOUT);
+    let slow = StoreConfig {
+        timeout: store.timeout.max(CONTROL_TIMEOUT),
+        ..store.clone()
+    };
     let control = Rest::new(
         &slow,
-        &config.pinecone_control_url,
+        &config.control_url,
         &headers,
         "not found on the control plane",
     )?;
@@ -157,7 +172,7 @@ pub async fn create_indexes(
     // unless told otherwise; chunk text would be indexed for nothing).
     let schema = json!({"fields": {"doc_id": {"filterable": true}, "chunk": {"filterable": true}}});
     let spec = json!({"serverless": {
-        "cloud": config.pinecone_cloud, "region": config.pinecone_region, "schema": schema,
+        "cloud": config.cloud, "region": config.region, "schema": schema,
     }});
     let requests = [
         json!({"name": dense, "dimension": dim, "metric": "cosine", "vector_type": "dense",
@@ -308,31 +323,6 @@ pub fn parse_query_response(text: &str) -> Result<Vec<Hit>, StoreError> {
         .collect()
 }
 
-/// Reciprocal rank fusion of ranked lists of (id, item): each id scores the sum over the
-/// lists it is in of 1 / (k + rank), rank counted from 1 (Cormack et al.); the best `limit`
-/// come back with their scores, highest first, ties in the order first seen. An id found by
-/// several lists keeps the first list's item (the dense one, which carries the vector).
-pub fn rrf<T>(lists: Vec<Vec<(String, T)>>, k: usize, limit: usize) -> Vec<(f32, T)> {
-    let mut fused: Vec<(f32, T)> = Vec::new();
-    let mut at: HashMap<String, usize> = HashMap::new();
-    for list in lists {
-        for (rank, (id, item)) in list.into_iter().enumerate() {
-            let score = 1.0 / (k + rank + 1) as f32;
-            match at.get(&id) {
-                Some(&i) => fused[i].0 += score,
-                None => {
-                    at.insert(id, fused.len());
-                    fused.push((score, item));
-                }
-            }
-        }
-    }
-    // A stable sort keeps first-seen order among equal scores.
-    fused.sort_by(|a, b| b.0.total_cmp(&a.0));
-    fused.truncate(limit);
-    fused
-}
-
 /// The corpus version in a fetch response body (0 when the record is absent).
 fn parse_version(text: &str, id: &str) -> Result<u64, StoreError> {
     let body: Value = serde_json::from_str(text)
@@ -351,7 +341,7 @@ fn parse_version(text: &str, id: &str) -> Result<u64, StoreError> {
 impl Store for PineconeStore {
     async fn search(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         query: &str,
         vector: &[f32],
         k: usize,
@@ -405,7 +395,7 @@ impl Store for PineconeStore {
 
     async fn replace_document(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         document: &DocumentInfo,
         chunks: Vec<StoredChunk>,
     ) -> Result<(), StoreError> {
@@ -455,7 +445,7 @@ impl Store for PineconeStore {
         Ok(())
     }
 
-    async fn bump_corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+    async fn bump_corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
         let version = next_version(self.corpus_version(tenant).await?);
         let record = Record {
             id: point_uuid(tenant, "", 0).to_string(),
@@ -472,7 +462,7 @@ impl Store for PineconeStore {
         Ok(version)
     }
 
-    async fn corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+    async fn corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
         if let Some(v) = self.versions.get(tenant) {
             return Ok(v);
         }
@@ -486,7 +476,7 @@ impl Store for PineconeStore {
         Ok(version)
     }
 
-    async fn count(&self, tenant: &str) -> Result<usize, StoreError> {
+    async fn count(&self, tenant: &Tenant) -> Result<usize, StoreError> {
         let text = self
             .dense
             .send(
@@ -500,7 +490,7 @@ impl Store for PineconeStore {
         let stats: Value = serde_json::from_str(&text)
             .map_err(|e| backend(format!("unexpected stats response: {e}")))?;
         // Serverless stats are eventually consistent: a count right after an ingest may lag.
-        Ok(stats["namespaces"][tenant]["vectorCount"]
+        Ok(stats["namespaces"][tenant.as_str()]["vectorCount"]
             .as_u64()
             .unwrap_or(0) as usize)
     }
@@ -509,42 +499,6 @@ impl Store for PineconeStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn list(ids: &[&str]) -> Vec<(String, String)> {
-        ids.iter()
-            .map(|id| (id.to_string(), id.to_string()))
-            .collect()
-    }
-
-    fn order(fused: &[(f32, String)]) -> Vec<&str> {
-        fused.iter().map(|(_, id)| id.as_str()).collect()
-    }
-
-    #[test]
-    fn rrf_ranks_by_summed_reciprocal_ranks() {
-        // b is 2nd in both lists: 2/62 beats a (1/61) and c (1/61).
-        let fused = rrf(vec![list(&["a", "b", "d"]), list(&["c", "b"])], 60, 10);
-        assert_eq!(order(&fused), ["b", "a", "c", "d"]);
-        assert!((fused[0].0 - 2.0 / 62.0).abs() < 1e-7);
-        assert!((fused[1].0 - 1.0 / 61.0).abs() < 1e-7);
-        assert!((fused[3].0 - 1.0 / 63.0).abs() < 1e-7);
-    }
-
-    #[test]
-    fn rrf_keeps_the_limit_and_the_order_of_a_single_list() {
-        assert_eq!(rrf(vec![list(&["a", "b", "c"]), vec![]], 60, 2).len(), 2);
-        assert!(rrf::<String>(vec![vec![], vec![]], 60, 5).is_empty());
-        let one = rrf(vec![list(&["x", "y", "z"]), vec![]], 60, 10);
-        assert_eq!(order(&one), ["x", "y", "z"]);
-    }
-
-    #[test]
-    fn the_first_lists_copy_of_an_id_is_kept() {
-        let dense = vec![("a".to_string(), "dense copy".to_string())];
-        let sparse = vec![("a".to_string(), "sparse copy".to_string())];
-        let fused = rrf(vec![dense, sparse], 60, 5);
-        assert_eq!(order(&fused), ["dense copy"]);
-    }
 
     #[test]
     fn only_the_winners_metadata_and_values_are_read() {

@@ -14,7 +14,8 @@ use qdrant_edge::bm25_embed::{EdgeBm25, EdgeBm25Config};
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sluice_core::Config;
+use sluice_core::Tenant;
+use sluice_core::config::{QdrantConfig, StoreBackend, StoreConfig};
 use sluice_core::error::StoreError;
 use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
 
@@ -34,16 +35,26 @@ pub struct QdrantStore {
 
 impl QdrantStore {
     /// The store `SLUICE_QDRANT_*` and `SLUICE_STORE_*` describe; no request is made.
-    pub fn from_config(config: &Config) -> Result<Self, StoreError> {
+    pub fn from_config(store: &StoreConfig) -> Result<Self, StoreError> {
+        match &store.backend {
+            StoreBackend::Qdrant(qdrant) => Self::new(store, qdrant),
+            other => Err(StoreError::Open(format!(
+                "SLUICE_STORE is not qdrant ({other:?})"
+            ))),
+        }
+    }
+
+    /// The store over `config`, its calls bounded as `store` says; no request is made.
+    pub fn new(store: &StoreConfig, config: &QdrantConfig) -> Result<Self, StoreError> {
         let headers: Vec<(&'static str, &str)> = config
-            .qdrant_api_key
-            .as_deref()
-            .map(|key| ("api-key", key))
+            .api_key
+            .as_ref()
+            .map(|key| ("api-key", key.expose()))
             .into_iter()
             .collect();
         let rest = Rest::new(
-            config,
-            &config.qdrant_url,
+            store,
+            &config.url,
             &headers,
             "collection missing (run `sluice store create-collection`)",
         )?;
@@ -51,7 +62,7 @@ impl QdrantStore {
             .map_err(|e| StoreError::Open(format!("BM25 encoder: {e}")))?;
         Ok(Self {
             rest,
-            collection: config.qdrant_collection.clone(),
+            collection: config.collection.clone(),
             bm25,
             versions: VersionMemo::default(),
         })
@@ -126,7 +137,7 @@ fn sparse_json(indices: &[u32], values: &[f32]) -> Value {
 impl Store for QdrantStore {
     async fn search(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         query: &str,
         vector: &[f32],
         k: usize,
@@ -172,7 +183,7 @@ impl Store for QdrantStore {
 
     async fn replace_document(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         document: &DocumentInfo,
         chunks: Vec<StoredChunk>,
     ) -> Result<(), StoreError> {
@@ -212,7 +223,7 @@ impl Store for QdrantStore {
         Ok(())
     }
 
-    async fn bump_corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+    async fn bump_corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
         let version = next_version(self.corpus_version(tenant).await?);
         let body = json!({"points": [{
             "id": Self::version_id(tenant),
@@ -228,7 +239,7 @@ impl Store for QdrantStore {
         Ok(version)
     }
 
-    async fn corpus_version(&self, tenant: &str) -> Result<u64, StoreError> {
+    async fn corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
         if let Some(v) = self.versions.get(tenant) {
             return Ok(v);
         }
@@ -249,7 +260,7 @@ impl Store for QdrantStore {
         Ok(version)
     }
 
-    async fn count(&self, tenant: &str) -> Result<usize, StoreError> {
+    async fn count(&self, tenant: &Tenant) -> Result<usize, StoreError> {
         let body = json!({"filter": filter_json(tenant, None, None), "exact": true});
         let path = format!("/collections/{}/points/count", self.collection);
         let result = self

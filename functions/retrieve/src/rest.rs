@@ -11,7 +11,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use sluice_core::Config;
+use sluice_core::config::StoreConfig;
 use sluice_core::error::StoreError;
 
 /// Pause before retrying a failed read.
@@ -33,7 +33,7 @@ pub(crate) struct Rest {
 impl Rest {
     /// A client for `base` sending `headers` (API keys: never logged) on every call.
     pub(crate) fn new(
-        config: &Config,
+        config: &StoreConfig,
         base: &str,
         headers: &[(&'static str, &str)],
         missing: &'static str,
@@ -47,8 +47,8 @@ impl Rest {
         }
         let http = reqwest::Client::builder()
             .default_headers(map)
-            .connect_timeout(config.store_timeout)
-            .timeout(config.store_timeout)
+            .connect_timeout(config.timeout)
+            .timeout(config.timeout)
             .pool_idle_timeout(Duration::from_secs(90))
             .tcp_keepalive(Duration::from_secs(30))
             .tcp_nodelay(true)
@@ -57,7 +57,7 @@ impl Rest {
         Ok(Self {
             http,
             base: base.trim_end_matches('/').to_string(),
-            read_retries: config.store_read_retries,
+            read_retries: config.read_retries,
             missing,
         })
     }

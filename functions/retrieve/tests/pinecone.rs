@@ -11,6 +11,7 @@
 
 mod common;
 
+use sluice_testkit::tenant;
 use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -169,14 +170,14 @@ fn ids(hits: &[sluice_core::stages::Hit]) -> Vec<&str> {
 async fn every_request_validates_against_the_official_documents() {
     let (data, control) = (spec(DATA), spec(CONTROL));
     let s = setup(&[("SLUICE_PINECONE_INDEX", "contract")]).await;
-    let indexes = create_indexes(&s.config, 384, Duration::from_secs(10))
+    let indexes = create_indexes(&s.config.store, 384, Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!(indexes.len(), 2);
-    let store = PineconeStore::from_config(&s.config).unwrap();
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
     store
         .replace_document(
-            "acme",
+            &tenant("acme"),
             &doc(),
             vec![
                 chunk(0, "Freeze the card in the app."),
@@ -185,15 +186,15 @@ async fn every_request_validates_against_the_official_documents() {
         )
         .await
         .unwrap();
-    store.bump_corpus_version("acme").await.unwrap();
+    store.bump_corpus_version(&tenant("acme")).await.unwrap();
     // A second store (no memo) reads the version from the index; the stand-in keeps nothing.
-    let other = PineconeStore::from_config(&s.config).unwrap();
-    assert_eq!(other.corpus_version("acme").await.unwrap(), 0);
+    let other = PineconeStore::from_config(&s.config.store).unwrap();
+    assert_eq!(other.corpus_version(&tenant("acme")).await.unwrap(), 0);
     store
-        .search("acme", "replacement card days", &[0.0, 1.0], 5)
+        .search(&tenant("acme"), "replacement card days", &[0.0, 1.0], 5)
         .await
         .unwrap();
-    store.count("acme").await.unwrap();
+    store.count(&tenant("acme")).await.unwrap();
 
     let mut paths = Vec::new();
     for (standin, spec) in [
@@ -296,9 +297,9 @@ async fn query_responses_parse_into_hits() {
 #[tokio::test]
 async fn a_search_queries_both_indexes_in_the_tenant_namespace_and_fuses_by_rrf() {
     let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config).unwrap();
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
     let hits = store
-        .search("acme", "replacement card", &[0.0, 1.0], 3)
+        .search(&tenant("acme"), "replacement card", &[0.0, 1.0], 3)
         .await
         .unwrap();
     // dense: a, b; sparse: c, a → a (1/61 + 1/62), c (1/61), b (1/62).
@@ -338,7 +339,7 @@ async fn a_search_queries_both_indexes_in_the_tenant_namespace_and_fuses_by_rrf(
     // Stopwords only: no BM25 terms, so the sparse index is not asked.
     s.sparse.clear();
     let hits = store
-        .search("acme", "the of and", &[0.0, 1.0], 3)
+        .search(&tenant("acme"), "the of and", &[0.0, 1.0], 3)
         .await
         .unwrap();
     assert_eq!(ids(&hits), ["a", "b"]);
@@ -348,13 +349,13 @@ async fn a_search_queries_both_indexes_in_the_tenant_namespace_and_fuses_by_rrf(
 #[tokio::test]
 async fn a_document_is_upserted_to_both_indexes_in_batches_then_its_tail_deleted() {
     let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config).unwrap();
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
     let mut chunks: Vec<_> = (0..1500)
         .map(|i| chunk(i, &format!("card number {i}")))
         .collect();
     chunks[7].text = "the and of".into();
     store
-        .replace_document("acme", &doc(), chunks)
+        .replace_document(&tenant("acme"), &doc(), chunks)
         .await
         .unwrap();
     for (standin, expected) in [(&s.dense, 1500), (&s.sparse, 1499)] {
@@ -394,12 +395,12 @@ async fn a_document_is_upserted_to_both_indexes_in_batches_then_its_tail_deleted
 #[tokio::test]
 async fn corpus_versions_are_written_then_trusted_for_a_second() {
     let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config).unwrap();
-    assert_eq!(store.corpus_version("acme").await.unwrap(), 0);
-    let v = store.bump_corpus_version("acme").await.unwrap();
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    assert_eq!(store.corpus_version(&tenant("acme")).await.unwrap(), 0);
+    let v = store.bump_corpus_version(&tenant("acme")).await.unwrap();
     assert!(v > 1_700_000_000_000, "Unix milliseconds: {v}");
     assert_eq!(
-        store.corpus_version("acme").await.unwrap(),
+        store.corpus_version(&tenant("acme")).await.unwrap(),
         v,
         "memo, no read"
     );
@@ -419,14 +420,14 @@ async fn corpus_versions_are_written_then_trusted_for_a_second() {
             .count(),
         1
     );
-    assert_eq!(store.count("acme").await.unwrap(), 7);
-    assert_eq!(store.count("nobody").await.unwrap(), 0);
+    assert_eq!(store.count(&tenant("acme")).await.unwrap(), 7);
+    assert_eq!(store.count(&tenant("nobody")).await.unwrap(), 0);
 }
 
 #[tokio::test]
 async fn create_indexes_makes_missing_ones_waits_for_ready_and_keeps_existing_ones() {
     let s = setup(&[("SLUICE_PINECONE_INDEX", "fresh")]).await;
-    let made = create_indexes(&s.config, 384, Duration::from_secs(10))
+    let made = create_indexes(&s.config.store, 384, Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!(made.len(), 2);
@@ -448,7 +449,7 @@ async fn create_indexes_makes_missing_ones_waits_for_ready_and_keeps_existing_on
     assert!(posts[1].get("dimension").is_none());
 
     let s = setup(&[("SLUICE_PINECONE_INDEX", "existing")]).await;
-    let made = create_indexes(&s.config, 384, Duration::from_secs(10))
+    let made = create_indexes(&s.config.store, 384, Duration::from_secs(10))
         .await
         .unwrap();
     assert!(!made[0].2 && !made[1].2, "already there");
@@ -461,7 +462,7 @@ async fn a_store_without_hosts_says_how_to_get_them() {
         ("SLUICE_STORE", "pinecone"),
         ("SLUICE_PINECONE_API_KEY", KEY),
     ]);
-    let Err(e) = PineconeStore::from_config(&config) else {
+    let Err(e) = PineconeStore::from_config(&config.store) else {
         panic!("opened without hosts");
     };
     assert!(matches!(e, StoreError::Open(_)));
@@ -477,9 +478,12 @@ async fn a_store_without_hosts_says_how_to_get_them() {
 #[tokio::test]
 async fn one_connection_per_index_serves_a_hundred_sequential_searches() {
     let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config).unwrap();
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
     for _ in 0..100 {
-        store.search("acme", "card", &[0.0, 1.0], 5).await.unwrap();
+        store
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .await
+            .unwrap();
     }
     assert_eq!(s.dense.sent(), 100);
     assert_eq!(s.sparse.sent(), 100);
@@ -490,11 +494,11 @@ async fn one_connection_per_index_serves_a_hundred_sequential_searches() {
 #[tokio::test]
 async fn a_failing_index_fails_the_search_after_one_retry_and_writes_are_sent_once() {
     let s = setup(&[("SLUICE_STORE_READ_RETRIES", "1")]).await;
-    let store = PineconeStore::from_config(&s.config).unwrap();
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
     s.sparse.fail_next.store(1, Ordering::SeqCst);
     assert_eq!(
         store
-            .search("acme", "card", &[0.0, 1.0], 5)
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
             .await
             .unwrap()
             .len(),
@@ -504,7 +508,7 @@ async fn a_failing_index_fails_the_search_after_one_retry_and_writes_are_sent_on
 
     s.sparse.fail_next.store(2, Ordering::SeqCst);
     let e = store
-        .search("acme", "card", &[0.0, 1.0], 5)
+        .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("503"), "{e}");
@@ -513,7 +517,7 @@ async fn a_failing_index_fails_the_search_after_one_retry_and_writes_are_sent_on
     s.dense.fail_next.store(1, Ordering::SeqCst);
     assert!(
         store
-            .replace_document("acme", &doc(), vec![chunk(0, "card")])
+            .replace_document(&tenant("acme"), &doc(), vec![chunk(0, "card")])
             .await
             .is_err()
     );
@@ -528,9 +532,14 @@ async fn a_slow_index_hits_the_call_timeout() {
     ])
     .await;
     s.sparse.delay_ms.store(2000, Ordering::SeqCst);
-    let store = PineconeStore::from_config(&s.config).unwrap();
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
     let started = std::time::Instant::now();
-    assert!(store.search("acme", "card", &[0.0, 1.0], 5).await.is_err());
+    assert!(
+        store
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .await
+            .is_err()
+    );
     assert!(
         started.elapsed() < Duration::from_millis(1000),
         "{:?}",

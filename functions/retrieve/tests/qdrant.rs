@@ -10,6 +10,7 @@
 
 mod common;
 
+use sluice_testkit::tenant;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -88,11 +89,11 @@ async fn stand_in(overrides: &[(&str, &str)]) -> (Arc<StandIn>, Config) {
 async fn every_request_body_validates_against_the_official_document() {
     let spec = spec(SPEC);
     let (stand_in, config) = stand_in(&[]).await;
-    let store = QdrantStore::from_config(&config).unwrap();
+    let store = QdrantStore::from_config(&config.store).unwrap();
     assert!(store.create_collection(384).await.unwrap());
     store
         .replace_document(
-            "acme",
+            &tenant("acme"),
             &doc(),
             vec![
                 chunk(0, "Freeze the card in the app."),
@@ -101,16 +102,16 @@ async fn every_request_body_validates_against_the_official_document() {
         )
         .await
         .unwrap();
-    store.bump_corpus_version("acme").await.unwrap();
+    store.bump_corpus_version(&tenant("acme")).await.unwrap();
     store
-        .search("acme", "replacement card days", &[0.0, 1.0], 5)
+        .search(&tenant("acme"), "replacement card days", &[0.0, 1.0], 5)
         .await
         .unwrap();
     store
-        .search("acme", "the of and", &[0.0, 1.0], 5)
+        .search(&tenant("acme"), "the of and", &[0.0, 1.0], 5)
         .await
         .unwrap();
-    store.count("acme").await.unwrap();
+    store.count(&tenant("acme")).await.unwrap();
 
     let requests = stand_in.requests();
     for r in &requests {
@@ -200,9 +201,12 @@ async fn query_responses_parse_into_hits() {
 #[tokio::test]
 async fn one_connection_serves_a_hundred_sequential_queries() {
     let (stand_in, config) = stand_in(&[]).await;
-    let store = QdrantStore::from_config(&config).unwrap();
+    let store = QdrantStore::from_config(&config.store).unwrap();
     for _ in 0..100 {
-        store.search("acme", "card", &[0.0, 1.0], 5).await.unwrap();
+        store
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .await
+            .unwrap();
     }
     assert_eq!(stand_in.connections.load(Ordering::SeqCst), 1);
     assert_eq!(stand_in.sent(), 100);
@@ -211,11 +215,11 @@ async fn one_connection_serves_a_hundred_sequential_queries() {
 #[tokio::test]
 async fn reads_are_retried_on_5xx_and_writes_are_not() {
     let (stand_in, config) = stand_in(&[("SLUICE_STORE_READ_RETRIES", "1")]).await;
-    let store = QdrantStore::from_config(&config).unwrap();
+    let store = QdrantStore::from_config(&config.store).unwrap();
     stand_in.fail_next.store(1, Ordering::SeqCst);
     assert_eq!(
         store
-            .search("acme", "card", &[0.0, 1.0], 5)
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
             .await
             .unwrap()
             .len(),
@@ -226,7 +230,7 @@ async fn reads_are_retried_on_5xx_and_writes_are_not() {
     stand_in.clear();
     stand_in.fail_next.store(2, Ordering::SeqCst);
     let e = store
-        .search("acme", "card", &[0.0, 1.0], 5)
+        .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("503"), "{e}");
@@ -235,7 +239,7 @@ async fn reads_are_retried_on_5xx_and_writes_are_not() {
     stand_in.fail_next.store(1, Ordering::SeqCst);
     assert!(
         store
-            .replace_document("acme", &doc(), vec![chunk(0, "x")])
+            .replace_document(&tenant("acme"), &doc(), vec![chunk(0, "x")])
             .await
             .is_err()
     );
@@ -245,9 +249,9 @@ async fn reads_are_retried_on_5xx_and_writes_are_not() {
 #[tokio::test]
 async fn a_missing_collection_fails_writes_and_searches_with_what_to_do() {
     let (_stand_in, config) = stand_in(&[("SLUICE_QDRANT_COLLECTION", "missing")]).await;
-    let store = QdrantStore::from_config(&config).unwrap();
+    let store = QdrantStore::from_config(&config.store).unwrap();
     let e = store
-        .replace_document("acme", &doc(), vec![chunk(0, "x")])
+        .replace_document(&tenant("acme"), &doc(), vec![chunk(0, "x")])
         .await
         .unwrap_err();
     assert!(
@@ -255,12 +259,12 @@ async fn a_missing_collection_fails_writes_and_searches_with_what_to_do() {
         "{e}"
     );
     let e = store
-        .search("acme", "card", &[0.0, 1.0], 5)
+        .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("does not exist"), "{e}");
     // A tenant without a corpus version point reads as version 0.
-    assert_eq!(store.corpus_version("acme").await.unwrap(), 0);
+    assert_eq!(store.corpus_version(&tenant("acme")).await.unwrap(), 0);
 }
 
 #[tokio::test]
@@ -271,10 +275,10 @@ async fn a_slow_server_hits_the_call_timeout() {
     ])
     .await;
     stand_in.delay_ms.store(2000, Ordering::SeqCst);
-    let store = QdrantStore::from_config(&config).unwrap();
+    let store = QdrantStore::from_config(&config.store).unwrap();
     let started = Instant::now();
     let e = store
-        .search("acme", "card", &[0.0, 1.0], 5)
+        .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
         .await
         .unwrap_err();
     assert!(
@@ -289,13 +293,13 @@ async fn a_slow_server_hits_the_call_timeout() {
 async fn the_breaker_opens_skips_at_once_then_probes_and_closes() {
     let (stand_in, config) = stand_in(&[("SLUICE_STORE_READ_RETRIES", "0")]).await;
     let store = GuardedStore::new(
-        Arc::new(QdrantStore::from_config(&config).unwrap()),
+        Arc::new(QdrantStore::from_config(&config.store).unwrap()),
         Breaker::new(3, Duration::from_millis(300)),
     );
     stand_in.fail_next.store(3, Ordering::SeqCst);
     for _ in 0..3 {
         assert!(matches!(
-            store.search("acme", "card", &[0.0, 1.0], 5).await,
+            store.search(&tenant("acme"), "card", &[0.0, 1.0], 5).await,
             Err(StoreError::Backend(_))
         ));
     }
@@ -303,7 +307,7 @@ async fn the_breaker_opens_skips_at_once_then_probes_and_closes() {
     let sent = stand_in.sent();
     let started = Instant::now();
     assert!(matches!(
-        store.search("acme", "card", &[0.0, 1.0], 5).await,
+        store.search(&tenant("acme"), "card", &[0.0, 1.0], 5).await,
         Err(StoreError::CircuitOpen)
     ));
     assert!(
@@ -316,7 +320,7 @@ async fn the_breaker_opens_skips_at_once_then_probes_and_closes() {
     assert_eq!(store.breaker().state(), "half_open");
     assert_eq!(
         store
-            .search("acme", "card", &[0.0, 1.0], 5)
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
             .await
             .unwrap()
             .len(),

@@ -5,6 +5,7 @@
 use sluice_core::error::StoreError;
 use sluice_core::stages::{DocumentInfo, Store, StoredChunk};
 use sluice_retrieve::EdgeStore;
+use sluice_testkit::tenant;
 
 const DIM: usize = 384;
 
@@ -43,7 +44,7 @@ async fn a_tenant_never_sees_another_tenants_chunks() {
     let store = EdgeStore::open(dir.path(), DIM).unwrap();
     store
         .replace_document(
-            "acme",
+            &tenant("acme"),
             &doc("policy"),
             chunks(&["acme refund policy is thirty days"], 1),
         )
@@ -51,15 +52,16 @@ async fn a_tenant_never_sees_another_tenants_chunks() {
         .unwrap();
     store
         .replace_document(
-            "globex",
+            &tenant("globex"),
             &doc("policy"),
             chunks(&["globex refund policy is ninety days"], 1),
         )
         .await
         .unwrap();
 
-    for (tenant, own, other) in [("acme", "thirty", "ninety"), ("globex", "ninety", "thirty")] {
+    for (name, own, other) in [("acme", "thirty", "ninety"), ("globex", "ninety", "thirty")] {
         // Same id, same vector, same words: only the tenant filter separates them.
+        let tenant = &tenant(name);
         let hits = store
             .search(tenant, "refund policy", &unit(1), 10)
             .await
@@ -73,7 +75,7 @@ async fn a_tenant_never_sees_another_tenants_chunks() {
     }
     assert!(
         store
-            .search("initech", "refund policy", &unit(1), 10)
+            .search(&tenant("initech"), "refund policy", &unit(1), 10)
             .await
             .unwrap()
             .is_empty()
@@ -86,24 +88,31 @@ async fn reingesting_a_document_replaces_all_its_chunks() {
     let store = EdgeStore::open(dir.path(), DIM).unwrap();
     store
         .replace_document(
-            "t",
+            &tenant("t"),
             &doc("d"),
             chunks(&["old one", "old two", "old three"], 10),
         )
         .await
         .unwrap();
     store
-        .replace_document("t", &doc("keep"), chunks(&["another document"], 20))
+        .replace_document(
+            &tenant("t"),
+            &doc("keep"),
+            chunks(&["another document"], 20),
+        )
         .await
         .unwrap();
-    assert_eq!(store.count("t").await.unwrap(), 4);
+    assert_eq!(store.count(&tenant("t")).await.unwrap(), 4);
 
     store
-        .replace_document("t", &doc("d"), chunks(&["new only"], 30))
+        .replace_document(&tenant("t"), &doc("d"), chunks(&["new only"], 30))
         .await
         .unwrap();
-    assert_eq!(store.count("t").await.unwrap(), 2);
-    let hits = store.search("t", "old new", &unit(30), 10).await.unwrap();
+    assert_eq!(store.count(&tenant("t")).await.unwrap(), 2);
+    let hits = store
+        .search(&tenant("t"), "old new", &unit(30), 10)
+        .await
+        .unwrap();
     assert!(hits.iter().all(|h| !h.text.starts_with("old")), "{hits:?}");
     let top = &hits[0];
     assert_eq!(
@@ -122,7 +131,7 @@ async fn both_dense_and_bm25_candidates_reach_the_fused_result() {
     // "lexical" shares the rare word but its vector is far away.
     store
         .replace_document(
-            "t",
+            &tenant("t"),
             &doc("semantic"),
             chunks(&["weather report for tomorrow"], 100),
         )
@@ -130,7 +139,7 @@ async fn both_dense_and_bm25_candidates_reach_the_fused_result() {
         .unwrap();
     store
         .replace_document(
-            "t",
+            &tenant("t"),
             &doc("lexical"),
             chunks(&["the quokka lives on rottnest island"], 200),
         )
@@ -139,14 +148,17 @@ async fn both_dense_and_bm25_candidates_reach_the_fused_result() {
     for i in 0..30 {
         store
             .replace_document(
-                "t",
+                &tenant("t"),
                 &doc(&format!("filler{i}")),
                 chunks(&["ordinary filler text about nothing"], 300 + i),
             )
             .await
             .unwrap();
     }
-    let hits = store.search("t", "quokka", &unit(100), 2).await.unwrap();
+    let hits = store
+        .search(&tenant("t"), "quokka", &unit(100), 2)
+        .await
+        .unwrap();
     let ids: Vec<&str> = hits.iter().map(|h| h.document.id.as_str()).collect();
     assert!(
         ids.contains(&"semantic") && ids.contains(&"lexical"),
@@ -161,19 +173,22 @@ async fn chunks_and_corpus_versions_survive_reopening() {
     let dir = tempfile::tempdir().unwrap();
     {
         let store = EdgeStore::open(dir.path(), DIM).unwrap();
-        assert_eq!(store.corpus_version("t").await.unwrap(), 0);
+        assert_eq!(store.corpus_version(&tenant("t")).await.unwrap(), 0);
         store
-            .replace_document("t", &doc("d"), chunks(&["persisted text"], 5))
+            .replace_document(&tenant("t"), &doc("d"), chunks(&["persisted text"], 5))
             .await
             .unwrap();
-        assert_eq!(store.bump_corpus_version("t").await.unwrap(), 1);
-        assert_eq!(store.bump_corpus_version("t").await.unwrap(), 2);
-        assert_eq!(store.bump_corpus_version("u").await.unwrap(), 1);
+        assert_eq!(store.bump_corpus_version(&tenant("t")).await.unwrap(), 1);
+        assert_eq!(store.bump_corpus_version(&tenant("t")).await.unwrap(), 2);
+        assert_eq!(store.bump_corpus_version(&tenant("u")).await.unwrap(), 1);
     }
     let store = EdgeStore::open(dir.path(), DIM).unwrap();
-    assert_eq!(store.corpus_version("t").await.unwrap(), 2);
-    assert_eq!(store.corpus_version("u").await.unwrap(), 1);
-    let hits = store.search("t", "persisted", &unit(5), 3).await.unwrap();
+    assert_eq!(store.corpus_version(&tenant("t")).await.unwrap(), 2);
+    assert_eq!(store.corpus_version(&tenant("u")).await.unwrap(), 1);
+    let hits = store
+        .search(&tenant("t"), "persisted", &unit(5), 3)
+        .await
+        .unwrap();
     assert_eq!(hits.len(), 1);
     assert_eq!(hits[0].text, "persisted text");
 }

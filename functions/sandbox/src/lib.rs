@@ -33,7 +33,7 @@ use wasmtime::{
 
 mod registry;
 use registry::truncate;
-pub use registry::{Disk, ModelHost, Registry};
+pub use registry::{Disk, ModelHost, Registry, UploadHost};
 
 // Generated from the WIT; its docs live in `wit/rerank/rerank.wit`. Host functions may trap
 // (`trappable`): that is how a call over its host budget is stopped where the WIT gives the
@@ -78,7 +78,7 @@ pub fn built_component(name: &str) -> Result<Vec<u8>, String> {
 /// How often the epoch advances: the unit of [`Limits::deadline`].
 const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// Dimension of the made-up vectors of the upload smoke run (the host model's).
-const SMOKE_DIM: usize = 384;
+pub(crate) const SMOKE_DIM: usize = 384;
 /// Interface names a component may import (any patch release of 0.1).
 const ALLOWED_IMPORTS: [&str; 2] = ["sluice:rerank/host@0.1.", "sluice:rerank/types@0.1."];
 

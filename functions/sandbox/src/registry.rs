@@ -22,7 +22,8 @@ use futures::future::{BoxFuture, FutureExt, Shared};
 
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use sluice_core::Config;
+use sluice_core::Tenant;
+use sluice_core::config::RerankConfig;
 use sluice_core::stages::{
     ActiveComponent, ComponentError, ComponentStorage as Storage, ComponentVersion, Components,
     Embedder, Hit, Reranker,
@@ -39,6 +40,33 @@ impl HostServices for ModelHost {
     }
     fn count_tokens(&self, text: &str) -> u32 {
         self.0.count_tokens(text) as u32
+    }
+}
+
+/// The host of a process that validates uploads but runs no model (the registry function):
+/// `count-tokens` counts with the model's tokenizer, and `embed` answers made-up unit vectors,
+/// as the smoke run already does for its own texts. A smoke run checks that a component runs
+/// within its limits and returns a valid order, not how well it ranks; the vectors a
+/// component gets when it reranks answers come from the model ([`ModelHost`]).
+pub struct UploadHost(pub Box<dyn Fn(&str) -> usize + Send + Sync>);
+
+impl HostServices for UploadHost {
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+        use std::hash::{Hash, Hasher};
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                t.hash(&mut h);
+                let one = (h.finish() % crate::SMOKE_DIM as u64) as usize;
+                (0..crate::SMOKE_DIM)
+                    .map(|d| if d == one { 1.0 } else { 0.0 })
+                    .collect()
+            })
+            .collect())
+    }
+    fn count_tokens(&self, text: &str) -> u32 {
+        (self.0)(text) as u32
     }
 }
 
@@ -83,7 +111,7 @@ impl Storage for Disk {
             .map_err(storage)
     }
 
-    fn versions(&self, tenant: &str) -> Result<Vec<(String, usize)>, ComponentError> {
+    fn versions(&self, tenant: &Tenant) -> Result<Vec<(String, usize)>, ComponentError> {
         let Some(bytes) = self.get(&format!("{tenant}/versions.json"))? else {
             return Ok(vec![]);
         };
@@ -99,7 +127,12 @@ impl Storage for Disk {
             .collect())
     }
 
-    fn add_version(&self, tenant: &str, version: &str, size: usize) -> Result<(), ComponentError> {
+    fn add_version(
+        &self,
+        tenant: &Tenant,
+        version: &str,
+        size: usize,
+    ) -> Result<(), ComponentError> {
         let mut versions = self.versions(tenant)?;
         if versions.iter().any(|(v, _)| v == version) {
             return Ok(());
@@ -113,13 +146,13 @@ impl Storage for Disk {
         self.put(&format!("{tenant}/versions.json"), &bytes)
     }
 
-    fn active(&self, tenant: &str) -> Result<Option<String>, ComponentError> {
+    fn active(&self, tenant: &Tenant) -> Result<Option<String>, ComponentError> {
         Ok(self
             .get(&format!("{tenant}/active"))?
             .map(|v| String::from_utf8_lossy(&v).trim().to_string()))
     }
 
-    fn set_active(&self, tenant: &str, version: Option<&str>) -> Result<(), ComponentError> {
+    fn set_active(&self, tenant: &Tenant, version: Option<&str>) -> Result<(), ComponentError> {
         let key = format!("{tenant}/active");
         match version {
             Some(v) => self.put(&key, v.as_bytes()),
@@ -161,8 +194,8 @@ struct Inner {
     storage: Arc<dyn Storage>,
     /// How long [`Known`] is trusted before the storage is asked again.
     refresh: Duration,
-    known: Mutex<HashMap<String, Known>>,
-    loading: Mutex<HashMap<String, Load>>,
+    known: Mutex<HashMap<Tenant, Known>>,
+    loading: Mutex<HashMap<Tenant, Load>>,
 }
 
 fn is_version(v: &str) -> bool {
@@ -172,13 +205,13 @@ fn is_version(v: &str) -> bool {
 }
 
 /// The sandbox limits `SLUICE_RERANK_*` set.
-fn limits(config: &Config) -> Limits {
+fn limits(config: &RerankConfig) -> Limits {
     Limits {
-        memory_bytes: config.rerank_memory_mb << 20,
-        fuel: config.rerank_fuel,
-        deadline: config.rerank_deadline,
-        max_candidates: config.rerank_max_candidates,
-        max_text_bytes: config.rerank_max_text_bytes,
+        memory_bytes: config.memory_mb << 20,
+        fuel: config.fuel,
+        deadline: config.deadline,
+        max_candidates: config.max_candidates,
+        max_text_bytes: config.max_text_bytes,
         ..Limits::default()
     }
 }
@@ -190,16 +223,17 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 impl Registry {
-    /// The registry of a server: a sandbox with the `SLUICE_RERANK_*` limits, the host model
-    /// lent to components, `storage`, and `SLUICE_COMPONENT_REFRESH_MS`.
+    /// The registry of a server: a sandbox with the `SLUICE_RERANK_*` limits, what the host
+    /// lends components (the model: [`ModelHost`]; in a process that only takes uploads:
+    /// [`UploadHost`]), `storage`, and `SLUICE_COMPONENT_REFRESH_MS`.
     pub fn from_config(
-        config: &Config,
-        embedder: Arc<dyn Embedder>,
+        config: &RerankConfig,
+        host: Arc<dyn HostServices>,
         storage: Arc<dyn Storage>,
     ) -> Result<Self, ComponentError> {
-        let sandbox = Sandbox::new(limits(config), Arc::new(ModelHost(embedder)))
+        let sandbox = Sandbox::new(limits(config), host)
             .map_err(|e| ComponentError::Storage(format!("starting the rerank sandbox: {e:#}")))?;
-        Ok(Self::new(sandbox, storage, config.component_refresh))
+        Ok(Self::new(sandbox, storage, config.refresh))
     }
 
     /// A registry over `storage` that checks a tenant's active version again after `refresh`.
@@ -222,7 +256,7 @@ impl Registry {
 }
 
 impl Inner {
-    fn artefact_key(&self, tenant: &str, version: &str) -> String {
+    fn artefact_key(&self, tenant: &Tenant, version: &str) -> String {
         format!(
             "{tenant}/{version}.{}.cwasm",
             self.sandbox.engine_fingerprint()
@@ -231,7 +265,7 @@ impl Inner {
 
     /// Loads a stored version: its artefact when it matches this engine, else a recompile
     /// (whose artefact is then stored for the next process).
-    fn load(&self, tenant: &str, version: &str) -> Result<Arc<Active>, ComponentError> {
+    fn load(&self, tenant: &Tenant, version: &str) -> Result<Arc<Active>, ComponentError> {
         let artefact = self.artefact_key(tenant, version);
         let active = |prepared| {
             Arc::new(Active {
@@ -261,7 +295,7 @@ impl Inner {
     /// already known (`known`). Blocking: storage calls and compilation.
     fn read(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         known: Option<&Arc<Active>>,
     ) -> Result<Option<Arc<Active>>, ComponentError> {
         Ok(match (self.storage.active(tenant)?, known) {
@@ -272,7 +306,7 @@ impl Inner {
     }
 
     /// Records what the tenant's active component is, as of now.
-    fn remember(&self, tenant: &str, active: Option<Arc<Active>>) {
+    fn remember(&self, tenant: &Tenant, active: Option<Arc<Active>>) {
         let now = Instant::now();
         let mut known = lock(&self.known);
         if known.len() >= sluice_core::REMEMBERED_TENANTS && !known.contains_key(tenant) {
@@ -287,7 +321,7 @@ impl Inner {
             }
         }
         known.insert(
-            tenant.to_string(),
+            tenant.clone(),
             Known {
                 active,
                 checked: now,
@@ -303,14 +337,14 @@ impl Inner {
     /// A failed check keeps what was known, to be checked again after the refresh interval.
     fn read_in_background(
         self: &Arc<Self>,
-        tenant: &str,
+        tenant: &Tenant,
         known: Option<Option<Arc<Active>>>,
     ) -> Load {
         let mut loading = lock(&self.loading);
         if let Some(load) = loading.get(tenant) {
             return load.clone();
         }
-        let (inner, name) = (Arc::clone(self), tenant.to_string());
+        let (inner, name) = (Arc::clone(self), tenant.clone());
         let task = tokio::task::spawn_blocking(move || {
             let current = known.as_ref().and_then(Option::as_ref);
             let read = inner.read(&name, current);
@@ -329,7 +363,7 @@ impl Inner {
             .map(|joined| joined.unwrap_or_else(|e| Err(format!("the load task failed: {e}"))))
             .boxed()
             .shared();
-        loading.insert(tenant.to_string(), load.clone());
+        loading.insert(tenant.clone(), load.clone());
         load
     }
 }
@@ -378,7 +412,7 @@ impl ActiveComponent for Active {
 impl Reranker for Registry {
     async fn active(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         by: tokio::time::Instant,
     ) -> Result<Option<Arc<dyn ActiveComponent>>, String> {
         let inner = &self.inner;
@@ -406,7 +440,7 @@ impl Reranker for Registry {
 }
 
 impl Components for Registry {
-    fn upload(&self, tenant: &str, bytes: &[u8]) -> Result<ComponentVersion, ComponentError> {
+    fn upload(&self, tenant: &Tenant, bytes: &[u8]) -> Result<ComponentVersion, ComponentError> {
         let prepared = self.inner.sandbox.compile(bytes).map_err(|e| match e {
             UploadError::TooLarge { .. } => ComponentError::TooLarge(e.to_string()),
             other => ComponentError::Invalid(other.to_string()),
@@ -431,7 +465,7 @@ impl Components for Registry {
         })
     }
 
-    fn activate(&self, tenant: &str, version: &str) -> Result<ComponentVersion, ComponentError> {
+    fn activate(&self, tenant: &Tenant, version: &str) -> Result<ComponentVersion, ComponentError> {
         let unknown = || {
             ComponentError::NotFound(format!(
                 "tenant {tenant:?} has no component version {version:?}"
@@ -458,7 +492,7 @@ impl Components for Registry {
         })
     }
 
-    fn list(&self, tenant: &str) -> Result<Vec<ComponentVersion>, ComponentError> {
+    fn list(&self, tenant: &Tenant) -> Result<Vec<ComponentVersion>, ComponentError> {
         let active = self.inner.storage.active(tenant)?;
         Ok(self
             .inner
@@ -473,7 +507,7 @@ impl Components for Registry {
             .collect())
     }
 
-    fn deactivate(&self, tenant: &str) -> Result<(), ComponentError> {
+    fn deactivate(&self, tenant: &Tenant) -> Result<(), ComponentError> {
         self.inner.storage.set_active(tenant, None)?;
         self.inner.remember(tenant, None);
         Ok(())
@@ -517,12 +551,14 @@ mod tests {
         );
         let max = sluice_core::REMEMBERED_TENANTS;
         for i in 0..max * 2 + 3 {
-            registry.inner.remember(&format!("t{i}"), None);
+            registry
+                .inner
+                .remember(&sluice_testkit::tenant(&format!("t{i}")), None);
         }
         let known = lock(&registry.inner.known);
         assert!(known.len() <= max, "{}", known.len());
         assert!(
-            known.contains_key(&format!("t{}", max * 2 + 2)),
+            known.contains_key(format!("t{}", max * 2 + 2).as_str()),
             "the newest is kept"
         );
     }

@@ -9,8 +9,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
+use sluice_core::Tenant;
 use sluice_core::stages::{ComponentError, ComponentStorage, Components, Reranker};
 use sluice_sandbox::{Disk, HostServices, Limits, Registry, Sandbox};
+use sluice_testkit::tenant;
 
 struct NoHost;
 
@@ -52,17 +54,22 @@ impl ComponentStorage for Slow {
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), ComponentError> {
         self.disk.put(key, bytes)
     }
-    fn versions(&self, tenant: &str) -> Result<Vec<(String, usize)>, ComponentError> {
+    fn versions(&self, tenant: &Tenant) -> Result<Vec<(String, usize)>, ComponentError> {
         self.disk.versions(tenant)
     }
-    fn add_version(&self, tenant: &str, version: &str, size: usize) -> Result<(), ComponentError> {
+    fn add_version(
+        &self,
+        tenant: &Tenant,
+        version: &str,
+        size: usize,
+    ) -> Result<(), ComponentError> {
         self.disk.add_version(tenant, version, size)
     }
-    fn active(&self, tenant: &str) -> Result<Option<String>, ComponentError> {
+    fn active(&self, tenant: &Tenant) -> Result<Option<String>, ComponentError> {
         self.wait(&self.pointer_ms)?;
         self.disk.active(tenant)
     }
-    fn set_active(&self, tenant: &str, version: Option<&str>) -> Result<(), ComponentError> {
+    fn set_active(&self, tenant: &Tenant, version: Option<&str>) -> Result<(), ComponentError> {
         self.disk.set_active(tenant, version)
     }
 }
@@ -90,16 +97,16 @@ fn slow(dir: &std::path::Path) -> Arc<Slow> {
     })
 }
 
-/// What `registry` answers for `tenant` when the caller waits at most `wait`, and how long it
+/// What `registry` answers for the tenant `name` when the caller waits at most `wait`, and how long it
 /// took; `None` when the wait ran out (nothing known for the tenant).
 async fn ask(
     registry: &Registry,
-    tenant: &str,
+    name: &str,
     wait: Duration,
 ) -> (Option<Option<String>>, Duration) {
     let started = Instant::now();
     let by = tokio::time::Instant::now() + wait;
-    let answer = tokio::time::timeout_at(by, registry.active(tenant, by))
+    let answer = tokio::time::timeout_at(by, registry.active(&tenant(name), by))
         .await
         .ok()
         .map(|r| r.unwrap().map(|c| c.version().to_string()));
@@ -107,11 +114,12 @@ async fn ask(
 }
 
 /// Uploads and activates `wat` for `tenant` through `registry`; its version.
-async fn activate(registry: &Arc<Registry>, tenant: &'static str, wat: String) -> String {
+async fn activate(registry: &Arc<Registry>, name: &str, wat: String) -> String {
     let r = Arc::clone(registry);
+    let tenant = tenant(name);
     tokio::task::spawn_blocking(move || {
-        let v = r.upload(tenant, wat.as_bytes()).unwrap().version;
-        r.activate(tenant, &v).unwrap();
+        let v = r.upload(&tenant, wat.as_bytes()).unwrap().version;
+        r.activate(&tenant, &v).unwrap();
         v
     })
     .await
@@ -188,6 +196,6 @@ async fn a_failed_check_keeps_the_known_version() {
     }
     // A tenant never seen has nothing to fall back on: the failure is the answer.
     let by = tokio::time::Instant::now() + Duration::from_secs(2);
-    let e = answers.active("globex", by).await.err().unwrap();
+    let e = answers.active(&tenant("globex"), by).await.err().unwrap();
     assert!(e.contains("storage unreachable"), "{e}");
 }

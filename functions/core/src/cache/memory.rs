@@ -1,6 +1,7 @@
 //! The in-process cache backend: the local default. Bounded (the oldest entry goes first
 //! when full), lost on restart, private to one process.
 
+use crate::Tenant;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
@@ -15,14 +16,14 @@ pub struct MemoryCache {
     inner: Mutex<Inner>,
 }
 
-type Id = (String, String);
+type Id = (Tenant, String);
 
 #[derive(Default)]
 struct Inner {
     /// (tenant, key) → (insertion number, entry).
     entries: HashMap<Id, (u64, CacheEntry)>,
     /// (tenant, band, bucket) → keys.
-    buckets: HashMap<(String, usize, u32), HashSet<String>>,
+    buckets: HashMap<(Tenant, usize, u32), HashSet<String>>,
     /// Insertion number → (tenant, key): the eviction order.
     order: BTreeMap<u64, Id>,
     next: u64,
@@ -81,27 +82,27 @@ impl CacheStore for MemoryCache {
         true
     }
 
-    async fn get(&self, tenant: &str, key: &str) -> Result<Option<CacheEntry>, CacheError> {
+    async fn get(&self, tenant: &Tenant, key: &str) -> Result<Option<CacheEntry>, CacheError> {
         let inner = self.lock()?;
-        let id = (tenant.to_string(), key.to_string());
+        let id = (tenant.clone(), key.to_string());
         Ok(inner.entries.get(&id).map(|(_, e)| e.clone()))
     }
 
     async fn candidates(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         buckets: &[u32],
     ) -> Result<Vec<CacheEntry>, CacheError> {
         let inner = self.lock()?;
         let mut keys = HashSet::new();
         for (band, bucket) in buckets.iter().enumerate().take(BANDS) {
-            if let Some(found) = inner.buckets.get(&(tenant.to_string(), band, *bucket)) {
+            if let Some(found) = inner.buckets.get(&(tenant.clone(), band, *bucket)) {
                 keys.extend(found.iter().cloned());
             }
         }
         Ok(keys
             .into_iter()
-            .filter_map(|key| inner.entries.get(&(tenant.to_string(), key)))
+            .filter_map(|key| inner.entries.get(&(tenant.clone(), key)))
             .map(|(_, e)| e.clone())
             .collect())
     }
@@ -132,7 +133,7 @@ impl CacheStore for MemoryCache {
         Ok(())
     }
 
-    async fn clear(&self, tenant: &str) -> Result<usize, CacheError> {
+    async fn clear(&self, tenant: &Tenant) -> Result<usize, CacheError> {
         let mut inner = self.lock()?;
         let ids: Vec<Id> = inner
             .entries
@@ -152,9 +153,13 @@ mod tests {
     use super::*;
     use crate::cache::{CachedAnswer, Scope, now};
 
+    fn t(name: &str) -> Tenant {
+        Tenant::new(name).unwrap()
+    }
+
     fn entry(tenant: &str, key: &str, buckets: Vec<u32>) -> CacheEntry {
         CacheEntry {
-            tenant: tenant.into(),
+            tenant: t(tenant),
             key: key.into(),
             query: key.into(),
             vector: vec![1.0],
@@ -186,9 +191,9 @@ mod tests {
         c.put(&entry("t", "a", vec![1, 2])).await.unwrap(); // rewritten: now the newest
         c.put(&entry("t", "c", vec![9, 9])).await.unwrap();
         assert_eq!(c.len(), 2);
-        assert!(c.get("t", "b").await.unwrap().is_none());
-        assert!(c.get("t", "a").await.unwrap().is_some());
-        let found = c.candidates("t", &[1, 3]).await.unwrap();
+        assert!(c.get(&t("t"), "b").await.unwrap().is_none());
+        assert!(c.get(&t("t"), "a").await.unwrap().is_some());
+        let found = c.candidates(&t("t"), &[1, 3]).await.unwrap();
         assert_eq!(found.len(), 1, "b's buckets left with it");
         assert_eq!(found[0].key, "a");
     }
@@ -198,12 +203,12 @@ mod tests {
         let c = MemoryCache::new(10);
         c.put(&entry("acme", "k", vec![5])).await.unwrap();
         c.put(&entry("globex", "k", vec![5])).await.unwrap();
-        let found = c.candidates("acme", &[5]).await.unwrap();
+        let found = c.candidates(&t("acme"), &[5]).await.unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].tenant, "acme");
-        assert_eq!(c.clear("acme").await.unwrap(), 1);
-        assert!(c.get("acme", "k").await.unwrap().is_none());
-        assert!(c.get("globex", "k").await.unwrap().is_some());
-        assert!(c.candidates("acme", &[5]).await.unwrap().is_empty());
+        assert_eq!(c.clear(&t("acme")).await.unwrap(), 1);
+        assert!(c.get(&t("acme"), "k").await.unwrap().is_none());
+        assert!(c.get(&t("globex"), "k").await.unwrap().is_some());
+        assert!(c.candidates(&t("acme"), &[5]).await.unwrap().is_empty());
     }
 }

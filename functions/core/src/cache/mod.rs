@@ -33,7 +33,8 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use crate::config::Config;
+use crate::Tenant;
+use crate::config::CacheConfig;
 use crate::error::CacheError;
 use crate::sse::SourceDoc;
 
@@ -76,7 +77,7 @@ pub struct Scope {
 #[derive(Debug, Clone, PartialEq)]
 pub struct CacheEntry {
     /// Owner; backends make it the leading part of every key.
-    pub tenant: String,
+    pub tenant: Tenant,
     /// Hex SHA-256 of `query`: the exact key.
     pub key: String,
     /// The normalised question (the guard reads it).
@@ -104,18 +105,18 @@ pub trait CacheStore: Send + Sync {
     /// key and the buckets in one parallel round after the embedding.
     fn in_process(&self) -> bool;
     /// The tenant's entry under the exact `key`.
-    async fn get(&self, tenant: &str, key: &str) -> Result<Option<CacheEntry>, CacheError>;
+    async fn get(&self, tenant: &Tenant, key: &str) -> Result<Option<CacheEntry>, CacheError>;
     /// The tenant's entries that share a bucket with `buckets` in any band (band `i` is
     /// `buckets[i]`), read in one parallel round.
     async fn candidates(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         buckets: &[u32],
     ) -> Result<Vec<CacheEntry>, CacheError>;
     /// Stores `entry`, replacing the tenant's entry with the same key.
     async fn put(&self, entry: &CacheEntry) -> Result<(), CacheError>;
     /// Deletes every entry of `tenant`; returns how many there were.
-    async fn clear(&self, tenant: &str) -> Result<usize, CacheError>;
+    async fn clear(&self, tenant: &Tenant) -> Result<usize, CacheError>;
 }
 
 /// The question as the cache sees it, computed once per request.
@@ -167,7 +168,7 @@ pub struct CacheSettings {
     /// Default cosine threshold for a similar match.
     pub threshold: f32,
     /// Thresholds of tenants that set their own.
-    pub tenant_thresholds: HashMap<String, f32>,
+    pub tenant_thresholds: HashMap<Tenant, f32>,
     /// Lifetime of an entry.
     pub ttl: Duration,
     /// Budget of one lookup round; past it the lookup is a miss.
@@ -175,13 +176,13 @@ pub struct CacheSettings {
 }
 
 impl CacheSettings {
-    /// The settings of `config`.
-    pub fn from_config(config: &Config) -> Self {
+    /// The rules of the cache section.
+    pub fn from_config(config: &CacheConfig) -> Self {
         Self {
-            threshold: config.cache_threshold,
-            tenant_thresholds: config.cache_tenant_thresholds.clone(),
-            ttl: config.cache_ttl,
-            budget: config.cache_budget,
+            threshold: config.threshold,
+            tenant_thresholds: config.tenant_thresholds.clone(),
+            ttl: config.ttl,
+            budget: config.budget,
         }
     }
 }
@@ -214,7 +215,7 @@ impl SemanticCache {
     }
 
     /// The cosine a similar question of `tenant` needs to reach.
-    pub fn threshold(&self, tenant: &str) -> f32 {
+    pub fn threshold(&self, tenant: &Tenant) -> f32 {
         self.settings
             .tenant_thresholds
             .get(tenant)
@@ -223,7 +224,7 @@ impl SemanticCache {
     }
 
     /// The entry under the probe's exact key, if it is fresh.
-    pub async fn exact(&self, tenant: &str, probe: &Probe, scope: &Scope) -> Lookup {
+    pub async fn exact(&self, tenant: &Tenant, probe: &Probe, scope: &Scope) -> Lookup {
         let found = tokio::time::timeout(self.settings.budget, self.store.get(tenant, &probe.key));
         match found.await {
             Err(_) => Lookup::Failed(self.late()),
@@ -243,7 +244,7 @@ impl SemanticCache {
     /// The most similar fresh entry that the guard allows, if it reaches the threshold.
     pub async fn similar(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         probe: &Probe,
         vector: &[f32],
         scope: &Scope,
@@ -277,7 +278,7 @@ impl SemanticCache {
     /// a remote backend); an exact hit wins.
     pub async fn lookup(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         probe: &Probe,
         vector: &[f32],
         scope: &Scope,
@@ -296,14 +297,14 @@ impl SemanticCache {
     /// An entry for `answer` to the probed question, expiring after the configured TTL.
     pub fn entry(
         &self,
-        tenant: &str,
+        tenant: &Tenant,
         probe: &Probe,
         vector: Vec<f32>,
         scope: Scope,
         answer: CachedAnswer,
     ) -> CacheEntry {
         CacheEntry {
-            tenant: tenant.to_string(),
+            tenant: tenant.clone(),
             key: probe.key.clone(),
             query: probe.normalised.clone(),
             buckets: self.lsh.buckets(&vector),
@@ -320,7 +321,7 @@ impl SemanticCache {
     }
 
     /// Deletes every entry of `tenant`; returns how many.
-    pub async fn clear(&self, tenant: &str) -> Result<usize, CacheError> {
+    pub async fn clear(&self, tenant: &Tenant) -> Result<usize, CacheError> {
         self.store.clear(tenant).await
     }
 
@@ -333,8 +334,8 @@ impl SemanticCache {
 }
 
 /// Whether `entry` may answer a request of `tenant` made under `scope` at `now`.
-fn fresh(entry: &CacheEntry, tenant: &str, scope: &Scope, now: u64) -> bool {
-    entry.tenant == tenant && entry.scope == *scope && entry.expires_at > now
+fn fresh(entry: &CacheEntry, tenant: &Tenant, scope: &Scope, now: u64) -> bool {
+    entry.tenant == *tenant && entry.scope == *scope && entry.expires_at > now
 }
 
 /// Cosine similarity (the stored vector may have lost precision, so both are normalised).
@@ -391,7 +392,7 @@ mod tests {
     fn cache(threshold: f32) -> SemanticCache {
         let settings = CacheSettings {
             threshold,
-            tenant_thresholds: HashMap::from([("strict".to_string(), 0.999)]),
+            tenant_thresholds: HashMap::from([(Tenant::new("strict").unwrap(), 0.999)]),
             ttl: Duration::from_secs(60),
             budget: Duration::from_millis(100),
         };
@@ -403,8 +404,12 @@ mod tests {
         vec![c, (1.0 - c * c).sqrt(), 0.0, 0.0]
     }
 
+    fn t(name: &str) -> Tenant {
+        Tenant::new(name).unwrap()
+    }
+
     async fn store(cache: &SemanticCache, tenant: &str, query: &str, v: Vec<f32>, s: Scope) {
-        let entry = cache.entry(tenant, &Probe::new(query), v, s, answer(query));
+        let entry = cache.entry(&t(tenant), &Probe::new(query), v, s, answer(query));
         cache.put(&entry).await.unwrap();
     }
 
@@ -420,11 +425,11 @@ mod tests {
         let c = cache(0.95);
         store(&c, "acme", "What is the fee?", near(1.0), scope(1)).await;
         let l = c
-            .exact("acme", &Probe::new("what is the FEE"), &scope(1))
+            .exact(&t("acme"), &Probe::new("what is the FEE"), &scope(1))
             .await;
         assert_eq!(hit(&l), Some("What is the fee?"));
         let l = c
-            .exact("acme", &Probe::new("what is a fee"), &scope(1))
+            .exact(&t("acme"), &Probe::new("what is a fee"), &scope(1))
             .await;
         assert!(matches!(l, Lookup::Miss), "{l:?}");
     }
@@ -435,13 +440,13 @@ mod tests {
         store(&c, "acme", "how do I turn on alerts", near(1.0), scope(1)).await;
         let on = Probe::new("how can I turn alerts on");
         let off = Probe::new("how can I turn alerts off");
-        assert!(hit(&c.similar("acme", &on, &near(0.97), &scope(1)).await).is_some());
-        assert!(hit(&c.similar("acme", &on, &near(0.90), &scope(1)).await).is_none());
-        assert!(hit(&c.similar("acme", &off, &near(0.99), &scope(1)).await).is_none());
+        assert!(hit(&c.similar(&t("acme"), &on, &near(0.97), &scope(1)).await).is_some());
+        assert!(hit(&c.similar(&t("acme"), &on, &near(0.90), &scope(1)).await).is_none());
+        assert!(hit(&c.similar(&t("acme"), &off, &near(0.99), &scope(1)).await).is_none());
         // A tenant's own threshold.
         store(&c, "strict", "how do I turn on alerts", near(1.0), scope(1)).await;
         let on = Probe::new("how do I turn on alerts?");
-        assert!(hit(&c.similar("strict", &on, &near(0.97), &scope(1)).await).is_none());
+        assert!(hit(&c.similar(&t("strict"), &on, &near(0.97), &scope(1)).await).is_none());
     }
 
     #[tokio::test]
@@ -449,27 +454,27 @@ mod tests {
         let c = cache(0.95);
         store(&c, "acme", "q", near(1.0), scope(1)).await;
         let p = Probe::new("q");
-        assert!(hit(&c.exact("globex", &p, &scope(1)).await).is_none());
-        assert!(hit(&c.similar("globex", &p, &near(1.0), &scope(1)).await).is_none());
+        assert!(hit(&c.exact(&t("globex"), &p, &scope(1)).await).is_none());
+        assert!(hit(&c.similar(&t("globex"), &p, &near(1.0), &scope(1)).await).is_none());
         assert!(
-            hit(&c.exact("acme", &p, &scope(2)).await).is_none(),
+            hit(&c.exact(&t("acme"), &p, &scope(2)).await).is_none(),
             "corpus version"
         );
         let other_k = Scope { k: 3, ..scope(1) };
-        assert!(hit(&c.exact("acme", &p, &other_k).await).is_none(), "k");
+        assert!(hit(&c.exact(&t("acme"), &p, &other_k).await).is_none(), "k");
         let reranked = Scope {
             rerank: Some("v2".into()),
             ..scope(1)
         };
         assert!(
-            hit(&c.exact("acme", &p, &reranked).await).is_none(),
+            hit(&c.exact(&t("acme"), &p, &reranked).await).is_none(),
             "rerank component"
         );
-        let mut old = c.entry("acme", &p, near(1.0), scope(1), answer("old"));
+        let mut old = c.entry(&t("acme"), &p, near(1.0), scope(1), answer("old"));
         old.expires_at = now() - 1;
         c.put(&old).await.unwrap();
         assert!(
-            hit(&c.exact("acme", &p, &scope(1)).await).is_none(),
+            hit(&c.exact(&t("acme"), &p, &scope(1)).await).is_none(),
             "expired"
         );
     }
@@ -480,7 +485,12 @@ mod tests {
         store(&c, "acme", "reset my password", near(0.93), scope(1)).await;
         store(&c, "acme", "reset the password", near(0.99), scope(1)).await;
         let l = c
-            .similar("acme", &Probe::new("reset password"), &near(1.0), &scope(1))
+            .similar(
+                &t("acme"),
+                &Probe::new("reset password"),
+                &near(1.0),
+                &scope(1),
+            )
             .await;
         assert_eq!(hit(&l), Some("reset the password"));
     }

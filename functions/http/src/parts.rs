@@ -1,0 +1,98 @@
+//! What a process serves, before it is put together: the stages as trait objects, so that
+//! `sluice-app` (which chooses the real backends) and the tests (which put doubles in their
+//! place) assemble a [`Server`] the same way.
+
+use std::sync::Arc;
+
+use sluice_core::auth::KeyStore;
+use sluice_core::cache::SemanticCache;
+use sluice_core::stages::{Components, Embedder, Llm, Reranker, Store};
+use sluice_core::{Config, Ingest, Pipeline};
+
+use crate::Server;
+
+/// The parts of Sluice a process serves. Each Lambda function builds only what its routes
+/// need; `sluice serve` builds everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// Every route (`sluice serve`).
+    All,
+    /// `/v1/answer`, the OpenAI routes and `DELETE /v1/cache` (the answer function): the
+    /// model, the store, the LLM pool, the cache, and the rerank sandbox that runs components.
+    Answers,
+    /// `POST /v1/documents` (the ingest function): the model and the store; no LLM pool.
+    Documents,
+    /// `/v1/components/rerank` (the registry function): the sandbox that validates uploads,
+    /// the component storage and the tokenizer; no model, store or LLM pool.
+    Components,
+}
+
+impl Role {
+    /// Whether the answer routes are served.
+    pub fn answers(self) -> bool {
+        matches!(self, Role::All | Role::Answers)
+    }
+    /// Whether the document route is served.
+    pub fn documents(self) -> bool {
+        matches!(self, Role::All | Role::Documents)
+    }
+    /// Whether the component routes are served.
+    pub fn components(self) -> bool {
+        matches!(self, Role::All | Role::Components)
+    }
+}
+
+/// The stages a process runs, built for its [`Role`] (by `sluice-app`, from the configuration), before they are
+/// put together: [`Parts::into_server`] assembles them. A part the role does not need is
+/// `None`; tests and benchmarks put doubles in place of some before assembling.
+pub struct Parts {
+    /// What the parts were built from.
+    pub config: Config,
+    /// What the process serves.
+    pub role: Role,
+    /// The embedding model (answers, documents).
+    pub embedder: Option<Arc<dyn Embedder>>,
+    /// The vector store (answers, documents).
+    pub store: Option<Arc<dyn Store>>,
+    /// The LLM pool (answers).
+    pub llm: Option<Arc<dyn Llm>>,
+    /// The answer cache, unless it is off (answers).
+    pub cache: Option<Arc<SemanticCache>>,
+    /// Runs tenants' rerank components (answers).
+    pub reranker: Option<Arc<dyn Reranker>>,
+    /// The registry behind the component routes (components).
+    pub components: Option<Arc<dyn Components>>,
+    /// API keys; `None` while auth is off.
+    pub keys: Option<Arc<dyn KeyStore>>,
+}
+
+impl Parts {
+    /// The server over these parts: the answer path where there are an embedder, a store and
+    /// an LLM (and the role serves answers), the document path where there are an embedder
+    /// and a store (and it serves documents), the component routes where there is a registry.
+    pub fn into_server(self) -> Server {
+        let config = self.config;
+        let mut server = Server::new(&config.limits, &config.server, &config.auth);
+        if let (true, Some(embedder), Some(store)) =
+            (self.role.documents(), &self.embedder, &self.store)
+        {
+            let ingest = Ingest::new(
+                config.ingest.clone(),
+                Arc::clone(embedder),
+                Arc::clone(store),
+            );
+            server = server.with_ingest(Arc::new(ingest));
+        }
+        if let (true, Some(embedder), Some(store), Some(llm)) =
+            (self.role.answers(), self.embedder, self.store, self.llm)
+        {
+            let mut pipeline = Pipeline::new(config.answer.clone(), embedder, store, llm);
+            pipeline.reranker = self.reranker;
+            pipeline.cache = self.cache;
+            server = server.with_answers(Arc::new(pipeline));
+        }
+        server.components = self.components;
+        server.keys = self.keys;
+        server
+    }
+}

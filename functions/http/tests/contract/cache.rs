@@ -1,0 +1,147 @@
+//! The answer cache as clients see it: a repeated question is replayed through the same
+//! events without retrieval or the LLM; entries belong to one tenant and one corpus version,
+//! expire, and are never made from a degraded answer; a request can skip the cache.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::http::Method;
+use serde_json::json;
+use sluice_testkit::Troubled;
+
+use crate::kit::Kit;
+
+const QUESTION: &str = "How long does a replacement card take?";
+
+#[tokio::test]
+async fn a_repeated_question_replays_the_cached_answer_through_the_same_events() {
+    let app = Kit::new(&[]).ingested("acme").await.app();
+    let first = app.answer_as("acme", &json!({"query": QUESTION})).await;
+    assert_eq!(first.meta()["cache"], "miss");
+    assert_eq!(first.first("done")["cached"], false);
+    // The same question, written differently (case, punctuation).
+    let again = app
+        .answer_as(
+            "acme",
+            &json!({"query": QUESTION.to_uppercase().replace('?', "")}),
+        )
+        .await;
+    again.assert_well_formed();
+    assert_eq!(again.meta()["cache"], "hit");
+    assert_eq!(again.text(), first.text());
+    assert_eq!(again.meta()["documents"], first.meta()["documents"]);
+    assert_ne!(again.meta()["request_id"], first.meta()["request_id"]);
+    let done = again.first("done");
+    assert_eq!(done["cached"], true);
+    assert_eq!(done["token_count"], first.first("done")["token_count"]);
+    assert_eq!(done["finish_reason"], first.first("done")["finish_reason"]);
+    let t = &done["timings"];
+    assert!(t["cache_ms"].is_number() && t["ttft_ms"].is_number(), "{t}");
+    assert!(
+        t.get("llm_ttft_ms").is_none() && t.get("retrieve_ms").is_none(),
+        "{t}"
+    );
+    assert_eq!(app.llm.calls().len(), 1, "the LLM was called once");
+}
+
+#[tokio::test]
+async fn an_ingest_makes_older_entries_stale() {
+    let app = Kit::new(&[]).ingested("acme").await.app();
+    let ask = json!({"query": QUESTION});
+    app.answer_as("acme", &ask).await;
+    assert_eq!(app.answer_as("acme", &ask).await.meta()["cache"], "hit");
+    let doc = json!({"documents": [{"id": "new-policy", "text": "Replacement cards now arrive in three days."}]});
+    assert_eq!(app.post_as("acme", "/v1/documents", &doc).await.status, 200);
+    assert_eq!(app.answer_as("acme", &ask).await.meta()["cache"], "miss");
+}
+
+#[tokio::test]
+async fn a_request_can_bypass_the_cache_by_body_or_header() {
+    let app = Kit::new(&[]).ingested("acme").await.app();
+    let ask = json!({"query": QUESTION});
+    app.answer_as("acme", &ask).await;
+    let bypass = app
+        .answer_as("acme", &json!({"query": QUESTION, "cache": "bypass"}))
+        .await;
+    assert_eq!(bypass.meta()["cache"], "bypass");
+    assert_eq!(bypass.first("done")["cached"], false);
+    for directive in ["no-cache", "max-age=0, no-store"] {
+        let headers = [("x-sluice-tenant", "acme"), ("cache-control", directive)];
+        let answer = app.answer_with(&headers, &ask).await;
+        assert_eq!(answer.meta()["cache"], "bypass", "{directive}");
+    }
+    assert_eq!(app.llm.calls().len(), 4, "every bypass asked the LLM");
+    assert_eq!(app.answer_as("acme", &ask).await.meta()["cache"], "hit");
+}
+
+#[tokio::test]
+async fn degraded_answers_are_not_cached() {
+    let mut kit = Kit::new(&[]).ingested("default").await;
+    let mut slow = Troubled::around(kit.store());
+    slow.delay = Duration::from_millis(300);
+    kit.parts.store = Some(Arc::new(slow));
+    let app = kit.app();
+    let late = json!({"query": QUESTION, "retrieval_deadline_ms": 50});
+    let degraded = app.answer(&late).await;
+    assert_eq!(degraded.degraded(), ["retrieval_timeout"]);
+    assert_eq!(
+        degraded.names().last(),
+        Some(&"done"),
+        "complete, yet not cached"
+    );
+    // The same question with time enough for the slow store.
+    let patient = json!({"query": QUESTION, "retrieval_deadline_ms": 5000});
+    let next = app.answer(&patient).await;
+    assert_eq!(
+        next.meta()["cache"],
+        "miss",
+        "the degraded answer was cached"
+    );
+    assert_eq!(next.degraded(), Vec::<String>::new());
+    assert_eq!(app.answer(&patient).await.meta()["cache"], "hit");
+}
+
+#[tokio::test]
+async fn delete_forgets_one_tenants_answers() {
+    let app = Kit::new(&[])
+        .ingested("acme")
+        .await
+        .ingested("globex")
+        .await
+        .app();
+    let ask = json!({"query": QUESTION});
+    for tenant in ["acme", "globex"] {
+        app.answer_as(tenant, &ask).await;
+    }
+    let reply = app
+        .send(
+            Method::DELETE,
+            "/v1/cache",
+            &[("x-sluice-tenant", "acme")],
+            "",
+        )
+        .await;
+    assert_eq!((reply.status, reply.body), (200, json!({"deleted": 1})));
+    assert_eq!(app.answer_as("acme", &ask).await.meta()["cache"], "miss");
+    assert_eq!(app.answer_as("globex", &ask).await.meta()["cache"], "hit");
+}
+
+#[tokio::test]
+async fn expired_entries_are_not_served() {
+    let app = Kit::new(&[("SLUICE_CACHE_TTL_SECS", "1")]).app();
+    let ask = json!({"query": QUESTION});
+    app.answer(&ask).await;
+    assert_eq!(app.answer(&ask).await.meta()["cache"], "hit");
+    tokio::time::sleep(Duration::from_millis(2100)).await;
+    assert_eq!(app.answer(&ask).await.meta()["cache"], "miss");
+}
+
+#[tokio::test]
+async fn with_the_cache_off_every_request_bypasses_it() {
+    let app = Kit::new(&[("SLUICE_CACHE", "off")]).app();
+    let ask = json!({"query": QUESTION});
+    for _ in 0..2 {
+        assert_eq!(app.answer(&ask).await.meta()["cache"], "bypass");
+    }
+    assert_eq!(app.llm.calls().len(), 2);
+}

@@ -1,0 +1,468 @@
+//! Every error code a client can see, each provoked through the router: a refused request is
+//! the code's status with `{"error": {"code", "message"}}`; a failure once the stream has
+//! begun is an `error` event with the code and its retryability. Every code has a case here:
+//! a new one does not compile until it has.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::Method;
+use serde_json::{Value, json};
+use sluice_core::Tenant;
+use sluice_core::auth::Permission;
+use sluice_core::codes::Code;
+use sluice_core::error::LlmError;
+use sluice_core::stages::{ComponentError, ComponentVersion, Components};
+use sluice_http::StreamDeadline;
+use sluice_testkit::{BrokenCache, BrokenKeys, Reply, ScriptedLlm, Troubled};
+
+use crate::kit::{self, App, Kit, Stream, documents, key_for};
+
+/// Component routes that fail as `fail` says (a panic for `None`: work that dies).
+struct FailingComponents(Option<fn() -> ComponentError>);
+
+impl FailingComponents {
+    fn fail(&self) -> ComponentError {
+        match self.0 {
+            Some(make) => make(),
+            None => panic!("injected: the registry's work died"),
+        }
+    }
+}
+
+impl Components for FailingComponents {
+    fn upload(&self, _: &Tenant, _: &[u8]) -> Result<ComponentVersion, ComponentError> {
+        Err(self.fail())
+    }
+    fn activate(&self, _: &Tenant, _: &str) -> Result<ComponentVersion, ComponentError> {
+        Err(self.fail())
+    }
+    fn list(&self, _: &Tenant) -> Result<Vec<ComponentVersion>, ComponentError> {
+        Err(self.fail())
+    }
+    fn deactivate(&self, _: &Tenant) -> Result<(), ComponentError> {
+        Err(self.fail())
+    }
+}
+
+fn components_app(fail: Option<fn() -> ComponentError>) -> App {
+    let mut kit = Kit::new(&[]);
+    kit.parts.components = Some(Arc::new(FailingComponents(fail)));
+    kit.app()
+}
+
+fn llm_app(reply: Reply) -> App {
+    Kit::with_llm(&[], ScriptedLlm::new(reply)).app()
+}
+
+/// How a code reaches the client.
+enum Seen {
+    /// An error response.
+    Refused(kit::Reply),
+    /// An `error` event ending a stream.
+    Ended(Stream),
+}
+
+async fn answer_body(app: &App, body: &str) -> Seen {
+    Seen::Refused(
+        app.send(Method::POST, "/v1/answer", &[], body.to_string())
+            .await,
+    )
+}
+
+/// The request (and server) that gets `code`.
+async fn provoke(code: Code) -> Seen {
+    let ask = json!({"query": "How long does a replacement card take?"});
+    let plain = || Kit::new(&[]).app();
+    match code {
+        Code::InvalidJson => answer_body(&plain(), "{not json").await,
+        Code::MissingQuery => answer_body(&plain(), "{}").await,
+        Code::EmptyQuery => answer_body(&plain(), r#"{"query": "  "}"#).await,
+        Code::QueryTooLong => {
+            let body = json!({"query": "x".repeat(4097)}).to_string();
+            answer_body(&plain(), &body).await
+        }
+        Code::InvalidK => answer_body(&plain(), r#"{"query": "hi", "k": 0}"#).await,
+        Code::InvalidDeadline => {
+            answer_body(
+                &plain(),
+                r#"{"query": "hi", "retrieval_deadline_ms": 600000}"#,
+            )
+            .await
+        }
+        Code::InvalidSessionId => {
+            answer_body(&plain(), r#"{"query": "hi", "session_id": ""}"#).await
+        }
+        Code::InvalidCache => answer_body(&plain(), r#"{"query": "hi", "cache": "often"}"#).await,
+        Code::InvalidDocument => Seen::Refused(
+            plain()
+                .post("/v1/documents", &json!({"documents": []}))
+                .await,
+        ),
+        Code::InvalidTenant => Seen::Refused(
+            plain()
+                .post_as("no spaces allowed", "/v1/answer", &ask)
+                .await,
+        ),
+        Code::InvalidComponent => {
+            let app = components_app(Some(|| ComponentError::Invalid("not a component".into())));
+            Seen::Refused(
+                app.send(Method::PUT, "/v1/components/rerank", &[], "not wasm")
+                    .await,
+            )
+        }
+        Code::InvalidN => {
+            let body = json!({"messages": [{"role": "user", "content": "hi"}], "n": 2});
+            Seen::Refused(plain().post("/v1/chat/completions", &body).await)
+        }
+        Code::UnreadableBody => {
+            // A body that breaks off: the client went away mid-request.
+            let chunks: Vec<Result<&'static [u8], std::io::Error>> = vec![
+                Ok(br#"{"query": "#),
+                Err(std::io::Error::other("connection reset")),
+            ];
+            let body = Body::from_stream(futures::stream::iter(chunks));
+            let request = kit::request(Method::POST, "/v1/answer", &[], body);
+            Seen::Refused(plain().call(request).await)
+        }
+        Code::MissingApiKey => {
+            let (keys, _) = key_for("acme", &Permission::ALL);
+            Seen::Refused(
+                Kit::new(&[])
+                    .keys(keys)
+                    .app()
+                    .post("/v1/answer", &ask)
+                    .await,
+            )
+        }
+        Code::InvalidApiKey => {
+            let (keys, key) = key_for("acme", &Permission::ALL);
+            let app = Kit::new(&[]).keys(keys).app();
+            let wrong = format!("Bearer {key}x");
+            let headers = [("authorization", wrong.as_str())];
+            Seen::Refused(
+                app.send(Method::POST, "/v1/answer", &headers, ask.to_string())
+                    .await,
+            )
+        }
+        Code::ForbiddenTenant => {
+            let (keys, key) = key_for("acme", &Permission::ALL);
+            let app = Kit::new(&[]).keys(keys).app();
+            let bearer = format!("Bearer {key}");
+            let headers = [
+                ("authorization", bearer.as_str()),
+                ("x-sluice-tenant", "globex"),
+            ];
+            Seen::Refused(
+                app.send(Method::POST, "/v1/answer", &headers, ask.to_string())
+                    .await,
+            )
+        }
+        Code::PermissionDenied => {
+            let (keys, key) = key_for("acme", &[Permission::Answer]);
+            let app = Kit::new(&[]).keys(keys).app();
+            let bearer = format!("Bearer {key}");
+            let headers = [("authorization", bearer.as_str())];
+            let body = documents().to_string();
+            Seen::Refused(
+                app.send(Method::POST, "/v1/documents", &headers, body)
+                    .await,
+            )
+        }
+        Code::CrossOrigin => {
+            let headers = [
+                ("origin", "https://evil.example"),
+                ("host", "127.0.0.1:8080"),
+            ];
+            Seen::Refused(
+                plain()
+                    .send(Method::POST, "/v1/answer", &headers, ask.to_string())
+                    .await,
+            )
+        }
+        Code::ForbiddenHost => {
+            let app = plain();
+            let router = sluice_http::only_hosts(
+                sluice_http::router(Arc::clone(&app.server)),
+                vec!["localhost".into(), "127.0.0.1".into()],
+            );
+            let headers = [("host", "rebound.example:8080")];
+            let request = kit::request(Method::POST, "/v1/answer", &headers, ask.to_string());
+            Seen::Refused(kit::call(router, request).await)
+        }
+        Code::NotFound => Seen::Refused(plain().send(Method::GET, "/v1/nothing", &[], "").await),
+        Code::UnknownVersion => {
+            let app = components_app(Some(|| ComponentError::NotFound("no version v9".into())));
+            let body = json!({"version": "v9"});
+            Seen::Refused(app.post("/v1/components/rerank/activate", &body).await)
+        }
+        Code::CacheDisabled => {
+            let app = Kit::new(&[("SLUICE_CACHE", "off")]).app();
+            Seen::Refused(app.send(Method::DELETE, "/v1/cache", &[], "").await)
+        }
+        Code::ComponentsDisabled => Seen::Refused(
+            plain()
+                .send(Method::GET, "/v1/components/rerank", &[], "")
+                .await,
+        ),
+        Code::MethodNotAllowed => {
+            Seen::Refused(plain().send(Method::GET, "/v1/answer", &[], "").await)
+        }
+        Code::BodyTooLarge => {
+            let app = Kit::new(&[("SLUICE_MAX_BODY_BYTES", "1024")]).app();
+            answer_body(&app, &json!({"query": "x".repeat(2000)}).to_string()).await
+        }
+        Code::IngestTooLarge => {
+            let app = Kit::new(&[("SLUICE_MAX_DOCUMENTS", "2")]).app();
+            Seen::Refused(app.post("/v1/documents", &documents()).await)
+        }
+        Code::RateLimited => {
+            let app = Kit::new(&[("SLUICE_TENANT_RATE", "1"), ("SLUICE_TENANT_BURST", "1")]).app();
+            let first = app.send(Method::GET, "/v1/models", &[], "").await;
+            assert_eq!(first.status, 200);
+            Seen::Refused(app.send(Method::GET, "/v1/models", &[], "").await)
+        }
+        Code::TooManyStreams => {
+            let llm = ScriptedLlm::new(Reply::StallAfter(vec!["one ".into()]));
+            let app = Kit::with_llm(&[("SLUICE_TENANT_MAX_STREAMS", "1")], llm).app();
+            // The first answer's stream stays open (its body unread) while the second asks.
+            let open = app
+                .open(kit::request(
+                    Method::POST,
+                    "/v1/answer",
+                    &[],
+                    ask.to_string(),
+                ))
+                .await;
+            assert_eq!(open.status(), 200);
+            let refused = app.post("/v1/answer", &ask).await;
+            drop(open);
+            Seen::Refused(refused)
+        }
+        Code::IngestFailed => {
+            let mut kit = Kit::new(&[]);
+            let mut store = Troubled::around(kit.store());
+            store.fail_writes = true;
+            kit.parts.store = Some(Arc::new(store));
+            Seen::Refused(kit.app().post("/v1/documents", &documents()).await)
+        }
+        Code::StorageFailed => {
+            let app = components_app(Some(|| ComponentError::Storage("injected: S3 down".into())));
+            Seen::Refused(
+                app.send(Method::GET, "/v1/components/rerank", &[], "")
+                    .await,
+            )
+        }
+        Code::Internal => {
+            let app = components_app(None);
+            Seen::Refused(
+                app.send(Method::GET, "/v1/components/rerank", &[], "")
+                    .await,
+            )
+        }
+        Code::CacheUnavailable => {
+            let mut kit = Kit::new(&[]);
+            kit.parts.cache = Some(Arc::new(sluice_core::cache::SemanticCache::new(
+                Arc::new(BrokenCache),
+                sluice_core::cache::CacheSettings::from_config(&kit.parts.config.cache),
+                sluice_testkit::HashEmbedder::DIM,
+            )));
+            Seen::Refused(kit.app().send(Method::DELETE, "/v1/cache", &[], "").await)
+        }
+        Code::AuthUnavailable => {
+            let mut kit = Kit::new(&[]);
+            kit.parts.keys = Some(Arc::new(BrokenKeys));
+            let headers = [("authorization", "Bearer sk-anything")];
+            Seen::Refused(
+                kit.app()
+                    .send(Method::POST, "/v1/answer", &headers, ask.to_string())
+                    .await,
+            )
+        }
+        Code::LlmUnavailable => {
+            let refused = Reply::Refuse(LlmError::Unavailable("connection refused".into()));
+            Seen::Ended(llm_app(refused).answer(&ask).await)
+        }
+        Code::LlmRejected => {
+            let refused = Reply::Refuse(LlmError::Status {
+                status: 400,
+                body: "context length exceeded".into(),
+            });
+            Seen::Ended(llm_app(refused).answer(&ask).await)
+        }
+        Code::LlmTimeout => {
+            let late = Reply::Refuse(LlmError::Timeout("first token"));
+            Seen::Ended(llm_app(late).answer(&ask).await)
+        }
+        Code::LlmStreamFailed => {
+            let broken = Reply::BreakAfter(
+                vec!["A ".into(), "card ".into()],
+                LlmError::Stream("connection reset".into()),
+            );
+            Seen::Ended(llm_app(broken).answer(&ask).await)
+        }
+        Code::DeadlineExceeded => {
+            let app = llm_app(Reply::StallAfter(vec!["A ".into(), "card ".into()]));
+            // What the Lambda entry point sets: the invocation's end, less a margin.
+            let at = tokio::time::Instant::now() + Duration::from_millis(500);
+            let mut request = kit::request(Method::POST, "/v1/answer", &[], ask.to_string());
+            request.extensions_mut().insert(StreamDeadline(at));
+            let reply = app.call(request).await;
+            Seen::Ended(Stream::parse(&reply.raw))
+        }
+        Code::ShuttingDown => {
+            let app = llm_app(Reply::StallAfter(vec!["A ".into()]));
+            let pipeline = app.server.answers.clone().expect("answers");
+            let drain = tokio::spawn(async move {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                pipeline.drain();
+            });
+            let answer = app.answer(&ask).await;
+            drain.await.expect("drain");
+            Seen::Ended(answer)
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_code_reaches_the_client_with_its_status_and_retryability() {
+    for &code in Code::ALL {
+        match provoke(code).await {
+            Seen::Refused(reply) => {
+                assert_eq!(
+                    (reply.status, reply.code()),
+                    (code.status(), code.as_str()),
+                    "{code}: {}",
+                    reply.raw
+                );
+                let message = reply.body["error"]["message"].as_str().unwrap_or("");
+                assert!(!message.is_empty(), "{code}: a message says what is wrong");
+                let retry_after = reply.headers.get("retry-after").is_some();
+                if code.status() == 429 {
+                    assert!(retry_after, "{code}: a 429 says when to come back");
+                } else if code.status() < 500 {
+                    assert!(!retry_after, "{code}: no Retry-After on a client error");
+                }
+            }
+            Seen::Ended(stream) => {
+                stream.assert_well_formed();
+                let error = stream.first("error");
+                assert_eq!(error["code"], code.as_str(), "{code}: {:?}", stream.events);
+                assert_eq!(error["retryable"], code.retryable(), "{code}");
+                assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn answer_requests_are_validated_field_by_field() {
+    let app = Kit::new(&[]).app();
+    let cases: Vec<(Value, &str)> = vec![
+        (json!([1, 2]), "invalid_json"),
+        (json!({"query": 5}), "invalid_json"),
+        (json!({"query": "hi", "colour": "red"}), "invalid_json"),
+        (json!({"query": "hi", "k": 51}), "invalid_k"),
+        (json!({"query": "hi", "k": -3}), "invalid_k"),
+        (json!({"query": "hi", "k": 2.5}), "invalid_k"),
+        (json!({"query": "hi", "k": "5"}), "invalid_k"),
+        (
+            json!({"query": "hi", "session_id": "s".repeat(200)}),
+            "invalid_session_id",
+        ),
+    ];
+    for (body, expected) in cases {
+        let reply = app.post("/v1/answer", &body).await;
+        assert_eq!((reply.status, reply.code()), (400, expected), "for {body}");
+    }
+    // Characters, not bytes: 4,096 of them in 8,192 bytes is the longest query accepted.
+    let answer = app.answer(&json!({"query": "é".repeat(4096)})).await;
+    assert_eq!(answer.names().last(), Some(&"done"));
+    assert!(
+        app.llm.calls().len() == 1,
+        "the accepted query reached the LLM"
+    );
+}
+
+#[tokio::test]
+async fn bad_documents_are_refused_whole_and_nothing_is_written() {
+    let app = Kit::new(&[]).app();
+    let cases = vec![
+        (
+            json!({"documents": [{"id": "a", "text": ""}]}),
+            "invalid_document",
+        ),
+        (
+            json!({"documents": [{"id": "", "text": "x"}]}),
+            "invalid_document",
+        ),
+        (
+            json!({"documents": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]}),
+            "invalid_document",
+        ),
+        (json!({"documents": [{"id": "a"}]}), "invalid_json"),
+        (json!({"docs": []}), "invalid_json"),
+    ];
+    for (body, expected) in cases {
+        let reply = app.post("/v1/documents", &body).await;
+        assert_eq!((reply.status, reply.code()), (400, expected), "for {body}");
+    }
+    // Over a limit: nothing of the request is written either.
+    let small = Kit::new(&[("SLUICE_MAX_INGEST_BYTES", "2048")]).app();
+    let big = json!({"documents": [{"id": "a", "text": "y".repeat(4096)}]});
+    let reply = small.post("/v1/documents", &big).await;
+    assert_eq!((reply.status, reply.code()), (413, "body_too_large"));
+    for app in [&app, &small] {
+        let store = app.server.ingest.as_ref().expect("ingest").store.clone();
+        let default = sluice_testkit::tenant("default");
+        assert_eq!(store.count(&default).await.expect("count"), 0);
+        assert_eq!(store.corpus_version(&default).await.expect("version"), 0);
+    }
+}
+
+#[tokio::test]
+async fn an_unknown_route_names_itself() {
+    let reply = Kit::new(&[])
+        .app()
+        .send(Method::GET, "/v1/nothing", &[], "")
+        .await;
+    assert!(
+        reply.body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("/v1/nothing")
+    );
+}
+
+#[tokio::test]
+async fn with_the_key_table_unreachable_every_v1_route_is_a_503_to_retry() {
+    let mut kit = Kit::new(&[]);
+    kit.parts.keys = Some(Arc::new(BrokenKeys));
+    let app = kit.app();
+    for &(name, path, body) in sluice_testkit::V1_ROUTES {
+        let method = Method::from_bytes(name.as_bytes()).expect("a method");
+        let headers = [("authorization", "Bearer sk-sluice-0000")];
+        let reply = app.send(method, path, &headers, body).await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (503, "auth_unavailable"),
+            "{name} {path}"
+        );
+        assert_eq!(reply.headers["retry-after"], "1", "{name} {path}");
+    }
+}
+
+#[tokio::test]
+async fn work_that_dies_is_a_500_and_the_server_goes_on() {
+    let app = components_app(None);
+    let reply = app
+        .send(Method::GET, "/v1/components/rerank", &[], "")
+        .await;
+    assert_eq!((reply.status, reply.code()), (500, "internal"));
+    let again = app
+        .send(Method::GET, "/v1/components/rerank", &[], "")
+        .await;
+    assert_eq!(again.code(), "internal", "the registry still answers");
+    assert_eq!(app.send(Method::GET, "/healthz", &[], "").await.status, 200);
+}

@@ -1,0 +1,192 @@
+//! Every reason an answer is degraded (`meta.degraded`), each provoked by a double: the
+//! answer still streams to `done`, says why in `meta`, and its cache state follows the rule
+//! (a scope that could not be proven fresh is neither read nor written: `bypass`).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::json;
+use sluice_core::breaker::{Breaker, GuardedStore};
+use sluice_core::codes::Degraded;
+use sluice_testkit::{ScriptedReranker, Troubled, Verdict};
+
+use crate::kit::{App, Kit, Stream};
+
+const QUESTION: &str = "How long does a replacement card take?";
+
+/// An app whose store is `troubled` as `set` says, over the documents of `default`.
+async fn troubled(overrides: &[(&str, &str)], set: impl FnOnce(&mut Troubled)) -> App {
+    let mut kit = Kit::new(overrides).ingested("default").await;
+    let mut store = Troubled::around(kit.store());
+    set(&mut store);
+    kit.parts.store = Some(Arc::new(store));
+    kit.app()
+}
+
+/// An app whose tenants' components are scripted by `reranker`.
+async fn reranked(reranker: ScriptedReranker) -> App {
+    let mut kit = Kit::new(&[("SLUICE_CACHE_BUDGET_MS", "100")])
+        .ingested("default")
+        .await;
+    kit.parts.reranker = Some(Arc::new(reranker));
+    kit.app()
+}
+
+/// An answer degraded for `reason`. Every reason has a case here: a new one does not compile
+/// until it has.
+async fn provoke(reason: Degraded) -> Stream {
+    let ask = json!({"query": QUESTION});
+    match reason {
+        Degraded::RetrievalTimeout => {
+            let app = troubled(&[], |s| s.delay = Duration::from_secs(5)).await;
+            app.answer(&json!({"query": QUESTION, "retrieval_deadline_ms": 100}))
+                .await
+        }
+        Degraded::RetrievalFailed => troubled(&[], |s| s.fail = true).await.answer(&ask).await,
+        Degraded::RetrievalCircuitOpen => {
+            let mut kit = Kit::new(&[]).ingested("default").await;
+            let mut failing = Troubled::around(kit.store());
+            failing.fail = true;
+            let breaker = Breaker::new(1, Duration::from_secs(60));
+            kit.parts.store = Some(Arc::new(GuardedStore::new(Arc::new(failing), breaker)));
+            let app = kit.app();
+            // The first failure opens the breaker; the next read does not wait for the store.
+            let first = app.answer(&ask).await;
+            assert_eq!(first.degraded(), ["retrieval_failed"]);
+            app.answer(&ask).await
+        }
+        Degraded::ContextTruncated => {
+            // A 512-token window with 400 of them for the answer leaves room for one short
+            // source at most.
+            let app = Kit::new(&[
+                ("SLUICE_LLM_CONTEXT_TOKENS", "512"),
+                ("SLUICE_MAX_TOKENS", "400"),
+            ])
+            .ingested("default")
+            .await
+            .app();
+            app.answer(&json!({"query": QUESTION, "k": 3})).await
+        }
+        Degraded::RerankFailed => {
+            reranked(ScriptedReranker::new(Verdict::Fail(
+                "trap: unreachable".into(),
+            )))
+            .await
+            .answer(&ask)
+            .await
+        }
+        Degraded::CorpusVersionTimeout => {
+            let overrides = [("SLUICE_CACHE_BUDGET_MS", "50")];
+            let app = troubled(&overrides, |s| s.version_delay = Duration::from_secs(5)).await;
+            app.answer(&ask).await
+        }
+        Degraded::CorpusVersionFailed => {
+            troubled(&[], |s| s.fail_versions = true)
+                .await
+                .answer(&ask)
+                .await
+        }
+        Degraded::ComponentTimeout => {
+            let slow = ScriptedReranker::new(Verdict::Reverse).lookup_delay(Duration::from_secs(5));
+            reranked(slow).await.answer(&ask).await
+        }
+        Degraded::ComponentFailed => {
+            reranked(ScriptedReranker::new(Verdict::Reverse).lookup_fails())
+                .await
+                .answer(&ask)
+                .await
+        }
+    }
+}
+
+#[tokio::test]
+async fn every_degraded_reason_is_reported_and_the_answer_still_streams() {
+    for &reason in Degraded::ALL {
+        let answer = provoke(reason).await;
+        answer.assert_well_formed();
+        assert_eq!(answer.names().last(), Some(&"done"), "{reason}");
+        assert!(answer.text().len() > 1, "{reason}: tokens still stream");
+        // The reason, and only it — but an open breaker stands in front of the whole store,
+        // so the corpus version is not read either.
+        let expected = match reason {
+            Degraded::RetrievalCircuitOpen => vec!["corpus_version_failed", reason.as_str()],
+            _ => vec![reason.as_str()],
+        };
+        assert_eq!(answer.degraded(), expected, "{reason}");
+        let meta = answer.meta();
+        let sources = answer.sources();
+        match reason {
+            Degraded::RetrievalTimeout
+            | Degraded::RetrievalFailed
+            | Degraded::RetrievalCircuitOpen => {
+                assert!(sources.is_empty(), "{reason}: no context");
+            }
+            Degraded::ContextTruncated => {
+                assert!(sources.len() < 3, "{reason}: {sources:?}");
+            }
+            Degraded::RerankFailed | Degraded::ComponentTimeout | Degraded::ComponentFailed => {
+                assert_eq!(sources[0], "lost-card", "{reason}: the fused order is kept");
+                if reason != Degraded::RerankFailed {
+                    let done = answer.first("done");
+                    assert!(done["timings"]["rerank_ms"].is_null(), "{reason}: not run");
+                }
+            }
+            Degraded::CorpusVersionTimeout | Degraded::CorpusVersionFailed => {
+                assert_eq!(sources[0], "lost-card", "{reason}: retrieval is unharmed");
+            }
+        }
+        let expected_cache = match reason {
+            Degraded::CorpusVersionTimeout
+            | Degraded::CorpusVersionFailed
+            | Degraded::RetrievalCircuitOpen
+            | Degraded::ComponentTimeout
+            | Degraded::ComponentFailed => "bypass",
+            _ => "miss",
+        };
+        assert_eq!(meta["cache"], expected_cache, "{reason}");
+    }
+}
+
+#[tokio::test]
+async fn a_late_store_costs_the_deadline_not_the_stores_time() {
+    let app = troubled(&[], |s| s.delay = Duration::from_secs(30)).await;
+    let started = tokio::time::Instant::now();
+    let answer = app
+        .answer(&json!({"query": QUESTION, "retrieval_deadline_ms": 200}))
+        .await;
+    assert_eq!(answer.degraded(), ["retrieval_timeout"]);
+    // A bound, not a measurement: 30 s of store time must not be waited for.
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test]
+async fn a_component_reorders_only_the_tenants_it_belongs_to() {
+    let acme = sluice_testkit::tenant("acme");
+    let mut kit = Kit::new(&[])
+        .ingested("acme")
+        .await
+        .ingested("globex")
+        .await;
+    kit.parts.reranker = Some(Arc::new(
+        ScriptedReranker::new(Verdict::Reverse).only_for(&[acme]),
+    ));
+    let app = kit.app();
+    let ask = json!({"query": QUESTION, "k": 3});
+    let reversed = app.answer_as("acme", &ask).await;
+    let fused = app.answer_as("globex", &ask).await;
+    assert_eq!(fused.sources()[0], "lost-card");
+    let mut back = reversed.sources();
+    back.reverse();
+    assert_eq!(
+        back,
+        fused.sources(),
+        "acme's component reversed the fused order"
+    );
+    assert!(reversed.first("done")["timings"]["rerank_ms"].is_number());
+    assert!(fused.first("done")["timings"]["rerank_ms"].is_null());
+    assert!(reversed.degraded().is_empty() && fused.degraded().is_empty());
+}

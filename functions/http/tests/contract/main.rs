@@ -1,0 +1,15 @@
+//! The contract, in-process: the router called directly (`tower::ServiceExt::oneshot`, no
+//! socket) over the pipeline assembled as `sluice-app` assembles it, with test doubles
+//! (`sluice-testkit`) in place of the model, the store, the LLM and the key store. What these
+//! tests check is the specification of the API — the stream's events and fields, every
+//! degraded reason, every error code, auth, limits, the cache's rules, the OpenAI shapes — and
+//! none of it needs a real dependency; the end-to-end tests (`tests/`) keep the real ones.
+
+mod access;
+mod cache;
+mod codes;
+mod degraded;
+mod endings;
+mod kit;
+mod openai;
+mod stream;

@@ -1,0 +1,183 @@
+//! Test doubles for every stage of the pipeline, so that the contract — the stream's events
+//! and their fields, every degraded reason, every error code, auth, quotas, the OpenAI shapes,
+//! cache replay — is tested in milliseconds, in-process, with nothing real behind it:
+//!
+//! - [`HashEmbedder`]: deterministic vectors from the words of a text (texts sharing words are
+//!   close), one token per word;
+//! - [`ScriptedLlm`]: streams what it is told — tokens, a refusal, a break, a stall — and
+//!   records every call (the prompt, `max_tokens`, the trace context);
+//! - [`MemoryStore`]: a hybrid store in memory (cosine and word overlap, fused as the real
+//!   stores fuse), and [`Troubled`] around any store to make it slow or failing;
+//! - [`ScriptedReranker`]: a tenant component that reverses the order, fails, or is slow to
+//!   be found;
+//! - [`MemoryKeys`], [`BrokenKeys`], [`BrokenCache`], [`SlowComponents`].
+//!
+//! The real adapters are tested against the real dependencies in their own crates; a test of
+//! the contract that passes here and fails there is a bug in an adapter.
+//!
+//! A crate of its own, used only as a dev-dependency: no build of a binary (the demo's
+//! included) compiles it, and it changes no feature of `sluice-core`, so the tests and the
+//! demo share one build of the tree.
+#![warn(missing_docs)]
+
+mod embed;
+mod llm;
+mod rerank;
+mod store;
+
+pub use embed::HashEmbedder;
+pub use llm::{LlmCall, Reply, ScriptedLlm};
+pub use rerank::{ScriptedReranker, Verdict};
+pub use store::{MemoryStore, Troubled};
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sluice_core::Tenant;
+use sluice_core::auth::{AuthError, KeyStore, Permission, Principal, digest, new_key};
+use sluice_core::cache::{CacheEntry, CacheStore};
+use sluice_core::error::CacheError;
+use sluice_core::stages::{ComponentError, ComponentStorage};
+
+/// `name` as a tenant; panics when it is not a valid one (test data is).
+pub fn tenant(name: &str) -> Tenant {
+    Tenant::new(name).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Every `/v1` route, each with a body it accepts (the upload's bytes are a placeholder, which
+/// a registry would refuse as a component): method, path, body.
+pub const V1_ROUTES: &[(&str, &str, &str)] = &[
+    ("POST", "/v1/answer", r#"{"query":"x"}"#),
+    (
+        "POST",
+        "/v1/documents",
+        r#"{"documents":[{"id":"a","text":"x"}]}"#,
+    ),
+    ("PUT", "/v1/components/rerank", "(component)"),
+    (
+        "POST",
+        "/v1/components/rerank/activate",
+        r#"{"version":"v"}"#,
+    ),
+    ("GET", "/v1/components/rerank", ""),
+    ("DELETE", "/v1/components/rerank", ""),
+    ("DELETE", "/v1/cache", ""),
+    (
+        "POST",
+        "/v1/chat/completions",
+        r#"{"model":"m","messages":[{"role":"user","content":"x"}]}"#,
+    ),
+    ("GET", "/v1/models", ""),
+];
+
+/// API keys in memory: [`MemoryKeys::add`] makes a key for a tenant and returns it.
+#[derive(Default)]
+pub struct MemoryKeys {
+    by_hash: Mutex<HashMap<String, Principal>>,
+}
+
+impl MemoryKeys {
+    /// A new key for `tenant` with `permissions`; the key itself (only its digest is kept).
+    pub fn add(&self, tenant: &str, permissions: &[Permission]) -> String {
+        let key = new_key();
+        let principal = Principal {
+            tenant: self::tenant(tenant),
+            permissions: permissions.to_vec(),
+        };
+        self.by_hash
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(digest(&key), principal);
+        key
+    }
+}
+
+#[async_trait]
+impl KeyStore for MemoryKeys {
+    async fn find(&self, hash: &str) -> Result<Option<Principal>, AuthError> {
+        Ok(self
+            .by_hash
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(hash)
+            .cloned())
+    }
+}
+
+/// API keys that cannot be checked (the key table unreachable).
+pub struct BrokenKeys;
+
+#[async_trait]
+impl KeyStore for BrokenKeys {
+    async fn find(&self, _: &str) -> Result<Option<Principal>, AuthError> {
+        Err(AuthError::Unavailable(
+            "injected: key table unreachable".into(),
+        ))
+    }
+}
+
+/// A cache backend that fails every call (DynamoDB throttling or unreachable).
+pub struct BrokenCache;
+
+#[async_trait]
+impl CacheStore for BrokenCache {
+    fn backend(&self) -> &'static str {
+        "broken"
+    }
+    fn in_process(&self) -> bool {
+        false
+    }
+    async fn get(&self, _: &Tenant, _: &str) -> Result<Option<CacheEntry>, CacheError> {
+        Err(CacheError::Backend("injected: cache unreachable".into()))
+    }
+    async fn candidates(&self, _: &Tenant, _: &[u32]) -> Result<Vec<CacheEntry>, CacheError> {
+        Err(CacheError::Backend("injected: cache unreachable".into()))
+    }
+    async fn put(&self, _: &CacheEntry) -> Result<(), CacheError> {
+        Err(CacheError::Backend("injected: cache unreachable".into()))
+    }
+    async fn clear(&self, _: &Tenant) -> Result<usize, CacheError> {
+        Err(CacheError::Backend("injected: cache unreachable".into()))
+    }
+}
+
+/// Component storage that is slow as set: reads of the active pointer take `pointer_delay`,
+/// reads of bytes (an upload or its compiled artefact) `fetch_delay`. Writes go to `inner`.
+pub struct SlowComponents {
+    /// The real storage.
+    pub inner: std::sync::Arc<dyn ComponentStorage>,
+    /// Added before every read of a tenant's active pointer.
+    pub pointer_delay: Duration,
+    /// Added before every read of stored bytes.
+    pub fetch_delay: Duration,
+}
+
+impl ComponentStorage for SlowComponents {
+    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ComponentError> {
+        std::thread::sleep(self.fetch_delay);
+        self.inner.get(key)
+    }
+    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), ComponentError> {
+        self.inner.put(key, bytes)
+    }
+    fn versions(&self, tenant: &Tenant) -> Result<Vec<(String, usize)>, ComponentError> {
+        self.inner.versions(tenant)
+    }
+    fn add_version(
+        &self,
+        tenant: &Tenant,
+        version: &str,
+        size: usize,
+    ) -> Result<(), ComponentError> {
+        self.inner.add_version(tenant, version, size)
+    }
+    fn active(&self, tenant: &Tenant) -> Result<Option<String>, ComponentError> {
+        std::thread::sleep(self.pointer_delay);
+        self.inner.active(tenant)
+    }
+    fn set_active(&self, tenant: &Tenant, version: Option<&str>) -> Result<(), ComponentError> {
+        self.inner.set_active(tenant, version)
+    }
+}

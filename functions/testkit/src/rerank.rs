@@ -1,0 +1,104 @@
+//! A tenant rerank component without a sandbox.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sluice_core::Tenant;
+use sluice_core::stages::{ActiveComponent, Hit, Reranker};
+
+/// What the active component of a [`ScriptedReranker`] does with the hits.
+#[derive(Debug, Clone)]
+pub enum Verdict {
+    /// Reverses the fused order.
+    Reverse,
+    /// Fails with this message (a trap, a limit, bad output).
+    Fail(String),
+}
+
+/// Tenants' rerank components as a script says: which tenants have one (all, unless
+/// [`ScriptedReranker::only_for`]), what it does, and how long finding it takes (or that
+/// finding it fails: the component storage unreachable).
+pub struct ScriptedReranker {
+    verdict: Verdict,
+    version: String,
+    tenants: Option<Vec<Tenant>>,
+    lookup_delay: Duration,
+    lookup_fails: bool,
+}
+
+impl ScriptedReranker {
+    /// Every tenant's component does `verdict`; it is found at once.
+    pub fn new(verdict: Verdict) -> Self {
+        Self {
+            verdict,
+            version: "v1".into(),
+            tenants: None,
+            lookup_delay: Duration::ZERO,
+            lookup_fails: false,
+        }
+    }
+
+    /// Only these tenants have the component; the others have the built-in order.
+    pub fn only_for(mut self, tenants: &[Tenant]) -> Self {
+        self.tenants = Some(tenants.to_vec());
+        self
+    }
+
+    /// Finding a tenant's component takes this long.
+    pub fn lookup_delay(mut self, delay: Duration) -> Self {
+        self.lookup_delay = delay;
+        self
+    }
+
+    /// Finding a tenant's component fails.
+    pub fn lookup_fails(mut self) -> Self {
+        self.lookup_fails = true;
+        self
+    }
+
+    /// The version cached answers remember.
+    pub fn version(mut self, version: &str) -> Self {
+        self.version = version.into();
+        self
+    }
+}
+
+struct Scripted {
+    verdict: Verdict,
+    version: String,
+}
+
+impl ActiveComponent for Scripted {
+    fn version(&self) -> &str {
+        &self.version
+    }
+    fn rerank(&self, _: &str, _: &[f32], hits: &[Hit]) -> Result<Vec<usize>, String> {
+        match &self.verdict {
+            Verdict::Reverse => Ok((0..hits.len()).rev().collect()),
+            Verdict::Fail(why) => Err(why.clone()),
+        }
+    }
+}
+
+#[async_trait]
+impl Reranker for ScriptedReranker {
+    async fn active(
+        &self,
+        tenant: &Tenant,
+        _by: tokio::time::Instant,
+    ) -> Result<Option<Arc<dyn ActiveComponent>>, String> {
+        // The caller bounds the wait, as it bounds a real first load.
+        tokio::time::sleep(self.lookup_delay).await;
+        if self.lookup_fails {
+            return Err("injected: component storage unreachable".into());
+        }
+        if self.tenants.as_ref().is_some_and(|t| !t.contains(tenant)) {
+            return Ok(None);
+        }
+        Ok(Some(Arc::new(Scripted {
+            verdict: self.verdict.clone(),
+            version: self.version.clone(),
+        })))
+    }
+}

@@ -1,0 +1,243 @@
+//! Stores: one in memory, and a wrapper that makes any store slow or failing.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use sluice_core::Tenant;
+use sluice_core::error::StoreError;
+use sluice_core::fusion::{RRF_K, rrf};
+use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
+
+use crate::HashEmbedder;
+
+#[derive(Default)]
+struct Corpus {
+    version: u64,
+    documents: BTreeMap<String, (DocumentInfo, Vec<StoredChunk>)>,
+}
+
+/// A hybrid store in memory: a search ranks the tenant's chunks by cosine to the query vector
+/// and by how many of the query's words they contain, and fuses the two rankings as the real
+/// stores do (RRF, k = 60). Tenants never see each other's chunks.
+#[derive(Default)]
+pub struct MemoryStore {
+    tenants: Mutex<HashMap<Tenant, Corpus>>,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Tenant, Corpus>> {
+        self.tenants.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[async_trait]
+impl Store for MemoryStore {
+    async fn search(
+        &self,
+        tenant: &Tenant,
+        query: &str,
+        vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        let tenants = self.lock();
+        let Some(corpus) = tenants.get(tenant) else {
+            return Ok(Vec::new());
+        };
+        let hits: Vec<(String, Hit)> = corpus
+            .documents
+            .values()
+            .flat_map(|(info, chunks)| {
+                chunks.iter().map(move |c| {
+                    let hit = Hit {
+                        document: info.clone(),
+                        chunk: c.index,
+                        text: c.text.clone(),
+                        tokens: c.tokens,
+                        vector: c.vector.clone(),
+                        score: 0.0,
+                    };
+                    (format!("{}#{}", info.id, c.index), hit)
+                })
+            })
+            .collect();
+        let cosine = |v: &[f32]| -> f32 { v.iter().zip(vector).map(|(a, b)| a * b).sum() };
+        let mut dense = hits.clone();
+        dense.sort_by(|a, b| cosine(&b.1.vector).total_cmp(&cosine(&a.1.vector)));
+        let terms: HashSet<String> = HashEmbedder::words(query).collect();
+        let overlap = |text: &str| {
+            HashEmbedder::words(text)
+                .filter(|w| terms.contains(w))
+                .count()
+        };
+        let mut sparse: Vec<(String, Hit)> = hits
+            .into_iter()
+            .filter(|(_, h)| overlap(&h.text) > 0)
+            .collect();
+        sparse.sort_by_key(|(_, h)| std::cmp::Reverse(overlap(&h.text)));
+        Ok(rrf(vec![dense, sparse], RRF_K, k)
+            .into_iter()
+            .map(|(score, hit)| Hit { score, ..hit })
+            .collect())
+    }
+
+    async fn replace_document(
+        &self,
+        tenant: &Tenant,
+        document: &DocumentInfo,
+        chunks: Vec<StoredChunk>,
+    ) -> Result<(), StoreError> {
+        self.lock()
+            .entry(tenant.clone())
+            .or_default()
+            .documents
+            .insert(document.id.clone(), (document.clone(), chunks));
+        Ok(())
+    }
+
+    async fn bump_corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
+        let mut tenants = self.lock();
+        let corpus = tenants.entry(tenant.clone()).or_default();
+        corpus.version += 1;
+        Ok(corpus.version)
+    }
+
+    async fn corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
+        Ok(self.lock().get(tenant).map_or(0, |c| c.version))
+    }
+
+    async fn count(&self, tenant: &Tenant) -> Result<usize, StoreError> {
+        Ok(self.lock().get(tenant).map_or(0, |c| {
+            c.documents.values().map(|(_, chunks)| chunks.len()).sum()
+        }))
+    }
+}
+
+/// A store that is slow or broken as set: searches take `delay` (then fail with `fail`),
+/// corpus-version reads take `version_delay` (then fail with `fail_versions`), writes fail
+/// with `fail_writes`. What is not troubled goes to `inner` untouched.
+pub struct Troubled {
+    /// The store underneath.
+    pub inner: Arc<dyn Store>,
+    /// Added before every search.
+    pub delay: Duration,
+    /// Every search fails (after the delay).
+    pub fail: bool,
+    /// Added before every corpus-version read.
+    pub version_delay: Duration,
+    /// Every corpus-version read fails (after its delay).
+    pub fail_versions: bool,
+    /// Every write (document replacement) fails.
+    pub fail_writes: bool,
+}
+
+impl Troubled {
+    /// `inner`, untroubled until fields are set.
+    pub fn around(inner: Arc<dyn Store>) -> Self {
+        Self {
+            inner,
+            delay: Duration::ZERO,
+            fail: false,
+            version_delay: Duration::ZERO,
+            fail_versions: false,
+            fail_writes: false,
+        }
+    }
+}
+
+#[async_trait]
+impl Store for Troubled {
+    async fn search(
+        &self,
+        tenant: &Tenant,
+        query: &str,
+        vector: &[f32],
+        k: usize,
+    ) -> Result<Vec<Hit>, StoreError> {
+        tokio::time::sleep(self.delay).await;
+        if self.fail {
+            return Err(StoreError::Backend("injected failure".into()));
+        }
+        self.inner.search(tenant, query, vector, k).await
+    }
+    async fn replace_document(
+        &self,
+        tenant: &Tenant,
+        d: &DocumentInfo,
+        c: Vec<StoredChunk>,
+    ) -> Result<(), StoreError> {
+        if self.fail_writes {
+            return Err(StoreError::Backend("injected write failure".into()));
+        }
+        self.inner.replace_document(tenant, d, c).await
+    }
+    async fn bump_corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
+        self.inner.bump_corpus_version(tenant).await
+    }
+    async fn corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
+        tokio::time::sleep(self.version_delay).await;
+        if self.fail_versions {
+            return Err(StoreError::Backend("injected version failure".into()));
+        }
+        self.inner.corpus_version(tenant).await
+    }
+    async fn count(&self, tenant: &Tenant) -> Result<usize, StoreError> {
+        self.inner.count(tenant).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tenant;
+    use sluice_core::stages::Embedder;
+
+    fn chunk(e: &HashEmbedder, index: usize, text: &str) -> StoredChunk {
+        StoredChunk {
+            index,
+            text: text.into(),
+            tokens: e.count_tokens(text),
+            vector: e.embed(&[text]).unwrap().remove(0),
+        }
+    }
+
+    fn info(id: &str) -> DocumentInfo {
+        DocumentInfo {
+            id: id.into(),
+            title: id.into(),
+            source: id.into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn the_matching_chunk_comes_first_and_tenants_are_apart() {
+        let e = HashEmbedder::new();
+        let store = MemoryStore::new();
+        let (acme, globex) = (tenant("acme"), tenant("globex"));
+        let cards = vec![chunk(&e, 0, "a lost card is replaced in five days")];
+        let fees = vec![chunk(&e, 0, "the monthly fee is two dollars")];
+        store
+            .replace_document(&acme, &info("cards"), cards)
+            .await
+            .unwrap();
+        store
+            .replace_document(&acme, &info("fees"), fees)
+            .await
+            .unwrap();
+        let q = "how long until a lost card is replaced";
+        let v = e.embed(&[q]).unwrap().remove(0);
+        let hits = store.search(&acme, q, &v, 5).await.unwrap();
+        assert_eq!(hits[0].document.id, "cards");
+        assert!(hits[0].score > hits[1].score);
+        assert!(store.search(&globex, q, &v, 5).await.unwrap().is_empty());
+        assert_eq!(store.count(&acme).await.unwrap(), 2);
+        assert_eq!(store.bump_corpus_version(&acme).await.unwrap(), 1);
+        assert_eq!(store.corpus_version(&globex).await.unwrap(), 0);
+    }
+}
