@@ -9,8 +9,13 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
 export SLUICE_DATA_DIR=${SLUICE_DATA_DIR:-$cache/demo-data}
 export SLUICE_ADDR=${SLUICE_ADDR:-127.0.0.1:8080}
 
-scripts/setup.sh all
-cargo build -p sluice
+scripts/setup.sh demo
+# The test build's configuration (scripts/cargo-env.sh) and the whole workspace's binaries:
+# the same compiled libraries as `make test`, so whichever runs first, the other compiles
+# only what is its own (a plain `cargo build -p sluice` unifies features differently and
+# compiled most of the tree a second time).
+source scripts/cargo-env.sh
+cargo build --workspace --bins
 sluice=$CARGO_TARGET_DIR/debug/sluice
 
 pids=()

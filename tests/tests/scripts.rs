@@ -1,6 +1,7 @@
 //! The build scripts' promises: `make test` (and `.ci/run`, `make load`, `make bench`) compile
 //! the workspace through clippy's driver, so a build without it would silently drop the lints
-//! `.ci/run` promises — it is refused instead.
+//! `.ci/run` promises — it is refused instead; and `make demo`'s build and `make test`'s
+//! resolve every library with the same features, so that they share one compile.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
@@ -50,5 +51,46 @@ fn a_build_without_clippy_driver_is_refused() {
     assert_eq!(
         String::from_utf8_lossy(&out.stdout).trim(),
         format!("wrapper={}", driver.display())
+    );
+}
+
+/// Every package of the workspace's graph with its features, as `cargo tree` resolves them
+/// for Linux with the dependency kinds `edges`: `name version [features]` lines.
+fn resolved_features(edges: &str) -> std::collections::BTreeSet<String> {
+    let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args(["tree", "--workspace", "--offline", "--prefix", "none"])
+        .args(["--target", "x86_64-unknown-linux-gnu", "-e", edges])
+        .args(["-f", "{p} [{f}]"])
+        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .output()
+        .expect("cargo tree runs");
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        // A repeated package ends in ` (*)`; workspace members and proc-macros carry a note
+        // in parentheses: keep name, version and features.
+        .map(|l| l.trim_end_matches(" (*)"))
+        .map(|l| match (l.find(" ("), l.rfind(") [")) {
+            (Some(a), Some(b)) => format!("{}{}", &l[..a], &l[b + 1..]),
+            _ => l.to_string(),
+        })
+        .collect()
+}
+
+#[test]
+fn the_demo_build_and_the_test_build_resolve_the_same_features() {
+    // `make demo` builds `--workspace --bins` (no dev-dependencies), `make test` every target:
+    // a library resolved with other features in one of them is compiled twice.
+    let demo = resolved_features("normal,build");
+    let test = resolved_features("normal,build,dev");
+    let differing: Vec<&String> = demo.difference(&test).collect();
+    assert!(
+        differing.is_empty(),
+        "features that only the test build turns on (add them in functions/app/Cargo.toml): {:#?}",
+        test.difference(&demo)
+            .filter(|t| differing
+                .iter()
+                .any(|d| d.split(' ').next() == t.split(' ').next()))
+            .collect::<Vec<_>>()
     );
 }
