@@ -33,6 +33,9 @@ fn start_once(function: &str, model_dir: &std::path::Path) -> (Duration, Duratio
         .env("AWS_LAMBDA_FUNCTION_NAME", function)
         .env("AWS_LAMBDA_FUNCTION_VERSION", "1")
         .env("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", "2048")
+        // Lambda always sets the region; without it the AWS SDK asks the instance metadata
+        // service, which is not here.
+        .env("AWS_REGION", "us-east-1")
         .env("SLUICE_DATA_DIR", data.path())
         .env("SLUICE_MODEL_DIR", model_dir)
         .env("SLUICE_CACHE", "memory")
@@ -42,7 +45,25 @@ fn start_once(function: &str, model_dir: &std::path::Path) -> (Duration, Duratio
         .stderr(Stdio::null())
         .spawn()
         .unwrap_or_else(|e| panic!("{} starts: {e}", binary.display()));
-    let (mut conn, _) = api.accept().expect("the function connects");
+    // Accepted within a minute or the start failed: polled every millisecond.
+    api.set_nonblocking(true).expect("non-blocking");
+    let mut conn = loop {
+        match api.accept() {
+            Ok((conn, _)) => break conn,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if let Ok(Some(status)) = child.try_wait() {
+                    panic!("{function} exited before asking for an invocation: {status}");
+                }
+                assert!(
+                    started.elapsed() < Duration::from_secs(60),
+                    "{function} did not ask for an invocation within 60 s"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    conn.set_nonblocking(false).expect("blocking");
     let mut head = [0u8; 256];
     let n = conn.read(&mut head).expect("request");
     let ready = started.elapsed();
