@@ -13,6 +13,7 @@
 
 use sluice_testkit::tenant;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -127,12 +128,14 @@ fn troubled(
 /// The component storage (the server's folder) behind a [`SlowComponents`] double.
 fn slow_components(pointer: Duration, fetch: Duration) -> impl FnOnce(&mut Parts) + Send {
     move |p: &mut Parts| {
-        let storage = Arc::new(SlowComponents {
-            inner: component_folder(p),
-            pointer_delay: pointer,
-            fetch_delay: fetch,
-        });
-        use_registry(p, storage);
+        let storage = SlowComponents::around(component_folder(p));
+        storage
+            .pointer_ms
+            .store(pointer.as_millis() as u64, Ordering::SeqCst);
+        storage
+            .fetch_ms
+            .store(fetch.as_millis() as u64, Ordering::SeqCst);
+        use_registry(p, Arc::new(storage));
     }
 }
 

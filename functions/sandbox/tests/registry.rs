@@ -6,13 +6,12 @@
 //! make its reads slow or failing.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use sluice_core::Tenant;
-use sluice_core::stages::{ComponentError, ComponentStorage, Components, Reranker};
+use sluice_core::stages::{ComponentStorage, Components, Reranker};
 use sluice_sandbox::{Disk, HostServices, Limits, Registry, Sandbox};
-use sluice_testkit::tenant;
+use sluice_testkit::{SlowComponents, tenant};
 
 struct NoHost;
 
@@ -22,55 +21,6 @@ impl HostServices for NoHost {
     }
     fn count_tokens(&self, _: &str) -> u32 {
         0
-    }
-}
-
-/// A folder whose reads of the active pointer (`active`) and of bytes (`get`: artefacts and
-/// uploads) take as long as set, or fail.
-struct Slow {
-    disk: Disk,
-    pointer_ms: AtomicU64,
-    fetch_ms: AtomicU64,
-    failing: AtomicBool,
-}
-
-impl Slow {
-    fn wait(&self, ms: &AtomicU64) -> Result<(), ComponentError> {
-        std::thread::sleep(Duration::from_millis(ms.load(Ordering::SeqCst)));
-        if self.failing.load(Ordering::SeqCst) {
-            return Err(ComponentError::Storage(
-                "injected: storage unreachable".into(),
-            ));
-        }
-        Ok(())
-    }
-}
-
-impl ComponentStorage for Slow {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ComponentError> {
-        self.wait(&self.fetch_ms)?;
-        self.disk.get(key)
-    }
-    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), ComponentError> {
-        self.disk.put(key, bytes)
-    }
-    fn versions(&self, tenant: &Tenant) -> Result<Vec<(String, usize)>, ComponentError> {
-        self.disk.versions(tenant)
-    }
-    fn add_version(
-        &self,
-        tenant: &Tenant,
-        version: &str,
-        size: usize,
-    ) -> Result<(), ComponentError> {
-        self.disk.add_version(tenant, version, size)
-    }
-    fn active(&self, tenant: &Tenant) -> Result<Option<String>, ComponentError> {
-        self.wait(&self.pointer_ms)?;
-        self.disk.active(tenant)
-    }
-    fn set_active(&self, tenant: &Tenant, version: Option<&str>) -> Result<(), ComponentError> {
-        self.disk.set_active(tenant, version)
     }
 }
 
@@ -88,13 +38,9 @@ fn registry(storage: Arc<dyn ComponentStorage>, refresh: Duration) -> Arc<Regist
     Arc::new(Registry::new(sandbox, storage, refresh))
 }
 
-fn slow(dir: &std::path::Path) -> Arc<Slow> {
-    Arc::new(Slow {
-        disk: Disk::open(dir).unwrap(),
-        pointer_ms: AtomicU64::new(0),
-        fetch_ms: AtomicU64::new(0),
-        failing: AtomicBool::new(false),
-    })
+/// A folder behind a double that can make its reads slow or failing.
+fn slow(dir: &std::path::Path) -> Arc<SlowComponents> {
+    Arc::new(SlowComponents::around(Arc::new(Disk::open(dir).unwrap())))
 }
 
 /// What `registry` answers for the tenant `name` when the caller waits at most `wait`, and how long it

@@ -32,6 +32,7 @@ pub use store::{MemoryStore, Troubled};
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -143,20 +144,45 @@ impl CacheStore for BrokenCache {
     }
 }
 
-/// Component storage that is slow as set: reads of the active pointer take `pointer_delay`,
-/// reads of bytes (an upload or its compiled artefact) `fetch_delay`. Writes go to `inner`.
+/// Component storage that is slow or failing as set, and may be set again while in use: reads
+/// of the active pointer take `pointer_ms`, reads of bytes (an upload or its compiled artefact)
+/// `fetch_ms`, and with `failing` both fail after their wait. Writes go to `inner` untouched.
 pub struct SlowComponents {
     /// The real storage.
     pub inner: std::sync::Arc<dyn ComponentStorage>,
-    /// Added before every read of a tenant's active pointer.
-    pub pointer_delay: Duration,
-    /// Added before every read of stored bytes.
-    pub fetch_delay: Duration,
+    /// Milliseconds added before every read of a tenant's active pointer.
+    pub pointer_ms: AtomicU64,
+    /// Milliseconds added before every read of stored bytes.
+    pub fetch_ms: AtomicU64,
+    /// Every read fails (after its wait).
+    pub failing: AtomicBool,
+}
+
+impl SlowComponents {
+    /// `inner`, neither slow nor failing until fields are set.
+    pub fn around(inner: std::sync::Arc<dyn ComponentStorage>) -> Self {
+        Self {
+            inner,
+            pointer_ms: AtomicU64::new(0),
+            fetch_ms: AtomicU64::new(0),
+            failing: AtomicBool::new(false),
+        }
+    }
+
+    fn wait(&self, ms: &AtomicU64) -> Result<(), ComponentError> {
+        std::thread::sleep(Duration::from_millis(ms.load(Ordering::SeqCst)));
+        if self.failing.load(Ordering::SeqCst) {
+            return Err(ComponentError::Storage(
+                "injected: storage unreachable".into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl ComponentStorage for SlowComponents {
     fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ComponentError> {
-        std::thread::sleep(self.fetch_delay);
+        self.wait(&self.fetch_ms)?;
         self.inner.get(key)
     }
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), ComponentError> {
@@ -174,7 +200,7 @@ impl ComponentStorage for SlowComponents {
         self.inner.add_version(tenant, version, size)
     }
     fn active(&self, tenant: &Tenant) -> Result<Option<String>, ComponentError> {
-        std::thread::sleep(self.pointer_delay);
+        self.wait(&self.pointer_ms)?;
         self.inner.active(tenant)
     }
     fn set_active(&self, tenant: &Tenant, version: Option<&str>) -> Result<(), ComponentError> {
