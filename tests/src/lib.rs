@@ -539,24 +539,12 @@ impl Answer {
     /// Checks the framing every stream must have: `meta` first, then tokens numbered from 0,
     /// then exactly one `done` or `error`, last.
     pub fn assert_well_formed(&self) {
-        let names = self.names();
-        assert_eq!(names.first(), Some(&"meta"), "{names:?}");
-        let ends = names
+        let events: Vec<(&str, &Value)> = self
+            .events
             .iter()
-            .filter(|n| **n == "done" || **n == "error")
-            .count();
-        assert_eq!(ends, 1, "{names:?}");
-        assert!(
-            matches!(names.last(), Some(&"done") | Some(&"error")),
-            "{names:?}"
-        );
-        assert!(
-            names[1..names.len() - 1].iter().all(|n| *n == "token"),
-            "{names:?}"
-        );
-        for (i, e) in self.events.iter().filter(|e| e.name == "token").enumerate() {
-            assert_eq!(e.data["index"], i as u64, "token indices must count from 0");
-        }
+            .map(|e| (e.name.as_str(), &e.data))
+            .collect();
+        sluice_testkit::assert_well_formed(&events);
     }
 }
 

@@ -47,6 +47,25 @@ pub fn tenant(name: &str) -> Tenant {
     Tenant::new(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Checks the framing every answer stream has, given its events (name, data) in order: `meta`
+/// first, then tokens numbered from 0, then exactly one `done` or `error`, last.
+pub fn assert_well_formed(events: &[(&str, &serde_json::Value)]) {
+    let names: Vec<&str> = events.iter().map(|(n, _)| *n).collect();
+    assert_eq!(names.first(), Some(&"meta"), "{names:?}");
+    assert!(
+        matches!(names.last(), Some(&"done") | Some(&"error")),
+        "{names:?}"
+    );
+    assert!(
+        names[1..names.len() - 1].iter().all(|n| *n == "token"),
+        "{names:?}"
+    );
+    let tokens = events.iter().filter(|(n, _)| *n == "token");
+    for (i, (_, data)) in tokens.enumerate() {
+        assert_eq!(data["index"], i as u64, "token indices count from 0");
+    }
+}
+
 /// Every `/v1` route, each with a body it accepts (the upload's bytes are a placeholder, which
 /// a registry would refuse as a component): method, path, body.
 pub const V1_ROUTES: &[(&str, &str, &str)] = &[

@@ -346,19 +346,8 @@ impl Stream {
     /// The framing every stream has: `meta` first, tokens numbered from 0, then exactly one
     /// `done` or `error`, last.
     pub fn assert_well_formed(&self) {
-        let names = self.names();
-        assert_eq!(names.first(), Some(&"meta"), "{names:?}");
-        assert!(
-            matches!(names.last(), Some(&"done") | Some(&"error")),
-            "{names:?}"
-        );
-        assert!(
-            names[1..names.len() - 1].iter().all(|n| *n == "token"),
-            "{names:?}"
-        );
-        let tokens = self.events.iter().filter(|(n, _)| n == "token");
-        for (i, (_, data)) in tokens.enumerate() {
-            assert_eq!(data["index"], i as u64, "token indices count from 0");
-        }
+        let events: Vec<(&str, &Value)> =
+            self.events.iter().map(|(n, d)| (n.as_str(), d)).collect();
+        sluice_testkit::assert_well_formed(&events);
     }
 }
