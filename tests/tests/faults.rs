@@ -322,23 +322,20 @@ async fn inject(fault: Fault) -> Result<(&'static str, Duration), String> {
         if let Some(component) = component {
             // Stored (and activated) in the server's folder before the server starts, through
             // a registry of its own: the server's registry has not seen the tenant yet.
-            let writer = sluice_sandbox::Registry::from_config(
-                &p.config.rerank,
-                Arc::new(sluice_sandbox::ModelHost(
-                    p.embedder.clone().expect("the model"),
-                )),
-                component_folder(p),
-            )
-            .expect("registry");
+            let writer = sluice_tests::registry_over(p, component_folder(p));
             let version = sluice_core::stages::Components::upload(
-                &writer,
+                writer.as_ref(),
                 &tenant("default"),
                 component.as_bytes(),
             )
             .expect("upload")
             .version;
-            sluice_core::stages::Components::activate(&writer, &tenant("default"), &version)
-                .expect("activate");
+            sluice_core::stages::Components::activate(
+                writer.as_ref(),
+                &tenant("default"),
+                &version,
+            )
+            .expect("activate");
         }
         if let Some(adjust) = adjust {
             adjust(p);
