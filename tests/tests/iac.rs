@@ -138,9 +138,28 @@ fn answers_stream_through_api_gateway_and_outside_a_vpc_through_a_function_url()
     for (name, f) in &functions {
         let p = &f["Properties"];
         assert_eq!(p["Runtime"], "provided.al2023", "{name}");
-        assert_eq!(p["Architectures"], serde_json::json!(["arm64"]), "{name}");
+        // One architecture for all three and the model layer: the registry compiles
+        // components for its own, which must be the answer function's.
+        assert_eq!(
+            p["Architectures"],
+            serde_json::json!([{"Ref": "Architecture"}]),
+            "{name}"
+        );
         // In the VPC only when Network=vpc.
         assert_eq!(p["VpcConfig"]["Fn::If"][0], "InVpc", "{name}");
+    }
+    let architecture = &t["Parameters"]["Architecture"];
+    assert_eq!(architecture["Default"], "arm64");
+    assert_eq!(
+        architecture["AllowedValues"],
+        serde_json::json!(["arm64", "x86_64"])
+    );
+    for (name, layer) in of_type(&t, "AWS::Lambda::LayerVersion") {
+        assert_eq!(
+            layer["Properties"]["CompatibleArchitectures"],
+            serde_json::json!([{"Ref": "Architecture"}]),
+            "{name}"
+        );
     }
     let resource = |id: &str| &t["Resources"][id];
     // The answer route: InvokeWithResponseStream, transfer mode STREAM, SigV4.
