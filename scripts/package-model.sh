@@ -14,6 +14,8 @@ scripts/setup.sh model
 out=build/model-layer/model
 rm -rf "$out" && mkdir -p "$out"
 cp "$SLUICE_MODEL_DIR/model.onnx" "$SLUICE_MODEL_DIR/tokenizer.json" "$out/"
-cargo run --profile dev -q --bin sluice -- model prepare --dir "$out"
+# The demo's and the tests' build configuration, so that a built tree is not compiled again.
+source scripts/cargo-env.sh
+cargo run -q --bin sluice -- model prepare --dir "$out"
 rm "$out/model.onnx"
 du -sh "$out"
