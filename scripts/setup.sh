@@ -4,6 +4,7 @@
 #
 #   scripts/setup.sh            everything below (what `make test` and `.ci/run` need)
 #   scripts/setup.sh demo       only what `make demo` needs: model and llm
+#   scripts/setup.sh tests      what the tests themselves need: all but cargo-tools
 #   scripts/setup.sh tools      the Python venv (numpy, onnx, onnxruntime, moto, cargo-lambda),
 #                               the IaC validators' venvs (cfn-lint, checkov; the SAM CLI) and
 #                               the OpenAI client's
@@ -219,6 +220,7 @@ case "${1:-all}" in
   cargo-tools) cargo_tools ;;
   eval) eval_data ;;
   demo) model; llm ;;
+  tests) tools; model; llm; browser; eval_data ;;
   all) tools; model; llm; browser; cargo_tools; eval_data ;;
-  *) echo "usage: $0 [demo|tools|model|llm|browser|cargo-tools|eval|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [demo|tests|tools|model|llm|browser|cargo-tools|eval|all]" >&2; exit 2 ;;
 esac

@@ -8,16 +8,32 @@ cd "$here"
 cache=${SLUICE_HOME:-$HOME/.cache/sluice}
 export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
 
-scripts/setup.sh all
+# The example components (Debian's rustc-web and jco from npm on first use), before the
+# background steps below so that no two apt-get runs contend for dpkg's lock.
 scripts/build-components.sh >/dev/null
+# A fresh machine spends most of an hour here, nearly all of it compiling on every core. What
+# only the tests need is installed beside the build (downloads and venvs wait on the network,
+# not the CPU); cargo-deny, cargo-fuzz and the fuzz targets, needed only after the tests, are
+# built at the lowest CPU priority, so they take what the build and the tests leave idle. On
+# a warm machine both finish in seconds. Their output goes to logs, shown if they fail.
+mkdir -p "$cache"
+scripts/setup.sh tests >"$cache/setup-tests.log" 2>&1 &
+setup_pid=$!
+(nice -n 19 scripts/setup.sh cargo-tools && nice -n 19 scripts/fuzz.sh build) \
+  >"$cache/setup-after.log" 2>&1 &
+after_pid=$!
+trap 'kill "$setup_pid" "$after_pid" 2>/dev/null || true' EXIT
+# Waits for background step $1 (pid $2, log $3); shows its log and fails if it failed.
+await() {
+  if ! wait "$2"; then
+    tail -n 40 "$3" >&2
+    echo "[test] $1 failed; the whole log is $3" >&2
+    exit 1
+  fi
+}
 
 port=${SLUICE_TEST_LLM_PORT:-18081}
-llm_pid=$(scripts/llm.sh "$port" --detach)
-trap 'kill "$llm_pid" 2>/dev/null || true' EXIT
 aws_port=${SLUICE_TEST_AWS_PORT:-18082}
-aws_pid=$(scripts/aws.sh "$aws_port" --detach)
-trap 'kill "$llm_pid" "$aws_pid" 2>/dev/null || true' EXIT
-
 export SLUICE_TEST_LLM_URL="http://127.0.0.1:$port/v1"
 # The standard AWS variables: the SDK finds the emulator with no code hook.
 export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$aws_port"
@@ -34,10 +50,21 @@ set +e
 # Every target (benches and examples too, as `make lint` checks them), then the tests.
 cargo test --workspace --all-targets --no-run --color never 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+set -e
+await "scripts/setup.sh tests" "$setup_pid" "$cache/setup-tests.log"
+# The test LLM and the DynamoDB emulator, now that setup has installed them.
+llm_pid=$(scripts/llm.sh "$port" --detach)
+trap 'kill "$llm_pid" "$after_pid" 2>/dev/null || true' EXIT
+aws_pid=$(scripts/aws.sh "$aws_port" --detach)
+trap 'kill "$llm_pid" "$aws_pid" "$after_pid" 2>/dev/null || true' EXIT
+set +e
 if [ "$status" -eq 0 ]; then
   cargo test --workspace --no-fail-fast --color never 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
 fi
+set -e
+await "cargo-deny, cargo-fuzz and the fuzz build" "$after_pid" "$cache/setup-after.log"
+set +e
 # Supply chain: licences, banned crates, sources (the advisory database is on GitHub, which
 # this machine cannot reach, so `advisories` is not checked).
 deny=0
