@@ -5,7 +5,9 @@
 # (scripts/package-model.sh) where Lambda mounts it, a fresh Qdrant Edge folder and the local
 # LLM: samples/ is ingested through the ingest function's URL, then a question is asked through
 # the answer function's, and the stream must carry `meta` naming a sample, tokens and `done`.
-# Only a build for this machine's architecture can run here.
+# A build for this machine's architecture runs as it is; an arm64 build on x86_64 runs under
+# QEMU's user-mode emulator when Debian's qemu-user-static and libc6-arm64-cross are installed
+# (slowly: the model's init takes seconds there).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -16,11 +18,17 @@ for f in AnswerFunction IngestFunction; do
   [ -x "$build/$f/bootstrap" ] || { echo "no $build/$f/bootstrap: run sam build first" >&2; exit 1; }
 done
 [ -f "$layer/model.nnef.tar" ] || { echo "no $layer: run scripts/package-model.sh first" >&2; exit 1; }
-arch=$(uname -m)
-file -L "$build/AnswerFunction/bootstrap" | grep -q "${arch/_/-}" || {
-  echo "the build is not for this machine ($arch): $(file -bL "$build/AnswerFunction/bootstrap")" >&2
-  exit 1
-}
+runner=()
+if ! file -L "$build/AnswerFunction/bootstrap" | grep -q "$(uname -m | tr _ -)"; then
+  if file -L "$build/AnswerFunction/bootstrap" | grep -q aarch64 && [ -x /usr/bin/qemu-aarch64-static ] \
+      && [ -d /usr/aarch64-linux-gnu ]; then
+    runner=(env QEMU_LD_PREFIX=/usr/aarch64-linux-gnu /usr/bin/qemu-aarch64-static)
+  else
+    echo "the build is not for this machine ($(uname -m)): $(file -bL "$build/AnswerFunction/bootstrap");" \
+      "for arm64 install qemu-user-static and libc6-arm64-cross (Debian)" >&2
+    exit 1
+  fi
+fi
 scripts/setup.sh llm >/dev/null
 scripts/setup.sh tools >/dev/null
 
@@ -44,12 +52,12 @@ function_up() {
     AWS_LAMBDA_FUNCTION_VERSION=1 AWS_LAMBDA_FUNCTION_MEMORY_SIZE=2048 AWS_REGION=us-east-1 \
     SLUICE_MODEL_DIR="$here/$layer" SLUICE_DATA_DIR="$tmp/data" SLUICE_STORE=edge \
     SLUICE_LLM_URL="http://127.0.0.1:$llm_port/v1" SLUICE_CACHE=off SLUICE_MAX_TOKENS=24 \
-    "$build/$name/bootstrap" >"$tmp/$name.log" 2>&1 &
+    "${runner[@]}" "$build/$name/bootstrap" >"$tmp/$name.log" 2>&1 &
   local pid=$!
   pids+=("$pid")
   # The emulator holds a request until the function asks for one: a function that died in
   # its init would make it wait forever.
-  for _ in $(seq 1 60); do
+  for _ in $(seq 1 180); do
     curl -fsS -m 1 -o /dev/null "http://127.0.0.1:$port/lambda-url/_/healthz" 2>/dev/null && return 0
     kill -0 "$pid" 2>/dev/null || break
   done

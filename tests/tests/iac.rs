@@ -149,10 +149,11 @@ fn answers_stream_through_api_gateway_and_outside_a_vpc_through_a_function_url()
         assert_eq!(p["VpcConfig"]["Fn::If"][0], "InVpc", "{name}");
     }
     let architecture = &t["Parameters"]["Architecture"];
-    assert_eq!(architecture["Default"], "arm64");
+    // x86_64 by default: what cargo-lambda's own toolchain builds (README, Deployment).
+    assert_eq!(architecture["Default"], "x86_64");
     assert_eq!(
         architecture["AllowedValues"],
-        serde_json::json!(["arm64", "x86_64"])
+        serde_json::json!(["x86_64", "arm64"])
     );
     for (name, layer) in of_type(&t, "AWS::Lambda::LayerVersion") {
         assert_eq!(

@@ -3,7 +3,7 @@
 //! | where | what |
 //! |---|---|
 //! | S3 `<tenant>/<version>.wasm` | the upload |
-//! | S3 `<tenant>/<version>.<engine>.cwasm` | its artefact, compiled by the registry function for the functions' architecture (arm64) and engine settings |
+//! | S3 `<tenant>/<version>.<engine>.cwasm` | its artefact, compiled by the registry function for the functions' architecture (the SAM template's `Architecture`) and engine settings |
 //! | DynamoDB `pk = <tenant>`, `sk = v#<version>` | an upload: `size`, `at` (Unix ms, upload order) |
 //! | DynamoDB `pk = <tenant>`, `sk = active` | `version`: the active one (absent: the built-in default) |
 //!

@@ -3,8 +3,8 @@
 //! component storage and the tokenizer (for the upload smoke run's `count-tokens`).
 //!
 //! An upload is validated and compiled here, in the init-warm sandbox, for this function's
-//! architecture and engine settings — the answer function's (both are arm64 and built from
-//! the same code) — and stored with its artefact in S3 (`SLUICE_COMPONENT_BUCKET`); versions
+//! architecture and engine settings — the answer function's (the SAM template gives both
+//! one `Architecture`, and they are built from the same code) — and stored with its artefact in S3 (`SLUICE_COMPONENT_BUCKET`); versions
 //! and the active pointer go to DynamoDB (`SLUICE_COMPONENT_TABLE`). The answer function
 //! then loads the artefact without compiling. Responses are small JSON: buffered.
 
