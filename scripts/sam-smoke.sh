@@ -33,11 +33,12 @@ scripts/setup.sh llm >/dev/null
 scripts/setup.sh tools >/dev/null
 
 tmp=$(mktemp -d)
+# The functions and their emulators, stopped between the two; the LLM serves both.
 pids=()
-stop() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; }
-trap 'stop; rm -rf "$tmp"' EXIT
+stop() { kill "${pids[@]}" 2>/dev/null || true; wait "${pids[@]}" 2>/dev/null || true; pids=(); }
 llm_port=${SLUICE_SMOKE_LLM_PORT:-18091}
-pids+=("$(scripts/llm.sh "$llm_port" --detach)")
+llm_pid=$(scripts/llm.sh "$llm_port" --detach)
+trap 'stop; kill "$llm_pid" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 
 # Starts function $1 under an emulator on port $2 and waits until its URL answers /healthz.
 function_up() {
@@ -75,7 +76,6 @@ ingested=$(curl -fsS -m 120 -H 'content-type: application/json' -d "$body" \
 echo "ingest function: $ingested"
 # Qdrant Edge holds its folder's lock: the answer function opens it after ingest has stopped.
 stop
-pids=("$(scripts/llm.sh "$llm_port" --detach)")
 
 function_up AnswerFunction 19102
 question=${1:-How do I report a lost card?}

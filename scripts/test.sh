@@ -22,7 +22,8 @@ setup_pid=$!
 (nice -n 19 scripts/setup.sh cargo-tools && nice -n 19 scripts/fuzz.sh build) \
   >"$cache/setup-after.log" 2>&1 &
 after_pid=$!
-trap 'kill "$setup_pid" "$after_pid" 2>/dev/null || true' EXIT
+llm_pid= aws_pid=
+trap 'kill $setup_pid $after_pid $llm_pid $aws_pid 2>/dev/null || true' EXIT
 # Waits for background step $1 (pid $2, log $3); shows its log and fails if it failed.
 await() {
   if ! wait "$2"; then
@@ -54,17 +55,13 @@ set -e
 await "scripts/setup.sh tests" "$setup_pid" "$cache/setup-tests.log"
 # The test LLM and the DynamoDB emulator, now that setup has installed them.
 llm_pid=$(scripts/llm.sh "$port" --detach)
-trap 'kill "$llm_pid" "$after_pid" 2>/dev/null || true' EXIT
 aws_pid=$(scripts/aws.sh "$aws_port" --detach)
-trap 'kill "$llm_pid" "$aws_pid" "$after_pid" 2>/dev/null || true' EXIT
 set +e
 if [ "$status" -eq 0 ]; then
   cargo test --workspace --no-fail-fast --color never 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
 fi
-set -e
 await "cargo-deny, cargo-fuzz and the fuzz build" "$after_pid" "$cache/setup-after.log"
-set +e
 # Supply chain: licences, banned crates, sources (the advisory database is on GitHub, which
 # this machine cannot reach, so `advisories` is not checked).
 deny=0

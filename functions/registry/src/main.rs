@@ -4,9 +4,10 @@
 //!
 //! An upload is validated and compiled here, in the init-warm sandbox, for this function's
 //! architecture and engine settings — the answer function's (the SAM template gives both
-//! one `Architecture`, and they are built from the same code) — and stored with its artefact in S3 (`SLUICE_COMPONENT_BUCKET`); versions
-//! and the active pointer go to DynamoDB (`SLUICE_COMPONENT_TABLE`). The answer function
-//! then loads the artefact without compiling. Responses are small JSON: buffered.
+//! one `Architecture`, and they are built from the same code) — and stored with its
+//! artefact in S3 (`SLUICE_COMPONENT_BUCKET`); versions and the active pointer go to
+//! DynamoDB (`SLUICE_COMPONENT_TABLE`). The answer function then loads the artefact without
+//! compiling. Responses are small JSON: buffered.
 
 use anyhow::Context;
 
