@@ -356,7 +356,7 @@ async fn a_lookup_is_one_parallel_round_of_one_get_item_and_ten_index_queries() 
 async fn with_a_tenant_role_each_tenant_calls_with_credentials_assumed_for_it() {
     // moto evaluates no IAM policy: this shows the role is assumed per tenant (through the STS
     // endpoint `make test` points at moto) and that every item call works with those
-    // credentials. What the role allows is checked on the template (tests/tests/iac.rs).
+    // credentials. What the role allows is checked on the template (tests/tests/e2e/iac.rs).
     let config = config_with(
         &format!("tenant-role-{}", std::process::id()),
         &[(

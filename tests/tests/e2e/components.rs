@@ -254,7 +254,7 @@ fn a_component_flooding_the_host_costs_the_host_little() {
         std::sync::Arc::new(ModelHost(sluice_tests::model())),
     )
     .unwrap();
-    let template = include_str!("../../functions/sandbox/tests/host_calls.wat");
+    let template = include_str!("../../../functions/sandbox/tests/host_calls.wat");
     let candidates: Vec<Candidate> = (0..5)
         .map(|i| Candidate {
             id: format!("doc{i}"),
@@ -266,15 +266,15 @@ fn a_component_flooding_the_host_costs_the_host_little() {
     for (name, flood) in [
         (
             "count-tokens of 8 MiB × 10",
-            include_str!("../../functions/sandbox/tests/floods/count_tokens.wat"),
+            include_str!("../../../functions/sandbox/tests/floods/count_tokens.wat"),
         ),
         (
             "embed 64 × 8 KiB, then 8 × 8,000 B × 8",
-            include_str!("../../functions/sandbox/tests/floods/embed.wat"),
+            include_str!("../../../functions/sandbox/tests/floods/embed.wat"),
         ),
         (
             "log 100,000 × 1 KiB",
-            include_str!("../../functions/sandbox/tests/floods/log.wat"),
+            include_str!("../../../functions/sandbox/tests/floods/log.wat"),
         ),
     ] {
         let wat = template.replace("(nop) ;; flood", flood);

@@ -141,7 +141,7 @@ fn slow_components(pointer: Duration, fetch: Duration) -> impl FnOnce(&mut Parts
 
 /// `host_calls.wat` (the sandbox's host-call component) with `flood` run on real requests.
 fn host_calls(flood: &str) -> String {
-    let template = include_str!("../../functions/sandbox/tests/host_calls.wat");
+    let template = include_str!("../../../functions/sandbox/tests/host_calls.wat");
     template.replace("(nop) ;; flood", flood)
 }
 
@@ -303,9 +303,9 @@ async fn faults() -> Vec<Fault> {
 
 /// The host-call floods of the rerank faults (`functions/sandbox/tests/hostile.rs` runs the
 /// same on the sandbox alone).
-const COUNT_FLOOD: &str = include_str!("../../functions/sandbox/tests/floods/count_tokens.wat");
-const EMBED_FLOOD: &str = include_str!("../../functions/sandbox/tests/floods/embed.wat");
-const LOG_FLOOD: &str = include_str!("../../functions/sandbox/tests/floods/log.wat");
+const COUNT_FLOOD: &str = include_str!("../../../functions/sandbox/tests/floods/count_tokens.wat");
+const EMBED_FLOOD: &str = include_str!("../../../functions/sandbox/tests/floods/embed.wat");
+const LOG_FLOOD: &str = include_str!("../../../functions/sandbox/tests/floods/log.wat");
 
 /// Runs one fault; what was timed against the limit, and when it came (from sending the
 /// request), or `Err` with how the answer failed the contract.
