@@ -1,5 +1,5 @@
-//! Whether the official API documents are here for the contract tests (`tests/qdrant.rs`,
-//! `tests/pinecone.rs`): from `SLUICE_SPECS_DIR`, default `../shared/specs` beside the project.
+//! Whether the official API documents are here for the contract tests (`tests/remote/`:
+//! Qdrant and Pinecone): from `SLUICE_SPECS_DIR`, default `../shared/specs` beside the project.
 //! Without them (a user's clone has none) those tests are compiled as ignored, so that
 //! `make test` counts them as skipped instead of passing them; under `CI` they are never
 //! ignored, and fail for want of the documents.

@@ -1,0 +1,7 @@
+//! The remote stores, Qdrant REST and Pinecone serverless: their requests checked against the
+//! official API documents and their transport against stand-ins on 127.0.0.1. One test binary
+//! (both link the JSON Schema validator; linking it once saves a fresh build a minute).
+
+mod common;
+mod pinecone;
+mod qdrant;

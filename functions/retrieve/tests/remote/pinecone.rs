@@ -1,0 +1,546 @@
+//! The Pinecone serverless adapter. No Pinecone service can be reached from here, so:
+//!
+//! - contract: every request the adapter sends — body, query parameters, required headers —
+//!   is checked against Pinecone's official OpenAPI documents for API version 2025-10
+//!   (`pinecone-2025-10-db_data.oas.yaml` for the indexes, `pinecone-2025-10-db_control.oas.yaml`
+//!   for index creation, in `SLUICE_SPECS_DIR`, default `../shared/specs`; the test says so and
+//!   skips when they are absent), and responses are parsed from bodies that validate against
+//!   the documents' response schemas;
+//! - transport: stand-in HTTP servers on 127.0.0.1 (one per index host, one for the control
+//!   plane) — stand-ins for the transport only, with canned answers; they rank nothing.
+
+use sluice_testkit::tenant;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::common::{Request, StandIn, chunk, doc, spec};
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+use sluice_core::Config;
+use sluice_core::error::StoreError;
+use sluice_core::stages::Store;
+use sluice_retrieve::pinecone::{PineconeStore, create_indexes, parse_query_response};
+
+const DATA: &str = "pinecone-2025-10-db_data.oas.yaml";
+const CONTROL: &str = "pinecone-2025-10-db_control.oas.yaml";
+const KEY: &str = "pc-secret-key";
+
+/// A `ScoredVector` as the document's schema describes it.
+fn scored(id: &str, doc: &str, score: f64, values: Option<&[f32]>) -> Value {
+    let mut v = json!({
+        "id": id,
+        "score": score,
+        "metadata": {"tenant": "acme", "doc_id": doc, "chunk": 0, "title": "T", "source": "s",
+                     "text": format!("text of {doc}"), "tokens": 2},
+    });
+    if let Some(values) = values {
+        v["values"] = json!(values);
+    }
+    v
+}
+
+/// The dense query's matches: a, b. The sparse query's: c, a.
+fn query_response(body: &Value) -> Value {
+    let matches = if body.get("vector").is_some() {
+        vec![
+            scored("id-a", "a", 0.9, Some(&[0.6, 0.8])),
+            scored("id-b", "b", 0.8, Some(&[0.8, 0.6])),
+        ]
+    } else {
+        vec![
+            scored("id-c", "c", 7.5, None),
+            scored("id-a", "a", 3.0, None),
+        ]
+    };
+    json!({"matches": matches, "namespace": body["namespace"], "usage": {"readUnits": 5}})
+}
+
+/// An index host's answers, canned.
+fn data_plane(r: &Request) -> (StatusCode, Value) {
+    let path = r.path.split('?').next().unwrap_or_default();
+    match (r.method.as_str(), path) {
+        ("POST", "/query") => (StatusCode::OK, query_response(&r.body)),
+        ("POST", "/vectors/upsert") => (
+            StatusCode::OK,
+            json!({"upsertedCount": r.body["vectors"].as_array().map_or(0, Vec::len)}),
+        ),
+        ("POST", "/vectors/delete") => (StatusCode::OK, json!({})),
+        ("GET", "/vectors/fetch") => (
+            StatusCode::OK,
+            json!({"vectors": {}, "namespace": "sluice.versions", "usage": {"readUnits": 1}}),
+        ),
+        ("POST", "/describe_index_stats") => (
+            StatusCode::OK,
+            json!({"namespaces": {"acme": {"vectorCount": 7}}, "dimension": 384,
+                   "indexFullness": 0.0, "totalVectorCount": 7, "metric": "cosine",
+                   "vectorType": "dense"}),
+        ),
+        _ => (StatusCode::NOT_IMPLEMENTED, Value::Null),
+    }
+}
+
+/// Indexes the control-plane stand-in has been asked to create, with how often each was
+/// described since (the first description says "Initializing").
+static CREATED: Mutex<Option<HashMap<String, usize>>> = Mutex::new(None);
+
+fn index_model(name: &str, ready: bool) -> Value {
+    json!({
+        "name": name, "metric": "cosine", "dimension": 384, "vector_type": "dense",
+        "host": format!("{name}-abc1234.svc.aped-4627-b74a.pinecone.io"),
+        "deletion_protection": "disabled",
+        "spec": {"serverless": {"cloud": "aws", "region": "us-east-1",
+                                "read_capacity": {"mode": "OnDemand", "status": {"state": "Ready"}}}},
+        "status": {"ready": ready, "state": if ready { "Ready" } else { "Initializing" }},
+    })
+}
+
+/// The control plane's answers, canned: indexes named `existing*` exist and are ready.
+fn control_plane(r: &Request) -> (StatusCode, Value) {
+    let mut guard = CREATED.lock().unwrap();
+    let created = guard.get_or_insert_with(HashMap::new);
+    match (r.method.as_str(), r.path.as_str()) {
+        ("POST", "/indexes") => {
+            let name = r.body["name"].as_str().unwrap_or_default().to_string();
+            created.insert(name.clone(), 0);
+            (StatusCode::CREATED, index_model(&name, false))
+        }
+        ("GET", p) if p.starts_with("/indexes/") => {
+            let name = &p["/indexes/".len()..];
+            if name.starts_with("existing") {
+                return (StatusCode::OK, index_model(name, true));
+            }
+            match created.get_mut(name) {
+                Some(seen) => {
+                    *seen += 1;
+                    (StatusCode::OK, index_model(name, *seen > 1))
+                }
+                None => (
+                    StatusCode::NOT_FOUND,
+                    json!({"status": 404, "error": {"code": "NOT_FOUND",
+                           "message": format!("Resource {name} not found")}}),
+                ),
+            }
+        }
+        _ => (StatusCode::NOT_IMPLEMENTED, Value::Null),
+    }
+}
+
+struct Setup {
+    dense: Arc<StandIn>,
+    sparse: Arc<StandIn>,
+    control: Arc<StandIn>,
+    config: Config,
+}
+
+async fn setup(overrides: &[(&str, &str)]) -> Setup {
+    let (dense, dense_url) = crate::common::stand_in(data_plane).await;
+    let (sparse, sparse_url) = crate::common::stand_in(data_plane).await;
+    let (control, control_url) = crate::common::stand_in(control_plane).await;
+    let mut vars = vec![
+        ("SLUICE_STORE", "pinecone"),
+        ("SLUICE_PINECONE_API_KEY", KEY),
+        ("SLUICE_PINECONE_HOST", dense_url.as_str()),
+        ("SLUICE_PINECONE_SPARSE_HOST", sparse_url.as_str()),
+        ("SLUICE_PINECONE_CONTROL_URL", control_url.as_str()),
+    ];
+    vars.extend_from_slice(overrides);
+    Setup {
+        dense,
+        sparse,
+        control,
+        config: crate::common::config(&vars),
+    }
+}
+
+fn ids(hits: &[sluice_core::stages::Hit]) -> Vec<&str> {
+    hits.iter().map(|h| h.document.id.as_str()).collect()
+}
+
+// ---- contract ------------------------------------------------------------------------------
+
+#[cfg_attr(
+    specs_absent,
+    ignore = "the official API documents are not in SLUICE_SPECS_DIR (default ../shared/specs)"
+)]
+#[tokio::test]
+async fn every_request_validates_against_the_official_documents() {
+    let (data, control) = (spec(DATA), spec(CONTROL));
+    let s = setup(&[("SLUICE_PINECONE_INDEX", "contract")]).await;
+    let indexes = create_indexes(&s.config.store, 384, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(indexes.len(), 2);
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    store
+        .replace_document(
+            &tenant("acme"),
+            &doc(),
+            vec![
+                chunk(0, "Freeze the card in the app."),
+                chunk(1, "The of and."),
+            ],
+        )
+        .await
+        .unwrap();
+    store.bump_corpus_version(&tenant("acme")).await.unwrap();
+    // A second store (no memo) reads the version from the index; the stand-in keeps nothing.
+    let other = PineconeStore::from_config(&s.config.store).unwrap();
+    assert_eq!(other.corpus_version(&tenant("acme")).await.unwrap(), 0);
+    store
+        .search(&tenant("acme"), "replacement card days", &[0.0, 1.0], 5)
+        .await
+        .unwrap();
+    store.count(&tenant("acme")).await.unwrap();
+
+    let mut paths = Vec::new();
+    for (standin, spec) in [
+        (&s.dense, &data),
+        (&s.sparse, &data),
+        (&s.control, &control),
+    ] {
+        for r in standin.requests() {
+            let errors = spec.check(&r);
+            assert!(
+                errors.is_empty(),
+                "{} {}: {errors:#?}\n{:#}",
+                r.method,
+                r.path,
+                r.body
+            );
+            assert_eq!(
+                r.headers.get("api-key").and_then(|v| v.to_str().ok()),
+                Some(KEY),
+                "every call carries the key"
+            );
+            paths.push(r.path.split('?').next().unwrap().to_string());
+        }
+    }
+    for needed in [
+        "/indexes",
+        "/indexes/contract",
+        "/indexes/contract-bm25",
+        "/vectors/upsert",
+        "/vectors/delete",
+        "/vectors/fetch",
+        "/query",
+        "/describe_index_stats",
+    ] {
+        assert!(
+            paths.iter().any(|p| p == needed),
+            "{needed} never sent: {paths:?}"
+        );
+    }
+}
+
+#[cfg_attr(
+    specs_absent,
+    ignore = "the official API documents are not in SLUICE_SPECS_DIR (default ../shared/specs)"
+)]
+#[tokio::test]
+async fn a_misspelt_field_would_fail_the_contract_check() {
+    let data = spec(DATA);
+    let schema =
+        &data.operation("POST", "/query")["requestBody"]["content"]["application/json"]["schema"];
+    assert!(
+        data.errors(schema, &json!({"topK": 5, "namespace": "a"}))
+            .is_empty()
+    );
+    assert!(
+        !data
+            .errors(schema, &json!({"top_k": 5, "namespace": "a"}))
+            .is_empty(),
+        "snake case is not the API's"
+    );
+    assert!(
+        !data.errors(schema, &json!({"namespace": "a"})).is_empty(),
+        "topK is required"
+    );
+}
+
+#[cfg_attr(
+    specs_absent,
+    ignore = "the official API documents are not in SLUICE_SPECS_DIR (default ../shared/specs)"
+)]
+#[tokio::test]
+async fn the_canned_query_response_is_shaped_by_the_document() {
+    let dense = query_response(&json!({"vector": [0.1], "namespace": "acme"}));
+    let data = spec(DATA);
+    let op = data.operation("POST", "/query");
+    let schema = &op["responses"]["200"]["content"]["application/json"]["schema"];
+    let errors = data.errors(schema, &dense);
+    assert!(
+        errors.is_empty(),
+        "the canned response is off-schema: {errors:?}"
+    );
+}
+
+#[tokio::test]
+async fn query_responses_parse_into_hits() {
+    let dense = query_response(&json!({"vector": [0.1], "namespace": "acme"}));
+    let hits = parse_query_response(&dense.to_string()).unwrap();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(hits[0].document.id, "a");
+    assert_eq!(hits[0].text, "text of a");
+    assert_eq!(hits[0].vector, vec![0.6, 0.8]);
+    assert!(hits[1].vector.len() == 2);
+    let no_metadata = json!({"matches": [{"id": "x", "score": 1.0}]});
+    assert!(parse_query_response(&no_metadata.to_string()).is_err());
+    assert!(parse_query_response(r#"{"matches": 3}"#).is_err());
+}
+
+// ---- behaviour -----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn a_search_queries_both_indexes_in_the_tenant_namespace_and_fuses_by_rrf() {
+    let s = setup(&[]).await;
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let hits = store
+        .search(&tenant("acme"), "replacement card", &[0.0, 1.0], 3)
+        .await
+        .unwrap();
+    // dense: a, b; sparse: c, a → a (1/61 + 1/62), c (1/61), b (1/62).
+    assert_eq!(ids(&hits), ["a", "c", "b"]);
+    let expected = [1.0 / 61.0 + 1.0 / 62.0, 1.0 / 61.0, 1.0 / 62.0];
+    for (hit, want) in hits.iter().zip(expected) {
+        assert!(
+            (hit.score - want as f32).abs() < 1e-6,
+            "{} {want}",
+            hit.score
+        );
+    }
+    assert_eq!(
+        hits[0].vector,
+        vec![0.6, 0.8],
+        "the dense copy, with its vector"
+    );
+    assert!(hits[1].vector.is_empty(), "sparse-only: no dense vector");
+
+    let dense = s.dense.requests();
+    let sparse = s.sparse.requests();
+    assert_eq!((dense.len(), sparse.len()), (1, 1));
+    assert_eq!(dense[0].body["namespace"], "acme");
+    assert_eq!(dense[0].body["vector"], json!([0.0, 1.0]));
+    assert_eq!(dense[0].body["includeValues"], true);
+    assert_eq!(sparse[0].body["namespace"], "acme");
+    assert!(
+        sparse[0].body["sparseVector"]["indices"]
+            .as_array()
+            .unwrap()
+            .len()
+            == 2
+    );
+    assert!(sparse[0].body.get("vector").is_none());
+    assert_eq!(dense[0].body["topK"], 20, "candidates per list");
+
+    // Stopwords only: no BM25 terms, so the sparse index is not asked.
+    s.sparse.clear();
+    let hits = store
+        .search(&tenant("acme"), "the of and", &[0.0, 1.0], 3)
+        .await
+        .unwrap();
+    assert_eq!(ids(&hits), ["a", "b"]);
+    assert_eq!(s.sparse.sent(), 0);
+}
+
+#[tokio::test]
+async fn a_document_is_upserted_to_both_indexes_in_batches_then_its_tail_deleted() {
+    let s = setup(&[]).await;
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let mut chunks: Vec<_> = (0..1500)
+        .map(|i| chunk(i, &format!("card number {i}")))
+        .collect();
+    chunks[7].text = "the and of".into();
+    store
+        .replace_document(&tenant("acme"), &doc(), chunks)
+        .await
+        .unwrap();
+    for (standin, expected) in [(&s.dense, 1500), (&s.sparse, 1499)] {
+        let requests = standin.requests();
+        let upserts: Vec<&Request> = requests
+            .iter()
+            .filter(|r| r.path == "/vectors/upsert")
+            .collect();
+        let sizes: Vec<usize> = upserts
+            .iter()
+            .map(|r| r.body["vectors"].as_array().unwrap().len())
+            .collect();
+        assert_eq!(sizes.iter().sum::<usize>(), expected, "{sizes:?}");
+        assert!(sizes.iter().all(|&n| n <= 1000), "{sizes:?}");
+        assert!(upserts.iter().all(|r| r.body["namespace"] == "acme"));
+        let last = requests.last().unwrap();
+        assert_eq!(last.path, "/vectors/delete", "delete after upsert");
+        assert_eq!(
+            last.body["filter"],
+            json!({"doc_id": {"$eq": "cards/lost"}, "chunk": {"$gte": 1500}})
+        );
+        assert_eq!(last.body["namespace"], "acme");
+    }
+    let dense = s.dense.requests();
+    let record = &dense[0].body["vectors"][0];
+    assert_eq!(record["values"], json!([0.0, 1.0]));
+    assert_eq!(record["metadata"]["doc_id"], "cards/lost");
+    assert!(record.get("sparseValues").is_none());
+    let sparse = s.sparse.requests();
+    assert_eq!(
+        sparse[0].body["vectors"][0]["id"], record["id"],
+        "one id in both indexes"
+    );
+    assert!(sparse[0].body["vectors"][0].get("values").is_none());
+}
+
+#[tokio::test]
+async fn corpus_versions_are_written_then_trusted_for_a_second() {
+    let s = setup(&[]).await;
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    assert_eq!(store.corpus_version(&tenant("acme")).await.unwrap(), 0);
+    let v = store.bump_corpus_version(&tenant("acme")).await.unwrap();
+    assert!(v > 1_700_000_000_000, "Unix milliseconds: {v}");
+    assert_eq!(
+        store.corpus_version(&tenant("acme")).await.unwrap(),
+        v,
+        "memo, no read"
+    );
+    let upsert = s
+        .sparse
+        .requests()
+        .into_iter()
+        .find(|r| r.path == "/vectors/upsert")
+        .unwrap();
+    assert_eq!(upsert.body["namespace"], "sluice.versions");
+    assert_eq!(upsert.body["vectors"][0]["metadata"]["corpus_version"], v);
+    assert_eq!(
+        s.sparse
+            .requests()
+            .iter()
+            .filter(|r| r.path.starts_with("/vectors/fetch"))
+            .count(),
+        1
+    );
+    assert_eq!(store.count(&tenant("acme")).await.unwrap(), 7);
+    assert_eq!(store.count(&tenant("nobody")).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn create_indexes_makes_missing_ones_waits_for_ready_and_keeps_existing_ones() {
+    let s = setup(&[("SLUICE_PINECONE_INDEX", "fresh")]).await;
+    let made = create_indexes(&s.config.store, 384, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(made.len(), 2);
+    assert_eq!(made[0].0, "fresh");
+    assert!(made[0].1.starts_with("fresh-abc1234.svc."));
+    assert!(made[0].2 && made[1].2, "created");
+    let posts: Vec<Value> = s
+        .control
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "POST")
+        .map(|r| r.body)
+        .collect();
+    assert_eq!(posts[0]["metric"], "cosine");
+    assert_eq!(posts[0]["dimension"], 384);
+    assert_eq!(posts[1]["name"], "fresh-bm25");
+    assert_eq!(posts[1]["vector_type"], "sparse");
+    assert_eq!(posts[1]["metric"], "dotproduct");
+    assert!(posts[1].get("dimension").is_none());
+
+    let s = setup(&[("SLUICE_PINECONE_INDEX", "existing")]).await;
+    let made = create_indexes(&s.config.store, 384, Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert!(!made[0].2 && !made[1].2, "already there");
+    assert!(s.control.requests().iter().all(|r| r.method == "GET"));
+}
+
+#[tokio::test]
+async fn a_store_without_hosts_says_how_to_get_them() {
+    let config = crate::common::config(&[
+        ("SLUICE_STORE", "pinecone"),
+        ("SLUICE_PINECONE_API_KEY", KEY),
+    ]);
+    let Err(e) = PineconeStore::from_config(&config.store) else {
+        panic!("opened without hosts");
+    };
+    assert!(matches!(e, StoreError::Open(_)));
+    assert!(e.to_string().contains("SLUICE_PINECONE_HOST"), "{e}");
+    assert!(
+        e.to_string().contains("sluice store create-collection"),
+        "{e}"
+    );
+}
+
+// ---- transport -----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn one_connection_per_index_serves_a_hundred_sequential_searches() {
+    let s = setup(&[]).await;
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    for _ in 0..100 {
+        store
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .await
+            .unwrap();
+    }
+    assert_eq!(s.dense.sent(), 100);
+    assert_eq!(s.sparse.sent(), 100);
+    assert_eq!(s.dense.connections.load(Ordering::SeqCst), 1);
+    assert_eq!(s.sparse.connections.load(Ordering::SeqCst), 1);
+}
+
+#[tokio::test]
+async fn a_failing_index_fails_the_search_after_one_retry_and_writes_are_sent_once() {
+    let s = setup(&[("SLUICE_STORE_READ_RETRIES", "1")]).await;
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    s.sparse.fail_next.store(1, Ordering::SeqCst);
+    assert_eq!(
+        store
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    assert_eq!(s.sparse.sent(), 2, "one retry");
+
+    s.sparse.fail_next.store(2, Ordering::SeqCst);
+    let e = store
+        .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("503"), "{e}");
+
+    s.dense.clear();
+    s.dense.fail_next.store(1, Ordering::SeqCst);
+    assert!(
+        store
+            .replace_document(&tenant("acme"), &doc(), vec![chunk(0, "card")])
+            .await
+            .is_err()
+    );
+    assert_eq!(s.dense.sent(), 1, "a write is sent once");
+}
+
+#[tokio::test]
+async fn a_slow_index_hits_the_call_timeout() {
+    let s = setup(&[
+        ("SLUICE_STORE_TIMEOUT_MS", "100"),
+        ("SLUICE_STORE_READ_RETRIES", "0"),
+    ])
+    .await;
+    s.sparse.delay_ms.store(2000, Ordering::SeqCst);
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let started = std::time::Instant::now();
+    assert!(
+        store
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .await
+            .is_err()
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        started.elapsed()
+    );
+}

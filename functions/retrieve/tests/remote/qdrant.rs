@@ -1,0 +1,328 @@
+//! The Qdrant REST adapter. No Qdrant server can be installed here, so:
+//!
+//! - contract: every request body the adapter sends is checked against Qdrant's official
+//!   OpenAPI document (`qdrant-1.19.0-openapi.json` in `SLUICE_SPECS_DIR`, default
+//!   `../shared/specs` beside the project; the test says so and skips when it is absent), and
+//!   responses are parsed from bodies that validate against that document's response schemas;
+//! - transport: a stand-in HTTP server on 127.0.0.1 — a stand-in for the transport only, it
+//!   knows nothing of vectors — records requests and counts TCP connections, and can answer
+//!   slowly or with 503.
+
+use sluice_testkit::tenant;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use crate::common::{Request, StandIn, chunk, doc, spec};
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+use sluice_core::Config;
+use sluice_core::breaker::{Breaker, GuardedStore};
+use sluice_core::error::StoreError;
+use sluice_core::stages::Store;
+use sluice_retrieve::qdrant::{QdrantStore, parse_query_response};
+
+const SPEC: &str = "qdrant-1.19.0-openapi.json";
+
+/// A `ScoredPoint` as the document's schema describes it.
+fn scored_point(doc: &str, chunk: u64, score: f64) -> Value {
+    json!({
+        "id": "550e8400-e29b-41d4-a716-446655440000",
+        "version": 3,
+        "score": score,
+        "payload": {"tenant": "acme", "doc_id": doc, "chunk": chunk, "title": "T", "source": "s",
+                    "text": "chunk text", "tokens": 2},
+        "vector": {"dense": [0.6, 0.8]},
+    })
+}
+
+/// Qdrant's answers, canned.
+fn respond(r: &Request) -> (StatusCode, Value) {
+    let path = r.path.split('?').next().unwrap_or_default();
+    let ok = |result: Value| {
+        (
+            StatusCode::OK,
+            json!({"result": result, "status": "ok", "time": 0.001}),
+        )
+    };
+    let ack = || ok(json!({"operation_id": 1, "status": "completed"}));
+    let not_found = || {
+        (
+            StatusCode::NOT_FOUND,
+            json!({"status": {"error": "Not found: Collection doesn't exist!"}, "time": 0.0}),
+        )
+    };
+    match (r.method.as_str(), path) {
+        (_, p) if p.starts_with("/collections/missing") => not_found(),
+        ("GET", p) if p.starts_with("/collections/") => not_found(),
+        ("POST", p) if p.ends_with("/points/query") => ok(json!({"points": [
+            scored_point("a", 0, 0.5),
+            scored_point("b", 1, 0.25),
+        ]})),
+        ("POST", p) if p.ends_with("/points/count") => ok(json!({"count": 2})),
+        ("PUT", p) if p.ends_with("/index") || p.ends_with("/points") => ack(),
+        ("PUT", _) => ok(json!(true)),
+        ("POST", p) if p.ends_with("/points/delete") => ack(),
+        _ => (StatusCode::NOT_IMPLEMENTED, Value::Null),
+    }
+}
+
+/// Starts the stand-in; returns its state and a config pointing the adapter at it.
+async fn stand_in(overrides: &[(&str, &str)]) -> (Arc<StandIn>, Config) {
+    let (state, url) = crate::common::stand_in(respond).await;
+    let mut vars = vec![
+        ("SLUICE_STORE", "qdrant"),
+        ("SLUICE_QDRANT_URL", url.as_str()),
+        ("SLUICE_QDRANT_API_KEY", "secret-key"),
+    ];
+    vars.extend_from_slice(overrides);
+    (state, crate::common::config(&vars))
+}
+
+#[cfg_attr(
+    specs_absent,
+    ignore = "the official API documents are not in SLUICE_SPECS_DIR (default ../shared/specs)"
+)]
+#[tokio::test]
+async fn every_request_body_validates_against_the_official_document() {
+    let spec = spec(SPEC);
+    let (stand_in, config) = stand_in(&[]).await;
+    let store = QdrantStore::from_config(&config.store).unwrap();
+    assert!(store.create_collection(384).await.unwrap());
+    store
+        .replace_document(
+            &tenant("acme"),
+            &doc(),
+            vec![
+                chunk(0, "Freeze the card in the app."),
+                chunk(1, "A new card arrives in five days."),
+            ],
+        )
+        .await
+        .unwrap();
+    store.bump_corpus_version(&tenant("acme")).await.unwrap();
+    store
+        .search(&tenant("acme"), "replacement card days", &[0.0, 1.0], 5)
+        .await
+        .unwrap();
+    store
+        .search(&tenant("acme"), "the of and", &[0.0, 1.0], 5)
+        .await
+        .unwrap();
+    store.count(&tenant("acme")).await.unwrap();
+
+    let requests = stand_in.requests();
+    for r in &requests {
+        let errors = spec.check(r);
+        assert!(
+            errors.is_empty(),
+            "{} {}: {errors:#?}\n{:#}",
+            r.method,
+            r.path,
+            r.body
+        );
+    }
+    let bodies = requests.iter().filter(|r| !r.body.is_null()).count();
+    let paths: Vec<&str> = requests.iter().map(|r| r.path.as_str()).collect();
+    assert!(bodies >= 9, "bodies checked: {bodies} of {paths:?}");
+    for needed in [
+        "/points/query",
+        "/points?wait=true",
+        "/points/delete?wait=true",
+        "/index?wait=true",
+    ] {
+        assert!(
+            paths.iter().any(|p| p.ends_with(needed)),
+            "{needed} never sent: {paths:?}"
+        );
+    }
+}
+
+#[cfg_attr(
+    specs_absent,
+    ignore = "the official API documents are not in SLUICE_SPECS_DIR (default ../shared/specs)"
+)]
+#[tokio::test]
+async fn a_misspelt_field_would_fail_the_contract_check() {
+    let spec = spec(SPEC);
+    let op = spec.operation("POST", "/collections/x/points/query");
+    let schema = &op["requestBody"]["content"]["application/json"]["schema"];
+    assert!(spec.errors(schema, &json!({"limit": 5})).is_empty());
+    assert!(
+        !spec.errors(schema, &json!({"limt": 5})).is_empty(),
+        "unknown field"
+    );
+    assert!(
+        !spec
+            .errors(schema, &json!({"query": {"rrf": {"k": 0}}}))
+            .is_empty(),
+        "k ≥ 1"
+    );
+}
+
+#[cfg_attr(
+    specs_absent,
+    ignore = "the official API documents are not in SLUICE_SPECS_DIR (default ../shared/specs)"
+)]
+#[tokio::test]
+async fn the_canned_query_response_is_shaped_by_the_document() {
+    let spec = spec(SPEC);
+    let op = spec.operation("POST", "/collections/x/points/query");
+    let schema = &op["responses"]["200"]["content"]["application/json"]["schema"];
+    let errors = spec.errors(schema, &query_response());
+    assert!(
+        errors.is_empty(),
+        "the stand-in's response is off-schema: {errors:?}"
+    );
+}
+
+/// A query response as the document shapes it (checked by the test above).
+fn query_response() -> Value {
+    let result = json!({"points": [scored_point("a", 0, 0.5), scored_point("b", 1, 0.25)]});
+    json!({"result": result, "status": "ok", "time": 0.002})
+}
+
+#[tokio::test]
+async fn query_responses_parse_into_hits() {
+    let hits = parse_query_response(&query_response().to_string()).unwrap();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(hits[0].document.id, "a");
+    assert_eq!(hits[1].chunk, 1);
+    assert_eq!(hits[0].vector, vec![0.6, 0.8]);
+    assert!((hits[0].score - 0.5).abs() < 1e-6);
+    let no_payload = json!({"result": {"points": [{"id": 1, "version": 0, "score": 1.0}]}});
+    assert!(parse_query_response(&no_payload.to_string()).is_err());
+}
+
+// ---- transport -----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn one_connection_serves_a_hundred_sequential_queries() {
+    let (stand_in, config) = stand_in(&[]).await;
+    let store = QdrantStore::from_config(&config.store).unwrap();
+    for _ in 0..100 {
+        store
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .await
+            .unwrap();
+    }
+    assert_eq!(stand_in.connections.load(Ordering::SeqCst), 1);
+    assert_eq!(stand_in.sent(), 100);
+}
+
+#[tokio::test]
+async fn reads_are_retried_on_5xx_and_writes_are_not() {
+    let (stand_in, config) = stand_in(&[("SLUICE_STORE_READ_RETRIES", "1")]).await;
+    let store = QdrantStore::from_config(&config.store).unwrap();
+    stand_in.fail_next.store(1, Ordering::SeqCst);
+    assert_eq!(
+        store
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(stand_in.sent(), 2, "one retry");
+
+    stand_in.clear();
+    stand_in.fail_next.store(2, Ordering::SeqCst);
+    let e = store
+        .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("503"), "{e}");
+
+    stand_in.clear();
+    stand_in.fail_next.store(1, Ordering::SeqCst);
+    assert!(
+        store
+            .replace_document(&tenant("acme"), &doc(), vec![chunk(0, "x")])
+            .await
+            .is_err()
+    );
+    assert_eq!(stand_in.sent(), 1, "a write is sent once");
+}
+
+#[tokio::test]
+async fn a_missing_collection_fails_writes_and_searches_with_what_to_do() {
+    let (_stand_in, config) = stand_in(&[("SLUICE_QDRANT_COLLECTION", "missing")]).await;
+    let store = QdrantStore::from_config(&config.store).unwrap();
+    let e = store
+        .replace_document(&tenant("acme"), &doc(), vec![chunk(0, "x")])
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("sluice store create-collection"),
+        "{e}"
+    );
+    let e = store
+        .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("does not exist"), "{e}");
+    // A tenant without a corpus version point reads as version 0.
+    assert_eq!(store.corpus_version(&tenant("acme")).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn a_slow_server_hits_the_call_timeout() {
+    let (stand_in, config) = stand_in(&[
+        ("SLUICE_STORE_TIMEOUT_MS", "100"),
+        ("SLUICE_STORE_READ_RETRIES", "0"),
+    ])
+    .await;
+    stand_in.delay_ms.store(2000, Ordering::SeqCst);
+    let store = QdrantStore::from_config(&config.store).unwrap();
+    let started = Instant::now();
+    let e = store
+        .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+        .await
+        .unwrap_err();
+    assert!(
+        started.elapsed() < Duration::from_millis(1000),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(matches!(e, StoreError::Backend(_)), "{e:?}");
+}
+
+#[tokio::test]
+async fn the_breaker_opens_skips_at_once_then_probes_and_closes() {
+    let (stand_in, config) = stand_in(&[("SLUICE_STORE_READ_RETRIES", "0")]).await;
+    let store = GuardedStore::new(
+        Arc::new(QdrantStore::from_config(&config.store).unwrap()),
+        Breaker::new(3, Duration::from_millis(300)),
+    );
+    stand_in.fail_next.store(3, Ordering::SeqCst);
+    for _ in 0..3 {
+        assert!(matches!(
+            store.search(&tenant("acme"), "card", &[0.0, 1.0], 5).await,
+            Err(StoreError::Backend(_))
+        ));
+    }
+    assert_eq!(store.breaker().state(), "open");
+    let sent = stand_in.sent();
+    let started = Instant::now();
+    assert!(matches!(
+        store.search(&tenant("acme"), "card", &[0.0, 1.0], 5).await,
+        Err(StoreError::CircuitOpen)
+    ));
+    assert!(
+        started.elapsed() < Duration::from_millis(5),
+        "skipped without waiting"
+    );
+    assert_eq!(stand_in.sent(), sent, "nothing sent while open");
+
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    assert_eq!(store.breaker().state(), "half_open");
+    assert_eq!(
+        store
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(store.breaker().state(), "closed");
+}
