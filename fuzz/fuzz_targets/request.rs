@@ -52,6 +52,7 @@ fuzz_target!(|data: &[u8]| {
             if let Ok(r) = sluice_http::answer_request(
                 config(),
                 Tenant::new("t").expect("a valid tenant"),
+                None,
                 &headers,
                 rest,
                 Instant::now(),

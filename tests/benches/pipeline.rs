@@ -103,6 +103,7 @@ fn bench(c: &mut Criterion) {
             tenant: tenant("default"),
             query: QUERIES[i % QUERIES.len()].into(),
             k: 5,
+            filter: None,
             session_id: None,
             retrieval_deadline: Duration::from_secs(10),
             received: Instant::now(),

@@ -125,6 +125,7 @@ pub fn key_file(
                 principal: Principal {
                     tenant: Tenant::new(tenant).expect("a tenant"),
                     permissions: permissions.to_vec(),
+                    filter: None,
                 },
                 name: None,
             };

@@ -92,6 +92,7 @@ async fn with_keys_in_dynamodb_the_function_url_needs_a_key_and_never_logs_it() 
         principal: Principal {
             tenant: sluice_tests::tenant("acme"),
             permissions: vec![Permission::Answer],
+            filter: None,
         },
         name: Some("lambda test".into()),
     };

@@ -19,6 +19,7 @@ use aws_sdk_dynamodb::types::{
 use sluice_core::Tenant;
 use sluice_core::auth::{AuthError, KeyRecord, KeyStore, Permission, Principal, check_record};
 use sluice_core::config::AuthConfig;
+use sluice_core::filter::Filter;
 
 use crate::AwsError;
 
@@ -117,6 +118,9 @@ impl DynamoKeys {
         if let Some(name) = &record.name {
             put = put.item("name", s(name));
         }
+        if let Some(filter) = &record.principal.filter {
+            put = put.item("filter", s(&filter.to_json().to_string()));
+        }
         put.send()
             .await
             .map(|_| ())
@@ -156,11 +160,28 @@ impl DynamoKeys {
             .iter()
             .map(|p| Permission::parse(p).ok_or_else(|| malformed("names an unknown permission")))
             .collect::<Result<Vec<_>, _>>()?;
+        // The key's mandatory filter, checked again: an unreadable one refuses the key rather
+        // than dropping the restriction.
+        let filter = match item.get("filter") {
+            None => None,
+            Some(v) => {
+                let text = v
+                    .as_s()
+                    .map_err(|_| malformed("has a filter that is not a string"))?;
+                let value: serde_json::Value = serde_json::from_str(text)
+                    .map_err(|e| malformed(&format!("has a filter that is not JSON: {e}")))?;
+                Some(
+                    Filter::parse(&value)
+                        .map_err(|e| malformed(&format!("has an invalid filter: {e}")))?,
+                )
+            }
+        };
         let record = KeyRecord {
             hash: hash.to_string(),
             principal: Principal {
                 tenant,
                 permissions,
+                filter,
             },
             name: None,
         };

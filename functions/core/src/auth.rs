@@ -15,7 +15,6 @@ use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 use thiserror::Error;
 
 /// Every key starts with this, so that a leaked one is recognisable (secret scanners).
@@ -74,12 +73,17 @@ impl Permission {
 }
 
 /// Who a key belongs to and what it may do.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Principal {
     /// The tenant every request with this key acts for.
     pub tenant: Tenant,
     /// What the key may do.
     pub permissions: Vec<Permission>,
+    /// The documents the key may see: a metadata filter ANDed with every request's own, which
+    /// no request can widen or remove (`sluice keys create --filter JSON`). `None`: all of the
+    /// tenant's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub filter: Option<crate::filter::Filter>,
 }
 
 impl Principal {
@@ -90,7 +94,7 @@ impl Principal {
 }
 
 /// A stored key: its digest and whom it stands for.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KeyRecord {
     /// `sha256:` and the 64 hex digits of the key's SHA-256 ([`digest`]).
@@ -135,13 +139,7 @@ pub fn new_key() -> String {
 
 /// `sha256:<hex>` of `key`: what key stores hold and are searched by.
 pub fn digest(key: &str) -> String {
-    let sum = Sha256::digest(key.as_bytes());
-    let mut out = String::with_capacity(7 + 64);
-    out.push_str("sha256:");
-    for b in sum {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
+    format!("sha256:{}", crate::sha256_hex(key.as_bytes()))
 }
 
 /// Whether `hash` has the form [`digest`] gives.
@@ -282,6 +280,7 @@ mod tests {
             principal: Principal {
                 tenant: Tenant::new(tenant).unwrap(),
                 permissions: permissions.to_vec(),
+                filter: None,
             },
             name: None,
         }

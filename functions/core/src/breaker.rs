@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::error::StoreError;
+use crate::filter::Filter;
 use crate::stages::{DocumentInfo, Hit, Store, StoredChunk};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -157,8 +158,9 @@ impl Store for GuardedStore {
         query: &str,
         vector: &[f32],
         k: usize,
+        filter: Option<&Filter>,
     ) -> Result<Vec<Hit>, StoreError> {
-        self.guarded(self.inner.search(tenant, query, vector, k))
+        self.guarded(self.inner.search(tenant, query, vector, k, filter))
             .await
     }
 

@@ -78,6 +78,9 @@ wire_names! {
         InvalidCache = "invalid_cache",
         /// A document or file that cannot be ingested.
         InvalidDocument = "invalid_document",
+        /// A metadata `filter` that is not valid: not an object, an unknown operator, a value
+        /// of the wrong type.
+        InvalidFilter = "invalid_filter",
         /// A bad `x-sluice-tenant` header.
         InvalidTenant = "invalid_tenant",
         /// An upload that is not an acceptable rerank component.
@@ -147,7 +150,7 @@ impl Code {
         use Code::*;
         match self {
             InvalidJson | MissingQuery | EmptyQuery | QueryTooLong | InvalidK | InvalidDeadline
-            | InvalidSessionId | InvalidCache | InvalidDocument | InvalidTenant
+            | InvalidSessionId | InvalidCache | InvalidDocument | InvalidFilter | InvalidTenant
             | InvalidComponent | InvalidN | UnreadableBody => 400,
             MissingApiKey | InvalidApiKey => 401,
             ForbiddenTenant | PermissionDenied | CrossOrigin | ForbiddenHost => 403,

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::chunk::chunk_text;
 use crate::config::IngestConfig;
 use crate::error::{EmbedError, IngestError};
+use crate::metadata::Metadata;
 use crate::stages::{DocumentInfo, Embedder, Store, StoredChunk};
 
 /// Longest accepted document id.
@@ -32,6 +33,10 @@ pub struct Document {
     /// Where it came from; the id when absent.
     #[serde(default)]
     pub source: Option<String>,
+    /// What the document says about itself ([`Metadata`]): checked by [`validate`], stored
+    /// with every chunk, read by filters.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
 /// What an ingest did.
@@ -58,16 +63,32 @@ pub fn parse_file(name: &str, bytes: &[u8]) -> Result<Vec<Document>, IngestError
         "txt" | "md" | "markdown" => {
             let stem = name.rsplit('/').next().unwrap_or(name);
             let stem = stem.rsplit_once('.').map_or(stem, |(s, _)| s);
-            let title = text
-                .lines()
-                .find_map(|l| l.strip_prefix("# ").map(str::trim))
-                .unwrap_or(stem)
-                .to_string();
+            let (mut metadata, body) = if ext == "txt" {
+                (serde_json::Map::new(), text)
+            } else {
+                front_matter(name, text)?
+            };
+            let heading = || {
+                body.lines()
+                    .find_map(|l| l.strip_prefix("# ").map(str::trim))
+                    .unwrap_or(stem)
+                    .to_string()
+            };
+            let title = match metadata.remove("title") {
+                Some(serde_json::Value::String(t)) => t,
+                Some(other) => {
+                    return Err(IngestError::Invalid(format!(
+                        "{name}: the front matter's title is not a string ({other})"
+                    )));
+                }
+                None => heading(),
+            };
             Ok(vec![Document {
                 id: name.to_string(),
                 title: Some(title),
-                text: text.to_string(),
+                text: body.to_string(),
                 source: Some(name.to_string()),
+                metadata,
             }])
         }
         "json" => {
@@ -80,7 +101,7 @@ pub fn parse_file(name: &str, bytes: &[u8]) -> Result<Vec<Document>, IngestError
             }
             let parsed: JsonFile = serde_json::from_str(text).map_err(|e| {
                 IngestError::Invalid(format!(
-                    "{name}: expected a document {{\"id\",\"text\",\"title\"?,\"source\"?}}, a list of them, \
+                    "{name}: expected a document {{\"id\",\"text\",\"title\"?,\"source\"?,\"metadata\"?}}, a list of them, \
                      or {{\"documents\": [...]}} ({e})"
                 ))
             })?;
@@ -102,6 +123,40 @@ pub fn parse_file(name: &str, bytes: &[u8]) -> Result<Vec<Document>, IngestError
             "{name}: unsupported file type (use .txt, .md, .json or .jsonl)"
         ))),
     }
+}
+
+/// A Markdown file's YAML front matter (between a first line `---` and the next `---`) and
+/// the text after it: the front matter's `title` titles the document, its other keys are the
+/// document's metadata. A file without front matter has no metadata.
+fn front_matter<'a>(
+    name: &str,
+    text: &'a str,
+) -> Result<(serde_json::Map<String, serde_json::Value>, &'a str), IngestError> {
+    let Some(rest) = text
+        .strip_prefix("---\n")
+        .or_else(|| text.strip_prefix("---\r\n"))
+    else {
+        return Ok((serde_json::Map::new(), text));
+    };
+    let Some((yaml, body)) = rest
+        .split_once("\n---\n")
+        .or_else(|| rest.split_once("\r\n---\r\n"))
+        .or_else(|| rest.strip_suffix("\n---").map(|y| (y, "")))
+    else {
+        return Err(IngestError::Invalid(format!(
+            "{name}: the front matter opened by the first line `---` is never closed"
+        )));
+    };
+    let metadata = if yaml.trim().is_empty() {
+        serde_json::Map::new()
+    } else {
+        serde_saphyr::from_str(yaml).map_err(|e| {
+            IngestError::Invalid(format!(
+                "{name}: the front matter is not a YAML mapping of metadata ({e})"
+            ))
+        })?
+    };
+    Ok((metadata, body))
 }
 
 /// Checks a batch before anything is written: ids present, short and unique, text present.
@@ -127,6 +182,8 @@ pub fn validate(documents: &[Document]) -> Result<(), IngestError> {
                 d.id
             )));
         }
+        Metadata::from_json(&d.metadata)
+            .map_err(|e| IngestError::Invalid(format!("document {:?}: metadata: {e}", d.id)))?;
         if !seen.insert(d.id.as_str()) {
             return Err(IngestError::Invalid(format!(
                 "document id {:?} appears twice",
@@ -198,7 +255,10 @@ impl Ingest {
             )));
         }
         for (doc, chunks) in chunked {
+            // Checked by `validate` above.
+            let metadata = Metadata::from_json(&doc.metadata).map_err(IngestError::Invalid)?;
             let info = DocumentInfo {
+                metadata,
                 title: doc
                     .title
                     .filter(|t| !t.trim().is_empty())
@@ -254,6 +314,38 @@ mod tests {
     }
 
     #[test]
+    fn markdown_front_matter_is_the_title_and_the_metadata() {
+        let file = b"---\ntitle: Card policy\nyear: 2025\ngroups: [finance, hr]\nupdated_at: \"2025-03-01T09:00:00Z\"\n---\n# Heading\nbody";
+        let d = parse_file("policies/cards.md", file).unwrap();
+        assert_eq!(d[0].title.as_deref(), Some("Card policy"));
+        assert_eq!(d[0].text, "# Heading\nbody");
+        assert_eq!(
+            serde_json::Value::Object(d[0].metadata.clone()),
+            serde_json::json!({"year": 2025, "groups": ["finance", "hr"], "updated_at": "2025-03-01T09:00:00Z"})
+        );
+        assert!(validate(&d).is_ok());
+        // Without a title in it, the first heading still titles the document.
+        let d = parse_file("a.md", b"---\nyear: 2024\n---\n# From the heading\n").unwrap();
+        assert_eq!(d[0].title.as_deref(), Some("From the heading"));
+        // Nested values are refused by validation, naming the key.
+        let d = parse_file("a.md", b"---\nowner:\n  name: x\n---\ntext").unwrap();
+        assert!(
+            validate(&d)
+                .unwrap_err()
+                .to_string()
+                .contains("\"owner\": a nested object")
+        );
+        // An unclosed or non-mapping front matter is an error naming the file.
+        for bad in [&b"---\nyear: 2024\ntext"[..], b"---\n- a list\n---\ntext"] {
+            let e = parse_file("bad.md", bad).unwrap_err().to_string();
+            assert!(e.starts_with("bad.md: the front matter"), "{e}");
+        }
+        // A .txt file's dashes are text.
+        let d = parse_file("a.txt", b"---\nyear: 1\n---\n").unwrap();
+        assert!(d[0].metadata.is_empty() && d[0].text.starts_with("---"));
+    }
+
+    #[test]
     fn json_accepts_one_a_list_or_a_wrapper_and_content_as_text() {
         let one = parse_file("a.json", br#"{"id":"1","content":"x"}"#).unwrap();
         assert_eq!(one[0].text, "x");
@@ -297,6 +389,7 @@ mod tests {
             title: None,
             text: text.into(),
             source: None,
+            metadata: serde_json::Map::new(),
         };
         assert!(validate(&[]).is_err());
         assert!(
@@ -319,5 +412,17 @@ mod tests {
         );
         assert!(validate(&[doc(&"x".repeat(300), "y")]).is_err());
         assert!(validate(&[doc("a", "x"), doc("b", "y")]).is_ok());
+        let mut tagged = doc("a", "x");
+        tagged.metadata = serde_json::json!({"year": 2025, "groups": ["hr"]})
+            .as_object()
+            .cloned()
+            .unwrap();
+        assert!(validate(std::slice::from_ref(&tagged)).is_ok());
+        tagged.metadata.insert("bad key".into(), 1.into());
+        let e = validate(&[tagged]).unwrap_err().to_string();
+        assert!(
+            e.starts_with("document \"a\": metadata: \"bad key\" is not a valid key"),
+            "{e}"
+        );
     }
 }

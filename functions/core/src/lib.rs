@@ -8,7 +8,8 @@
 //! - [`ingest`]: the document path — parse, [`chunk`], embed, replace in the store — which
 //!   needs no LLM.
 //! - [`stages`]: the traits each stage's adapter implements, and the values between them;
-//!   [`codes`]: every code a client can see; [`auth`]: API keys and what they allow;
+//!   [`metadata`] and [`filter`]: what a document says about itself, and which documents an
+//!   answer may use; [`codes`]: every code a client can see; [`auth`]: API keys and what they allow;
 //!   [`breaker`]: the circuit breaker of remote stores; [`trace`]: W3C trace context;
 //!   [`config`]: the environment, read and checked once, in one section per owner;
 //!   [`tenant`]: the tenant name, checked where it comes in.
@@ -27,8 +28,10 @@ pub mod chunk;
 pub mod codes;
 pub mod config;
 pub mod error;
+pub mod filter;
 pub mod fusion;
 pub mod ingest;
+pub mod metadata;
 pub mod pipeline;
 pub mod prompt;
 pub mod sse;
@@ -45,4 +48,13 @@ pub use tenant::Tenant;
 /// may grow without bound.
 pub const REMEMBERED_TENANTS: usize = 10_000;
 pub use ingest::Ingest;
+
+/// Hex SHA-256 of `bytes`: cache keys, filter digests, key digests.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
 pub use pipeline::Pipeline;

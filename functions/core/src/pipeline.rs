@@ -43,6 +43,7 @@ use crate::cache::{CachedAnswer, Lookup, Probe, Scope, SemanticCache};
 use crate::codes::{Code, Degraded};
 use crate::config::AnswerConfig;
 use crate::error::{LlmError, StoreError};
+use crate::filter::Filter;
 use crate::prompt::{self, Prompt};
 use crate::sse::{
     CacheState, Done, ErrorEvent, Event, Meta, PromptEcho, SourceDoc, Timings, Token,
@@ -62,6 +63,9 @@ pub struct AnswerRequest {
     pub query: String,
     /// Number of sources to retrieve.
     pub k: usize,
+    /// Which documents the answer may use: the key's mandatory filter ANDed with the one the
+    /// request sent ([`Filter::and`]); `None` for all of the tenant's.
+    pub filter: Option<Filter>,
     /// The client's session, if it sent one.
     pub session_id: Option<String>,
     /// Budget of everything before the LLM call, from `received`.
@@ -427,7 +431,7 @@ impl Pipeline {
             return ExactRead::default();
         };
         let scope = self.scope(request, *v, c.as_ref());
-        let probe = Probe::new(&request.query);
+        let probe = probe(request);
         let started = Instant::now();
         let found = bounded(
             progress.deadline,
@@ -472,7 +476,7 @@ impl Pipeline {
             return Round::Skipped;
         };
         let scope = self.scope(request, version, active.as_ref());
-        let probe = Probe::new(&request.query);
+        let probe = probe(request);
         let started = Instant::now();
         let found = match (vector, cache.in_process()) {
             (Ok((v, _)), true) if exact_read => {
@@ -510,6 +514,7 @@ impl Pipeline {
             embed_model: self.embedder.model_id().to_string(),
             prompt_version: prompt::PROMPT_VERSION,
             k: request.k,
+            filter: request.filter.as_ref().map(Filter::digest),
         }
     }
 
@@ -625,9 +630,13 @@ impl Pipeline {
     ) -> Result<Vec<Hit>, Degraded> {
         let deadline = progress.deadline;
         let started = Instant::now();
-        let search = self
-            .store
-            .search(&request.tenant, &request.query, vector, request.k);
+        let search = self.store.search(
+            &request.tenant,
+            &request.query,
+            vector,
+            request.k,
+            request.filter.as_ref(),
+        );
         let hits = match bounded(deadline, beside(search, &mut component)).await {
             Some(Ok(hits)) => hits,
             Some(Err(StoreError::CircuitOpen)) => return Err(Degraded::RetrievalCircuitOpen),
@@ -874,6 +883,12 @@ fn add_ms(slot: &mut Option<f64>, d: Duration) {
     *slot = Some(slot.unwrap_or(0.0) + ms(d));
 }
 
+/// The request's question as the cache sees it, under its filter.
+fn probe(request: &AnswerRequest) -> Probe {
+    let digest = request.filter.as_ref().map(Filter::digest);
+    Probe::filtered(&request.query, digest.as_deref())
+}
+
 fn source_doc(hit: &Hit) -> SourceDoc {
     SourceDoc {
         id: hit.document.id.clone(),
@@ -882,6 +897,7 @@ fn source_doc(hit: &Hit) -> SourceDoc {
         source: hit.document.source.clone(),
         title: hit.document.title.clone(),
         snippet: hit.text.chars().take(SNIPPET_CHARS).collect(),
+        metadata: hit.document.metadata.clone(),
     }
 }
 

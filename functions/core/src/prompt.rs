@@ -129,6 +129,7 @@ mod tests {
                 id: id.into(),
                 title: format!("Title {id}"),
                 source: "t".into(),
+                metadata: Default::default(),
             },
             chunk: 0,
             text: vec!["word"; words].join(" "),

@@ -51,6 +51,9 @@ pub struct SourceDoc {
     pub title: String,
     /// The first characters of the chunk.
     pub snippet: String,
+    /// The document's metadata, when it has any.
+    #[serde(default, skip_serializing_if = "crate::metadata::Metadata::is_empty")]
+    pub metadata: crate::metadata::Metadata,
 }
 
 /// Where an answer stands with the cache (`meta.cache`).

@@ -9,6 +9,8 @@ use futures::Stream;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{EmbedError, LlmError, StoreError};
+use crate::filter::Filter;
+use crate::metadata::Metadata;
 
 /// Turns text into unit-length vectors, in-process (loaded once at start).
 ///
@@ -48,6 +50,9 @@ pub struct DocumentInfo {
     pub title: String,
     /// Where it came from (file path, URL, or whatever the client sent).
     pub source: String,
+    /// What the document says about itself; every chunk carries it, filters read it.
+    #[serde(default, skip_serializing_if = "Metadata::is_empty")]
+    pub metadata: Metadata,
 }
 
 /// One retrieved chunk with its fused score.
@@ -73,13 +78,16 @@ pub struct Hit {
 #[async_trait]
 pub trait Store: Send + Sync {
     /// The `k` best chunks of `tenant` for `query` (text, for BM25) and `vector` (dense),
-    /// fused by reciprocal rank fusion, best first.
+    /// fused by reciprocal rank fusion, best first. With a `filter`, only chunks of documents
+    /// whose metadata passes it, applied inside the store's query (both halves of the hybrid
+    /// search), so that `k` of them come back whenever `k` exist.
     async fn search(
         &self,
         tenant: &Tenant,
         query: &str,
         vector: &[f32],
         k: usize,
+        filter: Option<&Filter>,
     ) -> Result<Vec<Hit>, StoreError>;
     /// Replaces every chunk of `document` for `tenant` with `chunks`.
     async fn replace_document(

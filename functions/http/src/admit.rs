@@ -8,6 +8,7 @@ use axum::http::{HeaderMap, header};
 use sluice_core::Tenant;
 use sluice_core::auth::{CLIENT_KEY_VAR, Permission, digest};
 use sluice_core::codes::Code;
+use sluice_core::filter::Filter;
 use sluice_core::tenant::TENANT_RULE;
 
 use crate::Server;
@@ -23,6 +24,8 @@ pub const TENANT_HEADER: &str = "x-sluice-tenant";
 pub(crate) struct Caller {
     pub(crate) tenant: Tenant,
     pub(crate) may_see_prompt: bool,
+    /// The key's mandatory filter, ANDed with whatever the request sends.
+    pub(crate) filter: Option<Filter>,
 }
 
 /// Admits a `/v1` request that needs `permission`, or says why not (every `/v1` route starts
@@ -69,6 +72,7 @@ async fn identify(
         return Ok(Caller {
             tenant: named.unwrap_or_else(|| server.default_tenant.clone()),
             may_see_prompt: true,
+            filter: None,
         });
     };
     let unauthorized = |code, message: &str| ApiError::new(code, message.to_string());
@@ -141,6 +145,7 @@ async fn identify(
     Ok(Caller {
         may_see_prompt: principal.may(Permission::Prompt),
         tenant: principal.tenant,
+        filter: principal.filter,
     })
 }
 

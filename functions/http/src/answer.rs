@@ -15,6 +15,7 @@ use serde::Deserialize;
 use sluice_core::auth::Permission;
 use sluice_core::codes::Code;
 use sluice_core::config::{AnswerConfig, MAX_K, MAX_QUERY_CHARS};
+use sluice_core::filter::Filter;
 use sluice_core::pipeline::AnswerRequest;
 use sluice_core::sse::Event;
 use sluice_core::trace::TraceContext;
@@ -73,27 +74,33 @@ pub(crate) struct AnswerBody {
     cache: Option<String>,
     #[serde(default)]
     include_prompt: bool,
+    /// A metadata filter ([`Filter`]), checked here.
+    filter: Option<serde_json::Value>,
 }
 
 /// Parses and validates the body of `POST /v1/answer` (with its `Cache-Control` and
-/// `traceparent` headers) into a pipeline request for `tenant`; defaults from `config`.
-/// Request bodies are untrusted input: this is fuzzed (`fuzz/`).
+/// `traceparent` headers) into a pipeline request for `tenant`, whose key may bind a filter
+/// (`key_filter`, ANDed with the one the body sends); defaults from `config`. Request bodies
+/// are untrusted input: this is fuzzed (`fuzz/`).
 pub fn answer_request(
     config: &AnswerConfig,
     tenant: Tenant,
+    key_filter: Option<&Filter>,
     headers: &HeaderMap,
     body: &[u8],
     received: Instant,
 ) -> Result<AnswerRequest, ApiError> {
     let body: AnswerBody = parse_json(body)?;
-    checked_request(config, tenant, headers, body, received)
+    checked_request(config, tenant, key_filter, headers, body, received)
 }
 
 /// Checks an answer body already parsed (the answer route's, or a chat completion's question
-/// with its `sluice` options) into a pipeline request for `tenant`.
+/// with its `sluice` options) into a pipeline request for `tenant`. The effective filter is
+/// the key's AND the body's: a request can narrow what its key sees, never widen it.
 pub(crate) fn checked_request(
     config: &AnswerConfig,
     tenant: Tenant,
+    key_filter: Option<&Filter>,
     headers: &HeaderMap,
     body: AnswerBody,
     received: Instant,
@@ -152,11 +159,19 @@ pub(crate) fn checked_request(
             ));
         }
     };
+    let sent = match &body.filter {
+        None => None,
+        Some(value) => Some(
+            Filter::parse(value)
+                .map_err(|e| ApiError::new(Code::InvalidFilter, format!("\"filter\": {e}")))?,
+        ),
+    };
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
     Ok(AnswerRequest {
         tenant,
         query,
         k,
+        filter: Filter::and(key_filter, sent.as_ref()),
         session_id: body.session_id,
         retrieval_deadline,
         received,
@@ -192,6 +207,7 @@ pub(crate) async fn answer(
     let request = answer_request(
         &pipeline.config,
         caller.tenant.clone(),
+        caller.filter.as_ref(),
         &headers,
         &bytes,
         received,

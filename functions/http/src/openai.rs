@@ -212,6 +212,7 @@ pub(crate) async fn chat_completions(
     let request = checked_request(
         &pipeline.config,
         caller.tenant.clone(),
+        caller.filter.as_ref(),
         &headers,
         answer,
         received,

@@ -113,6 +113,7 @@ pub fn load(dir: &Path) -> Result<(Vec<Document>, Vec<Task>)> {
             id: d.id,
             title: Some(d.title),
             text: d.content,
+            metadata: Default::default(),
         })
         .collect();
     let tasks = tasks
@@ -314,7 +315,7 @@ pub async fn run(
                 .context("no query vector")?;
             let started = Instant::now();
             let mut hits = edge
-                .search_by(&tenant, &task.query, &vector, CANDIDATES, retrieval)
+                .search_by(&tenant, &task.query, &vector, CANDIDATES, None, retrieval)
                 .await?;
             if let Some(active) = &active {
                 let head = &hits[..hits.len().min(RERANKED)];

@@ -4,6 +4,7 @@ use anyhow::{Context, Result, bail};
 use sluice_core::Config;
 use sluice_core::Tenant;
 use sluice_core::auth::{self, KeyRecord, Permission, Principal};
+use sluice_core::filter::Filter;
 
 /// Makes a key, stores its digest where `config` says, and prints the key.
 pub async fn create(
@@ -11,8 +12,16 @@ pub async fn create(
     tenant: String,
     permissions: &[String],
     name: Option<String>,
+    filter: Option<&str>,
 ) -> Result<()> {
     let tenant = Tenant::new(&tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
+    let filter = filter
+        .map(|text| -> Result<Filter> {
+            let value: serde_json::Value =
+                serde_json::from_str(text).context("--filter: not JSON")?;
+            Filter::parse(&value).map_err(|e| anyhow::anyhow!("--filter: {e}"))
+        })
+        .transpose()?;
     let permissions = permissions
         .iter()
         .map(|p| {
@@ -28,6 +37,7 @@ pub async fn create(
         principal: Principal {
             tenant: tenant.clone(),
             permissions,
+            filter,
         },
         name,
     };

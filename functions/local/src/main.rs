@@ -266,6 +266,11 @@ enum KeysCommand {
         /// A label for people (never used for access).
         #[arg(long)]
         name: Option<String>,
+        /// A metadata filter (JSON, the language of answers' `filter`) the key is bound to:
+        /// ANDed with every request's own, so the key only ever sees documents that pass it,
+        /// e.g. '{"groups": {"$in": ["finance"]}}'.
+        #[arg(long)]
+        filter: Option<String>,
     },
     /// Create the DynamoDB table SLUICE_API_KEYS_TABLE (the SAM template makes it in a deployment).
     CreateTable,
@@ -355,8 +360,15 @@ fn main() -> Result<()> {
                     tenant,
                     permissions,
                     name,
+                    filter,
                 },
-        } => runtime.block_on(keys::create(&config, tenant, &permissions, name)),
+        } => runtime.block_on(keys::create(
+            &config,
+            tenant,
+            &permissions,
+            name,
+            filter.as_deref(),
+        )),
         Command::Keys {
             command: KeysCommand::CreateTable,
         } => runtime.block_on(keys::create_table(&config)),

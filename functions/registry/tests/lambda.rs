@@ -54,6 +54,7 @@ async fn a_component_activated_through_the_registry_reranks_the_answer_functions
             title: None,
             text: std::fs::read_to_string(sluice_tests::samples_dir().join(name)).unwrap(),
             source: None,
+            metadata: Default::default(),
         })
         .collect();
     sluice_tests::ingest_into(answer_dir.path(), "acme", documents).await;

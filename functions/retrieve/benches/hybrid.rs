@@ -86,6 +86,7 @@ fn bench(c: &mut Criterion) {
                 id: format!("doc{d}"),
                 title: format!("Doc {d}"),
                 source: "bench".into(),
+                metadata: Default::default(),
             };
             store
                 .replace_document(&tenant("bench"), &doc, chunks)
@@ -106,6 +107,7 @@ fn bench(c: &mut Criterion) {
                     "daily card withdrawal limit abroad",
                     &queries[i],
                     5,
+                    None,
                 ))
                 .unwrap()
         })

@@ -136,7 +136,7 @@ fn report(name: &str, store: &dyn Store, bare: (f64, f64), runtime: &tokio::runt
     let cpu_before = thread_cpu_ns();
     let (p50, p99) = measure(runtime, || async {
         let hits = store
-            .search(&tenant("bench"), query, &vector, 5)
+            .search(&tenant("bench"), query, &vector, 5, None)
             .await
             .unwrap();
         assert_eq!(hits.len(), 5);
@@ -230,7 +230,7 @@ fn bench(c: &mut Criterion) {
                     let started = Instant::now();
                     for _ in 0..iters {
                         store
-                            .search(&tenant("bench"), "replacement card", &vector, 5)
+                            .search(&tenant("bench"), "replacement card", &vector, 5, None)
                             .await
                             .unwrap();
                     }

@@ -66,7 +66,7 @@ pub async fn create(config: &StoreConfig, dim: usize) -> Result<Vec<String>, Sto
     })
 }
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -74,16 +74,18 @@ use async_trait::async_trait;
 use qdrant_edge::bm25_embed::{EdgeBm25, EdgeBm25Config};
 use qdrant_edge::{
     CountRequest, CreateIndex, Distance, EdgeConfigBuilder, EdgeShard,
-    EdgeSparseVectorParamsBuilder, EdgeVectorParamsBuilder, FieldIndexOperations, Filter, Fusion,
-    Modifier, NamedQuery, PointId, PointInsertOperations, PointOperations, PointStruct, Prefetch,
-    QueryEnum, QueryRequest, ScoredPoint, ScoringQuery, UpdateOperation, Vector, VectorInternal,
+    EdgeSparseVectorParamsBuilder, EdgeVectorParamsBuilder, FieldIndexOperations, Fusion, Modifier,
+    NamedQuery, PointId, PointInsertOperations, PointOperations, PointStruct, Prefetch, QueryEnum,
+    QueryRequest, ScoredPoint, ScoringQuery, UpdateOperation, Vector, VectorInternal,
     VectorStructInternal, Vectors, WithPayloadInterface, WithVector,
 };
 use serde_json::{Value, json};
 use sluice_core::Tenant;
 use sluice_core::config::{StoreBackend, StoreConfig};
 use sluice_core::error::StoreError;
+use sluice_core::filter::{Bound, Filter, Op, Scalar};
 use sluice_core::fusion::RRF_K;
+use sluice_core::metadata::{MetaValue, Metadata};
 use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
 
 const DENSE: &str = "dense";
@@ -111,6 +113,8 @@ struct Inner {
     /// Corpus version per tenant, persisted to `tenants.json` on every bump. Held for
     /// microseconds and never across an await, so a std mutex is enough.
     versions: Mutex<BTreeMap<String, u64>>,
+    /// The payload fields with an index (read from the shard at open).
+    indexed: IndexedFields,
 }
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -151,13 +155,7 @@ impl EdgeStore {
                 ("tenant", json!({"type": "keyword", "is_tenant": true})),
                 ("doc_id", json!({"type": "keyword"})),
             ] {
-                let index = CreateIndex {
-                    field_name: serde_json::from_value(json!(field)).map_err(|e| open_err(&e))?,
-                    field_schema: Some(serde_json::from_value(schema).map_err(|e| open_err(&e))?),
-                };
-                let op =
-                    UpdateOperation::FieldIndexOperation(FieldIndexOperations::CreateIndex(index));
-                shard.update(op).map_err(|e| open_err(&e))?;
+                create_index(&shard, field, schema).map_err(|e| open_err(&e))?;
             }
             shard
         };
@@ -176,6 +174,10 @@ impl EdgeStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
             Err(e) => return Err(open_err(&e)),
         };
+        let indexed = IndexedFields::default();
+        if let Ok(mut known) = indexed.0.lock() {
+            known.extend(shard.info().payload_schema.keys().map(|k| k.to_string()));
+        }
         Ok(Self {
             inner: Arc::new(Inner {
                 _lock: lock,
@@ -183,8 +185,18 @@ impl EdgeStore {
                 bm25,
                 versions_path,
                 versions: Mutex::new(versions),
+                indexed,
             }),
         })
+    }
+
+    /// The payload fields the shard has an index on, sorted.
+    pub fn indexed_fields(&self) -> Vec<String> {
+        let mut fields: Vec<String> = (self.inner.shard.info().payload_schema.keys())
+            .map(|k| k.to_string())
+            .collect();
+        fields.sort();
+        fields
     }
 
     /// Runs blocking engine work on the blocking pool, off the async reactor.
@@ -197,6 +209,16 @@ impl EdgeStore {
             .await
             .map_err(|e| StoreError::Backend(format!("store task failed: {e}")))?
     }
+}
+
+/// Creates a payload index on `field` (`schema`: Qdrant's JSON form of the index params).
+fn create_index(shard: &EdgeShard, field: &str, schema: Value) -> Result<(), StoreError> {
+    let index = CreateIndex {
+        field_name: serde_json::from_value(json!(field)).map_err(backend)?,
+        field_schema: Some(serde_json::from_value(schema).map_err(backend)?),
+    };
+    let op = UpdateOperation::FieldIndexOperation(FieldIndexOperations::CreateIndex(index));
+    shard.update(op).map_err(backend)
 }
 
 /// The filter of a tenant's points, optionally of one document from chunk `min_chunk` on, in
@@ -216,8 +238,135 @@ fn tenant_filter(
     tenant: &str,
     doc_id: Option<&str>,
     min_chunk: Option<usize>,
-) -> Result<Filter, StoreError> {
+) -> Result<qdrant_edge::Filter, StoreError> {
     serde_json::from_value(filter_json(tenant, doc_id, min_chunk)).map_err(backend)
+}
+
+/// The filter of a search: the tenant's points whose document passes `filter`, in Qdrant's
+/// JSON form.
+pub(crate) fn search_filter_json(tenant: &str, filter: Option<&Filter>) -> Value {
+    let mut all = filter_json(tenant, None, None);
+    if let (Some(f), Some(must)) = (filter, all["must"].as_array_mut()) {
+        must.push(qdrant_filter(f));
+    }
+    all
+}
+
+/// Where a metadata key's value is in a point's payload, and where a date's instant is.
+pub(crate) fn meta_path(key: &str) -> String {
+    format!("{META}.{key}")
+}
+
+pub(crate) fn instant_path(key: &str) -> String {
+    format!("{META_INSTANTS}.{key}")
+}
+
+/// A metadata filter in Qdrant's filter language, with the meaning of [`Filter::matches`]:
+/// `must`/`should`/`must_not` for `$and`/`$or`/negations, `match` for strings and booleans
+/// (a list payload matches when it holds the value), `range` for numbers (equality too, so
+/// that 2025 and 2025.0 are equal) and for dates, on their instants.
+pub fn qdrant_filter(filter: &Filter) -> Value {
+    let all = |fs: &[Filter]| fs.iter().map(qdrant_filter).collect::<Vec<_>>();
+    match filter {
+        Filter::And(fs) => json!({"must": all(fs)}),
+        Filter::Or(fs) => json!({"should": all(fs)}),
+        Filter::Field { key, op } => {
+            let path = meta_path(key);
+            let eq = |x: &Scalar| match x {
+                Scalar::Text(s) => json!({"key": path, "match": {"value": s}}),
+                Scalar::Bool(b) => json!({"key": path, "match": {"value": b}}),
+                Scalar::Number(n) => json!({"key": path, "range": {"gte": n, "lte": n}}),
+                Scalar::Date { seconds, .. } => {
+                    json!({"key": instant_path(key), "range": {"gte": seconds, "lte": seconds}})
+                }
+            };
+            let any = |xs: &[Scalar]| {
+                let texts: Vec<&str> = xs
+                    .iter()
+                    .filter_map(|x| match x {
+                        Scalar::Text(s) => Some(s.as_str()),
+                        _ => None,
+                    })
+                    .collect();
+                let mut should: Vec<Value> = xs
+                    .iter()
+                    .filter(|x| !matches!(x, Scalar::Text(_)))
+                    .map(eq)
+                    .collect();
+                if !texts.is_empty() {
+                    should.push(json!({"key": path, "match": {"any": texts}}));
+                }
+                json!({ "should": should })
+            };
+            match op {
+                Op::Eq(x) => eq(x),
+                Op::Ne(x) => json!({"must_not": [eq(x)]}),
+                Op::In(xs) => any(xs),
+                Op::Nin(xs) => json!({"must_not": [any(xs)]}),
+                Op::Range(cmp, Bound::Number(n)) => json!({"key": path, "range": {cmp.name(): n}}),
+                Op::Range(cmp, Bound::Date { seconds, .. }) => {
+                    json!({"key": instant_path(key), "range": {cmp.name(): seconds}})
+                }
+                Op::Exists(true) => json!({"must_not": [{"is_empty": {"key": path}}]}),
+                Op::Exists(false) => json!({"is_empty": {"key": path}}),
+            }
+        }
+    }
+}
+
+/// The payload indexes a document's metadata wants (field path, Qdrant index schema): a
+/// keyword index for strings and lists, a float index for numbers and for dates' instants, a
+/// bool index for booleans. Filters work without them (Qdrant then reads payloads); with
+/// them a selective filter does not scan.
+fn metadata_indexes(metadata: &Metadata) -> Vec<(String, &'static str)> {
+    metadata
+        .iter()
+        .map(|(key, value)| match value {
+            MetaValue::Text(_) | MetaValue::List(_) => (meta_path(key), "keyword"),
+            MetaValue::Number(_) => (meta_path(key), "float"),
+            MetaValue::Bool(_) => (meta_path(key), "bool"),
+            MetaValue::Date { .. } => (instant_path(key), "float"),
+        })
+        .collect()
+}
+
+/// Most metadata payload indexes a store creates: keys come from tenants, and each index
+/// costs memory and write time. Past it, filters on new keys still work, unindexed.
+const MAX_METADATA_INDEXES: usize = 256;
+
+/// The metadata fields a store has indexed (or asked for): each is created once.
+#[derive(Default)]
+pub(crate) struct IndexedFields(Mutex<HashSet<String>>);
+
+impl IndexedFields {
+    /// The fields of `metadata` not indexed yet, marked as indexed; none once the cap is
+    /// reached.
+    pub(crate) fn claim(&self, metadata: &Metadata) -> Vec<(String, &'static str)> {
+        let Ok(mut known) = self.0.lock() else {
+            return Vec::new();
+        };
+        let mut new = Vec::new();
+        for (field, schema) in metadata_indexes(metadata) {
+            if known.len() >= MAX_METADATA_INDEXES {
+                tracing::warn!(
+                    field,
+                    "metadata index cap reached; this field is filtered unindexed"
+                );
+                break;
+            }
+            if known.insert(field.clone()) {
+                new.push((field, schema));
+            }
+        }
+        new
+    }
+
+    /// Forgets `field` (its index could not be created: try again next time).
+    pub(crate) fn forget(&self, field: &str) {
+        if let Ok(mut known) = self.0.lock() {
+            known.remove(field);
+        }
+    }
 }
 
 /// A chunk's point id: uuid-v5 of (tenant, document id, chunk index), the same in every store.
@@ -232,13 +381,26 @@ fn point_id(tenant: &str, doc_id: &str, chunk: usize) -> PointId {
     ))
 }
 
+/// The payload key of a document's metadata (values as sent), and of its dates' instants
+/// (seconds since the epoch: what date filters compare).
+pub(crate) const META: &str = "meta";
+pub(crate) const META_INSTANTS: &str = "meta_ts";
+
 /// The payload of a chunk's point.
 fn chunk_payload(tenant: &str, document: &DocumentInfo, chunk: &StoredChunk) -> Value {
-    json!({
+    let mut payload = json!({
         "tenant": tenant, "doc_id": document.id, "chunk": chunk.index,
         "title": document.title, "source": document.source, "text": chunk.text,
         "tokens": chunk.tokens,
-    })
+    });
+    if !document.metadata.is_empty() {
+        payload[META] = Value::Object(document.metadata.to_json());
+        let instants = document.metadata.instants();
+        if !instants.is_empty() {
+            payload[META_INSTANTS] = Value::Object(instants);
+        }
+    }
+    payload
 }
 
 /// A hit from a point's payload, score and dense vector.
@@ -255,6 +417,12 @@ fn hit_from(payload: &serde_json::Map<String, Value>, score: f32, vector: Vec<f3
             id: s("doc_id"),
             title: s("title"),
             source: s("source"),
+            // Validated at ingest; a payload written otherwise loses its metadata, not the hit.
+            metadata: payload
+                .get(META)
+                .and_then(Value::as_object)
+                .and_then(|m| Metadata::from_json(m).ok())
+                .unwrap_or_default(),
         },
         chunk: payload.get("chunk").and_then(Value::as_u64).unwrap_or(0) as usize,
         text: s("text"),
@@ -290,16 +458,19 @@ pub enum Retrieval {
 
 impl EdgeStore {
     /// The `k` best chunks of `tenant` for `query` (its text for BM25, `vector` for dense) by
-    /// `retrieval`.
+    /// `retrieval`, of the documents that pass `filter` (in each prefetch and in the fused
+    /// query: the engine filters while it searches).
     pub async fn search_by(
         &self,
         tenant: &Tenant,
         query: &str,
         vector: &[f32],
         k: usize,
+        filter: Option<&Filter>,
         retrieval: Retrieval,
     ) -> Result<Vec<Hit>, StoreError> {
-        let filter = tenant_filter(tenant, None, None)?;
+        let filter: qdrant_edge::Filter =
+            serde_json::from_value(search_filter_json(tenant, filter)).map_err(backend)?;
         let sparse = self.inner.bm25.embed_query(query);
         let dense = vector.to_vec();
         self.blocking(move |inner| {
@@ -358,8 +529,9 @@ impl Store for EdgeStore {
         query: &str,
         vector: &[f32],
         k: usize,
+        filter: Option<&Filter>,
     ) -> Result<Vec<Hit>, StoreError> {
-        self.search_by(tenant, query, vector, k, Retrieval::Hybrid)
+        self.search_by(tenant, query, vector, k, filter, Retrieval::Hybrid)
             .await
     }
 
@@ -372,6 +544,12 @@ impl Store for EdgeStore {
         let tenant = tenant.to_string();
         let document = document.clone();
         self.blocking(move |inner| {
+            for (field, schema) in inner.indexed.claim(&document.metadata) {
+                if let Err(e) = create_index(&inner.shard, &field, json!(schema)) {
+                    inner.indexed.forget(&field);
+                    return Err(e);
+                }
+            }
             let n = chunks.len();
             let mut points = Vec::with_capacity(n);
             for c in chunks {

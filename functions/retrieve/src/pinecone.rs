@@ -32,7 +32,11 @@ use sluice_core::error::StoreError;
 use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
 
 use crate::rest::{Rest, VersionMemo, backend, next_version};
-use crate::{MIN_PREFETCH, PREFETCH_FACTOR, chunk_payload, hit_from, point_uuid};
+use crate::{
+    META, META_INSTANTS, MIN_PREFETCH, PREFETCH_FACTOR, chunk_payload, hit_from, instant_path,
+    meta_path, point_uuid,
+};
+use sluice_core::filter::{Bound, Filter, Op, Scalar};
 use sluice_core::fusion::{RRF_K, rrf};
 
 /// The API version both planes are called with.
@@ -168,12 +172,10 @@ pub async fn create_indexes(
         "not found on the control plane",
     )?;
     let [dense, sparse] = index_names(config);
-    // Only the fields a delete filters on are indexed (Pinecone indexes every metadata field
-    // unless told otherwise; chunk text would be indexed for nothing).
-    let schema = json!({"fields": {"doc_id": {"filterable": true}, "chunk": {"filterable": true}}});
-    let spec = json!({"serverless": {
-        "cloud": config.cloud, "region": config.region, "schema": schema,
-    }});
+    // No metadata schema: Pinecone then indexes every metadata field, which filters need
+    // (their keys are the tenants' own). The chunk text is indexed too, for nothing; a schema
+    // cannot name fields not known yet.
+    let spec = json!({"serverless": {"cloud": config.cloud, "region": config.region}});
     let requests = [
         json!({"name": dense, "dimension": dim, "metric": "cosine", "vector_type": "dense",
                "spec": spec, "tags": {"app": "sluice"}}),
@@ -266,6 +268,8 @@ struct QueryBody<'a> {
     sparse_vector: Option<Sparse<'a>>,
     include_values: bool,
     include_metadata: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    filter: Option<&'a Value>,
 }
 
 /// A `QueryResponse`. Only the ids are read at once: fusion needs nothing else, and the
@@ -293,7 +297,7 @@ impl Match<'_> {
     fn hit(&self, score: f32) -> Result<Hit, StoreError> {
         let unexpected = |e: serde_json::Error| backend(format!("match {}: {e}", self.id));
         let metadata: serde_json::Map<String, Value> = match self.metadata {
-            Some(raw) => serde_json::from_str(raw.get()).map_err(unexpected)?,
+            Some(raw) => nest(serde_json::from_str(raw.get()).map_err(unexpected)?),
             None => return Err(backend(format!("match {} has no metadata", self.id))),
         };
         let vector = match self.values {
@@ -337,6 +341,81 @@ fn parse_version(text: &str, id: &str) -> Result<u64, StoreError> {
         .ok_or_else(|| backend(format!("corpus version record {id} has no corpus_version")))
 }
 
+/// A chunk's payload as Pinecone metadata, which is flat: the document's metadata and its
+/// dates' instants under `meta.KEY` and `meta_ts.KEY` (the paths the Qdrant stores use, as
+/// key names), beside Sluice's own fields.
+fn flatten(mut payload: Value) -> Value {
+    if let Some(object) = payload.as_object_mut() {
+        for group in [META, META_INSTANTS] {
+            if let Some(Value::Object(fields)) = object.remove(group) {
+                for (key, value) in fields {
+                    object.insert(format!("{group}.{key}"), value);
+                }
+            }
+        }
+    }
+    payload
+}
+
+/// Pinecone metadata back in the payload form [`hit_from`] reads (the inverse of
+/// [`flatten`] for the document's metadata).
+fn nest(mut metadata: serde_json::Map<String, Value>) -> serde_json::Map<String, Value> {
+    let prefix = format!("{META}.");
+    let keys: Vec<String> = metadata
+        .keys()
+        .filter(|k| k.starts_with(&prefix))
+        .cloned()
+        .collect();
+    let mut nested = serde_json::Map::new();
+    for key in keys {
+        if let Some(value) = metadata.remove(&key) {
+            nested.insert(key[prefix.len()..].to_string(), value);
+        }
+    }
+    if !nested.is_empty() {
+        metadata.insert(META.to_string(), Value::Object(nested));
+    }
+    metadata
+}
+
+/// A metadata filter in Pinecone's filter language, with the meaning of [`Filter::matches`]:
+/// the same operators on the flattened keys, dates on their instants, string equality as
+/// `$in` (which also matches a list holding the string), and the negations made to match a
+/// record without the key, as MongoDB's do (`{"$or": [{k: {"$exists": false}}, …]}`).
+pub fn pinecone_filter(filter: &Filter) -> Value {
+    let all = |fs: &[Filter]| fs.iter().map(pinecone_filter).collect::<Vec<_>>();
+    let on = |key: String, op: &str, arg: Value| json!({ key: { op: arg } });
+    let or_absent = |key: String, test: Value| json!({"$or": [{ key: {"$exists": false} }, test]});
+    let values = |xs: &[Scalar]| xs.iter().map(Scalar::to_json).collect::<Vec<_>>();
+    match filter {
+        Filter::And(fs) => json!({"$and": all(fs)}),
+        Filter::Or(fs) => json!({"$or": all(fs)}),
+        Filter::Field { key, op } => {
+            let path = meta_path(key);
+            match op {
+                Op::Eq(Scalar::Text(s)) => on(path, "$in", json!([s])),
+                Op::Eq(Scalar::Date { seconds, .. }) => {
+                    on(instant_path(key), "$eq", json!(seconds))
+                }
+                Op::Eq(x) => on(path, "$eq", x.to_json()),
+                Op::Ne(Scalar::Text(s)) => or_absent(path.clone(), on(path, "$nin", json!([s]))),
+                Op::Ne(Scalar::Date { seconds, .. }) => {
+                    let at = instant_path(key);
+                    or_absent(at.clone(), on(at, "$ne", json!(seconds)))
+                }
+                Op::Ne(x) => or_absent(path.clone(), on(path, "$ne", x.to_json())),
+                Op::In(xs) => on(path, "$in", json!(values(xs))),
+                Op::Nin(xs) => or_absent(path.clone(), on(path, "$nin", json!(values(xs)))),
+                Op::Range(cmp, Bound::Number(n)) => on(path, cmp.operator(), json!(n)),
+                Op::Range(cmp, Bound::Date { seconds, .. }) => {
+                    on(instant_path(key), cmp.operator(), json!(seconds))
+                }
+                Op::Exists(b) => on(path, "$exists", json!(b)),
+            }
+        }
+    }
+}
+
 #[async_trait]
 impl Store for PineconeStore {
     async fn search(
@@ -345,8 +424,10 @@ impl Store for PineconeStore {
         query: &str,
         vector: &[f32],
         k: usize,
+        filter: Option<&Filter>,
     ) -> Result<Vec<Hit>, StoreError> {
         let limit = (k * PREFETCH_FACTOR).max(MIN_PREFETCH);
+        let filter = filter.map(pinecone_filter);
         let body = |vector, sparse_vector, include_values| {
             serde_json::to_vec(&QueryBody {
                 namespace: tenant,
@@ -355,6 +436,7 @@ impl Store for PineconeStore {
                 sparse_vector,
                 include_values,
                 include_metadata: true,
+                filter: filter.as_ref(),
             })
             .map_err(backend)
         };
@@ -408,7 +490,7 @@ impl Store for PineconeStore {
         let mut sparse_records = Vec::with_capacity(n);
         for (c, s) in chunks.iter().zip(&sparse) {
             let id = point_uuid(tenant, &document.id, c.index).to_string();
-            let metadata = chunk_payload(tenant, document, c);
+            let metadata = flatten(chunk_payload(tenant, document, c));
             // A chunk of stopwords only has no BM25 terms; Pinecone refuses an empty sparse
             // vector, and no BM25 query could find it anyway.
             if !s.indices.is_empty() {

@@ -17,12 +17,13 @@ use serde_json::{Value, json};
 use sluice_core::Tenant;
 use sluice_core::config::{QdrantConfig, StoreBackend, StoreConfig};
 use sluice_core::error::StoreError;
+use sluice_core::filter::Filter;
 use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
 
 use crate::rest::{Rest, VersionMemo, backend, next_version, qdrant_result};
 use crate::{
-    DENSE, MIN_PREFETCH, PREFETCH_FACTOR, RRF_K, SPARSE, chunk_payload, filter_json, hit_from,
-    point_uuid,
+    DENSE, IndexedFields, MIN_PREFETCH, PREFETCH_FACTOR, RRF_K, SPARSE, chunk_payload, filter_json,
+    hit_from, point_uuid, search_filter_json,
 };
 
 /// The Qdrant REST store.
@@ -31,6 +32,8 @@ pub struct QdrantStore {
     collection: String,
     bm25: EdgeBm25,
     versions: VersionMemo,
+    /// Metadata fields this process has asked an index for.
+    indexed: IndexedFields,
 }
 
 impl QdrantStore {
@@ -65,6 +68,7 @@ impl QdrantStore {
             collection: config.collection.clone(),
             bm25,
             versions: VersionMemo::default(),
+            indexed: IndexedFields::default(),
         })
     }
 
@@ -107,20 +111,21 @@ impl QdrantStore {
             ("doc_id", json!({"type": "keyword"})),
             ("chunk", json!({"type": "integer"})),
         ] {
-            let body = json!({"field_name": field, "field_schema": schema});
-            self.call(
-                Method::PUT,
-                &format!("{path}/index?wait=true"),
-                Some(&body),
-                false,
-            )
-            .await?;
+            self.create_index(field, schema).await?;
         }
         let versions = format!("/collections/{}", self.versions_collection());
         let body = json!({"vectors": {"size": 1, "distance": "Dot"}});
         self.call(Method::PUT, &versions, Some(&body), false)
             .await?;
         Ok(true)
+    }
+
+    /// Creates (or, when it exists with this schema, keeps) a payload index on `field`.
+    async fn create_index(&self, field: &str, schema: Value) -> Result<(), StoreError> {
+        let body = json!({"field_name": field, "field_schema": schema});
+        let path = format!("/collections/{}/index?wait=true", self.collection);
+        self.call(Method::PUT, &path, Some(&body), false).await?;
+        Ok(())
     }
 
     fn version_id(tenant: &str) -> String {
@@ -141,8 +146,9 @@ impl Store for QdrantStore {
         query: &str,
         vector: &[f32],
         k: usize,
+        filter: Option<&Filter>,
     ) -> Result<Vec<Hit>, StoreError> {
-        let filter = filter_json(tenant, None, None);
+        let filter = search_filter_json(tenant, filter);
         let limit = (k * PREFETCH_FACTOR).max(MIN_PREFETCH);
         let mut prefetch = vec![Prefetch {
             query: QueryVector::Dense(vector),
@@ -187,6 +193,13 @@ impl Store for QdrantStore {
         document: &DocumentInfo,
         chunks: Vec<StoredChunk>,
     ) -> Result<(), StoreError> {
+        // The indexes the document's metadata wants, once per field and process.
+        for (field, schema) in self.indexed.claim(&document.metadata) {
+            if let Err(e) = self.create_index(&field, json!(schema)).await {
+                self.indexed.forget(&field);
+                return Err(e);
+            }
+        }
         let n = chunks.len();
         let points: Vec<Value> = chunks
             .iter()

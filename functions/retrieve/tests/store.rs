@@ -22,6 +22,7 @@ fn doc(id: &str) -> DocumentInfo {
         id: id.into(),
         title: format!("Title of {id}"),
         source: format!("src/{id}"),
+        metadata: Default::default(),
     }
 }
 
@@ -63,7 +64,7 @@ async fn a_tenant_never_sees_another_tenants_chunks() {
         // Same id, same vector, same words: only the tenant filter separates them.
         let tenant = &tenant(name);
         let hits = store
-            .search(tenant, "refund policy", &unit(1), 10)
+            .search(tenant, "refund policy", &unit(1), 10, None)
             .await
             .unwrap();
         assert_eq!(hits.len(), 1, "{tenant}: {hits:?}");
@@ -75,7 +76,7 @@ async fn a_tenant_never_sees_another_tenants_chunks() {
     }
     assert!(
         store
-            .search(&tenant("initech"), "refund policy", &unit(1), 10)
+            .search(&tenant("initech"), "refund policy", &unit(1), 10, None)
             .await
             .unwrap()
             .is_empty()
@@ -110,7 +111,7 @@ async fn reingesting_a_document_replaces_all_its_chunks() {
         .unwrap();
     assert_eq!(store.count(&tenant("t")).await.unwrap(), 2);
     let hits = store
-        .search(&tenant("t"), "old new", &unit(30), 10)
+        .search(&tenant("t"), "old new", &unit(30), 10, None)
         .await
         .unwrap();
     assert!(hits.iter().all(|h| !h.text.starts_with("old")), "{hits:?}");
@@ -156,7 +157,7 @@ async fn both_dense_and_bm25_candidates_reach_the_fused_result() {
             .unwrap();
     }
     let hits = store
-        .search(&tenant("t"), "quokka", &unit(100), 2)
+        .search(&tenant("t"), "quokka", &unit(100), 2, None)
         .await
         .unwrap();
     let ids: Vec<&str> = hits.iter().map(|h| h.document.id.as_str()).collect();
@@ -186,7 +187,7 @@ async fn chunks_and_corpus_versions_survive_reopening() {
     assert_eq!(store.corpus_version(&tenant("t")).await.unwrap(), 2);
     assert_eq!(store.corpus_version(&tenant("u")).await.unwrap(), 1);
     let hits = store
-        .search(&tenant("t"), "persisted", &unit(5), 3)
+        .search(&tenant("t"), "persisted", &unit(5), 3, None)
         .await
         .unwrap();
     assert_eq!(hits.len(), 1);
@@ -213,4 +214,130 @@ async fn a_data_directory_serves_one_store_at_a_time() {
     }
     drop(first);
     EdgeStore::open(dir.path(), DIM).expect("free again once the first store is dropped");
+}
+
+// ---- metadata filters ----------------------------------------------------------------------
+
+/// The filter corpus ([`sluice_testkit::filters`]) in a real shard, each document one chunk
+/// with a shared word, plus another tenant's copy of every document (which no filter may
+/// reach).
+async fn filter_corpus(dir: &std::path::Path) -> EdgeStore {
+    let store = EdgeStore::open(dir, DIM).unwrap();
+    for (i, (id, metadata)) in sluice_testkit::filters::corpus().into_iter().enumerate() {
+        let info = DocumentInfo {
+            metadata,
+            ..doc(id)
+        };
+        for t in ["acme", "globex"] {
+            store
+                .replace_document(
+                    &tenant(t),
+                    &info,
+                    chunks(&[&format!("policy text of {id}")], i as u64),
+                )
+                .await
+                .unwrap();
+        }
+    }
+    store
+}
+
+#[tokio::test]
+async fn every_filter_returns_exactly_the_documents_its_meaning_lets_through() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = filter_corpus(dir.path()).await;
+    for (filter, expected) in sluice_testkit::filters::expected() {
+        let hits = store
+            .search(&tenant("acme"), "policy text", &unit(0), 50, Some(&filter))
+            .await
+            .unwrap();
+        let mut got: Vec<&str> = hits.iter().map(|h| h.document.id.as_str()).collect();
+        got.sort();
+        let mut want = expected.clone();
+        want.sort();
+        assert_eq!(got, want, "{}", filter.to_json());
+        // What comes back carries the document's metadata as it was sent.
+        for hit in &hits {
+            assert!(filter.matches(&hit.document.metadata), "{hit:?}");
+        }
+    }
+    // The metadata round trip, dates as sent (offset kept).
+    let all = store
+        .search(&tenant("acme"), "policy text", &unit(0), 50, None)
+        .await
+        .unwrap();
+    let p25 = all.iter().find(|h| h.document.id == "policy-2025").unwrap();
+    assert_eq!(
+        serde_json::to_value(&p25.document.metadata).unwrap()["updated_at"],
+        "2025-03-01T11:00:00+02:00"
+    );
+}
+
+#[tokio::test]
+async fn a_selective_filter_still_returns_k_chunks() {
+    // 300 documents; the 3 that pass the filter are the furthest from the query vector and
+    // share none of its words: a post-filter of the top k would return none of them.
+    let dir = tempfile::tempdir().unwrap();
+    let store = EdgeStore::open(dir.path(), DIM).unwrap();
+    let query = unit(7);
+    for i in 0..300u64 {
+        let wanted = i >= 297;
+        let info = DocumentInfo {
+            metadata: sluice_testkit::filters::metadata(
+                serde_json::json!({"region": if wanted { "emea" } else { "amer" }}),
+            ),
+            ..doc(&format!("d{i}"))
+        };
+        let text = if wanted {
+            "unrelated words"
+        } else {
+            "refund policy terms"
+        };
+        let mut c = chunks(&[text], 1000 + i);
+        if !wanted {
+            c[0].vector = query.clone();
+        }
+        store
+            .replace_document(&tenant("t"), &info, c)
+            .await
+            .unwrap();
+    }
+    let filter =
+        sluice_core::filter::Filter::parse(&serde_json::json!({"region": "emea"})).unwrap();
+    let hits = store
+        .search(&tenant("t"), "refund policy", &query, 3, Some(&filter))
+        .await
+        .unwrap();
+    let mut ids: Vec<&str> = hits.iter().map(|h| h.document.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["d297", "d298", "d299"]);
+}
+
+#[tokio::test]
+async fn metadata_indexes_are_created_once_and_survive_a_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let store = filter_corpus(dir.path()).await;
+        store.bump_corpus_version(&tenant("acme")).await.unwrap();
+    }
+    // Reopened: the indexes are read from the shard, and filters still answer.
+    let store = EdgeStore::open(dir.path(), DIM).unwrap();
+    let indexed = store.indexed_fields();
+    for field in [
+        "meta.year",
+        "meta.team",
+        "meta.groups",
+        "meta.public",
+        "meta_ts.updated_at",
+    ] {
+        assert!(indexed.iter().any(|f| f == field), "{field} in {indexed:?}");
+    }
+    let filter = sluice_core::filter::Filter::parse(&serde_json::json!({"groups": "hr"})).unwrap();
+    let hits = store
+        .search(&tenant("globex"), "policy", &unit(0), 50, Some(&filter))
+        .await
+        .unwrap();
+    let mut ids: Vec<&str> = hits.iter().map(|h| h.document.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["hr-guide", "policy-2024"]);
 }

@@ -10,7 +10,8 @@
 //!   stores fuse), and [`Troubled`] around any store to make it slow or failing;
 //! - [`ScriptedReranker`]: a tenant component that reverses the order, fails, or is slow to
 //!   be found;
-//! - [`MemoryKeys`], [`BrokenKeys`], [`BrokenCache`], [`SlowComponents`].
+//! - [`MemoryKeys`], [`BrokenKeys`], [`BrokenCache`], [`SlowComponents`];
+//! - [`filters`]: the metadata-filter cases every store is checked with.
 //!
 //! The real adapters are tested against the real dependencies in their own crates; a test of
 //! the contract that passes here and fails there is a bug in an adapter.
@@ -21,6 +22,7 @@
 #![warn(missing_docs)]
 
 mod embed;
+pub mod filters;
 mod llm;
 mod rerank;
 mod store;
@@ -40,6 +42,7 @@ use sluice_core::Tenant;
 use sluice_core::auth::{AuthError, KeyStore, Permission, Principal, digest, new_key};
 use sluice_core::cache::{CacheEntry, CacheStore};
 use sluice_core::error::CacheError;
+use sluice_core::filter::Filter;
 use sluice_core::stages::{ComponentError, ComponentStorage};
 
 /// `name` as a tenant; panics when it is not a valid one (test data is).
@@ -101,10 +104,21 @@ pub struct MemoryKeys {
 impl MemoryKeys {
     /// A new key for `tenant` with `permissions`; the key itself (only its digest is kept).
     pub fn add(&self, tenant: &str, permissions: &[Permission]) -> String {
+        self.add_filtered(tenant, permissions, None)
+    }
+
+    /// A new key for `tenant` with `permissions`, bound to a mandatory `filter`.
+    pub fn add_filtered(
+        &self,
+        tenant: &str,
+        permissions: &[Permission],
+        filter: Option<Filter>,
+    ) -> String {
         let key = new_key();
         let principal = Principal {
             tenant: self::tenant(tenant),
             permissions: permissions.to_vec(),
+            filter,
         };
         self.by_hash
             .lock()

@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sluice_core::Tenant;
 use sluice_core::error::StoreError;
+use sluice_core::filter::Filter;
 use sluice_core::fusion::{RRF_K, rrf};
 use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
 
@@ -45,6 +46,7 @@ impl Store for MemoryStore {
         query: &str,
         vector: &[f32],
         k: usize,
+        filter: Option<&Filter>,
     ) -> Result<Vec<Hit>, StoreError> {
         let tenants = self.lock();
         let Some(corpus) = tenants.get(tenant) else {
@@ -53,6 +55,8 @@ impl Store for MemoryStore {
         let hits: Vec<(String, Hit)> = corpus
             .documents
             .values()
+            // The filter's reference meaning, before ranking: as the real stores apply it.
+            .filter(|(info, _)| filter.is_none_or(|f| f.matches(&info.metadata)))
             .flat_map(|(info, chunks)| {
                 chunks.iter().map(move |c| {
                     let hit = Hit {
@@ -159,12 +163,13 @@ impl Store for Troubled {
         query: &str,
         vector: &[f32],
         k: usize,
+        filter: Option<&Filter>,
     ) -> Result<Vec<Hit>, StoreError> {
         tokio::time::sleep(self.delay).await;
         if self.fail {
             return Err(StoreError::Backend("injected failure".into()));
         }
-        self.inner.search(tenant, query, vector, k).await
+        self.inner.search(tenant, query, vector, k, filter).await
     }
     async fn replace_document(
         &self,
@@ -212,6 +217,7 @@ mod tests {
             id: id.into(),
             title: id.into(),
             source: id.into(),
+            metadata: Default::default(),
         }
     }
 
@@ -232,10 +238,16 @@ mod tests {
             .unwrap();
         let q = "how long until a lost card is replaced";
         let v = e.embed(&[q]).unwrap().remove(0);
-        let hits = store.search(&acme, q, &v, 5).await.unwrap();
+        let hits = store.search(&acme, q, &v, 5, None).await.unwrap();
         assert_eq!(hits[0].document.id, "cards");
         assert!(hits[0].score > hits[1].score);
-        assert!(store.search(&globex, q, &v, 5).await.unwrap().is_empty());
+        assert!(
+            store
+                .search(&globex, q, &v, 5, None)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         assert_eq!(store.count(&acme).await.unwrap(), 2);
         assert_eq!(store.bump_corpus_version(&acme).await.unwrap(), 1);
         assert_eq!(store.corpus_version(&globex).await.unwrap(), 0);

@@ -86,6 +86,7 @@ fn hit(id: &str, score: f32) -> Hit {
             id: id.into(),
             title: id.into(),
             source: id.into(),
+            metadata: Default::default(),
         },
         chunk: 0,
         text: format!("text of {id}"),

@@ -31,7 +31,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::Tenant;
 use crate::config::CacheConfig;
@@ -71,6 +70,9 @@ pub struct Scope {
     pub k: usize,
     /// The tenant's active rerank component (`None`: the built-in fused order).
     pub rerank: Option<String>,
+    /// Digest of the effective metadata filter ([`crate::filter::Filter::digest`]; `None`:
+    /// unfiltered): an answer built from one filter's documents never answers another.
+    pub filter: Option<String>,
 }
 
 /// One cached answer.
@@ -124,7 +126,7 @@ pub trait CacheStore: Send + Sync {
 pub struct Probe {
     /// [`guard::normalise`]d text.
     pub normalised: String,
-    /// The exact key: hex SHA-256 of `normalised`.
+    /// The exact key: hex SHA-256 of `normalised` (and of the filter, when there is one).
     pub key: String,
     guard: Guard,
 }
@@ -132,11 +134,18 @@ pub struct Probe {
 impl Probe {
     /// Normalises `query` and derives its key and guard features.
     pub fn new(query: &str) -> Self {
+        Self::filtered(query, None)
+    }
+
+    /// The probe of `query` asked under `filter`: its exact key covers the filter's digest
+    /// too, so that the answers of one question under two filters are two entries (the
+    /// scope's `filter` is what keeps one from answering the other).
+    pub fn filtered(query: &str, filter: Option<&str>) -> Self {
         let normalised = guard::normalise(query);
-        let key = Sha256::digest(normalised.as_bytes())
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
+        let key = match filter {
+            None => crate::sha256_hex(normalised.as_bytes()),
+            Some(digest) => crate::sha256_hex(format!("{normalised}\u{1f}{digest}").as_bytes()),
+        };
         let guard = Guard::of(&normalised);
         Self {
             normalised,
@@ -376,6 +385,7 @@ mod tests {
             prompt_version: 1,
             k: 5,
             rerank: None,
+            filter: None,
         }
     }
 
@@ -470,6 +480,38 @@ mod tests {
             hit(&c.exact(&t("acme"), &p, &reranked).await).is_none(),
             "rerank component"
         );
+        // Under a filter: another key and another scope, so neither answers the other.
+        let filtered = Scope {
+            filter: Some("f1".into()),
+            ..scope(1)
+        };
+        let under = Probe::filtered("q", Some("f1"));
+        assert_ne!(under.key, p.key);
+        assert!(hit(&c.exact(&t("acme"), &under, &filtered).await).is_none());
+        assert!(
+            hit(&c.similar(&t("acme"), &under, &near(1.0), &filtered).await).is_none(),
+            "a similar entry made without the filter"
+        );
+        let entry = c.entry(&t("acme"), &under, near(1.0), filtered.clone(), answer("q"));
+        c.put(&entry).await.unwrap();
+        assert!(hit(&c.exact(&t("acme"), &under, &filtered).await).is_some());
+        let other = Scope {
+            filter: Some("f2".into()),
+            ..scope(1)
+        };
+        assert!(
+            hit(&c
+                .similar(
+                    &t("acme"),
+                    &Probe::filtered("q", Some("f2")),
+                    &near(1.0),
+                    &other
+                )
+                .await)
+            .is_none(),
+            "another filter"
+        );
+        assert!(hit(&c.exact(&t("acme"), &p, &scope(1)).await).is_some());
         let mut old = c.entry(&t("acme"), &p, near(1.0), scope(1), answer("old"));
         old.expires_at = now() - 1;
         c.put(&old).await.unwrap();

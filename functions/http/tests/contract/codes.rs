@@ -100,6 +100,10 @@ async fn provoke(code: Code) -> Seen {
                 .post("/v1/documents", &json!({"documents": []}))
                 .await,
         ),
+        Code::InvalidFilter => {
+            let body = r#"{"query": "hi", "filter": {"year": {"$near": 2025}}}"#;
+            answer_body(&plain(), body).await
+        }
         Code::InvalidTenant => Seen::Refused(
             plain()
                 .post_as("no spaces allowed", "/v1/answer", &ask)

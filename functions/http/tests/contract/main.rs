@@ -10,6 +10,7 @@ mod cache;
 mod codes;
 mod degraded;
 mod endings;
+mod filters;
 mod kit;
 mod openai;
 mod stream;

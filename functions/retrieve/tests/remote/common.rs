@@ -144,6 +144,7 @@ pub fn doc() -> DocumentInfo {
         id: "cards/lost".into(),
         title: "Lost cards".into(),
         source: "samples/lost-card.md".into(),
+        metadata: Default::default(),
     }
 }
 

@@ -172,6 +172,14 @@ async fn every_request_validates_against_the_official_documents() {
         .await
         .unwrap();
     assert_eq!(indexes.len(), 2);
+    // No metadata schema: Pinecone then indexes every field, as tenants' filters need.
+    for r in s.control.requests().iter().filter(|r| r.method == "POST") {
+        assert!(
+            r.body["spec"]["serverless"].get("schema").is_none(),
+            "{}",
+            r.body
+        );
+    }
     let store = PineconeStore::from_config(&s.config.store).unwrap();
     store
         .replace_document(
@@ -189,7 +197,13 @@ async fn every_request_validates_against_the_official_documents() {
     let other = PineconeStore::from_config(&s.config.store).unwrap();
     assert_eq!(other.corpus_version(&tenant("acme")).await.unwrap(), 0);
     store
-        .search(&tenant("acme"), "replacement card days", &[0.0, 1.0], 5)
+        .search(
+            &tenant("acme"),
+            "replacement card days",
+            &[0.0, 1.0],
+            5,
+            None,
+        )
         .await
         .unwrap();
     store.count(&tenant("acme")).await.unwrap();
@@ -297,7 +311,7 @@ async fn a_search_queries_both_indexes_in_the_tenant_namespace_and_fuses_by_rrf(
     let s = setup(&[]).await;
     let store = PineconeStore::from_config(&s.config.store).unwrap();
     let hits = store
-        .search(&tenant("acme"), "replacement card", &[0.0, 1.0], 3)
+        .search(&tenant("acme"), "replacement card", &[0.0, 1.0], 3, None)
         .await
         .unwrap();
     // dense: a, b; sparse: c, a → a (1/61 + 1/62), c (1/61), b (1/62).
@@ -337,7 +351,7 @@ async fn a_search_queries_both_indexes_in_the_tenant_namespace_and_fuses_by_rrf(
     // Stopwords only: no BM25 terms, so the sparse index is not asked.
     s.sparse.clear();
     let hits = store
-        .search(&tenant("acme"), "the of and", &[0.0, 1.0], 3)
+        .search(&tenant("acme"), "the of and", &[0.0, 1.0], 3, None)
         .await
         .unwrap();
     assert_eq!(ids(&hits), ["a", "b"]);
@@ -479,7 +493,7 @@ async fn one_connection_per_index_serves_a_hundred_sequential_searches() {
     let store = PineconeStore::from_config(&s.config.store).unwrap();
     for _ in 0..100 {
         store
-            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
             .await
             .unwrap();
     }
@@ -496,7 +510,7 @@ async fn a_failing_index_fails_the_search_after_one_retry_and_writes_are_sent_on
     s.sparse.fail_next.store(1, Ordering::SeqCst);
     assert_eq!(
         store
-            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
             .await
             .unwrap()
             .len(),
@@ -506,7 +520,7 @@ async fn a_failing_index_fails_the_search_after_one_retry_and_writes_are_sent_on
 
     s.sparse.fail_next.store(2, Ordering::SeqCst);
     let e = store
-        .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+        .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("503"), "{e}");
@@ -534,7 +548,7 @@ async fn a_slow_index_hits_the_call_timeout() {
     let started = std::time::Instant::now();
     assert!(
         store
-            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
             .await
             .is_err()
     );
@@ -543,4 +557,198 @@ async fn a_slow_index_hits_the_call_timeout() {
         "{:?}",
         started.elapsed()
     );
+}
+
+// ---- metadata filters -----------------------------------------------------------------------
+
+/// Whether a record's metadata passes a Pinecone filter, by Pinecone's documented semantics:
+/// the keys of an object ANDed, `$and`/`$or`, `$eq $ne $gt $gte $lt $lte $in $nin $exists`,
+/// a list value holding when one element does (`$ne`/`$nin`: when none does), numbers
+/// compared as doubles. What `$ne`/`$nin` do to a record without the key is not documented:
+/// `absent_negations` says which reading to apply, and Sluice's filter must mean the same
+/// under both. An independent reading of the filter Sluice sends: the stand-in applies it
+/// to the records it was sent.
+fn pinecone_passes(filter: &Value, metadata: &Value, absent_negations: bool) -> bool {
+    filter
+        .as_object()
+        .unwrap()
+        .iter()
+        .all(|(key, arg)| match key.as_str() {
+            "$and" => arg
+                .as_array()
+                .unwrap()
+                .iter()
+                .all(|f| pinecone_passes(f, metadata, absent_negations)),
+            "$or" => arg
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|f| pinecone_passes(f, metadata, absent_negations)),
+            field => arg.as_object().unwrap().iter().all(|(op, arg)| {
+                let value = metadata.get(field);
+                if op == "$exists" {
+                    return value.is_some() == arg.as_bool().unwrap();
+                }
+                let Some(value) = value else {
+                    return matches!(op.as_str(), "$ne" | "$nin") && absent_negations;
+                };
+                let items: Vec<&Value> = match value {
+                    Value::Array(items) => items.iter().collect(),
+                    v => vec![v],
+                };
+                let same = |a: &Value, b: &Value| match (a.as_f64(), b.as_f64()) {
+                    (Some(x), Some(y)) => x == y,
+                    _ => a == b,
+                };
+                let among = |list: &Value| {
+                    items
+                        .iter()
+                        .any(|i| list.as_array().unwrap().iter().any(|x| same(i, x)))
+                };
+                let cmp = |test: fn(f64, f64) -> bool| {
+                    items.iter().any(|i| {
+                        i.as_f64()
+                            .zip(arg.as_f64())
+                            .is_some_and(|(x, b)| test(x, b))
+                    })
+                };
+                match op.as_str() {
+                    "$eq" => items.iter().any(|i| same(i, arg)),
+                    "$ne" => !items.iter().any(|i| same(i, arg)),
+                    "$in" => among(arg),
+                    "$nin" => !among(arg),
+                    "$gt" => cmp(|x, b| x > b),
+                    "$gte" => cmp(|x, b| x >= b),
+                    "$lt" => cmp(|x, b| x < b),
+                    "$lte" => cmp(|x, b| x <= b),
+                    other => panic!("not a Pinecone operator: {other}"),
+                }
+            }),
+        })
+}
+
+async fn ingest_filter_corpus(store: &PineconeStore) {
+    for (id, metadata) in sluice_testkit::filters::corpus() {
+        let info = sluice_core::stages::DocumentInfo {
+            id: id.into(),
+            metadata,
+            ..doc()
+        };
+        store
+            .replace_document(&tenant("acme"), &info, vec![chunk(0, "policy text")])
+            .await
+            .unwrap();
+    }
+}
+
+#[tokio::test]
+async fn the_filter_sent_selects_exactly_the_documents_its_meaning_lets_through() {
+    let s = setup(&[]).await;
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    ingest_filter_corpus(&store).await;
+    let records: Vec<Value> = s
+        .dense
+        .requests()
+        .into_iter()
+        .filter(|r| r.path == "/vectors/upsert")
+        .flat_map(|r| r.body["vectors"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(records.len(), 5);
+    // Flat metadata: the document's under meta.KEY, dates' instants under meta_ts.KEY.
+    let p25 = records
+        .iter()
+        .find(|r| r["metadata"]["doc_id"] == "policy-2025")
+        .unwrap();
+    assert_eq!(
+        p25["metadata"]["meta.updated_at"],
+        "2025-03-01T11:00:00+02:00"
+    );
+    assert_eq!(
+        p25["metadata"]["meta_ts.updated_at"],
+        json!(1_740_819_600.0)
+    );
+    assert_eq!(p25["metadata"]["meta.groups"], json!(["finance"]));
+    for (filter, expected) in sluice_testkit::filters::expected() {
+        s.dense.clear();
+        s.sparse.clear();
+        store
+            .search(
+                &tenant("acme"),
+                "policy text",
+                &[0.0, 1.0],
+                50,
+                Some(&filter),
+            )
+            .await
+            .unwrap();
+        // Both indexes' queries carry the same filter.
+        let dense = s.dense.requests().pop().unwrap().body;
+        let sparse = s.sparse.requests().pop().unwrap().body;
+        let sent = &dense["filter"];
+        assert_eq!(&sparse["filter"], sent);
+        for absent_negations in [false, true] {
+            let mut got: Vec<&str> = records
+                .iter()
+                .filter(|r| pinecone_passes(sent, &r["metadata"], absent_negations))
+                .map(|r| r["metadata"]["doc_id"].as_str().unwrap())
+                .collect();
+            got.sort();
+            let mut want = expected.clone();
+            want.sort();
+            assert_eq!(
+                got,
+                want,
+                "{} sent as {sent} ({absent_negations})",
+                filter.to_json()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn metadata_comes_back_as_sent_from_a_query_response() {
+    let body = json!({"matches": [{"id": "x", "score": 0.5, "metadata": {
+        "tenant": "acme", "doc_id": "d", "chunk": 0, "title": "T", "source": "s", "text": "t",
+        "tokens": 1, "meta.year": 2025.0, "meta.groups": ["hr"],
+        "meta.updated_at": "2025-03-01", "meta_ts.updated_at": 1_740_787_200.0,
+    }}]});
+    let hits = parse_query_response(&body.to_string()).unwrap();
+    assert_eq!(
+        serde_json::to_value(&hits[0].document.metadata).unwrap(),
+        json!({"year": 2025.0, "groups": ["hr"], "updated_at": "2025-03-01"})
+    );
+}
+
+#[cfg_attr(
+    specs_absent,
+    ignore = "the official API documents are not in SLUICE_SPECS_DIR (default ../shared/specs)"
+)]
+#[tokio::test]
+async fn filtered_queries_and_metadata_validate_against_the_official_documents() {
+    let data = spec(DATA);
+    let s = setup(&[]).await;
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    ingest_filter_corpus(&store).await;
+    for (filter, _) in sluice_testkit::filters::expected() {
+        store
+            .search(
+                &tenant("acme"),
+                "policy text",
+                &[0.0, 1.0],
+                5,
+                Some(&filter),
+            )
+            .await
+            .unwrap();
+    }
+    for r in s.dense.requests().into_iter().chain(s.sparse.requests()) {
+        let errors = data.check(&r);
+        assert!(
+            errors.is_empty(),
+            "{} {}: {errors:#?}\n{:#}",
+            r.method,
+            r.path,
+            r.body
+        );
+    }
 }

@@ -102,11 +102,17 @@ async fn every_request_body_validates_against_the_official_document() {
         .unwrap();
     store.bump_corpus_version(&tenant("acme")).await.unwrap();
     store
-        .search(&tenant("acme"), "replacement card days", &[0.0, 1.0], 5)
+        .search(
+            &tenant("acme"),
+            "replacement card days",
+            &[0.0, 1.0],
+            5,
+            None,
+        )
         .await
         .unwrap();
     store
-        .search(&tenant("acme"), "the of and", &[0.0, 1.0], 5)
+        .search(&tenant("acme"), "the of and", &[0.0, 1.0], 5, None)
         .await
         .unwrap();
     store.count(&tenant("acme")).await.unwrap();
@@ -202,7 +208,7 @@ async fn one_connection_serves_a_hundred_sequential_queries() {
     let store = QdrantStore::from_config(&config.store).unwrap();
     for _ in 0..100 {
         store
-            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
             .await
             .unwrap();
     }
@@ -217,7 +223,7 @@ async fn reads_are_retried_on_5xx_and_writes_are_not() {
     stand_in.fail_next.store(1, Ordering::SeqCst);
     assert_eq!(
         store
-            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
             .await
             .unwrap()
             .len(),
@@ -228,7 +234,7 @@ async fn reads_are_retried_on_5xx_and_writes_are_not() {
     stand_in.clear();
     stand_in.fail_next.store(2, Ordering::SeqCst);
     let e = store
-        .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+        .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("503"), "{e}");
@@ -257,7 +263,7 @@ async fn a_missing_collection_fails_writes_and_searches_with_what_to_do() {
         "{e}"
     );
     let e = store
-        .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+        .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
         .await
         .unwrap_err();
     assert!(e.to_string().contains("does not exist"), "{e}");
@@ -276,7 +282,7 @@ async fn a_slow_server_hits_the_call_timeout() {
     let store = QdrantStore::from_config(&config.store).unwrap();
     let started = Instant::now();
     let e = store
-        .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+        .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
         .await
         .unwrap_err();
     assert!(
@@ -297,7 +303,9 @@ async fn the_breaker_opens_skips_at_once_then_probes_and_closes() {
     stand_in.fail_next.store(3, Ordering::SeqCst);
     for _ in 0..3 {
         assert!(matches!(
-            store.search(&tenant("acme"), "card", &[0.0, 1.0], 5).await,
+            store
+                .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
+                .await,
             Err(StoreError::Backend(_))
         ));
     }
@@ -305,7 +313,9 @@ async fn the_breaker_opens_skips_at_once_then_probes_and_closes() {
     let sent = stand_in.sent();
     let started = Instant::now();
     assert!(matches!(
-        store.search(&tenant("acme"), "card", &[0.0, 1.0], 5).await,
+        store
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
+            .await,
         Err(StoreError::CircuitOpen)
     ));
     assert!(
@@ -318,11 +328,182 @@ async fn the_breaker_opens_skips_at_once_then_probes_and_closes() {
     assert_eq!(store.breaker().state(), "half_open");
     assert_eq!(
         store
-            .search(&tenant("acme"), "card", &[0.0, 1.0], 5)
+            .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
             .await
             .unwrap()
             .len(),
         2
     );
     assert_eq!(store.breaker().state(), "closed");
+}
+
+// ---- metadata filters -----------------------------------------------------------------------
+
+/// Whether a point's payload passes a Qdrant filter, by Qdrant's documented semantics: every
+/// `must`, at least one `should` (when there are any), no `must_not`; a condition on a key
+/// whose payload value is a list holds when it holds for one element; `match.value` is
+/// equality, `match.any` membership, `range` compares numbers, `is_empty` holds for a missing
+/// key, null or an empty list. An independent reading of the filter Sluice sends: the stand-in
+/// applies it to the points it was sent.
+fn qdrant_passes(filter: &Value, payload: &Value) -> bool {
+    let list = |k: &str| filter.get(k).and_then(Value::as_array).cloned();
+    list("must").is_none_or(|cs| cs.iter().all(|c| condition(c, payload)))
+        && list("should").is_none_or(|cs| cs.is_empty() || cs.iter().any(|c| condition(c, payload)))
+        && list("must_not").is_none_or(|cs| !cs.iter().any(|c| condition(c, payload)))
+}
+
+fn condition(c: &Value, payload: &Value) -> bool {
+    if ["must", "should", "must_not"]
+        .iter()
+        .any(|k| c.get(k).is_some())
+    {
+        return qdrant_passes(c, payload);
+    }
+    let lookup = |key: &str| key.split('.').try_fold(payload, |v, part| v.get(part));
+    if let Some(empty) = c.get("is_empty") {
+        return match lookup(empty["key"].as_str().unwrap()) {
+            None | Some(Value::Null) => true,
+            Some(Value::Array(items)) => items.is_empty(),
+            Some(_) => false,
+        };
+    }
+    let values: Vec<&Value> = match lookup(c["key"].as_str().expect("a field condition")) {
+        None => vec![],
+        Some(Value::Array(items)) => items.iter().collect(),
+        Some(v) => vec![v],
+    };
+    if let Some(m) = c.get("match") {
+        if let Some(v) = m.get("value") {
+            return values.contains(&v);
+        }
+        let any = m["any"].as_array().expect("match value or any");
+        return values.iter().any(|v| any.contains(v));
+    }
+    let range = c
+        .get("range")
+        .unwrap_or_else(|| panic!("unknown condition {c}"));
+    values.iter().filter_map(|v| v.as_f64()).any(|x| {
+        let bound = |k: &str| range.get(k).and_then(Value::as_f64);
+        bound("gt").is_none_or(|b| x > b)
+            && bound("gte").is_none_or(|b| x >= b)
+            && bound("lt").is_none_or(|b| x < b)
+            && bound("lte").is_none_or(|b| x <= b)
+    })
+}
+
+/// The filter corpus upserted through the adapter, for tenants acme and globex.
+async fn ingest_filter_corpus(store: &QdrantStore) {
+    for (id, metadata) in sluice_testkit::filters::corpus() {
+        let info = sluice_core::stages::DocumentInfo {
+            id: id.into(),
+            metadata,
+            ..doc()
+        };
+        for t in ["acme", "globex"] {
+            store
+                .replace_document(&tenant(t), &info, vec![chunk(0, "policy text")])
+                .await
+                .unwrap();
+        }
+    }
+}
+
+#[tokio::test]
+async fn the_filter_sent_selects_exactly_the_documents_its_meaning_lets_through() {
+    let (stand_in, config) = stand_in(&[]).await;
+    let store = QdrantStore::from_config(&config.store).unwrap();
+    ingest_filter_corpus(&store).await;
+    let points: Vec<Value> = stand_in
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PUT" && r.path.contains("/points?"))
+        .flat_map(|r| r.body["points"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(points.len(), 10);
+    for (filter, expected) in sluice_testkit::filters::expected() {
+        stand_in.clear();
+        store
+            .search(
+                &tenant("acme"),
+                "policy text",
+                &[0.0, 1.0],
+                50,
+                Some(&filter),
+            )
+            .await
+            .unwrap();
+        let query = stand_in.requests().pop().unwrap().body;
+        let sent = &query["filter"];
+        // The same filter on the fused query and inside both prefetches: the engine filters
+        // while it searches, never after.
+        for prefetch in query["prefetch"].as_array().unwrap() {
+            assert_eq!(&prefetch["filter"], sent);
+        }
+        let mut got: Vec<&str> = points
+            .iter()
+            .filter(|p| qdrant_passes(sent, &p["payload"]))
+            .map(|p| p["payload"]["doc_id"].as_str().unwrap())
+            .collect();
+        got.sort();
+        let mut want = expected.clone();
+        want.sort();
+        assert_eq!(got, want, "{} sent as {sent}", filter.to_json());
+    }
+}
+
+#[cfg_attr(
+    specs_absent,
+    ignore = "the official API documents are not in SLUICE_SPECS_DIR (default ../shared/specs)"
+)]
+#[tokio::test]
+async fn metadata_writes_indexes_and_filtered_searches_validate_against_the_official_document() {
+    let spec = spec(SPEC);
+    let (stand_in, config) = stand_in(&[]).await;
+    let store = QdrantStore::from_config(&config.store).unwrap();
+    ingest_filter_corpus(&store).await;
+    for (filter, _) in sluice_testkit::filters::expected() {
+        store
+            .search(
+                &tenant("acme"),
+                "policy text",
+                &[0.0, 1.0],
+                5,
+                Some(&filter),
+            )
+            .await
+            .unwrap();
+    }
+    let requests = stand_in.requests();
+    for r in &requests {
+        let errors = spec.check(r);
+        assert!(
+            errors.is_empty(),
+            "{} {}: {errors:#?}\n{:#}",
+            r.method,
+            r.path,
+            r.body
+        );
+    }
+    // One index per metadata field, asked for once, typed by the values.
+    let mut indexes: Vec<(String, String)> = requests
+        .iter()
+        .filter(|r| r.path.contains("/index"))
+        .map(|r| {
+            let field = r.body["field_name"].as_str().unwrap().to_string();
+            (field, r.body["field_schema"].as_str().unwrap().to_string())
+        })
+        .collect();
+    indexes.sort();
+    assert_eq!(
+        indexes,
+        [
+            ("meta.groups", "keyword"),
+            ("meta.public", "bool"),
+            ("meta.score", "float"),
+            ("meta.team", "keyword"),
+            ("meta.year", "float"),
+            ("meta_ts.updated_at", "float"),
+        ]
+        .map(|(f, s)| (f.to_string(), s.to_string()))
+    );
 }
