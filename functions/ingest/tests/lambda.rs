@@ -5,6 +5,8 @@
 use std::path::Path;
 
 use serde_json::{Value, json};
+use sluice_core::filter::Filter;
+use sluice_core::stages::Store;
 use sluice_tests::aws;
 use sluice_tests::lambda::Function;
 
@@ -105,4 +107,30 @@ async fn uploads_and_posted_documents_are_ingested_with_settings_from_the_secret
     assert_eq!(r.status(), 400);
     let body: Value = r.json().await.unwrap();
     assert!(body["error"]["code"].is_string(), "{body}");
+
+    // The uploaded Markdown file's front matter is its metadata, on every chunk in the store:
+    // a filter on it finds that file's chunks and no other's.
+    drop(function);
+    let store = sluice_retrieve::EdgeStore::open(data.path(), 384).unwrap();
+    let filter =
+        Filter::parse(&json!({"topic": "cards", "updated_at": {"$gte": "2025-06-01"}})).unwrap();
+    let unit = vec![1.0 / (384f32).sqrt(); 384];
+    let hits = store
+        .search(
+            &sluice_tests::tenant("acme"),
+            "lost card",
+            &unit,
+            50,
+            Some(&filter),
+        )
+        .await
+        .unwrap();
+    assert!(hits.len() >= 4, "{hits:?}");
+    for hit in &hits {
+        assert_eq!(hit.document.id, "acme/cards/lost card.md");
+        assert_eq!(
+            serde_json::to_value(&hit.document.metadata).unwrap(),
+            json!({"topic": "cards", "updated_at": "2025-06-02"})
+        );
+    }
 }

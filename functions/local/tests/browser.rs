@@ -114,6 +114,32 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
     for stage in ["embed", "retrieve", "prompt", "llm_ttft", "ttft", "total"] {
         assert!(stages.contains(&stage), "{stage} missing from {stages:?}");
     }
+    // With a metadata filter: bad JSON refused in the page, then only the documents whose
+    // front matter passes it, their metadata shown.
+    assert!(
+        seen["badFilter"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("The filter is not JSON")),
+        "{}",
+        seen["badFilter"]
+    );
+    let filtered = &seen["filtered"];
+    assert_eq!(filtered["error"], "");
+    let sources = filtered["sources"].as_array().expect("sources");
+    assert!(!sources.is_empty());
+    for source in sources {
+        assert!(
+            source
+                .as_str()
+                .is_some_and(|t| t.contains("Resetting your online banking password")),
+            "{sources:?}"
+        );
+    }
+    let shown = filtered["metadata"].as_array().expect("metadata");
+    assert_eq!(shown.len(), sources.len());
+    for metadata in shown {
+        assert_eq!(metadata, "topic: accounts · updated_at: 2024-11-20");
+    }
     let png = std::fs::read(&screenshot).expect("screenshot");
     assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
     eprintln!("screenshot: {}", screenshot.display());

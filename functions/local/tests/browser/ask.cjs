@@ -57,7 +57,25 @@ const question = "What should I do if I lose my card?";
       busy: document.getElementById("answer").getAttribute("aria-busy"),
     }));
     await page.screenshot({ path: screenshot, fullPage: true });
-    console.log(JSON.stringify({ title, uploaded, early, done, problems }));
+
+    // A metadata filter typed in the page: not JSON is refused there; JSON goes with the
+    // question, and the sources show their metadata.
+    await page.fill("#filter", "{topic: accounts");
+    await page.click("#ask");
+    await page.waitForFunction(() => document.getElementById("error").textContent.length > 0,
+      null, { timeout: 10000 });
+    const badFilter = await page.textContent("#error");
+    await page.fill("#filter", '{"topic": "accounts"}');
+    await page.fill("#question", "How do I reset my password?");
+    await page.click("#ask");
+    await page.waitForFunction(() => document.getElementById("total").textContent !== "–",
+      null, { timeout: 60000 });
+    const filtered = await page.evaluate(() => ({
+      error: document.getElementById("error").textContent,
+      sources: [...document.querySelectorAll("#sources li")].map((li) => li.textContent),
+      metadata: [...document.querySelectorAll("#sources .metadata")].map((m) => m.textContent),
+    }));
+    console.log(JSON.stringify({ title, uploaded, early, done, badFilter, filtered, problems }));
   } finally {
     await browser.close();
   }
