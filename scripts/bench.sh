@@ -39,7 +39,10 @@ for n in 12 64 128; do
   onnx=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$ort" "$n")
   python3 -c "import sys; t,o=float(sys.argv[1]),float(sys.argv[2]); print(f'embed {sys.argv[3]:>3} tokens: tract {t/1e6:6.2f} ms  onnxruntime {o/1e6:6.2f} ms  ratio {t/o:.2f}')" "$tract" "$onnx" "$n"
 done
-python3 -c "import sys; print(f'hybrid search, 10,000 chunks, k=5: {float(sys.argv[1])/1e3:.0f} µs')" "$(median "$crit/hybrid_search_10k_chunks_k5/new/estimates.json")"
+for f in "" _filter_1pct _filter_50pct; do
+  python3 -c "import sys; print(f'hybrid search, 10,000 chunks, k=5{sys.argv[2] or \" (no filter)\"}: {float(sys.argv[1])/1e3:.0f} µs')" \
+    "$(median "$crit/hybrid_search_10k_chunks_k5$f/new/estimates.json")" "$f"
+done
 grep -h "pipeline overhead before the LLM call\|pipeline stages\|^sandbox:\|^cache-hit ttft\|^cache lookup\|client overhead per query\|^answer function init" "$log" || true
 python3 -c "import sys; print(f'sandbox: compile + smoke run at upload (keyword-boost): {float(sys.argv[1])/1e3:.0f} µs')" "$(median "$crit/sandbox_compile_upload/new/estimates.json")"
 rm -f "$log"

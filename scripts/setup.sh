@@ -47,9 +47,9 @@ SAM_TOOLS=(aws-sam-cli==1.170.0)
 # it (MIT): 698 documents and 97 tasks with required_documents.
 INSPECT_EVALS_PKG=inspect-evals==0.28.0
 
-# The official OpenAI client, in a venv of its own ($SLUICE_HOME/openai), for the test that
-# drives /v1/chat/completions with it.
-OPENAI_PKG=openai==3.57.0
+# The official OpenAI client and LangChain's ChatOpenAI, in a venv of their own
+# ($SLUICE_HOME/openai), for the tests that drive /v1/chat/completions with them.
+OPENAI_PKGS=(openai==3.57.0 langchain-openai==1.7.4 langchain-core==1.8.3)
 # The browser test's driver (Chromium itself comes from Debian).
 PLAYWRIGHT_PKG=playwright-core@1.65.1
 # The supply-chain check and the fuzzer driver, built from crates.io (both: about 1.5
@@ -87,11 +87,11 @@ tools() {
     "$cache/iac/bin/pip" install -q --disable-pip-version-check "${IAC_TOOLS[@]}"
     touch "$cache/iac/.ok-v1"
   fi
-  if [ ! -f "$cache/openai/.ok-v1" ]; then
-    log "creating the OpenAI client's venv $cache/openai"
+  if [ ! -f "$cache/openai/.ok-v2" ]; then
+    log "creating the OpenAI clients' venv $cache/openai (openai, langchain-openai)"
     python3 -m venv "$cache/openai"
-    "$cache/openai/bin/pip" install -q --disable-pip-version-check "$OPENAI_PKG"
-    touch "$cache/openai/.ok-v1"
+    "$cache/openai/bin/pip" install -q --disable-pip-version-check "${OPENAI_PKGS[@]}"
+    touch "$cache/openai/.ok-v2"
   fi
   if [ ! -f "$cache/sam/.ok-v1" ]; then
     log "creating the SAM CLI's venv $cache/sam"

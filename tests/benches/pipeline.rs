@@ -39,6 +39,7 @@ impl Llm for Stopwatch {
             Ok(LlmEvent::Finish {
                 finish_reason: "stop".into(),
                 completion_tokens: Some(1),
+                prompt_tokens: None,
             }),
         ];
         Ok(Box::pin(futures::stream::iter(events)))
@@ -104,6 +105,8 @@ fn bench(c: &mut Criterion) {
             query: QUERIES[i % QUERIES.len()].into(),
             k: 5,
             filter: None,
+            conversation: Default::default(),
+            max_tokens: None,
             session_id: None,
             retrieval_deadline: Duration::from_secs(10),
             received: Instant::now(),

@@ -45,6 +45,7 @@ async fn ask(llm: &OpenAiClient, max_tokens: u32) -> (Vec<String>, String, Optio
             LlmEvent::Finish {
                 finish_reason,
                 completion_tokens,
+                ..
             } => {
                 let spread = last - first.unwrap_or(last);
                 return (tokens, finish_reason, completion_tokens, spread);

@@ -552,8 +552,8 @@ pub fn encode(entry: &CacheEntry) -> Result<HashMap<String, AttributeValue>, Cac
     if let Some(version) = &entry.scope.rerank {
         item.insert("rr".to_string(), s(version));
     }
-    if let Some(filter) = &entry.scope.filter {
-        item.insert("fl".to_string(), s(filter));
+    if let Some(variant) = &entry.scope.variant {
+        item.insert("vr".to_string(), s(variant));
     }
     for (band, bucket) in entry.buckets.iter().enumerate().take(BANDS) {
         item.insert(bucket_attr(band), s(&bucket_value(&entry.tenant, *bucket)));
@@ -631,7 +631,7 @@ pub fn decode(item: &HashMap<String, AttributeValue>) -> Result<CacheEntry, Stri
             prompt_version: u32::try_from(number("pv")?).map_err(|e| e.to_string())?,
             k: usize::try_from(number("k")?).map_err(|e| e.to_string())?,
             rerank: item.get("rr").map(|_| text("rr")).transpose()?,
-            filter: item.get("fl").map(|_| text("fl")).transpose()?,
+            variant: item.get("vr").map(|_| text("vr")).transpose()?,
         },
         expires_at: number("ttl")?,
         answer,
@@ -657,7 +657,7 @@ mod tests {
                 prompt_version: 1,
                 k: 5,
                 rerank: Some("abc".into()),
-                filter: Some("f".repeat(64)),
+                variant: Some("f".repeat(64)),
             },
             expires_at: 1_900_000_000,
             answer: CachedAnswer {

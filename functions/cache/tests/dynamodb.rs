@@ -52,7 +52,7 @@ fn scope() -> Scope {
         prompt_version: 1,
         k: 5,
         rerank: None,
-        filter: None,
+        variant: None,
     }
 }
 

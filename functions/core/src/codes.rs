@@ -87,6 +87,9 @@ wire_names! {
         InvalidComponent = "invalid_component",
         /// A chat completion asking for `n` other than 1.
         InvalidN = "invalid_n",
+        /// A chat completion's `max_tokens` (or `max_completion_tokens`) not a whole number
+        /// from 1.
+        InvalidMaxTokens = "invalid_max_tokens",
         /// The request body could not be read.
         UnreadableBody = "unreadable_body",
         /// Auth on and no API key.
@@ -151,7 +154,7 @@ impl Code {
         match self {
             InvalidJson | MissingQuery | EmptyQuery | QueryTooLong | InvalidK | InvalidDeadline
             | InvalidSessionId | InvalidCache | InvalidDocument | InvalidFilter | InvalidTenant
-            | InvalidComponent | InvalidN | UnreadableBody => 400,
+            | InvalidComponent | InvalidN | InvalidMaxTokens | UnreadableBody => 400,
             MissingApiKey | InvalidApiKey => 401,
             ForbiddenTenant | PermissionDenied | CrossOrigin | ForbiddenHost => 403,
             NotFound | UnknownVersion | CacheDisabled | ComponentsDisabled => 404,
@@ -194,6 +197,9 @@ wire_names! {
         RetrievalCircuitOpen = "retrieval_circuit_open",
         /// Some sources were dropped to fit the prompt budget.
         ContextTruncated = "context_truncated",
+        /// Some earlier turns of the conversation (the oldest) were left out of the prompt to
+        /// fit its budget.
+        HistoryTruncated = "history_truncated",
         /// The tenant's rerank component failed (trap, limit, host budget, bad output) or ran
         /// past the deadline: fused order kept.
         RerankFailed = "rerank_failed",

@@ -48,7 +48,7 @@ use crate::prompt::{self, Prompt};
 use crate::sse::{
     CacheState, Done, ErrorEvent, Event, Meta, PromptEcho, SourceDoc, Timings, Token,
 };
-use crate::stages::{ActiveComponent, Embedder, Hit, Llm, LlmEvent, Reranker, Store};
+use crate::stages::{ActiveComponent, ChatMessage, Embedder, Hit, Llm, LlmEvent, Reranker, Store};
 use crate::trace::TraceContext;
 
 /// Characters of a chunk shown as its snippet in `meta`.
@@ -66,6 +66,12 @@ pub struct AnswerRequest {
     /// Which documents the answer may use: the key's mandatory filter ANDed with the one the
     /// request sent ([`Filter::and`]); `None` for all of the tenant's.
     pub filter: Option<Filter>,
+    /// The conversation before the question (chat route): its earlier user and assistant
+    /// turns, oldest first, and the client's own system message. Empty for `/v1/answer`.
+    pub conversation: Conversation,
+    /// The most tokens to generate, when the client asked for fewer than
+    /// `SLUICE_MAX_TOKENS` (which caps every answer).
+    pub max_tokens: Option<u32>,
     /// The client's session, if it sent one.
     pub session_id: Option<String>,
     /// Budget of everything before the LLM call, from `received`.
@@ -83,6 +89,62 @@ pub struct AnswerRequest {
     /// running then ends with a retryable `deadline_exceeded` error instead of being cut off
     /// with no ending, and the upstream LLM request is dropped.
     pub ends_by: Option<Deadline>,
+}
+
+/// What a chat client sent besides its last question.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Conversation {
+    /// Earlier turns (`user` and `assistant`), oldest first.
+    pub history: Vec<ChatMessage>,
+    /// The client's system message(s), joined: added to Sluice's instructions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+}
+
+/// How many earlier user turns a follow-up's retrieval reads besides the question (newest
+/// first, after it): enough for "and for premium accounts?" to find what it refers to,
+/// few enough that a change of subject is still retrieved mostly by its own words.
+pub const FOLLOW_UP_TURNS: usize = 1;
+
+impl AnswerRequest {
+    /// What retrieval (embedding, BM25, rerank) reads: the question, then the last
+    /// [`FOLLOW_UP_TURNS`] earlier user turns, newest first — so that a follow-up is found by
+    /// what it refers to, and a question too long for the embedding window loses the oldest
+    /// context, not itself.
+    pub fn retrieval_text(&self) -> std::borrow::Cow<'_, str> {
+        let earlier: Vec<&str> = (self.conversation.history.iter().rev())
+            .filter(|m| m.role == "user")
+            .take(FOLLOW_UP_TURNS)
+            .map(|m| m.content.as_str())
+            .collect();
+        if earlier.is_empty() {
+            return std::borrow::Cow::Borrowed(&self.query);
+        }
+        let mut text = self.query.clone();
+        for turn in earlier {
+            text.push('\n');
+            text.push_str(turn);
+        }
+        std::borrow::Cow::Owned(text)
+    }
+
+    /// Digest of what else shapes this answer besides the question and the scope's fields —
+    /// the effective filter, the conversation, a `max_tokens` below the server's — or `None`
+    /// when nothing does. Cached answers are keyed and scoped by it: one made under one
+    /// filter, conversation or length never answers another.
+    pub fn variant(&self) -> Option<String> {
+        let plain = self.filter.is_none()
+            && self.conversation == Conversation::default()
+            && self.max_tokens.is_none();
+        (!plain).then(|| {
+            let what = serde_json::json!({
+                "filter": self.filter.as_ref().map(Filter::to_json),
+                "conversation": self.conversation,
+                "max_tokens": self.max_tokens,
+            });
+            crate::sha256_hex(what.to_string().as_bytes())
+        })
+    }
 }
 
 /// The answer path's stages, built once at start and shared by every request.
@@ -270,7 +332,8 @@ impl Pipeline {
             // 6. Generation.
             let llm_start = Instant::now();
             let traceparent = request.trace.header();
-            let max_tokens = this.config.max_tokens;
+            let max_tokens = request.max_tokens.map_or(this.config.max_tokens, |n| n.min(this.config.max_tokens));
+            let estimated_prompt_tokens = prompt.estimated_tokens as u64;
             let mut upstream = match this.llm.stream(prompt.messages, max_tokens, &traceparent).await {
                 Ok(s) => s,
                 Err(e) => {
@@ -294,8 +357,8 @@ impl Pipeline {
                         tokens.push(text.clone());
                         yield Event::Token(Token { text, index });
                     }
-                    Ok(LlmEvent::Finish { finish_reason, completion_tokens }) => {
-                        finish = Some((finish_reason, completion_tokens));
+                    Ok(LlmEvent::Finish { finish_reason, completion_tokens, prompt_tokens }) => {
+                        finish = Some((finish_reason, completion_tokens, prompt_tokens));
                         break;
                     }
                     Err(e) => {
@@ -305,7 +368,7 @@ impl Pipeline {
                     }
                 }
             }
-            let Some((finish_reason, usage_tokens)) = finish else {
+            let Some((finish_reason, usage_tokens, prompt_tokens)) = finish else {
                 let e = LlmError::Stream("the upstream closed the stream before it finished".into());
                 warn!(tokens = tokens.len(), "LLM stream ended without a finish reason");
                 yield Event::Error(llm_error(&e, !tokens.is_empty()));
@@ -355,6 +418,7 @@ impl Pipeline {
                 token_count,
                 token_count_source: source.into(),
                 tokens_per_sec: if generating > 0.0 { token_count as f64 / generating } else { 0.0 },
+                prompt_tokens: prompt_tokens.unwrap_or(estimated_prompt_tokens),
                 finish_reason,
                 cached: false,
                 timings: progress.timings,
@@ -514,7 +578,7 @@ impl Pipeline {
             embed_model: self.embedder.model_id().to_string(),
             prompt_version: prompt::PROMPT_VERSION,
             k: request.k,
-            filter: request.filter.as_ref().map(Filter::digest),
+            variant: request.variant(),
         }
     }
 
@@ -567,6 +631,8 @@ impl Pipeline {
             token_count: answer.token_count,
             token_count_source: answer.token_count_source,
             tokens_per_sec: 0.0,
+            // No prompt was sent: a cached answer costs the LLM nothing.
+            prompt_tokens: 0,
             finish_reason: answer.finish_reason,
             cached: true,
             timings: timings.clone(),
@@ -586,7 +652,7 @@ impl Pipeline {
         }
         let started = Instant::now();
         let embedder = Arc::clone(&self.embedder);
-        let query = request.query.clone();
+        let query = request.retrieval_text().into_owned();
         let task = tokio::task::spawn_blocking(move || {
             let vectors = embedder
                 .embed(&[query.as_str()])
@@ -630,9 +696,10 @@ impl Pipeline {
     ) -> Result<Vec<Hit>, Degraded> {
         let deadline = progress.deadline;
         let started = Instant::now();
+        let text = request.retrieval_text();
         let search = self.store.search(
             &request.tenant,
-            &request.query,
+            &text,
             vector,
             request.k,
             request.filter.as_ref(),
@@ -664,7 +731,7 @@ impl Pipeline {
             return Ok(hits);
         }
         let started = Instant::now();
-        let (query, vector, candidates) = (request.query.clone(), vector.to_vec(), hits.clone());
+        let (query, vector, candidates) = (text.into_owned(), vector.to_vec(), hits.clone());
         let span = tracing::Span::current();
         let task = tokio::task::spawn_blocking(move || {
             let _span = span.enter();
@@ -698,9 +765,18 @@ impl Pipeline {
         let counter = |text: &str| self.embedder.count_tokens(text);
         let budget =
             prompt::input_budget(self.config.context_tokens, self.config.max_tokens as usize);
-        let prompt = prompt::assemble(&request.query, hits, budget, &counter);
+        let prompt = prompt::assemble(
+            &request.query,
+            &request.conversation,
+            hits,
+            budget,
+            &counter,
+        );
         if prompt.dropped > 0 {
             progress.degraded.push(Degraded::ContextTruncated);
+        }
+        if prompt.turns_dropped > 0 {
+            progress.degraded.push(Degraded::HistoryTruncated);
         }
         progress.timings.prompt_ms = Some(ms(started.elapsed()));
         prompt
@@ -883,10 +959,9 @@ fn add_ms(slot: &mut Option<f64>, d: Duration) {
     *slot = Some(slot.unwrap_or(0.0) + ms(d));
 }
 
-/// The request's question as the cache sees it, under its filter.
+/// The request's question as the cache sees it, under its variant.
 fn probe(request: &AnswerRequest) -> Probe {
-    let digest = request.filter.as_ref().map(Filter::digest);
-    Probe::filtered(&request.query, digest.as_deref())
+    Probe::scoped(&request.query, request.variant().as_deref())
 }
 
 fn source_doc(hit: &Hit) -> SourceDoc {

@@ -1,6 +1,7 @@
 //! Prompt assembly: numbered sources `[1]..[k]`, under a token budget derived from the LLM's
 //! context window, lowest-ranked sources dropped first.
 
+use crate::pipeline::Conversation;
 use crate::stages::{ChatMessage, Hit};
 
 /// Version of the instructions and the prompt layout below. Cached answers carry it and
@@ -29,6 +30,8 @@ pub struct Prompt {
     pub sources: Vec<Hit>,
     /// How many sources were dropped to fit the budget.
     pub dropped: usize,
+    /// How many earlier turns of the conversation (the oldest) were left out to fit it.
+    pub turns_dropped: usize,
     /// Estimated prompt tokens.
     pub estimated_tokens: usize,
 }
@@ -47,17 +50,25 @@ const PER_SOURCE_FRAMING: usize = 4;
 /// Tokens of `Sources:` and `Question:`.
 const SOURCES_FRAMING: usize = 4;
 
-/// Builds the chat messages for `question` over `hits` (best first), dropping the
-/// lowest-ranked sources until the prompt fits `budget` tokens. Source texts are not
-/// tokenised again: their counts come from ingest ([`Hit::tokens`]); `count` is used for the
-/// question, the titles and the instructions.
+/// Builds the chat messages for `question` over `hits` (best first) in `conversation`,
+/// under `budget` tokens: the instructions, the sources and the question come first (the
+/// lowest-ranked sources dropped until they fit), then the earlier turns, newest first, as
+/// many as the rest of the budget holds (the oldest left out first). Source texts are not
+/// tokenised again: their counts come from ingest ([`Hit::tokens`]); `count` is used for
+/// the question, the titles, the turns and the instructions.
+///
+/// The messages: one system message — Sluice's instructions, then the client's own system
+/// message after a blank line (one system message, first: what chat templates expect) —,
+/// the kept turns in their order, and the user message with the sources and the question.
 pub fn assemble(
     question: &str,
+    conversation: &Conversation,
     hits: Vec<Hit>,
     budget: usize,
     count: &dyn Fn(&str) -> usize,
 ) -> Prompt {
-    let question_tokens = count(question) + 2 * PER_MESSAGE_OVERHEAD;
+    let client_system = conversation.system.as_deref().map_or(0, count);
+    let question_tokens = count(question) + 2 * PER_MESSAGE_OVERHEAD + client_system;
     let costs: Vec<usize> = hits
         .iter()
         .map(|h| {
@@ -81,25 +92,52 @@ pub fn assemble(
     let mut sources = hits;
     let dropped = sources.len() - keep;
     sources.truncate(keep);
-    let estimated_tokens = if keep == 0 {
+    let mut estimated_tokens = if keep == 0 {
         count(SYSTEM_WITHOUT_SOURCES) + question_tokens
     } else {
         total
     };
+    // The turns that fit what is left, newest first.
+    let turns = &conversation.history;
+    let mut first_kept = turns.len();
+    while first_kept > 0 {
+        let cost = count(&turns[first_kept - 1].content) + PER_MESSAGE_OVERHEAD;
+        if estimated_tokens + cost > budget {
+            break;
+        }
+        estimated_tokens += cost;
+        first_kept -= 1;
+    }
     Prompt {
-        messages: messages(question, &sources),
+        messages: messages(question, conversation, &turns[first_kept..], &sources),
         sources,
         dropped,
+        turns_dropped: first_kept,
         estimated_tokens,
     }
 }
 
-fn messages(question: &str, sources: &[Hit]) -> Vec<ChatMessage> {
+fn messages(
+    question: &str,
+    conversation: &Conversation,
+    turns: &[ChatMessage],
+    sources: &[Hit],
+) -> Vec<ChatMessage> {
+    let instructions = if sources.is_empty() {
+        SYSTEM_WITHOUT_SOURCES
+    } else {
+        SYSTEM_WITH_SOURCES
+    };
+    let system = match &conversation.system {
+        Some(own) => format!("{instructions}\n\n{own}"),
+        None => instructions.to_string(),
+    };
+    let mut messages = Vec::with_capacity(turns.len() + 2);
+    messages.push(ChatMessage::new("system", system));
+    messages.extend(turns.iter().cloned());
     if sources.is_empty() {
-        return vec![
-            ChatMessage::new("system", SYSTEM_WITHOUT_SOURCES),
-            ChatMessage::new("user", question),
-        ];
+        messages.push(ChatMessage::new("user", question));
+        return messages;
     }
     let mut user = String::from("Sources:\n\n");
     for (i, hit) in sources.iter().enumerate() {
@@ -112,10 +150,8 @@ fn messages(question: &str, sources: &[Hit]) -> Vec<ChatMessage> {
     }
     user.push_str("Question: ");
     user.push_str(question);
-    vec![
-        ChatMessage::new("system", SYSTEM_WITH_SOURCES),
-        ChatMessage::new("user", user),
-    ]
+    messages.push(ChatMessage::new("user", user));
+    messages
 }
 
 #[cfg(test)]
@@ -143,9 +179,93 @@ mod tests {
         s.split_whitespace().count()
     }
 
+    fn none() -> Conversation {
+        Conversation::default()
+    }
+
+    fn chat(turns: &[(&str, &str)], system: Option<&str>) -> Conversation {
+        Conversation {
+            history: turns.iter().map(|(r, c)| ChatMessage::new(r, *c)).collect(),
+            system: system.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn earlier_turns_go_between_the_instructions_and_the_question() {
+        let c = chat(
+            &[
+                ("user", "what is the atm limit?"),
+                ("assistant", "500 dollars [1]"),
+            ],
+            Some("Answer in French."),
+        );
+        let p = assemble("and for premium?", &c, vec![hit("a", 3)], 1000, &words);
+        let roles: Vec<&str> = p.messages.iter().map(|m| m.role.as_str()).collect();
+        assert_eq!(roles, ["system", "user", "assistant", "user"]);
+        assert_eq!(
+            p.messages[0].content,
+            format!("{SYSTEM_WITH_SOURCES}\n\nAnswer in French.")
+        );
+        assert_eq!(p.messages[1].content, "what is the atm limit?");
+        assert!(
+            p.messages[3]
+                .content
+                .ends_with("Question: and for premium?")
+        );
+        assert_eq!(p.turns_dropped, 0);
+        // Without sources, the same place for the turns and the client's system message.
+        let p = assemble("and for premium?", &c, vec![], 1000, &words);
+        assert_eq!(
+            p.messages[0].content,
+            format!("{SYSTEM_WITHOUT_SOURCES}\n\nAnswer in French.")
+        );
+        assert_eq!(p.messages.len(), 4);
+    }
+
+    #[test]
+    fn the_oldest_turns_are_left_out_first_and_sources_keep_their_place() {
+        let turns: Vec<(&str, String)> = (0..6)
+            .map(|i| {
+                (
+                    if i % 2 == 0 { "user" } else { "assistant" },
+                    format!("turn {i} {}", "w ".repeat(20)),
+                )
+            })
+            .collect();
+        let turns: Vec<(&str, &str)> = turns.iter().map(|(r, c)| (*r, c.as_str())).collect();
+        let c = chat(&turns, None);
+        let full = assemble("q", &c, vec![hit("a", 50)], usize::MAX, &words);
+        assert_eq!(full.turns_dropped, 0);
+        // Room for about two turns fewer: the two oldest go, the source stays.
+        let p = assemble(
+            "q",
+            &c,
+            vec![hit("a", 50)],
+            full.estimated_tokens - 40,
+            &words,
+        );
+        assert_eq!((p.turns_dropped, p.dropped), (2, 0));
+        assert!(
+            p.messages[1].content.starts_with("turn 2 "),
+            "{:?}",
+            p.messages[1]
+        );
+        assert!(p.estimated_tokens <= full.estimated_tokens - 40);
+        // No room for any turn: the question and its source still go.
+        let bare = assemble("q", &none(), vec![hit("a", 50)], usize::MAX, &words);
+        let p = assemble("q", &c, vec![hit("a", 50)], bare.estimated_tokens, &words);
+        assert_eq!((p.turns_dropped, p.dropped, p.messages.len()), (6, 0, 2));
+    }
+
     #[test]
     fn sources_are_numbered_in_rank_order() {
-        let p = assemble("why?", vec![hit("a", 3), hit("b", 3)], 1000, &words);
+        let p = assemble(
+            "why?",
+            &none(),
+            vec![hit("a", 3), hit("b", 3)],
+            1000,
+            &words,
+        );
         assert_eq!(p.messages[0].content, SYSTEM_WITH_SOURCES);
         let user = &p.messages[1].content;
         let a = user.find("[1] Title a").unwrap();
@@ -157,8 +277,8 @@ mod tests {
     #[test]
     fn lowest_ranked_sources_are_dropped_to_fit() {
         let hits = vec![hit("a", 100), hit("b", 100), hit("c", 100)];
-        let full = assemble("q", hits.clone(), usize::MAX, &words).estimated_tokens;
-        let p = assemble("q", hits, full - 50, &words);
+        let full = assemble("q", &none(), hits.clone(), usize::MAX, &words).estimated_tokens;
+        let p = assemble("q", &none(), hits, full - 50, &words);
         assert_eq!(p.dropped, 1);
         assert_eq!(
             p.sources
@@ -173,11 +293,11 @@ mod tests {
 
     #[test]
     fn no_context_gets_its_own_instruction() {
-        let p = assemble("what is rust?", vec![], 1000, &words);
+        let p = assemble("what is rust?", &none(), vec![], 1000, &words);
         assert_eq!(p.messages[0].content, SYSTEM_WITHOUT_SOURCES);
         assert_eq!(p.messages[1].content, "what is rust?");
         // Everything dropped also ends in the no-context instruction.
-        let p = assemble("q", vec![hit("a", 500)], 100, &words);
+        let p = assemble("q", &none(), vec![hit("a", 500)], 100, &words);
         assert_eq!(
             (p.dropped, p.messages[0].content.as_str()),
             (1, SYSTEM_WITHOUT_SOURCES)
@@ -188,6 +308,7 @@ mod tests {
     fn the_estimate_covers_the_assembled_messages() {
         let p = assemble(
             "what now?",
+            &none(),
             vec![hit("a", 40), hit("b", 60)],
             usize::MAX,
             &words,

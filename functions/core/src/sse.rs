@@ -148,6 +148,10 @@ pub struct Done {
     pub token_count_source: String,
     /// `token_count` over the generation time after the first token.
     pub tokens_per_sec: f64,
+    /// Tokens of the prompt sent to the LLM: the upstream's count when it reports `usage`,
+    /// else Sluice's estimate; 0 for a cached answer (no prompt was sent).
+    #[serde(default)]
+    pub prompt_tokens: u64,
     /// Why generation stopped (`stop`, `length`, …).
     pub finish_reason: String,
     /// Whether the answer came from the cache.

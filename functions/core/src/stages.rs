@@ -256,6 +256,8 @@ pub enum LlmEvent {
         finish_reason: String,
         /// Completion tokens as counted by the upstream, when it reports usage.
         completion_tokens: Option<u64>,
+        /// Prompt tokens as counted by the upstream, when it reports usage.
+        prompt_tokens: Option<u64>,
     },
 }
 

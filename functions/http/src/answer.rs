@@ -16,7 +16,7 @@ use sluice_core::auth::Permission;
 use sluice_core::codes::Code;
 use sluice_core::config::{AnswerConfig, MAX_K, MAX_QUERY_CHARS};
 use sluice_core::filter::Filter;
-use sluice_core::pipeline::AnswerRequest;
+use sluice_core::pipeline::{AnswerRequest, Conversation};
 use sluice_core::sse::Event;
 use sluice_core::trace::TraceContext;
 use sluice_core::{Pipeline, Tenant};
@@ -172,6 +172,8 @@ pub(crate) fn checked_request(
         query,
         k,
         filter: Filter::and(key_filter, sent.as_ref()),
+        conversation: Conversation::default(),
+        max_tokens: None,
         session_id: body.session_id,
         retrieval_deadline,
         received,

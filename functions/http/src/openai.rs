@@ -13,10 +13,15 @@
 //! `{"error": {"message", "type", "param", "code"}}`; one during a stream arrives as a chunk
 //! of that shape, which OpenAI's clients raise as an error.
 //!
-//! Earlier turns of the conversation are not sent to the model: each question is answered
-//! from the tenant's documents alone. `model` is accepted whatever it names (the deployment's
-//! model answers, and the responses say which); `max_tokens`, `temperature` and the other
-//! sampling fields are accepted and not used (`SLUICE_MAX_TOKENS` caps every answer).
+//! A conversation is read whole: the last user message is the question; the user and
+//! assistant turns before it go to the model (within the prompt budget, the oldest left out
+//! first: `history_truncated`), and the last earlier user turn is retrieved with the question
+//! so that a follow-up finds what it refers to; system (and `developer`) messages are added
+//! to Sluice's instructions. `usage` comes with a whole completion and, with
+//! `stream_options.include_usage`, as a last chunk without choices, as OpenAI sends them.
+//! `max_tokens` (or `max_completion_tokens`) is honoured up to `SLUICE_MAX_TOKENS`. `model`
+//! is accepted whatever it names (the deployment's model answers, and the responses say
+//! which); `temperature` and the other sampling fields are accepted and not used.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
@@ -32,7 +37,9 @@ use serde_json::{Value, json};
 
 use sluice_core::auth::Permission;
 use sluice_core::codes::Code;
+use sluice_core::pipeline::Conversation;
 use sluice_core::sse::{Done, ErrorEvent, Event, Meta};
+use sluice_core::stages::ChatMessage;
 
 use crate::admit::admit;
 use crate::answer::{AnswerBody, checked_request, open_answer, read_body, sse_response};
@@ -84,11 +91,23 @@ struct ChatRequest {
     #[serde(default)]
     stream: bool,
     #[serde(default)]
+    stream_options: Option<StreamOptions>,
+    #[serde(default)]
     n: Option<u32>,
+    #[serde(default)]
+    max_tokens: Option<Value>,
+    #[serde(default)]
+    max_completion_tokens: Option<Value>,
     /// Sluice's own options: `k`, `retrieval_deadline_ms`, `cache`, `session_id`,
     /// `include_prompt`, as `POST /v1/answer` takes them (and checks them).
     #[serde(default)]
     sluice: Option<AnswerBody>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: bool,
 }
 
 #[derive(Debug, Deserialize)]
@@ -126,6 +145,56 @@ impl Content {
                 .join("\n"),
         }
     }
+}
+
+/// What a chat request asks besides its question: the turns before the question, the
+/// client's system messages, and a `max_tokens`.
+struct ChatParts {
+    conversation: Conversation,
+    max_tokens: Option<u32>,
+}
+
+/// The turns before the last user message and the system messages, as the pipeline takes
+/// them; `max_tokens` (or its newer name) checked.
+fn chat_parts(request: &ChatRequest) -> Result<ChatParts, ApiError> {
+    let last_user = request.messages.iter().rposition(|m| m.role == "user");
+    let text = |m: &Message| m.content.as_ref().map(Content::text).unwrap_or_default();
+    let system: Vec<String> = request
+        .messages
+        .iter()
+        .filter(|m| m.role == "system" || m.role == "developer")
+        .map(text)
+        .filter(|t| !t.trim().is_empty())
+        .collect();
+    let history = request.messages[..last_user.unwrap_or(0)]
+        .iter()
+        .filter(|m| m.role == "user" || m.role == "assistant")
+        .map(|m| ChatMessage::new(&m.role, text(m)))
+        .filter(|m| !m.content.trim().is_empty())
+        .collect();
+    let max_tokens = match request
+        .max_completion_tokens
+        .as_ref()
+        .or(request.max_tokens.as_ref())
+    {
+        None | Some(Value::Null) => None,
+        Some(v) => match v.as_u64() {
+            Some(n) if n >= 1 => Some(u32::try_from(n).unwrap_or(u32::MAX)),
+            _ => {
+                return Err(ApiError::new(
+                    Code::InvalidMaxTokens,
+                    format!("\"max_tokens\" is {v}; it must be a whole number from 1"),
+                ));
+            }
+        },
+    };
+    Ok(ChatParts {
+        conversation: Conversation {
+            history,
+            system: (!system.is_empty()).then(|| system.join("\n\n")),
+        },
+        max_tokens,
+    })
 }
 
 /// The question a chat request asks — its last user message — with the `sluice` options, as
@@ -186,6 +255,16 @@ fn extension(meta: &Meta, done: &Done) -> Value {
     })
 }
 
+/// OpenAI's `usage` of an answer: the prompt's tokens (the upstream's count, else Sluice's
+/// estimate; 0 from the cache) and the completion's.
+fn usage(done: &Done) -> Value {
+    json!({
+        "prompt_tokens": done.prompt_tokens,
+        "completion_tokens": done.token_count,
+        "total_tokens": done.prompt_tokens + done.token_count,
+    })
+}
+
 /// An error event mid-stream in OpenAI's error shape.
 fn stream_error(e: &ErrorEvent) -> Value {
     json!({"error": {
@@ -209,7 +288,8 @@ pub(crate) async fn chat_completions(
     let pipeline = server.answers("POST", "/v1/chat/completions")?;
     let bytes = read_body(body, server.limits.max_body_bytes).await?;
     let (chat, answer) = answer_body(&bytes)?;
-    let request = checked_request(
+    let parts = chat_parts(&chat)?;
+    let mut request = checked_request(
         &pipeline.config,
         caller.tenant.clone(),
         caller.filter.as_ref(),
@@ -217,11 +297,14 @@ pub(crate) async fn chat_completions(
         answer,
         received,
     )?;
+    request.conversation = parts.conversation;
+    request.max_tokens = parts.max_tokens;
     let events = open_answer(&server, pipeline, &caller, deadline, request)?;
     let created = now();
     if chat.stream {
+        let usage = chat.stream_options.is_some_and(|o| o.include_usage);
         Ok(sse_response(
-            stream_chunks(events, created),
+            stream_chunks(events, created, usage),
             server.sse_keepalive,
         ))
     } else {
@@ -234,48 +317,52 @@ pub(crate) async fn chat_completions(
 fn stream_chunks(
     events: futures::stream::BoxStream<'static, Event>,
     created: u64,
+    include_usage: bool,
 ) -> impl futures::Stream<Item = String> + Send + 'static {
     let mut meta: Option<Box<Meta>> = None;
-    let chunk = move |meta: &Meta, choices: Value, extra: Option<Value>| {
-        let mut c = json!({
+    let chunk = move |meta: &Meta, choices: Value| {
+        json!({
             "id": format!("chatcmpl-{}", meta.request_id),
             "object": "chat.completion.chunk",
             "created": created,
             "model": meta.model_id,
             "choices": choices,
-        });
-        if let Some(extra) = extra {
-            c["sluice"] = extra;
-        }
-        format!("data: {c}\n\n")
+        })
     };
+    let line = |chunk: Value| format!("data: {chunk}\n\n");
     events.filter_map(move |event| {
         let out = match event {
             Event::Meta(m) => {
                 let first = chunk(
                     &m,
                     json!([{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]),
-                    None,
                 );
                 meta = Some(m);
-                Some(first)
+                Some(line(first))
             }
             Event::Token(t) => meta.as_deref().map(|m| {
-                chunk(
+                line(chunk(
                     m,
                     json!([{"index": 0, "delta": {"content": t.text}, "finish_reason": null}]),
-                    None,
-                )
+                ))
             }),
             Event::Done(d) => meta.as_deref().map(|m| {
-                let last = chunk(
+                let mut last = chunk(
                     m,
                     json!([{"index": 0, "delta": {}, "finish_reason": d.finish_reason}]),
-                    Some(extension(m, &d)),
                 );
-                format!("{last}data: [DONE]\n\n")
+                last["sluice"] = extension(m, &d);
+                let mut out = line(last);
+                // As OpenAI sends it: a last chunk with no choices and the usage.
+                if include_usage {
+                    let mut totals = chunk(m, json!([]));
+                    totals["usage"] = usage(&d);
+                    out.push_str(&line(totals));
+                }
+                out.push_str("data: [DONE]\n\n");
+                out
             }),
-            Event::Error(e) => Some(format!("data: {}\n\n", stream_error(&e))),
+            Event::Error(e) => Some(line(stream_error(&e))),
         };
         futures::future::ready(out)
     })
@@ -313,6 +400,7 @@ async fn whole(
                         "message": {"role": "assistant", "content": text},
                         "finish_reason": d.finish_reason,
                     }],
+                    "usage": usage(&d),
                     "sluice": extension(&m, &d),
                 });
                 return Ok(Json(body).into_response());

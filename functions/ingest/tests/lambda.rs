@@ -127,7 +127,7 @@ async fn uploads_and_posted_documents_are_ingested_with_settings_from_the_secret
         .unwrap();
     assert!(hits.len() >= 4, "{hits:?}");
     for hit in &hits {
-        assert_eq!(hit.document.id, "acme/cards/lost card.md");
+        assert_eq!(hit.document.id, "cards/lost card.md");
         assert_eq!(
             serde_json::to_value(&hit.document.metadata).unwrap(),
             json!({"topic": "cards", "updated_at": "2025-06-02"})

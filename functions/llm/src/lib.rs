@@ -85,16 +85,19 @@ struct Delta {
 #[derive(Deserialize)]
 struct Usage {
     completion_tokens: u64,
+    #[serde(default)]
+    prompt_tokens: Option<u64>,
 }
 
 /// The OpenAI streaming format, one SSE event's `data` at a time: tokens out of
-/// `choices[].delta.content`, the finish reason and the usage's token count kept for the end.
+/// `choices[].delta.content`, the finish reason and the usage's token counts kept for the end.
 /// Free of I/O so that it is fuzzed with the SSE framing in front of it (`fuzz/`).
 #[derive(Debug, Default)]
 pub struct ChunkParser {
     saw_token: bool,
     finish_reason: Option<String>,
     completion_tokens: Option<u64>,
+    prompt_tokens: Option<u64>,
 }
 
 impl ChunkParser {
@@ -119,6 +122,7 @@ impl ChunkParser {
         }
         if let Some(usage) = chunk.usage {
             self.completion_tokens = Some(usage.completion_tokens);
+            self.prompt_tokens = usage.prompt_tokens;
         }
         let mut tokens = Vec::new();
         for choice in chunk.choices {
@@ -146,6 +150,7 @@ impl ChunkParser {
             Some(finish_reason) => Ok(LlmEvent::Finish {
                 finish_reason,
                 completion_tokens: self.completion_tokens,
+                prompt_tokens: self.prompt_tokens,
             }),
             None => Err(LlmError::Stream(
                 "the upstream closed the stream without a finish_reason".into(),

@@ -61,6 +61,7 @@ async fn a_real_server_streams_tokens_then_finishes() {
         Ok(LlmEvent::Finish {
             finish_reason,
             completion_tokens,
+            prompt_tokens,
         }) => {
             assert!(
                 ["stop", "length"].contains(&finish_reason.as_str()),
@@ -72,6 +73,8 @@ async fn a_real_server_streams_tokens_then_finishes() {
                     "usage {n} for {} events",
                     tokens.len()
                 );
+                // The chat template and the question: more than the question's 5 words.
+                assert!(prompt_tokens.is_some_and(|p| p > 5), "{prompt_tokens:?}");
             }
         }
         other => panic!("{other:?}"),
@@ -85,6 +88,7 @@ async fn max_tokens_caps_the_answer() {
         Ok(LlmEvent::Finish {
             finish_reason,
             completion_tokens,
+            ..
         }) => {
             assert_eq!(finish_reason, "length");
             assert!(completion_tokens.unwrap_or(tokens.len() as u64) <= 4);
@@ -248,7 +252,8 @@ async fn usage_from_the_upstream_is_reported() {
         events[1].as_ref().unwrap(),
         &LlmEvent::Finish {
             finish_reason: "stop".into(),
-            completion_tokens: Some(7)
+            completion_tokens: Some(7),
+            prompt_tokens: Some(9),
         }
     );
 }

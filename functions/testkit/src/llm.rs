@@ -120,6 +120,8 @@ impl Llm for ScriptedLlm {
                 let finish = LlmEvent::Finish {
                     finish_reason: "stop".into(),
                     completion_tokens: Some(tokens.len() as u64),
+                    // Not reported: the pipeline then counts the prompt itself.
+                    prompt_tokens: None,
                 };
                 (tokens, Some(Ok(finish)))
             }

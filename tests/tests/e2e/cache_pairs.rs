@@ -68,7 +68,7 @@ fn scope() -> Scope {
         prompt_version: 1,
         k: 5,
         rerank: None,
-        filter: None,
+        variant: None,
     }
 }
 

@@ -91,3 +91,155 @@ async fn the_openai_python_client_streams_an_answer_with_its_sources() {
         json!({"status": 400, "code": "missing_query", "type": "invalid_request_error"})
     );
 }
+
+/// A conversation sent whole, as chat front-ends send it, through the official client and
+/// LangChain's `ChatOpenAI` (`tests/openai/conversation.py`): the follow-up is answered from
+/// the source it refers to, `usage` comes streamed and whole, `max_tokens` is honoured.
+#[tokio::test]
+async fn multi_turn_conversations_through_the_openai_client_and_langchain() {
+    let (_dir, path, keys) = key_file(&[("acme", &Permission::DEFAULT)]);
+    let server = start(&[("SLUICE_API_KEYS_FILE", &path)]).await;
+    server
+        .ingest
+        .ingest(&tenant("acme"), sample_documents())
+        .await
+        .unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/openai/conversation.py");
+    let out = tokio::process::Command::new(venv_tool("openai", "python"))
+        .args([script, &format!("{}/v1", server.url), &keys[0]])
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(240), out)
+        .await
+        .expect("the clients finished")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+
+    // "How soon will the new one arrive?" names no card: the earlier turn is what finds it.
+    let stream = &seen["openai_stream"];
+    let top3: Vec<&str> = stream["sluice"]["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(3)
+        .filter_map(|s| s["id"].as_str())
+        .collect();
+    assert!(top3.contains(&"samples/lost-card.md"), "{stream}");
+    assert!(
+        !stream["text"].as_str().unwrap().trim().is_empty(),
+        "{stream}"
+    );
+    // Usage as llama-server counted it: the prompt holds the sources and three turns.
+    let usage = &stream["usage"];
+    let (prompt, completion) = (
+        usage["prompt_tokens"].as_u64().unwrap(),
+        usage["completion_tokens"].as_u64().unwrap(),
+    );
+    assert!(prompt > 100, "{usage}");
+    assert!((1..=24).contains(&completion), "{usage}");
+    assert_eq!(usage["total_tokens"].as_u64().unwrap(), prompt + completion);
+
+    let whole = &seen["openai_whole"];
+    assert_eq!(whole["usage"]["completion_tokens"], 4, "{whole}");
+    assert_eq!(whole["finish_reason"], "length", "{whole}");
+
+    for name in ["langchain_invoke", "langchain_stream"] {
+        let lc = &seen[name];
+        assert!(
+            !lc["text"].as_str().unwrap().trim().is_empty(),
+            "{name}: {lc}"
+        );
+        let usage = &lc["usage"];
+        let (input, output) = (
+            usage["input_tokens"].as_u64().unwrap(),
+            usage["output_tokens"].as_u64().unwrap(),
+        );
+        assert!(input > 100 && (1..=24).contains(&output), "{name}: {usage}");
+        assert!(
+            matches!(lc["finish_reason"].as_str(), Some("stop" | "length")),
+            "{name}: {lc}"
+        );
+    }
+}
+
+/// How a second turn is retrieved, on the two-turn conversations of
+/// `tests/fixtures/conversations.json`: whether the expected source comes first (hit@1) for
+/// the conversation as sent (the follow-up read with the earlier user turn) and for the second
+/// turn sent alone. Prints the figures the README reports.
+#[tokio::test]
+async fn follow_up_questions_are_retrieved_by_what_they_refer_to() {
+    let server = start(&[]).await;
+    server
+        .ingest
+        .ingest(&tenant("default"), sample_documents())
+        .await
+        .unwrap();
+    let fixture: Value =
+        serde_json::from_str(include_str!("../../fixtures/conversations.json")).unwrap();
+    let ask = |messages: Value| {
+        let url = format!("{}/v1/chat/completions", server.url);
+        async move {
+            // One token: what is measured is retrieval.
+            let body = json!({"model": "m", "messages": messages, "max_tokens": 1,
+                              "sluice": {"k": 1, "cache": "bypass"}});
+            let reply: Value = sluice_tests::http()
+                .post(url)
+                .json(&body)
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            reply["sluice"]["sources"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{reply}"))
+                .iter()
+                .filter_map(|s| s["id"].as_str().map(str::to_string))
+                .collect::<Vec<_>>()
+        }
+    };
+    // (kind, conversation hits, alone hits, count)
+    let mut tally: std::collections::BTreeMap<String, (usize, usize, usize)> = Default::default();
+    for c in fixture["conversations"].as_array().unwrap() {
+        let turns: Vec<&str> = c["turns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        let expected = c["expected"].as_str().unwrap();
+        let conversation = json!([
+            {"role": "user", "content": turns[0]},
+            {"role": "assistant", "content": "(the earlier answer)"},
+            {"role": "user", "content": turns[1]},
+        ]);
+        let with = ask(conversation).await.iter().any(|id| id == expected);
+        let alone = ask(json!([{"role": "user", "content": turns[1]}]))
+            .await
+            .iter()
+            .any(|id| id == expected);
+        let row = tally
+            .entry(c["kind"].as_str().unwrap().to_string())
+            .or_default();
+        row.0 += usize::from(with);
+        row.1 += usize::from(alone);
+        row.2 += 1;
+    }
+    for (kind, (with, alone, n)) in &tally {
+        eprintln!(
+            "{kind}: hit@1 read with the earlier turn {with}/{n}, the turn alone {alone}/{n}"
+        );
+    }
+    let (with, alone, n) = tally["follow-up"];
+    assert!(
+        with >= alone + n / 3 && with * 4 >= n * 3,
+        "follow-ups: {with}/{n} with the earlier turn, {alone}/{n} alone"
+    );
+    let (with, alone, n) = tally["switch"];
+    assert!(
+        with + 1 >= alone && with * 4 >= n * 3,
+        "a change of subject: {with}/{n} with the earlier turn, {alone}/{n} alone"
+    );
+}

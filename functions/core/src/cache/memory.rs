@@ -171,7 +171,7 @@ mod tests {
                 prompt_version: 1,
                 k: 5,
                 rerank: None,
-                filter: None,
+                variant: None,
             },
             expires_at: now() + 60,
             answer: CachedAnswer {

@@ -70,9 +70,11 @@ pub struct Scope {
     pub k: usize,
     /// The tenant's active rerank component (`None`: the built-in fused order).
     pub rerank: Option<String>,
-    /// Digest of the effective metadata filter ([`crate::filter::Filter::digest`]; `None`:
-    /// unfiltered): an answer built from one filter's documents never answers another.
-    pub filter: Option<String>,
+    /// Digest of what else shaped the answer — the effective metadata filter, the
+    /// conversation, a smaller `max_tokens` ([`crate::pipeline::AnswerRequest::variant`]);
+    /// `None` for none: an answer built from one filter's documents, or for one conversation,
+    /// never answers another.
+    pub variant: Option<String>,
 }
 
 /// One cached answer.
@@ -126,7 +128,7 @@ pub trait CacheStore: Send + Sync {
 pub struct Probe {
     /// [`guard::normalise`]d text.
     pub normalised: String,
-    /// The exact key: hex SHA-256 of `normalised` (and of the filter, when there is one).
+    /// The exact key: hex SHA-256 of `normalised` (and of the variant, when there is one).
     pub key: String,
     guard: Guard,
 }
@@ -134,15 +136,15 @@ pub struct Probe {
 impl Probe {
     /// Normalises `query` and derives its key and guard features.
     pub fn new(query: &str) -> Self {
-        Self::filtered(query, None)
+        Self::scoped(query, None)
     }
 
-    /// The probe of `query` asked under `filter`: its exact key covers the filter's digest
-    /// too, so that the answers of one question under two filters are two entries (the
-    /// scope's `filter` is what keeps one from answering the other).
-    pub fn filtered(query: &str, filter: Option<&str>) -> Self {
+    /// The probe of `query` asked under `variant` ([`Scope::variant`]): its exact key covers
+    /// the variant too, so that the answers of one question under two filters (or
+    /// conversations) are two entries; the scope is what keeps one from answering the other.
+    pub fn scoped(query: &str, variant: Option<&str>) -> Self {
         let normalised = guard::normalise(query);
-        let key = match filter {
+        let key = match variant {
             None => crate::sha256_hex(normalised.as_bytes()),
             Some(digest) => crate::sha256_hex(format!("{normalised}\u{1f}{digest}").as_bytes()),
         };
@@ -385,7 +387,7 @@ mod tests {
             prompt_version: 1,
             k: 5,
             rerank: None,
-            filter: None,
+            variant: None,
         }
     }
 
@@ -482,10 +484,10 @@ mod tests {
         );
         // Under a filter: another key and another scope, so neither answers the other.
         let filtered = Scope {
-            filter: Some("f1".into()),
+            variant: Some("f1".into()),
             ..scope(1)
         };
-        let under = Probe::filtered("q", Some("f1"));
+        let under = Probe::scoped("q", Some("f1"));
         assert_ne!(under.key, p.key);
         assert!(hit(&c.exact(&t("acme"), &under, &filtered).await).is_none());
         assert!(
@@ -496,14 +498,14 @@ mod tests {
         c.put(&entry).await.unwrap();
         assert!(hit(&c.exact(&t("acme"), &under, &filtered).await).is_some());
         let other = Scope {
-            filter: Some("f2".into()),
+            variant: Some("f2".into()),
             ..scope(1)
         };
         assert!(
             hit(&c
                 .similar(
                     &t("acme"),
-                    &Probe::filtered("q", Some("f2")),
+                    &Probe::scoped("q", Some("f2")),
                     &near(1.0),
                     &other
                 )

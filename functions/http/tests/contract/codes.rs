@@ -120,6 +120,10 @@ async fn provoke(code: Code) -> Seen {
             let body = json!({"messages": [{"role": "user", "content": "hi"}], "n": 2});
             Seen::Refused(plain().post("/v1/chat/completions", &body).await)
         }
+        Code::InvalidMaxTokens => {
+            let body = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 0});
+            Seen::Refused(plain().post("/v1/chat/completions", &body).await)
+        }
         Code::UnreadableBody => {
             // A body that breaks off: the client went away mid-request.
             let chunks: Vec<Result<&'static [u8], std::io::Error>> = vec![

@@ -67,6 +67,25 @@ async fn provoke(reason: Degraded) -> Stream {
             .app();
             app.answer(&json!({"query": QUESTION, "k": 3})).await
         }
+        Degraded::HistoryTruncated => {
+            // Six long turns before the question: in a 2,048-token window the question and
+            // its sources fit, the oldest turns do not.
+            let app = Kit::new(&[("SLUICE_LLM_CONTEXT_TOKENS", "2048")])
+                .ingested("default")
+                .await
+                .app();
+            let mut messages: Vec<_> = (0..6)
+                .map(|i| {
+                    let role = if i % 2 == 0 { "user" } else { "assistant" };
+                    json!({"role": role, "content": format!("turn {i} {}", "word ".repeat(400))})
+                })
+                .collect();
+            messages.push(json!({"role": "user", "content": QUESTION}));
+            let body = json!({"model": "m", "stream": true, "messages": messages});
+            let reply = app.post("/v1/chat/completions", &body).await;
+            assert_eq!(reply.status, 200, "{}", reply.raw);
+            Stream::from_chat(&reply.raw)
+        }
         Degraded::RerankFailed => {
             reranked(ScriptedReranker::new(Verdict::Fail(
                 "trap: unreachable".into(),
@@ -123,6 +142,12 @@ async fn every_degraded_reason_is_reported_and_the_answer_still_streams() {
             }
             Degraded::ContextTruncated => {
                 assert!(sources.len() < 3, "{reason}: {sources:?}");
+            }
+            Degraded::HistoryTruncated => {
+                assert_eq!(
+                    sources[0], "lost-card",
+                    "{reason}: the sources keep their place"
+                );
             }
             Degraded::RerankFailed | Degraded::ComponentTimeout | Degraded::ComponentFailed => {
                 assert_eq!(sources[0], "lost-card", "{reason}: the fused order is kept");

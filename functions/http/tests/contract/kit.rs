@@ -298,6 +298,40 @@ impl Stream {
         Self { events, comments }
     }
 
+    /// A streamed chat completion read back as the answer events it carries: `meta` from the
+    /// final chunk's `sluice` extension (sources, cache, degraded), a token per content delta,
+    /// `done` with the extension's timings — so that the answer stream's checks apply.
+    pub fn from_chat(body: &str) -> Self {
+        let chunks: Vec<Value> = body
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: "))
+            .filter(|d| *d != "[DONE]")
+            .map(|d| serde_json::from_str(d).expect("every chunk is JSON"))
+            .collect();
+        let extension = chunks
+            .iter()
+            .find_map(|c| c.get("sluice"))
+            .expect("a final chunk with the sluice extension")
+            .clone();
+        let mut events = vec![(
+            "meta".to_string(),
+            json!({"documents": extension["sources"], "cache": extension["cache"],
+                   "degraded": extension["degraded"]}),
+        )];
+        let deltas = chunks
+            .iter()
+            .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+            .filter(|t| !t.is_empty());
+        for (index, text) in deltas.enumerate() {
+            events.push(("token".into(), json!({"text": text, "index": index})));
+        }
+        events.push(("done".into(), json!({"timings": extension["timings"]})));
+        Self {
+            events,
+            comments: 0,
+        }
+    }
+
     pub fn names(&self) -> Vec<&str> {
         self.events.iter().map(|(n, _)| n.as_str()).collect()
     }

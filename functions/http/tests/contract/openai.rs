@@ -125,3 +125,182 @@ async fn an_llm_failure_is_an_openai_error_whole_or_streamed() {
     assert_eq!(ready.body["checks"]["llm"]["ok"], false);
     assert_eq!(ready.body["checks"]["store"]["ok"], true);
 }
+
+// ---- conversations, usage, max_tokens ------------------------------------------------------
+
+/// A conversation: a system message, two earlier turns, and a follow-up that names nothing of
+/// what it refers to ("how soon" shares no word with any document).
+fn conversation() -> Value {
+    json!([
+        {"role": "system", "content": "Answer in one sentence."},
+        {"role": "user", "content": "I lost my card, what do I do?"},
+        {"role": "assistant", "content": "Report the lost card in the app [1]."},
+        {"role": "user", "content": "How soon?"},
+    ])
+}
+
+#[tokio::test]
+async fn earlier_turns_reach_the_model_and_a_follow_up_is_retrieved_by_what_it_refers_to() {
+    let kit = Kit::new(&[]).ingested("default").await;
+    let llm = kit.llm.clone();
+    let app = kit.app();
+    let reply = app
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "m", "messages": conversation()}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    // The earlier user turn was retrieved with the follow-up: the lost-card page first.
+    assert_eq!(
+        reply.body["sluice"]["sources"][0]["id"], "lost-card",
+        "{}",
+        reply.body
+    );
+    let sent = &llm.calls()[0].messages;
+    let roles: Vec<&str> = sent.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["system", "user", "assistant", "user"]);
+    // Sluice's instructions first, then the client's system message, in one system message.
+    assert!(
+        sent[0].content.starts_with("You are Sluice"),
+        "{}",
+        sent[0].content
+    );
+    assert!(
+        sent[0].content.ends_with("\n\nAnswer in one sentence."),
+        "{}",
+        sent[0].content
+    );
+    assert_eq!(sent[1].content, "I lost my card, what do I do?");
+    assert_eq!(sent[2].content, "Report the lost card in the app [1].");
+    assert!(
+        sent[3].content.starts_with("Sources:"),
+        "{}",
+        sent[3].content
+    );
+    assert!(
+        sent[3].content.ends_with("Question: How soon?"),
+        "{}",
+        sent[3].content
+    );
+    assert!(
+        reply.body["sluice"]["degraded"]
+            .as_array()
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn one_question_in_two_conversations_is_two_cache_entries() {
+    let app = Kit::new(&[]).ingested("default").await.app();
+    let ask = |messages: Value| {
+        let app = &app;
+        async move {
+            let body = json!({"model": "m", "messages": messages});
+            let reply = app.post("/v1/chat/completions", &body).await;
+            assert_eq!(reply.status, 200, "{}", reply.raw);
+            reply.body["sluice"]["cache"].as_str().unwrap().to_string()
+        }
+    };
+    assert_eq!(ask(conversation()).await, "miss");
+    assert_eq!(ask(conversation()).await, "hit");
+    let other = json!([
+        {"role": "user", "content": "Can I overpay my mortgage?"},
+        {"role": "assistant", "content": "Yes, up to 10 percent [1]."},
+        {"role": "user", "content": "How soon?"},
+    ]);
+    assert_eq!(ask(other).await, "miss", "another conversation");
+    let alone = json!([{"role": "user", "content": "How soon?"}]);
+    assert_eq!(ask(alone).await, "miss", "the question alone");
+}
+
+#[tokio::test]
+async fn usage_comes_whole_and_with_include_usage_as_a_last_chunk() {
+    let app = Kit::new(&[]).ingested("default").await.app();
+    let whole = app
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "m", "messages": messages()}),
+        )
+        .await;
+    let usage = &whole.body["usage"];
+    let words = ANSWER.split_whitespace().count() as u64;
+    // The scripted model streams one token per word and reports no prompt count: the
+    // prompt's tokens are Sluice's own estimate (the sources and the question at least).
+    assert_eq!(usage["completion_tokens"], words, "{usage}");
+    let prompt = usage["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt > 20, "{usage}");
+    assert_eq!(usage["total_tokens"], prompt + words);
+
+    let streamed = |options: Value| {
+        let app = &app;
+        async move {
+            let body = json!({"model": "m", "messages": messages(), "stream": true,
+                              "stream_options": options, "sluice": {"cache": "bypass"}});
+            let reply = app.post("/v1/chat/completions", &body).await;
+            assert_eq!(reply.status, 200, "{}", reply.raw);
+            data_lines(&reply.raw)
+                .iter()
+                .filter(|d| **d != "[DONE]")
+                .map(|d| serde_json::from_str::<Value>(d).unwrap())
+                .collect::<Vec<_>>()
+        }
+    };
+    let chunks = streamed(json!({"include_usage": true})).await;
+    let last = chunks.last().unwrap();
+    assert_eq!(last["choices"], json!([]), "{last}");
+    assert_eq!(last["usage"], *usage, "the same counts streamed");
+    assert_eq!(last["id"], chunks[0]["id"]);
+    assert!(
+        chunks[..chunks.len() - 1]
+            .iter()
+            .all(|c| c.get("usage").is_none())
+    );
+    let chunks = streamed(json!({"include_usage": false})).await;
+    assert!(chunks.iter().all(|c| c.get("usage").is_none()));
+
+    // From the cache: no prompt was sent.
+    let cached = app
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "m", "messages": messages()}),
+        )
+        .await;
+    assert_eq!(cached.body["sluice"]["cache"], "hit");
+    assert_eq!(
+        cached.body["usage"],
+        json!({"prompt_tokens": 0, "completion_tokens": words, "total_tokens": words})
+    );
+}
+
+#[tokio::test]
+async fn max_tokens_is_honoured_up_to_the_servers_cap() {
+    let kit = Kit::new(&[("SLUICE_MAX_TOKENS", "300")])
+        .ingested("default")
+        .await;
+    let llm = kit.llm.clone();
+    let app = kit.app();
+    for (extra, sent) in [
+        (json!({}), 300),
+        (json!({"max_tokens": 40}), 40),
+        (json!({"max_completion_tokens": 50}), 50),
+        (json!({"max_tokens": 40, "max_completion_tokens": 60}), 60),
+        (json!({"max_tokens": 5000}), 300),
+        (json!({"max_tokens": null}), 300),
+    ] {
+        let mut body = json!({"model": "m", "messages": messages(), "sluice": {"cache": "bypass"}});
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        let reply = app.post("/v1/chat/completions", &body).await;
+        assert_eq!(reply.status, 200, "{extra}: {}", reply.raw);
+        assert_eq!(llm.calls().last().unwrap().max_tokens, sent, "{extra}");
+    }
+    for bad in [json!(0), json!(-1), json!(2.5), json!("40")] {
+        let body = json!({"model": "m", "messages": messages(), "max_tokens": bad});
+        let reply = app.post("/v1/chat/completions", &body).await;
+        assert_eq!(reply.status, 400, "{bad}");
+        assert_eq!(reply.body["error"]["code"], "invalid_max_tokens", "{bad}");
+    }
+}
