@@ -92,6 +92,16 @@ async fn the_openai_python_client_streams_an_answer_with_its_sources() {
     );
 }
 
+/// The two token counts of a usage object, by their names.
+fn counts(usage: &Value, prompt: &str, completion: &str) -> (u64, u64) {
+    let count = |name: &str| {
+        usage[name]
+            .as_u64()
+            .unwrap_or_else(|| panic!("{name} in {usage}"))
+    };
+    (count(prompt), count(completion))
+}
+
 /// A conversation sent whole, as chat front-ends send it, through the official client and
 /// LangChain's `ChatOpenAI` (`tests/openai/conversation.py`): the follow-up is answered from
 /// the source it refers to, `usage` comes streamed and whole, `max_tokens` is honoured.
@@ -132,10 +142,7 @@ async fn multi_turn_conversations_through_the_openai_client_and_langchain() {
     );
     // Usage as llama-server counted it: the prompt holds the sources and three turns.
     let usage = &stream["usage"];
-    let (prompt, completion) = (
-        usage["prompt_tokens"].as_u64().unwrap(),
-        usage["completion_tokens"].as_u64().unwrap(),
-    );
+    let (prompt, completion) = counts(usage, "prompt_tokens", "completion_tokens");
     assert!(prompt > 100, "{usage}");
     assert!((1..=24).contains(&completion), "{usage}");
     assert_eq!(usage["total_tokens"].as_u64().unwrap(), prompt + completion);
@@ -151,10 +158,7 @@ async fn multi_turn_conversations_through_the_openai_client_and_langchain() {
             "{name}: {lc}"
         );
         let usage = &lc["usage"];
-        let (input, output) = (
-            usage["input_tokens"].as_u64().unwrap(),
-            usage["output_tokens"].as_u64().unwrap(),
-        );
+        let (input, output) = counts(usage, "input_tokens", "output_tokens");
         assert!(input > 100 && (1..=24).contains(&output), "{name}: {usage}");
         assert!(
             matches!(lc["finish_reason"].as_str(), Some("stop" | "length")),

@@ -14,7 +14,9 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
 use sluice_core::Config;
-use sluice_core::stages::{DocumentInfo, StoredChunk};
+use sluice_core::filter::Filter;
+use sluice_core::stages::{DocumentInfo, Store, StoredChunk};
+use sluice_testkit::tenant;
 
 // ---- the stand-in -------------------------------------------------------------------------
 
@@ -146,6 +148,34 @@ pub fn doc() -> DocumentInfo {
         source: "samples/lost-card.md".into(),
         metadata: Default::default(),
     }
+}
+
+// ---- the metadata-filter cases ------------------------------------------------------------
+
+/// The filter corpus (`sluice_testkit::filters`) written through `store`, one chunk a
+/// document, for each of `tenants`.
+pub async fn ingest_filter_corpus(store: &dyn Store, tenants: &[&str]) {
+    for (id, metadata) in sluice_testkit::filters::corpus() {
+        let info = DocumentInfo {
+            id: id.into(),
+            metadata,
+            ..doc()
+        };
+        for t in tenants {
+            store
+                .replace_document(&tenant(t), &info, vec![chunk(0, "policy text")])
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// Searches `store` as tenant acme under `filter`, for `k` chunks.
+pub async fn search_filtered(store: &dyn Store, filter: &Filter, k: usize) {
+    store
+        .search(&tenant("acme"), "policy text", &[0.0, 1.0], k, Some(filter))
+        .await
+        .unwrap();
 }
 
 // ---- the official documents ---------------------------------------------------------------

@@ -15,7 +15,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{Request, StandIn, chunk, doc, spec};
+use crate::common::{Request, StandIn, chunk, doc, ingest_filter_corpus, search_filtered, spec};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use sluice_core::Config;
@@ -627,25 +627,11 @@ fn pinecone_passes(filter: &Value, metadata: &Value, absent_negations: bool) -> 
         })
 }
 
-async fn ingest_filter_corpus(store: &PineconeStore) {
-    for (id, metadata) in sluice_testkit::filters::corpus() {
-        let info = sluice_core::stages::DocumentInfo {
-            id: id.into(),
-            metadata,
-            ..doc()
-        };
-        store
-            .replace_document(&tenant("acme"), &info, vec![chunk(0, "policy text")])
-            .await
-            .unwrap();
-    }
-}
-
 #[tokio::test]
 async fn the_filter_sent_selects_exactly_the_documents_its_meaning_lets_through() {
     let s = setup(&[]).await;
     let store = PineconeStore::from_config(&s.config.store).unwrap();
-    ingest_filter_corpus(&store).await;
+    ingest_filter_corpus(&store, &["acme"]).await;
     let records: Vec<Value> = s
         .dense
         .requests()
@@ -671,16 +657,7 @@ async fn the_filter_sent_selects_exactly_the_documents_its_meaning_lets_through(
     for (filter, expected) in sluice_testkit::filters::expected() {
         s.dense.clear();
         s.sparse.clear();
-        store
-            .search(
-                &tenant("acme"),
-                "policy text",
-                &[0.0, 1.0],
-                50,
-                Some(&filter),
-            )
-            .await
-            .unwrap();
+        search_filtered(&store, &filter, 50).await;
         // Both indexes' queries carry the same filter.
         let dense = s.dense.requests().pop().unwrap().body;
         let sparse = s.sparse.requests().pop().unwrap().body;
@@ -728,18 +705,9 @@ async fn filtered_queries_and_metadata_validate_against_the_official_documents()
     let data = spec(DATA);
     let s = setup(&[]).await;
     let store = PineconeStore::from_config(&s.config.store).unwrap();
-    ingest_filter_corpus(&store).await;
+    ingest_filter_corpus(&store, &["acme"]).await;
     for (filter, _) in sluice_testkit::filters::expected() {
-        store
-            .search(
-                &tenant("acme"),
-                "policy text",
-                &[0.0, 1.0],
-                5,
-                Some(&filter),
-            )
-            .await
-            .unwrap();
+        search_filtered(&store, &filter, 5).await;
     }
     for r in s.dense.requests().into_iter().chain(s.sparse.requests()) {
         let errors = data.check(&r);

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::common::{Request, StandIn, chunk, doc, spec};
+use crate::common::{Request, StandIn, chunk, doc, ingest_filter_corpus, search_filtered, spec};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use sluice_core::Config;
@@ -391,28 +391,11 @@ fn condition(c: &Value, payload: &Value) -> bool {
     })
 }
 
-/// The filter corpus upserted through the adapter, for tenants acme and globex.
-async fn ingest_filter_corpus(store: &QdrantStore) {
-    for (id, metadata) in sluice_testkit::filters::corpus() {
-        let info = sluice_core::stages::DocumentInfo {
-            id: id.into(),
-            metadata,
-            ..doc()
-        };
-        for t in ["acme", "globex"] {
-            store
-                .replace_document(&tenant(t), &info, vec![chunk(0, "policy text")])
-                .await
-                .unwrap();
-        }
-    }
-}
-
 #[tokio::test]
 async fn the_filter_sent_selects_exactly_the_documents_its_meaning_lets_through() {
     let (stand_in, config) = stand_in(&[]).await;
     let store = QdrantStore::from_config(&config.store).unwrap();
-    ingest_filter_corpus(&store).await;
+    ingest_filter_corpus(&store, &["acme", "globex"]).await;
     let points: Vec<Value> = stand_in
         .requests()
         .into_iter()
@@ -422,16 +405,7 @@ async fn the_filter_sent_selects_exactly_the_documents_its_meaning_lets_through(
     assert_eq!(points.len(), 10);
     for (filter, expected) in sluice_testkit::filters::expected() {
         stand_in.clear();
-        store
-            .search(
-                &tenant("acme"),
-                "policy text",
-                &[0.0, 1.0],
-                50,
-                Some(&filter),
-            )
-            .await
-            .unwrap();
+        search_filtered(&store, &filter, 50).await;
         let query = stand_in.requests().pop().unwrap().body;
         let sent = &query["filter"];
         // The same filter on the fused query and inside both prefetches: the engine filters
@@ -460,18 +434,9 @@ async fn metadata_writes_indexes_and_filtered_searches_validate_against_the_offi
     let spec = spec(SPEC);
     let (stand_in, config) = stand_in(&[]).await;
     let store = QdrantStore::from_config(&config.store).unwrap();
-    ingest_filter_corpus(&store).await;
+    ingest_filter_corpus(&store, &["acme", "globex"]).await;
     for (filter, _) in sluice_testkit::filters::expected() {
-        store
-            .search(
-                &tenant("acme"),
-                "policy text",
-                &[0.0, 1.0],
-                5,
-                Some(&filter),
-            )
-            .await
-            .unwrap();
+        search_filtered(&store, &filter, 5).await;
     }
     let requests = stand_in.requests();
     for r in &requests {
