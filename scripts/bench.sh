@@ -39,6 +39,9 @@ for n in 12 64 128; do
   onnx=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$ort" "$n")
   python3 -c "import sys; t,o=float(sys.argv[1]),float(sys.argv[2]); print(f'embed {sys.argv[3]:>3} tokens: tract {t/1e6:6.2f} ms  onnxruntime {o/1e6:6.2f} ms  ratio {t/o:.2f}')" "$tract" "$onnx" "$n"
 done
+python3 -c "import sys; w,f=float(sys.argv[1]),float(sys.argv[2]); print(f'800-token question: whole (4 windows) {w/1e6:.1f} ms, first window {f/1e6:.1f} ms, ratio {w/f:.2f}')" \
+  "$(median "$crit/embed_long_question_800_tokens/whole_4_windows/new/estimates.json")" \
+  "$(median "$crit/embed_long_question_800_tokens/first_window/new/estimates.json")"
 for f in "" _filter_1pct _filter_50pct; do
   python3 -c "import sys; print(f'hybrid search, 10,000 chunks, k=5{sys.argv[2] or \" (no filter)\"}: {float(sys.argv[1])/1e3:.0f} µs')" \
     "$(median "$crit/hybrid_search_10k_chunks_k5$f/new/estimates.json")" "$f"

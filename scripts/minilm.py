@@ -173,21 +173,39 @@ def forward(w, ids):
     return x
 
 
+WINDOW_OVERLAP = 32  # tokens two consecutive windows share (sluice-embed's WINDOW_OVERLAP)
+
+
+def windows(ids):
+    """A long input in overlapping windows of MAX_TOKENS, each with its own [CLS] and [SEP]."""
+    if len(ids) <= MAX_TOKENS:
+        return [ids]
+    cls, body, sep = ids[0], ids[1:-1], ids[-1]
+    width, out, start = MAX_TOKENS - 2, [], 0
+    while True:
+        end = min(start + width, len(body))
+        out.append([cls] + body[start:end] + [sep])
+        if end == len(body):
+            return out
+        start += width - WINDOW_OVERLAP
+
+
 def reference(weights_dir, sentences_path, out_path):
     from tokenizers import Tokenizer
 
     w = load_safetensors(f"{weights_dir}/model.safetensors")
     tok = Tokenizer.from_file(f"{weights_dir}/tokenizer.json")
     tok.no_padding()
-    tok.enable_truncation(MAX_TOKENS)
+    tok.no_truncation()
     sentences = [s.strip() for s in open(sentences_path, encoding="utf-8") if s.strip()]
     rows = []
     for s in sentences:
         ids = tok.encode(s).ids
-        h = forward(w, np.array(ids))
-        e = h.mean(0)  # mean pooling (no padding here, so every token counts)
+        # Mean pooling over every token of every window (no padding, so every token counts).
+        hidden = [forward(w, np.array(window)) for window in windows(ids)]
+        e = sum(h.sum(0) for h in hidden) / sum(len(h) for h in hidden)
         e = e / max(np.linalg.norm(e), 1e-9)
-        rows.append({"text": s, "ids": ids, "embedding": [round(float(v), 7) for v in e]})
+        rows.append({"text": s, "ids": ids, "windows": len(hidden), "embedding": [round(float(v), 7) for v in e]})
     with open(out_path, "w", encoding="utf-8") as f:
         json.dump(rows, f)
     print(f"wrote {out_path}: {len(rows)} reference embeddings")

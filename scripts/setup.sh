@@ -136,8 +136,10 @@ model() {
       "$here/tests/fixtures/reference_sentences.txt" "$out/reference.json"
     echo "$export_version" > "$out/export-version"
   fi
-  # The reference depends on the committed sentence list: refresh it when that changes.
-  if [ "$here/tests/fixtures/reference_sentences.txt" -nt "$out/reference.json" ]; then
+  # The reference depends on the committed sentence list and on how minilm.py reads them
+  # (windows): refresh it when either changes.
+  if [ "$here/tests/fixtures/reference_sentences.txt" -nt "$out/reference.json" ] || \
+     [ "$here/scripts/minilm.py" -nt "$out/reference.json" ]; then
     "$venv/bin/python" "$here/scripts/minilm.py" reference "$dl/minilm/weights" \
       "$here/tests/fixtures/reference_sentences.txt" "$out/reference.json"
   fi

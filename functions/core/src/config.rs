@@ -51,6 +51,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// `SLUICE_MODEL_DIR`: `model.onnx` and `tokenizer.json` of the embedding model.
     pub model_dir: PathBuf,
+    /// `SLUICE_EMBED_WINDOWS`: most windows of the model's 256 tokens a long text (a long
+    /// question) is read in; 1 reads only the first, as truncation does.
+    pub embed_windows: usize,
     /// `sluice serve`'s listener and the streams' keep-alive.
     pub server: ServerConfig,
     /// Request sizes and per-tenant rates (the wire's).
@@ -315,6 +318,7 @@ impl Config {
             model_dir: get("SLUICE_MODEL_DIR")
                 .map(PathBuf::from)
                 .unwrap_or_else(|| home.join("models/all-MiniLM-L6-v2")),
+            embed_windows: ranged(&get, "SLUICE_EMBED_WINDOWS", 4, 1, 16)?,
             server: server_section(&get)?,
             limits: limits_section(&get)?,
             answer: AnswerConfig {

