@@ -82,16 +82,6 @@ pub enum Cmp {
 }
 
 impl Cmp {
-    /// The operator's name without the `$` (also Qdrant's range field and Pinecone's operator).
-    pub fn name(self) -> &'static str {
-        match self {
-            Cmp::Gt => "gt",
-            Cmp::Gte => "gte",
-            Cmp::Lt => "lt",
-            Cmp::Lte => "lte",
-        }
-    }
-
     /// The operator as written in a filter (`$gt`, …).
     pub fn operator(self) -> &'static str {
         match self {
@@ -100,6 +90,11 @@ impl Cmp {
             Cmp::Lt => "$lt",
             Cmp::Lte => "$lte",
         }
+    }
+
+    /// The operator's name without the `$` (also Qdrant's range field).
+    pub fn name(self) -> &'static str {
+        &self.operator()[1..]
     }
 
     fn holds(self, value: f64, bound: f64) -> bool {

@@ -138,7 +138,7 @@ impl AnswerRequest {
             && self.max_tokens.is_none();
         (!plain).then(|| {
             let what = serde_json::json!({
-                "filter": self.filter.as_ref().map(Filter::to_json),
+                "filter": self.filter.as_ref().map(Filter::digest),
                 "conversation": self.conversation,
                 "max_tokens": self.max_tokens,
             });
