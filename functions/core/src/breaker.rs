@@ -18,8 +18,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::error::StoreError;
-use crate::filter::Filter;
-use crate::stages::{DocumentInfo, Hit, Store, StoredChunk};
+use crate::stages::{DocumentInfo, Hit, Search, Store, StoredChunk};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum State {
@@ -152,16 +151,8 @@ impl GuardedStore {
 
 #[async_trait]
 impl Store for GuardedStore {
-    async fn search(
-        &self,
-        tenant: &Tenant,
-        query: &str,
-        vector: &[f32],
-        k: usize,
-        filter: Option<&Filter>,
-    ) -> Result<Vec<Hit>, StoreError> {
-        self.guarded(self.inner.search(tenant, query, vector, k, filter))
-            .await
+    async fn search(&self, tenant: &Tenant, search: &Search<'_>) -> Result<Vec<Hit>, StoreError> {
+        self.guarded(self.inner.search(tenant, search)).await
     }
 
     async fn replace_document(

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
+use crate::fusion::{FusionConfig, InvalidFusion};
 use crate::tenant::{TENANT_RULE, Tenant};
 
 /// A variable that is set but unusable; the message names it and says what it expects.
@@ -125,6 +126,9 @@ pub struct AnswerConfig {
     /// `SLUICE_CACHE_BUDGET_MS`: how long past the embedding the scope reads the cache needs
     /// (corpus version, active component) are waited for — the cache's own lookup budget.
     pub scope_budget: Duration,
+    /// `SLUICE_FUSION` and `SLUICE_FUSION_TENANTS`: how each tenant's hybrid search fuses
+    /// its dense and BM25 rankings.
+    pub fusion: FusionConfig,
 }
 
 /// How documents become chunks.
@@ -327,6 +331,7 @@ impl Config {
                 max_tokens: ranged(&get, "SLUICE_MAX_TOKENS", 256, 1, 32768)? as u32,
                 context_tokens: ranged(&get, "SLUICE_LLM_CONTEXT_TOKENS", 8192, 512, 1 << 20)?,
                 scope_budget: cache_budget,
+                fusion: fusion_section(&get)?,
             },
             ingest: ingest_section(&get)?,
             llm: llm_section(&get)?,
@@ -381,6 +386,23 @@ fn server_section(get: &impl Fn(&str) -> Option<String>) -> Result<ServerConfig,
             "true or false",
         )?,
         sse_keepalive: millis(get, "SLUICE_SSE_KEEPALIVE_MS", 5000, 0)?,
+    })
+}
+
+fn fusion_section(get: &impl Fn(&str) -> Option<String>) -> Result<FusionConfig, ConfigError> {
+    let default = get("SLUICE_FUSION").unwrap_or_else(|| "rrf".into());
+    let tenants = get("SLUICE_FUSION_TENANTS").unwrap_or_default();
+    Ok(FusionConfig {
+        default: default.parse().map_err(|e: InvalidFusion| ConfigError {
+            name: "SLUICE_FUSION",
+            value: default.clone(),
+            expected: e.to_string(),
+        })?,
+        tenants: FusionConfig::parse_tenants(&tenants).map_err(|e| ConfigError {
+            name: "SLUICE_FUSION_TENANTS",
+            value: tenants.clone(),
+            expected: format!("comma-separated tenant=fusion pairs, such as acme=convex:dense=0.7,globex=rrf:k=20 — {e}"),
+        })?,
     })
 }
 
@@ -958,6 +980,40 @@ mod tests {
         ] {
             let e = with(&[(name, value)]).unwrap_err();
             assert_eq!(e.name, name, "{name}={value}: {e}");
+        }
+    }
+
+    #[test]
+    fn fusion_settings_are_read_per_tenant_and_validated() {
+        use crate::fusion::Fusion;
+        let c = with(&[]).unwrap();
+        assert_eq!(c.answer.fusion.default, Fusion::default());
+        assert!(c.answer.fusion.tenants.is_empty());
+        let c = with(&[
+            ("SLUICE_FUSION", "rrf:k=20:bm25=0.5"),
+            ("SLUICE_FUSION_TENANTS", "acme=convex:dense=0.8"),
+        ])
+        .unwrap();
+        let t = |n: &str| Tenant::new(n).unwrap();
+        let rrf = Fusion::Rrf {
+            k: 20,
+            dense: 1.0,
+            bm25: 0.5,
+        };
+        assert_eq!(c.answer.fusion.for_tenant(&t("globex")), rrf);
+        assert_eq!(
+            c.answer.fusion.for_tenant(&t("acme")),
+            Fusion::Convex { dense: 0.8 }
+        );
+        for (name, value, says) in [
+            ("SLUICE_FUSION", "dbsf", "unknown method"),
+            ("SLUICE_FUSION", "rrf:k=0", "k=0"),
+            ("SLUICE_FUSION_TENANTS", "acme", "tenant=fusion"),
+            ("SLUICE_FUSION_TENANTS", "acme=convex:dense=2", "dense=2"),
+        ] {
+            let e = with(&[(name, value)]).unwrap_err();
+            assert_eq!(e.name, name, "{name}={value}: {e}");
+            assert!(e.to_string().contains(says), "{name}={value}: {e}");
         }
     }
 

@@ -8,7 +8,8 @@
 //!    similar question in one parallel round. A hit replays the cached answer at once
 //!    (`meta.cache = "hit"`, `done.cached = true`);
 //! 2. **embed** the query (in-process model, on the blocking pool);
-//! 3. **retrieve**: hybrid dense + BM25 search fused by RRF in the store;
+//! 3. **retrieve**: hybrid dense + BM25 search, fused by the tenant's rule (weighted RRF or a
+//!    convex combination of scores, [`crate::fusion`]), in the store where it can;
 //! 4. **rerank** with the tenant's WASM component, if it has one (else the fused order stays);
 //! 5. **prompt**: assembled under the token budget;
 //! 6. **generate**: tokens streamed from the LLM; after `done`, a complete answer that was not
@@ -44,11 +45,14 @@ use crate::codes::{Code, Degraded};
 use crate::config::AnswerConfig;
 use crate::error::{LlmError, StoreError};
 use crate::filter::Filter;
+use crate::fusion::Fusion;
 use crate::prompt::{self, Prompt};
 use crate::sse::{
     CacheState, Done, ErrorEvent, Event, Meta, PromptEcho, SourceDoc, Timings, Token,
 };
-use crate::stages::{ActiveComponent, ChatMessage, Embedder, Hit, Llm, LlmEvent, Reranker, Store};
+use crate::stages::{
+    ActiveComponent, ChatMessage, Embedder, Hit, Llm, LlmEvent, Reranker, Search, Store,
+};
 use crate::trace::TraceContext;
 
 /// Characters of a chunk shown as its snippet in `meta`.
@@ -129,18 +133,22 @@ impl AnswerRequest {
     }
 
     /// Digest of what else shapes this answer besides the question and the scope's fields —
-    /// the effective filter, the conversation, a `max_tokens` below the server's — or `None`
-    /// when nothing does. Cached answers are keyed and scoped by it: one made under one
-    /// filter, conversation or length never answers another.
-    pub fn variant(&self) -> Option<String> {
+    /// the effective filter, the conversation, a `max_tokens` below the server's, a fusion
+    /// other than the built-in one (`fusion`, the tenant's) — or `None` when nothing does.
+    /// Cached answers are keyed and scoped by it: one made under one filter, conversation,
+    /// length or fusion never answers another.
+    pub fn variant(&self, fusion: &Fusion) -> Option<String> {
+        let fusion = (*fusion != Fusion::default()).then(|| fusion.to_string());
         let plain = self.filter.is_none()
             && self.conversation == Conversation::default()
-            && self.max_tokens.is_none();
+            && self.max_tokens.is_none()
+            && fusion.is_none();
         (!plain).then(|| {
             let what = serde_json::json!({
                 "filter": self.filter.as_ref().map(Filter::digest),
                 "conversation": self.conversation,
                 "max_tokens": self.max_tokens,
+                "fusion": fusion,
             });
             crate::sha256_hex(what.to_string().as_bytes())
         })
@@ -174,6 +182,10 @@ struct Progress {
     deadline: Deadline,
     timings: Timings,
     degraded: Vec<Degraded>,
+    /// How the tenant's hybrid search fuses its rankings.
+    fusion: Fusion,
+    /// [`AnswerRequest::variant`], computed once.
+    variant: Option<String>,
 }
 
 /// Where the cache stands for an answer after its lookup: what a complete answer is written
@@ -274,7 +286,10 @@ impl Pipeline {
     ) -> impl Stream<Item = Event> + Send + 'static {
         let this = self;
         async_stream::stream! {
+            let fusion = this.config.fusion.for_tenant(&request.tenant);
             let mut progress = Progress {
+                variant: request.variant(&fusion),
+                fusion,
                 request_id,
                 session_id: request.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
                 deadline: Deadline::from_std(request.received + request.retrieval_deadline),
@@ -494,8 +509,8 @@ impl Pipeline {
         else {
             return ExactRead::default();
         };
-        let scope = self.scope(request, *v, c.as_ref());
-        let probe = probe(request);
+        let scope = self.scope(request, *v, c.as_ref(), progress);
+        let probe = Probe::scoped(&request.query, progress.variant.as_deref());
         let started = Instant::now();
         let found = bounded(
             progress.deadline,
@@ -539,8 +554,8 @@ impl Pipeline {
         let (Some(version), Some(active)) = (version, active) else {
             return Round::Skipped;
         };
-        let scope = self.scope(request, version, active.as_ref());
-        let probe = probe(request);
+        let scope = self.scope(request, version, active.as_ref(), progress);
+        let probe = Probe::scoped(&request.query, progress.variant.as_deref());
         let started = Instant::now();
         let found = match (vector, cache.in_process()) {
             (Ok((v, _)), true) if exact_read => {
@@ -570,6 +585,7 @@ impl Pipeline {
         request: &AnswerRequest,
         corpus_version: u64,
         component: Option<&Arc<dyn ActiveComponent>>,
+        progress: &Progress,
     ) -> Scope {
         Scope {
             rerank: component.map(|c| c.version().to_string()),
@@ -578,7 +594,7 @@ impl Pipeline {
             embed_model: self.embedder.model_id().to_string(),
             prompt_version: prompt::PROMPT_VERSION,
             k: request.k,
-            variant: request.variant(),
+            variant: progress.variant.clone(),
         }
     }
 
@@ -697,13 +713,10 @@ impl Pipeline {
         let deadline = progress.deadline;
         let started = Instant::now();
         let text = request.retrieval_text();
-        let search = self.store.search(
-            &request.tenant,
-            &text,
-            vector,
-            request.k,
-            request.filter.as_ref(),
-        );
+        let search = Search::new(&text, vector, request.k)
+            .filter(request.filter.as_ref())
+            .fusion(progress.fusion);
+        let search = self.store.search(&request.tenant, &search);
         let hits = match bounded(deadline, beside(search, &mut component)).await {
             Some(Ok(hits)) => hits,
             Some(Err(StoreError::CircuitOpen)) => return Err(Degraded::RetrievalCircuitOpen),
@@ -957,11 +970,6 @@ fn in_span<S: Stream<Item = Event> + Send + 'static>(
 /// Adds `d` to a timing that may not have started yet.
 fn add_ms(slot: &mut Option<f64>, d: Duration) {
     *slot = Some(slot.unwrap_or(0.0) + ms(d));
-}
-
-/// The request's question as the cache sees it, under its variant.
-fn probe(request: &AnswerRequest) -> Probe {
-    Probe::scoped(&request.query, request.variant().as_deref())
 }
 
 fn source_doc(hit: &Hit) -> SourceDoc {

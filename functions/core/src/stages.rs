@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{EmbedError, LlmError, StoreError};
 use crate::filter::Filter;
+use crate::fusion::Fusion;
 use crate::metadata::Metadata;
 
 /// Turns text into unit-length vectors, in-process (loaded once at start).
@@ -69,26 +70,57 @@ pub struct Hit {
     /// Its dense embedding, when the store returns it (lent to rerank components so that
     /// `host.embed` of a candidate's text needs no model run).
     pub vector: Vec<f32>,
-    /// Fused (RRF) score: higher is better.
+    /// Fused score (see [`crate::fusion`]): higher is better.
     pub score: f32,
+}
+
+/// What a search asks the store for.
+#[derive(Debug, Clone, Copy)]
+pub struct Search<'a> {
+    /// The query's text, for BM25.
+    pub query: &'a str,
+    /// The query's embedding, for the dense half.
+    pub vector: &'a [f32],
+    /// How many chunks come back.
+    pub k: usize,
+    /// Only chunks of documents whose metadata passes it; `None` for all of the tenant's.
+    pub filter: Option<&'a Filter>,
+    /// How the two rankings are fused (the tenant's setting).
+    pub fusion: Fusion,
+}
+
+impl<'a> Search<'a> {
+    /// The `k` best chunks for `query` and `vector`, unfiltered, by the default fusion.
+    pub fn new(query: &'a str, vector: &'a [f32], k: usize) -> Self {
+        Self {
+            query,
+            vector,
+            k,
+            filter: None,
+            fusion: Fusion::default(),
+        }
+    }
+
+    /// Only chunks of documents that pass `filter` (none: all).
+    pub fn filter(self, filter: Option<&'a Filter>) -> Self {
+        Self { filter, ..self }
+    }
+
+    /// Fused by `fusion`.
+    pub fn fusion(self, fusion: Fusion) -> Self {
+        Self { fusion, ..self }
+    }
 }
 
 /// A vector store holding every tenant's chunks: hybrid (dense + BM25) search, filtered by
 /// tenant, and per-document replacement.
 #[async_trait]
 pub trait Store: Send + Sync {
-    /// The `k` best chunks of `tenant` for `query` (text, for BM25) and `vector` (dense),
-    /// fused by reciprocal rank fusion, best first. With a `filter`, only chunks of documents
-    /// whose metadata passes it, applied inside the store's query (both halves of the hybrid
-    /// search), so that `k` of them come back whenever `k` exist.
-    async fn search(
-        &self,
-        tenant: &Tenant,
-        query: &str,
-        vector: &[f32],
-        k: usize,
-        filter: Option<&Filter>,
-    ) -> Result<Vec<Hit>, StoreError>;
+    /// The `search.k` best chunks of `tenant`, by its text (BM25) and vector (dense), fused
+    /// by `search.fusion`, best first. With a filter, only chunks of documents whose metadata
+    /// passes it, applied inside the store's query (both halves of the hybrid search), so
+    /// that `k` of them come back whenever `k` exist.
+    async fn search(&self, tenant: &Tenant, search: &Search<'_>) -> Result<Vec<Hit>, StoreError>;
     /// Replaces every chunk of `document` for `tenant` with `chunks`.
     async fn replace_document(
         &self,

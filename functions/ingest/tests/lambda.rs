@@ -6,7 +6,7 @@ use std::path::Path;
 
 use serde_json::{Value, json};
 use sluice_core::filter::Filter;
-use sluice_core::stages::Store;
+use sluice_core::stages::{Search, Store};
 use sluice_tests::aws;
 use sluice_tests::lambda::Function;
 
@@ -118,10 +118,7 @@ async fn uploads_and_posted_documents_are_ingested_with_settings_from_the_secret
     let hits = store
         .search(
             &sluice_tests::tenant("acme"),
-            "lost card",
-            &unit,
-            50,
-            Some(&filter),
+            &Search::new("lost card", &unit, 50).filter(Some(&filter)),
         )
         .await
         .unwrap();

@@ -4,11 +4,13 @@
 //!
 //! The same search is also measured with a metadata filter: a selective one that 1 % of the
 //! chunks pass (`{"region": "apac"}`, 100 chunks) and a broad one that 50 % pass
-//! (`{"year": {"$gte": 2025}}`), against none, in one run.
+//! (`{"year": {"$gte": 2025}}`), against none, in one run; and unfiltered under a weighted
+//! RRF (computed by the engine) and a convex fusion (two engine queries, fused in Sluice).
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use sluice_core::filter::Filter;
-use sluice_core::stages::{DocumentInfo, Store, StoredChunk};
+use sluice_core::fusion::Fusion;
+use sluice_core::stages::{DocumentInfo, Search, Store, StoredChunk};
 use sluice_retrieve::EdgeStore;
 use sluice_testkit::tenant;
 
@@ -108,30 +110,46 @@ fn bench(c: &mut Criterion) {
     });
     let queries: Vec<Vec<f32>> = (0..64).map(|_| rng.unit()).collect();
     let filter = |v: serde_json::Value| Filter::parse(&v).unwrap();
+    // The filters' cost beside no filter, and the fusion rules' beside plain RRF (the weighted
+    // one in the engine; the convex one as two engine queries fused here).
+    let (plain, weighted) = (
+        Fusion::default(),
+        Fusion::Rrf {
+            k: 100,
+            dense: 0.5,
+            bm25: 1.0,
+        },
+    );
+    let convex = Fusion::Convex { dense: 0.7 };
     let cases = [
-        ("hybrid_search_10k_chunks_k5", None),
+        ("hybrid_search_10k_chunks_k5", None, plain),
         (
             "hybrid_search_10k_chunks_k5_filter_1pct",
             Some(filter(serde_json::json!({"region": "apac"}))),
+            plain,
         ),
         (
             "hybrid_search_10k_chunks_k5_filter_50pct",
             Some(filter(serde_json::json!({"year": {"$gte": 2025}}))),
+            plain,
         ),
+        ("hybrid_search_10k_chunks_k5_weighted_rrf", None, weighted),
+        ("hybrid_search_10k_chunks_k5_convex", None, convex),
     ];
-    for (name, filter) in &cases {
+    for (name, filter, fusion) in &cases {
         let mut i = 0;
         c.bench_function(name, |b| {
             b.iter(|| {
                 i = (i + 1) % queries.len();
                 let hits = runtime
-                    .block_on(store.search(
-                        &tenant("bench"),
-                        "daily card withdrawal limit abroad",
-                        &queries[i],
-                        5,
-                        filter.as_ref(),
-                    ))
+                    .block_on(
+                        store.search(
+                            &tenant("bench"),
+                            &Search::new("daily card withdrawal limit abroad", &queries[i], 5)
+                                .filter(filter.as_ref())
+                                .fusion(*fusion),
+                        ),
+                    )
                     .unwrap();
                 assert_eq!(hits.len(), 5, "a filter never returns fewer than k");
                 hits

@@ -13,7 +13,7 @@ use std::time::Instant;
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use sluice_core::Config;
-use sluice_core::stages::Store;
+use sluice_core::stages::{Search, Store};
 use sluice_retrieve::pinecone::PineconeStore;
 use sluice_retrieve::qdrant::QdrantStore;
 
@@ -136,7 +136,7 @@ fn report(name: &str, store: &dyn Store, bare: (f64, f64), runtime: &tokio::runt
     let cpu_before = thread_cpu_ns();
     let (p50, p99) = measure(runtime, || async {
         let hits = store
-            .search(&tenant("bench"), query, &vector, 5, None)
+            .search(&tenant("bench"), &Search::new(query, &vector, 5))
             .await
             .unwrap();
         assert_eq!(hits.len(), 5);
@@ -230,7 +230,10 @@ fn bench(c: &mut Criterion) {
                     let started = Instant::now();
                     for _ in 0..iters {
                         store
-                            .search(&tenant("bench"), "replacement card", &vector, 5, None)
+                            .search(
+                                &tenant("bench"),
+                                &Search::new("replacement card", &vector, 5),
+                            )
                             .await
                             .unwrap();
                     }

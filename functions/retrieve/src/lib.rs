@@ -2,8 +2,10 @@
 //!
 //! Each chunk is one point with a dense 384-d cosine vector (`dense`) and a BM25 sparse
 //! vector (`bm25`, Qdrant's own `EdgeBm25` encoder, IDF applied by the engine). A search is
-//! one query with two prefetches — dense nearest neighbours and BM25 — fused by reciprocal
-//! rank fusion. Every point carries its tenant and every read filters on it.
+//! one query with two prefetches — dense nearest neighbours and BM25 — fused by weighted
+//! reciprocal rank fusion in the engine, or two queries fused here by a convex combination
+//! of their scores (the tenant's rule, [`sluice_core::fusion`]). Every point carries its
+//! tenant and every read filters on it.
 #![warn(missing_docs)]
 
 pub mod pinecone;
@@ -74,26 +76,30 @@ use async_trait::async_trait;
 use qdrant_edge::bm25_embed::{EdgeBm25, EdgeBm25Config};
 use qdrant_edge::{
     CountRequest, CreateIndex, Distance, EdgeConfigBuilder, EdgeShard,
-    EdgeSparseVectorParamsBuilder, EdgeVectorParamsBuilder, FieldIndexOperations, Fusion, Modifier,
-    NamedQuery, PointId, PointInsertOperations, PointOperations, PointStruct, Prefetch, QueryEnum,
-    QueryRequest, ScoredPoint, ScoringQuery, UpdateOperation, Vector, VectorInternal,
-    VectorStructInternal, Vectors, WithPayloadInterface, WithVector,
+    EdgeSparseVectorParamsBuilder, EdgeVectorParamsBuilder, FieldIndexOperations,
+    Fusion as EdgeFusion, Modifier, NamedQuery, PointId, PointInsertOperations, PointOperations,
+    PointStruct, Prefetch, QueryEnum, QueryRequest, ScoredPoint, ScoringQuery, UpdateOperation,
+    Vector, VectorInternal, VectorStructInternal, Vectors, WithPayloadInterface, WithVector,
 };
 use serde_json::{Value, json};
 use sluice_core::Tenant;
 use sluice_core::config::{StoreBackend, StoreConfig};
 use sluice_core::error::StoreError;
 use sluice_core::filter::{Bound, Filter, Op, Scalar};
-use sluice_core::fusion::RRF_K;
 use sluice_core::metadata::{MetaValue, Metadata};
-use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
+use sluice_core::stages::{DocumentInfo, Hit, Search, Store, StoredChunk};
 
 const DENSE: &str = "dense";
 const SPARSE: &str = "bm25";
-/// Each prefetch returns this many candidates per requested result (at least `MIN_PREFETCH`),
-/// so that fusion has overlap to work with.
+/// Each half of a hybrid search returns this many candidates per requested result (at least
+/// `MIN_PREFETCH`), so that fusion has overlap to work with.
 const PREFETCH_FACTOR: usize = 4;
 const MIN_PREFETCH: usize = 20;
+
+/// How many candidates each half of a hybrid search for `k` chunks ranks, on every store.
+pub fn prefetch_limit(k: usize) -> usize {
+    (k * PREFETCH_FACTOR).max(MIN_PREFETCH)
+}
 /// Fixed namespace for point ids: uuid-v5(tenant, document id, chunk index).
 const POINT_NAMESPACE: uuid::Uuid =
     uuid::Uuid::from_u128(0x5b1c_e0a4_6e0f_4d7b_9c1e_2f3a_4b5c_6d7e);
@@ -445,77 +451,98 @@ fn hit(point: ScoredPoint) -> Option<Hit> {
 }
 
 /// Which ranking a search returns: the pipeline always uses [`Retrieval::Hybrid`]; the other
-/// two are its halves, for `sluice eval retrieval`.
+/// two are its halves, for `sluice eval`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Retrieval {
     /// Dense nearest neighbours alone.
     Dense,
     /// BM25 alone (nothing for a query of stopwords only).
     Bm25,
-    /// Both, fused by reciprocal rank fusion.
+    /// Both, fused by the search's rule.
     Hybrid,
 }
 
 impl EdgeStore {
-    /// The `k` best chunks of `tenant` for `query` (its text for BM25, `vector` for dense) by
-    /// `retrieval`, of the documents that pass `filter` (in each prefetch and in the fused
-    /// query: the engine filters while it searches).
+    /// The `search.k` best chunks of `tenant` by `retrieval`, of the documents that pass the
+    /// search's filter (in each query the engine runs: it filters while it searches). A
+    /// hybrid search by weighted RRF is one engine query with two prefetches, fused by the
+    /// engine; by a convex combination, the two queries, fused here
+    /// ([`Fusion::fuse_hits`](sluice_core::fusion::Fusion::fuse_hits)).
+    /// Dense and BM25 alone score hits by cosine and by BM25.
     pub async fn search_by(
         &self,
         tenant: &Tenant,
-        query: &str,
-        vector: &[f32],
-        k: usize,
-        filter: Option<&Filter>,
+        search: &Search<'_>,
         retrieval: Retrieval,
     ) -> Result<Vec<Hit>, StoreError> {
         let filter: qdrant_edge::Filter =
-            serde_json::from_value(search_filter_json(tenant, filter)).map_err(backend)?;
-        let sparse = self.inner.bm25.embed_query(query);
-        let dense = vector.to_vec();
+            serde_json::from_value(search_filter_json(tenant, search.filter)).map_err(backend)?;
+        let sparse = self.inner.bm25.embed_query(search.query);
+        let dense = search.vector.to_vec();
+        let (k, fusion) = (search.k, search.fusion);
         self.blocking(move |inner| {
-            let limit = (k * PREFETCH_FACTOR).max(MIN_PREFETCH);
+            let candidates = prefetch_limit(k);
             let nearest = |query: VectorInternal, using: &str| {
                 ScoringQuery::Vector(QueryEnum::Nearest(NamedQuery::new(query, using)))
             };
-            let prefetch = |query: VectorInternal, using: &str| Prefetch {
-                prefetches: vec![],
-                query: Some(nearest(query, using)),
-                limit,
-                params: None,
-                filter: Some(filter.clone()),
-                score_threshold: None,
+            let run = |prefetches: Vec<Prefetch>, query: ScoringQuery, limit: usize| {
+                let request = QueryRequest {
+                    prefetches,
+                    query: Some(query),
+                    filter: Some(filter.clone()),
+                    score_threshold: None,
+                    limit,
+                    offset: 0,
+                    params: None,
+                    with_vector: WithVector::Selector(vec![DENSE.into()]),
+                    with_payload: WithPayloadInterface::Bool(true),
+                };
+                let points = inner.shard.query(request).map_err(backend)?;
+                Ok::<_, StoreError>(points.into_iter().filter_map(hit).collect::<Vec<_>>())
             };
-            let (prefetches, query) = match retrieval {
-                Retrieval::Dense => (vec![], nearest(VectorInternal::Dense(dense), DENSE)),
-                Retrieval::Bm25 if sparse.indices.is_empty() => return Ok(Vec::new()),
-                Retrieval::Bm25 => (vec![], nearest(VectorInternal::Sparse(sparse), SPARSE)),
-                Retrieval::Hybrid => {
-                    let mut prefetches = vec![prefetch(VectorInternal::Dense(dense), DENSE)];
-                    // A query of stopwords only has no BM25 terms: dense alone then.
-                    if !sparse.indices.is_empty() {
-                        prefetches.push(prefetch(VectorInternal::Sparse(sparse), SPARSE));
-                    }
-                    let fusion = ScoringQuery::Fusion(Fusion::Rrf {
-                        k: RRF_K,
-                        weights: None,
+            let dense_query = nearest(VectorInternal::Dense(dense), DENSE);
+            // A query of stopwords only has no BM25 terms: BM25 finds nothing, hybrid is dense.
+            let sparse_query = (!sparse.indices.is_empty())
+                .then(|| nearest(VectorInternal::Sparse(sparse), SPARSE));
+            match (
+                retrieval,
+                fusion.rrf_weights(1 + sparse_query.is_some() as usize),
+            ) {
+                (Retrieval::Dense, _) => run(vec![], dense_query, k),
+                (Retrieval::Bm25, _) => match sparse_query {
+                    Some(q) => run(vec![], q, k),
+                    None => Ok(Vec::new()),
+                },
+                (Retrieval::Hybrid, Some((rrf_k, weights))) => {
+                    let prefetch = |query: ScoringQuery| Prefetch {
+                        prefetches: vec![],
+                        query: Some(query),
+                        limit: candidates,
+                        params: None,
+                        filter: Some(filter.clone()),
+                        score_threshold: None,
+                    };
+                    let prefetches = [Some(dense_query), sparse_query]
+                        .into_iter()
+                        .flatten()
+                        .map(prefetch)
+                        .collect();
+                    let weights = (weights.iter().any(|w| *w != 1.0)).then(|| {
+                        use qdrant_edge::external::ordered_float::OrderedFloat;
+                        weights.into_iter().map(OrderedFloat).collect()
                     });
-                    (prefetches, fusion)
+                    let fusion = ScoringQuery::Fusion(EdgeFusion::Rrf { k: rrf_k, weights });
+                    run(prefetches, fusion, k)
                 }
-            };
-            let request = QueryRequest {
-                prefetches,
-                query: Some(query),
-                filter: Some(filter.clone()),
-                score_threshold: None,
-                limit: k,
-                offset: 0,
-                params: None,
-                with_vector: WithVector::Selector(vec![DENSE.into()]),
-                with_payload: WithPayloadInterface::Bool(true),
-            };
-            let points = inner.shard.query(request).map_err(backend)?;
-            Ok(points.into_iter().filter_map(hit).collect())
+                (Retrieval::Hybrid, None) => {
+                    let dense = run(vec![], dense_query, candidates)?;
+                    let bm25 = match sparse_query {
+                        Some(q) => run(vec![], q, candidates)?,
+                        None => Vec::new(),
+                    };
+                    Ok(fusion.fuse_hits(dense, bm25, k))
+                }
+            }
         })
         .await
     }
@@ -523,16 +550,8 @@ impl EdgeStore {
 
 #[async_trait]
 impl Store for EdgeStore {
-    async fn search(
-        &self,
-        tenant: &Tenant,
-        query: &str,
-        vector: &[f32],
-        k: usize,
-        filter: Option<&Filter>,
-    ) -> Result<Vec<Hit>, StoreError> {
-        self.search_by(tenant, query, vector, k, filter, Retrieval::Hybrid)
-            .await
+    async fn search(&self, tenant: &Tenant, search: &Search<'_>) -> Result<Vec<Hit>, StoreError> {
+        self.search_by(tenant, search, Retrieval::Hybrid).await
     }
 
     async fn replace_document(

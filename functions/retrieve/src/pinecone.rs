@@ -9,8 +9,8 @@
 //!   from the encoder the Qdrant stores use.
 //!
 //! A search queries both at once (two requests in parallel, each on its index's keep-alive
-//! connection) and fuses the two ranked lists here by reciprocal rank fusion with k = 60, the
-//! fusion the Qdrant stores ask their engine for. Pinecone does not apply IDF to sparse
+//! connection) and fuses the two ranked lists here by the tenant's rule ([`Fusion`]: weighted
+//! RRF by the formula the Qdrant stores' engine uses, or a convex combination of scores). Pinecone does not apply IDF to sparse
 //! vectors, so the BM25 side ranks by saturated term frequency with document-length
 //! normalisation but without IDF (stopwords are dropped by the encoder); the README says so.
 //!
@@ -29,15 +29,15 @@ use serde_json::{Value, json};
 use sluice_core::Tenant;
 use sluice_core::config::{PineconeConfig, StoreBackend, StoreConfig};
 use sluice_core::error::StoreError;
-use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
+use sluice_core::stages::{DocumentInfo, Hit, Search, Store, StoredChunk};
 
 use crate::rest::{Rest, VersionMemo, backend, next_version};
 use crate::{
-    META, META_INSTANTS, MIN_PREFETCH, PREFETCH_FACTOR, chunk_payload, hit_from, instant_path,
-    meta_path, point_uuid,
+    META, META_INSTANTS, chunk_payload, hit_from, instant_path, meta_path, point_uuid,
+    prefetch_limit,
 };
 use sluice_core::filter::{Bound, Filter, Op, Scalar};
-use sluice_core::fusion::{RRF_K, rrf};
+use sluice_core::fusion::Ranking;
 
 /// The API version both planes are called with.
 pub const API_VERSION: &str = "2025-10";
@@ -285,6 +285,9 @@ struct QueryResponse<'a> {
 #[derive(Deserialize)]
 struct Match<'a> {
     id: String,
+    /// The index's score (cosine, or the sparse dot product): what a convex fusion reads.
+    #[serde(default)]
+    score: f32,
     #[serde(default, borrow)]
     values: Option<&'a RawValue>,
     #[serde(default, borrow)]
@@ -308,14 +311,14 @@ impl Match<'_> {
     }
 }
 
-/// The matches of a query response body, best first, as (record id, match).
-fn parse_matches(text: &str) -> Result<Vec<(String, Match<'_>)>, StoreError> {
+/// The matches of a query response body, best first, as (record id, score, match).
+fn parse_matches(text: &str) -> Result<Ranking<Match<'_>>, StoreError> {
     let response: QueryResponse = serde_json::from_str(text)
         .map_err(|e| backend(format!("unexpected query response: {e}")))?;
     Ok(response
         .matches
         .into_iter()
-        .map(|m| (m.id.clone(), m))
+        .map(|m| (m.id.clone(), m.score, m))
         .collect())
 }
 
@@ -323,7 +326,7 @@ fn parse_matches(text: &str) -> Result<Vec<(String, Match<'_>)>, StoreError> {
 pub fn parse_query_response(text: &str) -> Result<Vec<Hit>, StoreError> {
     parse_matches(text)?
         .iter()
-        .map(|(_, m)| m.hit(0.0))
+        .map(|(_, _, m)| m.hit(0.0))
         .collect()
 }
 
@@ -418,16 +421,9 @@ pub fn pinecone_filter(filter: &Filter) -> Value {
 
 #[async_trait]
 impl Store for PineconeStore {
-    async fn search(
-        &self,
-        tenant: &Tenant,
-        query: &str,
-        vector: &[f32],
-        k: usize,
-        filter: Option<&Filter>,
-    ) -> Result<Vec<Hit>, StoreError> {
-        let limit = (k * PREFETCH_FACTOR).max(MIN_PREFETCH);
-        let filter = filter.map(pinecone_filter);
+    async fn search(&self, tenant: &Tenant, search: &Search<'_>) -> Result<Vec<Hit>, StoreError> {
+        let limit = prefetch_limit(search.k);
+        let filter = search.filter.map(pinecone_filter);
         let body = |vector, sparse_vector, include_values| {
             serde_json::to_vec(&QueryBody {
                 namespace: tenant,
@@ -441,13 +437,13 @@ impl Store for PineconeStore {
             .map_err(backend)
         };
         let query_dense = async {
-            let body = body(Some(vector), None, true)?;
+            let body = body(Some(search.vector), None, true)?;
             self.dense
                 .send(Method::POST, "/query", Some(body), true)
                 .await?
                 .ok_or_else(|| backend("the dense index does not exist"))
         };
-        let sparse = self.bm25.embed_query(query);
+        let sparse = self.bm25.embed_query(search.query);
         let query_sparse = async {
             // A query of stopwords only has no BM25 terms: dense alone then.
             if sparse.indices.is_empty() {
@@ -465,14 +461,16 @@ impl Store for PineconeStore {
                 .ok_or_else(|| backend("the sparse index does not exist"))
         };
         let (dense, sparse) = tokio::try_join!(query_dense, query_sparse)?;
-        let mut lists = vec![parse_matches(&dense)?];
-        if let Some(sparse) = &sparse {
-            lists.push(parse_matches(sparse)?);
-        }
-        rrf(lists, RRF_K, k)
-            .into_iter()
-            .map(|(score, m)| m.hit(score))
-            .collect()
+        let sparse = match &sparse {
+            Some(sparse) => parse_matches(sparse)?,
+            None => Vec::new(),
+        };
+        (search
+            .fusion
+            .fuse(parse_matches(&dense)?, sparse, search.k)
+            .into_iter())
+        .map(|(score, m)| m.hit(score))
+        .collect()
     }
 
     async fn replace_document(
@@ -581,6 +579,7 @@ impl Store for PineconeStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sluice_core::fusion::Fusion;
 
     #[test]
     fn only_the_winners_metadata_and_values_are_read() {
@@ -590,7 +589,7 @@ mod tests {
             {"id": "b", "score": 0.1, "values": [1.0], "metadata": 7}
         ]}"#;
         let matches = parse_matches(body).unwrap();
-        let fused = rrf(vec![matches], 60, 1);
+        let fused = Fusion::default().fuse(matches, vec![], 1);
         let hit = fused[0].1.hit(fused[0].0).unwrap();
         assert_eq!(hit.document.id, "a");
         assert_eq!(hit.vector, vec![0.6, 0.8]);

@@ -2,7 +2,9 @@
 //!
 //! The collection has the Edge store's layout — a `dense` cosine vector, a `bm25` sparse
 //! vector with the IDF modifier, the same payload and point ids — and a search is the same
-//! query: a dense prefetch and a BM25 prefetch, filtered by tenant, fused by RRF (k = 60).
+//! query: a dense prefetch and a BM25 prefetch, filtered by tenant, fused by the tenant's
+//! weighted RRF in Qdrant (`{"rrf": {"k", "weights"}}`) — or, for a convex combination, which
+//! Qdrant cannot compute, both halves in one batch call fused here.
 //! Sparse vectors are computed here with Qdrant's own BM25 encoder, the one the Edge store
 //! uses, so the two rank alike. Corpus versions live in a second collection,
 //! `<collection>_versions`, one point per tenant.
@@ -17,13 +19,12 @@ use serde_json::{Value, json};
 use sluice_core::Tenant;
 use sluice_core::config::{QdrantConfig, StoreBackend, StoreConfig};
 use sluice_core::error::StoreError;
-use sluice_core::filter::Filter;
-use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
+use sluice_core::stages::{DocumentInfo, Hit, Search, Store, StoredChunk};
 
 use crate::rest::{Rest, VersionMemo, backend, next_version, qdrant_result};
 use crate::{
-    DENSE, IndexedFields, MIN_PREFETCH, PREFETCH_FACTOR, RRF_K, SPARSE, chunk_payload, filter_json,
-    hit_from, point_uuid, search_filter_json,
+    DENSE, IndexedFields, SPARSE, chunk_payload, filter_json, hit_from, point_uuid, prefetch_limit,
+    search_filter_json,
 };
 
 /// The Qdrant REST store.
@@ -128,6 +129,37 @@ impl QdrantStore {
         Ok(())
     }
 
+    /// Sends a read to the Query API; a 404 means the collection is missing.
+    async fn query(&self, path: &str, body: Vec<u8>) -> Result<String, StoreError> {
+        self.rest
+            .send(Method::POST, path, Some(body), true)
+            .await?
+            .ok_or_else(|| backend(format!("collection {} does not exist", self.collection)))
+    }
+
+    /// The two halves of a hybrid search as one batch call (`/points/query/batch`), each
+    /// ranked by its own scores, fused here by `search.fusion`.
+    async fn search_halves(
+        &self,
+        halves: Vec<Prefetch<'_>>,
+        search: &Search<'_>,
+    ) -> Result<Vec<Hit>, StoreError> {
+        let searches: Vec<HalfBody> = (halves.into_iter())
+            .map(|half| HalfBody {
+                half,
+                with_payload: true,
+                with_vector: [DENSE],
+            })
+            .collect();
+        let body = serde_json::to_vec(&json!({ "searches": searches })).map_err(backend)?;
+        let path = format!("/collections/{}/points/query/batch", self.collection);
+        let text = self.query(&path, body).await?;
+        let mut halves = parse_batch_response(&text)?.into_iter();
+        let dense = halves.next().unwrap_or_default();
+        let bm25 = halves.next().unwrap_or_default();
+        Ok(search.fusion.fuse_hits(dense, bm25, search.k))
+    }
+
     fn version_id(tenant: &str) -> String {
         point_uuid(tenant, "", 0).to_string()
     }
@@ -140,50 +172,43 @@ fn sparse_json(indices: &[u32], values: &[f32]) -> Value {
 
 #[async_trait]
 impl Store for QdrantStore {
-    async fn search(
-        &self,
-        tenant: &Tenant,
-        query: &str,
-        vector: &[f32],
-        k: usize,
-        filter: Option<&Filter>,
-    ) -> Result<Vec<Hit>, StoreError> {
-        let filter = search_filter_json(tenant, filter);
-        let limit = (k * PREFETCH_FACTOR).max(MIN_PREFETCH);
-        let mut prefetch = vec![Prefetch {
-            query: QueryVector::Dense(vector),
-            using: DENSE,
+    async fn search(&self, tenant: &Tenant, search: &Search<'_>) -> Result<Vec<Hit>, StoreError> {
+        let filter = search_filter_json(tenant, search.filter);
+        let limit = prefetch_limit(search.k);
+        let sparse = self.bm25.embed_query(search.query);
+        let dense_query = QueryVector::Dense(search.vector);
+        // A query of stopwords only has no BM25 terms: dense alone then.
+        let sparse_query = (!sparse.indices.is_empty()).then_some(QueryVector::Sparse {
+            indices: &sparse.indices,
+            values: &sparse.values,
+        });
+        let half = |query, using| Prefetch {
+            query,
+            using,
             limit,
             filter: &filter,
-        }];
-        let sparse = self.bm25.embed_query(query);
-        // A query of stopwords only has no BM25 terms: dense alone then.
-        if !sparse.indices.is_empty() {
-            prefetch.push(Prefetch {
-                query: QueryVector::Sparse {
-                    indices: &sparse.indices,
-                    values: &sparse.values,
-                },
-                using: SPARSE,
-                limit,
-                filter: &filter,
-            });
+        };
+        let mut prefetch = vec![half(dense_query, DENSE)];
+        prefetch.extend(sparse_query.map(|q| half(q, SPARSE)));
+        let Some((k, weights)) = search.fusion.rrf_weights(prefetch.len()) else {
+            // A convex combination: both halves in one batch call, fused here.
+            return self.search_halves(prefetch, search).await;
+        };
+        let mut rrf = json!({"k": k});
+        if weights.iter().any(|w| *w != 1.0) {
+            rrf["weights"] = json!(weights);
         }
         let body = QueryBody {
             prefetch,
-            query: json!({"rrf": {"k": RRF_K}}),
+            query: json!({ "rrf": rrf }),
             filter: &filter,
-            limit: k,
+            limit: search.k,
             with_payload: true,
             with_vector: [DENSE],
         };
         let body = serde_json::to_vec(&body).map_err(backend)?;
         let path = format!("/collections/{}/points/query", self.collection);
-        let text = self
-            .rest
-            .send(Method::POST, &path, Some(body), true)
-            .await?
-            .ok_or_else(|| backend(format!("collection {} does not exist", self.collection)))?;
+        let text = self.query(&path, body).await?;
         parse_query_response(&text)
     }
 
@@ -298,6 +323,15 @@ struct QueryBody<'a> {
     with_vector: [&'static str; 1],
 }
 
+/// One search of a batch call: a half of the hybrid search, with what a hit needs.
+#[derive(Serialize)]
+struct HalfBody<'a> {
+    #[serde(flatten)]
+    half: Prefetch<'a>,
+    with_payload: bool,
+    with_vector: [&'static str; 1],
+}
+
 #[derive(Serialize)]
 struct Prefetch<'a> {
     query: QueryVector<'a>,
@@ -340,12 +374,22 @@ struct NamedVectors {
 /// The hits of a whole query response body (`{"result": {"points": […]}, …}`).
 pub fn parse_query_response(text: &str) -> Result<Vec<Hit>, StoreError> {
     let result: QueryResult = qdrant_result(text).map_err(backend)?;
-    Ok(result
-        .points
-        .into_iter()
-        .map(|p| {
-            let vector = p.vector.map(|v| v.dense).unwrap_or_default();
-            hit_from(&p.payload, p.score, vector)
-        })
-        .collect())
+    Ok(result.hits())
+}
+
+/// The hits of each search of a batch response body (`{"result": [{"points": […]}, …]}`).
+pub fn parse_batch_response(text: &str) -> Result<Vec<Vec<Hit>>, StoreError> {
+    let results: Vec<QueryResult> = qdrant_result(text).map_err(backend)?;
+    Ok(results.into_iter().map(QueryResult::hits).collect())
+}
+
+impl QueryResult {
+    fn hits(self) -> Vec<Hit> {
+        (self.points.into_iter())
+            .map(|p| {
+                let vector = p.vector.map(|v| v.dense).unwrap_or_default();
+                hit_from(&p.payload, p.score, vector)
+            })
+            .collect()
+    }
 }

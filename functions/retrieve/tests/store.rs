@@ -3,7 +3,7 @@
 //! unit vectors): these tests are about the store, not the model.
 
 use sluice_core::error::StoreError;
-use sluice_core::stages::{DocumentInfo, Store, StoredChunk};
+use sluice_core::stages::{DocumentInfo, Search, Store, StoredChunk};
 use sluice_retrieve::EdgeStore;
 use sluice_testkit::tenant;
 
@@ -64,7 +64,7 @@ async fn a_tenant_never_sees_another_tenants_chunks() {
         // Same id, same vector, same words: only the tenant filter separates them.
         let tenant = &tenant(name);
         let hits = store
-            .search(tenant, "refund policy", &unit(1), 10, None)
+            .search(tenant, &Search::new("refund policy", &unit(1), 10))
             .await
             .unwrap();
         assert_eq!(hits.len(), 1, "{tenant}: {hits:?}");
@@ -76,7 +76,10 @@ async fn a_tenant_never_sees_another_tenants_chunks() {
     }
     assert!(
         store
-            .search(&tenant("initech"), "refund policy", &unit(1), 10, None)
+            .search(
+                &tenant("initech"),
+                &Search::new("refund policy", &unit(1), 10)
+            )
             .await
             .unwrap()
             .is_empty()
@@ -111,7 +114,7 @@ async fn reingesting_a_document_replaces_all_its_chunks() {
         .unwrap();
     assert_eq!(store.count(&tenant("t")).await.unwrap(), 2);
     let hits = store
-        .search(&tenant("t"), "old new", &unit(30), 10, None)
+        .search(&tenant("t"), &Search::new("old new", &unit(30), 10))
         .await
         .unwrap();
     assert!(hits.iter().all(|h| !h.text.starts_with("old")), "{hits:?}");
@@ -157,7 +160,7 @@ async fn both_dense_and_bm25_candidates_reach_the_fused_result() {
             .unwrap();
     }
     let hits = store
-        .search(&tenant("t"), "quokka", &unit(100), 2, None)
+        .search(&tenant("t"), &Search::new("quokka", &unit(100), 2))
         .await
         .unwrap();
     let ids: Vec<&str> = hits.iter().map(|h| h.document.id.as_str()).collect();
@@ -187,7 +190,7 @@ async fn chunks_and_corpus_versions_survive_reopening() {
     assert_eq!(store.corpus_version(&tenant("t")).await.unwrap(), 2);
     assert_eq!(store.corpus_version(&tenant("u")).await.unwrap(), 1);
     let hits = store
-        .search(&tenant("t"), "persisted", &unit(5), 3, None)
+        .search(&tenant("t"), &Search::new("persisted", &unit(5), 3))
         .await
         .unwrap();
     assert_eq!(hits.len(), 1);
@@ -248,7 +251,10 @@ async fn every_filter_returns_exactly_the_documents_its_meaning_lets_through() {
     let store = filter_corpus(dir.path()).await;
     for (filter, expected) in sluice_testkit::filters::expected() {
         let hits = store
-            .search(&tenant("acme"), "policy text", &unit(0), 50, Some(&filter))
+            .search(
+                &tenant("acme"),
+                &Search::new("policy text", &unit(0), 50).filter(Some(&filter)),
+            )
             .await
             .unwrap();
         let mut got: Vec<&str> = hits.iter().map(|h| h.document.id.as_str()).collect();
@@ -263,7 +269,7 @@ async fn every_filter_returns_exactly_the_documents_its_meaning_lets_through() {
     }
     // The metadata round trip, dates as sent (offset kept).
     let all = store
-        .search(&tenant("acme"), "policy text", &unit(0), 50, None)
+        .search(&tenant("acme"), &Search::new("policy text", &unit(0), 50))
         .await
         .unwrap();
     let p25 = all.iter().find(|h| h.document.id == "policy-2025").unwrap();
@@ -305,7 +311,10 @@ async fn a_selective_filter_still_returns_k_chunks() {
     let filter =
         sluice_core::filter::Filter::parse(&serde_json::json!({"region": "emea"})).unwrap();
     let hits = store
-        .search(&tenant("t"), "refund policy", &query, 3, Some(&filter))
+        .search(
+            &tenant("t"),
+            &Search::new("refund policy", &query, 3).filter(Some(&filter)),
+        )
         .await
         .unwrap();
     let mut ids: Vec<&str> = hits.iter().map(|h| h.document.id.as_str()).collect();
@@ -334,10 +343,177 @@ async fn metadata_indexes_are_created_once_and_survive_a_reopen() {
     }
     let filter = sluice_core::filter::Filter::parse(&serde_json::json!({"groups": "hr"})).unwrap();
     let hits = store
-        .search(&tenant("globex"), "policy", &unit(0), 50, Some(&filter))
+        .search(
+            &tenant("globex"),
+            &Search::new("policy", &unit(0), 50).filter(Some(&filter)),
+        )
         .await
         .unwrap();
     let mut ids: Vec<&str> = hits.iter().map(|h| h.document.id.as_str()).collect();
     ids.sort();
     assert_eq!(ids, ["hr-guide", "policy-2024"]);
+}
+
+// ---- fusion ---------------------------------------------------------------------------------
+
+/// 60 one-chunk documents whose texts share a few words with the query in varied measure and
+/// whose vectors vary: the dense and BM25 rankings disagree.
+async fn fusion_corpus(dir: &std::path::Path) -> EdgeStore {
+    let store = EdgeStore::open(dir, DIM).unwrap();
+    let words = [
+        "refund", "card", "policy", "days", "fee", "limit", "abroad", "branch",
+    ];
+    for i in 0..60u64 {
+        let text: Vec<&str> = (0..(1 + i % 5))
+            .map(|j| words[((i * 7 + j * 3) % 8) as usize])
+            .collect();
+        // Three documents of 60 (d0, d20, d40) are in group a.
+        let info = DocumentInfo {
+            metadata: sluice_testkit::filters::metadata(
+                serde_json::json!({"group": if i % 20 == 0 { "a" } else { "b" }}),
+            ),
+            ..doc(&format!("d{i}"))
+        };
+        store
+            .replace_document(&tenant("t"), &info, chunks(&[&text.join(" ")], i))
+            .await
+            .unwrap();
+    }
+    store
+}
+
+/// A ranking as (chunk, score) pairs sorted by score then chunk: two fusions of the same
+/// lists agree on it whatever order they leave equal scores in.
+fn ranked(hits: &[sluice_core::stages::Hit]) -> Vec<(String, i64)> {
+    let mut v: Vec<(String, i64)> = hits
+        .iter()
+        .map(|h| (h.document.id.clone(), (h.score as f64 * 1e7).round() as i64))
+        .collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v
+}
+
+#[tokio::test]
+async fn the_engines_weighted_rrf_is_sluices_fusion_of_the_two_halves() {
+    use sluice_core::fusion::Fusion;
+    use sluice_retrieve::{Retrieval, prefetch_limit};
+    let dir = tempfile::tempdir().unwrap();
+    let store = fusion_corpus(dir.path()).await;
+    let query = unit(11);
+    let text = "refund policy abroad fee";
+    for fusion in [
+        Fusion::default(),
+        Fusion::Rrf {
+            k: 2,
+            dense: 1.0,
+            bm25: 0.25,
+        },
+        Fusion::Rrf {
+            k: 20,
+            dense: 2.0,
+            bm25: 0.5,
+        },
+        Fusion::Rrf {
+            k: 5,
+            dense: 0.0,
+            bm25: 1.0,
+        },
+    ] {
+        let k = 8;
+        let search = Search::new(text, &query, k).fusion(fusion);
+        let engine = store.search(&tenant("t"), &search).await.unwrap();
+        let half = Search::new(text, &query, prefetch_limit(k));
+        let dense = store
+            .search_by(&tenant("t"), &half, Retrieval::Dense)
+            .await
+            .unwrap();
+        let bm25 = store
+            .search_by(&tenant("t"), &half, Retrieval::Bm25)
+            .await
+            .unwrap();
+        assert!(!dense.is_empty() && !bm25.is_empty());
+        let here = fusion.fuse_hits(dense, bm25, k);
+        assert_eq!(engine.len(), k, "{fusion}");
+        assert_eq!(ranked(&engine), ranked(&here), "{fusion}");
+    }
+    // And the settings do rank differently: k and the weights reach the engine.
+    let top = |f: Fusion| {
+        let store = store.clone();
+        let query = query.clone();
+        async move {
+            let hits = store
+                .search(&tenant("t"), &Search::new(text, &query, 8).fusion(f))
+                .await
+                .unwrap();
+            hits.iter()
+                .map(|h| h.document.id.clone())
+                .collect::<Vec<_>>()
+        }
+    };
+    let dense_led = top(Fusion::Rrf {
+        k: 2,
+        dense: 1.0,
+        bm25: 0.0,
+    })
+    .await;
+    let bm25_led = top(Fusion::Rrf {
+        k: 2,
+        dense: 0.0,
+        bm25: 1.0,
+    })
+    .await;
+    assert_ne!(dense_led, bm25_led);
+}
+
+#[tokio::test]
+async fn a_convex_fusion_weighs_normalised_scores_and_keeps_the_filter() {
+    use sluice_core::fusion::Fusion;
+    use sluice_retrieve::Retrieval;
+    let dir = tempfile::tempdir().unwrap();
+    let store = fusion_corpus(dir.path()).await;
+    let query = unit(11);
+    let text = "refund policy abroad fee";
+    let first = |r: Retrieval, f: Fusion| {
+        let store = store.clone();
+        let query = query.clone();
+        async move {
+            let search = Search::new(text, &query, 5).fusion(f);
+            store.search_by(&tenant("t"), &search, r).await.unwrap()
+        }
+    };
+    let dense = first(Retrieval::Dense, Fusion::default()).await;
+    let bm25 = first(Retrieval::Bm25, Fusion::default()).await;
+    // All dense: the dense order; all BM25: BM25's best first. Scores are in [0, 1], the
+    // best exactly 1 (its list's best, normalised).
+    let all_dense = first(Retrieval::Hybrid, Fusion::Convex { dense: 1.0 }).await;
+    assert_eq!(all_dense[0].document.id, dense[0].document.id);
+    assert!(
+        (all_dense[0].score - 1.0).abs() < 1e-6,
+        "{}",
+        all_dense[0].score
+    );
+    let all_bm25 = first(Retrieval::Hybrid, Fusion::Convex { dense: 0.0 }).await;
+    let bm25_best: Vec<&str> = bm25
+        .iter()
+        .filter(|h| (h.score - bm25[0].score).abs() < 1e-6)
+        .map(|h| h.document.id.as_str())
+        .collect();
+    assert!(
+        bm25_best.contains(&all_bm25[0].document.id.as_str()),
+        "{all_bm25:?}"
+    );
+    assert!(
+        all_bm25
+            .iter()
+            .all(|h| (0.0..=1.0 + 1e-6).contains(&h.score))
+    );
+    // A filter holds in both halves: the three documents it lets through, and no other.
+    let filter = sluice_core::filter::Filter::parse(&serde_json::json!({"group": "a"})).unwrap();
+    let search = Search::new(text, &query, 5)
+        .filter(Some(&filter))
+        .fusion(Fusion::Convex { dense: 0.5 });
+    let hits = store.search(&tenant("t"), &search).await.unwrap();
+    let mut ids: Vec<&str> = hits.iter().map(|h| h.document.id.as_str()).collect();
+    ids.sort();
+    assert_eq!(ids, ["d0", "d20", "d40"]);
 }

@@ -7,9 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sluice_core::Tenant;
 use sluice_core::error::StoreError;
-use sluice_core::filter::Filter;
-use sluice_core::fusion::{RRF_K, rrf};
-use sluice_core::stages::{DocumentInfo, Hit, Store, StoredChunk};
+use sluice_core::stages::{DocumentInfo, Hit, Search, Store, StoredChunk};
 
 use crate::HashEmbedder;
 
@@ -20,8 +18,8 @@ struct Corpus {
 }
 
 /// A hybrid store in memory: a search ranks the tenant's chunks by cosine to the query vector
-/// and by how many of the query's words they contain, and fuses the two rankings as the real
-/// stores do (RRF, k = 60). Tenants never see each other's chunks.
+/// and by how many of the query's words they contain, and fuses the two rankings by the
+/// search's rule, as the real stores do. Tenants never see each other's chunks.
 #[derive(Default)]
 pub struct MemoryStore {
     tenants: Mutex<HashMap<Tenant, Corpus>>,
@@ -40,55 +38,51 @@ impl MemoryStore {
 
 #[async_trait]
 impl Store for MemoryStore {
-    async fn search(
-        &self,
-        tenant: &Tenant,
-        query: &str,
-        vector: &[f32],
-        k: usize,
-        filter: Option<&Filter>,
-    ) -> Result<Vec<Hit>, StoreError> {
+    async fn search(&self, tenant: &Tenant, search: &Search<'_>) -> Result<Vec<Hit>, StoreError> {
         let tenants = self.lock();
         let Some(corpus) = tenants.get(tenant) else {
             return Ok(Vec::new());
         };
-        let hits: Vec<(String, Hit)> = corpus
+        let filter = search.filter;
+        let hits: Vec<Hit> = corpus
             .documents
             .values()
             // The filter's reference meaning, before ranking: as the real stores apply it.
             .filter(|(info, _)| filter.is_none_or(|f| f.matches(&info.metadata)))
             .flat_map(|(info, chunks)| {
-                chunks.iter().map(move |c| {
-                    let hit = Hit {
-                        document: info.clone(),
-                        chunk: c.index,
-                        text: c.text.clone(),
-                        tokens: c.tokens,
-                        vector: c.vector.clone(),
-                        score: 0.0,
-                    };
-                    (format!("{}#{}", info.id, c.index), hit)
+                chunks.iter().map(move |c| Hit {
+                    document: info.clone(),
+                    chunk: c.index,
+                    text: c.text.clone(),
+                    tokens: c.tokens,
+                    vector: c.vector.clone(),
+                    score: 0.0,
                 })
             })
             .collect();
-        let cosine = |v: &[f32]| -> f32 { v.iter().zip(vector).map(|(a, b)| a * b).sum() };
-        let mut dense = hits.clone();
-        dense.sort_by(|a, b| cosine(&b.1.vector).total_cmp(&cosine(&a.1.vector)));
-        let terms: HashSet<String> = HashEmbedder::words(query).collect();
+        let cosine = |v: &[f32]| -> f32 { v.iter().zip(search.vector).map(|(a, b)| a * b).sum() };
+        let mut dense: Vec<Hit> = (hits.iter().cloned())
+            .map(|h| Hit {
+                score: cosine(&h.vector),
+                ..h
+            })
+            .collect();
+        dense.sort_by(|a, b| b.score.total_cmp(&a.score));
+        let terms: HashSet<String> = HashEmbedder::words(search.query).collect();
         let overlap = |text: &str| {
             HashEmbedder::words(text)
                 .filter(|w| terms.contains(w))
                 .count()
         };
-        let mut sparse: Vec<(String, Hit)> = hits
-            .into_iter()
-            .filter(|(_, h)| overlap(&h.text) > 0)
+        let mut sparse: Vec<Hit> = (hits.into_iter())
+            .map(|h| Hit {
+                score: overlap(&h.text) as f32,
+                ..h
+            })
+            .filter(|h| h.score > 0.0)
             .collect();
-        sparse.sort_by_key(|(_, h)| std::cmp::Reverse(overlap(&h.text)));
-        Ok(rrf(vec![dense, sparse], RRF_K, k)
-            .into_iter()
-            .map(|(score, hit)| Hit { score, ..hit })
-            .collect())
+        sparse.sort_by(|a, b| b.score.total_cmp(&a.score));
+        Ok(search.fusion.fuse_hits(dense, sparse, search.k))
     }
 
     async fn replace_document(
@@ -157,19 +151,12 @@ impl Troubled {
 
 #[async_trait]
 impl Store for Troubled {
-    async fn search(
-        &self,
-        tenant: &Tenant,
-        query: &str,
-        vector: &[f32],
-        k: usize,
-        filter: Option<&Filter>,
-    ) -> Result<Vec<Hit>, StoreError> {
+    async fn search(&self, tenant: &Tenant, search: &Search<'_>) -> Result<Vec<Hit>, StoreError> {
         tokio::time::sleep(self.delay).await;
         if self.fail {
             return Err(StoreError::Backend("injected failure".into()));
         }
-        self.inner.search(tenant, query, vector, k, filter).await
+        self.inner.search(tenant, search).await
     }
     async fn replace_document(
         &self,
@@ -238,12 +225,12 @@ mod tests {
             .unwrap();
         let q = "how long until a lost card is replaced";
         let v = e.embed(&[q]).unwrap().remove(0);
-        let hits = store.search(&acme, q, &v, 5, None).await.unwrap();
+        let hits = store.search(&acme, &Search::new(q, &v, 5)).await.unwrap();
         assert_eq!(hits[0].document.id, "cards");
         assert!(hits[0].score > hits[1].score);
         assert!(
             store
-                .search(&globex, q, &v, 5, None)
+                .search(&globex, &Search::new(q, &v, 5))
                 .await
                 .unwrap()
                 .is_empty()

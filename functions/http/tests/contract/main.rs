@@ -11,6 +11,7 @@ mod codes;
 mod degraded;
 mod endings;
 mod filters;
+mod fusion;
 mod kit;
 mod openai;
 mod stream;

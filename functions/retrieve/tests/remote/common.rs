@@ -15,7 +15,7 @@ use axum::response::IntoResponse;
 use serde_json::{Value, json};
 use sluice_core::Config;
 use sluice_core::filter::Filter;
-use sluice_core::stages::{DocumentInfo, Store, StoredChunk};
+use sluice_core::stages::{DocumentInfo, Search, Store, StoredChunk};
 use sluice_testkit::tenant;
 
 // ---- the stand-in -------------------------------------------------------------------------
@@ -173,7 +173,10 @@ pub async fn ingest_filter_corpus(store: &dyn Store, tenants: &[&str]) {
 /// Searches `store` as tenant acme under `filter`, for `k` chunks.
 pub async fn search_filtered(store: &dyn Store, filter: &Filter, k: usize) {
     store
-        .search(&tenant("acme"), "policy text", &[0.0, 1.0], k, Some(filter))
+        .search(
+            &tenant("acme"),
+            &Search::new("policy text", &[0.0, 1.0], k).filter(Some(filter)),
+        )
         .await
         .unwrap();
 }

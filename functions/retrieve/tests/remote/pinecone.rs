@@ -20,7 +20,8 @@ use axum::http::StatusCode;
 use serde_json::{Value, json};
 use sluice_core::Config;
 use sluice_core::error::StoreError;
-use sluice_core::stages::Store;
+use sluice_core::fusion::Fusion;
+use sluice_core::stages::{Search, Store};
 use sluice_retrieve::pinecone::{PineconeStore, create_indexes, parse_query_response};
 
 const DATA: &str = "pinecone-2025-10-db_data.oas.yaml";
@@ -199,10 +200,7 @@ async fn every_request_validates_against_the_official_documents() {
     store
         .search(
             &tenant("acme"),
-            "replacement card days",
-            &[0.0, 1.0],
-            5,
-            None,
+            &Search::new("replacement card days", &[0.0, 1.0], 5),
         )
         .await
         .unwrap();
@@ -311,12 +309,16 @@ async fn a_search_queries_both_indexes_in_the_tenant_namespace_and_fuses_by_rrf(
     let s = setup(&[]).await;
     let store = PineconeStore::from_config(&s.config.store).unwrap();
     let hits = store
-        .search(&tenant("acme"), "replacement card", &[0.0, 1.0], 3, None)
+        .search(
+            &tenant("acme"),
+            &Search::new("replacement card", &[0.0, 1.0], 3),
+        )
         .await
         .unwrap();
-    // dense: a, b; sparse: c, a → a (1/61 + 1/62), c (1/61), b (1/62).
+    // dense: a, b; sparse: c, a → a (1/60 + 1/61), c (1/60), b (1/61): Qdrant's formula,
+    // 1 / (k + rank − 1), so that k means the same on every store.
     assert_eq!(ids(&hits), ["a", "c", "b"]);
-    let expected = [1.0 / 61.0 + 1.0 / 62.0, 1.0 / 61.0, 1.0 / 62.0];
+    let expected = [1.0 / 60.0 + 1.0 / 61.0, 1.0 / 60.0, 1.0 / 61.0];
     for (hit, want) in hits.iter().zip(expected) {
         assert!(
             (hit.score - want as f32).abs() < 1e-6,
@@ -351,11 +353,45 @@ async fn a_search_queries_both_indexes_in_the_tenant_namespace_and_fuses_by_rrf(
     // Stopwords only: no BM25 terms, so the sparse index is not asked.
     s.sparse.clear();
     let hits = store
-        .search(&tenant("acme"), "the of and", &[0.0, 1.0], 3, None)
+        .search(&tenant("acme"), &Search::new("the of and", &[0.0, 1.0], 3))
         .await
         .unwrap();
     assert_eq!(ids(&hits), ["a", "b"]);
     assert_eq!(s.sparse.sent(), 0);
+}
+
+#[tokio::test]
+async fn the_tenants_fusion_rule_fuses_the_two_indexes_answers() {
+    let s = setup(&[]).await;
+    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let search = |fusion| Search::new("replacement card", &[0.0, 1.0], 3).fusion(fusion);
+    // dense: a 0.9, b 0.8; sparse: c 7.5, a 3.0. Normalised: dense a 1, b 0; sparse c 1, a 0.
+    // Convex with 0.2 on dense: c 0.8, a 0.2, b 0.
+    let hits = store
+        .search(&tenant("acme"), &search(Fusion::Convex { dense: 0.2 }))
+        .await
+        .unwrap();
+    assert_eq!(ids(&hits), ["c", "a", "b"]);
+    for (hit, want) in hits.iter().zip([0.8, 0.2, 0.0]) {
+        assert!((hit.score - want).abs() < 1e-6, "{} {want}", hit.score);
+    }
+    // Weighted RRF, BM25 at weight 2 and k = 1: 1 / (rank / w + k − 1), so c 1/0.5 = 2,
+    // a 1/1 + 1/1 = 2 (dense 1st, BM25 2nd at weight 2), b 1/2 — and a, seen first, leads.
+    let hits = store
+        .search(
+            &tenant("acme"),
+            &search(Fusion::Rrf {
+                k: 1,
+                dense: 1.0,
+                bm25: 2.0,
+            }),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ids(&hits), ["a", "c", "b"]);
+    for (hit, want) in hits.iter().zip([2.0, 2.0, 0.5]) {
+        assert!((hit.score - want).abs() < 1e-6, "{} {want}", hit.score);
+    }
 }
 
 #[tokio::test]
@@ -493,7 +529,7 @@ async fn one_connection_per_index_serves_a_hundred_sequential_searches() {
     let store = PineconeStore::from_config(&s.config.store).unwrap();
     for _ in 0..100 {
         store
-            .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
+            .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
             .await
             .unwrap();
     }
@@ -510,7 +546,7 @@ async fn a_failing_index_fails_the_search_after_one_retry_and_writes_are_sent_on
     s.sparse.fail_next.store(1, Ordering::SeqCst);
     assert_eq!(
         store
-            .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
+            .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
             .await
             .unwrap()
             .len(),
@@ -520,7 +556,7 @@ async fn a_failing_index_fails_the_search_after_one_retry_and_writes_are_sent_on
 
     s.sparse.fail_next.store(2, Ordering::SeqCst);
     let e = store
-        .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
+        .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
         .await
         .unwrap_err();
     assert!(e.to_string().contains("503"), "{e}");
@@ -548,7 +584,7 @@ async fn a_slow_index_hits_the_call_timeout() {
     let started = std::time::Instant::now();
     assert!(
         store
-            .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
+            .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
             .await
             .is_err()
     );

@@ -19,7 +19,8 @@ use serde_json::{Value, json};
 use sluice_core::Config;
 use sluice_core::breaker::{Breaker, GuardedStore};
 use sluice_core::error::StoreError;
-use sluice_core::stages::Store;
+use sluice_core::fusion::Fusion;
+use sluice_core::stages::{Search, Store};
 use sluice_retrieve::qdrant::{QdrantStore, parse_query_response};
 
 const SPEC: &str = "qdrant-1.19.0-openapi.json";
@@ -59,6 +60,11 @@ fn respond(r: &Request) -> (StatusCode, Value) {
             scored_point("a", 0, 0.5),
             scored_point("b", 1, 0.25),
         ]})),
+        // The two halves of a convex search: dense (cosines), then BM25 (its scores).
+        ("POST", p) if p.ends_with("/points/query/batch") => ok(json!([
+            {"points": [scored_point("a", 0, 0.9), scored_point("b", 0, 0.5)]},
+            {"points": [scored_point("b", 0, 12.0), scored_point("c", 0, 3.0)]},
+        ])),
         ("POST", p) if p.ends_with("/points/count") => ok(json!({"count": 2})),
         ("PUT", p) if p.ends_with("/index") || p.ends_with("/points") => ack(),
         ("PUT", _) => ok(json!(true)),
@@ -104,17 +110,26 @@ async fn every_request_body_validates_against_the_official_document() {
     store
         .search(
             &tenant("acme"),
-            "replacement card days",
-            &[0.0, 1.0],
-            5,
-            None,
+            &Search::new("replacement card days", &[0.0, 1.0], 5),
         )
         .await
         .unwrap();
     store
-        .search(&tenant("acme"), "the of and", &[0.0, 1.0], 5, None)
+        .search(&tenant("acme"), &Search::new("the of and", &[0.0, 1.0], 5))
         .await
         .unwrap();
+    // A weighted RRF (k and weights in the query) and a convex one (a batch of two halves).
+    for fusion in [
+        Fusion::Rrf {
+            k: 5,
+            dense: 1.0,
+            bm25: 0.25,
+        },
+        Fusion::Convex { dense: 0.7 },
+    ] {
+        let search = Search::new("replacement card days", &[0.0, 1.0], 5).fusion(fusion);
+        store.search(&tenant("acme"), &search).await.unwrap();
+    }
     store.count(&tenant("acme")).await.unwrap();
 
     let requests = stand_in.requests();
@@ -130,9 +145,24 @@ async fn every_request_body_validates_against_the_official_document() {
     }
     let bodies = requests.iter().filter(|r| !r.body.is_null()).count();
     let paths: Vec<&str> = requests.iter().map(|r| r.path.as_str()).collect();
-    assert!(bodies >= 9, "bodies checked: {bodies} of {paths:?}");
+    assert!(bodies >= 11, "bodies checked: {bodies} of {paths:?}");
+    let weighted = requests
+        .iter()
+        .find(|r| r.body["query"]["rrf"]["weights"].is_array());
+    assert_eq!(
+        weighted.map(|r| r.body["query"].clone()),
+        Some(json!({"rrf": {"k": 5, "weights": [1.0, 0.25]}})),
+        "the weighted RRF is asked of Qdrant"
+    );
+    let plain = requests.iter().find(|r| r.body["query"]["rrf"]["k"] == 60);
+    assert_eq!(
+        plain.map(|r| r.body["query"].clone()),
+        Some(json!({"rrf": {"k": 60}})),
+        "plain RRF sends no weights (servers before weights took them)"
+    );
     for needed in [
         "/points/query",
+        "/points/query/batch",
         "/points?wait=true",
         "/points/delete?wait=true",
         "/index?wait=true",
@@ -180,6 +210,28 @@ async fn the_canned_query_response_is_shaped_by_the_document() {
         errors.is_empty(),
         "the stand-in's response is off-schema: {errors:?}"
     );
+    // And the batch answer of a convex search.
+    let batch = Request {
+        method: "POST".into(),
+        path: "/collections/x/points/query/batch".into(),
+        headers: Default::default(),
+        body: Value::Null,
+        response: None,
+    };
+    let (_, body) = respond(&batch);
+    let op = spec.operation("POST", &batch.path);
+    let schema = &op["responses"]["200"]["content"]["application/json"]["schema"];
+    let errors = spec.errors(schema, &body);
+    assert!(
+        errors.is_empty(),
+        "the batch response is off-schema: {errors:?}"
+    );
+    assert_eq!(
+        sluice_retrieve::qdrant::parse_batch_response(&body.to_string())
+            .unwrap()
+            .len(),
+        2
+    );
 }
 
 /// A query response as the document shapes it (checked by the test above).
@@ -200,6 +252,43 @@ async fn query_responses_parse_into_hits() {
     assert!(parse_query_response(&no_payload.to_string()).is_err());
 }
 
+#[tokio::test]
+async fn a_convex_search_fuses_the_batchs_two_halves_by_their_scores() {
+    let (stand_in, config) = stand_in(&[]).await;
+    let store = QdrantStore::from_config(&config.store).unwrap();
+    let filter = sluice_core::filter::Filter::parse(&json!({"year": 2025})).unwrap();
+    let search = Search::new("replacement card", &[0.0, 1.0], 3)
+        .filter(Some(&filter))
+        .fusion(Fusion::Convex { dense: 0.3 });
+    let hits = store.search(&tenant("acme"), &search).await.unwrap();
+    // Normalised: dense a 1, b 0; BM25 b 1, c 0. With 0.3 on dense: b 0.7, a 0.3, c 0.
+    let got: Vec<(&str, f32)> = hits
+        .iter()
+        .map(|h| (h.document.id.as_str(), h.score))
+        .collect();
+    assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), ["b", "a", "c"]);
+    for ((_, score), want) in got.iter().zip([0.7, 0.3, 0.0]) {
+        assert!((score - want).abs() < 1e-6, "{got:?}");
+    }
+    // One round trip; each half filtered by tenant and by the request's filter, ranking the
+    // prefetch's candidates.
+    let requests = stand_in.requests();
+    assert_eq!(requests.len(), 1);
+    let searches = requests[0].body["searches"].as_array().unwrap();
+    assert_eq!(searches.len(), 2);
+    assert_eq!(searches[0]["using"], "dense");
+    assert_eq!(searches[1]["using"], "bm25");
+    for half in searches {
+        assert_eq!(half["limit"], 20);
+        let filter = half["filter"]["must"].as_array().unwrap();
+        assert_eq!(
+            filter[0],
+            json!({"key": "tenant", "match": {"value": "acme"}})
+        );
+        assert_eq!(filter.len(), 2, "{filter:?}");
+    }
+}
+
 // ---- transport -----------------------------------------------------------------------------
 
 #[tokio::test]
@@ -208,7 +297,7 @@ async fn one_connection_serves_a_hundred_sequential_queries() {
     let store = QdrantStore::from_config(&config.store).unwrap();
     for _ in 0..100 {
         store
-            .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
+            .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
             .await
             .unwrap();
     }
@@ -223,7 +312,7 @@ async fn reads_are_retried_on_5xx_and_writes_are_not() {
     stand_in.fail_next.store(1, Ordering::SeqCst);
     assert_eq!(
         store
-            .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
+            .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
             .await
             .unwrap()
             .len(),
@@ -234,7 +323,7 @@ async fn reads_are_retried_on_5xx_and_writes_are_not() {
     stand_in.clear();
     stand_in.fail_next.store(2, Ordering::SeqCst);
     let e = store
-        .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
+        .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
         .await
         .unwrap_err();
     assert!(e.to_string().contains("503"), "{e}");
@@ -263,7 +352,7 @@ async fn a_missing_collection_fails_writes_and_searches_with_what_to_do() {
         "{e}"
     );
     let e = store
-        .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
+        .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
         .await
         .unwrap_err();
     assert!(e.to_string().contains("does not exist"), "{e}");
@@ -282,7 +371,7 @@ async fn a_slow_server_hits_the_call_timeout() {
     let store = QdrantStore::from_config(&config.store).unwrap();
     let started = Instant::now();
     let e = store
-        .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
+        .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
         .await
         .unwrap_err();
     assert!(
@@ -304,7 +393,7 @@ async fn the_breaker_opens_skips_at_once_then_probes_and_closes() {
     for _ in 0..3 {
         assert!(matches!(
             store
-                .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
+                .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
                 .await,
             Err(StoreError::Backend(_))
         ));
@@ -314,7 +403,7 @@ async fn the_breaker_opens_skips_at_once_then_probes_and_closes() {
     let started = Instant::now();
     assert!(matches!(
         store
-            .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
+            .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
             .await,
         Err(StoreError::CircuitOpen)
     ));
@@ -328,7 +417,7 @@ async fn the_breaker_opens_skips_at_once_then_probes_and_closes() {
     assert_eq!(store.breaker().state(), "half_open");
     assert_eq!(
         store
-            .search(&tenant("acme"), "card", &[0.0, 1.0], 5, None)
+            .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
             .await
             .unwrap()
             .len(),
