@@ -12,8 +12,10 @@
 //! - `sluice model prepare`: store the embedding model's graph in the form that loads fastest.
 //! - `sluice bench run`: load-test a running server → report.json, report.csv, report.html.
 //! - `sluice bench cost`: a report and unit prices → $ per 1,000 answers (docs/cost.md).
-//! - `sluice eval retrieval`: recall, nDCG and MRR of dense, BM25, hybrid and hybrid + rerank
-//!   on τ²-bench's banking_knowledge documents and tasks.
+//! - `sluice eval retrieval`: recall, nDCG and MRR of dense, BM25, hybrid under each fusion
+//!   and hybrid + rerank on held-out questions (τ²-bench's banking_knowledge by default).
+//! - `sluice eval tune`: a tenant's best fusion on labelled questions, as a
+//!   `SLUICE_FUSION_TENANTS` line.
 //! - `sluice fixture llm`: a synthetic OpenAI-compatible upstream for load tests (not a model).
 
 mod bench;
@@ -222,21 +224,15 @@ enum ModelCommand {
 
 #[derive(Subcommand)]
 enum EvalCommand {
-    /// Recall@5/10/20, nDCG@10 and MRR of dense, BM25, hybrid (RRF) and hybrid + each rerank
-    /// component on τ²-bench banking_knowledge (698 documents, 97 tasks; `scripts/setup.sh
-    /// eval` unpacks them from the PyPI package inspect-evals). Writes report.json and
-    /// report.md to --out and prints the table.
+    /// Recall@5/10/20 (recall@10 with a bootstrap 95 % interval), nDCG@10 and MRR of dense,
+    /// BM25, hybrid under plain RRF, the tuned weighted RRF and convex fusions, and hybrid +
+    /// each rerank component, on the held-out half of the questions (default: τ²-bench
+    /// banking_knowledge, 698 documents, 97 tasks; `scripts/setup.sh eval` unpacks them from
+    /// the PyPI package inspect-evals). Writes report.json and report.md to --out and prints
+    /// the table.
     Retrieval {
-        /// Folder with documents.json and tasks.json [default: $SLUICE_HOME/eval/tau2-banking]
-        #[arg(long)]
-        data: Option<PathBuf>,
-        /// Evaluate only the first N tasks.
-        #[arg(long)]
-        limit: Option<usize>,
-        /// Ingest only N documents: those the evaluated tasks require, then others in file
-        /// order (a smaller haystack for a quick run; random recall is reported for it).
-        #[arg(long)]
-        documents: Option<usize>,
+        #[command(flatten)]
+        data: EvalData,
         /// Rerank components (built by scripts/build-components.sh) to try on top of hybrid.
         #[arg(long, value_delimiter = ',', default_value = "keyword-boost,mmr")]
         components: Vec<String>,
@@ -244,6 +240,59 @@ enum EvalCommand {
         #[arg(long, default_value = "eval-report")]
         out: PathBuf,
     },
+    /// Choose a tenant's fusion: score every setting (weighted RRF over k and weights, convex
+    /// combinations) on a seeded half of the labelled questions, report the best on the other
+    /// half, and write the tenant's setting as a SLUICE_FUSION_TENANTS line (the current
+    /// value with this tenant's entry set) to --out/fusion.env.
+    Tune {
+        #[command(flatten)]
+        data: EvalData,
+        /// The tenant whose setting is written [default: SLUICE_DEFAULT_TENANT].
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Where the reports and fusion.env go.
+        #[arg(long, default_value = "eval-tune")]
+        out: PathBuf,
+    },
+}
+
+/// The dataset and the split of an evaluation.
+#[derive(clap::Args)]
+struct EvalData {
+    /// Folder with documents.json and tasks.json (τ²-bench) or questions.jsonl (one
+    /// {"question", "relevant": [document ids]} a line) [default: $SLUICE_HOME/eval/tau2-banking]
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Evaluate only the first N questions.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Ingest only N documents: those the evaluated questions require, then others in file
+    /// order (a smaller haystack for a quick run; random recall is reported for it).
+    #[arg(long)]
+    documents: Option<usize>,
+    /// Seed of the tuning/held-out split and of the bootstrap.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// What tuning maximises on the tuning half (ties: nDCG@10).
+    #[arg(long, value_enum, default_value = "recall@10")]
+    metric: eval::Metric,
+}
+
+impl EvalData {
+    fn options(&self, components: &[String]) -> eval::Options {
+        eval::Options {
+            limit: self.limit,
+            documents: self.documents,
+            seed: self.seed,
+            metric: self.metric,
+            // `--components ''` tries none.
+            components: components
+                .iter()
+                .filter(|c| !c.is_empty())
+                .cloned()
+                .collect(),
+        }
+    }
 }
 
 #[derive(Subcommand)]
@@ -372,31 +421,49 @@ fn main() -> Result<()> {
         Command::Keys {
             command: KeysCommand::CreateTable,
         } => runtime.block_on(keys::create_table(&config)),
-        Command::Eval {
-            command:
+        Command::Eval { command } => {
+            let (data, components, out) = match &command {
                 EvalCommand::Retrieval {
                     data,
-                    limit,
-                    documents,
                     components,
                     out,
-                },
-        } => {
-            let data = data.unwrap_or_else(|| eval::default_data(&config));
+                } => (data, components.clone(), out),
+                EvalCommand::Tune { data, out, .. } => (data, Vec::new(), out),
+            };
+            let tenant = match &command {
+                EvalCommand::Tune { tenant, .. } => Some(match tenant {
+                    Some(t) => sluice_core::Tenant::new(t)?,
+                    None => config.auth.default_tenant.clone(),
+                }),
+                EvalCommand::Retrieval { .. } => None,
+            };
+            let folder = (data.data.clone()).unwrap_or_else(|| eval::default_data(&config));
             let report = runtime.block_on(eval::run(
                 &config,
-                &data,
-                limit,
-                documents,
-                &components,
+                &folder,
+                &data.options(&components),
                 |line| eprintln!("{line}"),
             ))?;
-            std::fs::create_dir_all(&out)?;
+            std::fs::create_dir_all(out)?;
             let table = eval::table(&report);
             std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
             std::fs::write(out.join("report.md"), &table)?;
             println!("{table}");
             eprintln!("wrote {}/report.json and report.md", out.display());
+            if let Some(tenant) = tenant {
+                let fusion: sluice_core::fusion::Fusion =
+                    report.tuned.fusion.parse().map_err(anyhow::Error::msg)?;
+                let line = format!(
+                    "SLUICE_FUSION_TENANTS={}",
+                    config.answer.fusion.tenants_with(&tenant, fusion)
+                );
+                std::fs::write(out.join("fusion.env"), format!("{line}\n"))?;
+                println!(
+                    "{tenant}'s fusion: {fusion} (tuned by {}); set\n{line}",
+                    report.tuned.metric
+                );
+                eprintln!("wrote {}/fusion.env", out.display());
+            }
             Ok(())
         }
         Command::Model {
