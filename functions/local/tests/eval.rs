@@ -11,26 +11,25 @@ use std::time::Duration;
 use common::*;
 use serde_json::Value;
 
-#[test]
-fn the_retrieval_eval_runs_on_a_slice_and_beats_random_by_far() {
+/// Runs `sluice eval ARGS --out DIR` (with `env` set) and reads its report.json: the folder,
+/// the run's output and the report.
+fn eval(env: &[(&str, &str)], args: &[&str]) -> (tempfile::TempDir, String, Value) {
     let out = tempfile::tempdir().unwrap();
+    let mut command = sluice();
+    command.envs(env.iter().copied()).arg("eval").args(args);
     let run = output_within(
-        sluice()
-            .args([
-                "eval",
-                "retrieval",
-                "--limit",
-                "8",
-                "--documents",
-                "150",
-                "--out",
-            ])
-            .arg(out.path()),
+        command.arg("--out").arg(out.path()),
         Duration::from_secs(600),
     );
     assert!(run.status.success(), "{}", text(&run));
     let report: Value =
         serde_json::from_slice(&std::fs::read(out.path().join("report.json")).unwrap()).unwrap();
+    (out, text(&run), report)
+}
+
+#[test]
+fn the_retrieval_eval_runs_on_a_slice_and_beats_random_by_far() {
+    let (out, _, report) = eval(&[], &["retrieval", "--limit", "8", "--documents", "150"]);
     assert_eq!(report["tasks"], 8);
     assert_eq!(report["tuning_tasks"], 4);
     assert_eq!(report["held_out_tasks"], 4);
@@ -100,29 +99,20 @@ fn the_retrieval_eval_runs_on_a_slice_and_beats_random_by_far() {
 
 #[test]
 fn tune_writes_the_tenants_setting_keeping_the_others() {
-    let out = tempfile::tempdir().unwrap();
-    let run = output_within(
-        sluice()
-            .env("SLUICE_FUSION_TENANTS", "globex=convex:dense=0.9")
-            .args([
-                "eval",
-                "tune",
-                "--tenant",
-                "acme",
-                "--limit",
-                "6",
-                "--documents",
-                "80",
-                "--metric",
-                "ndcg@10",
-                "--out",
-            ])
-            .arg(out.path()),
-        Duration::from_secs(600),
+    let (out, said, report) = eval(
+        &[("SLUICE_FUSION_TENANTS", "globex=convex:dense=0.9")],
+        &[
+            "tune",
+            "--tenant",
+            "acme",
+            "--limit",
+            "6",
+            "--documents",
+            "80",
+            "--metric",
+            "ndcg@10",
+        ],
     );
-    assert!(run.status.success(), "{}", text(&run));
-    let report: Value =
-        serde_json::from_slice(&std::fs::read(out.path().join("report.json")).unwrap()).unwrap();
     assert_eq!(report["tuned"]["metric"], "ndcg@10");
     let fusion = report["tuned"]["fusion"].as_str().unwrap();
     let env = std::fs::read_to_string(out.path().join("fusion.env")).unwrap();
@@ -135,5 +125,5 @@ fn tune_writes_the_tenants_setting_keeping_the_others() {
         tenants[&t("globex")],
         sluice_core::fusion::Fusion::Convex { dense: 0.9 }
     );
-    assert!(text(&run).contains(value), "{}", text(&run));
+    assert!(said.contains(value), "{said}");
 }
