@@ -170,11 +170,13 @@ pub fn load(dir: &Path) -> Result<(Vec<Document>, Vec<Task>)> {
 
 /// Documents in the order their first chunk appears.
 pub fn documents_of(hits: &[Hit]) -> Vec<String> {
+    first_seen(hits.iter().map(|h| h.document.id.clone()))
+}
+
+/// Each document id once, where it first appears.
+fn first_seen(ids: impl Iterator<Item = String>) -> Vec<String> {
     let mut seen = HashSet::new();
-    hits.iter()
-        .filter(|h| seen.insert(h.document.id.as_str()))
-        .map(|h| h.document.id.clone())
-        .collect()
+    ids.filter(|id| seen.insert(id.clone())).collect()
 }
 
 /// Share of `required` in the first `k` of `ranked`.
@@ -459,14 +461,6 @@ fn ranking(hits: Vec<Hit>) -> Ranking<String> {
         .collect()
 }
 
-/// Documents in the order their first chunk appears in a fused ranking.
-fn documents_fused(fused: Vec<(f32, String)>) -> Vec<String> {
-    let mut seen = HashSet::new();
-    (fused.into_iter())
-        .filter_map(|(_, doc)| seen.insert(doc.clone()).then_some(doc))
-        .collect()
-}
-
 /// Scores every setting of [`grid`] on the `tuning` tasks from their rankings.
 fn tune(rankings: &[Rankings], tasks: &[Task], tuning: &[usize], metric: Metric) -> Tuned {
     let objective = |f: &Fusion| {
@@ -474,7 +468,8 @@ fn tune(rankings: &[Rankings], tasks: &[Task], tuning: &[usize], metric: Metric)
             .map(|&i| {
                 let r = &rankings[i];
                 let fused = f.fuse(r.lists[DENSE].clone(), r.lists[BM25].clone(), CANDIDATES);
-                TaskScores::of(&documents_fused(fused), &tasks[i].required)
+                let ranked = first_seen(fused.into_iter().map(|(_, doc)| doc));
+                TaskScores::of(&ranked, &tasks[i].required)
             })
             .collect();
         let primary = mean(scores.iter().map(|s| s.objective(metric).0));
@@ -636,12 +631,8 @@ pub async fn run(
             .map(|&i| {
                 let (list, time) = (&rankings[i].lists[which], rankings[i].times[which]);
                 times.push(time);
-                let top: Vec<(f32, String)> = list
-                    .iter()
-                    .take(CANDIDATES)
-                    .map(|(_, s, d)| (*s, d.clone()))
-                    .collect();
-                TaskScores::of(&documents_fused(top), &tasks[i].required)
+                let ranked = first_seen(list.iter().take(CANDIDATES).map(|(_, _, d)| d.clone()));
+                TaskScores::of(&ranked, &tasks[i].required)
             })
             .collect();
         push(Scores::of(method, None, &scores, &mut times, options.seed));
@@ -649,12 +640,23 @@ pub async fn run(
 
     // The store's own hybrid search, as the pipeline runs it, under each setting.
     let parse = |spec: &str| spec.parse::<Fusion>().map_err(anyhow::Error::msg);
-    let mut hybrid: Vec<(String, Fusion, bool)> = vec![
-        ("hybrid, first window".into(), Fusion::default(), true),
-        ("hybrid rrf".into(), Fusion::default(), false),
-        ("hybrid weighted rrf".into(), parse(&tuned.best_rrf)?, false),
-        ("hybrid convex".into(), parse(&tuned.best_convex)?, false),
-        ("hybrid tuned".into(), parse(&tuned.fusion)?, false),
+    // (method, fusion, from the question's first window only, the component's version)
+    let mut hybrid: Vec<(String, Fusion, bool, Option<String>)> = vec![
+        ("hybrid, first window".into(), Fusion::default(), true, None),
+        ("hybrid rrf".into(), Fusion::default(), false, None),
+        (
+            "hybrid weighted rrf".into(),
+            parse(&tuned.best_rrf)?,
+            false,
+            None,
+        ),
+        (
+            "hybrid convex".into(),
+            parse(&tuned.best_convex)?,
+            false,
+            None,
+        ),
+        ("hybrid tuned".into(), parse(&tuned.fusion)?, false, None),
     ];
 
     let refused = |e: ComponentError| anyhow::anyhow!("rerank components: {e:?}");
@@ -662,15 +664,14 @@ pub async fn run(
     let host = Arc::new(sluice_sandbox::ModelHost(Arc::clone(&embedder)));
     let registry = sluice_sandbox::Registry::from_config(&config.rerank, host, Arc::new(disk))
         .map_err(refused)?;
-    let mut components = vec![None; hybrid.len()];
     for name in &options.components {
         let bytes = sluice_sandbox::built_component(name).map_err(anyhow::Error::msg)?;
         let version = registry.upload(&tenant, &bytes).map_err(refused)?;
-        hybrid.push((format!("hybrid + {name}"), Fusion::default(), false));
-        components.push(Some(version.version));
+        let method = format!("hybrid + {name}");
+        hybrid.push((method, Fusion::default(), false, Some(version.version)));
     }
 
-    for ((method, fusion, first), component) in hybrid.iter().zip(&components) {
+    for (method, fusion, first, component) in &hybrid {
         match component {
             Some(v) => {
                 registry.activate(&tenant, v).map_err(refused)?;
