@@ -155,7 +155,7 @@ llm() {
   local bin=$cache/bin/llama-server
   # What the build below is; a binary built otherwise (before this line existed, or with
   # other flags) is built again.
-  local build_id="ggml-x86-64-v3-1"
+  local build_id="ggml-native-no-amx-1"
   if [ -x "$bin" ] && [ "$(cat "$bin.build" 2>/dev/null)" != "$build_id" ]; then
     log "llama-server was built with other flags; building it again"
     rm -rf "$bin" "$cache/llama-build"
@@ -171,13 +171,17 @@ llm() {
     fi
     # LLAMA_USE_PREBUILT_UI=OFF: otherwise the build tries to download the web UI. -O1 except
     # in ggml (scripts/llama-ggml.cmake): the same tokens per second for 28 % less
-    # compile time on a fresh machine. Not -march=native (GGML_NATIVE): on a virtual machine
-    # whose CPU lists AMX, native ggml runs AMX tile instructions that the host does not let
-    # it use, and llama-server dies of SIGILL at its first matrix product (seen 2026-12-01);
-    # the x86-64-v3 set (AVX2, FMA, F16C, BMI2) runs on every machine of this kind.
+    # compile time on a fresh machine. Native (-march=native, ggml's default) but without
+    # AMX: on a virtual machine whose CPU lists AMX, ggml's AMX kernels run tile instructions
+    # the host does not let it use, and llama-server dies of SIGILL at its first matrix
+    # product (seen 2026-12-01). GCC's explicit -mno-* flags win over -march=native's, so
+    # ggml's AMX code (built only when __AMX_INT8__ is defined) is left out; AVX-512 stays
+    # where the CPU has it. (A portable AVX2-only build ran, but an end-to-end test's stream
+    # then went 10 s without a token under the test suite's load.)
     local isa=()
     if [ "$(uname -m)" = x86_64 ]; then
-      isa=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON)
+      isa=(-DCMAKE_C_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+           -DCMAKE_CXX_FLAGS="-mno-amx-tile -mno-amx-int8 -mno-amx-bf16")
     fi
     cmake -S "$src/vendor/llama.cpp" -B "$cache/llama-build" -DCMAKE_BUILD_TYPE=Release \
       -DCMAKE_C_FLAGS_RELEASE="-O1 -DNDEBUG" -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
