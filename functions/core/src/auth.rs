@@ -27,8 +27,12 @@ pub const KEY_PREFIX: &str = "sk-sluice-";
 pub enum Permission {
     /// `POST /v1/answer`.
     Answer,
-    /// `POST /v1/documents`.
+    /// `POST /v1/documents`, and listing and reading them (`GET /v1/documents[/{id}]`).
     Documents,
+    /// Deleting documents (`DELETE /v1/documents[/{id}]`). Keys made before it existed do
+    /// not have it: they keep what they could do.
+    #[serde(rename = "documents:delete")]
+    DocumentsDelete,
     /// `/v1/components/rerank` (upload, activate, list, deactivate).
     Components,
     /// `DELETE /v1/cache`.
@@ -39,18 +43,20 @@ pub enum Permission {
 
 impl Permission {
     /// Every permission, in the order the docs list them.
-    pub const ALL: [Permission; 5] = [
+    pub const ALL: [Permission; 6] = [
         Permission::Answer,
         Permission::Documents,
+        Permission::DocumentsDelete,
         Permission::Components,
         Permission::Cache,
         Permission::Prompt,
     ];
 
     /// What a new key gets unless told otherwise: everything but [`Permission::Prompt`].
-    pub const DEFAULT: [Permission; 4] = [
+    pub const DEFAULT: [Permission; 5] = [
         Permission::Answer,
         Permission::Documents,
+        Permission::DocumentsDelete,
         Permission::Components,
         Permission::Cache,
     ];
@@ -60,6 +66,7 @@ impl Permission {
         match self {
             Permission::Answer => "answer",
             Permission::Documents => "documents",
+            Permission::DocumentsDelete => "documents:delete",
             Permission::Components => "components",
             Permission::Cache => "cache",
             Permission::Prompt => "prompt",

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 
 use crate::error::StoreError;
-use crate::stages::{DocumentInfo, Hit, Search, Store, StoredChunk};
+use crate::stages::{DocumentInfo, DocumentPage, Hit, Page, Search, Selection, Store, StoredChunk};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum State {
@@ -162,6 +162,25 @@ impl Store for GuardedStore {
         chunks: Vec<StoredChunk>,
     ) -> Result<(), StoreError> {
         self.inner.replace_document(tenant, document, chunks).await
+    }
+
+    // Listings and deletions are the administrator's, not the answer path's: they neither
+    // wait on nor move the breaker.
+    async fn documents(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
+        page: Page<'_>,
+    ) -> Result<DocumentPage, StoreError> {
+        self.inner.documents(tenant, selection, page).await
+    }
+
+    async fn delete_documents(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
+    ) -> Result<(), StoreError> {
+        self.inner.delete_documents(tenant, selection).await
     }
 
     async fn bump_corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {

@@ -78,6 +78,10 @@ wire_names! {
         InvalidCache = "invalid_cache",
         /// A document or file that cannot be ingested.
         InvalidDocument = "invalid_document",
+        /// A document listing's `limit` or `cursor` that is not valid.
+        InvalidPage = "invalid_page",
+        /// A deletion by filter without `"confirm": true`, or without a filter.
+        ConfirmationRequired = "confirmation_required",
         /// A metadata `filter` that is not valid: not an object, an unknown operator, a value
         /// of the wrong type.
         InvalidFilter = "invalid_filter",
@@ -108,6 +112,8 @@ wire_names! {
         NotFound = "not_found",
         /// A component version the tenant does not have.
         UnknownVersion = "unknown_version",
+        /// A document id the tenant (or the key's filter) does not have.
+        UnknownDocument = "unknown_document",
         /// The answer cache is off.
         CacheDisabled = "cache_disabled",
         /// This deployment runs without tenant components.
@@ -126,6 +132,8 @@ wire_names! {
         IngestFailed = "ingest_failed",
         /// The component storage failed.
         StorageFailed = "storage_failed",
+        /// The vector store failed while listing or deleting documents.
+        StoreUnavailable = "store_unavailable",
         /// A bug: work that should not fail died.
         Internal = "internal",
         /// The answer cache cannot be reached.
@@ -154,16 +162,18 @@ impl Code {
         match self {
             InvalidJson | MissingQuery | EmptyQuery | QueryTooLong | InvalidK | InvalidDeadline
             | InvalidSessionId | InvalidCache | InvalidDocument | InvalidFilter | InvalidTenant
-            | InvalidComponent | InvalidN | InvalidMaxTokens | UnreadableBody => 400,
+            | InvalidComponent | InvalidN | InvalidMaxTokens | UnreadableBody | InvalidPage
+            | ConfirmationRequired => 400,
             MissingApiKey | InvalidApiKey => 401,
             ForbiddenTenant | PermissionDenied | CrossOrigin | ForbiddenHost => 403,
-            NotFound | UnknownVersion | CacheDisabled | ComponentsDisabled => 404,
+            NotFound | UnknownVersion | UnknownDocument | CacheDisabled | ComponentsDisabled => 404,
             MethodNotAllowed => 405,
             BodyTooLarge | IngestTooLarge => 413,
             RateLimited | TooManyStreams => 429,
             IngestFailed | StorageFailed | Internal => 500,
             LlmRejected | LlmStreamFailed => 502,
-            CacheUnavailable | AuthUnavailable | LlmUnavailable | ShuttingDown => 503,
+            CacheUnavailable | AuthUnavailable | LlmUnavailable | StoreUnavailable
+            | ShuttingDown => 503,
             LlmTimeout | DeadlineExceeded => 504,
         }
     }
@@ -177,6 +187,7 @@ impl Code {
                 | TooManyStreams
                 | CacheUnavailable
                 | AuthUnavailable
+                | StoreUnavailable
                 | LlmUnavailable
                 | LlmTimeout
                 | LlmStreamFailed

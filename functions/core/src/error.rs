@@ -22,6 +22,9 @@ pub enum StoreError {
     /// A read or write failed inside the store.
     #[error("vector store operation failed: {0}")]
     Backend(String),
+    /// The request cannot be run as asked (a listing cursor the store never handed out).
+    #[error("{0}")]
+    Invalid(String),
     /// The store's circuit breaker is open: the call was not made.
     #[error("vector store circuit open: recent calls failed, retrying after the cool-down")]
     CircuitOpen,

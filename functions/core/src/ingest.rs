@@ -13,7 +13,10 @@ use crate::chunk::chunk_text;
 use crate::config::IngestConfig;
 use crate::error::{EmbedError, IngestError};
 use crate::metadata::Metadata;
-use crate::stages::{DocumentInfo, Embedder, Store, StoredChunk};
+use crate::filter::Filter;
+use crate::stages::{
+    DocumentInfo, DocumentPage, Embedder, Page, Selection, Store, StoredChunk, StoredDocument,
+};
 
 /// Longest accepted document id.
 pub const MAX_ID_CHARS: usize = 256;
@@ -47,6 +50,26 @@ pub struct IngestReport {
     /// Chunks written.
     pub chunks: usize,
     /// The tenant's corpus version after this ingest.
+    pub corpus_version: u64,
+}
+
+/// What a listing page holds unless the request says, and the most it may ask for.
+pub const DEFAULT_PAGE: usize = 100;
+/// See [`DEFAULT_PAGE`].
+pub const MAX_PAGE: usize = 1000;
+/// Most documents one deletion by filter removes; its answer says whether more match (send
+/// it again for the next ones).
+pub const MAX_DELETE: usize = 1000;
+
+/// What a deletion did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeleteReport {
+    /// Documents removed (every chunk of each).
+    pub deleted: usize,
+    /// Whether more documents match than one deletion removes ([`MAX_DELETE`]).
+    pub more: bool,
+    /// The tenant's corpus version after it: a deletion bumps it, so that no cached answer
+    /// built on a removed document is served again.
     pub corpus_version: u64,
 }
 
@@ -223,6 +246,18 @@ impl Ingest {
         tenant: &Tenant,
         documents: Vec<Document>,
     ) -> Result<IngestReport, IngestError> {
+        self.ingest_from(tenant, documents, None).await
+    }
+
+    /// [`ingest`](Self::ingest) of the documents read from the upload `origin` (an S3
+    /// object's key): each remembers it, and [`delete_origin`](Self::delete_origin) removes
+    /// them when the upload is deleted.
+    pub async fn ingest_from(
+        &self,
+        tenant: &Tenant,
+        documents: Vec<Document>,
+        origin: Option<&str>,
+    ) -> Result<IngestReport, IngestError> {
         validate(&documents)?;
         let limit = self.config.max_documents;
         if documents.len() > limit {
@@ -268,6 +303,7 @@ impl Ingest {
                     .filter(|s| !s.trim().is_empty())
                     .unwrap_or_else(|| doc.id.clone()),
                 id: doc.id,
+                origin: origin.map(str::to_string),
             };
             let embedder = Arc::clone(&self.embedder);
             // Embedding runs the model: CPU work too.
@@ -296,6 +332,157 @@ impl Ingest {
             documents: count,
             chunks: total,
             corpus_version,
+        })
+    }
+}
+
+/// The documents side of administration: list, look up and delete. `scope` is the caller's
+/// key-bound filter (every call is confined to the documents it passes, so that a key never
+/// sees or removes what it could not retrieve); a request's own filter is ANDed with it by
+/// the caller ([`Filter::and`]).
+impl Ingest {
+    /// A page of the tenant's documents that pass `filter`, from `cursor` on, at most `limit`
+    /// (1 to [`MAX_PAGE`]).
+    pub async fn list(
+        &self,
+        tenant: &Tenant,
+        filter: Option<&Filter>,
+        limit: usize,
+        cursor: Option<&str>,
+    ) -> Result<DocumentPage, IngestError> {
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(IngestError::Invalid(format!(
+                "limit must be from 1 to {MAX_PAGE}, not {limit}"
+            )));
+        }
+        let selection = Selection {
+            filter,
+            ..Selection::default()
+        };
+        let page = Page { limit, cursor };
+        Ok(self.store.documents(tenant, &selection, page).await?)
+    }
+
+    /// The tenant's document `id`, when it exists and passes `scope`.
+    pub async fn get(
+        &self,
+        tenant: &Tenant,
+        scope: Option<&Filter>,
+        id: &str,
+    ) -> Result<Option<StoredDocument>, IngestError> {
+        let ids = [id.to_string()];
+        let selection = Selection {
+            ids: Some(&ids),
+            filter: scope,
+            ..Selection::default()
+        };
+        let page = Page {
+            limit: 1,
+            cursor: None,
+        };
+        let found = self.store.documents(tenant, &selection, page).await?;
+        Ok(found.documents.into_iter().next())
+    }
+
+    /// Deletes the tenant's document `id` (every chunk of it), when it exists and passes
+    /// `scope`; `None` when there is no such document.
+    pub async fn delete(
+        &self,
+        tenant: &Tenant,
+        scope: Option<&Filter>,
+        id: &str,
+    ) -> Result<Option<DeleteReport>, IngestError> {
+        if self.get(tenant, scope, id).await?.is_none() {
+            return Ok(None);
+        }
+        let ids = [id.to_string()];
+        let selection = Selection {
+            ids: Some(&ids),
+            filter: scope,
+            ..Selection::default()
+        };
+        self.remove(tenant, &selection, 1, false).await.map(Some)
+    }
+
+    /// Deletes up to [`MAX_DELETE`] of the tenant's documents that pass `filter` (the
+    /// request's and the key's, combined; `None`: every document).
+    pub async fn delete_matching(
+        &self,
+        tenant: &Tenant,
+        filter: Option<&Filter>,
+    ) -> Result<DeleteReport, IngestError> {
+        self.delete_selected(
+            tenant,
+            Selection {
+                filter,
+                ..Selection::default()
+            },
+        )
+        .await
+    }
+
+    /// Deletes the documents read from the upload `origin` ([`ingest_from`](Self::ingest_from)),
+    /// up to [`MAX_DELETE`].
+    pub async fn delete_origin(
+        &self,
+        tenant: &Tenant,
+        origin: &str,
+    ) -> Result<DeleteReport, IngestError> {
+        self.delete_selected(
+            tenant,
+            Selection {
+                origin: Some(origin),
+                ..Selection::default()
+            },
+        )
+        .await
+    }
+
+    /// Finds what `selection` picks (one page of [`MAX_DELETE`]), then deletes those
+    /// documents — by id and under the same selection, so that a document changed in between
+    /// so as not to match any more is kept.
+    async fn delete_selected(
+        &self,
+        tenant: &Tenant,
+        selection: Selection<'_>,
+    ) -> Result<DeleteReport, IngestError> {
+        let page = Page {
+            limit: MAX_DELETE,
+            cursor: None,
+        };
+        let found = self.store.documents(tenant, &selection, page).await?;
+        let ids: Vec<String> = (found.documents.into_iter())
+            .map(|d| d.document.id)
+            .collect();
+        let picked = Selection {
+            ids: Some(&ids),
+            ..selection
+        };
+        self.remove(tenant, &picked, ids.len(), found.next.is_some())
+            .await
+    }
+
+    /// Deletes what `selection` picks (`count` documents) and bumps the corpus version; with
+    /// nothing to delete, neither.
+    async fn remove(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
+        count: usize,
+        more: bool,
+    ) -> Result<DeleteReport, IngestError> {
+        if count == 0 || selection.is_everything() {
+            return Ok(DeleteReport {
+                deleted: 0,
+                more: false,
+                corpus_version: self.store.corpus_version(tenant).await?,
+            });
+        }
+        self.store.delete_documents(tenant, selection).await?;
+        Ok(DeleteReport {
+            deleted: count,
+            more,
+            corpus_version: self.store.bump_corpus_version(tenant).await?,
         })
     }
 }

@@ -166,6 +166,7 @@ mod tests {
                 title: format!("Title {id}"),
                 source: "t".into(),
                 metadata: Default::default(),
+                origin: None,
             },
             chunk: 0,
             text: vec!["word"; words].join(" "),

@@ -54,6 +54,73 @@ pub struct DocumentInfo {
     /// What the document says about itself; every chunk carries it, filters read it.
     #[serde(default, skip_serializing_if = "Metadata::is_empty")]
     pub metadata: Metadata,
+    /// The upload it was read from (an S3 object's key, `<tenant>/<name>`), when it came
+    /// from one: deleting that object deletes the documents it made. Listings show it;
+    /// retrieved hits leave it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+}
+
+/// A document as a listing shows it: what the store keeps about it and its chunks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StoredDocument {
+    /// Id, title, source, metadata and origin.
+    #[serde(flatten)]
+    pub document: DocumentInfo,
+    /// How many chunks it was cut into (`None` for a document stored before Sluice recorded
+    /// it: ingest it again to fill it in).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunks: Option<usize>,
+    /// When it was last written (RFC 3339, UTC; `None` as for `chunks`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ingested_at: Option<String>,
+}
+
+/// Which of a tenant's documents a listing or a deletion is about: those that pass every
+/// part that is set.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Selection<'a> {
+    /// Only these ids (`Some(&[])` selects nothing).
+    pub ids: Option<&'a [String]>,
+    /// Only the documents read from this upload ([`DocumentInfo::origin`]).
+    pub origin: Option<&'a str>,
+    /// Only documents whose metadata passes it.
+    pub filter: Option<&'a Filter>,
+}
+
+impl Selection<'_> {
+    /// Whether `document` is picked: the meaning every store implements.
+    pub fn matches(&self, document: &DocumentInfo) -> bool {
+        self.ids.is_none_or(|ids| ids.contains(&document.id))
+            && self
+                .origin
+                .is_none_or(|o| document.origin.as_deref() == Some(o))
+            && self.filter.is_none_or(|f| f.matches(&document.metadata))
+    }
+
+    /// Whether it has no part at all (it would pick every document of the tenant).
+    pub fn is_everything(&self) -> bool {
+        self.ids.is_none() && self.origin.is_none() && self.filter.is_none()
+    }
+}
+
+/// One page of a listing: at most `limit` documents, from where `cursor` (a previous page's
+/// [`DocumentPage::next`]) left off.
+#[derive(Debug, Clone, Copy)]
+pub struct Page<'a> {
+    /// Most documents on the page.
+    pub limit: usize,
+    /// Where the previous page ended; `None` for the first page.
+    pub cursor: Option<&'a str>,
+}
+
+/// A page of documents, in the store's order (stable from page to page).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct DocumentPage {
+    /// The documents.
+    pub documents: Vec<StoredDocument>,
+    /// The cursor of the next page; `None` on the last.
+    pub next: Option<String>,
 }
 
 /// One retrieved chunk with its fused score.
@@ -121,12 +188,28 @@ pub trait Store: Send + Sync {
     /// passes it, applied inside the store's query (both halves of the hybrid search), so
     /// that `k` of them come back whenever `k` exist.
     async fn search(&self, tenant: &Tenant, search: &Search<'_>) -> Result<Vec<Hit>, StoreError>;
-    /// Replaces every chunk of `document` for `tenant` with `chunks`.
+    /// Replaces every chunk of `document` for `tenant` with `chunks`, recording their number
+    /// and the time with the document ([`StoredDocument`]).
     async fn replace_document(
         &self,
         tenant: &Tenant,
         document: &DocumentInfo,
         chunks: Vec<StoredChunk>,
+    ) -> Result<(), StoreError>;
+    /// A page of the tenant's documents that `selection` picks. A cursor this store did not
+    /// hand out is [`StoreError::Invalid`].
+    async fn documents(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
+        page: Page<'_>,
+    ) -> Result<DocumentPage, StoreError>;
+    /// Removes every chunk of the tenant's documents that `selection` picks (the caller
+    /// bumps the corpus version).
+    async fn delete_documents(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
     ) -> Result<(), StoreError>;
     /// Increments and returns the tenant's corpus version (every ingest calls this once).
     async fn bump_corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError>;

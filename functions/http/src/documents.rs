@@ -1,19 +1,22 @@
-//! `POST /v1/documents`: documents in, as JSON or as a file's bytes.
+//! `/v1/documents`: documents in (`POST`, as JSON or as a file's bytes), listed and read
+//! (`GET`, permission `documents`), deleted (`DELETE`, permission `documents:delete`). A key
+//! that binds a filter lists, reads and deletes only the documents that pass it.
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 use sluice_core::auth::Permission;
 use sluice_core::codes::Code;
-use sluice_core::error::IngestError;
-use sluice_core::ingest::Document;
+use sluice_core::error::{IngestError, StoreError};
+use sluice_core::filter::Filter;
+use sluice_core::ingest::{DEFAULT_PAGE, Document, MAX_PAGE};
 
 use crate::Server;
 use crate::admit::admit;
@@ -63,4 +66,153 @@ pub(crate) async fn documents(
             Err(ApiError::new(Code::IngestFailed, e.to_string()))
         }
     }
+}
+
+/// What went wrong in a listing or a deletion, as clients see it.
+fn store_error(tenant: &sluice_core::Tenant, e: IngestError) -> ApiError {
+    match e {
+        IngestError::Invalid(m) | IngestError::Store(StoreError::Invalid(m)) => {
+            ApiError::new(Code::InvalidPage, m)
+        }
+        e => {
+            tracing::error!(%tenant, error = %e, "documents: store failed");
+            ApiError::new(Code::StoreUnavailable, e.to_string())
+        }
+    }
+}
+
+/// A `filter` sent as JSON text (a query parameter) or as JSON (a body), checked.
+fn parse_filter(value: &serde_json::Value) -> Result<Filter, ApiError> {
+    Filter::parse(value).map_err(|e| ApiError::new(Code::InvalidFilter, format!("\"filter\": {e}")))
+}
+
+/// `GET /v1/documents?limit=N&cursor=C&filter=JSON`: a page of the tenant's documents (those
+/// the key may see that pass `filter`), with the cursor of the next page (`null` on the last).
+pub(crate) async fn list_documents(
+    State(server): State<Arc<Server>>,
+    Query(params): Query<Vec<(String, String)>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = admit(&server, &headers, Permission::Documents).await?;
+    let ingest = server.ingest()?;
+    let (mut limit, mut cursor, mut filter) = (DEFAULT_PAGE, None, None);
+    for (name, value) in &params {
+        match name.as_str() {
+            "limit" => {
+                limit = value.parse().ok().filter(|n| (1..=MAX_PAGE).contains(n)).ok_or_else(|| {
+                    ApiError::new(
+                        Code::InvalidPage,
+                        format!("limit must be a whole number from 1 to {MAX_PAGE}, not {value:?}"),
+                    )
+                })?
+            }
+            "cursor" => cursor = Some(value.as_str()),
+            "filter" => {
+                let json = serde_json::from_str(value).map_err(|e| {
+                    ApiError::new(Code::InvalidFilter, format!("\"filter\" is not JSON: {e}"))
+                })?;
+                filter = Some(parse_filter(&json)?);
+            }
+            other => {
+                return Err(ApiError::new(
+                    Code::InvalidPage,
+                    format!("unknown query parameter {other:?} (use limit, cursor, filter)"),
+                ));
+            }
+        }
+    }
+    let filter = Filter::and(caller.filter.as_ref(), filter.as_ref());
+    let page = (ingest.list(&caller.tenant, filter.as_ref(), limit, cursor).await)
+        .map_err(|e| store_error(&caller.tenant, e))?;
+    Ok(Json(json!({"documents": page.documents, "next_cursor": page.next})).into_response())
+}
+
+/// `GET /v1/documents/{id}`: one document (404 `unknown_document` when the tenant has none
+/// with that id the key may see).
+pub(crate) async fn get_document(
+    State(server): State<Arc<Server>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = admit(&server, &headers, Permission::Documents).await?;
+    let ingest = server.ingest()?;
+    match ingest.get(&caller.tenant, caller.filter.as_ref(), &id).await {
+        Ok(Some(document)) => Ok(Json(document).into_response()),
+        Ok(None) => Err(unknown(&id)),
+        Err(e) => Err(store_error(&caller.tenant, e)),
+    }
+}
+
+fn unknown(id: &str) -> ApiError {
+    ApiError::new(Code::UnknownDocument, format!("no document {id:?} for this tenant"))
+}
+
+/// `DELETE /v1/documents/{id}`: every chunk of the document; the corpus version is bumped,
+/// so no cached answer built on it is served again.
+pub(crate) async fn delete_document(
+    State(server): State<Arc<Server>>,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = admit(&server, &headers, Permission::DocumentsDelete).await?;
+    let ingest = server.ingest()?;
+    match ingest.delete(&caller.tenant, caller.filter.as_ref(), &id).await {
+        Ok(Some(report)) => {
+            tracing::info!(tenant = %caller.tenant, id, "document deleted");
+            Ok(Json(report).into_response())
+        }
+        Ok(None) => Err(unknown(&id)),
+        Err(e) => Err(store_error(&caller.tenant, e)),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DeleteBody {
+    filter: Option<serde_json::Value>,
+    #[serde(default)]
+    all: bool,
+    #[serde(default)]
+    confirm: bool,
+}
+
+/// `DELETE /v1/documents` with `{"filter": …, "confirm": true}` (or `{"all": true, "confirm":
+/// true}`): the documents that match — within what the key may see — up to a thousand a
+/// call (`"more": true` says to call again), counted in the answer.
+pub(crate) async fn delete_documents(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let caller = admit(&server, &headers, Permission::DocumentsDelete).await?;
+    let ingest = server.ingest()?;
+    let bytes = read_body(body, server.limits.max_body_bytes).await?;
+    let body: DeleteBody = parse_json(&bytes)?;
+    let sent = match (&body.filter, body.all) {
+        (Some(filter), false) => Some(parse_filter(filter)?),
+        (None, true) => None,
+        (Some(_), true) => {
+            return Err(ApiError::new(
+                Code::InvalidFilter,
+                "send \"filter\" or \"all\": true, not both",
+            ));
+        }
+        (None, false) => {
+            return Err(ApiError::new(
+                Code::ConfirmationRequired,
+                "a deletion of many documents needs {\"filter\": …, \"confirm\": true} or {\"all\": true, \"confirm\": true} (one document: DELETE /v1/documents/{id})",
+            ));
+        }
+    };
+    if !body.confirm {
+        return Err(ApiError::new(
+            Code::ConfirmationRequired,
+            "deleting every document that matches needs \"confirm\": true",
+        ));
+    }
+    let filter = Filter::and(caller.filter.as_ref(), sent.as_ref());
+    let report = (ingest.delete_matching(&caller.tenant, filter.as_ref()).await)
+        .map_err(|e| store_error(&caller.tenant, e))?;
+    tracing::info!(tenant = %caller.tenant, deleted = report.deleted, "documents deleted by filter");
+    Ok(Json(report).into_response())
 }

@@ -192,7 +192,16 @@ pub async fn serve(
 pub fn router(server: Arc<Server>) -> Router {
     Router::new()
         .route("/v1/answer", post(answer::answer))
-        .route("/v1/documents", post(documents::documents))
+        .route(
+            "/v1/documents",
+            post(documents::documents)
+                .get(documents::list_documents)
+                .delete(documents::delete_documents),
+        )
+        .route(
+            "/v1/documents/{*id}",
+            get(documents::get_document).delete(documents::delete_document),
+        )
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(ready))
         .route(

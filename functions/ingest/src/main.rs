@@ -4,6 +4,9 @@
 //! - S3 `ObjectCreated` on the document bucket: each uploaded `<tenant>/<name>` is read,
 //!   parsed by its extension (.txt, .md, .json, .jsonl — as `sluice ingest` does), chunked,
 //!   embedded and written to the tenant's store, replacing any document with the same id.
+//!   Each document remembers the object it came from (`origin`: `s3://<bucket>/<key>`).
+//! - S3 `ObjectRemoved`: the documents the object made are deleted (and the tenant's corpus
+//!   version bumped, so that no cached answer built on them is served again).
 //!
 //! An S3 invocation is asynchronous: a returned error makes Lambda retry it (twice) and then
 //! send it to the dead-letter queue. So only what a retry could fix is an error (S3 or the
@@ -28,7 +31,16 @@ use tracing::{info, warn};
 #[derive(Debug, Serialize)]
 struct S3Report {
     ingested: Vec<Ingested>,
+    removed: Vec<Removed>,
     skipped: Vec<Skipped>,
+}
+
+#[derive(Debug, Serialize)]
+struct Removed {
+    key: String,
+    tenant: String,
+    documents: usize,
+    corpus_version: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -55,20 +67,23 @@ async fn ingest_uploads(
 ) -> anyhow::Result<S3Report> {
     let mut report = S3Report {
         ingested: vec![],
+        removed: vec![],
         skipped: vec![],
     };
     for record in event.records {
         let (Some(bucket), Some(raw_key)) = (record.s3.bucket.name, record.s3.object.key) else {
             continue;
         };
-        if !record
-            .event_name
-            .as_deref()
-            .is_some_and(|n| n.starts_with("ObjectCreated"))
-        {
+        let event_name = record.event_name.as_deref().unwrap_or_default();
+        let (created, removed) = (
+            event_name.starts_with("ObjectCreated"),
+            event_name.starts_with("ObjectRemoved"),
+        );
+        if !created && !removed {
             continue;
         }
         let key = documents::decode_key(&raw_key)?;
+        let origin = format!("s3://{bucket}/{key}");
         let mut skip = |reason: String| {
             warn!(%bucket, %key, %reason, "upload skipped");
             report.skipped.push(Skipped {
@@ -80,6 +95,27 @@ async fn ingest_uploads(
             skip("the key must be <tenant>/<name>, with a valid tenant id first".into());
             continue;
         };
+        if removed {
+            // Up to a thousand documents per call; an object that made more is deleted over
+            // several calls here, each bumping the version.
+            let mut total = 0;
+            let done = loop {
+                let done = (ingest.delete_origin(&upload.tenant, &origin).await)
+                    .with_context(|| format!("deleting the documents of {origin}"))?;
+                total += done.deleted;
+                if !done.more {
+                    break done;
+                }
+            };
+            info!(%bucket, %key, tenant = %upload.tenant, documents = total, "upload removed");
+            report.removed.push(Removed {
+                key,
+                tenant: upload.tenant.to_string(),
+                documents: total,
+                corpus_version: done.corpus_version,
+            });
+            continue;
+        }
         let bytes = match documents.read(&bucket, &key, max_bytes).await {
             Ok(b) => b,
             Err(e @ ReadError::TooLarge { .. }) => {
@@ -95,7 +131,7 @@ async fn ingest_uploads(
                 continue;
             }
         };
-        match ingest.ingest(&upload.tenant, parsed).await {
+        match ingest.ingest_from(&upload.tenant, parsed, Some(&origin)).await {
             Ok(done) => {
                 info!(%bucket, %key, tenant = %upload.tenant, documents = done.documents, chunks = done.chunks, "upload ingested");
                 report.ingested.push(Ingested {

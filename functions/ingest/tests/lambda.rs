@@ -10,12 +10,35 @@ use sluice_core::stages::{Search, Store};
 use sluice_tests::aws;
 use sluice_tests::lambda::Function;
 
-const EVENT: &str = include_str!("fixtures/s3-object-created.json");
+const CREATED: &str = include_str!("fixtures/s3-object-created.json");
+const REMOVED: &str = include_str!("fixtures/s3-object-removed.json");
 
-/// The fixture naming `key` in `bucket` (as S3 encodes keys: a space is `+`).
-fn event(bucket: &str, key: &str) -> Value {
+/// The `fixture` naming `key` in `bucket` (as S3 encodes keys: a space is `+`).
+fn notification(fixture: &str, bucket: &str, key: &str) -> Value {
     let encoded = key.replace(' ', "+");
-    serde_json::from_str(&EVENT.replace("BUCKET", bucket).replace("KEY", &encoded)).unwrap()
+    serde_json::from_str(&fixture.replace("BUCKET", bucket).replace("KEY", &encoded)).unwrap()
+}
+
+fn event(bucket: &str, key: &str) -> Value {
+    notification(CREATED, bucket, key)
+}
+
+/// The tenant's document ids and origins, listed through the function's URL.
+async fn listed(function: &Function) -> Vec<(String, Value)> {
+    let r = sluice_tests::http()
+        .get(format!("{}/v1/documents?limit=1000", function.url()))
+        .header("x-sluice-tenant", "acme")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let body: Value = r.json().await.unwrap();
+    assert_eq!(body["next_cursor"], Value::Null, "{body}");
+    let mut ids: Vec<(String, Value)> = (body["documents"].as_array().unwrap().iter())
+        .map(|d| (d["id"].as_str().unwrap().to_string(), d["origin"].clone()))
+        .collect();
+    ids.sort_by(|a, b| a.0.cmp(&b.0));
+    ids
 }
 
 fn sample(name: &str) -> Vec<u8> {
@@ -96,6 +119,46 @@ async fn uploads_and_posted_documents_are_ingested_with_settings_from_the_secret
     let body: Value = r.json().await.unwrap();
     assert_eq!(body["documents"], 1, "{body}");
     assert!(body["corpus_version"].as_u64().unwrap() >= 3, "{body}");
+
+    // Each upload's documents remember their object; a posted one has no origin.
+    let before = listed(&function).await;
+    let origin = |key: &str| json!(format!("s3://{bucket}/{key}"));
+    let from_jsonl: Vec<&String> = (before.iter())
+        .filter(|(_, o)| *o == origin("acme/support.jsonl"))
+        .map(|(id, _)| id)
+        .collect();
+    assert!(from_jsonl.len() >= 2, "{before:?}");
+    assert!(before.contains(&("fees".into(), Value::Null)), "{before:?}");
+    assert!(before.contains(&("cards/lost card.md".into(), origin("acme/cards/lost card.md"))));
+
+    // Deleting an object deletes the documents it made, and only those.
+    let report = function
+        .invoke(&notification(REMOVED, &bucket, "acme/support.jsonl"))
+        .await
+        .unwrap();
+    assert_eq!(report["removed"][0]["documents"], from_jsonl.len(), "{report}");
+    let after = listed(&function).await;
+    let kept: Vec<_> = (before.iter())
+        .filter(|(id, _)| !from_jsonl.contains(&id))
+        .cloned()
+        .collect();
+    assert_eq!(after, kept);
+    // A removal of an object that made nothing deletes nothing and fails nothing.
+    let report = function
+        .invoke(&notification(REMOVED, &bucket, "acme/never-uploaded.md"))
+        .await
+        .unwrap();
+    assert_eq!(report["removed"][0]["documents"], 0, "{report}");
+
+    // DELETE through the function URL (the router's, as anywhere).
+    let r = sluice_tests::http()
+        .delete(format!("{}/v1/documents/fees", function.url()))
+        .header("x-sluice-tenant", "acme")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    assert!(!listed(&function).await.iter().any(|(id, _)| id == "fees"));
 
     // Bad input gets the router's JSON error, through the same adapter.
     let r = sluice_tests::http()

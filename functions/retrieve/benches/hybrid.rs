@@ -99,6 +99,7 @@ fn bench(c: &mut Criterion) {
                 title: format!("Doc {d}"),
                 source: "bench".into(),
                 metadata: sluice_testkit::filters::metadata(metadata),
+                origin: None,
             };
             store
                 .replace_document(&tenant("bench"), &doc, chunks)

@@ -87,7 +87,9 @@ use sluice_core::config::{StoreBackend, StoreConfig};
 use sluice_core::error::StoreError;
 use sluice_core::filter::{Bound, Filter, Op, Scalar};
 use sluice_core::metadata::{MetaValue, Metadata};
-use sluice_core::stages::{DocumentInfo, Hit, Search, Store, StoredChunk};
+use sluice_core::stages::{
+    DocumentInfo, DocumentPage, Hit, Page, Search, Selection, Store, StoredChunk, StoredDocument,
+};
 
 const DENSE: &str = "dense";
 const SPARSE: &str = "bm25";
@@ -258,6 +260,59 @@ pub(crate) fn search_filter_json(tenant: &str, filter: Option<&Filter>) -> Value
     all
 }
 
+/// The filter of the points of the tenant's documents that `selection` picks, in Qdrant's
+/// JSON form: all their chunks, or with `first_chunks` only each document's first (one point
+/// per document: what a listing reads).
+pub(crate) fn selection_filter_json(
+    tenant: &str,
+    selection: &Selection<'_>,
+    first_chunks: bool,
+) -> Value {
+    let mut must = vec![json!({"key": "tenant", "match": {"value": tenant}})];
+    if first_chunks {
+        must.push(json!({"key": "chunk", "match": {"value": 0}}));
+    }
+    if let Some(ids) = selection.ids {
+        must.push(json!({"key": "doc_id", "match": {"any": ids}}));
+    }
+    if let Some(origin) = selection.origin {
+        must.push(json!({"key": "origin", "match": {"value": origin}}));
+    }
+    if let Some(f) = selection.filter {
+        must.push(qdrant_filter(f));
+    }
+    json!({ "must": must })
+}
+
+/// The payload fields a listing reads (never a chunk's text).
+pub(crate) const LISTED_FIELDS: [&str; 7] = [
+    "doc_id",
+    "title",
+    "source",
+    "origin",
+    "chunks",
+    "ingested_at",
+    META,
+];
+
+/// A listing cursor of the Qdrant stores: the point id the next page starts at, as Qdrant
+/// hands it out (Sluice's point ids are UUIDs).
+pub(crate) fn parse_cursor(cursor: &str) -> Result<uuid::Uuid, StoreError> {
+    uuid::Uuid::parse_str(cursor).map_err(|_| {
+        StoreError::Invalid(format!(
+            "cursor {cursor:?} is not one a listing of this store returned"
+        ))
+    })
+}
+
+/// The time a write records with its document: now, RFC 3339 in UTC, to the second.
+pub(crate) fn now_rfc3339() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    let now = now.replace_nanosecond(0).unwrap_or(now);
+    now.format(&time::format_description::well_known::Rfc3339)
+        .unwrap_or_default()
+}
+
 /// Where a metadata key's value is in a point's payload, and where a date's instant is.
 pub(crate) fn meta_path(key: &str) -> String {
     format!("{META}.{key}")
@@ -392,13 +447,39 @@ fn point_id(tenant: &str, doc_id: &str, chunk: usize) -> PointId {
 pub(crate) const META: &str = "meta";
 pub(crate) const META_INSTANTS: &str = "meta_ts";
 
+/// What every chunk of one write records about its document besides [`DocumentInfo`]: how
+/// many chunks it has and when it was written.
+#[derive(Clone)]
+pub(crate) struct Written {
+    pub(crate) chunks: usize,
+    pub(crate) at: String,
+}
+
+impl Written {
+    /// A write of `chunks` chunks, now.
+    pub(crate) fn now(chunks: usize) -> Self {
+        Self {
+            chunks,
+            at: now_rfc3339(),
+        }
+    }
+}
+
 /// The payload of a chunk's point.
-fn chunk_payload(tenant: &str, document: &DocumentInfo, chunk: &StoredChunk) -> Value {
+fn chunk_payload(
+    tenant: &str,
+    document: &DocumentInfo,
+    written: &Written,
+    chunk: &StoredChunk,
+) -> Value {
     let mut payload = json!({
         "tenant": tenant, "doc_id": document.id, "chunk": chunk.index,
         "title": document.title, "source": document.source, "text": chunk.text,
-        "tokens": chunk.tokens,
+        "tokens": chunk.tokens, "chunks": written.chunks, "ingested_at": written.at,
     });
+    if let Some(origin) = &document.origin {
+        payload["origin"] = json!(origin);
+    }
     if !document.metadata.is_empty() {
         payload[META] = Value::Object(document.metadata.to_json());
         let instants = document.metadata.instants();
@@ -409,30 +490,54 @@ fn chunk_payload(tenant: &str, document: &DocumentInfo, chunk: &StoredChunk) -> 
     payload
 }
 
+/// A whole number of a payload, also when it comes back as a double (Pinecone keeps every
+/// metadata number as one).
+fn whole(value: &Value) -> Option<usize> {
+    (value.as_u64())
+        .or_else(|| value.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))
+        .map(|n| n as usize)
+}
+
+fn text_field(payload: &serde_json::Map<String, Value>, key: &str) -> String {
+    (payload.get(key).and_then(Value::as_str))
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// The document a point's payload belongs to (without its origin).
+fn document_from(payload: &serde_json::Map<String, Value>) -> DocumentInfo {
+    DocumentInfo {
+        id: text_field(payload, "doc_id"),
+        title: text_field(payload, "title"),
+        source: text_field(payload, "source"),
+        // Validated at ingest; a payload written otherwise loses its metadata, not the hit.
+        metadata: (payload.get(META).and_then(Value::as_object))
+            .and_then(|m| Metadata::from_json(m).ok())
+            .unwrap_or_default(),
+        origin: None,
+    }
+}
+
+/// A listed document from its first chunk's payload.
+fn stored_document(payload: &serde_json::Map<String, Value>) -> StoredDocument {
+    let origin = payload.get("origin").and_then(Value::as_str);
+    StoredDocument {
+        document: DocumentInfo {
+            origin: origin.map(str::to_string),
+            ..document_from(payload)
+        },
+        chunks: payload.get("chunks").and_then(whole),
+        ingested_at: (payload.get("ingested_at").and_then(Value::as_str)).map(str::to_string),
+    }
+}
+
 /// A hit from a point's payload, score and dense vector.
 fn hit_from(payload: &serde_json::Map<String, Value>, score: f32, vector: Vec<f32>) -> Hit {
-    let s = |k: &str| {
-        payload
-            .get(k)
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string()
-    };
     Hit {
-        document: DocumentInfo {
-            id: s("doc_id"),
-            title: s("title"),
-            source: s("source"),
-            // Validated at ingest; a payload written otherwise loses its metadata, not the hit.
-            metadata: payload
-                .get(META)
-                .and_then(Value::as_object)
-                .and_then(|m| Metadata::from_json(m).ok())
-                .unwrap_or_default(),
-        },
-        chunk: payload.get("chunk").and_then(Value::as_u64).unwrap_or(0) as usize,
-        text: s("text"),
-        tokens: payload.get("tokens").and_then(Value::as_u64).unwrap_or(0) as usize,
+        document: document_from(payload),
+        chunk: payload.get("chunk").and_then(whole).unwrap_or(0),
+        text: text_field(payload, "text"),
+        tokens: payload.get("tokens").and_then(whole).unwrap_or(0),
         vector,
         score,
     }
@@ -570,9 +675,10 @@ impl Store for EdgeStore {
                 }
             }
             let n = chunks.len();
+            let written = Written::now(n);
             let mut points = Vec::with_capacity(n);
             for c in chunks {
-                let payload = chunk_payload(&tenant, &document, &c);
+                let payload = chunk_payload(&tenant, &document, &written, &c);
                 let sparse = inner.bm25.embed_document(&c.text);
                 let vectors = Vectors::new_named([
                     (DENSE, Vector::new_dense(c.vector)),
@@ -598,6 +704,51 @@ impl Store for EdgeStore {
                 .update(UpdateOperation::PointOperation(
                     PointOperations::DeletePointsByFilter(stale),
                 ))
+                .map_err(backend)
+        })
+        .await
+    }
+
+    async fn documents(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
+        page: Page<'_>,
+    ) -> Result<DocumentPage, StoreError> {
+        let offset = page.cursor.map(parse_cursor).transpose()?;
+        let request: qdrant_edge::ScrollRequest = serde_json::from_value(json!({
+            "offset": offset,
+            "limit": page.limit,
+            "filter": selection_filter_json(tenant, selection, true),
+            "with_payload": LISTED_FIELDS,
+            "with_vector": false,
+        }))
+        .map_err(backend)?;
+        self.blocking(move |inner| {
+            let (records, next) = inner.shard.scroll(request).map_err(backend)?;
+            Ok(DocumentPage {
+                documents: (records.into_iter())
+                    .filter_map(|r| r.payload.map(|p| stored_document(&p.0)))
+                    .collect(),
+                next: next.map(|id| id.to_string()),
+            })
+        })
+        .await
+    }
+
+    async fn delete_documents(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
+    ) -> Result<(), StoreError> {
+        let filter: qdrant_edge::Filter =
+            serde_json::from_value(selection_filter_json(tenant, selection, false))
+                .map_err(backend)?;
+        self.blocking(move |inner| {
+            let delete = PointOperations::DeletePointsByFilter(filter);
+            inner
+                .shard
+                .update(UpdateOperation::PointOperation(delete))
                 .map_err(backend)
         })
         .await

@@ -29,12 +29,14 @@ use serde_json::{Value, json};
 use sluice_core::Tenant;
 use sluice_core::config::{PineconeConfig, StoreBackend, StoreConfig};
 use sluice_core::error::StoreError;
-use sluice_core::stages::{DocumentInfo, Hit, Search, Store, StoredChunk};
+use sluice_core::stages::{
+    DocumentInfo, DocumentPage, Hit, Page, Search, Selection, Store, StoredChunk,
+};
 
 use crate::rest::{Rest, VersionMemo, backend, next_version};
 use crate::{
-    META, META_INSTANTS, chunk_payload, hit_from, instant_path, meta_path, point_uuid,
-    prefetch_limit,
+    META, META_INSTANTS, Written, chunk_payload, hit_from, instant_path, meta_path, point_uuid,
+    prefetch_limit, stored_document,
 };
 use sluice_core::filter::{Bound, Filter, Op, Scalar};
 use sluice_core::fusion::Ranking;
@@ -381,6 +383,59 @@ fn nest(mut metadata: serde_json::Map<String, Value>) -> serde_json::Map<String,
     metadata
 }
 
+/// The records of the documents `selection` picks, in Pinecone's filter language (the
+/// tenant is the namespace): all their chunks, or with `first_chunks` each one's first.
+/// `None` when the selection has no part at all (every record of the namespace).
+pub fn selection_filter(selection: &Selection<'_>, first_chunks: bool) -> Option<Value> {
+    let mut parts = Vec::new();
+    if first_chunks {
+        parts.push(json!({"chunk": {"$eq": 0}}));
+    }
+    if let Some(ids) = selection.ids {
+        parts.push(json!({"doc_id": {"$in": ids}}));
+    }
+    if let Some(origin) = selection.origin {
+        parts.push(json!({"origin": {"$eq": origin}}));
+    }
+    if let Some(f) = selection.filter {
+        parts.push(pinecone_filter(f));
+    }
+    match parts.len() {
+        0 => None,
+        1 => parts.pop(),
+        _ => Some(json!({ "$and": parts })),
+    }
+}
+
+/// The documents of a `fetch_by_metadata` response body, each from its first chunk's
+/// metadata, by id within the page.
+pub fn parse_fetch_by_metadata_response(text: &str) -> Result<DocumentPage, StoreError> {
+    #[derive(Deserialize)]
+    struct Fetched {
+        #[serde(default)]
+        vectors: serde_json::Map<String, Value>,
+        #[serde(default)]
+        pagination: Option<Pagination>,
+    }
+    #[derive(Deserialize)]
+    struct Pagination {
+        next: Option<String>,
+    }
+    let fetched: Fetched = serde_json::from_str(text)
+        .map_err(|e| backend(format!("unexpected fetch_by_metadata response: {e}")))?;
+    let mut documents: Vec<_> = (fetched.vectors.into_iter())
+        .filter_map(|(_, mut record)| match record["metadata"].take() {
+            Value::Object(m) => Some(stored_document(&nest(m))),
+            _ => None,
+        })
+        .collect();
+    documents.sort_by(|a, b| a.document.id.cmp(&b.document.id));
+    Ok(DocumentPage {
+        documents,
+        next: fetched.pagination.and_then(|p| p.next),
+    })
+}
+
 /// A metadata filter in Pinecone's filter language, with the meaning of [`Filter::matches`]:
 /// the same operators on the flattened keys, dates on their instants, string equality as
 /// `$in` (which also matches a list holding the string), and the negations made to match a
@@ -480,6 +535,7 @@ impl Store for PineconeStore {
         chunks: Vec<StoredChunk>,
     ) -> Result<(), StoreError> {
         let n = chunks.len();
+        let written = Written::now(n);
         let sparse: Vec<_> = chunks
             .iter()
             .map(|c| self.bm25.embed_document(&c.text))
@@ -488,7 +544,7 @@ impl Store for PineconeStore {
         let mut sparse_records = Vec::with_capacity(n);
         for (c, s) in chunks.iter().zip(&sparse) {
             let id = point_uuid(tenant, &document.id, c.index).to_string();
-            let metadata = flatten(chunk_payload(tenant, document, c));
+            let metadata = flatten(chunk_payload(tenant, document, &written, c));
             // A chunk of stopwords only has no BM25 terms; Pinecone refuses an empty sparse
             // vector, and no BM25 query could find it anyway.
             if !s.indices.is_empty() {
@@ -520,6 +576,52 @@ impl Store for PineconeStore {
         .map_err(backend)?;
         for rest in [&self.dense, &self.sparse] {
             rest.send(Method::POST, "/vectors/delete", Some(stale.clone()), false)
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn documents(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
+        page: Page<'_>,
+    ) -> Result<DocumentPage, StoreError> {
+        let mut body = json!({"namespace": tenant, "limit": page.limit});
+        if let Some(filter) = selection_filter(selection, true) {
+            body["filter"] = filter;
+        }
+        if let Some(cursor) = page.cursor {
+            body["paginationToken"] = json!(cursor);
+        }
+        let body = serde_json::to_vec(&body).map_err(backend)?;
+        // The dense index holds every chunk (the sparse one lacks chunks of stopwords only).
+        match (self.dense)
+            .send(Method::POST, "/vectors/fetch_by_metadata", Some(body), true)
+            .await
+        {
+            Ok(Some(text)) => parse_fetch_by_metadata_response(&text),
+            Ok(None) => Err(backend("the dense index does not exist")),
+            // Pinecone answers a token it cannot read with 400.
+            Err(StoreError::Backend(e)) if page.cursor.is_some() && e.contains(": 400 ") => Err(
+                StoreError::Invalid(format!("cursor is not one a listing of this store returned ({e})")),
+            ),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn delete_documents(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
+    ) -> Result<(), StoreError> {
+        let Some(filter) = selection_filter(selection, false) else {
+            return Err(StoreError::Invalid("a deletion must select documents".into()));
+        };
+        let body = serde_json::to_vec(&json!({"namespace": tenant, "filter": filter}))
+            .map_err(backend)?;
+        for rest in [&self.dense, &self.sparse] {
+            rest.send(Method::POST, "/vectors/delete", Some(body.clone()), false)
                 .await?;
         }
         Ok(())

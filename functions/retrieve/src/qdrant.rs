@@ -19,12 +19,15 @@ use serde_json::{Value, json};
 use sluice_core::Tenant;
 use sluice_core::config::{QdrantConfig, StoreBackend, StoreConfig};
 use sluice_core::error::StoreError;
-use sluice_core::stages::{DocumentInfo, Hit, Search, Store, StoredChunk};
+use sluice_core::stages::{
+    DocumentInfo, DocumentPage, Hit, Page, Search, Selection, Store, StoredChunk,
+};
 
 use crate::rest::{Rest, VersionMemo, backend, next_version, qdrant_result};
 use crate::{
-    DENSE, IndexedFields, SPARSE, chunk_payload, filter_json, hit_from, point_uuid, prefetch_limit,
-    search_filter_json,
+    DENSE, IndexedFields, LISTED_FIELDS, SPARSE, Written, chunk_payload, filter_json, hit_from,
+    parse_cursor, point_uuid, prefetch_limit, search_filter_json, selection_filter_json,
+    stored_document,
 };
 
 /// The Qdrant REST store.
@@ -226,6 +229,7 @@ impl Store for QdrantStore {
             }
         }
         let n = chunks.len();
+        let written = Written::now(n);
         let points: Vec<Value> = chunks
             .iter()
             .map(|c| {
@@ -233,7 +237,7 @@ impl Store for QdrantStore {
                 json!({
                     "id": point_uuid(tenant, &document.id, c.index).to_string(),
                     "vector": {DENSE: c.vector, SPARSE: sparse_json(&sparse.indices, &sparse.values)},
-                    "payload": chunk_payload(tenant, document, c),
+                    "payload": chunk_payload(tenant, document, &written, c),
                 })
             })
             .collect();
@@ -258,6 +262,38 @@ impl Store for QdrantStore {
             false,
         )
         .await?;
+        Ok(())
+    }
+
+    async fn documents(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
+        page: Page<'_>,
+    ) -> Result<DocumentPage, StoreError> {
+        let offset = page.cursor.map(parse_cursor).transpose()?;
+        let mut body = json!({
+            "limit": page.limit,
+            "filter": selection_filter_json(tenant, selection, true),
+            "with_payload": LISTED_FIELDS,
+            "with_vector": false,
+        });
+        if let Some(offset) = offset {
+            body["offset"] = json!(offset.to_string());
+        }
+        let path = format!("/collections/{}/points/scroll", self.collection);
+        let text = self.query(&path, body.to_string().into_bytes()).await?;
+        parse_scroll_response(&text)
+    }
+
+    async fn delete_documents(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
+    ) -> Result<(), StoreError> {
+        let body = json!({ "filter": selection_filter_json(tenant, selection, false) });
+        let path = format!("/collections/{}/points/delete?wait=true", self.collection);
+        self.call(Method::POST, &path, Some(&body), false).await?;
         Ok(())
     }
 
@@ -369,6 +405,37 @@ struct ScoredPoint {
 struct NamedVectors {
     #[serde(default)]
     dense: Vec<f32>,
+}
+
+/// A scroll response's `result`: the points (their listed payload fields) and where the next
+/// page starts.
+#[derive(Deserialize)]
+struct ScrollResult {
+    points: Vec<Record>,
+    #[serde(default)]
+    next_page_offset: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct Record {
+    #[serde(default)]
+    payload: Option<serde_json::Map<String, Value>>,
+}
+
+/// The documents of a whole scroll response body (`{"result": {"points": […],
+/// "next_page_offset": …}, …}`), each from its first chunk's payload.
+pub fn parse_scroll_response(text: &str) -> Result<DocumentPage, StoreError> {
+    let result: ScrollResult = qdrant_result(text).map_err(backend)?;
+    Ok(DocumentPage {
+        documents: (result.points.into_iter())
+            .filter_map(|p| p.payload.as_ref().map(stored_document))
+            .collect(),
+        next: match result.next_page_offset {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) => Some(id),
+            Some(other) => Some(other.to_string()),
+        },
+    })
 }
 
 /// The hits of a whole query response body (`{"result": {"points": […]}, …}`).

@@ -23,6 +23,7 @@ fn doc(id: &str) -> DocumentInfo {
         title: format!("Title of {id}"),
         source: format!("src/{id}"),
         metadata: Default::default(),
+        origin: None,
     }
 }
 
@@ -516,4 +517,125 @@ async fn a_convex_fusion_weighs_normalised_scores_and_keeps_the_filter() {
     let mut ids: Vec<&str> = hits.iter().map(|h| h.document.id.as_str()).collect();
     ids.sort();
     assert_eq!(ids, ["d0", "d20", "d40"]);
+}
+
+/// Every document a listing of `selection` returns, page by page at `limit`.
+async fn listed(
+    store: &EdgeStore,
+    tenant: &str,
+    selection: &sluice_core::stages::Selection<'_>,
+    limit: usize,
+) -> Vec<sluice_core::stages::StoredDocument> {
+    use sluice_core::stages::Page;
+    let mut all = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let page = Page {
+            limit,
+            cursor: cursor.as_deref(),
+        };
+        let got = store
+            .documents(&sluice_testkit::tenant(tenant), selection, page)
+            .await
+            .unwrap();
+        assert!(got.documents.len() <= limit);
+        all.extend(got.documents);
+        match got.next {
+            Some(next) => cursor = Some(next),
+            None => break,
+        }
+    }
+    all
+}
+
+#[tokio::test]
+async fn documents_are_listed_once_each_with_their_chunks_and_deleted_whole() {
+    use sluice_core::filter::Filter;
+    use sluice_core::stages::{Page, Selection};
+    let dir = tempfile::tempdir().unwrap();
+    let store = EdgeStore::open(dir.path(), DIM).unwrap();
+    // 25 documents of 1 to 3 chunks for acme (the odd ones from one upload), one for globex.
+    for i in 0..25u64 {
+        let n = 1 + (i % 3) as usize;
+        let texts: Vec<String> = (0..n).map(|c| format!("document {i} chunk {c}")).collect();
+        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+        let info = DocumentInfo {
+            metadata: sluice_testkit::filters::metadata(serde_json::json!({"n": i})),
+            origin: (i % 2 == 1).then(|| "s3://docs/acme/batch.jsonl".to_string()),
+            ..doc(&format!("d{i:02}"))
+        };
+        store
+            .replace_document(&tenant("acme"), &info, chunks(&texts, i * 10))
+            .await
+            .unwrap();
+    }
+    store
+        .replace_document(&tenant("globex"), &doc("g"), chunks(&["other"], 1))
+        .await
+        .unwrap();
+
+    let everything = Selection::default();
+    for limit in [1, 7, 25, 100] {
+        let all = listed(&store, "acme", &everything, limit).await;
+        let mut ids: Vec<&str> = all.iter().map(|d| d.document.id.as_str()).collect();
+        ids.sort();
+        let expected: Vec<String> = (0..25).map(|i| format!("d{i:02}")).collect();
+        assert_eq!(ids, expected, "limit {limit}: every document once");
+    }
+    let all = listed(&store, "acme", &everything, 100).await;
+    let d04 = all.iter().find(|d| d.document.id == "d04").unwrap();
+    assert_eq!(d04.chunks, Some(2));
+    assert_eq!(d04.document.title, "Title of d04");
+    assert_eq!(serde_json::to_value(&d04.document.metadata).unwrap(), serde_json::json!({"n": 4}));
+    let at = d04.ingested_at.as_deref().unwrap();
+    assert!(time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339).is_ok(), "{at}");
+    assert_eq!(all.iter().find(|d| d.document.id == "d05").unwrap().document.origin.as_deref(), Some("s3://docs/acme/batch.jsonl"));
+
+    // By id, by origin, by metadata filter.
+    let ids = ["d03".to_string(), "d20".to_string(), "nope".to_string()];
+    let by_id = Selection { ids: Some(&ids), ..Selection::default() };
+    let mut got: Vec<String> = listed(&store, "acme", &by_id, 10).await.into_iter().map(|d| d.document.id).collect();
+    got.sort();
+    assert_eq!(got, ["d03", "d20"]);
+    let by_origin = Selection { origin: Some("s3://docs/acme/batch.jsonl"), ..Selection::default() };
+    assert_eq!(listed(&store, "acme", &by_origin, 5).await.len(), 12);
+    let filter = Filter::parse(&serde_json::json!({"n": {"$gte": 20}})).unwrap();
+    let by_filter = Selection { filter: Some(&filter), ..Selection::default() };
+    assert_eq!(listed(&store, "acme", &by_filter, 2).await.len(), 5);
+    // A cursor this store never handed out is refused as such.
+    let bad = store
+        .documents(&tenant("acme"), &everything, Page { limit: 5, cursor: Some("page-two") })
+        .await
+        .unwrap_err();
+    assert!(matches!(bad, StoreError::Invalid(_)), "{bad:?}");
+
+    // Deleting by origin removes every chunk of those documents and nothing else.
+    let before = store.count(&tenant("acme")).await.unwrap();
+    let odd_chunks: usize = (0..25u64).filter(|i| i % 2 == 1).map(|i| 1 + (i % 3) as usize).sum();
+    store.delete_documents(&tenant("acme"), &by_origin).await.unwrap();
+    assert_eq!(store.count(&tenant("acme")).await.unwrap(), before - odd_chunks);
+    assert_eq!(listed(&store, "acme", &everything, 100).await.len(), 13);
+    assert!(listed(&store, "acme", &by_origin, 100).await.is_empty());
+    // By id, under a filter the document does not pass: kept.
+    let d02 = ["d02".to_string()];
+    let miss = Filter::parse(&serde_json::json!({"n": 99})).unwrap();
+    store
+        .delete_documents(&tenant("acme"), &Selection { ids: Some(&d02), filter: Some(&miss), ..Selection::default() })
+        .await
+        .unwrap();
+    assert_eq!(listed(&store, "acme", &Selection { ids: Some(&d02), ..Selection::default() }, 5).await.len(), 1);
+    store
+        .delete_documents(&tenant("acme"), &Selection { ids: Some(&d02), ..Selection::default() })
+        .await
+        .unwrap();
+    assert!(listed(&store, "acme", &Selection { ids: Some(&d02), ..Selection::default() }, 5).await.is_empty());
+    // The other tenant's document is untouched, and its search still finds it.
+    assert_eq!(listed(&store, "globex", &everything, 10).await.len(), 1);
+    let hits = store.search(&tenant("acme"), &Search::new("document chunk", &unit(1), 50)).await.unwrap();
+    assert!(hits.iter().all(|h| h.document.id != "d02" && !h.document.id.ends_with(['1', '3', '5', '7', '9'])), "{hits:?}");
+    // A replacement with fewer chunks lists the new count.
+    store.replace_document(&tenant("acme"), &doc("d04"), chunks(&["only one now"], 3)).await.unwrap();
+    let d04 = ["d04".to_string()];
+    let got = listed(&store, "acme", &Selection { ids: Some(&d04), ..Selection::default() }, 5).await;
+    assert_eq!(got[0].chunks, Some(1));
 }

@@ -7,7 +7,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sluice_core::Tenant;
 use sluice_core::error::StoreError;
-use sluice_core::stages::{DocumentInfo, Hit, Search, Store, StoredChunk};
+use sluice_core::stages::{
+    DocumentInfo, DocumentPage, Hit, Page, Search, Selection, Store, StoredChunk, StoredDocument,
+};
 
 use crate::HashEmbedder;
 
@@ -99,6 +101,41 @@ impl Store for MemoryStore {
         Ok(())
     }
 
+    /// By id; the cursor is the id the next page starts at.
+    async fn documents(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
+        page: Page<'_>,
+    ) -> Result<DocumentPage, StoreError> {
+        let tenants = self.lock();
+        let Some(corpus) = tenants.get(tenant) else {
+            return Ok(DocumentPage::default());
+        };
+        let from = page.cursor.unwrap_or_default();
+        let mut picked = (corpus.documents.range(from.to_string()..))
+            .filter(|(_, (info, _))| selection.matches(info))
+            .map(|(_, (info, chunks))| StoredDocument {
+                document: info.clone(),
+                chunks: Some(chunks.len()),
+                ingested_at: None,
+            });
+        let documents: Vec<StoredDocument> = picked.by_ref().take(page.limit).collect();
+        let next = picked.next().map(|d| d.document.id);
+        Ok(DocumentPage { documents, next })
+    }
+
+    async fn delete_documents(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
+    ) -> Result<(), StoreError> {
+        if let Some(corpus) = self.lock().get_mut(tenant) {
+            corpus.documents.retain(|_, (info, _)| !selection.matches(info));
+        }
+        Ok(())
+    }
+
     async fn bump_corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
         let mut tenants = self.lock();
         let corpus = tenants.entry(tenant.clone()).or_default();
@@ -117,15 +154,16 @@ impl Store for MemoryStore {
     }
 }
 
-/// A store that is slow or broken as set: searches take `delay` (then fail with `fail`),
+/// A store that is slow or broken as set: searches and listings take `delay` (then fail with
+/// `fail`),
 /// corpus-version reads take `version_delay` (then fail with `fail_versions`), writes fail
 /// with `fail_writes`. What is not troubled goes to `inner` untouched.
 pub struct Troubled {
     /// The store underneath.
     pub inner: Arc<dyn Store>,
-    /// Added before every search.
+    /// Added before every search and listing.
     pub delay: Duration,
-    /// Every search fails (after the delay).
+    /// Every search and listing fails (after the delay).
     pub fail: bool,
     /// Added before every corpus-version read.
     pub version_delay: Duration,
@@ -169,6 +207,28 @@ impl Store for Troubled {
         }
         self.inner.replace_document(tenant, d, c).await
     }
+    async fn documents(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
+        page: Page<'_>,
+    ) -> Result<DocumentPage, StoreError> {
+        tokio::time::sleep(self.delay).await;
+        if self.fail {
+            return Err(StoreError::Backend("injected failure".into()));
+        }
+        self.inner.documents(tenant, selection, page).await
+    }
+    async fn delete_documents(
+        &self,
+        tenant: &Tenant,
+        selection: &Selection<'_>,
+    ) -> Result<(), StoreError> {
+        if self.fail_writes {
+            return Err(StoreError::Backend("injected write failure".into()));
+        }
+        self.inner.delete_documents(tenant, selection).await
+    }
     async fn bump_corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
         self.inner.bump_corpus_version(tenant).await
     }
@@ -205,6 +265,7 @@ mod tests {
             title: id.into(),
             source: id.into(),
             metadata: Default::default(),
+            origin: None,
         }
     }
 

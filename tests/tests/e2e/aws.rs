@@ -87,6 +87,7 @@ fn hit(id: &str, score: f32) -> Hit {
             title: id.into(),
             source: id.into(),
             metadata: Default::default(),
+            origin: None,
         },
         chunk: 0,
         text: format!("text of {id}"),

@@ -100,6 +100,31 @@ async fn provoke(code: Code) -> Seen {
                 .post("/v1/documents", &json!({"documents": []}))
                 .await,
         ),
+        Code::InvalidPage => Seen::Refused(
+            plain()
+                .send(Method::GET, "/v1/documents?limit=0", &[], "")
+                .await,
+        ),
+        Code::ConfirmationRequired => {
+            let body = json!({"filter": {"year": 2024}}).to_string();
+            Seen::Refused(
+                plain()
+                    .send(Method::DELETE, "/v1/documents", &[], body)
+                    .await,
+            )
+        }
+        Code::UnknownDocument => Seen::Refused(
+            plain()
+                .send(Method::GET, "/v1/documents/never-ingested", &[], "")
+                .await,
+        ),
+        Code::StoreUnavailable => {
+            let mut kit = Kit::new(&[]);
+            let mut store = Troubled::around(kit.store());
+            store.fail = true;
+            kit.parts.store = Some(Arc::new(store));
+            Seen::Refused(kit.app().send(Method::GET, "/v1/documents", &[], "").await)
+        }
         Code::InvalidFilter => {
             let body = r#"{"query": "hi", "filter": {"year": {"$near": 2025}}}"#;
             answer_body(&plain(), body).await

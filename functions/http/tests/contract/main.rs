@@ -9,6 +9,7 @@ mod access;
 mod cache;
 mod codes;
 mod degraded;
+mod documents;
 mod endings;
 mod filters;
 mod fusion;

@@ -147,6 +147,7 @@ pub fn doc() -> DocumentInfo {
         title: "Lost cards".into(),
         source: "samples/lost-card.md".into(),
         metadata: Default::default(),
+        origin: None,
     }
 }
 

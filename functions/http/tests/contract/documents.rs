@@ -1,0 +1,278 @@
+//! Documents as a tenant's administrator sees them: listed a page at a time (and filtered),
+//! read one by one, deleted one by one or by filter — each deletion retiring the answers
+//! cached from the tenant's documents — within what the key may see and do.
+
+use std::sync::Arc;
+
+use axum::http::Method;
+use serde_json::{Value, json};
+use sluice_core::auth::Permission;
+use sluice_core::filter::Filter;
+use sluice_testkit::MemoryKeys;
+
+use crate::kit::{App, Kit, Reply};
+
+/// Six documents for tenant `acme`, two per year, some for finance.
+fn policies() -> Value {
+    let doc = |id: &str, year: u32, groups: &[&str], text: &str| {
+        let mut metadata = json!({"year": year});
+        if !groups.is_empty() {
+            metadata["groups"] = json!(groups);
+        }
+        json!({"id": id, "title": format!("Policy {id}"), "text": text,
+               "source": format!("policies/{id}.md"), "metadata": metadata})
+    };
+    json!({"documents": [
+        doc("cards/lost", 2024, &["support"], "Report a lost card in the app; a new card arrives in five days."),
+        doc("cards/fees", 2025, &["finance"], "Card replacement costs five pounds after the second one."),
+        doc("atm", 2024, &["support"], "The daily ATM withdrawal limit is 500 pounds."),
+        doc("mortgage", 2025, &["finance"], "A fixed-rate mortgage can be overpaid by 10 percent a year."),
+        doc("savings", 2023, &["finance", "support"], "Savings accounts pay interest monthly."),
+        doc("travel", 2023, &[], "Tell us before you travel abroad with your card."),
+    ]})
+}
+
+async fn app_with_policies(kit: Kit, headers: &[(&str, &str)]) -> App {
+    let app = kit.app();
+    let mut all = headers.to_vec();
+    all.push(("x-sluice-tenant", "acme"));
+    let reply = app
+        .send(Method::POST, "/v1/documents", &all, policies().to_string())
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    app
+}
+
+async fn get(app: &App, path: &str, headers: &[(&str, &str)]) -> Reply {
+    let mut all = headers.to_vec();
+    all.push(("x-sluice-tenant", "acme"));
+    app.send(Method::GET, path, &all, "").await
+}
+
+async fn delete(app: &App, path: &str, headers: &[(&str, &str)], body: Value) -> Reply {
+    let mut all = headers.to_vec();
+    all.push(("x-sluice-tenant", "acme"));
+    let body = if body.is_null() { String::new() } else { body.to_string() };
+    app.send(Method::DELETE, path, &all, body).await
+}
+
+fn ids(reply: &Reply) -> Vec<String> {
+    let mut ids: Vec<String> = (reply.body["documents"].as_array())
+        .unwrap_or_else(|| panic!("no documents: {}", reply.raw))
+        .iter()
+        .map(|d| d["id"].as_str().unwrap().to_string())
+        .collect();
+    ids.sort();
+    ids
+}
+
+/// Every id listed, page by page at `limit`, following the cursors.
+async fn all_pages(app: &App, limit: usize, headers: &[(&str, &str)]) -> Vec<String> {
+    let mut seen = Vec::new();
+    let mut path = format!("/v1/documents?limit={limit}");
+    loop {
+        let reply = get(app, &path, headers).await;
+        assert_eq!(reply.status, 200, "{}", reply.raw);
+        assert!(reply.body["documents"].as_array().unwrap().len() <= limit);
+        seen.extend(ids(&reply));
+        match reply.body["next_cursor"].as_str() {
+            Some(cursor) => path = format!("/v1/documents?limit={limit}&cursor={cursor}"),
+            None => break,
+        }
+    }
+    seen.sort();
+    seen
+}
+
+fn sorted(mut v: Vec<&str>) -> Vec<String> {
+    v.sort();
+    v.into_iter().map(String::from).collect()
+}
+
+#[tokio::test]
+async fn a_listing_pages_through_every_document_once_and_filters_by_metadata() {
+    let app = app_with_policies(Kit::new(&[]), &[]).await;
+    let every = sorted(vec!["atm", "cards/fees", "cards/lost", "mortgage", "savings", "travel"]);
+    for limit in [1, 4, 6, 100] {
+        assert_eq!(all_pages(&app, limit, &[]).await, every, "limit {limit}");
+    }
+    // What a listed document shows: what was sent, and how many chunks it made.
+    let reply = get(&app, "/v1/documents", &[]).await;
+    let lost = (reply.body["documents"].as_array().unwrap().iter())
+        .find(|d| d["id"] == "cards/lost")
+        .unwrap();
+    assert_eq!(lost["title"], "Policy cards/lost");
+    assert_eq!(lost["source"], "policies/cards/lost.md");
+    assert_eq!(lost["metadata"], json!({"year": 2024, "groups": ["support"]}));
+    assert_eq!(lost["chunks"], 1);
+    assert!(lost.get("text").is_none(), "a listing carries no text: {lost}");
+    // The answers' filter language, as a query parameter.
+    let filter = |f: Value| {
+        let encoded: String = url_encode(&f.to_string());
+        format!("/v1/documents?filter={encoded}")
+    };
+    let finance_2025 = get(&app, &filter(json!({"groups": "finance", "year": {"$gte": 2025}})), &[]).await;
+    assert_eq!(ids(&finance_2025), sorted(vec!["cards/fees", "mortgage"]));
+    let no_groups = get(&app, &filter(json!({"groups": {"$exists": false}})), &[]).await;
+    assert_eq!(ids(&no_groups), sorted(vec!["travel"]));
+    // Another tenant sees none of them.
+    let other = app.send(Method::GET, "/v1/documents", &[("x-sluice-tenant", "globex")], "").await;
+    assert_eq!(other.body, json!({"documents": [], "next_cursor": null}));
+}
+
+/// Percent-encodes a query parameter's value.
+fn url_encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn bad_listing_parameters_are_refused_with_what_is_wrong() {
+    let app = app_with_policies(Kit::new(&[]), &[]).await;
+    for (query, code, says) in [
+        ("limit=0", "invalid_page", "limit"),
+        ("limit=1001", "invalid_page", "1000"),
+        ("limit=ten", "invalid_page", "\"ten\""),
+        ("colour=red", "invalid_page", "colour"),
+        ("filter=%7Bnot", "invalid_filter", "not JSON"),
+        ("filter=%7B%22year%22%3A%7B%22%24near%22%3A1%7D%7D", "invalid_filter", "$near"),
+    ] {
+        let reply = get(&app, &format!("/v1/documents?{query}"), &[]).await;
+        assert_eq!(reply.status, 400, "{query}: {}", reply.raw);
+        assert_eq!(reply.code(), code, "{query}");
+        assert!(reply.body["error"]["message"].as_str().unwrap().contains(says), "{query}: {}", reply.raw);
+    }
+}
+
+#[tokio::test]
+async fn one_document_is_read_by_its_id_slashes_and_all() {
+    let app = app_with_policies(Kit::new(&[]), &[]).await;
+    let reply = get(&app, "/v1/documents/cards/fees", &[]).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.body["id"], "cards/fees");
+    assert_eq!(reply.body["metadata"]["year"], 2025);
+    // Percent-encoded ids are decoded.
+    let encoded = get(&app, "/v1/documents/cards%2Ffees", &[]).await;
+    assert_eq!(encoded.body["id"], "cards/fees");
+    let missing = get(&app, "/v1/documents/cards", &[]).await;
+    assert_eq!((missing.status, missing.code()), (404, "unknown_document"));
+}
+
+#[tokio::test]
+async fn a_deleted_document_is_gone_and_no_cached_answer_built_on_it_is_served() {
+    let app = app_with_policies(Kit::new(&[]), &[]).await;
+    let ask = json!({"query": "how long until a lost card is replaced", "k": 2});
+    let first = app.answer_as("acme", &ask).await;
+    assert!(first.sources().contains(&"cards/lost".to_string()), "{:?}", first.sources());
+    assert_eq!(app.answer_as("acme", &ask).await.meta()["cache"], "hit");
+
+    let reply = delete(&app, "/v1/documents/cards/lost", &[], Value::Null).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.body["deleted"], 1);
+    assert_eq!(reply.body["more"], false);
+    assert_eq!(reply.body["corpus_version"], 2, "the ingest made 1, the deletion 2");
+
+    let after = app.answer_as("acme", &ask).await;
+    assert_eq!(after.meta()["cache"], "miss", "the cached answer cited a deleted document");
+    assert!(!after.sources().contains(&"cards/lost".to_string()), "{:?}", after.sources());
+    assert_eq!(get(&app, "/v1/documents/cards/lost", &[]).await.status, 404);
+    // Deleting it again: nothing there, nothing bumped.
+    let again = delete(&app, "/v1/documents/cards/lost", &[], Value::Null).await;
+    assert_eq!((again.status, again.code()), (404, "unknown_document"));
+    assert_eq!(app.answer_as("acme", &ask).await.meta()["cache"], "hit");
+}
+
+#[tokio::test]
+async fn a_deletion_by_filter_needs_confirmation_and_counts_what_it_removed() {
+    let app = app_with_policies(Kit::new(&[]), &[]).await;
+    let old = json!({"year": {"$lt": 2025}});
+    for (body, code) in [
+        (json!({"filter": old}), "confirmation_required"),
+        (json!({"filter": old, "confirm": false}), "confirmation_required"),
+        (json!({"confirm": true}), "confirmation_required"),
+        (json!({"all": true}), "confirmation_required"),
+        (json!({"all": true, "filter": old, "confirm": true}), "invalid_filter"),
+        (json!({"filter": {"year": {"$near": 1}}, "confirm": true}), "invalid_filter"),
+        (json!({"filter": old, "confirm": true, "everything": true}), "invalid_json"),
+    ] {
+        let reply = delete(&app, "/v1/documents", &[], body.clone()).await;
+        assert_eq!((reply.status, reply.code()), (400, code), "{body}: {}", reply.raw);
+    }
+    assert_eq!(all_pages(&app, 100, &[]).await.len(), 6, "refusals deleted nothing");
+    let reply = delete(&app, "/v1/documents", &[], json!({"filter": old, "confirm": true})).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.body["deleted"], 4);
+    assert_eq!(reply.body["more"], false);
+    assert_eq!(all_pages(&app, 100, &[]).await, sorted(vec!["cards/fees", "mortgage"]));
+    // Nothing left to match: 0, and the corpus version stays.
+    let none = delete(&app, "/v1/documents", &[], json!({"filter": old, "confirm": true})).await;
+    assert_eq!(none.body["deleted"], 0);
+    assert_eq!(none.body["corpus_version"], reply.body["corpus_version"]);
+}
+
+#[tokio::test]
+async fn listing_needs_documents_and_deleting_needs_documents_delete() {
+    let keys = Arc::new(MemoryKeys::default());
+    let admin = keys.add("acme", &Permission::ALL);
+    // A key as they were made before `documents:delete` existed.
+    let older = keys.add(
+        "acme",
+        &[Permission::Answer, Permission::Documents, Permission::Components, Permission::Cache],
+    );
+    let asker = keys.add("acme", &[Permission::Answer]);
+    let bearer = |k: &str| format!("Bearer {k}");
+    let (admin, older, asker) = (bearer(&admin), bearer(&older), bearer(&asker));
+    let admin_h = [("authorization", admin.as_str())];
+    let older_h = [("authorization", older.as_str())];
+    let asker_h = [("authorization", asker.as_str())];
+    let app = app_with_policies(Kit::new(&[]).keys(keys), &admin_h).await;
+
+    assert_eq!(get(&app, "/v1/documents", &older_h).await.status, 200);
+    assert_eq!(get(&app, "/v1/documents/atm", &older_h).await.status, 200);
+    for (path, body) in [
+        ("/v1/documents/atm", Value::Null),
+        ("/v1/documents", json!({"all": true, "confirm": true})),
+    ] {
+        let reply = delete(&app, path, &older_h, body).await;
+        assert_eq!((reply.status, reply.code()), (403, "permission_denied"), "{path}");
+        assert!(reply.raw.contains("documents:delete"), "{}", reply.raw);
+    }
+    let reply = get(&app, "/v1/documents", &asker_h).await;
+    assert_eq!((reply.status, reply.code()), (403, "permission_denied"));
+    assert_eq!(all_pages(&app, 100, &admin_h).await.len(), 6);
+    let reply = delete(&app, "/v1/documents/atm", &admin_h, Value::Null).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+}
+
+#[tokio::test]
+async fn a_keys_filter_bounds_what_it_lists_reads_and_deletes() {
+    let keys = Arc::new(MemoryKeys::default());
+    let admin = keys.add("acme", &Permission::ALL);
+    let bound = Filter::parse(&json!({"groups": {"$in": ["finance"]}})).unwrap();
+    let finance = keys.add_filtered("acme", &Permission::ALL, Some(bound));
+    let (admin, finance) = (format!("Bearer {admin}"), format!("Bearer {finance}"));
+    let app = app_with_policies(Kit::new(&[]).keys(keys), &[("authorization", &admin)]).await;
+    let fin = [("authorization", finance.as_str())];
+    let finance_docs = sorted(vec!["cards/fees", "mortgage", "savings"]);
+    assert_eq!(all_pages(&app, 2, &fin).await, finance_docs);
+    // A listing filter narrows, never widens.
+    let widen = url_encode(&json!({"groups": {"$exists": false}}).to_string());
+    let reply = get(&app, &format!("/v1/documents?filter={widen}"), &fin).await;
+    assert_eq!(ids(&reply), Vec::<String>::new());
+    // Outside the filter a document does not exist for this key: not read, not deleted.
+    assert_eq!(get(&app, "/v1/documents/atm", &fin).await.status, 404);
+    let reply = delete(&app, "/v1/documents/atm", &fin, Value::Null).await;
+    assert_eq!(reply.code(), "unknown_document");
+    // "Everything" is everything the key may see.
+    let reply = delete(&app, "/v1/documents", &fin, json!({"all": true, "confirm": true})).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.body["deleted"], 3);
+    let admin_h = [("authorization", admin.as_str())];
+    assert_eq!(all_pages(&app, 100, &admin_h).await, sorted(vec!["atm", "cards/lost", "travel"]));
+}
