@@ -95,6 +95,8 @@ impl Function {
             .env("SLUICE_LLM_URL", crate::llm_url())
             .env("SLUICE_CACHE", "off")
             .env("SLUICE_MAX_TOKENS", "24")
+            // As in `config`: the shared test LLM may pause a stream for seconds.
+            .env("SLUICE_LLM_IDLE_TIMEOUT_MS", "60000")
             // The function's log (JSON lines on stdout) is kept for `log()`, and printed at
             // the end with SLUICE_TEST_FUNCTION_LOGS set; stderr carries panics.
             .stdout(log.reopen().expect("log file"))

@@ -159,6 +159,10 @@ pub fn config(data: &std::path::Path, overrides: &[(&str, &str)]) -> Config {
     vars.insert("SLUICE_LLM_URL".into(), llm_url());
     vars.insert("SLUICE_DATA_DIR".into(), data.display().to_string());
     vars.insert("SLUICE_MAX_TOKENS".into(), "24".into());
+    // One llama-server on two shared cores serves every concurrent test: a stream can sit
+    // silent for seconds while another slot's prompt is read. The tests about the LLM's
+    // timeouts set their own; the rest assert the contract, not the LLM's pace.
+    vars.insert("SLUICE_LLM_IDLE_TIMEOUT_MS".into(), "60000".into());
     // Tests send requests back to back; the ones about limits set their own.
     vars.insert("SLUICE_TENANT_RATE".into(), "0".into());
     vars.insert("SLUICE_TENANT_MAX_STREAMS".into(), "0".into());

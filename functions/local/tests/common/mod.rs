@@ -73,6 +73,10 @@ pub fn serve_with(env: &[(&str, &str)]) -> Server {
         .env("SLUICE_DATA_DIR", data.path())
         .env("SLUICE_LLM_URL", llm_url())
         .env("SLUICE_MAX_TOKENS", "16")
+        // One llama-server on two shared cores serves every concurrent test, and a stream can
+        // sit silent for seconds while another slot's prompt is read: the tests assert the
+        // contract, not the LLM's pace.
+        .env("SLUICE_LLM_IDLE_TIMEOUT_MS", "60000")
         // The load and soak tests go past the default tenant limits on purpose.
         .env("SLUICE_TENANT_RATE", "0")
         .env("SLUICE_TENANT_MAX_STREAMS", "0")
