@@ -12,8 +12,8 @@ use serde::{Deserialize, Serialize};
 use crate::chunk::chunk_text;
 use crate::config::IngestConfig;
 use crate::error::{EmbedError, IngestError};
-use crate::metadata::Metadata;
 use crate::filter::Filter;
+use crate::metadata::Metadata;
 use crate::stages::{
     DocumentInfo, DocumentPage, Embedder, Page, Selection, Store, StoredChunk, StoredDocument,
 };

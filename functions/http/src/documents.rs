@@ -99,12 +99,18 @@ pub(crate) async fn list_documents(
     for (name, value) in &params {
         match name.as_str() {
             "limit" => {
-                limit = value.parse().ok().filter(|n| (1..=MAX_PAGE).contains(n)).ok_or_else(|| {
-                    ApiError::new(
-                        Code::InvalidPage,
-                        format!("limit must be a whole number from 1 to {MAX_PAGE}, not {value:?}"),
-                    )
-                })?
+                limit = value
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=MAX_PAGE).contains(n))
+                    .ok_or_else(|| {
+                        ApiError::new(
+                            Code::InvalidPage,
+                            format!(
+                                "limit must be a whole number from 1 to {MAX_PAGE}, not {value:?}"
+                            ),
+                        )
+                    })?
             }
             "cursor" => cursor = Some(value.as_str()),
             "filter" => {
@@ -122,7 +128,9 @@ pub(crate) async fn list_documents(
         }
     }
     let filter = Filter::and(caller.filter.as_ref(), filter.as_ref());
-    let page = (ingest.list(&caller.tenant, filter.as_ref(), limit, cursor).await)
+    let page = (ingest
+        .list(&caller.tenant, filter.as_ref(), limit, cursor)
+        .await)
         .map_err(|e| store_error(&caller.tenant, e))?;
     Ok(Json(json!({"documents": page.documents, "next_cursor": page.next})).into_response())
 }
@@ -136,7 +144,10 @@ pub(crate) async fn get_document(
 ) -> Result<Response, ApiError> {
     let caller = admit(&server, &headers, Permission::Documents).await?;
     let ingest = server.ingest()?;
-    match ingest.get(&caller.tenant, caller.filter.as_ref(), &id).await {
+    match ingest
+        .get(&caller.tenant, caller.filter.as_ref(), &id)
+        .await
+    {
         Ok(Some(document)) => Ok(Json(document).into_response()),
         Ok(None) => Err(unknown(&id)),
         Err(e) => Err(store_error(&caller.tenant, e)),
@@ -144,7 +155,10 @@ pub(crate) async fn get_document(
 }
 
 fn unknown(id: &str) -> ApiError {
-    ApiError::new(Code::UnknownDocument, format!("no document {id:?} for this tenant"))
+    ApiError::new(
+        Code::UnknownDocument,
+        format!("no document {id:?} for this tenant"),
+    )
 }
 
 /// `DELETE /v1/documents/{id}`: every chunk of the document; the corpus version is bumped,
@@ -156,7 +170,10 @@ pub(crate) async fn delete_document(
 ) -> Result<Response, ApiError> {
     let caller = admit(&server, &headers, Permission::DocumentsDelete).await?;
     let ingest = server.ingest()?;
-    match ingest.delete(&caller.tenant, caller.filter.as_ref(), &id).await {
+    match ingest
+        .delete(&caller.tenant, caller.filter.as_ref(), &id)
+        .await
+    {
         Ok(Some(report)) => {
             tracing::info!(tenant = %caller.tenant, id, "document deleted");
             Ok(Json(report).into_response())
@@ -211,7 +228,9 @@ pub(crate) async fn delete_documents(
         ));
     }
     let filter = Filter::and(caller.filter.as_ref(), sent.as_ref());
-    let report = (ingest.delete_matching(&caller.tenant, filter.as_ref()).await)
+    let report = (ingest
+        .delete_matching(&caller.tenant, filter.as_ref())
+        .await)
         .map_err(|e| store_error(&caller.tenant, e))?;
     tracing::info!(tenant = %caller.tenant, deleted = report.deleted, "documents deleted by filter");
     Ok(Json(report).into_response())

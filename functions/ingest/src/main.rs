@@ -131,7 +131,10 @@ async fn ingest_uploads(
                 continue;
             }
         };
-        match ingest.ingest_from(&upload.tenant, parsed, Some(&origin)).await {
+        match ingest
+            .ingest_from(&upload.tenant, parsed, Some(&origin))
+            .await
+        {
             Ok(done) => {
                 info!(%bucket, %key, tenant = %upload.tenant, documents = done.documents, chunks = done.chunks, "upload ingested");
                 report.ingested.push(Ingested {

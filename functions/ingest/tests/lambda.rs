@@ -129,14 +129,21 @@ async fn uploads_and_posted_documents_are_ingested_with_settings_from_the_secret
         .collect();
     assert!(from_jsonl.len() >= 2, "{before:?}");
     assert!(before.contains(&("fees".into(), Value::Null)), "{before:?}");
-    assert!(before.contains(&("cards/lost card.md".into(), origin("acme/cards/lost card.md"))));
+    assert!(before.contains(&(
+        "cards/lost card.md".into(),
+        origin("acme/cards/lost card.md")
+    )));
 
     // Deleting an object deletes the documents it made, and only those.
     let report = function
         .invoke(&notification(REMOVED, &bucket, "acme/support.jsonl"))
         .await
         .unwrap();
-    assert_eq!(report["removed"][0]["documents"], from_jsonl.len(), "{report}");
+    assert_eq!(
+        report["removed"][0]["documents"],
+        from_jsonl.len(),
+        "{report}"
+    );
     let after = listed(&function).await;
     let kept: Vec<_> = (before.iter())
         .filter(|(id, _)| !from_jsonl.contains(&id))

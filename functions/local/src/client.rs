@@ -1,4 +1,5 @@
-//! The client side of `sluice ingest` and `sluice ask`: plain HTTP to a running server.
+//! The client side of `sluice ingest`, `sluice ask`, `sluice documents` and `sluice cache
+//! clear`: plain HTTP to a running server.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -250,4 +251,141 @@ pub async fn clear_cache(url: &str, tenant: &str) -> Result<()> {
         report["deleted"].as_u64().unwrap_or(0)
     );
     Ok(())
+}
+
+/// Sends `request` (for `tenant`, when named), failing with the server's error.
+async fn send(request: reqwest::RequestBuilder, url: &str, tenant: Option<&str>) -> Result<Value> {
+    let request = match tenant {
+        Some(t) => request.header("x-sluice-tenant", t),
+        None => request,
+    };
+    let response = (request.timeout(Duration::from_secs(120)).send().await)
+        .with_context(|| format!("connecting to {url} (is `sluice serve` running?)"))?;
+    if !response.status().is_success() {
+        return Err(fail(response).await);
+    }
+    Ok(response.json().await?)
+}
+
+/// One line of a listing: id, chunks, when, title.
+fn document_line(d: &Value) -> String {
+    let or_dash = |v: &Value| match v {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    format!(
+        "{}\t{}\t{}\t{}",
+        or_dash(&d["id"]),
+        or_dash(&d["chunks"]),
+        or_dash(&d["ingested_at"]),
+        or_dash(&d["title"])
+    )
+}
+
+/// `sluice documents list`: every page of the tenant's documents (under `filter`, a JSON
+/// text), a line each (`--json`: the documents as JSON lines).
+pub async fn list_documents(
+    url: &str,
+    tenant: Option<&str>,
+    filter: Option<&str>,
+    json_lines: bool,
+) -> Result<()> {
+    if let Some(f) = filter {
+        serde_json::from_str::<Value>(f).context("--filter is not JSON")?;
+    }
+    let client = http()?;
+    let mut cursor: Option<String> = None;
+    let mut count = 0;
+    if !json_lines {
+        println!("id\tchunks\tingested_at\ttitle");
+    }
+    loop {
+        let mut query = "limit=1000".to_string();
+        if let Some(f) = filter {
+            query += &format!("&filter={}", escape(f));
+        }
+        if let Some(c) = &cursor {
+            query += &format!("&cursor={}", escape(c));
+        }
+        let request = client.get(format!("{url}/v1/documents?{query}"));
+        let page = send(request, url, tenant).await?;
+        for d in page["documents"].as_array().into_iter().flatten() {
+            count += 1;
+            if json_lines {
+                println!("{d}");
+            } else {
+                println!("{}", document_line(d));
+            }
+        }
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    eprintln!("{count} documents");
+    Ok(())
+}
+
+/// `sluice documents get ID`: the document as JSON.
+pub async fn get_document(url: &str, tenant: Option<&str>, id: &str) -> Result<()> {
+    let request = http()?.get(format!("{url}/v1/documents/{}", escape(id)));
+    println!("{:#}", send(request, url, tenant).await?);
+    Ok(())
+}
+
+/// `text` percent-encoded, every byte outside the unreserved set escaped (`/` too: an id such
+/// as a file's absolute path begins with one, which a path would lose).
+fn escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// What `sluice documents delete` removes.
+pub enum Deletion<'a> {
+    /// One document.
+    Id(&'a str),
+    /// The documents matching a filter (JSON text).
+    Filter(&'a str),
+    /// Every document of the tenant.
+    All,
+}
+
+/// `sluice documents delete`: one document, or all matching (a thousand per call, called
+/// until none is left, with the count so far shown).
+pub async fn delete_documents(url: &str, tenant: Option<&str>, what: Deletion<'_>) -> Result<()> {
+    let client = http()?;
+    let body = match what {
+        Deletion::Id(id) => {
+            let request = client.delete(format!("{url}/v1/documents/{}", escape(id)));
+            let report = send(request, url, tenant).await?;
+            println!("deleted {id}; corpus version {}", report["corpus_version"]);
+            return Ok(());
+        }
+        Deletion::Filter(f) => {
+            let filter: Value = serde_json::from_str(f).context("--filter is not JSON")?;
+            json!({"filter": filter, "confirm": true})
+        }
+        Deletion::All => json!({"all": true, "confirm": true}),
+    };
+    let mut total = 0;
+    loop {
+        let request = client.delete(format!("{url}/v1/documents")).json(&body);
+        let report = send(request, url, tenant).await?;
+        total += report["deleted"].as_u64().unwrap_or(0);
+        if report["more"] != true {
+            println!(
+                "deleted {total} documents; corpus version {}",
+                report["corpus_version"]
+            );
+            return Ok(());
+        }
+        eprintln!("deleted {total} documents so far…");
+    }
 }

@@ -3,6 +3,7 @@
 //! - `sluice serve`: the HTTP routes of the Lambda functions, on `SLUICE_ADDR`.
 //! - `sluice ingest PATH…`: send .txt/.md/.json/.jsonl files to a running server.
 //! - `sluice ask "question"`: stream an answer to the terminal, then the stage timings.
+//! - `sluice documents list|get|delete`: a tenant's documents on a running server.
 //! - `sluice doctor`: say which parts are ready and what is missing.
 //! - `sluice cache create-table`: create the DynamoDB cache table (`SLUICE_CACHE_TABLE`).
 //! - `sluice store create-collection`: create the Qdrant collection or the Pinecone indexes
@@ -69,6 +70,17 @@ enum Command {
         no_cache: bool,
         /// Server base URL [default: http://$SLUICE_ADDR]
         #[arg(long, env = "SLUICE_URL")]
+        url: Option<String>,
+    },
+    /// List, read or delete a tenant's documents on a running server.
+    Documents {
+        #[command(subcommand)]
+        command: DocumentsCommand,
+        /// Tenant (with auth off; with a key, the key's) [default: SLUICE_DEFAULT_TENANT]
+        #[arg(long, global = true)]
+        tenant: Option<String>,
+        /// Server base URL [default: http://$SLUICE_ADDR]
+        #[arg(long, env = "SLUICE_URL", global = true)]
         url: Option<String>,
     },
     /// Check the model, the data folder, the LLM and the server.
@@ -326,6 +338,39 @@ enum KeysCommand {
 }
 
 #[derive(Subcommand)]
+enum DocumentsCommand {
+    /// Every document (id, chunks, when ingested, title), all pages.
+    List {
+        /// Only documents whose metadata passes this filter (JSON, as in /v1/answer).
+        #[arg(long)]
+        filter: Option<String>,
+        /// The documents as JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One document, as JSON.
+    Get {
+        /// The document's id.
+        id: String,
+    },
+    /// Delete one document, those matching --filter, or --all (with --yes).
+    Delete {
+        /// The document's id.
+        #[arg(conflicts_with_all = ["filter", "all"], required_unless_present_any = ["filter", "all"])]
+        id: Option<String>,
+        /// Every document whose metadata passes this filter (JSON).
+        #[arg(long, conflicts_with = "all", requires = "yes")]
+        filter: Option<String>,
+        /// Every document of the tenant.
+        #[arg(long, requires = "yes")]
+        all: bool,
+        /// Confirm a deletion by --filter or --all.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+#[derive(Subcommand)]
 enum StoreCommand {
     /// Create what SLUICE_STORE needs (idempotent): for qdrant, the collection
     /// SLUICE_QDRANT_COLLECTION (dense cosine + BM25 sparse with IDF, payload indexes) and its
@@ -382,6 +427,32 @@ fn main() -> Result<()> {
             no_cache,
             url: u,
         } => runtime.block_on(client::ask(&url(u), &query, k, deadline_ms, no_cache)),
+        Command::Documents {
+            command,
+            tenant,
+            url: u,
+        } => {
+            let (url, tenant) = (url(u), tenant.as_deref());
+            runtime.block_on(async {
+                match command {
+                    DocumentsCommand::List { filter, json } => {
+                        client::list_documents(&url, tenant, filter.as_deref(), json).await
+                    }
+                    DocumentsCommand::Get { id } => client::get_document(&url, tenant, &id).await,
+                    DocumentsCommand::Delete {
+                        id, filter, all, ..
+                    } => {
+                        let what = match (&id, &filter) {
+                            (Some(id), _) => client::Deletion::Id(id),
+                            (None, Some(f)) => client::Deletion::Filter(f),
+                            (None, None) if all => client::Deletion::All,
+                            (None, None) => anyhow::bail!("name a document, --filter or --all"),
+                        };
+                        client::delete_documents(&url, tenant, what).await
+                    }
+                }
+            })
+        }
         Command::Doctor { url: u } => runtime.block_on(doctor::run(&config, &url(u))),
         Command::Store {
             command: StoreCommand::CreateCollection,

@@ -140,6 +140,22 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
     for metadata in shown {
         assert_eq!(metadata, "topic: accounts · updated_at: 2024-11-20");
     }
+    // The documents section: the uploads listed (support.jsonl's several, the two pages),
+    // one deleted through its button, gone when listed again, the rest kept.
+    let documents = &seen["documents"];
+    let ids = |key: &str| -> Vec<String> {
+        let mut v: Vec<String> = (documents[key].as_array().expect("ids").iter())
+            .map(|id| id.as_str().unwrap_or_default().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let (listed, after) = (ids("listed"), ids("after"));
+    assert!(listed.len() >= 4, "{listed:?}");
+    let deleted = documents["deleted"].as_str().expect("a deleted id");
+    assert!(deleted.ends_with("lost-card.md"), "{deleted}");
+    let kept: Vec<String> = listed.iter().filter(|id| *id != deleted).cloned().collect();
+    assert_eq!(after, kept);
     let png = std::fs::read(&screenshot).expect("screenshot");
     assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
     eprintln!("screenshot: {}", screenshot.display());

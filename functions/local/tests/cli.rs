@@ -8,6 +8,58 @@ use std::time::{Duration, Instant};
 
 use common::*;
 
+/// `sluice documents` against a server holding the samples.
+fn documents_are_listed_read_and_deleted(url: &str) {
+    let run = |args: &[&str]| {
+        let out = sluice()
+            .arg("documents")
+            .args(args)
+            .args(["--url", url])
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string(),
+            text(&out),
+        )
+    };
+    let (ok, stdout, all) = run(&["list"]);
+    assert!(ok, "{all}");
+    assert_eq!(
+        stdout.lines().count(),
+        1 + 9,
+        "a header and the 9 documents: {stdout}"
+    );
+    assert!(all.contains("9 documents"), "{all}");
+    let lost = r#"{"topic": "cards", "updated_at": {"$gte": "2025-06-01"}}"#;
+    let (ok, stdout, all) = run(&["list", "--json", "--filter", lost]);
+    assert!(ok, "{all}");
+    let cards: Vec<serde_json::Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(cards.len(), 1, "{stdout}");
+    let id = cards[0]["id"].as_str().unwrap().to_string();
+    assert!(id.ends_with("lost-card.md"), "{id}");
+    let (ok, stdout, all) = run(&["get", &id]);
+    assert!(ok, "{all}");
+    let got: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert!(got["chunks"].as_u64().unwrap() >= 1, "{got}");
+    // A deletion of many needs --yes; the refusal deletes nothing.
+    let (ok, _, all) = run(&["delete", "--filter", lost]);
+    assert!(!ok && all.contains("--yes"), "{all}");
+    let (ok, stdout, all) = run(&["delete", "--filter", lost, "--yes"]);
+    assert!(ok && stdout.contains("deleted 1 documents"), "{all}");
+    let (ok, _, all) = run(&["get", &id]);
+    assert!(!ok && all.contains("unknown_document"), "{all}");
+    let (_, listed, _) = run(&["list", "--json"]);
+    let other = serde_json::from_str::<serde_json::Value>(listed.lines().next().unwrap()).unwrap();
+    let (ok, stdout, all) = run(&["delete", other["id"].as_str().unwrap()]);
+    assert!(ok && stdout.contains("deleted"), "{all}");
+    let (_, stdout, _) = run(&["list"]);
+    assert_eq!(stdout.lines().count(), 1 + 7, "{stdout}");
+}
+
 #[test]
 fn serve_ingest_ask_and_doctor() {
     let mut server = serve();
@@ -70,6 +122,8 @@ fn serve_ingest_ask_and_doctor() {
             "doctor should report {part:?}: {report}"
         );
     }
+
+    documents_are_listed_read_and_deleted(&server.url);
 
     // SIGTERM: a graceful exit.
     let pid = server.child.id().to_string();

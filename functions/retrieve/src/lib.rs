@@ -494,7 +494,12 @@ fn chunk_payload(
 /// metadata number as one).
 fn whole(value: &Value) -> Option<usize> {
     (value.as_u64())
-        .or_else(|| value.as_f64().filter(|f| f.fract() == 0.0 && *f >= 0.0).map(|f| f as u64))
+        .or_else(|| {
+            value
+                .as_f64()
+                .filter(|f| f.fract() == 0.0 && *f >= 0.0)
+                .map(|f| f as u64)
+        })
         .map(|n| n as usize)
 }
 

@@ -603,9 +603,11 @@ impl Store for PineconeStore {
             Ok(Some(text)) => parse_fetch_by_metadata_response(&text),
             Ok(None) => Err(backend("the dense index does not exist")),
             // Pinecone answers a token it cannot read with 400.
-            Err(StoreError::Backend(e)) if page.cursor.is_some() && e.contains(": 400 ") => Err(
-                StoreError::Invalid(format!("cursor is not one a listing of this store returned ({e})")),
-            ),
+            Err(StoreError::Backend(e)) if page.cursor.is_some() && e.contains(": 400 ") => {
+                Err(StoreError::Invalid(format!(
+                    "cursor is not one a listing of this store returned ({e})"
+                )))
+            }
             Err(e) => Err(e),
         }
     }
@@ -616,10 +618,12 @@ impl Store for PineconeStore {
         selection: &Selection<'_>,
     ) -> Result<(), StoreError> {
         let Some(filter) = selection_filter(selection, false) else {
-            return Err(StoreError::Invalid("a deletion must select documents".into()));
+            return Err(StoreError::Invalid(
+                "a deletion must select documents".into(),
+            ));
         };
-        let body = serde_json::to_vec(&json!({"namespace": tenant, "filter": filter}))
-            .map_err(backend)?;
+        let body =
+            serde_json::to_vec(&json!({"namespace": tenant, "filter": filter})).map_err(backend)?;
         for rest in [&self.dense, &self.sparse] {
             rest.send(Method::POST, "/vectors/delete", Some(body.clone()), false)
                 .await?;

@@ -586,56 +586,159 @@ async fn documents_are_listed_once_each_with_their_chunks_and_deleted_whole() {
     let d04 = all.iter().find(|d| d.document.id == "d04").unwrap();
     assert_eq!(d04.chunks, Some(2));
     assert_eq!(d04.document.title, "Title of d04");
-    assert_eq!(serde_json::to_value(&d04.document.metadata).unwrap(), serde_json::json!({"n": 4}));
+    assert_eq!(
+        serde_json::to_value(&d04.document.metadata).unwrap(),
+        serde_json::json!({"n": 4})
+    );
     let at = d04.ingested_at.as_deref().unwrap();
-    assert!(time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339).is_ok(), "{at}");
-    assert_eq!(all.iter().find(|d| d.document.id == "d05").unwrap().document.origin.as_deref(), Some("s3://docs/acme/batch.jsonl"));
+    assert!(
+        time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339).is_ok(),
+        "{at}"
+    );
+    assert_eq!(
+        all.iter()
+            .find(|d| d.document.id == "d05")
+            .unwrap()
+            .document
+            .origin
+            .as_deref(),
+        Some("s3://docs/acme/batch.jsonl")
+    );
 
     // By id, by origin, by metadata filter.
     let ids = ["d03".to_string(), "d20".to_string(), "nope".to_string()];
-    let by_id = Selection { ids: Some(&ids), ..Selection::default() };
-    let mut got: Vec<String> = listed(&store, "acme", &by_id, 10).await.into_iter().map(|d| d.document.id).collect();
+    let by_id = Selection {
+        ids: Some(&ids),
+        ..Selection::default()
+    };
+    let mut got: Vec<String> = listed(&store, "acme", &by_id, 10)
+        .await
+        .into_iter()
+        .map(|d| d.document.id)
+        .collect();
     got.sort();
     assert_eq!(got, ["d03", "d20"]);
-    let by_origin = Selection { origin: Some("s3://docs/acme/batch.jsonl"), ..Selection::default() };
+    let by_origin = Selection {
+        origin: Some("s3://docs/acme/batch.jsonl"),
+        ..Selection::default()
+    };
     assert_eq!(listed(&store, "acme", &by_origin, 5).await.len(), 12);
     let filter = Filter::parse(&serde_json::json!({"n": {"$gte": 20}})).unwrap();
-    let by_filter = Selection { filter: Some(&filter), ..Selection::default() };
+    let by_filter = Selection {
+        filter: Some(&filter),
+        ..Selection::default()
+    };
     assert_eq!(listed(&store, "acme", &by_filter, 2).await.len(), 5);
     // A cursor this store never handed out is refused as such.
     let bad = store
-        .documents(&tenant("acme"), &everything, Page { limit: 5, cursor: Some("page-two") })
+        .documents(
+            &tenant("acme"),
+            &everything,
+            Page {
+                limit: 5,
+                cursor: Some("page-two"),
+            },
+        )
         .await
         .unwrap_err();
     assert!(matches!(bad, StoreError::Invalid(_)), "{bad:?}");
 
     // Deleting by origin removes every chunk of those documents and nothing else.
     let before = store.count(&tenant("acme")).await.unwrap();
-    let odd_chunks: usize = (0..25u64).filter(|i| i % 2 == 1).map(|i| 1 + (i % 3) as usize).sum();
-    store.delete_documents(&tenant("acme"), &by_origin).await.unwrap();
-    assert_eq!(store.count(&tenant("acme")).await.unwrap(), before - odd_chunks);
+    let odd_chunks: usize = (0..25u64)
+        .filter(|i| i % 2 == 1)
+        .map(|i| 1 + (i % 3) as usize)
+        .sum();
+    store
+        .delete_documents(&tenant("acme"), &by_origin)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.count(&tenant("acme")).await.unwrap(),
+        before - odd_chunks
+    );
     assert_eq!(listed(&store, "acme", &everything, 100).await.len(), 13);
     assert!(listed(&store, "acme", &by_origin, 100).await.is_empty());
     // By id, under a filter the document does not pass: kept.
     let d02 = ["d02".to_string()];
     let miss = Filter::parse(&serde_json::json!({"n": 99})).unwrap();
     store
-        .delete_documents(&tenant("acme"), &Selection { ids: Some(&d02), filter: Some(&miss), ..Selection::default() })
+        .delete_documents(
+            &tenant("acme"),
+            &Selection {
+                ids: Some(&d02),
+                filter: Some(&miss),
+                ..Selection::default()
+            },
+        )
         .await
         .unwrap();
-    assert_eq!(listed(&store, "acme", &Selection { ids: Some(&d02), ..Selection::default() }, 5).await.len(), 1);
+    assert_eq!(
+        listed(
+            &store,
+            "acme",
+            &Selection {
+                ids: Some(&d02),
+                ..Selection::default()
+            },
+            5
+        )
+        .await
+        .len(),
+        1
+    );
     store
-        .delete_documents(&tenant("acme"), &Selection { ids: Some(&d02), ..Selection::default() })
+        .delete_documents(
+            &tenant("acme"),
+            &Selection {
+                ids: Some(&d02),
+                ..Selection::default()
+            },
+        )
         .await
         .unwrap();
-    assert!(listed(&store, "acme", &Selection { ids: Some(&d02), ..Selection::default() }, 5).await.is_empty());
+    assert!(
+        listed(
+            &store,
+            "acme",
+            &Selection {
+                ids: Some(&d02),
+                ..Selection::default()
+            },
+            5
+        )
+        .await
+        .is_empty()
+    );
     // The other tenant's document is untouched, and its search still finds it.
     assert_eq!(listed(&store, "globex", &everything, 10).await.len(), 1);
-    let hits = store.search(&tenant("acme"), &Search::new("document chunk", &unit(1), 50)).await.unwrap();
-    assert!(hits.iter().all(|h| h.document.id != "d02" && !h.document.id.ends_with(['1', '3', '5', '7', '9'])), "{hits:?}");
+    let hits = store
+        .search(
+            &tenant("acme"),
+            &Search::new("document chunk", &unit(1), 50),
+        )
+        .await
+        .unwrap();
+    assert!(
+        hits.iter()
+            .all(|h| h.document.id != "d02" && !h.document.id.ends_with(['1', '3', '5', '7', '9'])),
+        "{hits:?}"
+    );
     // A replacement with fewer chunks lists the new count.
-    store.replace_document(&tenant("acme"), &doc("d04"), chunks(&["only one now"], 3)).await.unwrap();
+    store
+        .replace_document(&tenant("acme"), &doc("d04"), chunks(&["only one now"], 3))
+        .await
+        .unwrap();
     let d04 = ["d04".to_string()];
-    let got = listed(&store, "acme", &Selection { ids: Some(&d04), ..Selection::default() }, 5).await;
+    let got = listed(
+        &store,
+        "acme",
+        &Selection {
+            ids: Some(&d04),
+            ..Selection::default()
+        },
+        5,
+    )
+    .await;
     assert_eq!(got[0].chunks, Some(1));
 }

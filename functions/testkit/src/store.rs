@@ -131,7 +131,9 @@ impl Store for MemoryStore {
         selection: &Selection<'_>,
     ) -> Result<(), StoreError> {
         if let Some(corpus) = self.lock().get_mut(tenant) {
-            corpus.documents.retain(|_, (info, _)| !selection.matches(info));
+            corpus
+                .documents
+                .retain(|_, (info, _)| !selection.matches(info));
         }
         Ok(())
     }

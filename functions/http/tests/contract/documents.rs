@@ -52,7 +52,11 @@ async fn get(app: &App, path: &str, headers: &[(&str, &str)]) -> Reply {
 async fn delete(app: &App, path: &str, headers: &[(&str, &str)], body: Value) -> Reply {
     let mut all = headers.to_vec();
     all.push(("x-sluice-tenant", "acme"));
-    let body = if body.is_null() { String::new() } else { body.to_string() };
+    let body = if body.is_null() {
+        String::new()
+    } else {
+        body.to_string()
+    };
     app.send(Method::DELETE, path, &all, body).await
 }
 
@@ -92,7 +96,14 @@ fn sorted(mut v: Vec<&str>) -> Vec<String> {
 #[tokio::test]
 async fn a_listing_pages_through_every_document_once_and_filters_by_metadata() {
     let app = app_with_policies(Kit::new(&[]), &[]).await;
-    let every = sorted(vec!["atm", "cards/fees", "cards/lost", "mortgage", "savings", "travel"]);
+    let every = sorted(vec![
+        "atm",
+        "cards/fees",
+        "cards/lost",
+        "mortgage",
+        "savings",
+        "travel",
+    ]);
     for limit in [1, 4, 6, 100] {
         assert_eq!(all_pages(&app, limit, &[]).await, every, "limit {limit}");
     }
@@ -103,20 +114,38 @@ async fn a_listing_pages_through_every_document_once_and_filters_by_metadata() {
         .unwrap();
     assert_eq!(lost["title"], "Policy cards/lost");
     assert_eq!(lost["source"], "policies/cards/lost.md");
-    assert_eq!(lost["metadata"], json!({"year": 2024, "groups": ["support"]}));
+    assert_eq!(
+        lost["metadata"],
+        json!({"year": 2024, "groups": ["support"]})
+    );
     assert_eq!(lost["chunks"], 1);
-    assert!(lost.get("text").is_none(), "a listing carries no text: {lost}");
+    assert!(
+        lost.get("text").is_none(),
+        "a listing carries no text: {lost}"
+    );
     // The answers' filter language, as a query parameter.
     let filter = |f: Value| {
         let encoded: String = url_encode(&f.to_string());
         format!("/v1/documents?filter={encoded}")
     };
-    let finance_2025 = get(&app, &filter(json!({"groups": "finance", "year": {"$gte": 2025}})), &[]).await;
+    let finance_2025 = get(
+        &app,
+        &filter(json!({"groups": "finance", "year": {"$gte": 2025}})),
+        &[],
+    )
+    .await;
     assert_eq!(ids(&finance_2025), sorted(vec!["cards/fees", "mortgage"]));
     let no_groups = get(&app, &filter(json!({"groups": {"$exists": false}})), &[]).await;
     assert_eq!(ids(&no_groups), sorted(vec!["travel"]));
     // Another tenant sees none of them.
-    let other = app.send(Method::GET, "/v1/documents", &[("x-sluice-tenant", "globex")], "").await;
+    let other = app
+        .send(
+            Method::GET,
+            "/v1/documents",
+            &[("x-sluice-tenant", "globex")],
+            "",
+        )
+        .await;
     assert_eq!(other.body, json!({"documents": [], "next_cursor": null}));
 }
 
@@ -141,12 +170,23 @@ async fn bad_listing_parameters_are_refused_with_what_is_wrong() {
         ("limit=ten", "invalid_page", "\"ten\""),
         ("colour=red", "invalid_page", "colour"),
         ("filter=%7Bnot", "invalid_filter", "not JSON"),
-        ("filter=%7B%22year%22%3A%7B%22%24near%22%3A1%7D%7D", "invalid_filter", "$near"),
+        (
+            "filter=%7B%22year%22%3A%7B%22%24near%22%3A1%7D%7D",
+            "invalid_filter",
+            "$near",
+        ),
     ] {
         let reply = get(&app, &format!("/v1/documents?{query}"), &[]).await;
         assert_eq!(reply.status, 400, "{query}: {}", reply.raw);
         assert_eq!(reply.code(), code, "{query}");
-        assert!(reply.body["error"]["message"].as_str().unwrap().contains(says), "{query}: {}", reply.raw);
+        assert!(
+            reply.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(says),
+            "{query}: {}",
+            reply.raw
+        );
     }
 }
 
@@ -169,18 +209,33 @@ async fn a_deleted_document_is_gone_and_no_cached_answer_built_on_it_is_served()
     let app = app_with_policies(Kit::new(&[]), &[]).await;
     let ask = json!({"query": "how long until a lost card is replaced", "k": 2});
     let first = app.answer_as("acme", &ask).await;
-    assert!(first.sources().contains(&"cards/lost".to_string()), "{:?}", first.sources());
+    assert!(
+        first.sources().contains(&"cards/lost".to_string()),
+        "{:?}",
+        first.sources()
+    );
     assert_eq!(app.answer_as("acme", &ask).await.meta()["cache"], "hit");
 
     let reply = delete(&app, "/v1/documents/cards/lost", &[], Value::Null).await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
     assert_eq!(reply.body["deleted"], 1);
     assert_eq!(reply.body["more"], false);
-    assert_eq!(reply.body["corpus_version"], 2, "the ingest made 1, the deletion 2");
+    assert_eq!(
+        reply.body["corpus_version"], 2,
+        "the ingest made 1, the deletion 2"
+    );
 
     let after = app.answer_as("acme", &ask).await;
-    assert_eq!(after.meta()["cache"], "miss", "the cached answer cited a deleted document");
-    assert!(!after.sources().contains(&"cards/lost".to_string()), "{:?}", after.sources());
+    assert_eq!(
+        after.meta()["cache"],
+        "miss",
+        "the cached answer cited a deleted document"
+    );
+    assert!(
+        !after.sources().contains(&"cards/lost".to_string()),
+        "{:?}",
+        after.sources()
+    );
     assert_eq!(get(&app, "/v1/documents/cards/lost", &[]).await.status, 404);
     // Deleting it again: nothing there, nothing bumped.
     let again = delete(&app, "/v1/documents/cards/lost", &[], Value::Null).await;
@@ -194,24 +249,60 @@ async fn a_deletion_by_filter_needs_confirmation_and_counts_what_it_removed() {
     let old = json!({"year": {"$lt": 2025}});
     for (body, code) in [
         (json!({"filter": old}), "confirmation_required"),
-        (json!({"filter": old, "confirm": false}), "confirmation_required"),
+        (
+            json!({"filter": old, "confirm": false}),
+            "confirmation_required",
+        ),
         (json!({"confirm": true}), "confirmation_required"),
         (json!({"all": true}), "confirmation_required"),
-        (json!({"all": true, "filter": old, "confirm": true}), "invalid_filter"),
-        (json!({"filter": {"year": {"$near": 1}}, "confirm": true}), "invalid_filter"),
-        (json!({"filter": old, "confirm": true, "everything": true}), "invalid_json"),
+        (
+            json!({"all": true, "filter": old, "confirm": true}),
+            "invalid_filter",
+        ),
+        (
+            json!({"filter": {"year": {"$near": 1}}, "confirm": true}),
+            "invalid_filter",
+        ),
+        (
+            json!({"filter": old, "confirm": true, "everything": true}),
+            "invalid_json",
+        ),
     ] {
         let reply = delete(&app, "/v1/documents", &[], body.clone()).await;
-        assert_eq!((reply.status, reply.code()), (400, code), "{body}: {}", reply.raw);
+        assert_eq!(
+            (reply.status, reply.code()),
+            (400, code),
+            "{body}: {}",
+            reply.raw
+        );
     }
-    assert_eq!(all_pages(&app, 100, &[]).await.len(), 6, "refusals deleted nothing");
-    let reply = delete(&app, "/v1/documents", &[], json!({"filter": old, "confirm": true})).await;
+    assert_eq!(
+        all_pages(&app, 100, &[]).await.len(),
+        6,
+        "refusals deleted nothing"
+    );
+    let reply = delete(
+        &app,
+        "/v1/documents",
+        &[],
+        json!({"filter": old, "confirm": true}),
+    )
+    .await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
     assert_eq!(reply.body["deleted"], 4);
     assert_eq!(reply.body["more"], false);
-    assert_eq!(all_pages(&app, 100, &[]).await, sorted(vec!["cards/fees", "mortgage"]));
+    assert_eq!(
+        all_pages(&app, 100, &[]).await,
+        sorted(vec!["cards/fees", "mortgage"])
+    );
     // Nothing left to match: 0, and the corpus version stays.
-    let none = delete(&app, "/v1/documents", &[], json!({"filter": old, "confirm": true})).await;
+    let none = delete(
+        &app,
+        "/v1/documents",
+        &[],
+        json!({"filter": old, "confirm": true}),
+    )
+    .await;
     assert_eq!(none.body["deleted"], 0);
     assert_eq!(none.body["corpus_version"], reply.body["corpus_version"]);
 }
@@ -223,7 +314,12 @@ async fn listing_needs_documents_and_deleting_needs_documents_delete() {
     // A key as they were made before `documents:delete` existed.
     let older = keys.add(
         "acme",
-        &[Permission::Answer, Permission::Documents, Permission::Components, Permission::Cache],
+        &[
+            Permission::Answer,
+            Permission::Documents,
+            Permission::Components,
+            Permission::Cache,
+        ],
     );
     let asker = keys.add("acme", &[Permission::Answer]);
     let bearer = |k: &str| format!("Bearer {k}");
@@ -240,7 +336,11 @@ async fn listing_needs_documents_and_deleting_needs_documents_delete() {
         ("/v1/documents", json!({"all": true, "confirm": true})),
     ] {
         let reply = delete(&app, path, &older_h, body).await;
-        assert_eq!((reply.status, reply.code()), (403, "permission_denied"), "{path}");
+        assert_eq!(
+            (reply.status, reply.code()),
+            (403, "permission_denied"),
+            "{path}"
+        );
         assert!(reply.raw.contains("documents:delete"), "{}", reply.raw);
     }
     let reply = get(&app, "/v1/documents", &asker_h).await;
@@ -270,9 +370,18 @@ async fn a_keys_filter_bounds_what_it_lists_reads_and_deletes() {
     let reply = delete(&app, "/v1/documents/atm", &fin, Value::Null).await;
     assert_eq!(reply.code(), "unknown_document");
     // "Everything" is everything the key may see.
-    let reply = delete(&app, "/v1/documents", &fin, json!({"all": true, "confirm": true})).await;
+    let reply = delete(
+        &app,
+        "/v1/documents",
+        &fin,
+        json!({"all": true, "confirm": true}),
+    )
+    .await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
     assert_eq!(reply.body["deleted"], 3);
     let admin_h = [("authorization", admin.as_str())];
-    assert_eq!(all_pages(&app, 100, &admin_h).await, sorted(vec!["atm", "cards/lost", "travel"]));
+    assert_eq!(
+        all_pages(&app, 100, &admin_h).await,
+        sorted(vec!["atm", "cards/lost", "travel"])
+    );
 }

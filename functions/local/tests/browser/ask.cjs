@@ -75,7 +75,24 @@ const question = "What should I do if I lose my card?";
       sources: [...document.querySelectorAll("#sources li")].map((li) => li.textContent),
       metadata: [...document.querySelectorAll("#sources .metadata")].map((m) => m.textContent),
     }));
-    console.log(JSON.stringify({ title, uploaded, early, done, badFilter, filtered, problems }));
+
+    // The documents, listed; one deleted (its confirmation accepted), then listed again.
+    const rows = () => page.evaluate(() =>
+      [...document.querySelectorAll("#documents tbody tr")].map((tr) => tr.dataset.id || ""));
+    await page.click("#list-documents");
+    await page.waitForFunction(() => document.getElementById("documents-status").textContent.includes("shown"),
+      null, { timeout: 10000 });
+    const listed = await rows();
+    const victim = listed.find((id) => id.endsWith("lost-card.md"));
+    page.once("dialog", (d) => d.accept());
+    await page.click(`#documents tr[data-id="${victim}"] button`);
+    await page.waitForFunction(() => document.getElementById("documents-status").textContent.startsWith("Deleted"),
+      null, { timeout: 10000 });
+    await page.click("#list-documents");
+    await page.waitForFunction(() => document.getElementById("documents-status").textContent.includes("shown"),
+      null, { timeout: 10000 });
+    const documents = { listed, deleted: victim, after: await rows() };
+    console.log(JSON.stringify({ title, uploaded, early, done, badFilter, filtered, documents, problems }));
   } finally {
     await browser.close();
   }

@@ -68,7 +68,10 @@ fn fetched_page(body: &Value) -> Value {
         if let Some(o) = origin {
             metadata["origin"] = json!(o);
         }
-        (id.to_string(), json!({"id": id, "values": [0.6, 0.8], "metadata": metadata}))
+        (
+            id.to_string(),
+            json!({"id": id, "values": [0.6, 0.8], "metadata": metadata}),
+        )
     };
     let vectors: serde_json::Map<String, Value> = [
         record("id-z", "zeta", None),
@@ -76,7 +79,8 @@ fn fetched_page(body: &Value) -> Value {
     ]
     .into_iter()
     .collect();
-    let mut page = json!({"vectors": vectors, "namespace": body["namespace"], "usage": {"readUnits": 1}});
+    let mut page =
+        json!({"vectors": vectors, "namespace": body["namespace"], "usage": {"readUnits": 1}});
     if body.get("paginationToken").is_none() {
         page["pagination"] = json!({"next": "Tm90aGluZyB0byBzZWUgaGVyZQo="});
     }
@@ -799,43 +803,99 @@ async fn listings_and_deletions_validate_against_the_official_documents() {
     let acme = tenant("acme");
     let filter = Filter::parse(&json!({"year": {"$gte": 2025}, "groups": "hr"})).unwrap();
     let ids = ["alpha".to_string(), "zeta".to_string()];
-    let first = Page { limit: 2, cursor: None };
-    let page = store.documents(&acme, &Selection::default(), first).await.unwrap();
+    let first = Page {
+        limit: 2,
+        cursor: None,
+    };
+    let page = store
+        .documents(&acme, &Selection::default(), first)
+        .await
+        .unwrap();
     // Parsed from the canned answer: by id within the page, numbers back to whole ones.
-    let got: Vec<&str> = page.documents.iter().map(|d| d.document.id.as_str()).collect();
+    let got: Vec<&str> = page
+        .documents
+        .iter()
+        .map(|d| d.document.id.as_str())
+        .collect();
     assert_eq!(got, ["alpha", "zeta"]);
     assert_eq!(page.documents[0].chunks, Some(3));
-    assert_eq!(page.documents[0].document.origin.as_deref(), Some("s3://docs/acme/a.jsonl"));
-    assert_eq!(page.documents[0].ingested_at.as_deref(), Some("2026-12-01T10:00:00Z"));
-    assert_eq!(serde_json::to_value(&page.documents[0].document.metadata).unwrap(), json!({"year": 2025.0}));
+    assert_eq!(
+        page.documents[0].document.origin.as_deref(),
+        Some("s3://docs/acme/a.jsonl")
+    );
+    assert_eq!(
+        page.documents[0].ingested_at.as_deref(),
+        Some("2026-12-01T10:00:00Z")
+    );
+    assert_eq!(
+        serde_json::to_value(&page.documents[0].document.metadata).unwrap(),
+        json!({"year": 2025.0})
+    );
     let next = page.next.expect("a next page");
-    let second = Page { limit: 2, cursor: Some(&next) };
-    let selection = Selection { ids: Some(&ids), origin: Some("s3://docs/acme/a.jsonl"), filter: Some(&filter) };
-    assert_eq!(store.documents(&acme, &selection, second).await.unwrap().next, None);
+    let second = Page {
+        limit: 2,
+        cursor: Some(&next),
+    };
+    let selection = Selection {
+        ids: Some(&ids),
+        origin: Some("s3://docs/acme/a.jsonl"),
+        filter: Some(&filter),
+    };
+    assert_eq!(
+        store
+            .documents(&acme, &selection, second)
+            .await
+            .unwrap()
+            .next,
+        None
+    );
     store.delete_documents(&acme, &selection).await.unwrap();
-    let by_id = Selection { ids: Some(&ids), ..Selection::default() };
+    let by_id = Selection {
+        ids: Some(&ids),
+        ..Selection::default()
+    };
     store.delete_documents(&acme, &by_id).await.unwrap();
     // A deletion that would select the whole namespace is never sent.
-    let all = store.delete_documents(&acme, &Selection::default()).await.unwrap_err();
+    let all = store
+        .delete_documents(&acme, &Selection::default())
+        .await
+        .unwrap_err();
     assert!(matches!(all, StoreError::Invalid(_)), "{all:?}");
 
     let sent = s.dense.requests();
-    let listings: Vec<&Request> = sent.iter().filter(|r| r.path == "/vectors/fetch_by_metadata").collect();
+    let listings: Vec<&Request> = sent
+        .iter()
+        .filter(|r| r.path == "/vectors/fetch_by_metadata")
+        .collect();
     assert_eq!(listings.len(), 2);
     assert_eq!(listings[1].body["paginationToken"], json!(next));
     assert_eq!(listings[0].body["namespace"], "acme");
     // Deletions go to both indexes, in the tenant's namespace, by filter (never deleteAll).
     for index in [&s.dense, &s.sparse] {
-        let deletes: Vec<Request> = index.requests().into_iter().filter(|r| r.path == "/vectors/delete").collect();
+        let deletes: Vec<Request> = index
+            .requests()
+            .into_iter()
+            .filter(|r| r.path == "/vectors/delete")
+            .collect();
         assert_eq!(deletes.len(), 2);
         for d in &deletes {
             assert_eq!(d.body["namespace"], "acme");
-            assert!(d.body.get("deleteAll").is_none() && d.body["filter"].is_object(), "{}", d.body);
+            assert!(
+                d.body.get("deleteAll").is_none() && d.body["filter"].is_object(),
+                "{}",
+                d.body
+            );
         }
     }
     for r in s.dense.requests().into_iter().chain(s.sparse.requests()) {
         let errors = data.check(&r);
-        assert!(errors.is_empty(), "{} {}: {errors:#?}\n{:#}", r.method, r.path, r.body);
+        assert!(
+            errors.is_empty(),
+            "{} {}: {errors:#?}\n{:#}",
+            r.method,
+            r.path,
+            r.body
+        );
     }
 }
 
@@ -846,28 +906,58 @@ async fn the_listing_and_deletion_filters_select_what_the_selection_means() {
     let store = PineconeStore::from_config(&s.config.store).unwrap();
     ingest_filter_corpus(&store, &["acme"]).await;
     // One more document, of three chunks, from an upload.
-    let uploaded = DocumentInfo { id: "uploaded".into(), origin: Some("s3://b/acme/u.md".into()), ..doc() };
+    let uploaded = DocumentInfo {
+        id: "uploaded".into(),
+        origin: Some("s3://b/acme/u.md".into()),
+        ..doc()
+    };
     store
-        .replace_document(&tenant("acme"), &uploaded, vec![chunk(0, "a b"), chunk(1, "c d"), chunk(2, "e f")])
+        .replace_document(
+            &tenant("acme"),
+            &uploaded,
+            vec![chunk(0, "a b"), chunk(1, "c d"), chunk(2, "e f")],
+        )
         .await
         .unwrap();
     let records: Vec<Value> = (s.dense.requests().into_iter())
         .filter(|r| r.path == "/vectors/upsert")
         .flat_map(|r| r.body["vectors"].as_array().cloned().unwrap_or_default())
         .collect();
-    let every_id: Vec<String> = sluice_testkit::filters::corpus().into_iter().map(|(id, _)| id.to_string()).collect();
+    let every_id: Vec<String> = sluice_testkit::filters::corpus()
+        .into_iter()
+        .map(|(id, _)| id.to_string())
+        .collect();
     let some_ids = [every_id[0].clone(), "uploaded".to_string()];
     for (filter, _) in sluice_testkit::filters::expected() {
         for selection in [
-            Selection { filter: Some(&filter), ..Selection::default() },
-            Selection { filter: Some(&filter), ids: Some(&some_ids), ..Selection::default() },
-            Selection { origin: Some("s3://b/acme/u.md"), ..Selection::default() },
+            Selection {
+                filter: Some(&filter),
+                ..Selection::default()
+            },
+            Selection {
+                filter: Some(&filter),
+                ids: Some(&some_ids),
+                ..Selection::default()
+            },
+            Selection {
+                origin: Some("s3://b/acme/u.md"),
+                ..Selection::default()
+            },
         ] {
             s.dense.clear();
             s.sparse.clear();
-            let page = Page { limit: 100, cursor: None };
-            store.documents(&tenant("acme"), &selection, page).await.unwrap();
-            store.delete_documents(&tenant("acme"), &selection).await.unwrap();
+            let page = Page {
+                limit: 100,
+                cursor: None,
+            };
+            store
+                .documents(&tenant("acme"), &selection, page)
+                .await
+                .unwrap();
+            store
+                .delete_documents(&tenant("acme"), &selection)
+                .await
+                .unwrap();
             let listing = s.dense.requests()[0].body["filter"].clone();
             let deletion = s.dense.requests()[1].body["filter"].clone();
             assert_eq!(s.sparse.requests()[0].body["filter"], deletion);
@@ -878,8 +968,11 @@ async fn the_listing_and_deletion_filters_select_what_the_selection_means() {
                     metadata: if r["metadata"]["doc_id"] == "uploaded" {
                         Default::default()
                     } else {
-                        sluice_testkit::filters::corpus().into_iter()
-                            .find(|(id, _)| *id == r["metadata"]["doc_id"]).unwrap().1
+                        sluice_testkit::filters::corpus()
+                            .into_iter()
+                            .find(|(id, _)| *id == r["metadata"]["doc_id"])
+                            .unwrap()
+                            .1
                     },
                     ..doc()
                 };
@@ -889,8 +982,16 @@ async fn the_listing_and_deletion_filters_select_what_the_selection_means() {
                 for r in &records {
                     let m = &r["metadata"];
                     let first = m["chunk"] == 0;
-                    assert_eq!(pinecone_passes(&deletion, m, absent_negations), meaning(r), "deletion {deletion} of {m}");
-                    assert_eq!(pinecone_passes(&listing, m, absent_negations), meaning(r) && first, "listing {listing} of {m}");
+                    assert_eq!(
+                        pinecone_passes(&deletion, m, absent_negations),
+                        meaning(r),
+                        "deletion {deletion} of {m}"
+                    );
+                    assert_eq!(
+                        pinecone_passes(&listing, m, absent_negations),
+                        meaning(r) && first,
+                        "listing {listing} of {m}"
+                    );
                 }
             }
         }

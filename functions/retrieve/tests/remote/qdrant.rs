@@ -591,48 +591,114 @@ async fn listings_and_deletions_validate_against_the_official_document() {
     let store = QdrantStore::from_config(&config.store).unwrap();
     let acme = tenant("acme");
     let page = store
-        .documents(&acme, &Selection::default(), Page { limit: 2, cursor: None })
+        .documents(
+            &acme,
+            &Selection::default(),
+            Page {
+                limit: 2,
+                cursor: None,
+            },
+        )
         .await
         .unwrap();
     let first = &page.documents[0];
     assert_eq!(first.document.id, "alpha");
-    assert_eq!((first.chunks, first.ingested_at.as_deref()), (Some(3), Some("2026-12-01T10:00:00Z")));
+    assert_eq!(
+        (first.chunks, first.ingested_at.as_deref()),
+        (Some(3), Some("2026-12-01T10:00:00Z"))
+    );
     assert_eq!(first.document.origin.as_deref(), Some("s3://b/acme/a.md"));
     // A document written before Sluice recorded chunks and times lists without them.
-    assert_eq!((page.documents[1].chunks, page.documents[1].ingested_at.as_ref()), (None, None));
+    assert_eq!(
+        (
+            page.documents[1].chunks,
+            page.documents[1].ingested_at.as_ref()
+        ),
+        (None, None)
+    );
     let next = page.next.expect("a next page");
     assert_eq!(next, "750e8400-e29b-41d4-a716-446655440000");
     let filter = Filter::parse(&json!({"year": {"$gte": 2025}})).unwrap();
     let ids = ["alpha".to_string()];
-    let selection = Selection { ids: Some(&ids), origin: Some("s3://b/acme/a.md"), filter: Some(&filter) };
-    let last = store.documents(&acme, &selection, Page { limit: 2, cursor: Some(&next) }).await.unwrap();
+    let selection = Selection {
+        ids: Some(&ids),
+        origin: Some("s3://b/acme/a.md"),
+        filter: Some(&filter),
+    };
+    let last = store
+        .documents(
+            &acme,
+            &selection,
+            Page {
+                limit: 2,
+                cursor: Some(&next),
+            },
+        )
+        .await
+        .unwrap();
     assert_eq!(last.next, None);
     store.delete_documents(&acme, &selection).await.unwrap();
     // A cursor that is not a point id never reaches Qdrant.
     let sent = stand_in.sent();
     let bad = store
-        .documents(&acme, &Selection::default(), Page { limit: 2, cursor: Some("2") })
+        .documents(
+            &acme,
+            &Selection::default(),
+            Page {
+                limit: 2,
+                cursor: Some("2"),
+            },
+        )
         .await
         .unwrap_err();
     assert!(matches!(bad, StoreError::Invalid(_)), "{bad:?}");
     assert_eq!(stand_in.sent(), sent);
 
     let requests = stand_in.requests();
-    let scrolls: Vec<&Request> = requests.iter().filter(|r| r.path.ends_with("/points/scroll")).collect();
+    let scrolls: Vec<&Request> = requests
+        .iter()
+        .filter(|r| r.path.ends_with("/points/scroll"))
+        .collect();
     assert_eq!(scrolls.len(), 2);
     // Only first chunks, only the tenant's, never a chunk's text or vector.
     let must = scrolls[0].body["filter"]["must"].as_array().unwrap();
-    assert!(must.contains(&json!({"key": "tenant", "match": {"value": "acme"}})), "{must:?}");
-    assert!(must.contains(&json!({"key": "chunk", "match": {"value": 0}})), "{must:?}");
-    assert!(!scrolls[0].body["with_payload"].as_array().unwrap().contains(&json!("text")));
+    assert!(
+        must.contains(&json!({"key": "tenant", "match": {"value": "acme"}})),
+        "{must:?}"
+    );
+    assert!(
+        must.contains(&json!({"key": "chunk", "match": {"value": 0}})),
+        "{must:?}"
+    );
+    assert!(
+        !scrolls[0].body["with_payload"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("text"))
+    );
     assert_eq!(scrolls[0].body["with_vector"], false);
     assert_eq!(scrolls[1].body["offset"], json!(next));
-    let delete = requests.iter().find(|r| r.path.contains("/points/delete")).unwrap();
+    let delete = requests
+        .iter()
+        .find(|r| r.path.contains("/points/delete"))
+        .unwrap();
     let must = delete.body["filter"]["must"].as_array().unwrap();
-    assert!(!must.contains(&json!({"key": "chunk", "match": {"value": 0}})), "every chunk goes");
-    assert!(must.contains(&json!({"key": "doc_id", "match": {"any": ["alpha"]}})), "{must:?}");
+    assert!(
+        !must.contains(&json!({"key": "chunk", "match": {"value": 0}})),
+        "every chunk goes"
+    );
+    assert!(
+        must.contains(&json!({"key": "doc_id", "match": {"any": ["alpha"]}})),
+        "{must:?}"
+    );
     for r in &requests {
         let errors = spec.check(r);
-        assert!(errors.is_empty(), "{} {}: {errors:#?}\n{:#}", r.method, r.path, r.body);
+        assert!(
+            errors.is_empty(),
+            "{} {}: {errors:#?}\n{:#}",
+            r.method,
+            r.path,
+            r.body
+        );
     }
 }
