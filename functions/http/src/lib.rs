@@ -59,6 +59,7 @@ use sluice_core::{Ingest, Pipeline, Tenant};
 
 pub use admit::client_headers;
 pub use answer::answer_request;
+pub use documents::escape;
 pub use error::ApiError;
 use metrics::Metrics;
 pub use parts::{Parts, Role};

@@ -11,6 +11,7 @@ use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use sluice_core::ingest::{Document, parse_file};
+use sluice_http::escape;
 
 /// Documents per POST, and bytes per POST (under the server's default 16 MiB cap).
 const BATCH_DOCS: usize = 32;
@@ -332,19 +333,6 @@ pub async fn get_document(url: &str, tenant: Option<&str>, id: &str) -> Result<(
     let request = http()?.get(format!("{url}/v1/documents/{}", escape(id)));
     println!("{:#}", send(request, url, tenant).await?);
     Ok(())
-}
-
-/// `text` percent-encoded, every byte outside the unreserved set escaped (`/` too: an id such
-/// as a file's absolute path begins with one, which a path would lose).
-fn escape(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }
 
 /// What `sluice documents delete` removes.

@@ -662,54 +662,24 @@ async fn documents_are_listed_once_each_with_their_chunks_and_deleted_whole() {
     // By id, under a filter the document does not pass: kept.
     let d02 = ["d02".to_string()];
     let miss = Filter::parse(&serde_json::json!({"n": 99})).unwrap();
+    let only_d02 = Selection {
+        ids: Some(&d02),
+        ..Selection::default()
+    };
+    let under_miss = Selection {
+        filter: Some(&miss),
+        ..only_d02
+    };
     store
-        .delete_documents(
-            &tenant("acme"),
-            &Selection {
-                ids: Some(&d02),
-                filter: Some(&miss),
-                ..Selection::default()
-            },
-        )
+        .delete_documents(&tenant("acme"), &under_miss)
         .await
         .unwrap();
-    assert_eq!(
-        listed(
-            &store,
-            "acme",
-            &Selection {
-                ids: Some(&d02),
-                ..Selection::default()
-            },
-            5
-        )
-        .await
-        .len(),
-        1
-    );
+    assert_eq!(listed(&store, "acme", &only_d02, 5).await.len(), 1);
     store
-        .delete_documents(
-            &tenant("acme"),
-            &Selection {
-                ids: Some(&d02),
-                ..Selection::default()
-            },
-        )
+        .delete_documents(&tenant("acme"), &only_d02)
         .await
         .unwrap();
-    assert!(
-        listed(
-            &store,
-            "acme",
-            &Selection {
-                ids: Some(&d02),
-                ..Selection::default()
-            },
-            5
-        )
-        .await
-        .is_empty()
-    );
+    assert!(listed(&store, "acme", &only_d02, 5).await.is_empty());
     // The other tenant's document is untouched, and its search still finds it.
     assert_eq!(listed(&store, "globex", &everything, 10).await.len(), 1);
     let hits = store
