@@ -51,6 +51,14 @@ pub struct IngestReport {
     pub chunks: usize,
     /// The tenant's corpus version after this ingest.
     pub corpus_version: u64,
+    /// Documents an earlier version of the same upload made that this one no longer holds,
+    /// deleted ([`Ingest::ingest_from`]).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub removed: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// What a listing page holds unless the request says, and the most it may ask for.
@@ -251,7 +259,9 @@ impl Ingest {
 
     /// [`ingest`](Self::ingest) of the documents read from the upload `origin` (an S3
     /// object's key): each remembers it, and [`delete_origin`](Self::delete_origin) removes
-    /// them when the upload is deleted.
+    /// them when the upload is deleted. The documents an earlier version of the upload made
+    /// that this one no longer holds are deleted, so that the upload's documents are what
+    /// the object holds now.
     pub async fn ingest_from(
         &self,
         tenant: &Tenant,
@@ -283,6 +293,7 @@ impl Ingest {
         .await
         .map_err(|e| EmbedError::Inference(e.to_string()))?;
         let total: usize = chunked.iter().map(|(_, c)| c.len()).sum();
+        let ids: HashSet<String> = chunked.iter().map(|(d, _)| d.id.clone()).collect();
         let limit = self.config.max_chunks;
         if total > limit {
             return Err(IngestError::TooLarge(format!(
@@ -327,12 +338,56 @@ impl Ingest {
                 .map_err(|e| EmbedError::Inference(e.to_string()))??;
             self.store.replace_document(tenant, &info, chunks).await?;
         }
+        let removed = match origin {
+            Some(origin) => self.remove_stale(tenant, origin, &ids).await?,
+            None => 0,
+        };
         let corpus_version = self.store.bump_corpus_version(tenant).await?;
         Ok(IngestReport {
             documents: count,
             chunks: total,
             corpus_version,
+            removed,
         })
+    }
+
+    /// Deletes the documents of the upload `origin` whose ids are not in `kept`; how many.
+    async fn remove_stale(
+        &self,
+        tenant: &Tenant,
+        origin: &str,
+        kept: &HashSet<String>,
+    ) -> Result<usize, IngestError> {
+        let from_origin = Selection {
+            origin: Some(origin),
+            ..Selection::default()
+        };
+        let mut stale = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = Page {
+                limit: MAX_PAGE,
+                cursor: cursor.as_deref(),
+            };
+            let found = self.store.documents(tenant, &from_origin, page).await?;
+            stale.extend(
+                (found.documents.into_iter())
+                    .map(|d| d.document.id)
+                    .filter(|id| !kept.contains(id)),
+            );
+            match found.next {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        for ids in stale.chunks(MAX_DELETE) {
+            let selection = Selection {
+                ids: Some(ids),
+                ..from_origin
+            };
+            self.store.delete_documents(tenant, &selection).await?;
+        }
+        Ok(stale.len())
     }
 }
 

@@ -49,6 +49,8 @@ struct Ingested {
     tenant: String,
     documents: usize,
     chunks: usize,
+    /// Documents an earlier version of the object made that this one no longer holds.
+    removed: usize,
     corpus_version: u64,
 }
 
@@ -142,6 +144,7 @@ async fn ingest_uploads(
                     tenant: upload.tenant.to_string(),
                     documents: done.documents,
                     chunks: done.chunks,
+                    removed: done.removed,
                     corpus_version: done.corpus_version,
                 });
             }

@@ -134,6 +134,36 @@ async fn uploads_and_posted_documents_are_ingested_with_settings_from_the_secret
         origin("acme/cards/lost card.md")
     )));
 
+    // The object uploaded again holding its first line only: the documents of the lines it
+    // no longer has are deleted with it, the posted and the other upload's kept.
+    let first_line = sample("support.jsonl")
+        .split(|b| *b == b'\n')
+        .next()
+        .unwrap()
+        .to_vec();
+    let kept_id: String = serde_json::from_slice::<Value>(&first_line).unwrap()["id"]
+        .as_str()
+        .unwrap()
+        .into();
+    aws::put_object(&bucket, "acme/support.jsonl", first_line).await;
+    let report = function
+        .invoke(&event(&bucket, "acme/support.jsonl"))
+        .await
+        .unwrap();
+    assert_eq!(report["ingested"][0]["documents"], 1, "{report}");
+    assert_eq!(
+        report["ingested"][0]["removed"],
+        from_jsonl.len() - 1,
+        "{report}"
+    );
+    let now = listed(&function).await;
+    let expected: Vec<_> = (before.iter())
+        .filter(|(id, _)| !from_jsonl.contains(&id) || *id == kept_id)
+        .cloned()
+        .collect();
+    assert_eq!(now, expected);
+    let (before, from_jsonl) = (now, vec![&kept_id]);
+
     // Deleting an object deletes the documents it made, and only those.
     let report = function
         .invoke(&notification(REMOVED, &bucket, "acme/support.jsonl"))
