@@ -447,16 +447,14 @@ impl Ingest {
         scope: Option<&Filter>,
         id: &str,
     ) -> Result<Option<DeleteReport>, IngestError> {
-        if self.get(tenant, scope, id).await?.is_none() {
-            return Ok(None);
-        }
         let ids = [id.to_string()];
         let selection = Selection {
             ids: Some(&ids),
             filter: scope,
             ..Selection::default()
         };
-        self.remove(tenant, &selection, 1, false).await.map(Some)
+        let report = self.delete_selected(tenant, selection).await?;
+        Ok((report.deleted > 0).then_some(report))
     }
 
     /// Deletes up to [`MAX_DELETE`] of the tenant's documents that pass `filter` (the
@@ -495,7 +493,8 @@ impl Ingest {
 
     /// Finds what `selection` picks (one page of [`MAX_DELETE`]), then deletes those
     /// documents — by id and under the same selection, so that a document changed in between
-    /// so as not to match any more is kept.
+    /// so as not to match any more is kept — and bumps the corpus version; with nothing
+    /// found, neither.
     async fn delete_selected(
         &self,
         tenant: &Tenant,
@@ -509,34 +508,21 @@ impl Ingest {
         let ids: Vec<String> = (found.documents.into_iter())
             .map(|d| d.document.id)
             .collect();
-        let picked = Selection {
-            ids: Some(&ids),
-            ..selection
-        };
-        self.remove(tenant, &picked, ids.len(), found.next.is_some())
-            .await
-    }
-
-    /// Deletes what `selection` picks (`count` documents) and bumps the corpus version; with
-    /// nothing to delete, neither.
-    async fn remove(
-        &self,
-        tenant: &Tenant,
-        selection: &Selection<'_>,
-        count: usize,
-        more: bool,
-    ) -> Result<DeleteReport, IngestError> {
-        if count == 0 || selection.is_everything() {
+        if ids.is_empty() {
             return Ok(DeleteReport {
                 deleted: 0,
                 more: false,
                 corpus_version: self.store.corpus_version(tenant).await?,
             });
         }
-        self.store.delete_documents(tenant, selection).await?;
+        let picked = Selection {
+            ids: Some(&ids),
+            ..selection
+        };
+        self.store.delete_documents(tenant, &picked).await?;
         Ok(DeleteReport {
-            deleted: count,
-            more,
+            deleted: ids.len(),
+            more: found.next.is_some(),
             corpus_version: self.store.bump_corpus_version(tenant).await?,
         })
     }

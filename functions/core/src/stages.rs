@@ -97,11 +97,6 @@ impl Selection<'_> {
                 .is_none_or(|o| document.origin.as_deref() == Some(o))
             && self.filter.is_none_or(|f| f.matches(&document.metadata))
     }
-
-    /// Whether it has no part at all (it would pick every document of the tenant).
-    pub fn is_everything(&self) -> bool {
-        self.ids.is_none() && self.origin.is_none() && self.filter.is_none()
-    }
 }
 
 /// One page of a listing: at most `limit` documents, from where `cursor` (a previous page's

@@ -253,11 +253,11 @@ fn tenant_filter(
 /// The filter of a search: the tenant's points whose document passes `filter`, in Qdrant's
 /// JSON form.
 pub(crate) fn search_filter_json(tenant: &str, filter: Option<&Filter>) -> Value {
-    let mut all = filter_json(tenant, None, None);
-    if let (Some(f), Some(must)) = (filter, all["must"].as_array_mut()) {
-        must.push(qdrant_filter(f));
-    }
-    all
+    let selection = Selection {
+        filter,
+        ..Selection::default()
+    };
+    selection_filter_json(tenant, &selection, false)
 }
 
 /// The filter of the points of the tenant's documents that `selection` picks, in Qdrant's
@@ -285,7 +285,7 @@ pub(crate) fn selection_filter_json(
 }
 
 /// The payload fields a listing reads (never a chunk's text).
-pub(crate) const LISTED_FIELDS: [&str; 7] = [
+const LISTED_FIELDS: [&str; 7] = [
     "doc_id",
     "title",
     "source",
@@ -295,14 +295,30 @@ pub(crate) const LISTED_FIELDS: [&str; 7] = [
     META,
 ];
 
-/// A listing cursor of the Qdrant stores: the point id the next page starts at, as Qdrant
-/// hands it out (Sluice's point ids are UUIDs).
-pub(crate) fn parse_cursor(cursor: &str) -> Result<uuid::Uuid, StoreError> {
-    uuid::Uuid::parse_str(cursor).map_err(|_| {
-        StoreError::Invalid(format!(
-            "cursor {cursor:?} is not one a listing of this store returned"
-        ))
-    })
+/// The scroll request of a listing page on the Qdrant stores (Edge parses the REST body):
+/// each selected document's first chunk, its listed fields only, from the page's cursor —
+/// the point id the next page starts at, as Qdrant hands it out (Sluice's point ids are
+/// UUIDs; anything else is refused before a request is made).
+pub(crate) fn scroll_body(
+    tenant: &str,
+    selection: &Selection<'_>,
+    page: Page<'_>,
+) -> Result<Value, StoreError> {
+    let mut body = json!({
+        "limit": page.limit,
+        "filter": selection_filter_json(tenant, selection, true),
+        "with_payload": LISTED_FIELDS,
+        "with_vector": false,
+    });
+    if let Some(cursor) = page.cursor {
+        let offset = uuid::Uuid::parse_str(cursor).map_err(|_| {
+            StoreError::Invalid(format!(
+                "cursor {cursor:?} is not one a listing of this store returned"
+            ))
+        })?;
+        body["offset"] = json!(offset.to_string());
+    }
+    Ok(body)
 }
 
 /// The time a write records with its document: now, RFC 3339 in UTC, to the second.
@@ -720,15 +736,8 @@ impl Store for EdgeStore {
         selection: &Selection<'_>,
         page: Page<'_>,
     ) -> Result<DocumentPage, StoreError> {
-        let offset = page.cursor.map(parse_cursor).transpose()?;
-        let request: qdrant_edge::ScrollRequest = serde_json::from_value(json!({
-            "offset": offset,
-            "limit": page.limit,
-            "filter": selection_filter_json(tenant, selection, true),
-            "with_payload": LISTED_FIELDS,
-            "with_vector": false,
-        }))
-        .map_err(backend)?;
+        let request: qdrant_edge::ScrollRequest =
+            serde_json::from_value(scroll_body(tenant, selection, page)?).map_err(backend)?;
         self.blocking(move |inner| {
             let (records, next) = inner.shard.scroll(request).map_err(backend)?;
             Ok(DocumentPage {

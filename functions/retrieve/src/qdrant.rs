@@ -25,9 +25,8 @@ use sluice_core::stages::{
 
 use crate::rest::{Rest, VersionMemo, backend, next_version, qdrant_result};
 use crate::{
-    DENSE, IndexedFields, LISTED_FIELDS, SPARSE, Written, chunk_payload, filter_json, hit_from,
-    parse_cursor, point_uuid, prefetch_limit, search_filter_json, selection_filter_json,
-    stored_document,
+    DENSE, IndexedFields, SPARSE, Written, chunk_payload, filter_json, hit_from, point_uuid,
+    prefetch_limit, scroll_body, search_filter_json, selection_filter_json, stored_document,
 };
 
 /// The Qdrant REST store.
@@ -271,16 +270,7 @@ impl Store for QdrantStore {
         selection: &Selection<'_>,
         page: Page<'_>,
     ) -> Result<DocumentPage, StoreError> {
-        let offset = page.cursor.map(parse_cursor).transpose()?;
-        let mut body = json!({
-            "limit": page.limit,
-            "filter": selection_filter_json(tenant, selection, true),
-            "with_payload": LISTED_FIELDS,
-            "with_vector": false,
-        });
-        if let Some(offset) = offset {
-            body["offset"] = json!(offset.to_string());
-        }
+        let body = scroll_body(tenant, selection, page)?;
         let path = format!("/collections/{}/points/scroll", self.collection);
         let text = self.query(&path, body.to_string().into_bytes()).await?;
         parse_scroll_response(&text)
