@@ -751,7 +751,10 @@ impl Pipeline {
             active.rerank(&query, &vector, &candidates)
         });
         let outcome = match bounded(deadline, task).await {
-            Some(Ok(outcome)) => outcome,
+            Some(Ok(call)) => {
+                progress.timings.rerank_fuel = Some(call.fuel);
+                call.order
+            }
             Some(Err(e)) => Err(format!("the rerank task failed: {e}")),
             None => Err("the retrieval deadline passed while it ran".to_string()),
         };

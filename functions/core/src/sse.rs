@@ -22,6 +22,10 @@ pub struct Timings {
     /// The tenant's rerank component (absent when the tenant has none).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rerank_ms: Option<f64>,
+    /// Fuel the tenant's rerank component burnt in this call (about one per WebAssembly
+    /// instruction; absent when no call finished).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rerank_fuel: Option<u64>,
     /// Prompt assembly.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_ms: Option<f64>,

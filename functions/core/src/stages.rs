@@ -219,12 +219,21 @@ pub trait Store: Send + Sync {
 pub trait ActiveComponent: Send + Sync {
     /// The version (content hash): a new one makes cached answers stale.
     fn version(&self) -> &str;
-    /// The new order of `hits` (indices, best first). `Err` says why the component failed;
-    /// the pipeline then keeps the fused order. `query_vector` is the query's embedding,
-    /// lent to the component with the hits' vectors. CPU-bound and synchronous: the pipeline
-    /// runs it on the blocking pool, inside the retrieval deadline.
-    fn rerank(&self, query: &str, query_vector: &[f32], hits: &[Hit])
-    -> Result<Vec<usize>, String>;
+    /// The new order of `hits` (indices, best first), and the fuel the call burnt. An
+    /// `Err` order says why the component failed; the pipeline then keeps the fused order.
+    /// `query_vector` is the query's embedding, lent to the component with the hits'
+    /// vectors. CPU-bound and synchronous: the pipeline runs it on the blocking pool, inside
+    /// the retrieval deadline.
+    fn rerank(&self, query: &str, query_vector: &[f32], hits: &[Hit]) -> RerankCall;
+}
+
+/// What one rerank call gave, and what it cost (a failed call burns fuel too: it is billed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RerankCall {
+    /// The new order, best first, or why the component failed.
+    pub order: Result<Vec<usize>, String>,
+    /// Fuel consumed (about one per WebAssembly instruction).
+    pub fuel: u64,
 }
 
 /// Finds each tenant's active rerank component.

@@ -700,6 +700,7 @@ pub async fn run(
                 let head = &hits[..hits.len().min(RERANKED)];
                 let order = active
                     .rerank(&task.query, vector, head)
+                    .order
                     .map_err(anyhow::Error::msg)?;
                 let mut reordered: Vec<Hit> = order.into_iter().map(|i| head[i].clone()).collect();
                 reordered.extend_from_slice(&hits[head.len()..]);

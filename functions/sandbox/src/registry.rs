@@ -26,7 +26,7 @@ use sluice_core::Tenant;
 use sluice_core::config::RerankConfig;
 use sluice_core::stages::{
     ActiveComponent, ComponentError, ComponentStorage as Storage, ComponentVersion, Components,
-    Embedder, Hit, Reranker,
+    Embedder, Hit, RerankCall, Reranker,
 };
 
 use crate::{Candidate, HostServices, Limits, Prepared, Sandbox, UploadError};
@@ -377,12 +377,7 @@ impl ActiveComponent for Active {
         &self.version
     }
 
-    fn rerank(
-        &self,
-        query: &str,
-        query_vector: &[f32],
-        hits: &[Hit],
-    ) -> Result<Vec<usize>, String> {
+    fn rerank(&self, query: &str, query_vector: &[f32], hits: &[Hit]) -> RerankCall {
         let max = self.sandbox.limits().max_text_bytes;
         let candidates: Vec<Candidate> = hits
             .iter()
@@ -402,9 +397,13 @@ impl ActiveComponent for Active {
         if !query_vector.is_empty() {
             known.insert(query.to_string(), query_vector.to_vec());
         }
-        self.sandbox
-            .rerank_with(&self.prepared, query, &candidates, known)
-            .map_err(|e| e.to_string())
+        let (order, cost) = self
+            .sandbox
+            .rerank_costed(&self.prepared, query, &candidates, known);
+        RerankCall {
+            order: order.map_err(|e| e.to_string()),
+            fuel: cost.fuel,
+        }
     }
 }
 

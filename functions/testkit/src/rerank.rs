@@ -5,7 +5,11 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sluice_core::Tenant;
-use sluice_core::stages::{ActiveComponent, Hit, Reranker};
+use sluice_core::stages::{ActiveComponent, Hit, RerankCall, Reranker};
+
+/// The fuel a scripted component reports burning per candidate, so that usage tests can
+/// predict it.
+pub const SCRIPTED_FUEL_PER_HIT: u64 = 1000;
 
 /// What the active component of a [`ScriptedReranker`] does with the hits.
 #[derive(Debug, Clone)]
@@ -73,10 +77,14 @@ impl ActiveComponent for Scripted {
     fn version(&self) -> &str {
         &self.version
     }
-    fn rerank(&self, _: &str, _: &[f32], hits: &[Hit]) -> Result<Vec<usize>, String> {
-        match &self.verdict {
+    fn rerank(&self, _: &str, _: &[f32], hits: &[Hit]) -> RerankCall {
+        let order = match &self.verdict {
             Verdict::Reverse => Ok((0..hits.len()).rev().collect()),
             Verdict::Fail(why) => Err(why.clone()),
+        };
+        RerankCall {
+            order,
+            fuel: SCRIPTED_FUEL_PER_HIT * hits.len() as u64,
         }
     }
 }
