@@ -221,6 +221,58 @@ fn the_cache_table_is_the_one_the_code_creates() {
 }
 
 #[test]
+fn usage_is_counted_in_the_table_the_code_reads_and_documents_routes_reach_the_ingest_function() {
+    let (_file, t) = translate(&sam_template());
+    let resource = |id: &str| &t["Resources"][id];
+    let table = &resource("UsageTable")["Properties"];
+    let keys: Vec<(&str, &str)> = table["KeySchema"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            (
+                k["AttributeName"].as_str().unwrap(),
+                k["KeyType"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    // What sluice-aws's DynamoUsage writes and queries (and creates in the tests).
+    assert_eq!(keys, [("tenant", "HASH"), ("day_key", "RANGE")]);
+    let env = |f: &str| t["Resources"][f]["Properties"]["Environment"]["Variables"].clone();
+    for function in ["AnswerFunction", "IngestFunction"] {
+        assert_eq!(env(function)["SLUICE_USAGE"], "dynamodb", "{function}");
+        assert_eq!(env(function)["SLUICE_USAGE_TABLE"]["Ref"], "UsageTable");
+        assert_eq!(
+            env(function)["SLUICE_TENANT_TOKEN_BUDGETS"]["Ref"],
+            "TenantTokenBudgets"
+        );
+        assert_eq!(
+            env(function)["SLUICE_FUSION_TENANTS"]["Ref"],
+            "FusionTenants"
+        );
+        // Its role may add to the counters and read a tenant's month.
+        let role = format!("{function}Role");
+        let statements = resource(&role)["Properties"]["Policies"].to_string();
+        assert!(
+            statements.contains("dynamodb:UpdateItem") && statements.contains("UsageTable"),
+            "{role}: {statements}"
+        );
+    }
+    assert_eq!(env("RegistryFunction")["SLUICE_USAGE"], "off");
+    // Every method of /v1/documents and /v1/documents/{id} goes to the ingest function.
+    for method in ["DocumentsMethod", "DocumentMethod"] {
+        let p = &resource(method)["Properties"];
+        assert_eq!(p["HttpMethod"], "ANY", "{method}");
+        let uri = p["Integration"]["Uri"]["Fn::Sub"].as_str().unwrap();
+        assert!(uri.contains("${IngestFunction.Arn}"), "{method}: {uri}");
+    }
+    assert_eq!(
+        resource("DocumentMethod")["Properties"]["ResourceId"]["Ref"],
+        "DocumentsProxy"
+    );
+}
+
+#[test]
 fn cfn_lint_does_find_a_misspelt_property() {
     // The control: the same linter on a copy with one property name wrong must complain.
     let template = &templates()[0];
