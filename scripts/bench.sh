@@ -46,6 +46,6 @@ for f in "" _filter_1pct _filter_50pct; do
   python3 -c "import sys; print(f'hybrid search, 10,000 chunks, k=5{sys.argv[2] or \" (no filter)\"}: {float(sys.argv[1])/1e3:.0f} µs')" \
     "$(median "$crit/hybrid_search_10k_chunks_k5$f/new/estimates.json")" "$f"
 done
-grep -h "pipeline overhead before the LLM call\|pipeline stages\|^sandbox:\|^cache-hit ttft\|^cache lookup\|client overhead per query\|^answer function init" "$log" || true
+grep -h "pipeline overhead before the LLM call\|pipeline stages\|^usage:\|^sandbox:\|^cache-hit ttft\|^cache lookup\|client overhead per query\|^answer function init" "$log" || true
 python3 -c "import sys; print(f'sandbox: compile + smoke run at upload (keyword-boost): {float(sys.argv[1])/1e3:.0f} µs')" "$(median "$crit/sandbox_compile_upload/new/estimates.json")"
 rm -f "$log"

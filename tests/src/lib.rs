@@ -126,6 +126,7 @@ pub fn key_file(
                     tenant: Tenant::new(tenant).expect("a tenant"),
                     permissions: permissions.to_vec(),
                     filter: None,
+                    token_budget: None,
                 },
                 name: None,
             };

@@ -74,18 +74,28 @@ async fn the_function_url_streams_an_answer_token_by_token() {
 }
 
 #[tokio::test]
-async fn with_keys_in_dynamodb_the_function_url_needs_a_key_and_never_logs_it() {
-    use sluice_core::auth::{KeyRecord, Permission, Principal, digest, new_key};
-    // A fresh key table on the emulator, with one key of acme's.
+async fn with_keys_and_usage_in_dynamodb_the_function_url_needs_a_key_counts_it_and_never_logs_it()
+{
+    use sluice_core::auth::{KeyRecord, Permission, Principal, digest, key_id, new_key};
+    use sluice_core::usage::{UsageStore, today};
+    // A fresh key table and usage table on the emulator, with one key of acme's whose
+    // monthly budget one answer spends.
     let table = format!("sluice-keys-{}", std::process::id());
-    let config = sluice_core::Config::from_lookup(|name| {
-        (name == "SLUICE_API_KEYS_TABLE").then(|| table.clone())
+    let usage_table = format!("sluice-usage-{}", std::process::id());
+    let config = sluice_core::Config::from_lookup(|name| match name {
+        "SLUICE_API_KEYS_TABLE" => Some(table.clone()),
+        "SLUICE_USAGE_TABLE" => Some(usage_table.clone()),
+        _ => None,
     })
     .unwrap();
     let keys = sluice_aws::keys::DynamoKeys::connect(&config.auth)
         .await
         .unwrap();
     keys.create_table().await.unwrap();
+    let usage = sluice_aws::usage::DynamoUsage::connect(&config.usage)
+        .await
+        .unwrap();
+    usage.create_table().await.unwrap();
     let key = new_key();
     let record = KeyRecord {
         hash: digest(&key),
@@ -93,6 +103,7 @@ async fn with_keys_in_dynamodb_the_function_url_needs_a_key_and_never_logs_it() 
             tenant: sluice_tests::tenant("acme"),
             permissions: vec![Permission::Answer],
             filter: None,
+            token_budget: Some(1),
         },
         name: Some("lambda test".into()),
     };
@@ -106,6 +117,8 @@ async fn with_keys_in_dynamodb_the_function_url_needs_a_key_and_never_logs_it() 
         &[
             ("SLUICE_DATA_DIR", data.path().display().to_string()),
             ("SLUICE_API_KEYS_TABLE", table.clone()),
+            ("SLUICE_USAGE", "dynamodb".into()),
+            ("SLUICE_USAGE_TABLE", usage_table.clone()),
             ("RUST_LOG", "info,qdrant_edge=error".into()),
         ],
     );
@@ -134,6 +147,42 @@ async fn with_keys_in_dynamodb_the_function_url_needs_a_key_and_never_logs_it() 
         sluice_tests::answer_with_headers(&base, &[("authorization", auth.as_str())], &body).await;
     answer.assert_well_formed();
     assert_eq!(answer.first("meta").data["tenant"], "acme");
+    // The usage was in DynamoDB when the stream (the invocation) ended: exactly what `done`
+    // said, under the key's id.
+    let done = &answer.first("done").data;
+    let rows = usage
+        .read(&sluice_tests::tenant("acme"), today(), today())
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    let (row, counts) = &rows[0];
+    assert_eq!(row.key.as_deref(), Some(key_id(&digest(&key)).as_str()));
+    assert_eq!(counts.answers, 1);
+    assert_eq!(Some(counts.prompt_tokens), done["prompt_tokens"].as_u64());
+    assert_eq!(Some(counts.completion_tokens), done["token_count"].as_u64());
+    // Its budget is spent: the next answer is refused before anything runs.
+    let refused = sluice_tests::http()
+        .post(format!("{base}/v1/answer"))
+        .header("authorization", &auth)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), 429);
+    assert!(refused.headers().get("retry-after").is_some());
+    let error: serde_json::Value = refused.json().await.unwrap();
+    assert_eq!(error["error"]["code"], "budget_exceeded");
+    // The EMF line carries the same tokens and the key's id.
+    let emf = function
+        .log()
+        .into_iter()
+        .find(|l| l.get("_aws").is_some())
+        .expect("an EMF line");
+    assert_eq!(
+        emf["prompt_tokens"].as_f64(),
+        Some(counts.prompt_tokens as f64)
+    );
+    assert_eq!(emf["key"], key_id(&digest(&key)));
     // The tenant is on the answer's log lines; the key is on none.
     let log = function.log();
     assert!(

@@ -12,9 +12,10 @@ use std::time::Instant;
 
 use sluice_core::Config;
 use sluice_core::auth::KeyStore;
-use sluice_core::config::AuthConfig;
+use sluice_core::config::{AuthConfig, UsageBackend};
 use sluice_core::error::{CacheError, EmbedError, LlmError, StoreError};
 use sluice_core::stages::{ComponentError, ComponentStorage, Embedder, Llm};
+use sluice_core::usage::{LocalUsage, UsageStore};
 use sluice_embed::{MiniLm, Tokens};
 use sluice_http::Server;
 pub use sluice_http::{Parts, Role};
@@ -40,6 +41,9 @@ pub enum AppError {
     /// The answer cache could not be set up.
     #[error("setting up the answer cache: {0}")]
     Cache(#[from] CacheError),
+    /// The usage file could not be read.
+    #[error("{0}")]
+    Usage(#[from] sluice_core::usage::UsageError),
     /// The API keys could not be read.
     #[error("{0}")]
     Auth(#[from] sluice_core::auth::AuthError),
@@ -117,6 +121,10 @@ pub async fn parts(
         false => None,
     };
     let keys = keys(&config.auth).await?;
+    let usage = match role.answers() || role.documents() {
+        true => usage_store(&config).await?,
+        false => None,
+    };
     let llm: Option<Arc<dyn Llm>> = match role.answers() {
         true => Some(Arc::new(OpenAiClient::from_config(&config.llm)?)),
         false => None,
@@ -138,6 +146,7 @@ pub async fn parts(
         reranker: None,
         components: None,
         keys,
+        usage,
         config,
     };
     if let Some(storage) = storage {
@@ -209,6 +218,28 @@ async fn component_storage(config: &Config) -> Result<Arc<dyn ComponentStorage>,
         }
         None => {
             Arc::new(Disk::open(&config.data_dir.join("components")).map_err(AppError::Components)?)
+        }
+    })
+}
+
+/// Where usage is counted (`SLUICE_USAGE`): a DynamoDB table, the data folder's file, or
+/// nowhere.
+pub async fn usage_store(config: &Config) -> Result<Option<Arc<dyn UsageStore>>, AppError> {
+    let usage = &config.usage;
+    Ok(match usage.backend {
+        UsageBackend::Off => {
+            info!("usage not counted (SLUICE_USAGE=off)");
+            None
+        }
+        UsageBackend::File => {
+            let store = LocalUsage::open(&usage.file)?;
+            info!(file = %usage.file.display(), "usage counted in a file");
+            Some(Arc::new(store))
+        }
+        UsageBackend::Dynamodb => {
+            let store = sluice_aws::usage::DynamoUsage::connect(usage).await?;
+            info!(table = %store.table(), "usage counted in DynamoDB");
+            Some(Arc::new(store))
         }
     })
 }

@@ -1,5 +1,6 @@
 //! API keys in DynamoDB (`SLUICE_API_KEYS_TABLE`): one item per key, partition key `hash`
-//! (the key's `sha256:` digest), with `tenant` (S), `permissions` (SS) and `name` (S, optional).
+//! (the key's `sha256:` digest), with `tenant` (S), `permissions` (SS), and optionally `name`
+//! (S), `filter` (S, JSON) and `token_budget` (N).
 //! The key itself is never stored.
 //!
 //! Every request is checked, so lookups are remembered in the process: a known key for
@@ -121,6 +122,9 @@ impl DynamoKeys {
         if let Some(filter) = &record.principal.filter {
             put = put.item("filter", s(&filter.to_json().to_string()));
         }
+        if let Some(budget) = record.principal.token_budget {
+            put = put.item("token_budget", AttributeValue::N(budget.to_string()));
+        }
         put.send()
             .await
             .map(|_| ())
@@ -176,12 +180,22 @@ impl DynamoKeys {
                 )
             }
         };
+        let token_budget = match item.get("token_budget") {
+            None => None,
+            Some(v) => Some(
+                v.as_n()
+                    .ok()
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .ok_or_else(|| malformed("has a token_budget that is not a whole number"))?,
+            ),
+        };
         let record = KeyRecord {
             hash: hash.to_string(),
             principal: Principal {
                 tenant,
                 permissions,
                 filter,
+                token_budget,
             },
             name: None,
         };

@@ -6,6 +6,7 @@
 //!   answer function (which loads what was compiled).
 //! - [`keys::DynamoKeys`]: API keys (digests → tenants) for the functions' auth.
 //! - [`documents::Documents`]: reads an uploaded document from S3 for the ingest function.
+//! - [`usage::DynamoUsage`]: usage counters per tenant, key and day, added to atomically.
 //! - [`secrets::settings`]: `SLUICE_*` settings (the vector store's API key) from a Secrets
 //!   Manager secret, read once at start.
 //!
@@ -19,6 +20,7 @@ pub mod components;
 pub mod documents;
 pub mod keys;
 pub mod secrets;
+pub mod usage;
 
 /// Connecting to an AWS endpoint (in-region, or through a VPC endpoint): well under a second.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);

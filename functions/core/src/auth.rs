@@ -39,26 +39,36 @@ pub enum Permission {
     Cache,
     /// See the assembled prompt (system prompt and retrieved chunks) in `meta.prompt`.
     Prompt,
+    /// `GET /v1/usage`: the tenant's usage per day. Keys made before it existed do not have
+    /// it.
+    Usage,
+    /// `GET /v1/usage?keys=true`: the usage of each of the tenant's keys (an administrator's).
+    #[serde(rename = "usage:keys")]
+    UsageKeys,
 }
 
 impl Permission {
     /// Every permission, in the order the docs list them.
-    pub const ALL: [Permission; 6] = [
+    pub const ALL: [Permission; 8] = [
         Permission::Answer,
         Permission::Documents,
         Permission::DocumentsDelete,
         Permission::Components,
         Permission::Cache,
         Permission::Prompt,
+        Permission::Usage,
+        Permission::UsageKeys,
     ];
 
-    /// What a new key gets unless told otherwise: everything but [`Permission::Prompt`].
-    pub const DEFAULT: [Permission; 5] = [
+    /// What a new key gets unless told otherwise: everything but [`Permission::Prompt`] and
+    /// [`Permission::UsageKeys`].
+    pub const DEFAULT: [Permission; 6] = [
         Permission::Answer,
         Permission::Documents,
         Permission::DocumentsDelete,
         Permission::Components,
         Permission::Cache,
+        Permission::Usage,
     ];
 
     /// The name used in key files, the CLI and error messages.
@@ -70,6 +80,8 @@ impl Permission {
             Permission::Components => "components",
             Permission::Cache => "cache",
             Permission::Prompt => "prompt",
+            Permission::Usage => "usage",
+            Permission::UsageKeys => "usage:keys",
         }
     }
 
@@ -91,6 +103,11 @@ pub struct Principal {
     /// tenant's.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub filter: Option<crate::filter::Filter>,
+    /// Tokens (prompt + completion) the key may spend per calendar month (UTC); past them its
+    /// answers are refused with 429 `budget_exceeded` ([`crate::usage`]). `None`: no budget of
+    /// its own (the tenant's may still apply).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_budget: Option<u64>,
 }
 
 impl Principal {
@@ -147,6 +164,14 @@ pub fn new_key() -> String {
 /// `sha256:<hex>` of `key`: what key stores hold and are searched by.
 pub fn digest(key: &str) -> String {
     format!("sha256:{}", crate::sha256_hex(key.as_bytes()))
+}
+
+/// A key's public id: the first 12 hex digits of its digest. Usage is counted per key under
+/// it, and `sluice keys create` prints it; it tells keys apart without revealing anything
+/// that would let anyone use one.
+pub fn key_id(hash: &str) -> String {
+    let hex = hash.strip_prefix("sha256:").unwrap_or(hash);
+    hex.chars().take(12).collect()
 }
 
 /// Whether `hash` has the form [`digest`] gives.
@@ -251,10 +276,7 @@ pub fn append_to_file(path: &Path, record: KeyRecord) -> Result<(), AuthError> {
     };
     keys.push(record);
     let text = serde_json::to_string_pretty(&KeyFile { keys }).map_err(|e| fail(e.to_string()))?;
-    let part = path.with_extension("part");
-    std::fs::write(&part, text + "\n")
-        .and_then(|()| std::fs::rename(&part, path))
-        .map_err(|e| fail(e.to_string()))
+    crate::replace_file(path, &(text + "\n")).map_err(|e| fail(e.to_string()))
 }
 
 #[async_trait]
@@ -288,6 +310,7 @@ mod tests {
                 tenant: Tenant::new(tenant).unwrap(),
                 permissions: permissions.to_vec(),
                 filter: None,
+                token_budget: None,
             },
             name: None,
         }

@@ -85,6 +85,9 @@ wire_names! {
         /// A metadata `filter` that is not valid: not an object, an unknown operator, a value
         /// of the wrong type.
         InvalidFilter = "invalid_filter",
+        /// A usage query's `from` or `to` that is not a day, or a range that is backwards or
+        /// too long.
+        InvalidRange = "invalid_range",
         /// A bad `x-sluice-tenant` header.
         InvalidTenant = "invalid_tenant",
         /// An upload that is not an acceptable rerank component.
@@ -116,6 +119,8 @@ wire_names! {
         UnknownDocument = "unknown_document",
         /// The answer cache is off.
         CacheDisabled = "cache_disabled",
+        /// This deployment does not count usage (`SLUICE_USAGE=off`).
+        UsageDisabled = "usage_disabled",
         /// This deployment runs without tenant components.
         ComponentsDisabled = "components_disabled",
         /// A wrong method on a known route.
@@ -128,6 +133,8 @@ wire_names! {
         RateLimited = "rate_limited",
         /// The tenant has too many answers streaming.
         TooManyStreams = "too_many_streams",
+        /// The key's or the tenant's monthly token budget is spent (until the next month).
+        BudgetExceeded = "budget_exceeded",
         /// The model or the store failed during an ingest.
         IngestFailed = "ingest_failed",
         /// The component storage failed.
@@ -138,6 +145,8 @@ wire_names! {
         Internal = "internal",
         /// The answer cache cannot be reached.
         CacheUnavailable = "cache_unavailable",
+        /// The usage store cannot be read.
+        UsageUnavailable = "usage_unavailable",
         /// The API keys cannot be checked.
         AuthUnavailable = "auth_unavailable",
         /// The LLM refused the connection, or answered 429 or 5xx before the first token.
@@ -163,17 +172,18 @@ impl Code {
             InvalidJson | MissingQuery | EmptyQuery | QueryTooLong | InvalidK | InvalidDeadline
             | InvalidSessionId | InvalidCache | InvalidDocument | InvalidFilter | InvalidTenant
             | InvalidComponent | InvalidN | InvalidMaxTokens | UnreadableBody | InvalidPage
-            | ConfirmationRequired => 400,
+            | ConfirmationRequired | InvalidRange => 400,
             MissingApiKey | InvalidApiKey => 401,
             ForbiddenTenant | PermissionDenied | CrossOrigin | ForbiddenHost => 403,
-            NotFound | UnknownVersion | UnknownDocument | CacheDisabled | ComponentsDisabled => 404,
+            NotFound | UnknownVersion | UnknownDocument | CacheDisabled | ComponentsDisabled
+            | UsageDisabled => 404,
             MethodNotAllowed => 405,
             BodyTooLarge | IngestTooLarge => 413,
-            RateLimited | TooManyStreams => 429,
+            RateLimited | TooManyStreams | BudgetExceeded => 429,
             IngestFailed | StorageFailed | Internal => 500,
             LlmRejected | LlmStreamFailed => 502,
             CacheUnavailable | AuthUnavailable | LlmUnavailable | StoreUnavailable
-            | ShuttingDown => 503,
+            | UsageUnavailable | ShuttingDown => 503,
             LlmTimeout | DeadlineExceeded => 504,
         }
     }
@@ -188,6 +198,7 @@ impl Code {
                 | CacheUnavailable
                 | AuthUnavailable
                 | StoreUnavailable
+                | UsageUnavailable
                 | LlmUnavailable
                 | LlmTimeout
                 | LlmStreamFailed

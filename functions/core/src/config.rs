@@ -75,6 +75,35 @@ pub struct Config {
     pub components: ComponentsConfig,
     /// API keys and the tenant of unauthenticated requests.
     pub auth: AuthConfig,
+    /// Where usage is counted, and tenants' token budgets.
+    pub usage: UsageConfig,
+}
+
+/// Where usage is counted ([`crate::usage`]), and tenants' monthly token budgets.
+#[derive(Debug, Clone)]
+pub struct UsageConfig {
+    /// `SLUICE_USAGE`: where the counters are kept.
+    pub backend: UsageBackend,
+    /// The file of [`UsageBackend::File`]: `SLUICE_DATA_DIR/usage.json`.
+    pub file: PathBuf,
+    /// `SLUICE_USAGE_TABLE`: the DynamoDB table of [`UsageBackend::Dynamodb`].
+    pub table: String,
+    /// `SLUICE_TENANT_TOKEN_BUDGETS`: monthly token budgets, `acme=5000000,globex=100000`.
+    pub tenant_budgets: HashMap<Tenant, u64>,
+    /// `SLUICE_USAGE_REFRESH_MS`: how old a tenant's month of usage, as a process last read
+    /// it for budgets, may get before it is read again.
+    pub refresh: Duration,
+}
+
+/// Where usage is counted (`SLUICE_USAGE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UsageBackend {
+    /// Not counted; no budgets are enforced and `GET /v1/usage` is 404.
+    Off,
+    /// A JSON file in the data folder (the local default).
+    File,
+    /// A DynamoDB table, added to by every process (`SLUICE_USAGE_TABLE`).
+    Dynamodb,
 }
 
 /// `sluice serve`'s listener, and what every entry point's streams do.
@@ -360,6 +389,7 @@ impl Config {
                 table: get("SLUICE_COMPONENT_TABLE").unwrap_or_else(|| "sluice-components".into()),
             },
             auth: auth_section(&get)?,
+            usage: usage_section(&get, &data_dir)?,
             home,
             data_dir,
         })
@@ -631,24 +661,71 @@ fn threshold(name: &'static str, value: &str) -> Result<f32, ConfigError> {
 /// `tenant=threshold` pairs separated by commas.
 fn tenant_thresholds(value: &str) -> Result<HashMap<Tenant, f32>, ConfigError> {
     const NAME: &str = "SLUICE_CACHE_TENANT_THRESHOLDS";
+    tenant_values(NAME, value, "threshold", "acme=0.97,globex=0.9", |t| {
+        threshold(NAME, t).map_err(|_| "is not from 0.8 to 1.0".to_string())
+    })
+}
+
+/// `tenant=value` pairs separated by commas (`what` names the value, `example` shows a
+/// setting), each value read by `parse` (which says what is wrong with one).
+fn tenant_values<T>(
+    name: &'static str,
+    value: &str,
+    what: &str,
+    example: &str,
+    parse: impl Fn(&str) -> Result<T, String>,
+) -> Result<HashMap<Tenant, T>, ConfigError> {
     let mut map = HashMap::new();
     for pair in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let bad = |expected: &str| ConfigError {
-            name: NAME,
+            name,
             value: value.to_string(),
             expected: format!(
-                "{expected} (comma-separated tenant=threshold pairs, such as acme=0.97,globex=0.9)"
+                "{expected} (comma-separated tenant={what} pairs, such as {example})"
             ),
         };
-        let (tenant, t) = pair
+        let (tenant, v) = pair
             .split_once('=')
             .ok_or_else(|| bad(&format!("{pair:?} has no '='")))?;
         let tenant = Tenant::new(tenant.trim()).map_err(|e| bad(&e.to_string()))?;
-        let t = threshold(NAME, t)
-            .map_err(|_| bad(&format!("{tenant}'s threshold is not from 0.8 to 1.0")))?;
-        map.insert(tenant, t);
+        let v = parse(v.trim()).map_err(|e| bad(&format!("{tenant}'s {what} {e}")))?;
+        map.insert(tenant, v);
     }
     Ok(map)
+}
+
+fn usage_section(
+    get: &impl Fn(&str) -> Option<String>,
+    data_dir: &std::path::Path,
+) -> Result<UsageConfig, ConfigError> {
+    const BUDGETS: &str = "SLUICE_TENANT_TOKEN_BUDGETS";
+    Ok(UsageConfig {
+        backend: match get("SLUICE_USAGE").as_deref().map(str::trim) {
+            None | Some("file") => UsageBackend::File,
+            Some("dynamodb") => UsageBackend::Dynamodb,
+            Some("off") => UsageBackend::Off,
+            Some(other) => {
+                return Err(ConfigError {
+                    name: "SLUICE_USAGE",
+                    value: other.to_string(),
+                    expected: "file, dynamodb or off".into(),
+                });
+            }
+        },
+        file: data_dir.join("usage.json"),
+        table: get("SLUICE_USAGE_TABLE").unwrap_or_else(|| "sluice-usage".into()),
+        tenant_budgets: tenant_values(
+            BUDGETS,
+            get(BUDGETS).as_deref().unwrap_or(""),
+            "budget",
+            "acme=5000000,globex=100000",
+            |v| match v.parse::<u64>() {
+                Ok(n) if n >= 1 => Ok(n),
+                _ => Err("is not a whole number of tokens from 1".to_string()),
+            },
+        )?,
+        refresh: millis(get, "SLUICE_USAGE_REFRESH_MS", 10_000, 0)?,
+    })
 }
 
 /// `arn:<partition>:iam::<12 digits>:role/<path and name>`.
@@ -918,6 +995,38 @@ mod tests {
         ] {
             let e = with(&[(name, value)]).unwrap_err();
             assert_eq!(e.name, name, "{name}={value}: {e}");
+        }
+    }
+
+    #[test]
+    fn usage_is_counted_in_a_file_by_default_and_budgets_are_checked() {
+        let c = with(&[("SLUICE_DATA_DIR", "/srv/sluice")]).unwrap();
+        assert_eq!(c.usage.backend, UsageBackend::File);
+        assert_eq!(c.usage.file, PathBuf::from("/srv/sluice/usage.json"));
+        assert_eq!(c.usage.table, "sluice-usage");
+        assert!(c.usage.tenant_budgets.is_empty());
+        assert_eq!(c.usage.refresh, Duration::from_secs(10));
+        let c = with(&[
+            ("SLUICE_USAGE", "dynamodb"),
+            ("SLUICE_TENANT_TOKEN_BUDGETS", " acme=5000000, globex=1 "),
+        ])
+        .unwrap();
+        assert_eq!(c.usage.backend, UsageBackend::Dynamodb);
+        assert_eq!(
+            c.usage.tenant_budgets[&Tenant::new("acme").unwrap()],
+            5_000_000
+        );
+        assert_eq!(c.usage.tenant_budgets.len(), 2);
+        for (name, value, says) in [
+            ("SLUICE_USAGE", "redis", "file, dynamodb or off"),
+            ("SLUICE_TENANT_TOKEN_BUDGETS", "acme=0", "acme's budget"),
+            ("SLUICE_TENANT_TOKEN_BUDGETS", "acme=lots", "whole number"),
+            ("SLUICE_TENANT_TOKEN_BUDGETS", "acme", "has no '='"),
+            ("SLUICE_USAGE_REFRESH_MS", "-5", "whole number"),
+        ] {
+            let e = with(&[(name, value)]).unwrap_err();
+            assert_eq!(e.name, name, "{name}={value}: {e}");
+            assert!(e.to_string().contains(says), "{name}={value}: {e}");
         }
     }
 

@@ -12,7 +12,8 @@
 //!   answer may use; [`codes`]: every code a client can see; [`auth`]: API keys and what they allow;
 //!   [`breaker`]: the circuit breaker of remote stores; [`trace`]: W3C trace context;
 //!   [`config`]: the environment, read and checked once, in one section per owner;
-//!   [`tenant`]: the tenant name, checked where it comes in.
+//!   [`tenant`]: the tenant name, checked where it comes in; [`usage`]: what each tenant and
+//!   key used, and the monthly token budgets.
 //!
 //! The heavy work lives in adapter crates that implement the traits in [`stages`]:
 //! `sluice-embed` (tract + tokenizers), `sluice-retrieve` (Qdrant Edge, Qdrant, Pinecone),
@@ -38,6 +39,7 @@ pub mod sse;
 pub mod stages;
 pub mod tenant;
 pub mod trace;
+pub mod usage;
 
 pub use config::Config;
 pub use tenant::Tenant;
@@ -58,3 +60,15 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .collect()
 }
 pub use pipeline::Pipeline;
+
+/// Replaces the file at `path` with `text` whole (its folder made if missing): written beside
+/// it, then renamed over it, so that a reader never sees half a file (the key file, the usage
+/// file).
+pub fn replace_file(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir)?;
+    }
+    let part = path.with_extension("part");
+    std::fs::write(&part, text)?;
+    std::fs::rename(&part, path)
+}

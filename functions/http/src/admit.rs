@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, header};
 use sluice_core::Tenant;
-use sluice_core::auth::{CLIENT_KEY_VAR, Permission, digest};
+use sluice_core::auth::{CLIENT_KEY_VAR, Permission, digest, key_id};
 use sluice_core::codes::Code;
 use sluice_core::filter::Filter;
 use sluice_core::tenant::TENANT_RULE;
@@ -20,12 +20,18 @@ const KEY_HEADER: &str = "x-api-key";
 /// The header naming the tenant (with auth on, it must name the key's own).
 pub const TENANT_HEADER: &str = "x-sluice-tenant";
 
-/// Who is asking: the tenant, and whether it may see the assembled prompt.
+/// Who is asking: the tenant, and what its key allows and is bound to.
 pub(crate) struct Caller {
     pub(crate) tenant: Tenant,
     pub(crate) may_see_prompt: bool,
     /// The key's mandatory filter, ANDed with whatever the request sends.
     pub(crate) filter: Option<Filter>,
+    /// The key's id ([`key_id`]), under which its usage is counted; `None` with auth off.
+    pub(crate) key: Option<String>,
+    /// The key's monthly token budget.
+    pub(crate) token_budget: Option<u64>,
+    /// Whether the key may see the usage of each of the tenant's keys.
+    pub(crate) may_see_keys: bool,
 }
 
 /// Admits a `/v1` request that needs `permission`, or says why not (every `/v1` route starts
@@ -73,6 +79,9 @@ async fn identify(
             tenant: named.unwrap_or_else(|| server.default_tenant.clone()),
             may_see_prompt: true,
             filter: None,
+            key: None,
+            token_budget: None,
+            may_see_keys: true,
         });
     };
     let unauthorized = |code, message: &str| ApiError::new(code, message.to_string());
@@ -105,7 +114,8 @@ async fn identify(
                 )
             })?,
     };
-    let principal = match keys.find(&digest(key)).await {
+    let hash = digest(key);
+    let principal = match keys.find(&hash).await {
         Ok(Some(p)) => p,
         Ok(None) => {
             return Err(unauthorized(
@@ -144,6 +154,9 @@ async fn identify(
     }
     Ok(Caller {
         may_see_prompt: principal.may(Permission::Prompt),
+        may_see_keys: principal.may(Permission::UsageKeys),
+        key: Some(key_id(&hash)),
+        token_budget: principal.token_budget,
         tenant: principal.tenant,
         filter: principal.filter,
     })

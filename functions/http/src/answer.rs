@@ -19,6 +19,7 @@ use sluice_core::filter::Filter;
 use sluice_core::pipeline::{AnswerRequest, Conversation};
 use sluice_core::sse::Event;
 use sluice_core::trace::TraceContext;
+use sluice_core::usage::{OverBudget, day_string};
 use sluice_core::{Pipeline, Tenant};
 
 use crate::admit::{Caller, admit, limited};
@@ -227,10 +228,11 @@ pub fn frame(event: &Event) -> String {
     format!("event: {}\ndata: {}\n\n", event.name(), event.data())
 }
 
-/// Starts answering `request` for `caller` (the tenant's stream quota permitting): the
-/// pipeline's events — which end early, with a closing retryable `error`, when the server's
-/// drain time is up or the entry point's [`StreamDeadline`] comes — counted in the metrics as
-/// they pass. The stream holds the tenant's stream permit until it ends or is dropped.
+/// Starts answering `request` for `caller` (its key's and its tenant's token budgets and the
+/// tenant's stream quota permitting, all checked from memory): the pipeline's events — which
+/// end early, with a closing retryable `error`, when the server's drain time is up or the
+/// entry point's [`StreamDeadline`] comes — counted in the metrics and the usage as they
+/// pass. The stream holds the tenant's stream permit until it ends or is dropped.
 pub(crate) fn open_answer(
     server: &Server,
     pipeline: &Arc<Pipeline>,
@@ -244,6 +246,11 @@ pub(crate) fn open_answer(
             "\"include_prompt\" needs an API key with the \"prompt\" permission",
         ));
     }
+    if let Some(meter) = &server.usage {
+        meter
+            .check(&caller.tenant, caller.key.as_deref(), caller.token_budget)
+            .map_err(|over| over_budget(&caller.tenant, over))?;
+    }
     let permit = server
         .quotas
         .stream(&caller.tenant)
@@ -252,7 +259,7 @@ pub(crate) fn open_answer(
         ends_by: deadline.map(|axum::Extension(StreamDeadline(at))| at),
         ..request
     };
-    Ok(answer_stream(server, pipeline, request)
+    Ok(answer_stream(server, pipeline, request, caller.key.clone())
         .map(move |e| {
             let _held = &permit;
             e
@@ -260,15 +267,52 @@ pub(crate) fn open_answer(
         .boxed())
 }
 
-/// `pipeline`'s answer to `request`, counted in `server`'s metrics as it passes: what every
-/// entry point serves (no quota is taken here; [`open_answer`] does that for the routes).
+/// `pipeline`'s answer to `request` (asked with the key whose id is `key`), counted in
+/// `server`'s metrics and usage as it passes: what every entry point serves (no quota or
+/// budget is checked here; [`open_answer`] does that for the routes). The usage is written
+/// after the last event, before the stream ends — so on Lambda before the invocation does —
+/// and never delays an event; a stream dropped early has its usage written by a task.
 pub fn answer_stream(
     server: &Server,
     pipeline: &Arc<Pipeline>,
     request: AnswerRequest,
+    key: Option<String>,
 ) -> impl futures::Stream<Item = Event> + Send + 'static {
-    let tenant = request.tenant.clone();
-    crate::metrics::observed(&server.metrics, tenant, pipeline.answer(request))
+    let asker = crate::metrics::Asker {
+        tenant: request.tenant.clone(),
+        key,
+        usage: server.usage.clone(),
+    };
+    let usage = server.usage.clone();
+    let written = futures::stream::once(async move {
+        if let Some(meter) = usage {
+            // A failure is logged by the meter, and its counts kept for the next flush.
+            let _ = meter.flush().await;
+        }
+    })
+    .filter_map(|()| std::future::ready(None::<Event>));
+    crate::metrics::observed(&server.metrics, asker, pipeline.answer(request)).chain(written)
+}
+
+/// The 429 of a spent budget, with `Retry-After` at the start of the next month.
+pub(crate) fn over_budget(tenant: &Tenant, over: OverBudget) -> ApiError {
+    tracing::warn!(%tenant, whose = over.whose, used = over.used, budget = over.budget, "token budget spent");
+    let whose = match over.whose {
+        "key" => "this API key's".to_string(),
+        _ => format!("tenant {tenant:?}'s"),
+    };
+    ApiError {
+        retry_after: Some(over.retry_after()),
+        ..ApiError::new(
+            Code::BudgetExceeded,
+            format!(
+                "{whose} monthly token budget is spent: {} of {} tokens used; it starts again on {} (UTC)",
+                over.used,
+                over.budget,
+                day_string(over.resets_on)
+            ),
+        )
+    }
 }
 
 /// A `text/event-stream` response of already-framed events, passed on as they come. After

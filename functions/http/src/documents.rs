@@ -17,6 +17,7 @@ use sluice_core::codes::Code;
 use sluice_core::error::{IngestError, StoreError};
 use sluice_core::filter::Filter;
 use sluice_core::ingest::{DEFAULT_PAGE, Document, MAX_PAGE};
+use sluice_core::usage::Counts;
 
 use crate::Server;
 use crate::admit::admit;
@@ -43,9 +44,8 @@ pub(crate) async fn documents(
     body: Body,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
-    let tenant = admit(&server, &headers, Permission::Documents)
-        .await?
-        .tenant;
+    let caller = admit(&server, &headers, Permission::Documents).await?;
+    let tenant = caller.tenant;
     let ingest = server.ingest()?;
     let bytes = read_body(body, server.limits.max_ingest_bytes).await?;
     let documents = match query.filename {
@@ -55,6 +55,12 @@ pub(crate) async fn documents(
     };
     match ingest.ingest(&tenant, documents).await {
         Ok(report) => {
+            if let Some(meter) = &server.usage {
+                meter.record(&tenant, caller.key.as_deref(), Counts::of_ingest(&report));
+                // Written before the answer, as an ingest is not latency-bound; a failure
+                // keeps the counts for the next flush and is not the client's problem.
+                let _ = meter.flush().await;
+            }
             let mut value = serde_json::to_value(&report).unwrap_or_default();
             value["elapsed_ms"] = json!(started.elapsed().as_millis() as u64);
             Ok(Json(value).into_response())

@@ -10,6 +10,7 @@
 //! | `GET /v1/components/rerank` | the tenant's versions and the active one |
 //! | `DELETE /v1/components/rerank` | back to the built-in default (fused order) |
 //! | `DELETE /v1/cache` | forget the tenant's cached answers → `{"deleted": n}` |
+//! | `GET /v1/usage` | the tenant's usage per day (`?from&to`, `&keys=true` per key) ([`usage`]) |
 //! | `POST /v1/chat/completions`, `GET /v1/models` | OpenAI-compatible ([`openai`]) |
 //! | `GET /healthz` | the process is up |
 //! | `GET /readyz` | model loaded, store open, LLM reachable (503 otherwise) |
@@ -40,6 +41,7 @@ pub mod metrics;
 pub mod openai;
 mod parts;
 pub mod quota;
+mod usage;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +57,7 @@ use sluice_core::auth::{KeyStore, Permission};
 use sluice_core::codes::Code;
 use sluice_core::config::{AuthConfig, Limits, ServerConfig};
 use sluice_core::stages::Components;
+use sluice_core::usage::Meter;
 use sluice_core::{Ingest, Pipeline, Tenant};
 
 pub use admit::client_headers;
@@ -90,6 +93,9 @@ pub struct Server {
     pub sse_keepalive: Duration,
     /// The tenant of a request without `x-sluice-tenant` while auth is off.
     pub default_tenant: Tenant,
+    /// Counts each answer's and ingest's usage, and checks budgets; `None` with
+    /// `SLUICE_USAGE=off`.
+    pub usage: Option<Arc<Meter>>,
 }
 
 impl Server {
@@ -110,6 +116,7 @@ impl Server {
             limits: limits.clone(),
             sse_keepalive: server.sse_keepalive,
             default_tenant: auth.default_tenant.clone(),
+            usage: None,
         }
     }
 
@@ -216,6 +223,7 @@ pub fn router(server: Arc<Server>) -> Router {
             post(components::activate_component),
         )
         .route("/v1/cache", delete(clear_cache))
+        .route("/v1/usage", get(usage::usage))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models))
         .fallback(not_found)

@@ -8,7 +8,9 @@
 //!   line per answer on stdout ([`Metrics::with_emf`]); CloudWatch turns it into metrics in
 //!   the `Sluice` namespace with no API call on the request path.
 //!
-//! Recording is a few atomic adds per answer; nothing here blocks.
+//! Each answer's usage (tokens, cache hit, component fuel) is also handed to the usage
+//! [`Meter`] here, from the same events. Recording is a few atomic adds and one short lock
+//! per answer; nothing here blocks.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -25,6 +27,7 @@ use futures::{Stream, StreamExt};
 use sluice_core::Tenant;
 use sluice_core::codes::{Code, Degraded};
 use sluice_core::sse::{CacheState, Event, Timings};
+use sluice_core::usage::{Counts, Meter};
 
 /// The content type of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -81,6 +84,10 @@ pub struct Outcome<'a> {
     pub tokens: u64,
     /// The `error` event's code, when the stream ended with one.
     pub error: Option<Code>,
+    /// The id of the API key that asked (`None` with auth off).
+    pub key: Option<&'a str>,
+    /// What the answer used, as counted in the usage.
+    pub usage: &'a Counts,
 }
 
 /// The process's metrics; cheap to clone (one shared set).
@@ -224,6 +231,8 @@ impl Metrics {
         AnswerGuard {
             metrics: self.clone(),
             finished: false,
+            asker: None,
+            dropped: Counts::default(),
         }
     }
 
@@ -288,17 +297,31 @@ impl Metrics {
     }
 }
 
-/// `events` (an answer's), recorded in `metrics` as they pass: how the answer ended (its
-/// closing event, with `meta`'s cache state, degraded reasons and timings, or `done`'s
-/// timings), or as `dropped` when the stream is dropped before its end (the client went away).
-/// Label values come from fixed sets (the typed codes and reasons): a series per tenant or per
-/// free-form string would grow forever.
+/// Who asked for an answer, and where its usage is counted.
+pub struct Asker {
+    /// The tenant.
+    pub tenant: Tenant,
+    /// The id of the API key (`None` with auth off).
+    pub key: Option<String>,
+    /// The usage meter (`None` with `SLUICE_USAGE=off`).
+    pub usage: Option<Arc<Meter>>,
+}
+
+/// `events` (an answer's), recorded in `metrics` and in the asker's usage as they pass: how
+/// the answer ended (its closing event, with `meta`'s cache state, degraded reasons and
+/// timings, or `done`'s timings and token counts), or as `dropped` when the stream is dropped
+/// before its end (the client went away; the tokens it was sent still count). Label values
+/// come from fixed sets (the typed codes and reasons): a series per tenant or per free-form
+/// string would grow forever.
 pub fn observed(
     metrics: &Metrics,
-    tenant: Tenant,
+    asker: Asker,
     events: impl Stream<Item = Event> + Send + 'static,
 ) -> impl Stream<Item = Event> + Send + 'static {
     let mut guard = metrics.stream_opened();
+    let tenant = asker.tenant.clone();
+    let key = asker.key.clone();
+    guard.asker = Some(asker);
     // What `meta` said: the cache state, degraded reasons and timings so far.
     let mut meta: Option<(CacheState, Vec<Degraded>, Timings)> = None;
     let mut request_id = String::new();
@@ -309,7 +332,8 @@ pub fn observed(
             Some((cache, degraded, timings)) => (*cache, degraded.as_slice(), timings),
             None => (CacheState::Bypass, &[][..], &none),
         };
-        let outcome = |timings, error| Outcome {
+        let hit = cache == CacheState::Hit;
+        let outcome = |timings, error, usage| Outcome {
             tenant: &tenant,
             request_id: &request_id,
             timings,
@@ -317,15 +341,27 @@ pub fn observed(
             degraded,
             tokens,
             error,
+            key: key.as_deref(),
+            usage,
         };
         match event {
             Event::Meta(m) => {
                 request_id = m.request_id.clone();
                 meta = Some((m.cache, m.degraded.clone(), m.timings.clone()));
+                guard.dropped = Counts::of_answer(None, m.cache == CacheState::Hit, 0, &m.timings);
             }
-            Event::Token(_) => tokens += 1,
-            Event::Done(d) => guard.finish(&outcome(&d.timings, None)),
-            Event::Error(e) => guard.finish(&outcome(timings, Some(e.code))),
+            Event::Token(_) => {
+                tokens += 1;
+                guard.dropped = Counts::of_answer(None, hit, tokens, timings);
+            }
+            Event::Done(d) => {
+                let usage = Counts::of_answer(Some(d), hit, tokens, &d.timings);
+                guard.finish(&outcome(&d.timings, None, &usage));
+            }
+            Event::Error(e) => {
+                let usage = Counts::of_answer(None, hit, tokens, timings);
+                guard.finish(&outcome(timings, Some(e.code), &usage));
+            }
         }
     })
 }
@@ -334,13 +370,25 @@ pub fn observed(
 pub struct AnswerGuard {
     metrics: Metrics,
     finished: bool,
+    /// Whose usage the answer is, when it is counted.
+    asker: Option<Asker>,
+    /// What the answer used so far, counted if it is dropped before its end.
+    dropped: Counts,
 }
 
 impl AnswerGuard {
-    /// Records how the answer ended (once; a second call is ignored).
+    /// Records how the answer ended, and its usage (once; a second call is ignored).
     pub fn finish(&mut self, outcome: &Outcome<'_>) {
         if !std::mem::replace(&mut self.finished, true) {
             self.metrics.record(outcome);
+            if let Some(Asker {
+                tenant,
+                key,
+                usage: Some(meter),
+            }) = &self.asker
+            {
+                meter.record(tenant, key.as_deref(), *outcome.usage);
+            }
         }
     }
 }
@@ -349,8 +397,26 @@ impl Drop for AnswerGuard {
     fn drop(&mut self) {
         let i = &self.metrics.inner;
         i.active.dec();
-        if !self.finished {
-            i.answers.get_or_create(&Ending { ending: "dropped" }).inc();
+        if self.finished {
+            return;
+        }
+        i.answers.get_or_create(&Ending { ending: "dropped" }).inc();
+        // The client went away: what it was sent is counted, and written by a task of its own
+        // (nothing awaits a dropped stream). On Lambda the environment may be frozen first;
+        // then the next invocation's flush writes it, and if the environment is never used
+        // again it is lost.
+        if let Some(Asker {
+            tenant,
+            key,
+            usage: Some(meter),
+        }) = self.asker.take()
+        {
+            meter.record(&tenant, key.as_deref(), self.dropped);
+            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+                runtime.spawn(async move {
+                    let _ = meter.flush().await;
+                });
+            }
         }
     }
 }
@@ -386,6 +452,23 @@ fn emf_line(function: &str, o: &Outcome<'_>) -> String {
     }
     metric("tokens".into(), o.tokens as f64, "Count");
     metric(
+        "prompt_tokens".into(),
+        o.usage.prompt_tokens as f64,
+        "Count",
+    );
+    metric(
+        "completion_tokens".into(),
+        o.usage.completion_tokens as f64,
+        "Count",
+    );
+    if o.usage.component_calls > 0 {
+        metric(
+            "component_fuel".into(),
+            o.usage.component_fuel as f64,
+            "Count",
+        );
+    }
+    metric(
         "cache_hit".into(),
         f64::from(u8::from(o.cache == CacheState::Hit)),
         "Count",
@@ -417,6 +500,9 @@ fn emf_line(function: &str, o: &Outcome<'_>) -> String {
         "tenant": o.tenant,
         "request_id": o.request_id,
     });
+    if let (Value::Object(fields), Some(key)) = (&mut line, o.key) {
+        fields.insert("key".into(), json!(key));
+    }
     if let Value::Object(fields) = &mut line {
         fields.extend(values);
         if let Some(code) = o.error {
@@ -449,6 +535,19 @@ fn resident_memory() -> Option<(i64, i64)> {
 mod tests {
     use super::*;
 
+    const USAGE: Counts = Counts {
+        answers: 1,
+        cache_hits: 0,
+        prompt_tokens: 120,
+        completion_tokens: 7,
+        cached_tokens: 0,
+        component_calls: 0,
+        component_fuel: 0,
+        ingests: 0,
+        documents: 0,
+        chunks: 0,
+    };
+
     fn outcome<'a>(timings: &'a Timings, degraded: &'a [Degraded]) -> Outcome<'a> {
         Outcome {
             tenant: "acme",
@@ -458,6 +557,8 @@ mod tests {
             degraded,
             tokens: 7,
             error: None,
+            key: Some("0123456789ab"),
+            usage: &USAGE,
         }
     }
 
@@ -528,14 +629,24 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            ["ttft_ms", "tokens", "cache_hit", "degraded", "error"]
+            [
+                "ttft_ms",
+                "tokens",
+                "prompt_tokens",
+                "completion_tokens",
+                "cache_hit",
+                "degraded",
+                "error"
+            ]
         );
+        assert_eq!(line["prompt_tokens"], 120.0);
         // Every named metric has a value at the top level, as EMF requires.
         for name in names {
             assert!(line[name].is_number(), "{name} has no value in {line}");
         }
         assert_eq!(line["Function"], "answer");
         assert_eq!(line["tenant"], "acme");
+        assert_eq!(line["key"], "0123456789ab");
         assert!(line["_aws"]["Timestamp"].as_u64().unwrap_or(0) > 1_600_000_000_000);
     }
 }

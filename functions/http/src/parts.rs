@@ -7,6 +7,7 @@ use std::sync::Arc;
 use sluice_core::auth::KeyStore;
 use sluice_core::cache::SemanticCache;
 use sluice_core::stages::{Components, Embedder, Llm, Reranker, Store};
+use sluice_core::usage::{Meter, MeterSettings, UsageStore};
 use sluice_core::{Config, Ingest, Pipeline};
 
 use crate::Server;
@@ -64,6 +65,8 @@ pub struct Parts {
     pub components: Option<Arc<dyn Components>>,
     /// API keys; `None` while auth is off.
     pub keys: Option<Arc<dyn KeyStore>>,
+    /// Where usage is written (answers, documents); `None` with `SLUICE_USAGE=off`.
+    pub usage: Option<Arc<dyn UsageStore>>,
 }
 
 impl Parts {
@@ -93,6 +96,9 @@ impl Parts {
         }
         server.components = self.components;
         server.keys = self.keys;
+        server.usage = self
+            .usage
+            .map(|store| Arc::new(Meter::new(store, MeterSettings::from_config(&config.usage))));
         server
     }
 }

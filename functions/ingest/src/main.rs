@@ -25,6 +25,7 @@ use serde_json::Value;
 use sluice_aws::documents::{self, Documents, ReadError};
 use sluice_core::Ingest;
 use sluice_core::error::IngestError;
+use sluice_core::usage::{Counts, Meter};
 use tracing::{info, warn};
 
 /// What an S3 invocation did, per object.
@@ -60,9 +61,11 @@ struct Skipped {
     reason: String,
 }
 
-/// Ingests the objects an S3 notification names; `Err` only for what a retry could fix.
+/// Ingests the objects an S3 notification names, counting each in the tenant's usage (with
+/// no key: an upload has none); `Err` only for what a retry could fix.
 async fn ingest_uploads(
     ingest: &Ingest,
+    usage: Option<&Meter>,
     max_bytes: usize,
     documents: &Documents,
     event: S3Event,
@@ -139,6 +142,9 @@ async fn ingest_uploads(
         {
             Ok(done) => {
                 info!(%bucket, %key, tenant = %upload.tenant, documents = done.documents, chunks = done.chunks, "upload ingested");
+                if let Some(meter) = usage {
+                    meter.record(&upload.tenant, None, Counts::of_ingest(&done));
+                }
                 report.ingested.push(Ingested {
                     key,
                     tenant: upload.tenant.to_string(),
@@ -152,6 +158,11 @@ async fn ingest_uploads(
             Err(e) => return Err(e).with_context(|| format!("ingesting s3://{bucket}/{key}")),
         }
     }
+    if let Some(meter) = usage {
+        // Before the invocation ends; a failure keeps the counts for this environment's next
+        // flush (and is logged), it does not fail the uploads.
+        let _ = meter.flush().await;
+    }
     Ok(report)
 }
 
@@ -163,15 +174,18 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let ingest = Arc::clone(server.ingest.as_ref().context("the ingest path")?);
     let max_bytes = server.limits.max_ingest_bytes;
     let documents = Arc::new(Documents::connect().await.context("S3 client")?);
+    let usage = server.usage.clone();
     let router = sluice_http::router(server);
     let handler = lambda_runtime::service_fn(move |event: LambdaEvent<Value>| {
         let (ingest, documents, router) = (ingest.clone(), documents.clone(), router.clone());
+        let usage = usage.clone();
         async move {
             let LambdaEvent { payload, context } = event;
             // An S3 notification has `Records`; anything else is an HTTP event.
             if payload.get("Records").is_some() {
                 let event: S3Event = serde_json::from_value(payload).context("S3 event")?;
-                let report = ingest_uploads(&ingest, max_bytes, &documents, event).await?;
+                let report =
+                    ingest_uploads(&ingest, usage.as_deref(), max_bytes, &documents, event).await?;
                 return Ok::<Value, lambda_runtime::Error>(serde_json::to_value(report)?);
             }
             let request: LambdaRequest =

@@ -377,3 +377,80 @@ pub async fn delete_documents(url: &str, tenant: Option<&str>, what: Deletion<'_
         eprintln!("deleted {total} documents so far…");
     }
 }
+
+/// `sluice usage`: the tenant's usage per day from `from` to `to` (`YYYY-MM-DD`; the server's
+/// default is this month so far), a line a day and a total (`--json`: the server's answer);
+/// with `keys`, per API key as well.
+pub async fn usage(
+    url: &str,
+    tenant: Option<&str>,
+    from: Option<&str>,
+    to: Option<&str>,
+    keys: bool,
+    json: bool,
+) -> Result<()> {
+    let mut query = vec![];
+    if let Some(from) = from {
+        query.push(format!("from={}", escape(from)));
+    }
+    if let Some(to) = to {
+        query.push(format!("to={}", escape(to)));
+    }
+    if keys {
+        query.push("keys=true".to_string());
+    }
+    let request = http()?.get(format!("{url}/v1/usage?{}", query.join("&")));
+    let usage = send(request, url, tenant).await?;
+    if json {
+        println!("{usage:#}");
+        return Ok(());
+    }
+    let columns = [
+        "answers",
+        "cache_hits",
+        "prompt_tokens",
+        "completion_tokens",
+        "component_calls",
+        "component_fuel",
+        "documents",
+        "chunks",
+    ];
+    let line = |label: &str, row: &Value| {
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|c| row[*c].as_u64().unwrap_or(0).to_string())
+            .collect();
+        format!("{label}\t{}", cells.join("\t"))
+    };
+    let table = |label: &str, block: &Value| {
+        println!("{label}\t{}", columns.join("\t"));
+        for day in block["days"].as_array().into_iter().flatten() {
+            println!("{}", line(day["day"].as_str().unwrap_or("?"), day));
+        }
+        println!("{}", line("total", &block["total"]));
+    };
+    println!(
+        "tenant {} from {} to {}",
+        usage["tenant"].as_str().unwrap_or("?"),
+        usage["from"].as_str().unwrap_or("?"),
+        usage["to"].as_str().unwrap_or("?")
+    );
+    table("day", &usage);
+    for key in usage["keys"].as_array().into_iter().flatten() {
+        println!();
+        table(
+            &format!("key {}", key["key"].as_str().unwrap_or("(none)")),
+            key,
+        );
+    }
+    let budgets = &usage["budgets"];
+    for whose in ["tenant", "key"] {
+        if let Some(budget) = budgets[whose].as_u64() {
+            eprintln!(
+                "{whose} budget: {budget} tokens a month (starts again on {})",
+                budgets["resets_on"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    Ok(())
+}

@@ -10,10 +10,14 @@ use sluice_core::filter::Filter;
 pub async fn create(
     config: &Config,
     tenant: String,
-    permissions: &[String],
+    permissions: Option<&[String]>,
     name: Option<String>,
     filter: Option<&str>,
+    token_budget: Option<u64>,
 ) -> Result<()> {
+    if token_budget == Some(0) {
+        bail!("--token-budget: a budget is a whole number of tokens from 1");
+    }
     let tenant = Tenant::new(&tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
     let filter = filter
         .map(|text| -> Result<Filter> {
@@ -22,15 +26,18 @@ pub async fn create(
             Filter::parse(&value).map_err(|e| anyhow::anyhow!("--filter: {e}"))
         })
         .transpose()?;
-    let permissions = permissions
-        .iter()
-        .map(|p| {
-            Permission::parse(p).with_context(|| {
-                let known: Vec<&str> = Permission::ALL.iter().map(|p| p.name()).collect();
-                format!("--permissions: {p:?} is not one of {}", known.join(", "))
+    let permissions = match permissions {
+        None => Permission::DEFAULT.to_vec(),
+        Some(names) => names
+            .iter()
+            .map(|p| {
+                Permission::parse(p).with_context(|| {
+                    let known: Vec<&str> = Permission::ALL.iter().map(|p| p.name()).collect();
+                    format!("--permissions: {p:?} is not one of {}", known.join(", "))
+                })
             })
-        })
-        .collect::<Result<Vec<_>>>()?;
+            .collect::<Result<Vec<_>>>()?,
+    };
     let key = auth::new_key();
     let record = KeyRecord {
         hash: auth::digest(&key),
@@ -38,9 +45,11 @@ pub async fn create(
             tenant: tenant.clone(),
             permissions,
             filter,
+            token_budget,
         },
         name,
     };
+    let id = auth::key_id(&record.hash);
     let place = match (&config.auth.api_keys_file, &config.auth.api_keys_table) {
         (Some(file), _) => {
             auth::append_to_file(file, record)?;
@@ -55,7 +64,9 @@ pub async fn create(
             "set SLUICE_API_KEYS_FILE (sluice serve) or SLUICE_API_KEYS_TABLE (Lambda) to say where keys live"
         ),
     };
-    eprintln!("key for tenant {tenant} stored in {place}; it is shown only now:");
+    eprintln!(
+        "key {id} for tenant {tenant} stored in {place}; usage shows it as {id}; the key is shown only now:"
+    );
     println!("{key}");
     Ok(())
 }

@@ -4,6 +4,7 @@
 //! - `sluice ingest PATH…`: send .txt/.md/.json/.jsonl files to a running server.
 //! - `sluice ask "question"`: stream an answer to the terminal, then the stage timings.
 //! - `sluice documents list|get|delete`: a tenant's documents on a running server.
+//! - `sluice usage`: a tenant's usage per day (and per key) on a running server.
 //! - `sluice doctor`: say which parts are ready and what is missing.
 //! - `sluice cache create-table`: create the DynamoDB cache table (`SLUICE_CACHE_TABLE`).
 //! - `sluice store create-collection`: create the Qdrant collection or the Pinecone indexes
@@ -81,6 +82,28 @@ enum Command {
         tenant: Option<String>,
         /// Server base URL [default: http://$SLUICE_ADDR]
         #[arg(long, env = "SLUICE_URL", global = true)]
+        url: Option<String>,
+    },
+    /// Show the tenant's usage per day (answers, tokens, component fuel, documents) from a
+    /// running server.
+    Usage {
+        /// First day, YYYY-MM-DD (UTC) [default: the first of this month]
+        #[arg(long)]
+        from: Option<String>,
+        /// Last day, YYYY-MM-DD (UTC) [default: today]
+        #[arg(long)]
+        to: Option<String>,
+        /// Also per API key (needs the usage:keys permission).
+        #[arg(long)]
+        keys: bool,
+        /// Print the server's JSON.
+        #[arg(long)]
+        json: bool,
+        /// Tenant (with auth off; with a key, the key's) [default: SLUICE_DEFAULT_TENANT]
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Server base URL [default: http://$SLUICE_ADDR]
+        #[arg(long, env = "SLUICE_URL")]
         url: Option<String>,
     },
     /// Check the model, the data folder, the LLM and the server.
@@ -316,14 +339,11 @@ enum KeysCommand {
         /// The tenant the key acts for.
         #[arg(long)]
         tenant: String,
-        /// What the key may do, comma-separated: answer, documents, components, cache,
-        /// prompt (see the assembled prompt)
-        #[arg(
-            long,
-            value_delimiter = ',',
-            default_value = "answer,documents,components,cache"
-        )]
-        permissions: Vec<String>,
+        /// What the key may do, comma-separated: answer, documents, documents:delete,
+        /// components, cache, usage, usage:keys (every key's usage), prompt (see the
+        /// assembled prompt) [default: all but prompt and usage:keys]
+        #[arg(long, value_delimiter = ',')]
+        permissions: Option<Vec<String>>,
         /// A label for people (never used for access).
         #[arg(long)]
         name: Option<String>,
@@ -332,6 +352,10 @@ enum KeysCommand {
         /// e.g. '{"groups": {"$in": ["finance"]}}'.
         #[arg(long)]
         filter: Option<String>,
+        /// Tokens (prompt + completion) the key may spend per calendar month (UTC); past them
+        /// its answers are refused with 429 budget_exceeded.
+        #[arg(long)]
+        token_budget: Option<u64>,
     },
     /// Create the DynamoDB table SLUICE_API_KEYS_TABLE (the SAM template makes it in a deployment).
     CreateTable,
@@ -453,6 +477,21 @@ fn main() -> Result<()> {
                 }
             })
         }
+        Command::Usage {
+            from,
+            to,
+            keys,
+            json,
+            tenant,
+            url: u,
+        } => runtime.block_on(client::usage(
+            &url(u),
+            tenant.as_deref(),
+            from.as_deref(),
+            to.as_deref(),
+            keys,
+            json,
+        )),
         Command::Doctor { url: u } => runtime.block_on(doctor::run(&config, &url(u))),
         Command::Store {
             command: StoreCommand::CreateCollection,
@@ -481,13 +520,15 @@ fn main() -> Result<()> {
                     permissions,
                     name,
                     filter,
+                    token_budget,
                 },
         } => runtime.block_on(keys::create(
             &config,
             tenant,
-            &permissions,
+            permissions.as_deref(),
             name,
             filter.as_deref(),
+            token_budget,
         )),
         Command::Keys {
             command: KeysCommand::CreateTable,

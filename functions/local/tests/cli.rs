@@ -202,6 +202,39 @@ fn keys_made_by_the_cli_let_requests_in_and_never_reach_the_log() {
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("] International transfers ("));
+    // The default permissions include reading the tenant's usage (not every key's).
+    assert!(
+        stored.contains("\"documents:delete\"") && stored.contains("\"usage\""),
+        "{stored}"
+    );
+    let out = sluice()
+        .args(["usage", "--json", "--url", &server.url])
+        .env("SLUICE_API_KEY", &key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let usage: serde_json::Value = serde_json::from_slice(&out.stdout).expect("usage JSON");
+    assert_eq!(usage["tenant"], "acme");
+    assert_eq!(usage["total"]["answers"], 1, "{usage}");
+    assert_eq!(usage["total"]["documents"], 9, "{usage}");
+    assert!(
+        usage["total"]["completion_tokens"].as_u64() > Some(0),
+        "{usage}"
+    );
+    let out = sluice()
+        .args(["usage", "--url", &server.url])
+        .env("SLUICE_API_KEY", &key)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("\ntotal\t1\t"), "{}", text(&out));
+    let out = sluice()
+        .args(["usage", "--keys", "--url", &server.url])
+        .env("SLUICE_API_KEY", &key)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("usage:keys"), "{}", text(&out));
     let log = std::fs::read_to_string(server._data.path().join("serve.log")).unwrap();
     assert!(log.contains("auth on"), "{log}");
     assert!(log.contains("acme"), "the tenant is logged: {log}");

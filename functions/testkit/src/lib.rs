@@ -10,7 +10,7 @@
 //!   stores fuse), and [`Troubled`] around any store to make it slow or failing;
 //! - [`ScriptedReranker`]: a tenant component that reverses the order, fails, or is slow to
 //!   be found;
-//! - [`MemoryKeys`], [`BrokenKeys`], [`BrokenCache`], [`SlowComponents`];
+//! - [`MemoryKeys`], [`BrokenKeys`], [`BrokenCache`], [`SlowComponents`], [`BrokenUsage`];
 //! - [`filters`]: the metadata-filter cases every store is checked with.
 //!
 //! The real adapters are tested against the real dependencies in their own crates; a test of
@@ -29,7 +29,7 @@ mod store;
 
 pub use embed::HashEmbedder;
 pub use llm::{LlmCall, Reply, ScriptedLlm};
-pub use rerank::{ScriptedReranker, Verdict};
+pub use rerank::{SCRIPTED_FUEL_PER_HIT, ScriptedReranker, Verdict};
 pub use store::{MemoryStore, Troubled};
 
 use std::collections::HashMap;
@@ -44,6 +44,7 @@ use sluice_core::cache::{CacheEntry, CacheStore};
 use sluice_core::error::CacheError;
 use sluice_core::filter::Filter;
 use sluice_core::stages::{ComponentError, ComponentStorage};
+use sluice_core::usage::{Date, Row, Unwritten, UsageError, UsageStore};
 
 /// `name` as a tenant; panics when it is not a valid one (test data is).
 pub fn tenant(name: &str) -> Tenant {
@@ -87,6 +88,7 @@ pub const V1_ROUTES: &[(&str, &str, &str)] = &[
     ("GET", "/v1/components/rerank", ""),
     ("DELETE", "/v1/components/rerank", ""),
     ("DELETE", "/v1/cache", ""),
+    ("GET", "/v1/usage", ""),
     (
         "POST",
         "/v1/chat/completions",
@@ -114,12 +116,17 @@ impl MemoryKeys {
         permissions: &[Permission],
         filter: Option<Filter>,
     ) -> String {
-        let key = new_key();
-        let principal = Principal {
+        self.add_principal(Principal {
             tenant: self::tenant(tenant),
             permissions: permissions.to_vec(),
             filter,
-        };
+            token_budget: None,
+        })
+    }
+
+    /// A new key standing for `principal` (a filter, a token budget); the key itself.
+    pub fn add_principal(&self, principal: Principal) -> String {
+        let key = new_key();
         self.by_hash
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -148,6 +155,34 @@ impl KeyStore for BrokenKeys {
     async fn find(&self, _: &str) -> Result<Option<Principal>, AuthError> {
         Err(AuthError::Unavailable(
             "injected: key table unreachable".into(),
+        ))
+    }
+}
+
+/// A usage store that fails every call, or (with `hang`) never answers: the usage table
+/// unreachable.
+pub struct BrokenUsage {
+    /// Calls wait for ever instead of failing (the meter's timeout must end them).
+    pub hang: bool,
+}
+
+#[async_trait]
+impl UsageStore for BrokenUsage {
+    async fn add(&self, rows: &[Row]) -> Result<(), Unwritten> {
+        if self.hang {
+            std::future::pending::<()>().await;
+        }
+        Err(Unwritten {
+            rows: rows.to_vec(),
+            error: UsageError::Unavailable("injected: usage table unreachable".into()),
+        })
+    }
+    async fn read(&self, _: &Tenant, _: Date, _: Date) -> Result<Vec<Row>, UsageError> {
+        if self.hang {
+            std::future::pending::<()>().await;
+        }
+        Err(UsageError::Unavailable(
+            "injected: usage table unreachable".into(),
         ))
     }
 }

@@ -1,6 +1,7 @@
 //! The AWS adapters of the Lambda deployment, on the emulator `make test` starts: component
 //! storage in S3 and DynamoDB shared by two registries (as the registry and answer functions
-//! share it, each in its own process), and settings from Secrets Manager.
+//! share it, each in its own process), settings from Secrets Manager, and usage counted in
+//! DynamoDB by many environments at once.
 
 use sluice_testkit::tenant;
 use std::sync::Arc;
@@ -146,8 +147,10 @@ async fn what_one_registry_compiles_another_loads_and_an_activation_is_seen_afte
     let hits = [hit("a", 0.3), hit("b", 0.2), hit("c", 0.1)];
     let by = tokio::time::Instant::now() + Duration::from_secs(30);
     let component = reader.active(&tenant("acme"), by).await.unwrap().unwrap();
-    let order = blocking(move || component.rerank("q", &[], &hits).unwrap()).await;
-    assert_eq!(order, vec![2, 1, 0]);
+    let call = blocking(move || component.rerank("q", &[], &hits)).await;
+    assert_eq!(call.order, Ok(vec![2, 1, 0]));
+    // What the call burnt is reported (what the tenant's usage counts).
+    assert!(call.fuel > 0, "{call:?}");
     // Other tenants are untouched.
     assert_eq!(active(&reader, "globex").await, None);
 
@@ -181,4 +184,82 @@ async fn settings_come_from_a_secret_of_sluice_values() {
     .unwrap_err()
     .to_string();
     assert!(e.starts_with("Secrets Manager GetSecretValue"), "{e}");
+}
+
+#[tokio::test]
+async fn usage_from_many_environments_adds_up_in_dynamodb_and_reads_back_by_tenant_and_days() {
+    use sluice_core::usage::{Counts, Meter, MeterSettings, UsageStore, day_string, parse_day};
+    let dir = tempfile::tempdir().unwrap();
+    let table = format!("usage-{}", uuid::Uuid::new_v4().simple());
+    let config = sluice_tests::config(
+        dir.path(),
+        &[
+            ("SLUICE_USAGE", "dynamodb"),
+            ("SLUICE_USAGE_TABLE", table.as_str()),
+        ],
+    );
+    let usage = Arc::new(
+        sluice_aws::usage::DynamoUsage::connect(&config.usage)
+            .await
+            .unwrap(),
+    );
+    usage.create_table().await.unwrap();
+    // Eight environments, each with its own meter, answering for two tenants at once.
+    let one = Counts {
+        answers: 1,
+        prompt_tokens: 100,
+        completion_tokens: 20,
+        component_calls: 1,
+        component_fuel: 5_000,
+        ..Counts::default()
+    };
+    let (acme, globex) = (tenant("acme"), tenant("globex"));
+    let settings = MeterSettings::from_config(&config.usage);
+    let mut environments = tokio::task::JoinSet::new();
+    for e in 0..8 {
+        let store: Arc<dyn UsageStore> = usage.clone();
+        let (acme, globex, settings) = (acme.clone(), globex.clone(), settings.clone());
+        environments.spawn(async move {
+            let meter = Meter::new(store, settings);
+            for i in 0..5 {
+                let key = format!("key{}", (e + i) % 2);
+                meter.record(&acme, Some(&key), one);
+                meter.record(&globex, None, one);
+                meter.flush().await.unwrap();
+            }
+        });
+    }
+    while let Some(done) = environments.join_next().await {
+        done.unwrap();
+    }
+    let today = sluice_core::usage::today();
+    let rows = usage.read(&acme, today, today).await.unwrap();
+    let mut total = Counts::default();
+    for (key, counts) in &rows {
+        assert_eq!(key.tenant, acme);
+        assert_eq!(key.day, today);
+        total.add(counts);
+    }
+    // 8 environments × 5 answers, none lost to a concurrent write, split over two keys.
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert_eq!(total.answers, 40);
+    assert_eq!(total.tokens(), 40 * 120);
+    assert_eq!(total.component_fuel, 40 * 5_000);
+    let globex_rows = usage.read(&globex, today, today).await.unwrap();
+    assert_eq!(globex_rows.len(), 1);
+    assert_eq!(
+        (globex_rows[0].0.key.as_deref(), globex_rows[0].1.answers),
+        (None, 40)
+    );
+    // Days outside the range are not read; days inside are.
+    let yesterday = today.previous_day().unwrap();
+    assert!(
+        usage
+            .read(&acme, yesterday, yesterday)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let from = parse_day(&day_string(yesterday)).unwrap();
+    assert_eq!(usage.read(&acme, from, today).await.unwrap().len(), 2);
 }

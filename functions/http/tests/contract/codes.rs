@@ -15,7 +15,7 @@ use sluice_core::codes::Code;
 use sluice_core::error::LlmError;
 use sluice_core::stages::{ComponentError, ComponentVersion, Components};
 use sluice_http::StreamDeadline;
-use sluice_testkit::{BrokenCache, BrokenKeys, Reply, ScriptedLlm, Troubled};
+use sluice_testkit::{BrokenCache, BrokenKeys, BrokenUsage, Reply, ScriptedLlm, Troubled};
 
 use crate::kit::{self, App, Kit, Stream, documents, key_for};
 
@@ -229,6 +229,28 @@ async fn provoke(code: Code) -> Seen {
             let app = components_app(Some(|| ComponentError::NotFound("no version v9".into())));
             let body = json!({"version": "v9"});
             Seen::Refused(app.post("/v1/components/rerank/activate", &body).await)
+        }
+        Code::InvalidRange => Seen::Refused(
+            plain()
+                .send(Method::GET, "/v1/usage?from=someday", &[], "")
+                .await,
+        ),
+        Code::UsageDisabled => Seen::Refused(
+            Kit::new(&[("SLUICE_USAGE", "off")])
+                .app()
+                .send(Method::GET, "/v1/usage", &[], "")
+                .await,
+        ),
+        Code::BudgetExceeded => {
+            let kit = Kit::new(&[("SLUICE_TENANT_TOKEN_BUDGETS", "default=1")]);
+            let app = kit.ingested("default").await.app();
+            assert_eq!(app.answer(&ask).await.names().last(), Some(&"done"));
+            Seen::Refused(app.post("/v1/answer", &ask).await)
+        }
+        Code::UsageUnavailable => {
+            let mut kit = Kit::new(&[]);
+            kit.parts.usage = Some(Arc::new(BrokenUsage { hang: false }));
+            Seen::Refused(kit.app().send(Method::GET, "/v1/usage", &[], "").await)
         }
         Code::CacheDisabled => {
             let app = Kit::new(&[("SLUICE_CACHE", "off")]).app();

@@ -11,9 +11,10 @@ use serde_json::{Value, json};
 use sluice_core::auth::Permission;
 use sluice_core::cache::memory::MemoryCache;
 use sluice_core::cache::{CacheSettings, SemanticCache};
-use sluice_core::config::CacheBackend;
+use sluice_core::config::{CacheBackend, UsageBackend};
 use sluice_core::ingest::Document;
 use sluice_core::stages::Store;
+use sluice_core::usage::{LocalUsage, UsageStore};
 use sluice_core::{Config, Ingest};
 use sluice_http::{Parts, Role, Server};
 use sluice_testkit::{HashEmbedder, MemoryKeys, MemoryStore, ScriptedLlm};
@@ -78,6 +79,11 @@ impl Kit {
                 HashEmbedder::DIM,
             ))),
         };
+        // Usage in memory, as sluice-app counts it unless SLUICE_USAGE=off.
+        let usage: Option<Arc<dyn UsageStore>> = match config.usage.backend {
+            UsageBackend::Off => None,
+            _ => Some(Arc::new(LocalUsage::in_memory())),
+        };
         let parts = Parts {
             config,
             role: Role::All,
@@ -88,6 +94,7 @@ impl Kit {
             reranker: None,
             components: None,
             keys: None,
+            usage,
         };
         Self { parts, llm }
     }
@@ -121,8 +128,16 @@ impl Kit {
     }
 
     pub fn app(self) -> App {
+        self.app_with(|_| {})
+    }
+
+    /// The app, with `change` made to the assembled server first (a meter with its own
+    /// calendar, say).
+    pub fn app_with(self, change: impl FnOnce(&mut Server)) -> App {
+        let mut server = self.parts.into_server();
+        change(&mut server);
         App {
-            server: Arc::new(self.parts.into_server()),
+            server: Arc::new(server),
             llm: self.llm,
         }
     }

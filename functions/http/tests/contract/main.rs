@@ -16,3 +16,4 @@ mod fusion;
 mod kit;
 mod openai;
 mod stream;
+mod usage;
