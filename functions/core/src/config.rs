@@ -580,18 +580,15 @@ fn cache_section(
     budget: Duration,
 ) -> Result<CacheConfig, ConfigError> {
     Ok(CacheConfig {
-        backend: match get("SLUICE_CACHE").as_deref().map(str::trim) {
-            None | Some("memory") => CacheBackend::Memory,
-            Some("dynamodb") => CacheBackend::Dynamodb,
-            Some("off") => CacheBackend::Off,
-            Some(other) => {
-                return Err(ConfigError {
-                    name: "SLUICE_CACHE",
-                    value: other.to_string(),
-                    expected: "memory, dynamodb or off".into(),
-                });
-            }
-        },
+        backend: one_of(
+            get,
+            "SLUICE_CACHE",
+            &[
+                ("memory", CacheBackend::Memory),
+                ("dynamodb", CacheBackend::Dynamodb),
+                ("off", CacheBackend::Off),
+            ],
+        )?,
         table: get("SLUICE_CACHE_TABLE").unwrap_or_else(|| "sluice-cache".into()),
         create_table: parse(get, "SLUICE_CACHE_CREATE_TABLE", "false", "true or false")?,
         tenant_role_arn: match get("SLUICE_CACHE_TENANT_ROLE_ARN") {
@@ -700,18 +697,15 @@ fn usage_section(
 ) -> Result<UsageConfig, ConfigError> {
     const BUDGETS: &str = "SLUICE_TENANT_TOKEN_BUDGETS";
     Ok(UsageConfig {
-        backend: match get("SLUICE_USAGE").as_deref().map(str::trim) {
-            None | Some("file") => UsageBackend::File,
-            Some("dynamodb") => UsageBackend::Dynamodb,
-            Some("off") => UsageBackend::Off,
-            Some(other) => {
-                return Err(ConfigError {
-                    name: "SLUICE_USAGE",
-                    value: other.to_string(),
-                    expected: "file, dynamodb or off".into(),
-                });
-            }
-        },
+        backend: one_of(
+            get,
+            "SLUICE_USAGE",
+            &[
+                ("file", UsageBackend::File),
+                ("dynamodb", UsageBackend::Dynamodb),
+                ("off", UsageBackend::Off),
+            ],
+        )?,
         file: data_dir.join("usage.json"),
         table: get("SLUICE_USAGE_TABLE").unwrap_or_else(|| "sluice-usage".into()),
         tenant_budgets: tenant_values(
@@ -776,6 +770,30 @@ fn host_names(value: &str) -> Result<Vec<String>, ConfigError> {
         });
     }
     Ok(names)
+}
+
+/// The value of `name` among `choices` (the first is the default), or an error listing them.
+fn one_of<T: Copy>(
+    get: &impl Fn(&str) -> Option<String>,
+    name: &'static str,
+    choices: &[(&str, T)],
+) -> Result<T, ConfigError> {
+    let Some(value) = get(name) else {
+        return Ok(choices[0].1);
+    };
+    let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+    choices
+        .iter()
+        .find(|(n, _)| *n == value.trim())
+        .map(|(_, v)| *v)
+        .ok_or_else(|| ConfigError {
+            name,
+            value: value.trim().to_string(),
+            expected: match names.split_last() {
+                Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+                _ => names.join(""),
+            },
+        })
 }
 
 fn parse<T: std::str::FromStr>(
