@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds rerank components from Rust source into WebAssembly components.
 #
-#   scripts/build-components.sh [DIR]   DIR: a component crate (default: every one in components/)
+#   scripts/build-components.sh [DIR...]   DIR: a component crate (default: every one in
+#                                          components/); its parent is its cargo workspace
 #
 # Uses Debian's rustc-web toolchain (std sources included) for wasm32-unknown-unknown and
 # componentizes with jco from npm; both are installed here on first use. Prints the path of
@@ -26,12 +27,15 @@ fi
 # set by `make test`, or a user's) must not wrap it.
 unset RUSTC_WRAPPER RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 crates=("$@")
-[ ${#crates[@]} -gt 0 ] || crates=($(cd "$here/components" && ls -d */ | tr -d / | grep -v '^sdk$'))
+[ ${#crates[@]} -gt 0 ] || crates=($(cd "$here/components" && ls -d */ | tr -d / | grep -v '^sdk$' | sed "s|^|$here/components/|"))
 for crate in "${crates[@]}"; do
+  # A bare name is a crate of components/ (as before); a path's parent is its workspace (a
+  # copy of components/, or one `sluice component new --dir` wrote into).
+  case "$crate" in */*) workspace=$(cd "$(dirname "$crate")" && pwd) ;; *) workspace=$here/components ;; esac
   name=$(basename "$crate")
   # RUSTC_BOOTSTRAP lets the stable Debian toolchain use -Zbuild-std (no rust-std for this
   # target is packaged); Debian ships no rust-lld, hence the linker.
-  (cd "$here/components" && \
+  (cd "$workspace" && \
     RUSTC=/usr/bin/rustc RUSTC_BOOTSTRAP=1 CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER=wasm-ld-22 \
     CARGO_TARGET_DIR="$cache/components-target" \
     /usr/bin/cargo build -q --release --target wasm32-unknown-unknown -Zbuild-std=std,panic_abort -p "$name")

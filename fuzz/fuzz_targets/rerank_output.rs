@@ -1,6 +1,7 @@
-//! What a tenant's rerank component returns is untrusted: `(index, score)` pairs for `n`
-//! candidates, checked by `sluice_core::stages::rerank_order`. Accepted output must be a
-//! permutation of the candidates, best score first.
+//! What a tenant's rerank component returns is untrusted: `(index, score)` pairs and dropped
+//! indices for `n` candidates, checked by `sluice_core::stages::rerank_order`. Accepted
+//! output must order every candidate not dropped exactly once, best score first, and no
+//! dropped one.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -11,6 +12,12 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let n = usize::from(n % 64);
+    // The first byte after `n` says how many of the following bytes are dropped indices.
+    let (dropped, rest) = match rest.split_first() {
+        Some((&d, rest)) => rest.split_at(usize::from(d % 64).min(rest.len())),
+        None => (&[][..], rest),
+    };
+    let dropped: Vec<u32> = dropped.iter().map(|&b| u32::from(b)).collect();
     let scored: Vec<(u32, f32)> = rest
         .chunks_exact(5)
         .map(|c| {
@@ -20,12 +27,13 @@ fuzz_target!(|data: &[u8]| {
             )
         })
         .collect();
-    if let Ok(order) = rerank_order(&scored, n) {
+    if let Ok(order) = rerank_order(&scored, &dropped, n) {
         let mut seen = vec![false; n];
         for &i in &order {
             assert!(!std::mem::replace(&mut seen[i], true), "{i} twice");
+            assert!(!dropped.contains(&(i as u32)), "{i} was dropped");
         }
-        assert!(seen.iter().all(|&s| s));
+        assert_eq!(order.len() + dropped.len(), n, "a candidate lost");
         let score = |i: usize| scored.iter().find(|p| p.0 as usize == i).map(|p| p.1);
         for w in order.windows(2) {
             assert!(score(w[0]) >= score(w[1]), "not best first");

@@ -108,6 +108,7 @@ fn bench(c: &mut Criterion) {
             filter: None,
             conversation: Default::default(),
             max_tokens: None,
+            rerank_context: Default::default(),
             session_id: None,
             retrieval_deadline: Duration::from_secs(10),
             received: Instant::now(),

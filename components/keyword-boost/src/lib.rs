@@ -1,8 +1,14 @@
 //! Keyword and phrase boost: the fused score plus a bonus for every query word (of three
 //! letters or more) found in the candidate's title or text, and a larger one when the whole
 //! query appears as a phrase.
+//!
+//! Built for the frozen `sluice:rerank@0.1.0` world on purpose, with wit-bindgen directly
+//! (the SDK speaks 0.2): it is the tree's proof that components built for 0.1 keep running.
 
-use sluice_rerank_sdk::{Candidate, Guest, Scored, export_reranker, scores};
+wit_bindgen::generate!({
+    world: "reranker",
+    path: "../../wit/rerank",
+});
 
 /// Bonus per matching query word; RRF scores are about 1/60, so one matching word outweighs
 /// a few ranks of fused order.
@@ -19,13 +25,17 @@ impl Guest for KeywordBoost {
             .split(|c: char| !c.is_alphanumeric())
             .filter(|w| w.len() >= 3)
             .collect();
-        Ok(scores(candidates.iter().map(|c| {
-            let haystack = format!("{} {}", c.title, c.text).to_lowercase();
-            let hits = words.iter().filter(|w| haystack.contains(*w)).count() as f32;
-            let phrase = if !query.trim().is_empty() && haystack.contains(query.trim()) { PHRASE_BONUS } else { 0.0 };
-            c.score + hits * WORD_BONUS + phrase
-        })))
+        Ok(candidates
+            .iter()
+            .enumerate()
+            .map(|(index, c)| {
+                let haystack = format!("{} {}", c.title, c.text).to_lowercase();
+                let hits = words.iter().filter(|w| haystack.contains(*w)).count() as f32;
+                let phrase = if !query.trim().is_empty() && haystack.contains(query.trim()) { PHRASE_BONUS } else { 0.0 };
+                Scored { index: index as u32, score: c.score + hits * WORD_BONUS + phrase }
+            })
+            .collect())
     }
 }
 
-export_reranker!(KeywordBoost);
+export!(KeywordBoost);

@@ -3,7 +3,7 @@
 //! chunks do not crowd out other sources. Embeddings come from the host (`embed`), which
 //! already holds the query's and the candidates' vectors.
 
-use sluice_rerank_sdk::{Candidate, Guest, Scored, embed, export_reranker, scores};
+use sluice_rerank_sdk::{Candidate, Context, Guest, Ranking, embed, export_reranker, scores};
 
 /// Weight of relevance against novelty.
 const LAMBDA: f32 = 0.7;
@@ -15,7 +15,7 @@ fn dot(a: &[f32], b: &[f32]) -> f32 {
 struct Mmr;
 
 impl Guest for Mmr {
-    fn rerank(query: String, candidates: Vec<Candidate>) -> Result<Vec<Scored>, String> {
+    fn rerank(query: String, _context: Context, candidates: Vec<Candidate>) -> Result<Ranking, String> {
         let mut texts = vec![query];
         texts.extend(candidates.iter().map(|c| c.text.clone()));
         let vectors = embed(&texts)?;

@@ -1,25 +1,33 @@
-//! Write a Sluice rerank component in Rust.
+//! Write a Sluice rerank component in Rust, for the `sluice:rerank@0.2.0` world
+//! (`wit/rerank-0.2`): score the candidates of a question, read their documents' metadata and
+//! the caller's request context, drop the ones that do not belong.
 //!
 //! ```ignore
-//! use sluice_rerank_sdk::{Candidate, Guest, Scored, export_reranker};
+//! use sluice_rerank_sdk::{Candidate, Context, Guest, Ranking, export_reranker, ranking};
 //!
 //! struct MyReranker;
 //! impl Guest for MyReranker {
-//!     fn rerank(query: String, candidates: Vec<Candidate>) -> Result<Vec<Scored>, String> {
-//!         Ok(sluice_rerank_sdk::scores(candidates.iter().map(|c| c.score)))
+//!     fn rerank(query: String, context: Context, candidates: Vec<Candidate>) -> Result<Ranking, String> {
+//!         let plan = sluice_rerank_sdk::context(&context, "plan");
+//!         // `None` drops the candidate; `Some(score)` keeps it with that score.
+//!         Ok(ranking(candidates.iter().map(|c| {
+//!             let allowed = c.strings("audience").is_none_or(|a| plan.is_some_and(|p| a.iter().any(|x| x == p)));
+//!             allowed.then_some(c.score)
+//!         })))
 //!     }
 //! }
 //! export_reranker!(MyReranker);
 //! ```
 //!
-//! Build with `scripts/build-components.sh DIR`; upload the `.component.wasm` it prints.
+//! Build with `scripts/build-components.sh DIR` (or start from `sluice component new NAME`);
+//! upload the `.component.wasm` it prints. Test it locally with `sluice component test`.
 
 /// The generated bindings of the `reranker` world.
 #[allow(missing_docs)]
 pub mod bindings {
     wit_bindgen::generate!({
         world: "reranker",
-        path: "../../wit/rerank",
+        path: "../../wit/rerank-0.2",
         pub_export_macro: true,
         export_macro_name: "export_reranker",
         default_bindings_module: "sluice_rerank_sdk::bindings",
@@ -27,13 +35,91 @@ pub mod bindings {
 }
 
 pub use bindings::sluice::rerank::host::{Level, count_tokens, embed, log};
-pub use bindings::{Candidate, Guest, Scored, export_reranker};
+pub use bindings::sluice::rerank::types::{Date, MetaField, MetaValue, Scored};
+pub use bindings::{Candidate, ContextEntry, Guest, Ranking, export_reranker};
 
-/// One [`Scored`] per candidate, in input order, from an iterator of scores.
-pub fn scores(values: impl IntoIterator<Item = f32>) -> Vec<Scored> {
-    values
-        .into_iter()
-        .enumerate()
-        .map(|(index, score)| Scored { index: index as u32, score })
-        .collect()
+/// The request context as `rerank` receives it: entries sorted by key.
+pub type Context = Vec<ContextEntry>;
+
+/// The value of the request context's `key`, if the caller sent it.
+pub fn context<'a>(context: &'a [ContextEntry], key: &str) -> Option<&'a str> {
+    context
+        .binary_search_by(|e| e.key.as_str().cmp(key))
+        .ok()
+        .map(|i| context[i].value.as_str())
+}
+
+/// Typed access to a candidate's document metadata (sorted by key, so lookups are binary
+/// searches). Each getter answers `None` when the field is absent or of another type.
+impl Candidate {
+    /// The field `key`, of whatever type.
+    pub fn meta(&self, key: &str) -> Option<&MetaValue> {
+        self.metadata
+            .binary_search_by(|f| f.key.as_str().cmp(key))
+            .ok()
+            .map(|i| &self.metadata[i].value)
+    }
+
+    /// A string field (not a date).
+    pub fn text_meta(&self, key: &str) -> Option<&str> {
+        match self.meta(key)? {
+            MetaValue::Text(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// A number field.
+    pub fn number(&self, key: &str) -> Option<f64> {
+        match self.meta(key)? {
+            MetaValue::Number(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// A boolean field.
+    pub fn flag(&self, key: &str) -> Option<bool> {
+        match self.meta(key)? {
+            MetaValue::Boolean(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// A date field's instant, in seconds since the Unix epoch.
+    pub fn date(&self, key: &str) -> Option<f64> {
+        match self.meta(key)? {
+            MetaValue::Date(d) => Some(d.seconds),
+            _ => None,
+        }
+    }
+
+    /// A list field; a single string reads as a list of one.
+    pub fn strings(&self, key: &str) -> Option<&[String]> {
+        match self.meta(key)? {
+            MetaValue::Strings(items) => Some(items),
+            MetaValue::Text(t) => Some(std::slice::from_ref(t)),
+            _ => None,
+        }
+    }
+}
+
+/// A [`Ranking`] from one decision per candidate, in input order: `Some(score)` keeps it
+/// with that score, `None` drops it.
+pub fn ranking(decisions: impl IntoIterator<Item = Option<f32>>) -> Ranking {
+    let mut out = Ranking {
+        scores: Vec::new(),
+        dropped: Vec::new(),
+    };
+    for (index, decision) in decisions.into_iter().enumerate() {
+        let index = index as u32;
+        match decision {
+            Some(score) => out.scores.push(Scored { index, score }),
+            None => out.dropped.push(index),
+        }
+    }
+    out
+}
+
+/// A [`Ranking`] that keeps every candidate, from one score each, in input order.
+pub fn scores(values: impl IntoIterator<Item = f32>) -> Ranking {
+    ranking(values.into_iter().map(Some))
 }

@@ -85,6 +85,9 @@ wire_names! {
         /// A metadata `filter` that is not valid: not an object, an unknown operator, a value
         /// of the wrong type.
         InvalidFilter = "invalid_filter",
+        /// A `rerank_context` that is not a small object of strings (too many entries, a bad
+        /// key, a value too long or not a string).
+        InvalidRerankContext = "invalid_rerank_context",
         /// A usage query's `from` or `to` that is not a day, or a range that is backwards or
         /// too long.
         InvalidRange = "invalid_range",
@@ -172,7 +175,7 @@ impl Code {
             InvalidJson | MissingQuery | EmptyQuery | QueryTooLong | InvalidK | InvalidDeadline
             | InvalidSessionId | InvalidCache | InvalidDocument | InvalidFilter | InvalidTenant
             | InvalidComponent | InvalidN | InvalidMaxTokens | UnreadableBody | InvalidPage
-            | ConfirmationRequired | InvalidRange => 400,
+            | ConfirmationRequired | InvalidRange | InvalidRerankContext => 400,
             MissingApiKey | InvalidApiKey => 401,
             ForbiddenTenant | PermissionDenied | CrossOrigin | ForbiddenHost => 403,
             NotFound | UnknownVersion | UnknownDocument | CacheDisabled | ComponentsDisabled

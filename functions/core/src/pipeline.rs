@@ -51,7 +51,8 @@ use crate::sse::{
     CacheState, Done, ErrorEvent, Event, Meta, PromptEcho, SourceDoc, Timings, Token,
 };
 use crate::stages::{
-    ActiveComponent, ChatMessage, Embedder, Hit, Llm, LlmEvent, Reranker, Search, Store,
+    ActiveComponent, ChatMessage, Embedder, Hit, Llm, LlmEvent, RerankContext, RerankInput,
+    Reranker, Search, Store,
 };
 use crate::trace::TraceContext;
 
@@ -76,6 +77,8 @@ pub struct AnswerRequest {
     /// The most tokens to generate, when the client asked for fewer than
     /// `SLUICE_MAX_TOKENS` (which caps every answer).
     pub max_tokens: Option<u32>,
+    /// What the caller sent for the tenant's rerank component (`rerank_context`).
+    pub rerank_context: RerankContext,
     /// The client's session, if it sent one.
     pub session_id: Option<String>,
     /// Budget of everything before the LLM call, from `received`.
@@ -134,21 +137,23 @@ impl AnswerRequest {
 
     /// Digest of what else shapes this answer besides the question and the scope's fields —
     /// the effective filter, the conversation, a `max_tokens` below the server's, a fusion
-    /// other than the built-in one (`fusion`, the tenant's) — or `None` when nothing does.
-    /// Cached answers are keyed and scoped by it: one made under one filter, conversation,
-    /// length or fusion never answers another.
+    /// other than the built-in one (`fusion`, the tenant's), the rerank context — or `None`
+    /// when nothing does. Cached answers are keyed and scoped by it: one made under one
+    /// filter, conversation, length, fusion or context never answers another.
     pub fn variant(&self, fusion: &Fusion) -> Option<String> {
         let fusion = (*fusion != Fusion::default()).then(|| fusion.to_string());
         let plain = self.filter.is_none()
             && self.conversation == Conversation::default()
             && self.max_tokens.is_none()
-            && fusion.is_none();
+            && fusion.is_none()
+            && self.rerank_context.is_empty();
         (!plain).then(|| {
             let what = serde_json::json!({
                 "filter": self.filter.as_ref().map(Filter::digest),
                 "conversation": self.conversation,
                 "max_tokens": self.max_tokens,
                 "fusion": fusion,
+                "rerank_context": self.rerank_context,
             });
             crate::sha256_hex(what.to_string().as_bytes())
         })
@@ -186,6 +191,8 @@ struct Progress {
     fusion: Fusion,
     /// [`AnswerRequest::variant`], computed once.
     variant: Option<String>,
+    /// Candidates the tenant's component dropped, once it ran and its output was valid.
+    rerank_dropped: Option<usize>,
 }
 
 /// Where the cache stands for an answer after its lookup: what a complete answer is written
@@ -290,6 +297,7 @@ impl Pipeline {
             let mut progress = Progress {
                 variant: request.variant(&fusion),
                 fusion,
+                rerank_dropped: None,
                 request_id,
                 session_id: request.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
                 deadline: Deadline::from_std(request.received + request.retrieval_deadline),
@@ -630,6 +638,7 @@ impl Pipeline {
             timings: timings.clone(),
             trace_id: request.trace.trace_id.clone(),
             prompt: None,
+            rerank_dropped: None,
         })));
         events.extend(answer.tokens.into_iter().enumerate().map(|(i, text)| {
             Event::Token(Token {
@@ -745,10 +754,16 @@ impl Pipeline {
         }
         let started = Instant::now();
         let (query, vector, candidates) = (text.into_owned(), vector.to_vec(), hits.clone());
+        let context = request.rerank_context.clone();
         let span = tracing::Span::current();
         let task = tokio::task::spawn_blocking(move || {
             let _span = span.enter();
-            active.rerank(&query, &vector, &candidates)
+            active.rerank(&RerankInput {
+                query: &query,
+                query_vector: &vector,
+                hits: &candidates,
+                context: &context,
+            })
         });
         let outcome = match bounded(deadline, task).await {
             Some(Ok(call)) => {
@@ -761,6 +776,7 @@ impl Pipeline {
         progress.timings.rerank_ms = Some(ms(started.elapsed()));
         match outcome {
             Ok(order) => {
+                progress.rerank_dropped = Some(hits.len().saturating_sub(order.len()));
                 let mut slots: Vec<Option<Hit>> = hits.into_iter().map(Some).collect();
                 Ok(order
                     .into_iter()
@@ -819,6 +835,7 @@ impl Pipeline {
             degraded: progress.degraded.clone(),
             timings: progress.timings.clone(),
             trace_id: request.trace.trace_id.clone(),
+            rerank_dropped: progress.rerank_dropped,
             prompt: request.include_prompt.then(|| PromptEcho {
                 messages: prompt.messages.clone(),
                 max_tokens: self.config.max_tokens,

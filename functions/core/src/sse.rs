@@ -112,6 +112,10 @@ pub struct Meta {
     /// `sluice bench --compare-llm` replays it straight to the LLM.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt: Option<PromptEcho>,
+    /// How many candidates the tenant's rerank component dropped (present when a component
+    /// ran and its output was valid; a 0.1 component never drops).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerank_dropped: Option<usize>,
 }
 
 /// The chat request Sluice sends upstream for an answer.

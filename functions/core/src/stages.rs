@@ -219,21 +219,98 @@ pub trait Store: Send + Sync {
 pub trait ActiveComponent: Send + Sync {
     /// The version (content hash): a new one makes cached answers stale.
     fn version(&self) -> &str;
-    /// The new order of `hits` (indices, best first), and the fuel the call burnt. An
-    /// `Err` order says why the component failed; the pipeline then keeps the fused order.
-    /// `query_vector` is the query's embedding, lent to the component with the hits'
-    /// vectors. CPU-bound and synchronous: the pipeline runs it on the blocking pool, inside
-    /// the retrieval deadline.
-    fn rerank(&self, query: &str, query_vector: &[f32], hits: &[Hit]) -> RerankCall;
+    /// The new order of the input's hits (indices, best first; a hit the component dropped
+    /// is left out), and what the call cost. An `Err` order says why the component failed;
+    /// the pipeline then keeps the fused order. CPU-bound and synchronous: the pipeline runs
+    /// it on the blocking pool, inside the retrieval deadline.
+    fn rerank(&self, input: &RerankInput<'_>) -> RerankCall;
+}
+
+/// What a rerank component is given.
+#[derive(Debug, Clone, Copy)]
+pub struct RerankInput<'a> {
+    /// What retrieval read ([`crate::pipeline::AnswerRequest::retrieval_text`]).
+    pub query: &'a str,
+    /// The query's embedding, lent to the component with the hits' vectors (empty: none).
+    pub query_vector: &'a [f32],
+    /// The candidates, best fused score first.
+    pub hits: &'a [Hit],
+    /// What the caller sent as `rerank_context`.
+    pub context: &'a RerankContext,
 }
 
 /// What one rerank call gave, and what it cost (a failed call burns fuel too: it is billed).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RerankCall {
-    /// The new order, best first, or why the component failed.
+    /// The new order, best first, without the hits the component dropped; or why the
+    /// component failed.
     pub order: Result<Vec<usize>, String>,
     /// Fuel consumed (about one per WebAssembly instruction).
     pub fuel: u64,
+    /// Wall time of the call inside the sandbox (instantiation, the component's work and
+    /// its host calls).
+    pub wall: std::time::Duration,
+}
+
+/// Most entries of a request's `rerank_context`.
+pub const MAX_CONTEXT_ENTRIES: usize = 16;
+/// Longest `rerank_context` value, in characters.
+pub const MAX_CONTEXT_VALUE_CHARS: usize = 256;
+/// Most bytes of a whole `rerank_context` (keys and values).
+pub const MAX_CONTEXT_BYTES: usize = 2048;
+
+/// The request context a caller sends for the tenant's rerank component (`rerank_context`:
+/// `{"plan": "pro", "locale": "de-DE"}`): string keys (as metadata keys: ASCII letters,
+/// digits and `_`) to string values, validated and capped, sorted by key. The component reads
+/// it; Sluice gives it no meaning of its own. It shapes the answer, so cached answers are
+/// keyed by it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct RerankContext(std::collections::BTreeMap<String, String>);
+
+impl RerankContext {
+    /// Validates a JSON object of strings; the error names the entry and what is wrong.
+    pub fn parse(value: &serde_json::Value) -> Result<Self, String> {
+        let object = value
+            .as_object()
+            .ok_or("must be an object of string values")?;
+        if object.len() > MAX_CONTEXT_ENTRIES {
+            return Err(format!(
+                "{} entries; at most {MAX_CONTEXT_ENTRIES} are allowed",
+                object.len()
+            ));
+        }
+        let mut entries = std::collections::BTreeMap::new();
+        let mut bytes = 0;
+        for (key, value) in object {
+            crate::metadata::check_key(key)?;
+            let value = value
+                .as_str()
+                .ok_or_else(|| format!("{key:?}: the value must be a string"))?;
+            if value.chars().count() > MAX_CONTEXT_VALUE_CHARS {
+                return Err(format!(
+                    "{key:?}: a value longer than {MAX_CONTEXT_VALUE_CHARS} characters"
+                ));
+            }
+            bytes += key.len() + value.len();
+            entries.insert(key.clone(), value.to_string());
+        }
+        if bytes > MAX_CONTEXT_BYTES {
+            return Err(format!(
+                "{bytes} bytes of keys and values; at most {MAX_CONTEXT_BYTES} are allowed"
+            ));
+        }
+        Ok(Self(entries))
+    }
+
+    /// Whether the caller sent none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// The entries, sorted by key.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
+    }
 }
 
 /// Finds each tenant's active rerank component.
@@ -254,15 +331,25 @@ pub trait Reranker: Send + Sync {
     ) -> Result<Option<Arc<dyn ActiveComponent>>, String>;
 }
 
-/// Checks what a rerank component returned — `(index, score)` for each of `n` candidates —
-/// and turns it into an order, best first, stable on ties. Every index in range, each once,
-/// every score finite; otherwise the message says what is wrong (the pipeline then keeps
-/// the fused order). Component output is untrusted input: this is fuzzed (`fuzz/`).
-pub fn rerank_order(scored: &[(u32, f32)], n: usize) -> Result<Vec<usize>, String> {
-    if scored.len() != n {
-        return Err(format!("{} scores for {n} candidates", scored.len()));
+/// Checks what a rerank component returned — `(index, score)` for each candidate it keeps
+/// and the indices of those it `dropped`, out of `n` — and turns it into an order of the kept
+/// ones, best first, stable on ties. Every index in range and in exactly one of the two
+/// lists, every score finite; otherwise the message says what is wrong (the pipeline then
+/// keeps the fused order). Component output is untrusted input: this is fuzzed (`fuzz/`).
+pub fn rerank_order(
+    scored: &[(u32, f32)],
+    dropped: &[u32],
+    n: usize,
+) -> Result<Vec<usize>, String> {
+    // Checked first, so that a huge output is refused before anything is allocated for it.
+    if scored.len() + dropped.len() != n {
+        return Err(match dropped.len() {
+            0 => format!("{} scores for {n} candidates", scored.len()),
+            d => format!("{} scores and {d} dropped for {n} candidates", scored.len()),
+        });
     }
     let mut scores = vec![None; n];
+    let mut gone = vec![false; n];
     for &(index, score) in scored {
         let i = index as usize;
         if i >= n {
@@ -275,9 +362,21 @@ pub fn rerank_order(scored: &[(u32, f32)], n: usize) -> Result<Vec<usize>, Strin
             return Err(format!("index {i} scored twice"));
         }
     }
-    // n entries, none twice, all in range: every slot is filled.
+    for &index in dropped {
+        let i = index as usize;
+        if i >= n {
+            return Err(format!("dropped index {i} out of range for {n} candidates"));
+        }
+        if scores[i].is_some() {
+            return Err(format!("index {i} both scored and dropped"));
+        }
+        if std::mem::replace(&mut gone[i], true) {
+            return Err(format!("index {i} dropped twice"));
+        }
+    }
+    // n entries, none twice, all in range: every kept slot is filled.
     let score = |i: usize| scores[i].unwrap_or(f32::MIN);
-    let mut order: Vec<usize> = (0..n).collect();
+    let mut order: Vec<usize> = (0..n).filter(|&i| !gone[i]).collect();
     order.sort_by(|&a, &b| score(b).total_cmp(&score(a)));
     Ok(order)
 }
@@ -291,6 +390,54 @@ pub struct ComponentVersion {
     pub size: usize,
     /// Whether this version runs for the tenant's requests.
     pub active: bool,
+    /// What its recent calls cost, as far as the process answering knows (the active
+    /// version, once it has run); `None` when it has none on record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cost: Option<CallCosts>,
+}
+
+/// What a component version's recent calls cost: the median and 99th percentile of the fuel
+/// and wall time of the last [`CallCosts::WINDOW`] calls (failed ones included).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallCosts {
+    /// Calls the figures are over.
+    pub calls: usize,
+    /// Median fuel per call.
+    pub fuel_p50: u64,
+    /// 99th percentile of fuel per call.
+    pub fuel_p99: u64,
+    /// Median wall time per call, in microseconds.
+    pub wall_us_p50: u64,
+    /// 99th percentile of wall time per call, in microseconds.
+    pub wall_us_p99: u64,
+}
+
+impl CallCosts {
+    /// How many recent calls are kept.
+    pub const WINDOW: usize = 1024;
+
+    /// The figures of `(fuel, wall µs)` samples; `None` for none.
+    pub fn of(samples: impl Iterator<Item = (u64, u64)>) -> Option<Self> {
+        let (mut fuel, mut wall): (Vec<u64>, Vec<u64>) = samples.unzip();
+        if fuel.is_empty() {
+            return None;
+        }
+        fuel.sort_unstable();
+        wall.sort_unstable();
+        Some(Self {
+            calls: fuel.len(),
+            fuel_p50: nearest_rank(&fuel, 0.5),
+            fuel_p99: nearest_rank(&fuel, 0.99),
+            wall_us_p50: nearest_rank(&wall, 0.5),
+            wall_us_p99: nearest_rank(&wall, 0.99),
+        })
+    }
+}
+
+/// The nearest-rank percentile of `sorted` (ascending, not empty): the smallest sample with
+/// at least `share` of them at or below it.
+pub fn nearest_rank<T: Copy>(sorted: &[T], share: f64) -> T {
+    sorted[((sorted.len() as f64 * share).ceil() as usize).clamp(1, sorted.len()) - 1]
 }
 
 /// Why a component operation was refused.
@@ -407,19 +554,76 @@ mod tests {
     #[test]
     fn rerank_order_is_by_score_and_stable_on_ties() {
         assert_eq!(
-            rerank_order(&[(0, 0.1), (1, 0.9), (2, 0.1)], 3).unwrap(),
+            rerank_order(&[(0, 0.1), (1, 0.9), (2, 0.1)], &[], 3).unwrap(),
             vec![1, 0, 2]
         );
-        assert_eq!(rerank_order(&[], 0).unwrap(), Vec::<usize>::new());
+        assert_eq!(rerank_order(&[], &[], 0).unwrap(), Vec::<usize>::new());
+    }
+
+    #[test]
+    fn dropped_candidates_leave_the_order_and_may_be_all_of_them() {
+        assert_eq!(
+            rerank_order(&[(0, 0.1), (2, 0.9)], &[1, 3], 4).unwrap(),
+            vec![2, 0]
+        );
+        assert_eq!(
+            rerank_order(&[], &[1, 0, 2], 3).unwrap(),
+            Vec::<usize>::new()
+        );
     }
 
     #[test]
     fn invalid_rerank_outputs_are_named() {
-        let bad = |v: &[(u32, f32)], n| rerank_order(v, n).unwrap_err();
+        let bad = |v: &[(u32, f32)], n| rerank_order(v, &[], n).unwrap_err();
         assert!(bad(&[(0, 1.0)], 2).contains("1 scores for 2"));
         assert!(bad(&[(0, 1.0), (0, 2.0)], 2).contains("scored twice"));
         assert!(bad(&[(0, 1.0), (5, 2.0)], 2).contains("out of range"));
         assert!(bad(&[(0, f32::NAN), (1, 2.0)], 2).contains("not finite"));
         assert!(bad(&[(0, f32::INFINITY), (1, 2.0)], 2).contains("not finite"));
+        let dropping = |v: &[(u32, f32)], d: &[u32], n| rerank_order(v, d, n).unwrap_err();
+        assert!(dropping(&[(0, 1.0)], &[0], 2).contains("both scored and dropped"));
+        assert!(dropping(&[], &[1, 1], 2).contains("dropped twice"));
+        assert!(dropping(&[(0, 1.0)], &[7], 2).contains("dropped index 7 out of range"));
+        assert!(dropping(&[(0, 1.0)], &[1, 1], 2).contains("1 scores and 2 dropped for 2"));
+    }
+
+    #[test]
+    fn call_costs_are_nearest_rank_percentiles() {
+        assert_eq!(CallCosts::of(std::iter::empty()), None);
+        let costs = CallCosts::of((1..=100).map(|i| (i * 10, 101 - i))).unwrap();
+        assert_eq!(
+            (
+                costs.calls,
+                costs.fuel_p50,
+                costs.fuel_p99,
+                costs.wall_us_p50,
+                costs.wall_us_p99
+            ),
+            (100, 500, 990, 50, 99)
+        );
+        let one = CallCosts::of([(7, 3)].into_iter()).unwrap();
+        assert_eq!((one.fuel_p50, one.fuel_p99, one.wall_us_p99), (7, 7, 3));
+    }
+
+    #[test]
+    fn a_rerank_context_is_a_small_map_of_strings() {
+        let ok = RerankContext::parse(&serde_json::json!({"plan": "pro", "locale": "de"})).unwrap();
+        assert_eq!(
+            ok.iter().collect::<Vec<_>>(),
+            [("locale", "de"), ("plan", "pro")]
+        );
+        let bad = |v: serde_json::Value| RerankContext::parse(&v).unwrap_err();
+        assert!(bad(serde_json::json!(["plan"])).contains("object"));
+        assert!(
+            bad(serde_json::json!({"plan": 3})).contains("\"plan\": the value must be a string")
+        );
+        assert!(bad(serde_json::json!({"a.b": "x"})).contains("not a valid key"));
+        assert!(bad(serde_json::json!({"plan": "x".repeat(257)})).contains("longer than 256"));
+        let many: serde_json::Map<_, _> = (0..17).map(|i| (format!("k{i}"), "v".into())).collect();
+        assert!(bad(many.into()).contains("17 entries"));
+        let big: serde_json::Map<_, _> = (0..10)
+            .map(|i| (format!("k{i}"), "v".repeat(250).into()))
+            .collect();
+        assert!(bad(big.into()).contains("bytes of keys and values"));
     }
 }

@@ -18,6 +18,7 @@ use sluice_core::config::{AnswerConfig, MAX_K, MAX_QUERY_CHARS};
 use sluice_core::filter::Filter;
 use sluice_core::pipeline::{AnswerRequest, Conversation};
 use sluice_core::sse::Event;
+use sluice_core::stages::RerankContext;
 use sluice_core::trace::TraceContext;
 use sluice_core::usage::{OverBudget, day_string};
 use sluice_core::{Pipeline, Tenant};
@@ -77,6 +78,8 @@ pub(crate) struct AnswerBody {
     include_prompt: bool,
     /// A metadata filter ([`Filter`]), checked here.
     filter: Option<serde_json::Value>,
+    /// What the tenant's rerank component reads ([`RerankContext`]), checked here.
+    rerank_context: Option<serde_json::Value>,
 }
 
 /// Parses and validates the body of `POST /v1/answer` (with its `Cache-Control` and
@@ -167,6 +170,15 @@ pub(crate) fn checked_request(
                 .map_err(|e| ApiError::new(Code::InvalidFilter, format!("\"filter\": {e}")))?,
         ),
     };
+    let rerank_context = match &body.rerank_context {
+        None => RerankContext::default(),
+        Some(value) => RerankContext::parse(value).map_err(|e| {
+            ApiError::new(
+                Code::InvalidRerankContext,
+                format!("\"rerank_context\": {e}"),
+            )
+        })?,
+    };
     let traceparent = headers.get("traceparent").and_then(|v| v.to_str().ok());
     Ok(AnswerRequest {
         tenant,
@@ -175,6 +187,7 @@ pub(crate) fn checked_request(
         filter: Filter::and(key_filter, sent.as_ref()),
         conversation: Conversation::default(),
         max_tokens: None,
+        rerank_context,
         session_id: body.session_id,
         retrieval_deadline,
         received,

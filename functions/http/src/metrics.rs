@@ -105,6 +105,7 @@ struct Inner {
     cache: Family<Lookup, Counter>,
     degraded: Family<Reason, Counter>,
     tokens: Family<Source, Counter>,
+    component_fuel: Counter,
     active: Gauge,
     resident: Gauge,
     resident_peak: Gauge,
@@ -141,6 +142,7 @@ impl Metrics {
             cache: Family::default(),
             degraded: Family::default(),
             tokens: Family::default(),
+            component_fuel: Counter::default(),
             active: Gauge::default(),
             resident: Gauge::default(),
             resident_peak: Gauge::default(),
@@ -183,6 +185,11 @@ impl Metrics {
             "tokens",
             "Token events streamed to clients (source=llm|cache)",
             inner.tokens.clone(),
+        );
+        registry.register(
+            "component_fuel",
+            "Fuel burnt by tenants' rerank components (about one per WebAssembly instruction; failed calls too)",
+            inner.component_fuel.clone(),
         );
         registry.register(
             "active_streams",
@@ -268,6 +275,7 @@ impl Metrics {
                 })
                 .inc();
         }
+        i.component_fuel.inc_by(outcome.usage.component_fuel);
         let source = if outcome.cache == CacheState::Hit {
             "cache"
         } else {
@@ -575,15 +583,26 @@ mod tests {
         open.finish(&outcome(&timings, &degraded));
         open.finish(&outcome(&timings, &degraded));
         drop(open);
+        // An answer whose component burnt fuel adds it to the counter.
+        let burnt = Counts {
+            component_calls: 1,
+            component_fuel: 4321,
+            ..USAGE
+        };
+        m.stream_opened().finish(&Outcome {
+            usage: &burnt,
+            ..outcome(&timings, &[])
+        });
         m.request("/v1/answer", 200);
         let text = m.encode();
         for line in [
-            "sluice_answers_total{ending=\"done\"} 1",
-            "sluice_cache_lookups_total{result=\"miss\"} 1",
+            "sluice_answers_total{ending=\"done\"} 2",
+            "sluice_component_fuel_total 4321",
+            "sluice_cache_lookups_total{result=\"miss\"} 2",
             "sluice_degraded_answers_total{reason=\"retrieval_timeout\"} 1",
             "sluice_degraded_answers_total{reason=\"component_timeout\"} 1",
-            "sluice_tokens_total{source=\"llm\"} 7",
-            "sluice_stage_duration_seconds_count{stage=\"embed\"} 1",
+            "sluice_tokens_total{source=\"llm\"} 14",
+            "sluice_stage_duration_seconds_count{stage=\"embed\"} 2",
             "sluice_http_requests_total{route=\"/v1/answer\",status=\"200\"} 1",
         ] {
             assert!(text.contains(line), "{line} missing from:\n{text}");

@@ -250,6 +250,7 @@ fn extension(meta: &Meta, done: &Done) -> Value {
         "sources": meta.documents,
         "cache": meta.cache,
         "degraded": meta.degraded,
+        "rerank_dropped": meta.rerank_dropped,
         "timings": done.timings,
         "cached": done.cached,
     })

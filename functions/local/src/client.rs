@@ -71,8 +71,9 @@ async fn fail(response: reqwest::Response) -> anyhow::Error {
     }
 }
 
-/// `sluice ingest`: parse every file here (errors name the file), then send in batches.
-pub async fn ingest(url: &str, paths: &[PathBuf]) -> Result<()> {
+/// The documents of every supported file under `paths`, parsed and validated (errors name
+/// the file), and the number of files.
+pub fn read_documents(paths: &[PathBuf]) -> Result<(Vec<Document>, usize)> {
     let files = collect(paths)?;
     if files.is_empty() {
         bail!("no .txt, .md, .json or .jsonl files under the given paths");
@@ -83,6 +84,12 @@ pub async fn ingest(url: &str, paths: &[PathBuf]) -> Result<()> {
         documents.extend(parse_file(&f.display().to_string(), &bytes)?);
     }
     sluice_core::ingest::validate(&documents)?;
+    Ok((documents, files.len()))
+}
+
+/// `sluice ingest`: parse every file here (errors name the file), then send in batches.
+pub async fn ingest(url: &str, paths: &[PathBuf]) -> Result<()> {
+    let (documents, files) = read_documents(paths)?;
 
     let client = http()?;
     let bar = ProgressBar::new(documents.len() as u64);
@@ -123,7 +130,7 @@ pub async fn ingest(url: &str, paths: &[PathBuf]) -> Result<()> {
     println!(
         "ingested {} documents from {} files as {chunks} chunks in {:.1} s; corpus version {version}",
         bar.length().unwrap_or(0),
-        files.len(),
+        files,
         started.elapsed().as_secs_f64()
     );
     Ok(())

@@ -698,10 +698,13 @@ pub async fn run(
             let mut hits = edge.search_by(&tenant, &search, Retrieval::Hybrid).await?;
             if let Some(active) = &active {
                 let head = &hits[..hits.len().min(RERANKED)];
-                let order = active
-                    .rerank(&task.query, vector, head)
-                    .order
-                    .map_err(anyhow::Error::msg)?;
+                let input = sluice_core::stages::RerankInput {
+                    query: &task.query,
+                    query_vector: vector,
+                    hits: head,
+                    context: &Default::default(),
+                };
+                let order = active.rerank(&input).order.map_err(anyhow::Error::msg)?;
                 let mut reordered: Vec<Hit> = order.into_iter().map(|i| head[i].clone()).collect();
                 reordered.extend_from_slice(&hits[head.len()..]);
                 hits = reordered;

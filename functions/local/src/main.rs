@@ -22,6 +22,7 @@
 
 mod bench;
 mod client;
+mod component;
 mod doctor;
 mod eval;
 mod keys;
@@ -142,10 +143,54 @@ enum Command {
         #[command(subcommand)]
         command: EvalCommand,
     },
+    /// Build, test and measure a tenant rerank component locally.
+    Component {
+        #[command(subcommand)]
+        command: ComponentCommand,
+    },
     /// Benchmark fixtures.
     Fixture {
         #[command(subcommand)]
         command: FixtureCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ComponentCommand {
+    /// Create a component crate from the SDK (0.2 world) in the components workspace; build
+    /// it with `scripts/build-components.sh DIR/NAME`.
+    New {
+        /// Crate name: lowercase letters, digits and -.
+        name: String,
+        /// The components workspace.
+        #[arg(long, default_value = "components")]
+        dir: PathBuf,
+    },
+    /// Run a component on questions over a corpus, without a server: the fused order and the
+    /// component's side by side, what it dropped, fuel and time per call. Exits non-zero when
+    /// a call fails or exceeds a limit.
+    Test {
+        /// The `.component.wasm`.
+        file: PathBuf,
+        /// Questions: one per line, or JSON Lines `{"query", "rerank_context"?, "k"?}`.
+        #[arg(long)]
+        queries: PathBuf,
+        /// Ingest this folder into a scratch store (default: the configured store, i.e. what
+        /// `sluice serve` has ingested; stop the server first for the local one).
+        #[arg(long)]
+        corpus: Option<PathBuf>,
+        /// Tenant whose documents are searched (default: SLUICE_DEFAULT_TENANT).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Measure a component's instantiate and call cost on 10, 50 and 200 candidates with
+    /// metadata, under the configured limits.
+    Bench {
+        /// The `.component.wasm`.
+        file: PathBuf,
+        /// Calls per size.
+        #[arg(long, default_value_t = 1000)]
+        runs: usize,
     },
 }
 
@@ -578,6 +623,36 @@ fn main() -> Result<()> {
             }
             Ok(())
         }
+        Command::Component { command } => match command {
+            ComponentCommand::New { name, dir } => {
+                let root = component::new(&name, &dir)?;
+                println!("created {}", root.display());
+                println!("build it:  scripts/build-components.sh {}", root.display());
+                println!(
+                    "try it:    sluice component test ~/.cache/sluice/components/{name}.component.wasm --queries FILE --corpus DIR"
+                );
+                Ok(())
+            }
+            ComponentCommand::Test {
+                file,
+                queries,
+                corpus,
+                tenant,
+            } => {
+                let tenant = match tenant.as_deref() {
+                    Some(t) => sluice_core::Tenant::new(t)?,
+                    None => config.auth.default_tenant.clone(),
+                };
+                runtime.block_on(component::test(
+                    &config,
+                    &file,
+                    &queries,
+                    corpus.as_deref(),
+                    &tenant,
+                ))
+            }
+            ComponentCommand::Bench { file, runs } => component::bench(&config, &file, runs),
+        },
         Command::Model {
             command: ModelCommand::Prepare { dir },
         } => {

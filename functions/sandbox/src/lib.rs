@@ -1,5 +1,9 @@
-//! Tenant rerank components on wasmtime (the `reranker` world in `wit/rerank`).
+//! Tenant rerank components on wasmtime: the `reranker` world of `sluice:rerank@0.2.0`
+//! (`wit/rerank-0.2`) and, for components built before it, of `@0.1.0` (`wit/rerank`).
 //!
+//! - Both worlds are linked: a component runs in the one it was built for (found at upload
+//!   by its export's type). The pipeline speaks 0.2; a 0.1 component gets the same
+//!   candidates without their metadata and chunk index, no request context, and cannot drop.
 //! - One [`Engine`] per process, with the pooling allocator (instantiation reuses
 //!   pre-allocated slots instead of mapping memory per request), fuel metering and epoch
 //!   interruption. A background thread advances the epoch every millisecond.
@@ -15,7 +19,7 @@
 //!   has passed. So one call costs the host at most: tokenising
 //!   [`Limits::max_host_bytes`], the model's embeddings of the texts begun before the deadline
 //!   (the last at most one text of 256 tokens), and a few log lines (see the README's limits).
-//! - The output is validated: exactly one finite score per candidate.
+//! - The output is validated: every candidate scored (finitely) or, in 0.2, dropped, once.
 #![warn(missing_docs)]
 
 use std::collections::HashMap;
@@ -31,15 +35,26 @@ use wasmtime::{
     StoreLimitsBuilder, Trap,
 };
 
+pub mod measure;
 mod registry;
 use registry::truncate;
-pub use registry::{Disk, ModelHost, Registry, UploadHost};
+pub use registry::{Disk, ModelHost, Registry, UploadHost, limits};
 
-// Generated from the WIT; its docs live in `wit/rerank/rerank.wit`. Host functions may trap
-// (`trappable`): that is how a call over its host budget is stopped where the WIT gives the
-// function no error to return.
+// Generated from the WIT; its docs live in `wit/rerank-0.2/rerank.wit`. Host functions may
+// trap (`trappable`): that is how a call over its host budget is stopped where the WIT gives
+// the function no error to return.
 #[allow(missing_docs)]
 mod bindings {
+    wasmtime::component::bindgen!({
+        world: "reranker",
+        path: "../../wit/rerank-0.2",
+        imports: { default: trappable },
+    });
+}
+
+// The frozen 0.1 world (`wit/rerank/rerank.wit`), for components built before 0.2.
+#[allow(missing_docs)]
+mod bindings_0_1 {
     wasmtime::component::bindgen!({
         world: "reranker",
         path: "../../wit/rerank",
@@ -48,7 +63,9 @@ mod bindings {
 }
 
 pub use bindings::sluice::rerank::host::Level;
-pub use bindings::sluice::rerank::types::{Candidate, Scored};
+pub use bindings::sluice::rerank::types::{
+    Candidate, ContextEntry, Date, MetaField, MetaValue, Ranking, Scored,
+};
 use bindings::{Reranker, RerankerPre};
 
 /// The bytes of `NAME.component.wasm` as `scripts/build-components.sh` leaves it in
@@ -79,8 +96,17 @@ pub fn built_component(name: &str) -> Result<Vec<u8>, String> {
 const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// Dimension of the made-up vectors of the upload smoke run (the host model's).
 pub(crate) const SMOKE_DIM: usize = 384;
-/// Interface names a component may import (any patch release of 0.1).
-const ALLOWED_IMPORTS: [&str; 2] = ["sluice:rerank/host@0.1.", "sluice:rerank/types@0.1."];
+/// Interface names a component may import (any patch release of 0.1 or 0.2).
+const ALLOWED_IMPORTS: [&str; 4] = [
+    "sluice:rerank/host@0.2.",
+    "sluice:rerank/types@0.2.",
+    "sluice:rerank/host@0.1.",
+    "sluice:rerank/types@0.1.",
+];
+/// The world a component implements, as [`Prepared::world`] names it.
+pub const WORLD_0_2: &str = "sluice:rerank/reranker@0.2.0";
+/// The world of components built before 0.2.
+pub const WORLD_0_1: &str = "sluice:rerank/reranker@0.1.0";
 
 /// The limits of every call. Each has a default and can be changed by the operator.
 #[derive(Debug, Clone)]
@@ -93,6 +119,8 @@ pub struct Limits {
     pub deadline: Duration,
     /// Most candidates passed in one call.
     pub max_candidates: usize,
+    /// Most request-context entries passed in one call (the API caps them too).
+    pub max_context_entries: usize,
     /// Longest candidate text, in bytes.
     pub max_text_bytes: usize,
     /// Most texts a call may ask the host to embed (summed over its `embed` calls; texts
@@ -118,6 +146,7 @@ impl Default for Limits {
             fuel: 50_000_000,
             deadline: Duration::from_millis(5),
             max_candidates: 200,
+            max_context_entries: sluice_core::stages::MAX_CONTEXT_ENTRIES,
             max_text_bytes: 8 << 10,
             max_embed_texts: 64,
             // About 4 ms of tokenising on one core: a deadline's worth.
@@ -156,8 +185,8 @@ pub enum UploadError {
         "component imports {0:?}; only sluice:rerank/host and sluice:rerank/types are allowed (no WASI)"
     )]
     ForbiddenImport(String),
-    /// It does not implement the `reranker` world.
-    #[error("component does not implement the sluice:rerank/reranker world: {0}")]
+    /// It implements neither `reranker` world (0.2 nor 0.1).
+    #[error("component does not implement the sluice:rerank/reranker world (0.2.0 or 0.1.0): {0}")]
     WrongWorld(String),
     /// It failed its smoke run under the limits.
     #[error("component failed its smoke run: {0}")]
@@ -185,7 +214,7 @@ pub enum RerankError {
     /// The component returned an error of its own.
     #[error("component error: {0}")]
     Guest(String),
-    /// The result is not one finite score per candidate.
+    /// The result does not score (finitely) or drop each candidate exactly once.
     #[error("invalid output: {0}")]
     InvalidOutput(String),
     /// A host call went past the call's host budget (or its deadline) where the host function
@@ -274,6 +303,33 @@ impl CallState {
 }
 
 impl bindings::sluice::rerank::types::Host for CallState {}
+impl bindings_0_1::sluice::rerank::types::Host for CallState {}
+
+/// The 0.1 host interface is the 0.2 one: same functions, same budgets.
+impl bindings_0_1::sluice::rerank::host::Host for CallState {
+    fn log(
+        &mut self,
+        level: bindings_0_1::sluice::rerank::host::Level,
+        message: String,
+    ) -> wasmtime::Result<()> {
+        use bindings_0_1::sluice::rerank::host::Level as Old;
+        let level = match level {
+            Old::Debug => Level::Debug,
+            Old::Info => Level::Info,
+            Old::Warn => Level::Warn,
+            Old::Error => Level::Error,
+        };
+        bindings::sluice::rerank::host::Host::log(self, level, message)
+    }
+
+    fn embed(&mut self, texts: Vec<String>) -> wasmtime::Result<Result<Vec<Vec<f32>>, String>> {
+        bindings::sluice::rerank::host::Host::embed(self, texts)
+    }
+
+    fn count_tokens(&mut self, text: String) -> wasmtime::Result<u32> {
+        bindings::sluice::rerank::host::Host::count_tokens(self, text)
+    }
+}
 
 impl bindings::sluice::rerank::host::Host for CallState {
     fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
@@ -354,9 +410,37 @@ impl bindings::sluice::rerank::host::Host for CallState {
 /// A compiled component, ready to instantiate.
 #[derive(Clone)]
 pub struct Prepared {
-    pre: RerankerPre<CallState>,
+    pre: Pre,
     /// The compiled artefact, for storage (load it again with [`Sandbox::load`]).
     pub artifact: Arc<Vec<u8>>,
+}
+
+/// The world a component was built for, with its imports resolved.
+#[derive(Clone)]
+enum Pre {
+    V0_2(RerankerPre<CallState>),
+    V0_1(bindings_0_1::RerankerPre<CallState>),
+}
+
+impl Prepared {
+    /// The world the component implements ([`WORLD_0_2`] or [`WORLD_0_1`]).
+    pub fn world(&self) -> &'static str {
+        match self.pre {
+            Pre::V0_2(_) => WORLD_0_2,
+            Pre::V0_1(_) => WORLD_0_1,
+        }
+    }
+}
+
+/// What one rerank call is given.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'a> {
+    /// The question.
+    pub query: &'a str,
+    /// The caller's request context, sorted by key (a 0.1 component does not see it).
+    pub context: &'a [ContextEntry],
+    /// The candidates, best fused score first.
+    pub candidates: &'a [Candidate],
 }
 
 /// The engine, the linker and the limits: built once per process.
@@ -393,6 +477,10 @@ impl Sandbox {
         let engine = Engine::new(&config)?;
         let mut linker = Linker::new(&engine);
         Reranker::add_to_linker::<_, HasSelf<_>>(&mut linker, |state: &mut CallState| state)?;
+        bindings_0_1::Reranker::add_to_linker::<_, HasSelf<_>>(
+            &mut linker,
+            |state: &mut CallState| state,
+        )?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let (tick_engine, stop) = (engine.clone(), Arc::clone(&ticker_stop));
@@ -452,20 +540,55 @@ impl Sandbox {
             pre,
             artifact: Arc::new(artifact),
         };
+        // Metadata of every kind and a context entry, so that a component reading them is
+        // exercised before it is accepted.
+        let metadata = vec![
+            MetaField {
+                key: "audience".into(),
+                value: MetaValue::Strings(vec!["smoke".into()]),
+            },
+            MetaField {
+                key: "draft".into(),
+                value: MetaValue::Boolean(false),
+            },
+            MetaField {
+                key: "topic".into(),
+                value: MetaValue::Text("smoke".into()),
+            },
+            MetaField {
+                key: "updated_at".into(),
+                value: MetaValue::Date(Date {
+                    text: "2026-01-01T00:00:00Z".into(),
+                    seconds: 1_767_225_600.0,
+                }),
+            },
+            MetaField {
+                key: "year".into(),
+                value: MetaValue::Number(2026.0),
+            },
+        ];
         let smoke = [
             Candidate {
                 id: "a".into(),
                 title: "A".into(),
                 text: "first candidate".into(),
                 score: 0.03,
+                chunk: 0,
+                metadata: metadata.clone(),
             },
             Candidate {
                 id: "b".into(),
                 title: "B".into(),
                 text: "second candidate".into(),
                 score: 0.02,
+                chunk: 1,
+                metadata: Vec::new(),
             },
         ];
+        let context = [ContextEntry {
+            key: "plan".into(),
+            value: "smoke".into(),
+        }];
         // The smoke run's texts come with made-up unit vectors, so that a component calling
         // `embed` is checked without running (or depending on) the host's model.
         let unit = |i: usize| {
@@ -478,7 +601,13 @@ impl Sandbox {
             (smoke[0].text.clone(), unit(1)),
             (smoke[1].text.clone(), unit(2)),
         ]);
-        self.rerank_with(&prepared, "smoke test", &smoke, known)
+        let call = Call {
+            query: "smoke test",
+            context: &context,
+            candidates: &smoke,
+        };
+        self.rerank_costed(&prepared, &call, known)
+            .0
             .map_err(UploadError::SmokeRun)?;
         Ok(prepared)
     }
@@ -497,7 +626,7 @@ impl Sandbox {
     }
 
     /// Checks the imports and the world, and resolves the imports once.
-    fn prepare(&self, component: &Component) -> Result<RerankerPre<CallState>, UploadError> {
+    fn prepare(&self, component: &Component) -> Result<Pre, UploadError> {
         let ty = component.component_type();
         for (name, _) in ty.imports(&self.engine) {
             if !ALLOWED_IMPORTS
@@ -507,63 +636,49 @@ impl Sandbox {
                 return Err(UploadError::ForbiddenImport(name.to_string()));
             }
         }
-        self.linker
+        let pre = self
+            .linker
             .instantiate_pre(component)
-            .and_then(RerankerPre::new)
-            .map_err(|e| UploadError::WrongWorld(format!("{e:#}")))
+            .map_err(|e| UploadError::WrongWorld(format!("{e:#}")))?;
+        // The export's type says which world: checked against 0.2, then 0.1.
+        match RerankerPre::new(pre.clone()) {
+            Ok(current) => Ok(Pre::V0_2(current)),
+            Err(e) => bindings_0_1::RerankerPre::new(pre)
+                .map(Pre::V0_1)
+                .map_err(|_| UploadError::WrongWorld(format!("{e:#}"))),
+        }
     }
 
-    /// Runs the component on `candidates` in a fresh store and returns the new order: the
-    /// candidates' indices, best first (ties keep the fused order).
+    /// Runs the component on `candidates` (no request context) in a fresh store and returns
+    /// the new order: the candidates' indices, best first (ties keep the fused order), less
+    /// those it dropped.
     pub fn rerank(
         &self,
         prepared: &Prepared,
         query: &str,
         candidates: &[Candidate],
     ) -> Result<Vec<usize>, RerankError> {
-        self.rerank_with(prepared, query, candidates, HashMap::new())
+        let call = Call {
+            query,
+            context: &[],
+            candidates,
+        };
+        self.rerank_costed(prepared, &call, HashMap::new()).0
     }
 
-    /// [`Sandbox::rerank`], lending the component embeddings the host already has (text →
-    /// vector), so that `host.embed` of those texts runs no model.
-    pub fn rerank_with(
-        &self,
-        prepared: &Prepared,
-        query: &str,
-        candidates: &[Candidate],
-        known: HashMap<String, Vec<f32>>,
-    ) -> Result<Vec<usize>, RerankError> {
-        self.rerank_costed(prepared, query, candidates, known).0
-    }
-
-    /// [`Sandbox::rerank_with`], and what the call cost: fuel, wall time, host work.
+    /// Runs `call` in a fresh store, lending the component embeddings the host already has
+    /// (text → vector, so that `host.embed` of those texts runs no model): the new order, and
+    /// what the call cost (fuel, wall time, host work), failed calls included.
     pub fn rerank_costed(
         &self,
         prepared: &Prepared,
-        query: &str,
-        candidates: &[Candidate],
+        call: &Call<'_>,
         known: HashMap<String, Vec<f32>>,
     ) -> (Result<Vec<usize>, RerankError>, CallCost) {
         let limits = &self.limits;
         let started = Instant::now();
-        if candidates.len() > limits.max_candidates {
-            let e = RerankError::Input(format!(
-                "{} candidates; the limit is {}",
-                candidates.len(),
-                limits.max_candidates
-            ));
-            return (Err(e), CallCost::default());
-        }
-        if let Some(c) = candidates
-            .iter()
-            .find(|c| c.text.len() > limits.max_text_bytes)
-        {
-            let e = RerankError::Input(format!(
-                "candidate {:?} has {} bytes of text; the limit is {}",
-                c.id,
-                c.text.len(),
-                limits.max_text_bytes
-            ));
+        let candidates = call.candidates;
+        if let Err(e) = self.check_input(call) {
             return (Err(e), CallCost::default());
         }
         let state = CallState {
@@ -593,21 +708,68 @@ impl Sandbox {
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
 
-        let result = prepared
-            .pre
-            .instantiate(&mut store)
-            .and_then(|r| r.call_rerank(&mut store, query, candidates));
+        let n = candidates.len();
+        let result = match &prepared.pre {
+            Pre::V0_2(pre) => pre.instantiate(&mut store).and_then(|r| {
+                r.call_rerank(&mut store, call.query, call.context, candidates)
+                    .map(|out| out.map(|r| order(&r.scores, &r.dropped, n)))
+            }),
+            Pre::V0_1(pre) => {
+                let old: Vec<_> = candidates.iter().map(candidate_0_1).collect();
+                pre.instantiate(&mut store).and_then(|r| {
+                    r.call_rerank(&mut store, call.query, &old).map(|out| {
+                        out.map(|scored| {
+                            let pairs: Vec<(u32, f32)> =
+                                scored.iter().map(|s| (s.index, s.score)).collect();
+                            rerank_order(&pairs, &[], n).map_err(RerankError::InvalidOutput)
+                        })
+                    })
+                })
+            }
+        };
         let cost = CallCost {
             fuel: limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0)),
             wall: started.elapsed(),
             host: store.data().used,
         };
         let order = match result {
-            Ok(Ok(scored)) => order(&scored, candidates.len()),
+            Ok(Ok(order)) => order,
             Ok(Err(message)) => Err(RerankError::Guest(message.chars().take(1024).collect())),
             Err(e) => Err(self.classify(e)),
         };
         (order, cost)
+    }
+
+    /// Refuses a call over the input limits before anything runs.
+    fn check_input(&self, call: &Call<'_>) -> Result<(), RerankError> {
+        let limits = &self.limits;
+        let candidates = call.candidates;
+        if candidates.len() > limits.max_candidates {
+            return Err(RerankError::Input(format!(
+                "{} candidates; the limit is {}",
+                candidates.len(),
+                limits.max_candidates
+            )));
+        }
+        if let Some(c) = candidates
+            .iter()
+            .find(|c| c.text.len() > limits.max_text_bytes)
+        {
+            return Err(RerankError::Input(format!(
+                "candidate {:?} has {} bytes of text; the limit is {}",
+                c.id,
+                c.text.len(),
+                limits.max_text_bytes
+            )));
+        }
+        if call.context.len() > limits.max_context_entries {
+            return Err(RerankError::Input(format!(
+                "{} context entries; the limit is {}",
+                call.context.len(),
+                limits.max_context_entries
+            )));
+        }
+        Ok(())
     }
 
     fn classify(&self, e: wasmtime::Error) -> RerankError {
@@ -635,10 +797,20 @@ fn is_core_module(bytes: &[u8]) -> bool {
     bytes.len() >= 8 && bytes.starts_with(b"\0asm") && bytes[6] == 0 && bytes[7] == 0
 }
 
-/// Validates the scores and turns them into an order ([`rerank_order`]).
-fn order(scored: &[Scored], n: usize) -> Result<Vec<usize>, RerankError> {
+/// Validates the scores and drops and turns them into an order ([`rerank_order`]).
+fn order(scored: &[Scored], dropped: &[u32], n: usize) -> Result<Vec<usize>, RerankError> {
     let pairs: Vec<(u32, f32)> = scored.iter().map(|s| (s.index, s.score)).collect();
-    rerank_order(&pairs, n).map_err(RerankError::InvalidOutput)
+    rerank_order(&pairs, dropped, n).map_err(RerankError::InvalidOutput)
+}
+
+/// A candidate as a 0.1 component sees it: no chunk index, no metadata.
+fn candidate_0_1(c: &Candidate) -> bindings_0_1::sluice::rerank::types::Candidate {
+    bindings_0_1::sluice::rerank::types::Candidate {
+        id: c.id.clone(),
+        title: c.title.clone(),
+        text: c.text.clone(),
+        score: c.score,
+    }
 }
 
 #[cfg(test)]
@@ -652,10 +824,11 @@ mod tests {
     #[test]
     fn component_scores_become_an_order_or_an_invalid_output_error() {
         assert_eq!(
-            order(&[s(0, 0.1), s(1, 0.9), s(2, 0.1)], 3).unwrap(),
+            order(&[s(0, 0.1), s(1, 0.9), s(2, 0.1)], &[], 3).unwrap(),
             vec![1, 0, 2]
         );
-        let e = order(&[s(0, 1.0), s(0, 2.0)], 2).unwrap_err();
+        assert_eq!(order(&[s(2, 0.1), s(0, 0.9)], &[1], 3).unwrap(), vec![0, 2]);
+        let e = order(&[s(0, 1.0), s(0, 2.0)], &[], 2).unwrap_err();
         assert!(
             matches!(&e, RerankError::InvalidOutput(m) if m.contains("scored twice")),
             "{e}"

@@ -13,7 +13,7 @@
 //! no request waits on the storage for a tenant it has seen; an artefact from another engine
 //! is recompiled from the upload.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -24,12 +24,16 @@ use serde_json::json;
 use sha2::{Digest, Sha256};
 use sluice_core::Tenant;
 use sluice_core::config::RerankConfig;
+use sluice_core::metadata::{MetaValue as Value, Metadata};
 use sluice_core::stages::{
-    ActiveComponent, ComponentError, ComponentStorage as Storage, ComponentVersion, Components,
-    Embedder, Hit, RerankCall, Reranker,
+    ActiveComponent, CallCosts, ComponentError, ComponentStorage as Storage, ComponentVersion,
+    Components, Embedder, RerankCall, RerankInput, Reranker,
 };
 
-use crate::{Candidate, HostServices, Limits, Prepared, Sandbox, UploadError};
+use crate::{
+    Call, Candidate, ContextEntry, Date, HostServices, Limits, MetaField, MetaValue, Prepared,
+    Sandbox, UploadError,
+};
 
 /// The host's embedding model, lent to components through `host.embed`.
 pub struct ModelHost(pub Arc<dyn Embedder>);
@@ -170,6 +174,23 @@ struct Active {
     version: String,
     prepared: Prepared,
     sandbox: Arc<Sandbox>,
+    /// `(fuel, wall µs)` of its last [`CallCosts::WINDOW`] calls.
+    recent: Mutex<VecDeque<(u64, u64)>>,
+}
+
+impl Active {
+    fn new(version: &str, prepared: Prepared, sandbox: Arc<Sandbox>) -> Arc<Self> {
+        Arc::new(Self {
+            version: version.to_string(),
+            prepared,
+            sandbox,
+            recent: Mutex::new(VecDeque::with_capacity(CallCosts::WINDOW)),
+        })
+    }
+
+    fn costs(&self) -> Option<CallCosts> {
+        CallCosts::of(lock(&self.recent).iter().copied())
+    }
 }
 
 /// What a process knows of a tenant's active component (`None`: the built-in default), since
@@ -205,7 +226,7 @@ fn is_version(v: &str) -> bool {
 }
 
 /// The sandbox limits `SLUICE_RERANK_*` set.
-fn limits(config: &RerankConfig) -> Limits {
+pub fn limits(config: &RerankConfig) -> Limits {
     Limits {
         memory_bytes: config.memory_mb << 20,
         fuel: config.fuel,
@@ -267,13 +288,7 @@ impl Inner {
     /// (whose artefact is then stored for the next process).
     fn load(&self, tenant: &Tenant, version: &str) -> Result<Arc<Active>, ComponentError> {
         let artefact = self.artefact_key(tenant, version);
-        let active = |prepared| {
-            Arc::new(Active {
-                version: version.to_string(),
-                prepared,
-                sandbox: Arc::clone(&self.sandbox),
-            })
-        };
+        let active = |prepared| Active::new(version, prepared, Arc::clone(&self.sandbox));
         if let Some(bytes) = self.storage.get(&artefact)?
             && let Ok(prepared) = self.sandbox.load(&bytes)
         {
@@ -377,34 +392,74 @@ impl ActiveComponent for Active {
         &self.version
     }
 
-    fn rerank(&self, query: &str, query_vector: &[f32], hits: &[Hit]) -> RerankCall {
+    fn rerank(&self, input: &RerankInput<'_>) -> RerankCall {
         let max = self.sandbox.limits().max_text_bytes;
-        let candidates: Vec<Candidate> = hits
+        let candidates: Vec<Candidate> = input
+            .hits
             .iter()
             .map(|h| Candidate {
                 id: h.document.id.clone(),
                 title: h.document.title.clone(),
                 text: truncate(&h.text, max).to_string(),
                 score: h.score,
+                chunk: u32::try_from(h.chunk).unwrap_or(u32::MAX),
+                metadata: metadata(&h.document.metadata),
+            })
+            .collect();
+        let context: Vec<ContextEntry> = (input.context.iter())
+            .map(|(key, value)| ContextEntry {
+                key: key.to_string(),
+                value: value.to_string(),
             })
             .collect();
         let mut known: HashMap<String, Vec<f32>> = candidates
             .iter()
-            .zip(hits)
+            .zip(input.hits)
             .filter(|(_, h)| !h.vector.is_empty())
             .map(|(c, h)| (c.text.clone(), h.vector.clone()))
             .collect();
-        if !query_vector.is_empty() {
-            known.insert(query.to_string(), query_vector.to_vec());
+        if !input.query_vector.is_empty() {
+            known.insert(input.query.to_string(), input.query_vector.to_vec());
         }
-        let (order, cost) = self
-            .sandbox
-            .rerank_costed(&self.prepared, query, &candidates, known);
+        let call = Call {
+            query: input.query,
+            context: &context,
+            candidates: &candidates,
+        };
+        let (order, cost) = self.sandbox.rerank_costed(&self.prepared, &call, known);
+        {
+            let mut recent = lock(&self.recent);
+            if recent.len() == CallCosts::WINDOW {
+                recent.pop_front();
+            }
+            recent.push_back((cost.fuel, cost.wall.as_micros() as u64));
+        }
         RerankCall {
             order: order.map_err(|e| e.to_string()),
             fuel: cost.fuel,
+            wall: cost.wall,
         }
     }
+}
+
+/// A document's metadata as a 0.2 component reads it, sorted by key.
+fn metadata(metadata: &Metadata) -> Vec<MetaField> {
+    metadata
+        .iter()
+        .map(|(key, value)| MetaField {
+            key: key.to_string(),
+            value: match value {
+                Value::Text(t) => MetaValue::Text(t.clone()),
+                Value::Number(n) => MetaValue::Number(n.as_f64().unwrap_or(f64::NAN)),
+                Value::Bool(b) => MetaValue::Boolean(*b),
+                Value::Date { text, seconds } => MetaValue::Date(Date {
+                    text: text.clone(),
+                    seconds: *seconds,
+                }),
+                Value::List(items) => MetaValue::Strings(items.clone()),
+            },
+        })
+        .collect()
 }
 
 #[async_trait::async_trait]
@@ -461,6 +516,7 @@ impl Components for Registry {
             version,
             size: bytes.len(),
             active,
+            cost: None,
         })
     }
 
@@ -488,11 +544,16 @@ impl Components for Registry {
             version: version.to_string(),
             size,
             active: true,
+            cost: None,
         })
     }
 
     fn list(&self, tenant: &Tenant) -> Result<Vec<ComponentVersion>, ComponentError> {
         let active = self.inner.storage.active(tenant)?;
+        // The costs of the version this process runs for the tenant, if it has run it.
+        let running = lock(&self.inner.known)
+            .get(tenant)
+            .and_then(|k| k.active.clone());
         Ok(self
             .inner
             .storage
@@ -500,6 +561,10 @@ impl Components for Registry {
             .into_iter()
             .map(|(version, size)| ComponentVersion {
                 active: active.as_deref() == Some(version.as_str()),
+                cost: running
+                    .as_ref()
+                    .filter(|r| r.version == version)
+                    .and_then(|r| r.costs()),
                 version,
                 size,
             })

@@ -4,7 +4,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use sluice_sandbox::{Candidate, HostServices, Limits, Sandbox};
+use sluice_sandbox::{
+    Call, Candidate, ContextEntry, Date, HostServices, Limits, MetaField, MetaValue, Sandbox,
+    WORLD_0_1, WORLD_0_2,
+};
 
 struct WordCount;
 
@@ -23,6 +26,8 @@ fn candidate(id: &str, text: &str, rank: usize) -> Candidate {
         title: id.into(),
         text: text.into(),
         score: 1.0 / (61.0 + rank as f32),
+        chunk: 0,
+        metadata: Vec::new(),
     }
 }
 
@@ -32,6 +37,7 @@ fn keyword_boost_lifts_the_candidate_that_contains_the_query_words() {
     let component = sandbox
         .compile(&sluice_sandbox::built_component("keyword-boost").unwrap())
         .expect("the example component uploads");
+    assert_eq!(component.world(), WORLD_0_1, "built for 0.1 on purpose");
     let candidates = vec![
         candidate("weather", "Sunny with light wind in the afternoon.", 0),
         candidate("savings", "Interest is paid monthly on savings.", 1),
@@ -71,13 +77,109 @@ fn mmr_moves_a_near_duplicate_below_a_different_source() {
         (candidates[0].text.clone(), vec![0.8, 0.6, 0.0]),
         (candidates[2].text.clone(), vec![0.7, -0.714, 0.0]),
     ]);
-    let order = sandbox
-        .rerank_with(&component, "daily limit", &candidates, known)
-        .unwrap();
+    let call = Call {
+        query: "daily limit",
+        context: &[],
+        candidates: &candidates,
+    };
+    let order = sandbox.rerank_costed(&component, &call, known).0.unwrap();
     assert_eq!(order, vec![0, 2, 1]);
     // Texts the host has no vector for go to the host model, which here refuses: a component error.
     let err = sandbox
         .rerank(&component, "daily limit", &candidates)
         .unwrap_err();
     assert!(err.to_string().contains("no model in this test"), "{err}");
+}
+
+fn with_meta(mut c: Candidate, fields: Vec<(&str, MetaValue)>) -> Candidate {
+    c.metadata = fields
+        .into_iter()
+        .map(|(key, value)| MetaField {
+            key: key.into(),
+            value,
+        })
+        .collect();
+    c
+}
+
+fn date(text: &str, seconds: f64) -> MetaValue {
+    MetaValue::Date(Date {
+        text: text.into(),
+        seconds,
+    })
+}
+
+fn plan(value: &str) -> Vec<ContextEntry> {
+    vec![ContextEntry {
+        key: "plan".into(),
+        value: value.into(),
+    }]
+}
+
+#[test]
+fn policy_drops_what_the_plan_may_not_see_and_lifts_recent_documents() {
+    let sandbox = Sandbox::new(Limits::default(), Arc::new(WordCount)).unwrap();
+    let component = sandbox
+        .compile(&sluice_sandbox::built_component("policy").unwrap())
+        .expect("the example component uploads");
+    assert_eq!(component.world(), WORLD_0_2);
+    let day = 86_400.0;
+    let candidates = vec![
+        // Best fused, but for enterprise customers only.
+        with_meta(
+            candidate("enterprise-sla", "Uptime credits.", 0),
+            vec![("audience", MetaValue::Strings(vec!["enterprise".into()]))],
+        ),
+        // Old, for everyone.
+        with_meta(
+            candidate("old-limits", "Limits as of 2023.", 1),
+            vec![("updated_at", date("2023-01-01", 0.0))],
+        ),
+        // Two years newer, one rank lower: recency lifts it above the old one.
+        with_meta(
+            candidate("new-limits", "Limits as of 2025.", 2),
+            vec![
+                ("audience", MetaValue::Text("pro".into())),
+                ("updated_at", date("2025-01-01", 730.0 * day)),
+            ],
+        ),
+        candidate("plain", "No metadata at all.", 3),
+    ];
+    let run = |context: &[ContextEntry]| {
+        let call = Call {
+            query: "limits",
+            context,
+            candidates: &candidates,
+        };
+        sandbox
+            .rerank_costed(&component, &call, HashMap::new())
+            .0
+            .unwrap()
+    };
+    assert_eq!(
+        run(&plan("pro")),
+        vec![2, 1, 3],
+        "enterprise-sla dropped, new-limits first"
+    );
+    assert_eq!(
+        run(&plan("enterprise")),
+        vec![0, 1, 3],
+        "new-limits is for pro only"
+    );
+    assert_eq!(run(&[]), vec![1, 3], "no plan: only what is for everyone");
+    // A context the component cannot read is its error, not a silent default.
+    let bad = [ContextEntry {
+        key: "half_life_days".into(),
+        value: "soon".into(),
+    }];
+    let call = Call {
+        query: "limits",
+        context: &bad,
+        candidates: &candidates,
+    };
+    let err = sandbox
+        .rerank_costed(&component, &call, HashMap::new())
+        .0
+        .unwrap_err();
+    assert!(err.to_string().contains("half_life_days"), "{err}");
 }

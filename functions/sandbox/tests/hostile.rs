@@ -6,7 +6,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use sluice_sandbox::{Candidate, HostServices, Limits, RerankError, Sandbox, UploadError};
+use std::collections::HashMap;
+
+use sluice_sandbox::{
+    Call, Candidate, ContextEntry, HostServices, Limits, MetaField, MetaValue, RerankError,
+    Sandbox, UploadError, WORLD_0_1, WORLD_0_2,
+};
 
 struct NoHost;
 
@@ -42,8 +47,22 @@ fn candidates(n: usize) -> Vec<Candidate> {
             title: format!("Doc {i}"),
             text: format!("text of candidate {i}"),
             score: 1.0 / (60.0 + i as f32),
+            chunk: i as u32,
+            metadata: vec![MetaField {
+                key: "audience".into(),
+                value: MetaValue::Strings(vec!["pro".into(); 64]),
+            }],
         })
         .collect()
+}
+
+/// A call on `candidates` with no context.
+fn call(candidates: &[Candidate]) -> Call<'_> {
+    Call {
+        query: "q",
+        context: &[],
+        candidates,
+    }
 }
 
 /// Uploads `hostile`, runs it on 5 candidates, then proves the sandbox still works.
@@ -311,7 +330,7 @@ fn flood_under(
     let bad = sb
         .compile(host_calls(flood).as_bytes())
         .expect("passes the smoke run");
-    let (result, cost) = sb.rerank_costed(&bad, "q", &candidates(5), Default::default());
+    let (result, cost) = sb.rerank_costed(&bad, &call(&candidates(5)), Default::default());
     let seen = (host.tokenised.load(Relaxed), host.embedded.load(Relaxed));
     (result.err(), cost, seen)
 }
@@ -444,7 +463,7 @@ fn no_host_work_starts_after_the_deadline() {
             .as_bytes(),
         )
         .expect("passes the smoke run");
-    let (result, cost) = sb.rerank_costed(&bad, "q", &candidates(5), Default::default());
+    let (result, cost) = sb.rerank_costed(&bad, &call(&candidates(5)), Default::default());
     assert_eq!(cost.host.embedded_texts, 1, "{cost:?}");
     // The guest is then interrupted by its epoch deadline, or reaches `count-tokens`, which
     // the host refuses: either way nothing more ran.
@@ -454,4 +473,164 @@ fn no_host_work_starts_after_the_deadline() {
         "{result:?}"
     );
     assert!(cost.wall < Duration::from_millis(200), "{cost:?}");
+}
+
+// The 0.2 world: the same rule (behaves in the smoke run, misbehaves after), with what a 0.2
+// component can return besides scores — dropped candidates — and the request context.
+
+/// The well-behaved 0.2 component of `keep.wat` (keeps all, reversed), with `hostile` run
+/// instead when there are more than two candidates.
+fn component_0_2(hostile: &str) -> String {
+    let template = include_str!("keep.wat");
+    assert!(template.contains(MARK_0_2));
+    template.replace(MARK_0_2, hostile)
+}
+
+const MARK_0_2: &str = "(call $rank (local.get $n)) ;; misbehaviour";
+
+/// Uploads the 0.2 `hostile`, runs it on 5 candidates with metadata, then proves the sandbox
+/// still serves both worlds.
+fn run_hostile_0_2(sandbox: &Sandbox, hostile: &str) -> Result<Vec<usize>, RerankError> {
+    let bad = sandbox
+        .compile(component_0_2(hostile).as_bytes())
+        .expect("passes the smoke run");
+    assert_eq!(bad.world(), WORLD_0_2);
+    let result = sandbox.rerank(&bad, "q", &candidates(5));
+    let good = sandbox
+        .compile(component_0_2("(call $rank (local.get $n))").as_bytes())
+        .unwrap();
+    assert_eq!(
+        sandbox.rerank(&good, "q", &candidates(5)).unwrap(),
+        vec![4, 3, 2, 1, 0]
+    );
+    let old = sandbox.compile(component(WELL_BEHAVED).as_bytes()).unwrap();
+    assert_eq!(
+        sandbox.rerank(&old, "q", &candidates(5)).unwrap(),
+        vec![4, 3, 2, 1, 0]
+    );
+    result
+}
+
+#[test]
+fn both_worlds_run_side_by_side_and_say_which_they_are() {
+    let sb = sandbox(Limits::default());
+    let old = sb.compile(component(WELL_BEHAVED).as_bytes()).unwrap();
+    let new = sb.compile(component_0_2(MARK_0_2).as_bytes()).unwrap();
+    assert_eq!((old.world(), new.world()), (WORLD_0_1, WORLD_0_2));
+    // A 0.1 component is given the same call, context and metadata included, and cannot see
+    // them; the stored artefacts load into the same world.
+    let context = [ContextEntry {
+        key: "plan".into(),
+        value: "pro".into(),
+    }];
+    let cands = candidates(4);
+    let call = Call {
+        query: "q",
+        context: &context,
+        candidates: &cands,
+    };
+    for prepared in [&old, &new] {
+        let (order, cost) = sb.rerank_costed(prepared, &call, HashMap::new());
+        assert_eq!(order.unwrap(), vec![3, 2, 1, 0]);
+        assert!(cost.fuel > 0 && cost.wall > Duration::ZERO, "{cost:?}");
+        assert_eq!(
+            sb.load(&prepared.artifact).unwrap().world(),
+            prepared.world()
+        );
+    }
+}
+
+#[test]
+fn a_dropped_candidate_leaves_the_order() {
+    let order = run_hostile_0_2(
+        &sandbox(Limits::default()),
+        "(call $drop (call $unscore_last (call $rank (local.get $n))) (i32.sub (local.get $n) (i32.const 1)))",
+    );
+    assert_eq!(order.unwrap(), vec![3, 2, 1, 0]);
+}
+
+#[test]
+fn dropping_everything_is_a_valid_empty_order() {
+    let order = run_hostile_0_2(
+        &sandbox(Limits::default()),
+        "(call $drop_all (local.get $n))",
+    );
+    assert_eq!(order.unwrap(), Vec::<usize>::new());
+}
+
+#[test]
+fn dropping_an_index_out_of_range_is_refused() {
+    let err = run_hostile_0_2(
+        &sandbox(Limits::default()),
+        "(call $drop (call $unscore_last (call $rank (local.get $n))) (i32.add (local.get $n) (i32.const 5)))",
+    )
+    .unwrap_err();
+    assert_eq!(
+        err,
+        RerankError::InvalidOutput("dropped index 10 out of range for 5 candidates".into())
+    );
+}
+
+#[test]
+fn dropping_twice_or_dropping_a_scored_candidate_is_refused() {
+    let sb = sandbox(Limits::default());
+    let twice = "(call $drop (call $drop (call $unscore_last (call $unscore_last (call $rank (local.get $n))))
+                   (i32.const 4)) (i32.const 4))";
+    assert_eq!(
+        run_hostile_0_2(&sb, twice).unwrap_err(),
+        RerankError::InvalidOutput("index 4 dropped twice".into())
+    );
+    let both = "(call $drop (call $unscore_last (call $rank (local.get $n))) (i32.const 0))";
+    assert_eq!(
+        run_hostile_0_2(&sb, both).unwrap_err(),
+        RerankError::InvalidOutput("index 0 both scored and dropped".into())
+    );
+    // Scores for every candidate and a drop besides: one entry too many.
+    let extra = "(call $drop (call $rank (local.get $n)) (i32.const 2))";
+    assert_eq!(
+        run_hostile_0_2(&sb, extra).unwrap_err(),
+        RerankError::InvalidOutput("5 scores and 1 dropped for 5 candidates".into())
+    );
+}
+
+#[test]
+fn a_huge_dropped_list_is_refused() {
+    let sb = sandbox(Limits::default());
+    // Three million dropped indices, inside its (grown) memory: lifted, then refused by count.
+    let err = run_hostile_0_2(&sb, "(call $huge (local.get $n))").unwrap_err();
+    assert_eq!(
+        err,
+        RerankError::InvalidOutput("5 scores and 3000000 dropped for 5 candidates".into())
+    );
+    // A length past the end of its memory: the lift itself fails.
+    let err = run_hostile_0_2(
+        &sb,
+        "(drop (call $rank (local.get $n))) (i32.store (i32.const 272) (i32.const 0x10000000)) (i32.const 256)",
+    )
+    .unwrap_err();
+    assert!(matches!(err, RerankError::Trap(_)), "{err:?}");
+}
+
+#[test]
+fn context_over_the_limit_is_refused_before_running() {
+    let sb = sandbox(Limits::default());
+    let good = sb.compile(component_0_2(MARK_0_2).as_bytes()).unwrap();
+    let context: Vec<ContextEntry> = (0..17)
+        .map(|i| ContextEntry {
+            key: format!("k{i}"),
+            value: "v".into(),
+        })
+        .collect();
+    let cands = candidates(3);
+    let call = Call {
+        query: "q",
+        context: &context,
+        candidates: &cands,
+    };
+    let (order, cost) = sb.rerank_costed(&good, &call, HashMap::new());
+    assert_eq!(
+        order.unwrap_err(),
+        RerankError::Input("17 context entries; the limit is 16".into())
+    );
+    assert_eq!(cost.fuel, 0, "nothing ran");
 }

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use sluice_core::Tenant;
-use sluice_core::stages::{ActiveComponent, Hit, RerankCall, Reranker};
+use sluice_core::metadata::MetaValue;
+use sluice_core::stages::{ActiveComponent, RerankCall, RerankInput, Reranker};
 
 /// The fuel a scripted component reports burning per candidate, so that usage tests can
 /// predict it.
@@ -18,6 +19,15 @@ pub enum Verdict {
     Reverse,
     /// Fails with this message (a trap, a limit, bad output).
     Fail(String),
+    /// Keeps the fused order of the hits whose document's metadata `field` (a string or a
+    /// list of them) holds the value of the request context's `key`, and drops the others
+    /// (all of them when the context has no `key`): a 0.2 component's audience rule.
+    KeepWhereContext {
+        /// The `rerank_context` entry read.
+        key: String,
+        /// The metadata field that must hold its value.
+        field: String,
+    },
 }
 
 /// Tenants' rerank components as a script says: which tenants have one (all, unless
@@ -77,14 +87,27 @@ impl ActiveComponent for Scripted {
     fn version(&self) -> &str {
         &self.version
     }
-    fn rerank(&self, _: &str, _: &[f32], hits: &[Hit]) -> RerankCall {
+    fn rerank(&self, input: &RerankInput<'_>) -> RerankCall {
+        let hits = input.hits;
         let order = match &self.verdict {
             Verdict::Reverse => Ok((0..hits.len()).rev().collect()),
             Verdict::Fail(why) => Err(why.clone()),
+            Verdict::KeepWhereContext { key, field } => {
+                let wanted = input.context.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+                let holds = |value: Option<&MetaValue>| match (value, wanted) {
+                    (Some(MetaValue::Text(t)), Some(w)) => t == w,
+                    (Some(MetaValue::List(items)), Some(w)) => items.iter().any(|i| i == w),
+                    _ => false,
+                };
+                Ok((0..hits.len())
+                    .filter(|&i| holds(hits[i].document.metadata.get(field)))
+                    .collect())
+            }
         };
         RerankCall {
             order,
             fuel: SCRIPTED_FUEL_PER_HIT * hits.len() as u64,
+            wall: Duration::from_micros(10),
         }
     }
 }

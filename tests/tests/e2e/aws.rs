@@ -147,7 +147,15 @@ async fn what_one_registry_compiles_another_loads_and_an_activation_is_seen_afte
     let hits = [hit("a", 0.3), hit("b", 0.2), hit("c", 0.1)];
     let by = tokio::time::Instant::now() + Duration::from_secs(30);
     let component = reader.active(&tenant("acme"), by).await.unwrap().unwrap();
-    let call = blocking(move || component.rerank("q", &[], &hits)).await;
+    let call = blocking(move || {
+        component.rerank(&sluice_core::stages::RerankInput {
+            query: "q",
+            query_vector: &[],
+            hits: &hits,
+            context: &Default::default(),
+        })
+    })
+    .await;
     assert_eq!(call.order, Ok(vec![2, 1, 0]));
     // What the call burnt is reported (what the tenant's usage counts).
     assert!(call.fuel > 0, "{call:?}");

@@ -261,6 +261,8 @@ fn a_component_flooding_the_host_costs_the_host_little() {
             title: format!("Doc {i}"),
             text: format!("text of candidate {i}"),
             score: 0.0,
+            chunk: 0,
+            metadata: Vec::new(),
         })
         .collect();
     for (name, flood) in [
@@ -282,7 +284,12 @@ fn a_component_flooding_the_host_costs_the_host_little() {
             .compile(wat.as_bytes())
             .expect("passes the smoke run");
         let before = thread_cpu();
-        let (result, cost) = sandbox.rerank_costed(&prepared, "q", &candidates, Default::default());
+        let call = sluice_sandbox::Call {
+            query: "q",
+            context: &[],
+            candidates: &candidates,
+        };
+        let (result, cost) = sandbox.rerank_costed(&prepared, &call, Default::default());
         let cpu = thread_cpu() - before;
         eprintln!(
             "host-call flood: {name:<42} {:>7.1} ms CPU, {:>7.1} ms wall, {:?}, ended {:?}",
@@ -300,4 +307,116 @@ fn a_component_flooding_the_host_costs_the_host_little() {
             "{name}: {cpu:?} of CPU for one call (bound {WORST_HOST_CPU:?})"
         );
     }
+}
+
+/// Two limits pages, one fresh and one two years old, with the same words (so that their
+/// fused scores are neighbours), a page for enterprise customers only, and one for free and
+/// pro plans.
+fn policy_documents() -> Value {
+    let doc = |id: &str, metadata: Value| {
+        json!({"id": id, "title": "Card limits",
+               "text": format!("Card limits ({id}): the daily card limit is one thousand dollars for card payments."),
+               "metadata": metadata})
+    };
+    json!({"documents": [
+        doc("limits-2023", json!({"updated_at": "2023-01-01T00:00:00Z"})),
+        doc("limits-2025", json!({"updated_at": "2025-01-01T00:00:00Z"})),
+        doc("enterprise-limits", json!({"audience": ["enterprise"], "updated_at": "2024-06-01"})),
+        doc("plan-limits", json!({"audience": ["free", "pro"]})),
+    ]})
+}
+
+#[tokio::test]
+async fn a_policy_component_drops_by_plan_and_lifts_recent_documents_over_http() {
+    let server = start(&[]).await;
+    let (status, body) = server
+        .send_as(
+            "acme",
+            Method::POST,
+            "/v1/documents",
+            policy_documents().to_string().into_bytes(),
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let ask = |plan: Option<&str>| {
+        let mut body = json!({"query": "what is the daily card limit", "k": 4, "cache": "bypass"});
+        if let Some(plan) = plan {
+            body["rerank_context"] = json!({"plan": plan});
+        }
+        body
+    };
+    let sources = |meta: &Value| -> Vec<String> {
+        meta["documents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let fused = server.answer_as(Some("acme"), &ask(Some("pro"))).await;
+    let fused = sources(&fused.first("meta").data);
+    assert_eq!(fused.len(), 4, "{fused:?}");
+
+    let policy = sluice_sandbox::built_component("policy").unwrap();
+    let version = upload(&server, "acme", &policy).await;
+    assert_eq!(activate(&server, "acme", &version).await.0, 200);
+
+    for (plan, dropped, kept) in [
+        (
+            Some("pro"),
+            1,
+            vec!["limits-2023", "limits-2025", "plan-limits"],
+        ),
+        (
+            Some("enterprise"),
+            1,
+            vec!["enterprise-limits", "limits-2023", "limits-2025"],
+        ),
+        (None, 2, vec!["limits-2023", "limits-2025"]),
+    ] {
+        let answer = server.answer_as(Some("acme"), &ask(plan)).await;
+        answer.assert_well_formed();
+        let meta = &answer.first("meta").data;
+        assert_eq!(meta["degraded"], json!([]), "{meta}");
+        assert_eq!(meta["rerank_dropped"], dropped, "{plan:?}: {meta}");
+        let order = sources(meta);
+        let mut ids = order.clone();
+        ids.sort();
+        assert_eq!(ids, kept, "{plan:?}");
+        // The fresh page ranks above the old one, whatever their fused order was.
+        let at = |id: &str| order.iter().position(|d| d == id).unwrap();
+        assert!(at("limits-2025") < at("limits-2023"), "{plan:?}: {order:?}");
+        let done = &answer.first("done").data;
+        assert!(
+            done["timings"]["rerank_fuel"].as_u64().unwrap() > 0,
+            "{done}"
+        );
+        assert!(done["timings"]["rerank_ms"].as_f64().is_some(), "{done}");
+    }
+
+    // The registry reports what the active version's calls cost.
+    let (status, list) = server.send_as("acme", Method::GET, ROUTE, vec![]).await;
+    assert_eq!(status, 200, "{list}");
+    let cost = &list["versions"][0]["cost"];
+    assert_eq!(cost["calls"], 3, "{list}");
+    for field in ["fuel_p50", "fuel_p99", "wall_us_p50", "wall_us_p99"] {
+        assert!(cost[field].as_u64().unwrap() > 0, "{field}: {list}");
+    }
+    assert!(cost["fuel_p50"].as_u64() <= cost["fuel_p99"].as_u64());
+
+    // A bad context is refused before anything runs.
+    let (status, body) = server
+        .send_as(
+            "acme",
+            Method::POST,
+            "/v1/answer",
+            json!({"query": "limits", "rerank_context": {"plan": 1}})
+                .to_string()
+                .into_bytes(),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_rerank_context"))
+    );
 }

@@ -129,6 +129,10 @@ async fn provoke(code: Code) -> Seen {
             let body = r#"{"query": "hi", "filter": {"year": {"$near": 2025}}}"#;
             answer_body(&plain(), body).await
         }
+        Code::InvalidRerankContext => {
+            let body = r#"{"query": "hi", "rerank_context": {"plan": ["pro"]}}"#;
+            answer_body(&plain(), body).await
+        }
         Code::InvalidTenant => Seen::Refused(
             plain()
                 .post_as("no spaces allowed", "/v1/answer", &ask)

@@ -15,5 +15,6 @@ mod filters;
 mod fusion;
 mod kit;
 mod openai;
+mod rerank;
 mod stream;
 mod usage;

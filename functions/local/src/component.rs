@@ -1,0 +1,395 @@
+//! `sluice component`: a tenant's local loop for a rerank component — start a crate from the
+//! SDK (`new`), run it on questions over a corpus without a server (`test`), and measure what
+//! it costs (`bench`). `test` runs the component as the answer path does (the registry, the
+//! same limits, the same candidates with their metadata); `bench` runs it in the sandbox
+//! alone, on synthetic candidates.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail, ensure};
+use serde_json::Value;
+use sluice_core::config::Config;
+use sluice_core::stages::{
+    CallCosts, Components, Embedder, Hit, RerankContext, RerankInput, Reranker, Search, Store,
+};
+use sluice_core::{Ingest, Tenant};
+use sluice_sandbox::measure::{measure, sample_candidates};
+use sluice_sandbox::{Call, ContextEntry, Registry, Sandbox, UploadHost};
+
+/// The crate `sluice component new` writes: a 0.2 component that keeps the fused order, with
+/// the places to put a tenant's rules marked.
+const TEMPLATE_LIB: &str = r#"//! NAME: a Sluice rerank component (sluice:rerank@0.2.0).
+//!
+//! Build: `scripts/build-components.sh components/NAME`
+//! Try:   `sluice component test <the .component.wasm> --queries questions.txt --corpus DOCS`
+//! Cost:  `sluice component bench <the .component.wasm>`
+
+use sluice_rerank_sdk::{Candidate, Context, Guest, Ranking, context, export_reranker, ranking};
+
+struct Component;
+
+impl Guest for Component {
+    fn rerank(_query: String, ctx: Context, candidates: Vec<Candidate>) -> Result<Ranking, String> {
+        // The caller's `rerank_context`, e.g. {"plan": "pro"}.
+        let _plan = context(&ctx, "plan");
+        Ok(ranking(candidates.iter().map(|c| {
+            // Each candidate's document metadata: c.text_meta("topic"), c.number("year"),
+            // c.flag("draft"), c.date("updated_at") (seconds), c.strings("audience").
+            // `None` drops the candidate; `Some(score)` keeps it (higher is better).
+            Some(c.score)
+        })))
+    }
+}
+
+export_reranker!(Component);
+"#;
+
+const TEMPLATE_MANIFEST: &str = r#"[package]
+name = "NAME"
+description = "A Sluice rerank component."
+version.workspace = true
+edition.workspace = true
+license.workspace = true
+publish.workspace = true
+
+[lib]
+crate-type = ["cdylib"]
+
+[dependencies]
+sluice-rerank-sdk.workspace = true
+"#;
+
+/// `sluice component new NAME`: a component crate in `dir` (the components workspace, whose
+/// members are every folder in it).
+pub fn new(name: &str, dir: &Path) -> Result<PathBuf> {
+    let valid = name.len() <= 40
+        && name.starts_with(|c: char| c.is_ascii_lowercase())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && name != "sdk";
+    ensure!(
+        valid,
+        "{name:?} is not a crate name for a component: lowercase ASCII letters, digits and -, \
+         starting with a letter, at most 40 characters (and not `sdk`)"
+    );
+    let workspace = std::fs::read_to_string(dir.join("Cargo.toml")).with_context(|| {
+        format!(
+            "{} is not the components workspace (no Cargo.toml); pass --dir",
+            dir.display()
+        )
+    })?;
+    ensure!(
+        workspace.contains("sluice-rerank-sdk"),
+        "{}/Cargo.toml is not the components workspace (no sluice-rerank-sdk); pass --dir",
+        dir.display()
+    );
+    let root = dir.join(name);
+    ensure!(!root.exists(), "{} already exists", root.display());
+    std::fs::create_dir_all(root.join("src"))?;
+    std::fs::write(
+        root.join("Cargo.toml"),
+        TEMPLATE_MANIFEST.replace("NAME", name),
+    )?;
+    std::fs::write(root.join("src/lib.rs"), TEMPLATE_LIB.replace("NAME", name))?;
+    Ok(root)
+}
+
+/// One question of `--queries`: a line of text, or a JSON object
+/// `{"query", "rerank_context"?, "k"?}`.
+#[derive(Debug, Clone)]
+pub struct Question {
+    pub query: String,
+    pub context: RerankContext,
+    pub k: Option<usize>,
+}
+
+/// The questions of a file: one per line (blank lines and `#` comments skipped).
+pub fn questions(path: &Path) -> Result<Vec<Question>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        let at = || format!("{}:{}", path.display(), n + 1);
+        if !line.starts_with('{') {
+            out.push(Question {
+                query: line.to_string(),
+                context: RerankContext::default(),
+                k: None,
+            });
+            continue;
+        }
+        let v: Value = serde_json::from_str(line).with_context(at)?;
+        let query = v["query"]
+            .as_str()
+            .filter(|q| !q.trim().is_empty())
+            .with_context(|| format!("{}: no \"query\"", at()))?;
+        let context = match v.get("rerank_context") {
+            None => RerankContext::default(),
+            Some(c) => RerankContext::parse(c)
+                .map_err(|e| anyhow::anyhow!("{}: \"rerank_context\": {e}", at()))?,
+        };
+        let k = match v.get("k") {
+            None => None,
+            Some(k) => Some(
+                k.as_u64()
+                    .filter(|k| (1..=sluice_core::config::MAX_K as u64).contains(k))
+                    .with_context(|| {
+                        format!(
+                            "{}: \"k\" must be 1 to {}",
+                            at(),
+                            sluice_core::config::MAX_K
+                        )
+                    })? as usize,
+            ),
+        };
+        out.push(Question {
+            query: query.to_string(),
+            context,
+            k,
+        });
+    }
+    ensure!(!out.is_empty(), "{}: no questions", path.display());
+    Ok(out)
+}
+
+/// `sluice component test`: what happened to one question.
+struct Outcome {
+    fused: Vec<String>,
+    reranked: Result<Vec<String>, String>,
+    dropped: Vec<String>,
+    fuel: u64,
+    wall: Duration,
+}
+
+fn label(hit: &Hit) -> String {
+    format!("{}#{}", hit.document.id, hit.chunk)
+}
+
+/// `sluice component test FILE --queries FILE [--corpus DIR]`: every question retrieved as
+/// the answer path retrieves it (the tenant's fusion, `k` candidates), then reranked by the
+/// component under the configured limits. Prints the two orders side by side, what was
+/// dropped, and the cost per call; fails when any call failed.
+pub async fn test(
+    config: &Config,
+    file: &Path,
+    queries: &Path,
+    corpus: Option<&Path>,
+    tenant: &Tenant,
+) -> Result<()> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let questions = questions(queries)?;
+    let embedder: Arc<dyn Embedder> = Arc::new(
+        sluice_embed::MiniLm::load(&config.model_dir)?.with_max_windows(config.embed_windows),
+    );
+    let scratch = tempfile::tempdir()?;
+    let store: Arc<dyn Store> = match corpus {
+        Some(dir) => {
+            let (documents, _) = crate::client::read_documents(&[dir.to_path_buf()])?;
+            let store: Arc<dyn Store> = Arc::new(sluice_retrieve::EdgeStore::open(
+                &scratch.path().join("store"),
+                sluice_embed::DIM,
+            )?);
+            let mut ingest_config = config.ingest.clone();
+            ingest_config.max_documents = ingest_config.max_documents.max(documents.len());
+            let ingest = Ingest::new(ingest_config, Arc::clone(&embedder), Arc::clone(&store));
+            let report = ingest.ingest(tenant, documents).await?;
+            eprintln!(
+                "corpus: {} documents, {} chunks from {}",
+                report.documents,
+                report.chunks,
+                dir.display()
+            );
+            store
+        }
+        None => {
+            let store = sluice_retrieve::open(&config.store, sluice_embed::DIM)
+                .context("opening the configured store (the local corpus); stop `sluice serve` or pass --corpus")?;
+            let chunks = store.count(tenant).await?;
+            ensure!(
+                chunks > 0,
+                "tenant {tenant} has no documents in the configured store; ingest some or pass --corpus DIR"
+            );
+            eprintln!("corpus: tenant {tenant}'s {chunks} chunks in the configured store");
+            store
+        }
+    };
+
+    // The component as the answer path runs it: uploaded to a registry (validated, compiled,
+    // smoke-run under the limits), then called with the same candidates and context.
+    let world = sandbox(config)?
+        .compile(&bytes)
+        .map_err(|e| anyhow::anyhow!("{}: refused at upload: {e}", file.display()))?
+        .world();
+    let disk = sluice_sandbox::Disk::open(&scratch.path().join("components"))?;
+    let host = Arc::new(sluice_sandbox::ModelHost(Arc::clone(&embedder)));
+    let registry = Registry::from_config(&config.rerank, host, Arc::new(disk))?;
+    let version = registry
+        .upload(tenant, &bytes)
+        .map_err(|e| anyhow::anyhow!("{}: refused at upload: {e}", file.display()))?;
+    registry.activate(tenant, &version.version)?;
+    let by = tokio::time::Instant::now() + Duration::from_secs(60);
+    let active = registry
+        .active(tenant, by)
+        .await
+        .map_err(anyhow::Error::msg)?
+        .context("the registry does not run the component just activated")?;
+    eprintln!(
+        "component: {} ({} bytes, {}), limits: fuel {}, deadline {:?}, memory {} MiB",
+        file.display(),
+        bytes.len(),
+        world,
+        config.rerank.fuel,
+        config.rerank.deadline,
+        config.rerank.memory_mb
+    );
+
+    let fusion = config.answer.fusion.for_tenant(tenant);
+    let mut outcomes = Vec::with_capacity(questions.len());
+    for q in &questions {
+        let vector = embedder
+            .embed(&[q.query.as_str()])?
+            .pop()
+            .context("no query vector")?;
+        let k = q.k.unwrap_or(config.answer.top_k);
+        let search = Search::new(&q.query, &vector, k).fusion(fusion);
+        let hits = store.search(tenant, &search).await?;
+        let active = Arc::clone(&active);
+        let (query, context, candidates) = (q.query.clone(), q.context.clone(), hits.clone());
+        let call = tokio::task::spawn_blocking(move || {
+            active.rerank(&RerankInput {
+                query: &query,
+                query_vector: &vector,
+                hits: &candidates,
+                context: &context,
+            })
+        })
+        .await?;
+        let kept: Option<&Vec<usize>> = call.order.as_ref().ok();
+        let dropped = match kept {
+            Some(order) => (0..hits.len())
+                .filter(|i| !order.contains(i))
+                .map(|i| label(&hits[i]))
+                .collect(),
+            None => Vec::new(),
+        };
+        outcomes.push(Outcome {
+            fused: hits.iter().map(label).collect(),
+            reranked: call
+                .order
+                .map(|order| order.iter().map(|&i| label(&hits[i])).collect()),
+            dropped,
+            fuel: call.fuel,
+            wall: call.wall,
+        });
+    }
+
+    let mut failed = 0;
+    for (q, o) in questions.iter().zip(&outcomes) {
+        let context: Vec<String> = q.context.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "\n{}{}",
+            q.query,
+            if context.is_empty() {
+                String::new()
+            } else {
+                format!("  [{}]", context.join(", "))
+            }
+        );
+        match &o.reranked {
+            Ok(order) => {
+                let width = o.fused.iter().map(String::len).max().unwrap_or(5).max(5);
+                println!("  {:>3}  {:<width$}  component", "#", "fused");
+                for i in 0..o.fused.len() {
+                    println!(
+                        "  {:>3}  {:<width$}  {}",
+                        i + 1,
+                        o.fused[i],
+                        order.get(i).map_or("", String::as_str)
+                    );
+                }
+                if !o.dropped.is_empty() {
+                    println!("  dropped: {}", o.dropped.join(", "));
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                println!("  FAILED (the answer keeps the fused order, rerank_failed): {e}");
+            }
+        }
+        println!("  fuel {}, {:.0} µs", o.fuel, o.wall.as_secs_f64() * 1e6);
+    }
+    let costs = CallCosts::of(outcomes.iter().map(|o| (o.fuel, o.wall.as_micros() as u64)))
+        .context("no calls")?;
+    println!(
+        "\n{} calls, {failed} failed; fuel p50 {} p99 {}; time p50 {} µs p99 {} µs",
+        costs.calls, costs.fuel_p50, costs.fuel_p99, costs.wall_us_p50, costs.wall_us_p99
+    );
+    if failed > 0 {
+        bail!("{failed} of {} calls failed", outcomes.len());
+    }
+    Ok(())
+}
+
+/// A sandbox under the configured limits whose host runs no model (made-up embeddings, as
+/// at upload; words counted as tokens).
+fn sandbox(config: &Config) -> Result<Sandbox> {
+    let host = UploadHost(Box::new(|text: &str| text.split_whitespace().count()));
+    Sandbox::new(sluice_sandbox::limits(&config.rerank), Arc::new(host))
+        .map_err(|e| anyhow::anyhow!("starting the sandbox: {e:#}"))
+}
+
+/// `sluice component bench FILE`: the component's instantiate and call cost on 10, 50 and 200
+/// synthetic candidates with metadata, under the configured limits (embeddings are made up,
+/// as at upload: no model runs).
+pub fn bench(config: &Config, file: &Path, runs: usize) -> Result<()> {
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let sandbox = sandbox(config)?;
+    let prepared = sandbox
+        .compile(&bytes)
+        .map_err(|e| anyhow::anyhow!("{}: refused at upload: {e}", file.display()))?;
+    println!(
+        "{} ({} bytes, {}): {runs} calls each, fresh store and instance per call",
+        file.display(),
+        bytes.len(),
+        prepared.world()
+    );
+    let context = [ContextEntry {
+        key: "plan".into(),
+        value: "pro".into(),
+    }];
+    let mut failed = false;
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    for n in [0, 10, 50, 200] {
+        let candidates = sample_candidates(n);
+        let call = Call {
+            query: "what is the card limit",
+            context: &context,
+            candidates: &candidates,
+        };
+        let m = measure(&sandbox, &prepared, &call, runs);
+        let what = match n {
+            0 => "instantiate + empty call".to_string(),
+            n => format!("{n} candidates"),
+        };
+        println!(
+            "  {what:<26} p50 {:>8.1} µs  p99 {:>8.1} µs  fuel p50 {:>10} p99 {:>10}{}",
+            us(m.wall.0),
+            us(m.wall.1),
+            m.fuel.0,
+            m.fuel.1,
+            m.failure
+                .as_ref()
+                .map_or(String::new(), |e| format!("  FAILED: {e}"))
+        );
+        failed |= m.failure.is_some();
+    }
+    ensure!(!failed, "the component failed under the limits");
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! What calls to a component cost, measured the same way by `make bench` and by
+//! `sluice component bench` / `sluice component test`: wall time and fuel per call, as
+//! nearest-rank percentiles.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use sluice_core::stages::nearest_rank;
+
+use crate::{Call, Candidate, Date, MetaField, MetaValue, Prepared, RerankError, Sandbox};
+
+/// Candidates like a request's: `n` chunks of about 860 bytes of text, each with five
+/// metadata fields of every kind (an audience list, a date, a topic, a year, a flag).
+pub fn sample_candidates(n: usize) -> Vec<Candidate> {
+    (0..n)
+        .map(|i| Candidate {
+            id: format!("doc-{i}"),
+            title: format!("Document {i}"),
+            text: "a chunk of retrieved text about card limits and international transfers "
+                .repeat(12),
+            score: 1.0 / (60.0 + i as f32),
+            chunk: (i % 7) as u32,
+            metadata: vec![
+                MetaField {
+                    key: "audience".into(),
+                    value: MetaValue::Strings(if i % 4 == 0 {
+                        vec!["enterprise".into()]
+                    } else {
+                        vec!["free".into(), "pro".into(), "enterprise".into()]
+                    }),
+                },
+                MetaField {
+                    key: "draft".into(),
+                    value: MetaValue::Boolean(i % 9 == 0),
+                },
+                MetaField {
+                    key: "topic".into(),
+                    value: MetaValue::Text("cards".into()),
+                },
+                MetaField {
+                    key: "updated_at".into(),
+                    value: MetaValue::Date(Date {
+                        text: "2025-03-01T09:00:00Z".into(),
+                        seconds: 1_740_819_600.0 - 86_400.0 * i as f64,
+                    }),
+                },
+                MetaField {
+                    key: "year".into(),
+                    value: MetaValue::Number(2025.0 - (i % 3) as f64),
+                },
+            ],
+        })
+        .collect()
+}
+
+/// What `runs` calls cost.
+#[derive(Debug, Clone)]
+pub struct Measured {
+    /// Calls made.
+    pub calls: usize,
+    /// Median and 99th percentile of wall time per call.
+    pub wall: (Duration, Duration),
+    /// Median and 99th percentile of fuel per call.
+    pub fuel: (u64, u64),
+    /// The first failure, if any call failed.
+    pub failure: Option<RerankError>,
+}
+
+/// Runs `call` `runs` times (at least once), each in a fresh store as a request does.
+pub fn measure(sandbox: &Sandbox, prepared: &Prepared, call: &Call<'_>, runs: usize) -> Measured {
+    let runs = runs.max(1);
+    let mut wall = Vec::with_capacity(runs);
+    let mut fuel = Vec::with_capacity(runs);
+    let mut failure = None;
+    for _ in 0..runs {
+        let (result, cost) = sandbox.rerank_costed(prepared, call, HashMap::new());
+        if let Err(e) = result {
+            failure.get_or_insert(e);
+        }
+        wall.push(cost.wall);
+        fuel.push(cost.fuel);
+    }
+    wall.sort_unstable();
+    fuel.sort_unstable();
+    Measured {
+        calls: runs,
+        wall: (nearest_rank(&wall, 0.5), nearest_rank(&wall, 0.99)),
+        fuel: (nearest_rank(&fuel, 0.5), nearest_rank(&fuel, 0.99)),
+        failure,
+    }
+}
