@@ -21,7 +21,9 @@ impl HostServices for NoHost {
     }
 }
 
+/// Calls per case, in [`ROUNDS`] slices.
 const RUNS: usize = 5000;
+const ROUNDS: usize = 10;
 
 fn bench(c: &mut Criterion) {
     let sandbox = Sandbox::new(Limits::default(), Arc::new(NoHost)).unwrap();
@@ -41,11 +43,7 @@ fn bench(c: &mut Criterion) {
         candidates,
     };
     let us = |d: std::time::Duration| d.as_secs_f64() * 1e6;
-    // Warm both up, then sample them in turn so that the machine's noise hits both alike.
-    for prepared in [&policy, &boost] {
-        measure(&sandbox, prepared, &call(&fifty), 200);
-    }
-    for (what, prepared, candidates) in [
+    let cases = [
         (
             "fresh store + instance + empty call, 0.2 (policy)",
             &policy,
@@ -66,14 +64,35 @@ fn bench(c: &mut Criterion) {
             &boost,
             &fifty[..],
         ),
-    ] {
-        let m = measure(&sandbox, prepared, &call(candidates), RUNS);
-        assert!(m.failure.is_none(), "{what}: {:?}", m.failure);
+    ];
+    // Warm every case up, then sample them in turn, a slice of each per round, so that the
+    // machine's noise and any drift hit all of them alike.
+    for (_, prepared, candidates) in &cases {
+        measure(&sandbox, prepared, &call(candidates), 200);
+    }
+    let mut medians: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    let mut tails: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+    let mut fuel = vec![0; cases.len()];
+    for _ in 0..ROUNDS {
+        for (i, (what, prepared, candidates)) in cases.iter().enumerate() {
+            let m = measure(&sandbox, prepared, &call(candidates), RUNS / ROUNDS);
+            assert!(m.failure.is_none(), "{what}: {:?}", m.failure);
+            medians[i].push(us(m.wall.0));
+            tails[i].push(us(m.wall.1));
+            fuel[i] = m.fuel.0;
+        }
+    }
+    for (i, (what, _, _)) in cases.iter().enumerate() {
+        let median = |v: &mut Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
         println!(
-            "sandbox: {what}: p50 {:.1} µs, p99 {:.1} µs; fuel p50 {}",
-            us(m.wall.0),
-            us(m.wall.1),
-            m.fuel.0
+            "sandbox: {what}: p50 {:.1} µs, p99 {:.1} µs (medians over {ROUNDS} rounds of {} calls); fuel p50 {}",
+            median(&mut medians[i]),
+            median(&mut tails[i]),
+            RUNS / ROUNDS,
+            fuel[i]
         );
     }
 
