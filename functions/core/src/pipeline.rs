@@ -10,7 +10,8 @@
 //! 2. **embed** the query (in-process model, on the blocking pool);
 //! 3. **retrieve**: hybrid dense + BM25 search, fused by the tenant's rule (weighted RRF or a
 //!    convex combination of scores, [`crate::fusion`]), in the store where it can;
-//! 4. **rerank** with the tenant's WASM component, if it has one (else the fused order stays);
+//! 4. **rerank** with the tenant's WASM component, if it has one (else the fused order stays),
+//!    given the caller's `rerank_context`; it may drop candidates (`meta.rerank_dropped`);
 //! 5. **prompt**: assembled under the token budget;
 //! 6. **generate**: tokens streamed from the LLM; after `done`, a complete answer that was not
 //!    degraded is written to the cache in the background.
