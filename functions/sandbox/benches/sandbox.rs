@@ -73,10 +73,13 @@ fn bench(c: &mut Criterion) {
     let mut medians: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
     let mut tails: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
     let mut fuel = vec![0; cases.len()];
+    // A call that failed (on a busy machine, one descheduled past its 5 ms deadline) is
+    // counted and shown, not hidden.
+    let mut failures: Vec<Vec<String>> = vec![Vec::new(); cases.len()];
     for _ in 0..ROUNDS {
-        for (i, (what, prepared, candidates)) in cases.iter().enumerate() {
+        for (i, (_, prepared, candidates)) in cases.iter().enumerate() {
             let m = measure(&sandbox, prepared, &call(candidates), RUNS / ROUNDS);
-            assert!(m.failure.is_none(), "{what}: {:?}", m.failure);
+            failures[i].extend(m.failure.map(|e| e.to_string()));
             medians[i].push(us(m.wall.0));
             tails[i].push(us(m.wall.1));
             fuel[i] = m.fuel.0;
@@ -88,11 +91,18 @@ fn bench(c: &mut Criterion) {
             v[v.len() / 2]
         };
         println!(
-            "sandbox: {what}: p50 {:.1} µs, p99 {:.1} µs (medians over {ROUNDS} rounds of {} calls); fuel p50 {}",
+            "sandbox: {what}: p50 {:.1} µs, p99 {:.1} µs (medians over {ROUNDS} rounds of {} calls); fuel p50 {}{}",
             median(&mut medians[i]),
             median(&mut tails[i]),
             RUNS / ROUNDS,
-            fuel[i]
+            fuel[i],
+            match failures[i].first() {
+                None => String::new(),
+                Some(e) => format!(
+                    "; rounds with a failed call: {} (first: {e})",
+                    failures[i].len()
+                ),
+            }
         );
     }
 

@@ -92,6 +92,24 @@ pub fn built_component(name: &str) -> Result<Vec<u8>, String> {
     })
 }
 
+/// Linear memory a slot keeps resident between calls where dirty pages can be found
+/// ([`pagemap_scan_supported`]): a Rust component's stack, data and first heap pages. At most
+/// this much per slot (64 slots) stays resident after a call that touched more.
+const KEEP_RESIDENT: usize = 2 << 20;
+
+/// Whether the kernel has the `PAGEMAP_SCAN` ioctl (Linux 6.7 and later).
+fn pagemap_scan_supported() -> bool {
+    let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
+        return false;
+    };
+    let mut parts = release
+        .trim()
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (6, 7)
+}
+
 /// How often the epoch advances: the unit of [`Limits::deadline`].
 const EPOCH_TICK: Duration = Duration::from_millis(1);
 /// Dimension of the made-up vectors of the upload smoke run (the host model's).
@@ -468,6 +486,17 @@ impl Sandbox {
             .total_memories(64)
             .total_tables(256)
             .max_memory_size(limits.memory_bytes);
+        // Where the kernel can say which pages a call dirtied (PAGEMAP_SCAN, Linux 6.7+), a
+        // slot's low memory stays resident and only those pages are reset: the next call
+        // takes no page faults on the stack and data a Rust component touches (its 1 MiB
+        // stack sits below its data), and the slot is not madvised. Measured: an empty call
+        // from 62 to 24 µs (p50). Without the ioctl the same setting would memset the whole
+        // region on every call (slower than madvise), so it is left off there.
+        if pagemap_scan_supported() {
+            pool.linear_memory_keep_resident(KEEP_RESIDENT.min(limits.memory_bytes))
+                .table_keep_resident(64 << 10)
+                .pagemap_scan(wasmtime::Enabled::Auto);
+        }
         let mut config = Config::new();
         config
             .wasm_component_model(true)

@@ -634,3 +634,24 @@ fn context_over_the_limit_is_refused_before_running() {
     );
     assert_eq!(cost.fuel, 0, "nothing ran");
 }
+
+#[test]
+fn nothing_a_call_writes_to_memory_is_seen_by_the_next() {
+    // Each call traps if it finds the marks a previous call left — in its first page and past
+    // a grown memory's first MiB — then leaves its own. Slots are reused (and, where the
+    // kernel allows, kept resident between calls): every call must still start clean.
+    let sb = sandbox(Limits::default());
+    let marking = "(if (i32.ne (i32.load (i32.const 60000)) (i32.const 0)) (then (unreachable)))
+                   (i32.store (i32.const 60000) (i32.const 0xdead))
+                   (drop (memory.grow (i32.const 20)))
+                   (if (i32.ne (i32.load (i32.const 1000000)) (i32.const 0)) (then (unreachable)))
+                   (i32.store (i32.const 1000000) (i32.const 0xbeef))
+                   (call $rank (local.get $n))";
+    let prepared = sb.compile(component_0_2(marking).as_bytes()).unwrap();
+    for _ in 0..200 {
+        assert_eq!(
+            sb.rerank(&prepared, "q", &candidates(3)).unwrap(),
+            vec![2, 1, 0]
+        );
+    }
+}
