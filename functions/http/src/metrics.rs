@@ -239,7 +239,8 @@ impl Metrics {
             metrics: self.clone(),
             finished: false,
             asker: None,
-            dropped: Counts::default(),
+            dropped: None,
+            streamed: 0,
         }
     }
 
@@ -356,11 +357,13 @@ pub fn observed(
             Event::Meta(m) => {
                 request_id = m.request_id.clone();
                 meta = Some((m.cache, m.degraded.clone(), m.timings.clone()));
-                guard.dropped = Counts::of_answer(None, m.cache == CacheState::Hit, 0, &m.timings);
+                guard.dropped = Some((m.cache == CacheState::Hit, m.timings.clone()));
             }
             Event::Token(_) => {
+                // Only the count moves per token: the counts of a dropped stream are made
+                // once, if it is dropped.
                 tokens += 1;
-                guard.dropped = Counts::of_answer(None, hit, tokens, timings);
+                guard.streamed = tokens;
             }
             Event::Done(d) => {
                 let usage = Counts::of_answer(Some(d), hit, tokens, &d.timings);
@@ -380,8 +383,11 @@ pub struct AnswerGuard {
     finished: bool,
     /// Whose usage the answer is, when it is counted.
     asker: Option<Asker>,
-    /// What the answer used so far, counted if it is dropped before its end.
-    dropped: Counts,
+    /// What `meta` said (a cache hit, the timings), from which the usage of an answer
+    /// dropped before its end is counted, with the token events sent ([`Self::streamed`]).
+    dropped: Option<(bool, Timings)>,
+    /// Token events sent so far.
+    streamed: u64,
 }
 
 impl AnswerGuard {
@@ -419,7 +425,10 @@ impl Drop for AnswerGuard {
             usage: Some(meter),
         }) = self.asker.take()
         {
-            meter.record(&tenant, key.as_deref(), self.dropped);
+            let used = (self.dropped.as_ref())
+                .map(|(hit, timings)| Counts::of_answer(None, *hit, self.streamed, timings))
+                .unwrap_or_default();
+            meter.record(&tenant, key.as_deref(), used);
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(async move {
                     let _ = meter.flush().await;
