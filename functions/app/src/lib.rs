@@ -198,10 +198,16 @@ pub async fn server(config: Config, role: Role) -> Result<Server, AppError> {
 
 /// Starts loading the embedding model on the blocking pool.
 fn load_model(config: &Config) -> tokio::task::JoinHandle<Result<Arc<dyn Embedder>, AppError>> {
-    let (dir, windows) = (config.model_dir.clone(), config.embed_windows);
+    let (dir, windows, threads) = (
+        config.model_dir.clone(),
+        config.embed_windows,
+        config.embed_threads,
+    );
     tokio::task::spawn_blocking(move || {
         let started = Instant::now();
-        let model = MiniLm::load(&dir)?.with_max_windows(windows);
+        let model = MiniLm::load(&dir)?
+            .with_max_windows(windows)
+            .with_threads(threads);
         info!(model = %model.source().display(), ms = started.elapsed().as_millis() as u64, "embedding model loaded");
         Ok::<_, AppError>(Arc::new(model) as Arc<dyn Embedder>)
     })

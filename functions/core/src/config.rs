@@ -55,6 +55,9 @@ pub struct Config {
     /// `SLUICE_EMBED_WINDOWS`: most windows of the model's 256 tokens a long text (a long
     /// question) is read in; 1 reads only the first, as truncation does.
     pub embed_windows: usize,
+    /// `SLUICE_EMBED_THREADS`: threads a batch of texts (an ingest's chunks) is embedded on;
+    /// a query is always one text on one thread. Default: the cores this process may use.
+    pub embed_threads: usize,
     /// `sluice serve`'s listener and the streams' keep-alive.
     pub server: ServerConfig,
     /// Request sizes and per-tenant rates (the wire's).
@@ -352,6 +355,7 @@ impl Config {
                 .map(PathBuf::from)
                 .unwrap_or_else(|| home.join("models/all-MiniLM-L6-v2")),
             embed_windows: ranged(&get, "SLUICE_EMBED_WINDOWS", 4, 1, 16)?,
+            embed_threads: ranged(&get, "SLUICE_EMBED_THREADS", cores(), 1, 256)?,
             server: server_section(&get)?,
             limits: limits_section(&get)?,
             answer: AnswerConfig {
@@ -819,6 +823,11 @@ fn https_url(value: &str) -> String {
     } else {
         format!("https://{value}")
     }
+}
+
+/// The cores this process may use (its CPU affinity, cgroup quota included), at most 256.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(256))
 }
 
 fn ranged(

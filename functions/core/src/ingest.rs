@@ -300,6 +300,20 @@ impl Ingest {
                 "these documents make {total} chunks; the limit is {limit} per request (SLUICE_MAX_CHUNKS)"
             )));
         }
+        // Every chunk of the request embedded in one batch, which the embedder may spread
+        // over the cores it is given (a document is often one or two chunks), then each
+        // document replaced in the store with its own.
+        let embedder = Arc::clone(&self.embedder);
+        let (chunked, vectors) = tokio::task::spawn_blocking(move || {
+            let texts: Vec<&str> = (chunked.iter())
+                .flat_map(|(_, chunks)| chunks.iter().map(|c| c.text.as_str()))
+                .collect();
+            let vectors = embedder.embed(&texts);
+            (chunked, vectors.map(Vec::into_iter))
+        })
+        .await
+        .map_err(|e| EmbedError::Inference(e.to_string()))?;
+        let mut vectors = vectors?;
         for (doc, chunks) in chunked {
             // Checked by `validate` above.
             let metadata = Metadata::from_json(&doc.metadata).map_err(IngestError::Invalid)?;
@@ -316,27 +330,19 @@ impl Ingest {
                 id: doc.id,
                 origin: origin.map(str::to_string),
             };
-            let embedder = Arc::clone(&self.embedder);
-            // Embedding runs the model: CPU work too.
-            let chunks =
-                tokio::task::spawn_blocking(move || -> Result<Vec<StoredChunk>, EmbedError> {
-                    let texts: Vec<&str> = chunks.iter().map(|c| c.text.as_str()).collect();
-                    let vectors = embedder.embed(&texts)?;
-                    Ok(chunks
-                        .into_iter()
-                        .zip(vectors)
-                        .enumerate()
-                        .map(|(index, (c, vector))| StoredChunk {
-                            index,
-                            text: c.text,
-                            tokens: c.tokens,
-                            vector,
-                        })
-                        .collect())
-                })
-                .await
-                .map_err(|e| EmbedError::Inference(e.to_string()))??;
-            self.store.replace_document(tenant, &info, chunks).await?;
+            let mut stored = Vec::with_capacity(chunks.len());
+            for (index, c) in chunks.into_iter().enumerate() {
+                let vector = vectors.next().ok_or_else(|| {
+                    EmbedError::Inference("the embedder returned fewer vectors than texts".into())
+                })?;
+                stored.push(StoredChunk {
+                    index,
+                    text: c.text,
+                    tokens: c.tokens,
+                    vector,
+                });
+            }
+            self.store.replace_document(tenant, &info, stored).await?;
         }
         let removed = match origin {
             Some(origin) => self.remove_stale(tenant, origin, &ids).await?,

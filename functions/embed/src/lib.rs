@@ -158,6 +158,8 @@ pub struct MiniLm {
     tokens: Tokens,
     /// Most windows a text is read in ([`windows`]).
     max_windows: usize,
+    /// Threads a batch of texts is embedded on ([`MiniLm::with_threads`]).
+    threads: usize,
     /// The graph file it was loaded from.
     source: PathBuf,
 }
@@ -190,6 +192,7 @@ impl MiniLm {
             model,
             tokens,
             max_windows: DEFAULT_WINDOWS,
+            threads: 1,
             source: source.clone(),
         };
         // One run at load time: the first request should not pay for first-run allocations.
@@ -201,6 +204,15 @@ impl MiniLm {
     /// sentence-transformers truncates).
     pub fn with_max_windows(mut self, max: usize) -> Self {
         self.max_windows = max.max(1);
+        self
+    }
+
+    /// Embeds a batch of texts (an ingest's chunks) on up to `threads` threads, each taking
+    /// the next text as it is free (1: one after the other, on the caller's thread). A single
+    /// text (a query) always runs on the caller's thread. Each text still runs alone, as a
+    /// batch of one: its vector is the same, bit for bit, on any number of threads.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
         self
     }
 
@@ -290,7 +302,59 @@ impl Embedder for MiniLm {
     }
 
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
-        texts.iter().map(|t| self.run(&self.ids(t)?)).collect()
+        let one = |t: &&str| self.run(&self.ids(t)?);
+        let workers = self.threads.min(texts.len());
+        if workers <= 1 {
+            return texts.iter().map(one).collect();
+        }
+        // Texts differ in length, so each worker takes the next text when it is done rather
+        // than a fixed share; the vectors go back in the order of `texts`.
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let work = || {
+            let mut done = Vec::new();
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(text) = texts.get(i) else {
+                    return done;
+                };
+                let vector = one(text);
+                if vector.is_err() {
+                    // The batch fails: no other worker starts another text.
+                    next.store(texts.len(), std::sync::atomic::Ordering::Relaxed);
+                }
+                done.push((i, vector));
+            }
+        };
+        let mut out: Vec<Option<Result<Vec<f32>, EmbedError>>> =
+            std::iter::repeat_with(|| None).take(texts.len()).collect();
+        std::thread::scope(|scope| {
+            let helpers: Vec<_> = (1..workers).map(|_| scope.spawn(work)).collect();
+            let mut all = work();
+            for helper in helpers {
+                match helper.join() {
+                    Ok(done) => all.extend(done),
+                    Err(_) => {
+                        return Err(EmbedError::Inference("an embedding thread panicked".into()));
+                    }
+                }
+            }
+            for (i, vector) in all {
+                out[i] = Some(vector);
+            }
+            Ok(())
+        })?;
+        // The first error met is the batch's (texts after it may not have been started).
+        let mut vectors = Vec::with_capacity(texts.len());
+        for vector in out {
+            match vector {
+                Some(v) => vectors.push(v?),
+                None => break,
+            }
+        }
+        match vectors.len() == texts.len() {
+            true => Ok(vectors),
+            false => Err(EmbedError::Inference("a text was not embedded".into())),
+        }
     }
 
     fn count_tokens(&self, text: &str) -> usize {

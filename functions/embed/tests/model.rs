@@ -122,6 +122,25 @@ fn a_batch_gives_the_same_vectors_as_one_at_a_time() {
 }
 
 #[test]
+fn a_batch_on_three_threads_gives_the_same_vectors_in_the_same_order_bit_for_bit() {
+    // More texts than threads, of very different lengths (so workers finish out of order),
+    // one of them repeated: each vector must be the one-at-a-time vector of its own text.
+    let rows = reference();
+    let mut texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
+    texts.extend(rows.iter().rev().map(|r| r.text.as_str()));
+    let threaded = MiniLm::load(&model_dir()).unwrap().with_threads(3);
+    let batch = threaded.embed(&texts).unwrap();
+    assert_eq!(batch.len(), texts.len());
+    for (v, text) in batch.iter().zip(&texts) {
+        let alone = &model().embed(&[text]).unwrap()[0];
+        assert!(
+            v == alone,
+            "a different vector on three threads for {text:?}"
+        );
+    }
+}
+
+#[test]
 fn paraphrases_rank_above_unrelated_sentences() {
     let cases = [
         (

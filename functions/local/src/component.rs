@@ -186,7 +186,9 @@ pub async fn test(
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let questions = questions(queries)?;
     let embedder: Arc<dyn Embedder> = Arc::new(
-        sluice_embed::MiniLm::load(&config.model_dir)?.with_max_windows(config.embed_windows),
+        sluice_embed::MiniLm::load(&config.model_dir)?
+            .with_max_windows(config.embed_windows)
+            .with_threads(config.embed_threads),
     );
     let scratch = tempfile::tempdir()?;
     let store: Arc<dyn Store> = match corpus {

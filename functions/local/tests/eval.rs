@@ -29,8 +29,14 @@ fn eval(env: &[(&str, &str)], args: &[&str]) -> (tempfile::TempDir, String, Valu
 
 #[test]
 fn the_retrieval_eval_runs_on_a_slice_and_beats_random_by_far() {
-    let (out, _, report) = eval(&[], &["retrieval", "--limit", "8", "--documents", "150"]);
+    let (out, _, report) = eval(
+        &[("SLUICE_EMBED_THREADS", "2")],
+        &["retrieval", "--limit", "8", "--documents", "150"],
+    );
     assert_eq!(report["tasks"], 8);
+    // How long the ingest took, and on how many threads its chunks were embedded.
+    assert!(report["ingest_seconds"].as_f64().unwrap() > 0.0, "{report}");
+    assert_eq!(report["embed_threads"], 2);
     assert_eq!(report["tuning_tasks"], 4);
     assert_eq!(report["held_out_tasks"], 4);
     assert_eq!(report["documents"], 150);

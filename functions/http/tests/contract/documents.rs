@@ -373,3 +373,71 @@ async fn a_keys_filter_bounds_what_it_lists_reads_and_deletes() {
         sorted(vec!["atm", "cards/lost", "travel"])
     );
 }
+
+/// The test embedder, recording the size of every batch it is given and failing a batch
+/// that holds a text with `POISON` in it.
+struct Batches {
+    inner: sluice_testkit::HashEmbedder,
+    seen: std::sync::Mutex<Vec<usize>>,
+}
+
+impl sluice_core::stages::Embedder for Batches {
+    fn model_id(&self) -> &str {
+        self.inner.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, sluice_core::error::EmbedError> {
+        self.seen.lock().unwrap().push(texts.len());
+        if texts.iter().any(|t| t.contains("POISON")) {
+            return Err(sluice_core::error::EmbedError::Inference("poisoned".into()));
+        }
+        self.inner.embed(texts)
+    }
+    fn count_tokens(&self, text: &str) -> usize {
+        self.inner.count_tokens(text)
+    }
+}
+
+#[tokio::test]
+async fn an_ingest_embeds_every_chunk_in_one_batch_and_stores_nothing_if_embedding_fails() {
+    use sluice_core::ingest::{Document, Ingest};
+    let kit = Kit::new(&[
+        ("SLUICE_CHUNK_TOKENS", "16"),
+        ("SLUICE_CHUNK_OVERLAP_TOKENS", "0"),
+    ]);
+    let embedder = Arc::new(Batches {
+        inner: sluice_testkit::HashEmbedder::new(),
+        seen: Default::default(),
+    });
+    let store = kit.store();
+    let ingest = Ingest::new(
+        kit.parts.config.ingest.clone(),
+        embedder.clone(),
+        store.clone(),
+    );
+    let tenant = sluice_testkit::tenant("acme");
+    let mut documents: Vec<Document> =
+        serde_json::from_value(policies()["documents"].clone()).unwrap();
+    // One long document (several chunks) among the short ones.
+    documents[0].text = "Report a lost card in the app at once. ".repeat(12);
+    let report = ingest.ingest(&tenant, documents).await.unwrap();
+    assert!(report.chunks > report.documents, "{report:?}");
+    // Six documents, one call: the embedder may spread the batch over its threads.
+    assert_eq!(*embedder.seen.lock().unwrap(), vec![report.chunks]);
+    assert_eq!(store.count(&tenant).await.unwrap(), report.chunks);
+    let version = store.corpus_version(&tenant).await.unwrap();
+
+    // A batch that fails leaves the store as it was: not the documents before the bad one,
+    // not a new corpus version.
+    let more: Vec<Document> = serde_json::from_value(json!([
+        {"id": "fresh", "text": "A fresh document, embedded first."},
+        {"id": "bad", "text": "This one is POISON to the embedder."},
+        {"id": "atm", "text": "A new ATM text that must not replace the old one."},
+    ]))
+    .unwrap();
+    assert!(ingest.ingest(&tenant, more).await.is_err());
+    assert_eq!(store.count(&tenant).await.unwrap(), report.chunks);
+    assert_eq!(store.corpus_version(&tenant).await.unwrap(), version);
+}
