@@ -5,8 +5,9 @@ the same noise. One JSON request per line on stdin, one JSON answer per line on 
 
   {"op": "query", "ids": [...], "runs": N}
       N embeddings of one sequence on model.onnx (the file tract runs), one thread:
-      {"ns": [...]} per run (forward pass, mean pooling, normalisation; tokenising is not
-      counted here, where tract's figure counts it)
+      {"ns": [...]} per run (the word embeddings' rows taken from word_embeddings.f32, the
+      forward pass, mean pooling, normalisation; tokenising is not counted here, where
+      tract's figure counts it)
   {"op": "batch", "chunks": [[...], ...], "batch": B, "threads": T}
       every chunk embedded once, sorted by length and run B at a time, padded, with an
       attention mask (model-batched.onnx), on T threads: {"seconds": s}
@@ -31,15 +32,17 @@ def session(path, threads):
 
 def main(model_dir):
     one = session(f"{model_dir}/model.onnx", 1)
+    # The graph's input is the tokens' rows of the word embedding table (as tract is fed).
+    table = np.fromfile(f"{model_dir}/word_embeddings.f32", dtype="<f4").reshape(-1, 384)
     batched = {}
     for line in sys.stdin:
         req = json.loads(line)
         if req["op"] == "query":
-            ids = np.array([req["ids"]], dtype=np.int64)
+            ids = np.array(req["ids"], dtype=np.int64)
             samples = []
             for _ in range(req["runs"]):
                 t = time.perf_counter_ns()
-                h = one.run(None, {"input_ids": ids})[0][0]
+                h = one.run(None, {"inputs_embeds": table[ids][None]})[0][0]
                 v = h.mean(0)
                 v = v / np.linalg.norm(v)
                 samples.append(time.perf_counter_ns() - t)
@@ -59,7 +62,7 @@ def main(model_dir):
                 for row, c in enumerate(group):
                     ids[row, : len(c)] = c
                     mask[row, : len(c)] = 1
-                h = s.run(None, {"input_ids": ids, "attention_mask": mask})[0]
+                h = s.run(None, {"inputs_embeds": table[ids], "attention_mask": mask})[0]
                 m = mask[:, :, None].astype(np.float32)
                 v = (h * m).sum(1) / m.sum(1)
                 v = v / np.linalg.norm(v, axis=1, keepdims=True)

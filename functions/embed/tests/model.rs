@@ -182,7 +182,7 @@ fn token_count_excludes_special_tokens() {
 /// A folder with links to the shared model's ONNX graph and tokenizer, and nothing else.
 fn linked_model_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    for file in ["model.onnx", "tokenizer.json"] {
+    for file in ["model.onnx", "tokenizer.json", "word_embeddings.f32"] {
         std::os::unix::fs::symlink(model_dir().join(file), dir.path().join(file)).unwrap();
     }
     dir
@@ -225,4 +225,27 @@ fn the_prepared_graph_gives_the_same_vectors_bit_for_bit_and_a_stale_one_is_igno
     let alone = MiniLm::load(prepared_dir.path()).unwrap();
     assert_eq!(alone.source(), prepared);
     assert_eq!(alone.embed(&texts).unwrap(), a);
+}
+
+#[test]
+fn a_model_folder_without_a_whole_word_embedding_table_is_refused_naming_it() {
+    let load_error = |dir: &std::path::Path| match MiniLm::load(dir) {
+        Ok(_) => panic!("loaded without a usable table"),
+        Err(e) => e.to_string(),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for file in ["model.onnx", "tokenizer.json"] {
+        std::os::unix::fs::symlink(model_dir().join(file), dir.path().join(file)).unwrap();
+    }
+    let missing = load_error(dir.path());
+    assert!(missing.contains("word_embeddings.f32"), "{missing}");
+    assert!(missing.contains("scripts/setup.sh model"), "{missing}");
+    // Cut in the middle of a row: not a table.
+    std::fs::write(
+        dir.path().join("word_embeddings.f32"),
+        vec![0u8; 384 * 4 + 2],
+    )
+    .unwrap();
+    let cut = load_error(dir.path());
+    assert!(cut.contains("not a table"), "{cut}");
 }
