@@ -143,9 +143,11 @@ pub fn cost(
     }
     std::fs::write(out, &page).with_context(|| format!("writing {}", out.display()))?;
     println!(
-        "{}: ${:.4} per 1,000 answers; wrote {}",
+        "{}: ${:.4} per 1,000 answers on classic Lambda, ${:.4} on managed instances ({} instances); wrote {}",
         estimate.level,
         estimate.total_per_1000,
+        estimate.managed_total_per_1000,
+        estimate.fleet.instances,
         out.display()
     );
     Ok(())

@@ -101,8 +101,12 @@ fn bench_writes_reports_whose_numbers_add_up() {
         Duration::from_secs(30),
     );
     assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("managed instances"), "{}", text(&out));
     let page = std::fs::read_to_string(&page).expect("cost page");
     assert!(page.contains("| **total** |"), "{page}");
+    // Both deployments side by side, with the managed fleet's assumptions written out.
+    assert!(page.contains("Lambda Managed Instances, $ per 1,000 answers"), "{page}");
+    assert!(page.contains("**3 instances** (at least 3)"), "{page}");
     assert!(
         page.contains("concurrent 4"),
         "the last level is priced: {page}"
