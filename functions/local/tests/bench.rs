@@ -105,7 +105,10 @@ fn bench_writes_reports_whose_numbers_add_up() {
     let page = std::fs::read_to_string(&page).expect("cost page");
     assert!(page.contains("| **total** |"), "{page}");
     // Both deployments side by side, with the managed fleet's assumptions written out.
-    assert!(page.contains("Lambda Managed Instances, $ per 1,000 answers"), "{page}");
+    assert!(
+        page.contains("Lambda Managed Instances, $ per 1,000 answers"),
+        "{page}"
+    );
     assert!(page.contains("**3 instances** (at least 3)"), "{page}");
     assert!(
         page.contains("concurrent 4"),
