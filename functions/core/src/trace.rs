@@ -42,6 +42,32 @@ impl TraceContext {
     }
 }
 
+/// The `traceparent` that continues an AWS X-Ray trace header, such as the one Lambda gives
+/// each invocation (`Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1`):
+/// the root's two hex parts, joined, are the W3C trace id (how X-Ray itself maps the two),
+/// `Parent` the parent id and `Sampled=0` an unsampled flag. `None` without a valid root.
+/// On Lambda Managed Instances the runtime does not set `_X_AMZN_TRACE_ID` (one process
+/// serves many invocations at once), so the header is read per invocation, from its context.
+pub fn traceparent_from_xray(header: &str) -> Option<String> {
+    let field = |name: &str| {
+        header
+            .split(';')
+            .filter_map(|kv| kv.trim().split_once('='))
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| v)
+    };
+    let mut root = field("Root")?.split('-');
+    let (version, time, id) = (root.next()?, root.next()?, root.next()?);
+    if version != "1" || root.next().is_some() || time.len() != 8 || id.len() != 24 {
+        return None;
+    }
+    let parent = field("Parent").map_or_else(|| random_hex(16), str::to_string);
+    let flags = if field("Sampled") == Some("0") { 0 } else { 1 };
+    let header = format!("00-{time}{id}-{parent}-{flags:02x}");
+    // The same rules as a caller's header (hex, lowercase, not all zero).
+    parse(&header).map(|_| header)
+}
+
 /// `(trace id, flags)` of a valid version-00 `traceparent`. Later versions are read by their
 /// first four fields, as the specification asks.
 fn parse(value: &str) -> Option<(String, u8)> {
@@ -124,6 +150,37 @@ mod tests {
             "01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-more",
         ));
         assert_eq!(t.trace_id, "4bf92f3577b34da6a3ce929d0e0e4736");
+    }
+
+    #[test]
+    fn an_xray_header_becomes_the_same_trace() {
+        let xray = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+        let header = traceparent_from_xray(xray).unwrap();
+        assert_eq!(
+            header,
+            "00-5759e988bd862e3fe1be46a994272793-53995c3f42cd8ad8-01"
+        );
+        let t = TraceContext::from_header(Some(&header));
+        assert_eq!(t.trace_id, "5759e988bd862e3fe1be46a994272793");
+        // Fields in any order; unsampled stays unsampled; no parent is still a trace.
+        let header = traceparent_from_xray(
+            "Sampled=0;Root=1-5759e988-bd862e3fe1be46a994272793;Lineage=a87bd80c:1",
+        )
+        .unwrap();
+        assert!(header.starts_with("00-5759e988bd862e3fe1be46a994272793-"));
+        assert!(header.ends_with("-00"), "{header}");
+        for bad in [
+            "",
+            "Parent=53995c3f42cd8ad8",
+            "Root=2-5759e988-bd862e3fe1be46a994272793",
+            "Root=1-5759e98-bd862e3fe1be46a994272793",
+            "Root=1-5759e988-BD862E3FE1BE46A994272793",
+            "Root=1-5759e988-bd862e3fe1be46a994272793-x",
+            "Root=1-00000000-000000000000000000000000",
+            "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=zz",
+        ] {
+            assert_eq!(traceparent_from_xray(bad), None, "{bad:?}");
+        }
     }
 
     #[test]

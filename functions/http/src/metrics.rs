@@ -229,6 +229,12 @@ impl Metrics {
             .inc();
     }
 
+    /// Answer streams open now (the `active_streams` gauge): what a function shutting down
+    /// waits on after draining.
+    pub fn active_streams(&self) -> i64 {
+        self.inner.active.get()
+    }
+
     /// An open answer stream, counted in `active_streams` until the guard is dropped. Its
     /// [`AnswerGuard::finish`] records how it ended (an answer ended by the server's drain or
     /// the function's time limit ends with an `error` event of its own code); one dropped
@@ -628,10 +634,12 @@ mod tests {
         let a = m.stream_opened();
         let b = m.stream_opened();
         assert!(m.encode().contains("sluice_active_streams 2"));
+        assert_eq!(m.active_streams(), 2);
         drop(a);
         drop(b);
         let text = m.encode();
         assert!(text.contains("sluice_active_streams 0"), "{text}");
+        assert_eq!(m.active_streams(), 0);
         assert!(
             text.contains("sluice_answers_total{ending=\"dropped\"} 2"),
             "{text}"

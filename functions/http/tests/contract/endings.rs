@@ -52,6 +52,42 @@ async fn an_answer_still_streaming_at_the_entry_points_time_ends_deadline_exceed
 }
 
 #[tokio::test]
+async fn answers_in_flight_together_each_end_at_their_own_deadline() {
+    // One process, several invocations at once (Lambda Managed Instances): the deadline is
+    // the request's, so the early one ends and the later ones keep streaming until theirs.
+    let app = stalling(&["one "]);
+    let start = tokio::time::Instant::now();
+    let deadlines = [900, 300, 600].map(Duration::from_millis);
+    let answers = deadlines.map(|after| {
+        let mut request = kit::request(Method::POST, "/v1/answer", &[], ask());
+        request
+            .extensions_mut()
+            .insert(StreamDeadline(start + after));
+        let app = app.clone();
+        tokio::spawn(async move {
+            let raw = app.call(request).await.raw;
+            (tokio::time::Instant::now() - start, raw)
+        })
+    });
+    for (after, answer) in deadlines.into_iter().zip(answers) {
+        let (ended, raw) = answer.await.unwrap();
+        let answer = Stream::parse(&raw);
+        assert_eq!(answer.names(), ["meta", "token", "error"], "{after:?}");
+        assert_eq!(answer.first("error")["code"], "deadline_exceeded");
+        // Not before its own deadline, and not held until the next one's (300 ms later).
+        assert!(ended >= after, "ended at {ended:?}, deadline {after:?}");
+        assert!(
+            ended < after + Duration::from_millis(300),
+            "ended at {ended:?}, deadline {after:?}"
+        );
+    }
+    assert!(counted(
+        &app,
+        "sluice_answer_errors_total{code=\"deadline_exceeded\"} 3"
+    ));
+}
+
+#[tokio::test]
 async fn a_drained_server_ends_open_answers_shutting_down_and_counts_them() {
     let app = stalling(&["one ", "two "]);
     let response = app

@@ -151,6 +151,7 @@ pub fn key_for(tenant: &str, permissions: &[Permission]) -> (Arc<MemoryKeys>, St
 }
 
 /// The assembled server, called through its router.
+#[derive(Clone)]
 pub struct App {
     pub server: Arc<Server>,
     pub llm: Arc<ScriptedLlm>,
