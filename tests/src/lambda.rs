@@ -3,8 +3,11 @@
 //! `scripts/setup.sh tools`) on a free 127.0.0.1 port, and a function binary started against
 //! its runtime API. The emulator serves the function's URL (`/lambda-url/_/…`, streaming when
 //! the function streams) and the Invoke API (`/2015-03-31/functions/_/invocations`, for
-//! events such as S3 notifications). It is not a model of AWS concurrency, cold starts or
-//! limits: it checks that a function speaks the runtime's protocol end to end.
+//! events such as S3 notifications). It is not a model of AWS scaling, cold starts or limits:
+//! it checks that a function speaks the runtime's protocol end to end. With a concurrency
+//! above one ([`Function::start_concurrent`]) it stands for one execution environment of
+//! Lambda Managed Instances: the emulator hands up to that many invocations to the one
+//! function process at once, which runs that many workers (`AWS_LAMBDA_MAX_CONCURRENCY`).
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -43,7 +46,7 @@ fn free_port() -> u16 {
 pub struct Function {
     port: u16,
     // Dropped in this order: the function, then its emulator.
-    _function: Killed,
+    function: Killed,
     _emulator: Killed,
     /// The function's stdout: its JSON log lines and EMF metric lines.
     log: tempfile::NamedTempFile,
@@ -54,6 +57,12 @@ impl Function {
     /// answer cache off, then `env` (later values win). The emulator holds invocations until
     /// the function has initialised and asks for one.
     pub fn start(binary: &Path, env: &[(&str, String)]) -> Self {
+        Self::start_concurrent(binary, env, 1)
+    }
+
+    /// [`Function::start`] as one environment of Lambda Managed Instances: up to
+    /// `concurrency` invocations in the one process at once.
+    pub fn start_concurrent(binary: &Path, env: &[(&str, String)], concurrency: u32) -> Self {
         let port = free_port();
         let emulator = Killed(
             Command::new(crate::venv_tool("venv", "cargo-lambda"))
@@ -66,6 +75,8 @@ impl Function {
                     "-P",
                 ])
                 .arg(port.to_string())
+                .arg("--concurrency")
+                .arg(concurrency.to_string())
                 // It reads the package metadata of the folder it starts in.
                 .current_dir(env!("CARGO_MANIFEST_DIR"))
                 .stdout(Stdio::null())
@@ -101,16 +112,37 @@ impl Function {
             // the end with SLUICE_TEST_FUNCTION_LOGS set; stderr carries panics.
             .stdout(log.reopen().expect("log file"))
             .stderr(Stdio::inherit());
+        if concurrency > 1 {
+            // What Lambda sets in a Managed Instances environment; classic Lambda sets none,
+            // and the runtime then polls for one invocation at a time.
+            command.env("AWS_LAMBDA_MAX_CONCURRENCY", concurrency.to_string());
+        }
         for (k, v) in env {
             command.env(k, v);
         }
         let function = Killed(command.spawn().expect("the function starts"));
         Self {
             port,
-            _function: function,
+            function,
             _emulator: emulator,
             log,
         }
+    }
+
+    /// Sends the function SIGTERM (what Lambda sends at shutdown) and waits up to `within`
+    /// for it to exit: its exit status, or `None` if it still runs.
+    pub async fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let pid = self.function.0.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status();
+        assert!(sent.is_ok_and(|s| s.success()), "kill -TERM {pid}");
+        let started = Instant::now();
+        while started.elapsed() < within {
+            if let Ok(Some(status)) = self.function.0.try_wait() {
+                return Some(status);
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        None
     }
 
     /// What the function has written to stdout so far, one JSON object per line.

@@ -73,43 +73,63 @@ async fn the_function_url_streams_an_answer_token_by_token() {
     assert_eq!(emf["error"].as_f64(), Some(0.0));
 }
 
-#[tokio::test]
-async fn with_keys_and_usage_in_dynamodb_the_function_url_needs_a_key_counts_it_and_never_logs_it()
-{
-    use sluice_core::auth::{KeyRecord, Permission, Principal, digest, key_id, new_key};
-    use sluice_core::usage::{UsageStore, today};
-    // A fresh key table and usage table on the emulator, with one key of acme's whose
-    // monthly budget one answer spends.
-    let table = format!("sluice-keys-{}", std::process::id());
-    let usage_table = format!("sluice-usage-{}", std::process::id());
-    let config = sluice_core::Config::from_lookup(|name| match name {
-        "SLUICE_API_KEYS_TABLE" => Some(table.clone()),
-        "SLUICE_USAGE_TABLE" => Some(usage_table.clone()),
-        _ => None,
-    })
-    .unwrap();
-    let keys = sluice_aws::keys::DynamoKeys::connect(&config.auth)
-        .await
-        .unwrap();
-    keys.create_table().await.unwrap();
-    let usage = sluice_aws::usage::DynamoUsage::connect(&config.usage)
-        .await
-        .unwrap();
-    usage.create_table().await.unwrap();
+/// A new API key that may ask for answers as `tenant`, and its record.
+fn answer_key(tenant: &str) -> (String, sluice_core::auth::KeyRecord) {
+    use sluice_core::auth::{KeyRecord, Permission, Principal, digest, new_key};
     let key = new_key();
     let record = KeyRecord {
         hash: digest(&key),
         principal: Principal {
-            tenant: sluice_tests::tenant("acme"),
+            tenant: sluice_tests::tenant(tenant),
             permissions: vec![Permission::Answer],
             filter: None,
-            token_budget: Some(1),
+            token_budget: None,
         },
         name: Some("lambda test".into()),
     };
-    keys.put(&record).await.unwrap();
+    (key, record)
+}
+
+/// A fresh key table on the emulator holding `records`: its name, and a client of it.
+async fn key_table(
+    name: &str,
+    records: &[sluice_core::auth::KeyRecord],
+) -> (String, sluice_aws::keys::DynamoKeys) {
+    let table = format!("sluice-keys-{name}-{}", std::process::id());
+    let config =
+        sluice_core::Config::from_lookup(|n| (n == "SLUICE_API_KEYS_TABLE").then(|| table.clone()))
+            .unwrap();
+    let keys = sluice_aws::keys::DynamoKeys::connect(&config.auth)
+        .await
+        .unwrap();
+    keys.create_table().await.unwrap();
+    for record in records {
+        keys.put(record).await.unwrap();
+    }
+    (table, keys)
+}
+
+#[tokio::test]
+async fn with_keys_and_usage_in_dynamodb_the_function_url_needs_a_key_counts_it_and_never_logs_it()
+{
+    use sluice_core::auth::{digest, key_id, new_key};
+    use sluice_core::usage::{UsageStore, today};
+    // A fresh key table and usage table on the emulator, with one key of acme's whose
+    // monthly budget one answer spends.
+    let usage_table = format!("sluice-usage-{}", std::process::id());
+    let (key, mut record) = answer_key("acme");
+    record.principal.token_budget = Some(1);
+    let (table, keys) = key_table("budget", std::slice::from_ref(&record)).await;
     // The same digest twice is refused.
     assert!(keys.put(&record).await.is_err());
+    let config = sluice_core::Config::from_lookup(|name| {
+        (name == "SLUICE_USAGE_TABLE").then(|| usage_table.clone())
+    })
+    .unwrap();
+    let usage = sluice_aws::usage::DynamoUsage::connect(&config.usage)
+        .await
+        .unwrap();
+    usage.create_table().await.unwrap();
 
     let data = tempfile::tempdir().unwrap();
     let function = Function::start(
@@ -333,4 +353,431 @@ async fn a_slow_corpus_version_read_does_not_hold_the_first_token() {
         "corpus_version_timeout",
     )
     .await;
+}
+
+// ---- one environment, many invocations at once (Lambda Managed Instances) ------------------
+//
+// The emulator with a concurrency above one hands that many invocations to the one function
+// process at once, which polls with as many workers (`AWS_LAMBDA_MAX_CONCURRENCY`), as an
+// execution environment of Lambda Managed Instances does. The LLM stand-in writes at a steady
+// pace, so the answers overlap.
+//
+// What only the runtime's concurrent mode gives is the last test's: in this emulator a
+// runtime polling for one invocation at a time asks for the next once a response has
+// *begun*, so streams overlap either way, but an invocation still before its response
+// (here, a slow key lookup) holds every other one; with a worker per invocation it holds
+// none. (Checked by running these tests against the binary with the variable unset: that
+// test fails, the others pass.)
+
+use sluice_tests::stand_in::{self, Llm};
+
+const QUESTION: &str = "How long does a replacement card take to arrive?";
+
+/// A caller's `traceparent` whose trace id is `i` in 32 hex digits.
+fn traceparent(i: usize) -> (String, String) {
+    let trace = format!("{:032x}", 0x5100_0000 + i);
+    (format!("00-{trace}-00f067aa0ba902b7-01"), trace)
+}
+
+/// Starts `STREAMS` answers at once, one per tenant `tenant-<i>` with its own trace; each
+/// answer with when it was sent, counted from the first.
+async fn many_at_once(base: &str, streams: usize) -> Vec<(Duration, sluice_tests::Answer)> {
+    let first = std::time::Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..streams {
+        let base = base.to_string();
+        tasks.push(tokio::spawn(async move {
+            let tenant = format!("tenant-{i}");
+            let (traceparent, _) = traceparent(i);
+            let sent = first.elapsed();
+            let headers = [
+                ("x-sluice-tenant", tenant.as_str()),
+                ("traceparent", traceparent.as_str()),
+            ];
+            let answer =
+                sluice_tests::answer_with_headers(&base, &headers, &json!({"query": QUESTION}))
+                    .await;
+            (sent, answer)
+        }));
+    }
+    let mut answers = Vec::new();
+    for task in tasks {
+        answers.push(task.await.unwrap());
+    }
+    answers
+}
+
+#[tokio::test]
+async fn one_environment_streams_many_answers_at_once_each_with_its_own_tenant_and_trace() {
+    const STREAMS: usize = 16;
+    const TOKENS: usize = 10;
+    let data = tempfile::tempdir().unwrap();
+    let (llm, traces) = stand_in::llm_traced(Llm::Paced(TOKENS, Duration::from_millis(150))).await;
+    let function = Function::start_concurrent(
+        Path::new(env!("CARGO_BIN_EXE_answer")),
+        &[
+            ("SLUICE_DATA_DIR", data.path().display().to_string()),
+            ("SLUICE_LLM_URL", llm),
+            ("RUST_LOG", "info,qdrant_edge=error".into()),
+        ],
+        STREAMS as u32,
+    );
+    // The first answer waits for the function's init.
+    let warm = sluice_tests::answer_at(
+        &function.url(),
+        Some("warm-up"),
+        &json!({"query": QUESTION}),
+    )
+    .await;
+    warm.assert_well_formed();
+
+    let answers = many_at_once(&function.url(), STREAMS).await;
+    for (i, (_, answer)) in answers.iter().enumerate() {
+        answer.assert_well_formed();
+        assert_eq!(
+            answer.names().last(),
+            Some(&"done"),
+            "{i}: {:?}",
+            answer.names()
+        );
+        let expected: String = (0..TOKENS).map(|n| format!("w{n} ")).collect();
+        assert_eq!(answer.text(), expected, "{i}");
+        let meta = &answer.first("meta").data;
+        assert_eq!(meta["tenant"], format!("tenant-{i}"));
+        assert_eq!(meta["trace_id"], traceparent(i).1);
+    }
+    // They were open together: every answer had its first token before any had ended
+    // (one at a time, the last would start 15 answers of 1.5 s after the first ended).
+    let at = |(sent, answer): &(Duration, sluice_tests::Answer), event: &str| {
+        *sent + answer.first(event).at
+    };
+    let last_first_token = answers.iter().map(|a| at(a, "token")).max().unwrap();
+    let first_done = answers.iter().map(|a| at(a, "done")).min().unwrap();
+    assert!(
+        last_first_token < first_done,
+        "last first token at {last_first_token:?}, first done at {first_done:?}"
+    );
+    // Each LLM call carried its own invocation's trace.
+    let seen = traces.lock().unwrap().clone();
+    assert_eq!(seen.len(), STREAMS + 1, "{seen:?}");
+    for i in 0..STREAMS {
+        let trace = traceparent(i).1;
+        let calls = seen.iter().filter(|t| t.contains(&trace)).count();
+        assert_eq!(calls, 1, "trace {trace} in {seen:?}");
+    }
+    // And each answer's log line and EMF line are its own: request id, tenant and trace
+    // together, never another invocation's.
+    let log = function.log();
+    for (i, (_, answer)) in answers.iter().enumerate() {
+        let request_id = &answer.first("meta").data["request_id"];
+        let answered: Vec<_> = log
+            .iter()
+            .filter(|l| {
+                l["fields"]["message"] == "answered" && l["span"]["request_id"] == *request_id
+            })
+            .collect();
+        assert_eq!(answered.len(), 1, "{request_id}: {answered:?}");
+        assert_eq!(answered[0]["span"]["tenant"], format!("tenant-{i}"));
+        assert_eq!(answered[0]["span"]["trace_id"], traceparent(i).1);
+        let emf = log
+            .iter()
+            .filter(|l| l.get("_aws").is_some() && l["request_id"] == *request_id)
+            .count();
+        assert_eq!(emf, 1, "{request_id}");
+    }
+}
+
+#[tokio::test]
+async fn clients_that_go_away_do_not_disturb_the_other_answers_in_the_environment() {
+    const TOKENS: usize = 10;
+    let data = tempfile::tempdir().unwrap();
+    let llm = stand_in::llm(Llm::Paced(TOKENS, Duration::from_millis(100))).await;
+    let function = Function::start_concurrent(
+        Path::new(env!("CARGO_BIN_EXE_answer")),
+        &[
+            ("SLUICE_DATA_DIR", data.path().display().to_string()),
+            ("SLUICE_LLM_URL", llm),
+        ],
+        8,
+    );
+    let body = json!({"query": QUESTION});
+    sluice_tests::answer_at(&function.url(), Some("warm-up"), &body)
+        .await
+        .assert_well_formed();
+    let expected: String = (0..TOKENS).map(|n| format!("w{n} ")).collect();
+    let base = function.url();
+    let mut tasks = tokio::task::JoinSet::new();
+    // Two clients hang up after their first token; one gives up after 400 ms (a client
+    // timeout, mid-stream)...
+    for i in 0..2 {
+        let url = format!("{base}/v1/answer");
+        let body = body.clone();
+        tasks.spawn(async move {
+            let mut response = sluice_tests::http()
+                .post(url)
+                .header("x-sluice-tenant", format!("leaves-{i}"))
+                .json(&body)
+                .send()
+                .await
+                .unwrap();
+            let mut seen = String::new();
+            while !seen.contains("event: token") {
+                let chunk = response
+                    .chunk()
+                    .await
+                    .unwrap()
+                    .expect("a token before the end");
+                seen.push_str(&String::from_utf8_lossy(&chunk));
+            }
+            drop(response);
+            "left"
+        });
+    }
+    let url = format!("{base}/v1/answer");
+    let impatient = body.clone();
+    tasks.spawn(async move {
+        let sent = sluice_tests::http()
+            .post(url)
+            .header("x-sluice-tenant", "impatient")
+            .timeout(Duration::from_millis(400))
+            .json(&impatient)
+            .send()
+            .await;
+        let read = match sent {
+            Ok(response) => response.text().await.map(|_| ()),
+            Err(e) => Err(e),
+        };
+        assert!(read.is_err(), "the client's timeout cut the stream");
+        "gave up"
+    });
+    // ...while four others read theirs to the end, each whole.
+    let kept: Vec<_> = (0..4)
+        .map(|i| {
+            let base = base.clone();
+            let body = body.clone();
+            tokio::spawn(async move {
+                sluice_tests::answer_at(&base, Some(&format!("stays-{i}")), &body).await
+            })
+        })
+        .collect();
+    for answer in kept {
+        let answer = answer.await.unwrap();
+        answer.assert_well_formed();
+        assert_eq!(answer.names().last(), Some(&"done"), "{:?}", answer.names());
+        assert_eq!(answer.text(), expected);
+    }
+    while let Some(done) = tasks.join_next().await {
+        done.unwrap();
+    }
+    // Every worker is back: eight answers at once, all whole.
+    for (_, answer) in many_at_once(&base, 8).await {
+        answer.assert_well_formed();
+        assert_eq!(answer.text(), expected);
+    }
+}
+
+#[tokio::test]
+async fn at_shutdown_every_open_answer_ends_with_a_retryable_error_and_the_function_exits() {
+    const OPEN: usize = 4;
+    let data = tempfile::tempdir().unwrap();
+    // Two tokens, then the LLM says nothing more: the answers stay open until shutdown.
+    let (llm, traces) = stand_in::llm_traced(Llm::StallAfter(2)).await;
+    let mut function = Function::start_concurrent(
+        Path::new(env!("CARGO_BIN_EXE_answer")),
+        &[
+            ("SLUICE_DATA_DIR", data.path().display().to_string()),
+            ("SLUICE_LLM_URL", llm),
+            ("RUST_LOG", "info,qdrant_edge=error".into()),
+        ],
+        8,
+    );
+    let answers: Vec<_> = (0..OPEN)
+        .map(|i| {
+            let base = function.url();
+            tokio::spawn(async move {
+                sluice_tests::answer_at(
+                    &base,
+                    Some(&format!("open-{i}")),
+                    &json!({"query": QUESTION}),
+                )
+                .await
+            })
+        })
+        .collect();
+    // Every answer has reached the LLM (after its `meta`), and its tokens have had time to
+    // arrive.
+    let started = std::time::Instant::now();
+    while traces.lock().unwrap().len() < OPEN {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the answers never reached the LLM"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = function.terminate(Duration::from_secs(5)).await;
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+    for answer in answers {
+        let answer = answer.await.unwrap();
+        answer.assert_well_formed();
+        assert_eq!(answer.names(), ["meta", "token", "token", "error"]);
+        let error = &answer.first("error").data;
+        assert_eq!(error["code"], "shutting_down");
+        assert_eq!(error["retryable"], true);
+    }
+    let log = function.log();
+    let line = log
+        .iter()
+        .find(|l| l["fields"]["message"] == "SIGTERM: ending open answers")
+        .unwrap_or_else(|| panic!("no shutdown line in {log:?}"));
+    assert_eq!(line["fields"]["open"], OPEN);
+}
+
+#[tokio::test]
+async fn the_answer_cache_and_the_tenant_limits_are_the_environments() {
+    let data = tempfile::tempdir().unwrap();
+    sluice_tests::ingest_into(data.path(), "acme", sluice_tests::sample_documents()).await;
+    let llm = stand_in::llm(Llm::Paced(6, Duration::from_millis(150))).await;
+    let function = Function::start_concurrent(
+        Path::new(env!("CARGO_BIN_EXE_answer")),
+        &[
+            ("SLUICE_DATA_DIR", data.path().display().to_string()),
+            ("SLUICE_LLM_URL", llm),
+            ("SLUICE_CACHE", "memory".into()),
+            ("SLUICE_TENANT_MAX_STREAMS", "2".into()),
+        ],
+        8,
+    );
+    let base = function.url();
+    sluice_tests::answer_at(&base, Some("warm-up"), &json!({"query": "hello"}))
+        .await
+        .assert_well_formed();
+    let questions = [
+        QUESTION,
+        "How do I reset my password?",
+        "What is the savings rate?",
+    ];
+    // acme opens three answers at once in an environment that allows a tenant two: the
+    // limit, which binds nothing on classic Lambda, binds here.
+    let mut statuses = Vec::new();
+    let mut tasks = Vec::new();
+    for question in questions {
+        let url = format!("{base}/v1/answer");
+        tasks.push(tokio::spawn(async move {
+            let response = sluice_tests::http()
+                .post(url)
+                .header("x-sluice-tenant", "acme")
+                .json(&json!({"query": question}))
+                .send()
+                .await
+                .unwrap();
+            let status = response.status().as_u16();
+            (status, response.text().await.unwrap())
+        }));
+    }
+    // Another tenant is not held by acme's limit.
+    let globex = sluice_tests::answer_at(&base, Some("globex"), &json!({"query": QUESTION})).await;
+    globex.assert_well_formed();
+    for task in tasks {
+        statuses.push(task.await.unwrap());
+    }
+    let refused: Vec<_> = statuses.iter().filter(|(s, _)| *s == 429).collect();
+    assert_eq!(refused.len(), 1, "{statuses:?}");
+    let error: serde_json::Value = serde_json::from_str(&refused[0].1).unwrap();
+    assert_eq!(error["error"]["code"], "too_many_streams");
+    assert_eq!(statuses.iter().filter(|(s, _)| *s == 200).count(), 2);
+    // The two acme answers were cached before their streams ended, in the environment's
+    // cache, which every invocation shares: asked again, each is a hit for acme, and not
+    // for globex (the cache is per tenant), which never asked that question itself.
+    let answered: Vec<&str> = statuses
+        .iter()
+        .zip(questions)
+        .filter(|((s, _), _)| *s == 200)
+        .map(|(_, q)| q)
+        .collect();
+    for question in &answered {
+        let again = sluice_tests::answer_at(&base, Some("acme"), &json!({"query": question})).await;
+        again.assert_well_formed();
+        assert_eq!(again.first("meta").data["cache"], "hit", "{question}");
+    }
+    let only_acme = answered
+        .iter()
+        .find(|q| **q != QUESTION)
+        .expect("two questions");
+    let other = sluice_tests::answer_at(&base, Some("globex"), &json!({"query": only_acme})).await;
+    other.assert_well_formed();
+    assert_ne!(other.first("meta").data["cache"], "hit");
+}
+
+#[tokio::test]
+async fn one_invocations_slow_start_does_not_hold_the_environments_others() {
+    const LATE: Duration = Duration::from_millis(700);
+    // Each invocation's work before its response starts (here: its API key's lookup) runs on
+    // its own worker. A key the function has not seen yet is looked up in DynamoDB, which
+    // answers that key's lookup 700 ms late (a lookup attempt's own timeout is 800 ms); a
+    // key it has seen is remembered. Polling for one invocation at a time, the late one
+    // would hold every answer behind it until then.
+    let (late_key, late) = answer_key("late");
+    let (known_key, known) = answer_key("acme");
+    let (table, _) = key_table("slow", &[late.clone(), known]).await;
+    let dynamodb = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("emulator");
+    let slow = sluice_tests::proxy::delaying_requests(&dynamodb, &late.hash, LATE).await;
+    let data = tempfile::tempdir().unwrap();
+    let llm = stand_in::llm(Llm::Paced(2, Duration::from_millis(20))).await;
+    let function = Function::start_concurrent(
+        Path::new(env!("CARGO_BIN_EXE_answer")),
+        &[
+            ("SLUICE_DATA_DIR", data.path().display().to_string()),
+            ("SLUICE_LLM_URL", llm),
+            ("SLUICE_API_KEYS_TABLE", table),
+            ("AWS_ENDPOINT_URL_DYNAMODB", slow),
+        ],
+        8,
+    );
+    let base = function.url();
+    let body = json!({"query": QUESTION});
+    let known_auth = format!("Bearer {known_key}");
+    let headers = [("authorization", known_auth.as_str())];
+    // The known key is looked up (and remembered) once, with the function's init.
+    sluice_tests::answer_with_headers(&base, &headers, &body)
+        .await
+        .assert_well_formed();
+    let first = std::time::Instant::now();
+    let waiting = {
+        let (base, body) = (base.clone(), body.clone());
+        tokio::spawn(async move {
+            let auth = format!("Bearer {late_key}");
+            let answer =
+                sluice_tests::answer_with_headers(&base, &[("authorization", &auth)], &body).await;
+            (answer.first("meta").at, answer)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut others = Vec::new();
+    for _ in 0..4 {
+        let (base, body, auth) = (base.clone(), body.clone(), known_auth.clone());
+        others.push(tokio::spawn(async move {
+            let answer =
+                sluice_tests::answer_with_headers(&base, &[("authorization", &auth)], &body).await;
+            (first.elapsed(), answer)
+        }));
+    }
+    let mut ended = Vec::new();
+    for other in others {
+        let (at, answer) = other.await.unwrap();
+        answer.assert_well_formed();
+        assert_eq!(answer.first("meta").data["tenant"], "acme");
+        assert_eq!(answer.names().last(), Some(&"done"));
+        ended.push(at);
+    }
+    let (late_meta, late) = waiting.await.unwrap();
+    late.assert_well_formed();
+    assert_eq!(late.first("meta").data["tenant"], "late");
+    // The late one did wait for its lookup; the others all ended before it even started.
+    assert!(late_meta >= LATE, "{late_meta:?}");
+    let last = ended.iter().max().unwrap();
+    assert!(
+        *last < late_meta,
+        "the others ended at {ended:?}, the late one started at {late_meta:?}"
+    );
 }
