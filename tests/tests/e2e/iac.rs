@@ -133,7 +133,12 @@ fn answers_stream_through_api_gateway_and_outside_a_vpc_through_a_function_url()
     let names: Vec<&str> = functions.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
-        ["AnswerFunction", "IngestFunction", "RegistryFunction"]
+        [
+            "AnswerFunction",
+            "AnswerManagedFunction",
+            "IngestFunction",
+            "RegistryFunction"
+        ]
     );
     for (name, f) in &functions {
         let p = &f["Properties"];
@@ -145,8 +150,11 @@ fn answers_stream_through_api_gateway_and_outside_a_vpc_through_a_function_url()
             serde_json::json!([{"Ref": "Architecture"}]),
             "{name}"
         );
-        // In the VPC only when Network=vpc.
-        assert_eq!(p["VpcConfig"]["Fn::If"][0], "InVpc", "{name}");
+        // In the VPC only when Network=vpc; the managed form runs in its capacity
+        // provider's (below).
+        if *name != "AnswerManagedFunction" {
+            assert_eq!(p["VpcConfig"]["Fn::If"][0], "InVpc", "{name}");
+        }
     }
     let architecture = &t["Parameters"]["Architecture"];
     // x86_64 by default: what cargo-lambda's own toolchain builds (README, Deployment).
@@ -169,10 +177,17 @@ fn answers_stream_through_api_gateway_and_outside_a_vpc_through_a_function_url()
     let integration = &answer["Integration"];
     assert_eq!(integration["Type"], "AWS_PROXY");
     assert_eq!(integration["ResponseTransferMode"], "STREAM");
-    let uri = integration["Uri"]["Fn::Sub"].as_str().unwrap();
+    let uri = integration["Uri"]["Fn::Sub"][0].as_str().unwrap();
     assert!(
-        uri.contains("/2021-11-15/functions/${AnswerFunction.Arn}/response-streaming-invocations"),
+        uri.contains("/2021-11-15/functions/${Answer}/response-streaming-invocations"),
         "{uri}"
+    );
+    // `Answer` is the form deployed.
+    assert_eq!(
+        integration["Uri"]["Fn::Sub"][1]["Answer"],
+        serde_json::json!({"Fn::If": ["Managed",
+            {"Fn::GetAtt": ["AnswerManagedFunction", "Arn"]},
+            {"Fn::GetAtt": ["AnswerFunction", "Arn"]}]})
     );
     // The function URL exists only outside the VPC (URLs do not stream from VPC functions).
     let url = resource("AnswerFunctionUrl");
@@ -250,9 +265,15 @@ fn usage_is_counted_in_the_table_the_code_reads_and_documents_routes_reach_the_i
             env(function)["SLUICE_FUSION_TENANTS"]["Ref"],
             "FusionTenants"
         );
-        // Its role may add to the counters and read a tenant's month.
+        // Its role may add to the counters and read a tenant's month (the answer function's
+        // through the policy both its forms share).
         let role = format!("{function}Role");
-        let statements = resource(&role)["Properties"]["Policies"].to_string();
+        let statements = match function {
+            "AnswerFunction" => {
+                resource("AnswerPolicy")["Properties"]["PolicyDocument"].to_string()
+            }
+            _ => resource(&role)["Properties"]["Policies"].to_string(),
+        };
         assert!(
             statements.contains("dynamodb:UpdateItem") && statements.contains("UsageTable"),
             "{role}: {statements}"
@@ -326,12 +347,17 @@ fn every_template_passes_checkov_with_no_failed_check() {
 fn cache_items_are_reached_only_through_the_tenant_role_and_its_leading_keys() {
     let (_file, t) = translate(&sam_template());
     let statements = |role: &str| -> Vec<Value> {
-        t["Resources"][role]["Properties"]["Policies"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
-            .collect()
+        let properties = &t["Resources"][role]["Properties"];
+        match properties["PolicyDocument"]["Statement"].as_array() {
+            // A managed policy (the answer function's, shared by its two forms).
+            Some(statements) => statements.clone(),
+            None => properties["Policies"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
+                .collect(),
+        }
     };
     let actions = |s: &Value| -> Vec<String> {
         match &s["Action"] {
@@ -356,11 +382,7 @@ fn cache_items_are_reached_only_through_the_tenant_role_and_its_leading_keys() {
     );
     assert_eq!(sluice_cache::TENANT_TAG, "sluice-tenant");
     // The functions' own roles: no item call on the cache table at all.
-    for role in [
-        "AnswerFunctionRole",
-        "IngestFunctionRole",
-        "RegistryFunctionRole",
-    ] {
+    for role in ["AnswerPolicy", "IngestFunctionRole", "RegistryFunctionRole"] {
         for s in statements(role) {
             let on_cache = s["Resource"].to_string().contains("CacheTable");
             for a in actions(&s) {
@@ -371,7 +393,18 @@ fn cache_items_are_reached_only_through_the_tenant_role_and_its_leading_keys() {
             }
         }
     }
-    let answer = statements("AnswerFunctionRole");
+    // Both forms of the answer function have the shared policy.
+    for role in ["AnswerFunctionRole", "AnswerManagedFunctionRole"] {
+        let policies = &t["Resources"][role]["Properties"]["ManagedPolicyArns"];
+        assert!(
+            policies
+                .as_array()
+                .unwrap()
+                .contains(&serde_json::json!({"Ref": "AnswerPolicy"})),
+            "{role}: {policies}"
+        );
+    }
+    let answer = statements("AnswerPolicy");
     assert!(
         answer
             .iter()
@@ -386,4 +419,81 @@ fn cache_items_are_reached_only_through_the_tenant_role_and_its_leading_keys() {
     );
     assert_eq!(env("IngestFunction")["SLUICE_CACHE"], "off");
     assert_eq!(env("RegistryFunction")["SLUICE_CACHE"], "off");
+}
+
+#[test]
+fn the_managed_mode_runs_the_answer_function_on_a_capacity_provider_in_the_fleets_vpc() {
+    let (_file, t) = translate(&sam_template());
+    let resource = |id: &str| &t["Resources"][id];
+    // One form or the other, by AnswerCapacity (classic by default).
+    let capacity = &t["Parameters"]["AnswerCapacity"];
+    assert_eq!(capacity["Default"], "classic");
+    assert_eq!(
+        capacity["AllowedValues"],
+        serde_json::json!(["classic", "managed"])
+    );
+    assert_eq!(resource("AnswerFunction")["Condition"], "Classic");
+    for id in [
+        "AnswerManagedFunction",
+        "AnswerCapacityProvider",
+        "AnswerCapacityProviderOperatorRole",
+    ] {
+        assert_eq!(resource(id)["Condition"], "Managed", "{id}");
+    }
+    // The capacity provider: the fleet's subnets and security group, the functions'
+    // architecture, a scaling ceiling, the data key.
+    let provider = &resource("AnswerCapacityProvider");
+    assert_eq!(provider["Type"], "AWS::Lambda::CapacityProvider");
+    let p = &provider["Properties"];
+    assert_eq!(p["VpcConfig"]["SubnetIds"]["Ref"], "PrivateSubnetIds");
+    assert_eq!(
+        p["VpcConfig"]["SecurityGroupIds"],
+        serde_json::json!([{"Ref": "FunctionSecurityGroupId"}])
+    );
+    assert_eq!(
+        p["InstanceRequirements"]["Architectures"],
+        serde_json::json!([{"Ref": "Architecture"}])
+    );
+    assert_eq!(
+        p["CapacityProviderScalingConfig"]["MaxVCpuCount"]["Ref"],
+        "ManagedMaxVCpus"
+    );
+    assert_eq!(p["KmsKeyArn"]["Fn::GetAtt"][0], "DataKey");
+    // The function on it: many answers per environment (what the runtime reads as
+    // AWS_LAMBDA_MAX_CONCURRENCY), no VPC or reserved concurrency of its own, published.
+    let f = &resource("AnswerManagedFunction")["Properties"];
+    let config = &f["CapacityProviderConfig"]["LambdaManagedInstancesCapacityProviderConfig"];
+    let arn = config["CapacityProviderArn"]["Fn::Sub"].as_str().unwrap();
+    assert!(
+        arn.ends_with(":capacity-provider:${AWS::StackName}-answers"),
+        "{arn}"
+    );
+    assert_eq!(
+        p["CapacityProviderName"]["Fn::Sub"],
+        "${AWS::StackName}-answers"
+    );
+    assert_eq!(
+        config["PerExecutionEnvironmentMaxConcurrency"]["Ref"],
+        "AnswerEnvironmentConcurrency"
+    );
+    let concurrency = &t["Parameters"]["AnswerEnvironmentConcurrency"];
+    assert_eq!(
+        (&concurrency["MinValue"], &concurrency["MaxValue"]),
+        (&serde_json::json!(1), &serde_json::json!(1600))
+    );
+    assert!(f.get("VpcConfig").is_none() && f.get("ReservedConcurrentExecutions").is_none());
+    assert_eq!(f["PublishToLatestPublished"], true);
+    // Both forms run the same binary with the same settings.
+    let answer = &resource("AnswerFunction")["Properties"];
+    assert_eq!(f["Environment"], answer["Environment"]);
+    assert_eq!(f["MemorySize"], answer["MemorySize"]);
+    assert_eq!(f["Timeout"], answer["Timeout"]);
+    // What names the answer function names the form deployed.
+    for id in ["AnswerInvokePermission", "AnswerErrorsAlarm", "AnswerLogs"] {
+        let text = resource(id).to_string();
+        assert!(
+            text.contains("AnswerManagedFunction") && text.contains("\"Managed\""),
+            "{id}: {text}"
+        );
+    }
 }
