@@ -9,6 +9,10 @@
 #   TOKENS=256             answer from a loaded GPU does)
 #   REQUESTS=1000          recorded per level, after WARMUP_S seconds of unrecorded load
 #   WARMUP_S=26            (one answer's length: every stream is open before recording)
+#   LAMBDA=64              instead of `sluice serve`, the answer function as one execution
+#                          environment of Lambda Managed Instances: cargo-lambda's emulator
+#                          hands it up to LAMBDA invocations at once (AWS_LAMBDA_MAX_CONCURRENCY),
+#                          streamed through the emulated function URL; LEVELS defaults to LAMBDA
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -25,6 +29,7 @@ llm_port=${SLUICE_LOAD_LLM_PORT:-18095}
 port=${SLUICE_LOAD_PORT:-18096}
 out=$cache/load
 data=$(mktemp -d)
+lambda=${LAMBDA:-}
 "$sluice" fixture llm --addr "127.0.0.1:$llm_port" --tokens-per-sec "${TOKENS_PER_SEC:-10}" \
   --tokens "${TOKENS:-256}" 2>/dev/null &
 fixture=$!
@@ -35,14 +40,36 @@ SLUICE_ADDR=127.0.0.1:$port SLUICE_DATA_DIR=$data SLUICE_LLM_URL=http://127.0.0.
   "$sluice" serve 2>"$data/serve.log" &
 server=$!
 # Stop both and wait for the server to flush its store before its folder goes.
-trap 'kill "$fixture" "$server" 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$data"' EXIT
+emulator=
+trap 'kill "$fixture" "$server" $emulator 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$data"' EXIT
 for _ in $(seq 300); do
   curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
   sleep 0.2
 done
 "$sluice" ingest --url "http://127.0.0.1:$port" samples >/dev/null
-"$sluice" bench run --url "http://127.0.0.1:$port" --load concurrent \
-  --levels "${LEVELS:-100,500,1000}" --requests "${REQUESTS:-1000}" --warmup-s "${WARMUP_S:-26}" \
+url=http://127.0.0.1:$port
+if [ -n "$lambda" ]; then
+  # The served corpus is in $data; the answer function opens the same folder once the
+  # server has closed it (an embedded store belongs to one process at a time).
+  kill "$server"
+  wait "$server" 2>/dev/null || true
+  (cd functions/answer && exec "$cache/venv/bin/cargo-lambda" lambda watch --only-lambda-apis \
+    -A 127.0.0.1 -P "$port" --concurrency "$lambda") >"$data/emulator.log" 2>&1 &
+  emulator=$!
+  for _ in $(seq 100); do
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
+    sleep 0.2
+  done
+  AWS_LAMBDA_RUNTIME_API=http://127.0.0.1:$port/.rt AWS_LAMBDA_FUNCTION_NAME=answer AWS_LAMBDA_FUNCTION_VERSION=1 \
+    AWS_LAMBDA_FUNCTION_MEMORY_SIZE=2048 AWS_LAMBDA_MAX_CONCURRENCY=$lambda \
+    SLUICE_DATA_DIR=$data SLUICE_LLM_URL=http://127.0.0.1:$llm_port/v1 SLUICE_TENANT_RATE=0 \
+    SLUICE_TENANT_MAX_STREAMS=0 SLUICE_CACHE=off SLUICE_MAX_TOKENS=${TOKENS:-256} RUST_LOG=${RUST_LOG:-warn} \
+    "$CARGO_TARGET_DIR/debug/answer" >"$data/answer.log" 2>&1 &
+  server=$!
+  url=http://127.0.0.1:$port/lambda-url/_
+fi
+"$sluice" bench run --url "$url" --load concurrent \
+  --levels "${LEVELS:-${lambda:-100,500,1000}}" --requests "${REQUESTS:-1000}" --warmup-s "${WARMUP_S:-26}" \
   --compare-llm "http://127.0.0.1:$llm_port/v1" --out "$out"
 echo "server peak RSS (VmHWM): $(grep VmHWM "/proc/$server/status" | awk '{print $2/1024 " MB"}')"
 # CPU the server used over the whole sweep (user + system, from /proc/PID/stat).
