@@ -78,7 +78,7 @@ impl Function {
                 .arg("--concurrency")
                 .arg(concurrency.to_string())
                 // It reads the package metadata of the folder it starts in.
-                .current_dir(env!("CARGO_MANIFEST_DIR"))
+                .current_dir(crate::repo().join("tests"))
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

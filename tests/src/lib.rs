@@ -54,9 +54,27 @@ pub fn model() -> Arc<MiniLm> {
         .clone()
 }
 
+/// The repository's root, found when the test runs rather than when it was compiled: every
+/// clone shares one target directory (`~/.cache/sluice/target`) and Cargo does not rebuild a
+/// test whose workspace moved, so a path compiled in can name another clone's files. Cargo and
+/// nextest set `CARGO_MANIFEST_DIR` for the test they run; the root is the nearest folder at or
+/// above it holding `Cargo.lock`. A test binary started by hand falls back to where it was built.
+pub fn repo() -> PathBuf {
+    let built = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    std::env::var_os("CARGO_MANIFEST_DIR")
+        .map(PathBuf::from)
+        .and_then(|package| {
+            package
+                .ancestors()
+                .find(|dir| dir.join("Cargo.lock").is_file())
+                .map(PathBuf::from)
+        })
+        .unwrap_or(built)
+}
+
 /// The repository's `samples/` folder.
 pub fn samples_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../samples")
+    repo().join("samples")
 }
 
 /// The sandbox's well-behaved test component (`functions/sandbox/tests/reverse.wat`): it

@@ -67,7 +67,13 @@ struct Ort {
 impl Ort {
     fn start(model_dir: &std::path::Path) -> Option<Self> {
         let python = std::env::var("SLUICE_BENCH_PYTHON").ok()?;
-        let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../scripts/bench_ort.py");
+        // The package's folder when the bench runs (not where it was compiled: clones share
+        // one target directory).
+        let package = std::env::var_os("CARGO_MANIFEST_DIR").map_or_else(
+            || std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")),
+            std::path::PathBuf::from,
+        );
+        let script = package.join("../../scripts/bench_ort.py");
         let mut child = Command::new(python)
             .arg(script)
             .arg(model_dir)

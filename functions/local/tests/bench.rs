@@ -253,11 +253,8 @@ fn metrics_list_every_series_and_they_move_with_requests() {
 
     // Every series the Grafana dashboard queries is one the server exposes.
     let dashboard: Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../infra/grafana/sluice.json"),
-        )
-        .expect("infra/grafana/sluice.json"),
+        &std::fs::read_to_string(sluice_tests::repo().join("infra/grafana/sluice.json"))
+            .expect("infra/grafana/sluice.json"),
     )
     .expect("dashboard JSON");
     let mut queried = 0;

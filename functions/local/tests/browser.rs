@@ -42,7 +42,7 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
     let uploads = ["lost-card.md", "password-reset.md", "support.jsonl"]
         .map(|f| samples().join(f).display().to_string())
         .join(":");
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/ask.cjs");
+    let script = sluice_tests::repo().join("functions/local/tests/browser/ask.cjs");
     let out = output_within(
         Command::new("node")
             .arg(&script)
@@ -166,7 +166,7 @@ fn no_web_page_can_drive_the_server() {
     let (modules, chromium) = browser();
     let upstream = fixture(200, 8);
     let server = serve_with(&[("SLUICE_LLM_URL", &upstream.url)]);
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/browser/cross_site.cjs");
+    let script = sluice_tests::repo().join("functions/local/tests/browser/cross_site.cjs");
     let out = output_within(
         Command::new("node")
             .arg(&script)

@@ -12,7 +12,7 @@ use std::process::Command;
 use common::*;
 
 fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+    sluice_tests::repo()
 }
 
 fn run(args: &[&str]) -> (bool, String, String) {

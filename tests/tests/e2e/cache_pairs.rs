@@ -42,7 +42,7 @@ struct Pair {
 }
 
 fn pairs(fixture: &str) -> Vec<Pair> {
-    let path = format!("{}/fixtures/{fixture}", env!("CARGO_MANIFEST_DIR"));
+    let path = sluice_tests::repo().join("tests/fixtures").join(fixture);
     std::fs::read_to_string(path)
         .expect("fixture")
         .lines()

@@ -16,7 +16,7 @@ use std::process::Command;
 use serde_json::Value;
 
 fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+    sluice_tests::repo()
 }
 
 /// The plain CloudFormation templates in `infra/`.

@@ -27,9 +27,10 @@ async fn the_openai_python_client_streams_an_answer_with_its_sources() {
         .ingest(&tenant("acme"), sample_documents())
         .await
         .unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/openai/client.py");
+    let script = sluice_tests::repo().join("tests/openai/client.py");
     let out = tokio::process::Command::new(venv_tool("openai", "python"))
-        .args([script, &format!("{}/v1", server.url), &keys[0], QUESTION])
+        .arg(&script)
+        .args([&format!("{}/v1", server.url), &keys[0], QUESTION])
         .output();
     let out = tokio::time::timeout(Duration::from_secs(120), out)
         .await
@@ -114,9 +115,10 @@ async fn multi_turn_conversations_through_the_openai_client_and_langchain() {
         .ingest(&tenant("acme"), sample_documents())
         .await
         .unwrap();
-    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/openai/conversation.py");
+    let script = sluice_tests::repo().join("tests/openai/conversation.py");
     let out = tokio::process::Command::new(venv_tool("openai", "python"))
-        .args([script, &format!("{}/v1", server.url), &keys[0]])
+        .arg(&script)
+        .args([&format!("{}/v1", server.url), &keys[0]])
         .output();
     let out = tokio::time::timeout(Duration::from_secs(240), out)
         .await

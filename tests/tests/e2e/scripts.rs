@@ -26,7 +26,7 @@ fn with_toolchain(toolchain: &Path, script: &str) -> std::process::Output {
     );
     Command::new("bash")
         .args(["-c", script])
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .current_dir(sluice_tests::repo())
         .env("PATH", path)
         .output()
         .unwrap()
@@ -61,7 +61,7 @@ fn resolved_features(edges: &str) -> std::collections::BTreeSet<String> {
         .args(["tree", "--workspace", "--offline", "--prefix", "none"])
         .args(["--target", "x86_64-unknown-linux-gnu", "-e", edges])
         .args(["-f", "{p} [{f}]"])
-        .current_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/.."))
+        .current_dir(sluice_tests::repo())
         .output()
         .expect("cargo tree runs");
     assert!(out.status.success(), "{out:?}");

@@ -154,7 +154,7 @@ pub fn wait_for_port(port: u16, what: &str) {
 }
 
 pub fn samples() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../samples")
+    sluice_tests::repo().join("samples")
 }
 
 /// `sluice fixture llm` (the synthetic upstream, a benchmark fixture) on a free port, at

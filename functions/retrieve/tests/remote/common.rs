@@ -187,11 +187,14 @@ pub async fn search_filtered(store: &dyn Store, filter: &Filter, k: usize) {
 /// An official API document as JSON Schema, from the specs folder (`SLUICE_SPECS_DIR`, default
 /// `../shared/specs` beside the project). The tests that call it are ignored, and counted as
 /// skipped, when the folder is absent (see `build.rs`), except under `CI`, where they run and
-/// fail here.
+/// fail here. The package's folder is the one Cargo names when the test runs (a test compiled
+/// in another clone sharing the target directory is not rebuilt, and would name that clone's).
 pub fn spec(file: &str) -> Spec {
+    let package = std::env::var_os("CARGO_MANIFEST_DIR")
+        .map_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")), PathBuf::from);
     let dir = std::env::var_os("SLUICE_SPECS_DIR")
         .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/specs"));
+        .unwrap_or_else(|| package.join("../../../shared/specs"));
     let path = dir.join(file);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| {
         panic!(
