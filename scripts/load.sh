@@ -41,7 +41,19 @@ SLUICE_ADDR=127.0.0.1:$port SLUICE_DATA_DIR=$data SLUICE_LLM_URL=http://127.0.0.
 server=$!
 # Stop both and wait for the server to flush its store before its folder goes.
 emulator=
-trap 'kill "$fixture" "$server" $emulator 2>/dev/null || true; wait "$server" 2>/dev/null || true; rm -rf "$data"' EXIT
+# The warnings and errors the server (or the function) logged are shown before its folder
+# goes: a failed request's cause is often only there.
+logged() {
+  local log n
+  for log in "$data/serve.log" "$data/answer.log"; do
+    [ -f "$log" ] || continue
+    n=$(grep -cE 'WARN|ERROR' "$log" || true)
+    [ "$n" -gt 0 ] || continue
+    echo "$(basename "$log"): $n warnings and errors; the last 5:"
+    grep -E 'WARN|ERROR' "$log" | tail -n 5 | cut -c1-400
+  done
+}
+trap 'kill "$fixture" "$server" $emulator 2>/dev/null || true; wait "$server" 2>/dev/null || true; logged; rm -rf "$data"' EXIT
 for _ in $(seq 300); do
   curl -fsS "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
   sleep 0.2
@@ -73,4 +85,7 @@ fi
   --compare-llm "http://127.0.0.1:$llm_port/v1" --out "$out"
 echo "server peak RSS (VmHWM): $(grep VmHWM "/proc/$server/status" | awk '{print $2/1024 " MB"}')"
 # CPU the server used over the whole sweep (user + system, from /proc/PID/stat).
-echo "server CPU (user + system): $(awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f s", ($14 + $15) / hz}' "/proc/$server/stat")"
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f s", ($14 + $15) / hz}' "/proc/$1/stat"; }
+echo "server CPU (user + system): $(cpu "$server")"
+# Under the emulator every token event is relayed once more, by the emulator, on the same cores.
+[ -z "$lambda" ] || echo "emulator CPU (user + system): $(cpu "$emulator")"
