@@ -89,10 +89,8 @@ async fn drain_on_sigterm(server: std::sync::Arc<Server>) {
     }
     // The last events leave through the runtime's own request for each stream.
     tokio::time::sleep(Duration::from_millis(50)).await;
-    if let Some(meter) = &server.usage
-        && let Err(e) = meter.flush().await
-    {
-        tracing::error!(error = %e, "usage recorded since the last write is lost");
+    if let Some(meter) = &server.usage {
+        meter.flush_before_exit().await;
     }
     std::process::exit(0);
 }

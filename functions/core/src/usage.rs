@@ -496,6 +496,14 @@ impl Meter {
         pending.entry(row).or_default().add(&counts);
     }
 
+    /// The last [`Meter::flush`] of a process that is exiting: what it cannot write is lost,
+    /// and the log says so.
+    pub async fn flush_before_exit(&self) {
+        if let Err(e) = self.flush().await {
+            tracing::error!(error = %e, "usage recorded since the last write is lost");
+        }
+    }
+
     /// Writes what was recorded since the last flush, as one batch (flushes that arrive
     /// while one runs wait and write together). Rows not written stay for the next flush;
     /// the error says why. A write cut by the timeout may still land, and then its rows are

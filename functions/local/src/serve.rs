@@ -86,10 +86,8 @@ pub async fn run(config: Config) -> Result<()> {
     sluice_http::serve(listener, router, signalled).await?;
     // Every stream writes its usage as it ends; a stream the client dropped left its counts
     // to a task, which may not have run yet.
-    if let Some(meter) = usage
-        && let Err(e) = meter.flush().await
-    {
-        tracing::error!(error = %e, "usage recorded since the last write is lost");
+    if let Some(meter) = usage {
+        meter.flush_before_exit().await;
     }
     Ok(())
 }
