@@ -10,9 +10,10 @@
 #   REQUESTS=1000          recorded per level, after WARMUP_S seconds of unrecorded load
 #   WARMUP_S=26            (one answer's length: every stream is open before recording)
 #   LAMBDA=64              instead of `sluice serve`, the answer function as one execution
-#                          environment of Lambda Managed Instances: cargo-lambda's emulator
-#                          hands it up to LAMBDA invocations at once (AWS_LAMBDA_MAX_CONCURRENCY),
-#                          streamed through the emulated function URL; LEVELS defaults to LAMBDA
+#                          environment of Lambda Managed Instances: it takes up to LAMBDA
+#                          invocations at once from cargo-lambda's emulator
+#                          (AWS_LAMBDA_MAX_CONCURRENCY), streamed through the emulated function
+#                          URL; LEVELS defaults to LAMBDA
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -65,8 +66,14 @@ if [ -n "$lambda" ]; then
   # server has closed it (an embedded store belongs to one process at a time).
   kill "$server"
   wait "$server" 2>/dev/null || true
-  (cd functions/answer && exec "$cache/venv/bin/cargo-lambda" lambda watch --only-lambda-apis \
-    -A 127.0.0.1 -P "$port" --concurrency "$lambda") >"$data/emulator.log" 2>&1 &
+  # The function's LAMBDA workers each hold a request for the next invocation, and the
+  # emulator hands each its own. Not `--concurrency`: in cargo-lambda 1.9.2 that only sizes a
+  # pool of instances the emulator starts itself with `cargo run` whenever an invocation
+  # waits, `--only-lambda-apis` notwithstanding (started from a package with a binary, it
+  # compiled the workspace on the cores being measured). From `tests`, which has no binary,
+  # nothing could be built even so; the check after the run fails a run where it tried.
+  (cd tests && exec "$cache/venv/bin/cargo-lambda" lambda watch --only-lambda-apis \
+    -A 127.0.0.1 -P "$port") >"$data/emulator.log" 2>&1 &
   emulator=$!
   for _ in $(seq 100); do
     (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break
@@ -83,6 +90,10 @@ fi
 "$sluice" bench run --url "$url" --load concurrent \
   --levels "${LEVELS:-${lambda:-100,500,1000}}" --requests "${REQUESTS:-1000}" --warmup-s "${WARMUP_S:-26}" \
   --compare-llm "http://127.0.0.1:$llm_port/v1" --out "$out"
+if [ -n "$lambda" ] && grep -q "spawning function instance" "$data/emulator.log"; then
+  echo "the emulator started function instances of its own during the run: not a measurement of one environment" >&2
+  exit 1
+fi
 echo "server peak RSS (VmHWM): $(grep VmHWM "/proc/$server/status" | awk '{print $2/1024 " MB"}')"
 # CPU the server used over the whole sweep (user + system, from /proc/PID/stat).
 cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f s", ($14 + $15) / hz}' "/proc/$1/stat"; }

@@ -6,8 +6,16 @@
 //! events such as S3 notifications). It is not a model of AWS scaling, cold starts or limits:
 //! it checks that a function speaks the runtime's protocol end to end. With a concurrency
 //! above one ([`Function::start_concurrent`]) it stands for one execution environment of
-//! Lambda Managed Instances: the emulator hands up to that many invocations to the one
-//! function process at once, which runs that many workers (`AWS_LAMBDA_MAX_CONCURRENCY`).
+//! Lambda Managed Instances: the function runs that many workers (`AWS_LAMBDA_MAX_CONCURRENCY`),
+//! each holding a request for the next invocation, and the emulator hands each waiting request
+//! its own invocation, so the one process has that many in flight at once.
+//!
+//! The emulator is never given `--concurrency`: in cargo-lambda 1.9.2 that flag only sizes a
+//! pool of function instances the emulator starts itself (`cargo run` in the folder it runs
+//! in), and above one it starts them whenever an invocation waits, `--only-lambda-apis`
+//! notwithstanding — it does not know the function started here. Run from the answer
+//! function's folder (as `make load` did), that compiled the workspace again, with that
+//! package's features, on the cores being measured, to start a second, unconfigured function.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -75,9 +83,8 @@ impl Function {
                     "-P",
                 ])
                 .arg(port.to_string())
-                .arg("--concurrency")
-                .arg(concurrency.to_string())
-                // It reads the package metadata of the folder it starts in.
+                // It reads the package metadata of the folder it starts in; `tests` has no
+                // binary, so a `cargo run` there would build nothing (see the top).
                 .current_dir(crate::repo().join("tests"))
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())

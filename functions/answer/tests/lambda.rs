@@ -357,9 +357,9 @@ async fn a_slow_corpus_version_read_does_not_hold_the_first_token() {
 
 // ---- one environment, many invocations at once (Lambda Managed Instances) ------------------
 //
-// The emulator with a concurrency above one hands that many invocations to the one function
-// process at once, which polls with as many workers (`AWS_LAMBDA_MAX_CONCURRENCY`), as an
-// execution environment of Lambda Managed Instances does. The LLM stand-in writes at a steady
+// The function polls with `AWS_LAMBDA_MAX_CONCURRENCY` workers and the emulator hands each
+// poll its own invocation, so the one process has that many at once, as an execution
+// environment of Lambda Managed Instances does. The LLM stand-in writes at a steady
 // pace, so the answers overlap.
 //
 // What only the runtime's concurrent mode gives is the last test's: in this emulator a
