@@ -87,6 +87,10 @@ if [ -n "$lambda" ]; then
   server=$!
   url=http://127.0.0.1:$port/lambda-url/_
 fi
+# The machine's CPU counters (user nice system idle iowait irq softirq steal), to show what the
+# run had of it: this kind of machine is shared, and its tails move with its neighbours.
+machine() { awk '/^cpu /{print $2, $3, $4, $5, $6, $7, $8, $9}' /proc/stat; }
+before=$(machine)
 "$sluice" bench run --url "$url" --load concurrent \
   --levels "${LEVELS:-${lambda:-100,500,1000}}" --requests "${REQUESTS:-1000}" --warmup-s "${WARMUP_S:-26}" \
   --compare-llm "http://127.0.0.1:$llm_port/v1" --out "$out"
@@ -100,3 +104,6 @@ cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.1f s", ($14 + $15) / hz}' "/p
 echo "server CPU (user + system): $(cpu "$server")"
 # Under the emulator every token event is relayed once more, by the emulator, on the same cores.
 [ -z "$lambda" ] || echo "emulator CPU (user + system): $(cpu "$emulator")"
+echo "$before $(machine)" | awk '{for (i = 1; i <= 8; i++) d[i] = $(i + 8) - $i;
+  t = 0; for (i = 1; i <= 8; i++) t += d[i];
+  if (t > 0) printf "machine over the run: %.0f %% busy, %.1f %% stolen by the host\n", 100 * (t - d[4] - d[5]) / t, 100 * d[8] / t}'
