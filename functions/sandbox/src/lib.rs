@@ -14,11 +14,15 @@
 //! - Every call gets a fresh [`Store`] with its own fuel, epoch deadline and [`StoreLimits`],
 //!   so nothing survives from one request (or tenant) to the next.
 //! - Host calls (`embed`, `count-tokens`, `log`) run host code, which neither fuel nor epochs
-//!   stop: each call has a budget of host work ([`Limits`]: texts, bytes, log lines and
-//!   bytes), checked before the work starts, and no host work starts once the call's deadline
-//!   has passed. So one call costs the host at most: tokenising
+//!   stop — and straight-line code calling the host has no loop or function entry where the
+//!   epoch could interrupt it. So each rerank call has a budget of host work ([`Limits`]):
+//!   host calls, bytes passed to the host (capped as wasmtime copies them, by its hostcall
+//!   fuel), texts, bytes tokenised, log lines and bytes. The first host call that is late,
+//!   over the call count or over the copy budget traps, before any host work. So one call
+//!   costs the host at most: copying 2 × [`Limits::max_host_copy_bytes`], tokenising
 //!   [`Limits::max_host_bytes`], the model's embeddings of the texts begun before the deadline
-//!   (the last at most one text of 256 tokens), and a few log lines (see the README's limits).
+//!   (the last at most one text of 256 tokens), [`Limits::max_host_calls`] entries into the
+//!   host, and a few log lines (`docs/security.md` states the measured bound).
 //! - The output is validated: every candidate scored (finitely) or, in 0.2, dropped, once.
 #![warn(missing_docs)]
 
@@ -97,6 +101,17 @@ pub fn built_component(name: &str) -> Result<Vec<u8>, String> {
 /// this much per slot (64 slots) stays resident after a call that touched more.
 const KEEP_RESIDENT: usize = 2 << 20;
 
+/// How a pool slot's linear memory is reset between calls on this machine: `"pagemap_scan"`
+/// (only the pages the call dirtied, the low 2 MiB kept resident; Linux 6.7+) or `"madvise"`
+/// (the slot given back to the kernel, zero on the next touch).
+pub fn memory_reset() -> &'static str {
+    if pagemap_scan_supported() {
+        "pagemap_scan"
+    } else {
+        "madvise"
+    }
+}
+
 /// Whether the kernel has the `PAGEMAP_SCAN` ioctl (Linux 6.7 and later).
 fn pagemap_scan_supported() -> bool {
     let Ok(release) = std::fs::read_to_string("/proc/sys/kernel/osrelease") else {
@@ -151,6 +166,16 @@ pub struct Limits {
     pub max_log_lines: usize,
     /// Most bytes of `log` messages a call may write; the rest is dropped.
     pub max_log_bytes: usize,
+    /// Most host calls (`log`, `embed`, `count-tokens`) one rerank call may make: the next
+    /// one traps. Straight-line code calling the host has no loop or function entry for the
+    /// epoch to interrupt, so this, not the deadline, is what ends a flood of cheap calls.
+    pub max_host_calls: usize,
+    /// Most bytes one rerank call may pass to the host, summed over its host calls (strings
+    /// and lists are copied out of the guest's memory before the host function runs). One
+    /// host call may pass at most this much (wasmtime's hostcall fuel, checked as it copies,
+    /// so a larger argument is never copied whole); a call that takes the total past it
+    /// traps. So a call copies at most twice this.
+    pub max_host_copy_bytes: usize,
     /// Largest component accepted at upload.
     pub max_component_bytes: usize,
 }
@@ -171,6 +196,10 @@ impl Default for Limits {
             max_host_bytes: 64 << 10,
             max_log_lines: 32,
             max_log_bytes: 4 << 10,
+            // A component that logs or counts tokens once per candidate stays well within it.
+            max_host_calls: 256,
+            // Every candidate's text passed back to `embed` once (200 × 8 KiB) fits.
+            max_host_copy_bytes: 2 << 20,
             max_component_bytes: 2 << 20,
         }
     }
@@ -280,6 +309,9 @@ struct CallState {
     bytes_left: usize,
     log_lines_left: usize,
     log_bytes_left: usize,
+    /// Host calls, and bytes passed to the host, left to this call.
+    calls_left: usize,
+    copy_left: usize,
     /// When the call started, and its wall-clock budget: no host work starts after it.
     started: Instant,
     deadline: Duration,
@@ -292,6 +324,33 @@ struct CallState {
 impl CallState {
     fn late(&self) -> bool {
         self.started.elapsed() >= self.deadline
+    }
+
+    /// Admits a host call that was passed `copied` bytes, or stops the component with a trap:
+    /// once the call is late, past its number of host calls, or past the bytes it may pass
+    /// to the host. Every host function starts here, before any work.
+    fn enter(&mut self, what: &str, copied: usize) -> wasmtime::Result<()> {
+        let why = if self.late() {
+            Some(format!(
+                "{what}: the call's deadline of {:?} has passed",
+                self.deadline
+            ))
+        } else if self.calls_left == 0 {
+            Some(format!("{what}: this call has made all its host calls"))
+        } else if copied > self.copy_left {
+            Some(format!(
+                "{what}: {copied} bytes passed to the host, {} left of this call's copy budget",
+                self.copy_left
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(wasmtime::Error::new(OverBudget(self.refuse(why))));
+        }
+        self.calls_left -= 1;
+        self.copy_left -= copied;
+        Ok(())
     }
 
     /// Refuses a host call: counted, and the message for the guest (or the trap).
@@ -351,7 +410,8 @@ impl bindings_0_1::sluice::rerank::host::Host for CallState {
 
 impl bindings::sluice::rerank::host::Host for CallState {
     fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
-        if self.late() || self.log_lines_left == 0 || self.log_bytes_left == 0 {
+        self.enter("log", message.len())?;
+        if self.log_lines_left == 0 || self.log_bytes_left == 0 {
             self.used.refused += 1;
             return Ok(());
         }
@@ -369,6 +429,9 @@ impl bindings::sluice::rerank::host::Host for CallState {
     }
 
     fn embed(&mut self, texts: Vec<String>) -> wasmtime::Result<Result<Vec<Vec<f32>>, String>> {
+        // Each text: its bytes and its (pointer, length) pair in the list.
+        let copied = texts.iter().map(|t| t.len() + 8).sum();
+        self.enter("embed", copied)?;
         let unknown: Vec<&str> = texts
             .iter()
             .filter(|t| !self.known.contains_key(t.as_str()))
@@ -418,6 +481,7 @@ impl bindings::sluice::rerank::host::Host for CallState {
     }
 
     fn count_tokens(&mut self, text: String) -> wasmtime::Result<u32> {
+        self.enter("count-tokens", text.len())?;
         match self.take_bytes(text.len(), "count-tokens") {
             Ok(()) => Ok(self.host.count_tokens(&text)),
             Err(e) => Err(wasmtime::Error::new(OverBudget(e))),
@@ -720,6 +784,8 @@ impl Sandbox {
             bytes_left: limits.max_host_bytes,
             log_lines_left: limits.max_log_lines,
             log_bytes_left: limits.max_log_bytes,
+            calls_left: limits.max_host_calls,
+            copy_left: limits.max_host_copy_bytes,
             started,
             deadline: limits.deadline,
             used: HostUsage::default(),
@@ -727,6 +793,9 @@ impl Sandbox {
         };
         let mut store = Store::new(&self.engine, state);
         store.limiter(|s| &mut s.limits);
+        // What wasmtime may copy out of the guest for one host call (its default is 128 MiB):
+        // an argument larger than the whole call's copy budget traps as it is copied.
+        store.set_hostcall_fuel(limits.max_host_copy_bytes);
         if let Err(e) = store.set_fuel(limits.fuel) {
             return (
                 Err(RerankError::Trap(format!("{e:#}"))),
@@ -756,7 +825,7 @@ impl Sandbox {
                 })
             }
         };
-        let cost = CallCost {
+        let mut cost = CallCost {
             fuel: limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0)),
             wall: started.elapsed(),
             host: store.data().used,
@@ -766,6 +835,11 @@ impl Sandbox {
             Ok(Err(message)) => Err(RerankError::Guest(message.chars().take(1024).collect())),
             Err(e) => Err(self.classify(e)),
         };
+        // A host call wasmtime stopped as it copied the argument never reached the host's
+        // own count.
+        if matches!(order, Err(RerankError::HostBudget(_))) {
+            cost.host.refused = cost.host.refused.max(1);
+        }
         (order, cost)
     }
 
@@ -804,6 +878,15 @@ impl Sandbox {
     fn classify(&self, e: wasmtime::Error) -> RerankError {
         if let Some(over) = e.downcast_ref::<OverBudget>() {
             return RerankError::HostBudget(over.0.clone());
+        }
+        // wasmtime's hostcall fuel: a host call's argument, or the call's output, over the copy
+        // budget, stopped as it was copied (its error type is private; its message is what
+        // identifies it).
+        if format!("{e:#}").contains("fuel allocated for hostcalls has been exhausted") {
+            return RerankError::HostBudget(format!(
+                "over {} bytes copied out of the component at once (the call's copy budget)",
+                self.limits.max_host_copy_bytes
+            ));
         }
         match e.downcast_ref::<Trap>() {
             Some(Trap::OutOfFuel) => RerankError::OutOfFuel(self.limits.fuel),

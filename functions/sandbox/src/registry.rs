@@ -233,6 +233,11 @@ pub fn limits(config: &RerankConfig) -> Limits {
         deadline: config.deadline,
         max_candidates: config.max_candidates,
         max_text_bytes: config.max_text_bytes,
+        // Room for every candidate's text passed back to `embed` once, whatever the operator
+        // set those limits to; a guest cannot pass more than its memory holds in one call.
+        max_host_copy_bytes: (config.max_candidates * (config.max_text_bytes + 8))
+            .min(config.memory_mb << 20)
+            .max(Limits::default().max_host_copy_bytes),
         ..Limits::default()
     }
 }

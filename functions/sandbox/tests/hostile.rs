@@ -356,16 +356,17 @@ fn a_component_that_calls_the_host_within_its_budget_works() {
 fn count_tokens_of_a_large_text_is_refused_before_any_tokenising() {
     // 8 MiB counted ten times with no loop between the calls (only the host can stop them),
     // and the largest string memory allows (15 MiB). Given a second, so that writing the text
-    // never runs into the deadline first: the first call is refused, and stops the component.
+    // never runs into the deadline first: the first call is refused as wasmtime copies its
+    // argument (over the call's 2 MiB copy budget), and stops the component.
     let limits = || Limits {
         deadline: Duration::from_secs(1),
         ..Limits::default()
     };
-    for (size, bytes) in [("0x800000", 8_388_608), ("0xF00000", 15_728_640)] {
+    for size in ["0x800000", "0xF00000"] {
         let wat = include_str!("floods/count_tokens.wat").replace("0x800000", size);
         let (err, cost, (tokenised, _)) = flood_under(limits(), &wat);
         assert!(
-            matches!(&err, Some(RerankError::HostBudget(m)) if m.contains("count-tokens") && m.contains(&format!("{bytes} bytes"))),
+            matches!(&err, Some(RerankError::HostBudget(m)) if m.contains("copy budget")),
             "{err:?}"
         );
         assert_eq!(tokenised, 0, "the host tokenised nothing");
@@ -424,17 +425,150 @@ fn an_embed_flood_gets_errors_past_its_budget_and_the_host_stops() {
 fn a_log_flood_writes_only_its_budget() {
     let (err, cost, _) = flood(include_str!("floods/log.wat"));
     let limits = Limits::default();
-    // 1 KiB lines into a 4 KiB budget: four lines, the rest dropped.
+    // 1 KiB lines into a 4 KiB budget: four lines, the rest dropped, until the call's host
+    // calls run out (or its deadline passes) and the next one traps.
     assert_eq!(cost.host.log_lines, limits.max_log_bytes / 1024);
     assert!(cost.host.log_lines <= limits.max_log_lines);
     assert!(cost.host.refused > 0, "{cost:?}");
     assert!(
-        matches!(
-            err,
-            None | Some(RerankError::Deadline(_)) | Some(RerankError::OutOfFuel(_))
-        ),
+        matches!(&err, Some(RerankError::HostBudget(m)) if m.contains("host calls") || m.contains("deadline")),
         "{err:?}"
     );
+}
+
+/// The CPU time this thread has used: a component's guest code and its host calls run on the
+/// thread that calls it, so this is what one rerank call cost the server.
+fn thread_cpu() -> Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec, which lives on this stack frame.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(rc, 0, "clock_gettime");
+    Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// The server CPU one rerank call may cost with the default limits and a host whose work is
+/// free (no model): its 5 ms deadline, up to 256 entries into the host and 4 MiB copied out
+/// of the guest, with room for a loaded machine. `docs/security.md` states it.
+const FLOOD_CPU: Duration = Duration::from_millis(50);
+
+/// `call` written out `times` times in a row, with no loop or function entry between them:
+/// only the host can stop such a flood (the epoch is checked at loop headers and entries).
+fn straight_line(setup: &str, call: &str, times: usize) -> String {
+    let mut flood = String::from(setup);
+    for _ in 0..times {
+        flood.push_str(call);
+        flood.push('\n');
+    }
+    flood
+}
+
+#[test]
+fn straight_line_floods_of_every_host_function_cost_the_server_little() {
+    // Each under a 5 s deadline as well as the default 5 ms: the budget of host calls and of
+    // bytes copied, not the deadline, must end them.
+    let mb13 = 13 << 20;
+    let floods = [
+        (
+            "log, 1,000 × 13 MiB",
+            straight_line(
+                &format!("(call $fill (i32.const 65536) (i32.const {mb13}))"),
+                &format!("(call $log (i32.const 3) (i32.const 65536) (i32.const {mb13}))"),
+                1000,
+            ),
+        ),
+        (
+            "log, 5,000 × 1 KiB",
+            straight_line(
+                "(call $fill (i32.const 65536) (i32.const 1024))",
+                "(call $log (i32.const 3) (i32.const 65536) (i32.const 1024))",
+                5000,
+            ),
+        ),
+        (
+            "log, 2,000 × 64 KiB",
+            straight_line(
+                "(call $fill (i32.const 65536) (i32.const 65536))",
+                "(call $log (i32.const 3) (i32.const 65536) (i32.const 65536))",
+                2000,
+            ),
+        ),
+        (
+            "count-tokens, 5,000 × 1 B",
+            straight_line(
+                "(call $fill (i32.const 65536) (i32.const 4))",
+                "(drop (call $count (i32.const 65536) (i32.const 1)))",
+                5000,
+            ),
+        ),
+        (
+            "count-tokens, 1,000 × 13 MiB",
+            straight_line(
+                &format!("(call $fill (i32.const 65536) (i32.const {mb13}))"),
+                &format!("(drop (call $count (i32.const 65536) (i32.const {mb13})))"),
+                1000,
+            ),
+        ),
+        (
+            // 1,600 texts of the same 8 KiB: 13 MiB in one list.
+            "embed, 1,000 × 1,600 texts",
+            straight_line(
+                "(call $fill (i32.const 65536) (i32.const 8192)) (call $pairs (i32.const 1600) (i32.const 8192))",
+                "(call $embed (i32.const 4096) (i32.const 1600) (i32.const 2048))",
+                1000,
+            ),
+        ),
+        (
+            "embed, 5,000 × 1 text",
+            straight_line(
+                "(call $fill (i32.const 65536) (i32.const 16)) (call $pairs (i32.const 1) (i32.const 16))",
+                "(call $embed (i32.const 4096) (i32.const 1) (i32.const 2048))",
+                5000,
+            ),
+        ),
+    ];
+    for deadline in [Limits::default().deadline, Duration::from_secs(5)] {
+        let limits = Limits {
+            deadline,
+            ..Limits::default()
+        };
+        let sb = Sandbox::new(limits.clone(), Arc::new(NoHost)).expect("engine");
+        for (name, flood) in &floods {
+            let bad = sb
+                .compile(host_calls(flood).as_bytes())
+                .expect("passes the smoke run");
+            let before = thread_cpu();
+            let (result, cost) = sb.rerank_costed(&bad, &call(&candidates(5)), Default::default());
+            let cpu = thread_cpu() - before;
+            eprintln!(
+                "{name:<30} deadline {deadline:>6?}: {:>6.2} ms CPU, {:?}, {:?}",
+                cpu.as_secs_f64() * 1e3,
+                cost.host,
+                result.as_ref().err()
+            );
+            assert!(
+                matches!(
+                    &result,
+                    Err(RerankError::HostBudget(_) | RerankError::Deadline(_))
+                ),
+                "{name}: {result:?}"
+            );
+            assert!(
+                cost.host.log_lines <= limits.max_log_lines,
+                "{name}: {cost:?}"
+            );
+            assert!(
+                cost.host.embedded_texts <= limits.max_embed_texts,
+                "{name}: {cost:?}"
+            );
+            assert!(
+                cpu <= FLOOD_CPU,
+                "{name}, deadline {deadline:?}: {cpu:?} of CPU for one call (bound {FLOOD_CPU:?})"
+            );
+        }
+    }
 }
 
 #[test]
@@ -596,8 +730,19 @@ fn dropping_twice_or_dropping_a_scored_candidate_is_refused() {
 #[test]
 fn a_huge_dropped_list_is_refused() {
     let sb = sandbox(Limits::default());
-    // Three million dropped indices, inside its (grown) memory: lifted, then refused by count.
+    // Three million dropped indices (12 MB), inside its (grown) memory: stopped as it is
+    // copied out, past the call's 2 MiB copy budget; with a budget that holds it, lifted and
+    // refused by count.
     let err = run_hostile_0_2(&sb, "(call $huge (local.get $n))").unwrap_err();
+    assert!(
+        matches!(&err, RerankError::HostBudget(m) if m.contains("copied out")),
+        "{err:?}"
+    );
+    let roomy = sandbox(Limits {
+        max_host_copy_bytes: 16 << 20,
+        ..Limits::default()
+    });
+    let err = run_hostile_0_2(&roomy, "(call $huge (local.get $n))").unwrap_err();
     assert_eq!(
         err,
         RerankError::InvalidOutput("5 scores and 3000000 dropped for 5 candidates".into())
@@ -654,4 +799,19 @@ fn nothing_a_call_writes_to_memory_is_seen_by_the_next() {
             vec![2, 1, 0]
         );
     }
+    // Which reset was proven: the kernel decides, and the result says so.
+    let reset = sluice_sandbox::memory_reset();
+    eprintln!("memory reset between calls: {reset}");
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let expected = match release
+        .trim()
+        .split('.')
+        .take(2)
+        .map(|p| p.parse::<u32>().unwrap_or(0))
+        .collect::<Vec<_>>()[..]
+    {
+        [major, minor] if (major, minor) >= (6, 7) => "pagemap_scan",
+        _ => "madvise",
+    };
+    assert_eq!(reset, expected, "kernel {}", release.trim());
 }
