@@ -72,6 +72,10 @@ scripts/fuzz.sh "${SLUICE_FUZZ_SECONDS:-15}" || fuzz=$?
 set -e
 passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')
+# A test binary that crashed (a signal, an abort) prints no result line of its own: cargo says
+# it failed, and it counts here as one failure more than its results show.
+crashed=$(( $(grep -c '^error: test failed, to rerun pass' "$log" || true) - $(grep -c '^test result: FAILED' "$log" || true) ))
+[ "$crashed" -gt 0 ] && failed=$((failed + crashed))
 ignored=$(grep -Eo '[0-9]+ ignored' "$log" | awk '{s+=$1} END {print s+0}')
 rm -f "$log"
 echo

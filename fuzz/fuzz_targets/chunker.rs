@@ -1,7 +1,8 @@
 //! The chunker (`sluice_core::chunk::chunk_text`) on any text, chunk size and overlap, with a
 //! token counter that makes long words several tokens. The documented promises are checked:
-//! no empty chunk, none over the size unless it is one word that alone is over it, and every
-//! word of the input in the chunks, in order.
+//! no empty chunk, none over the size unless it is one word that alone is over it, every
+//! word of the input in the chunks, in order, and without overlap exactly the input's words.
+//! A known text must chunk (liveness).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
@@ -11,7 +12,22 @@ fn count(text: &str) -> usize {
     text.split_whitespace().map(|w| w.len() / 8 + 1).sum()
 }
 
+/// Words of `text` in order.
+fn words(text: &str) -> Vec<&str> {
+    text.split_whitespace().collect()
+}
+
 fuzz_target!(|data: &[u8]| {
+    // Liveness, once: a known text is chunked, and without overlap the chunks are the text's
+    // words exactly (a target that accepted nothing would find nothing).
+    static LIVE: std::sync::Once = std::sync::Once::new();
+    LIVE.call_once(|| {
+        let known = "one two three four five six seven";
+        let chunks = chunk_text(known, 3, 0, &count);
+        assert!(chunks.len() >= 2, "{chunks:?}");
+        let joined: Vec<&str> = chunks.iter().flat_map(|c| words(&c.text)).collect();
+        assert_eq!(joined, words(known));
+    });
     let Some((&[size, overlap], text)) = data.split_first_chunk::<2>() else {
         return;
     };
@@ -31,9 +47,14 @@ fuzz_target!(|data: &[u8]| {
             c.text
         );
     }
-    // Every input word, in order, is a subsequence of the chunks' words.
+    // Every input word, in order, is a subsequence of the chunks' words; without overlap,
+    // the chunks' words are the input's exactly.
     let mut out = chunks.iter().flat_map(|c| c.text.split_whitespace());
     for word in text.split_whitespace() {
         assert!(out.any(|w| w == word), "{word:?} lost or out of order");
+    }
+    if overlap == 0 {
+        let joined: Vec<&str> = chunks.iter().flat_map(|c| words(&c.text)).collect();
+        assert_eq!(joined, words(text), "the chunks do not reconstruct the text");
     }
 });

@@ -23,6 +23,19 @@ fn config() -> &'static AnswerConfig {
 const FILES: [&str; 5] = ["a.json", "a.jsonl", "a.md", "a.txt", "a.pdf"];
 
 fuzz_target!(|data: &[u8]| {
+    // Liveness, once: known-good inputs are accepted (a target that refused everything would
+    // never reach its assertions).
+    static LIVE: std::sync::Once = std::sync::Once::new();
+    LIVE.call_once(|| {
+        let tenant = Tenant::new("t").expect("a valid tenant");
+        let headers = http::HeaderMap::new();
+        let body = br#"{"query": "How long does a card take?", "k": 3}"#;
+        let r = sluice_http::answer_request(config(), tenant, None, &headers, body, Instant::now())
+            .expect("a known-good answer request");
+        assert_eq!((r.query.as_str(), r.k), ("How long does a card take?", 3));
+        let documents = parse_file("a.md", b"# Title\nSome text.").expect("a known-good file");
+        validate(&documents).expect("valid documents");
+    });
     let Some((&selector, rest)) = data.split_first() else {
         return;
     };

@@ -8,6 +8,12 @@ use libfuzzer_sys::fuzz_target;
 use sluice_core::stages::rerank_order;
 
 fuzz_target!(|data: &[u8]| {
+    // Liveness, once: a known-good output is accepted as the order it says.
+    static LIVE: std::sync::Once = std::sync::Once::new();
+    LIVE.call_once(|| {
+        let order = rerank_order(&[(0, 0.5), (2, 0.9)], &[1], 3).expect("a known-good output");
+        assert_eq!(order, vec![2, 0]);
+    });
     let Some((&n, rest)) = data.split_first() else {
         return;
     };

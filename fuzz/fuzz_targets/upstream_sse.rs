@@ -12,6 +12,19 @@ use sluice_core::stages::LlmEvent;
 use sluice_llm::ChunkParser;
 
 fuzz_target!(|data: &[u8]| {
+    // Liveness, once: a known-good stream gives its token and its finish.
+    static LIVE: std::sync::Once = std::sync::Once::new();
+    LIVE.call_once(|| {
+        let mut parser = ChunkParser::default();
+        let token = parser
+            .data(r#"{"choices": [{"delta": {"content": "Hi"}}]}"#)
+            .expect("a known-good chunk");
+        assert_eq!(token, Some(vec!["Hi".to_string()]));
+        let last = r#"{"choices": [{"delta": {}, "finish_reason": "stop"}]}"#;
+        parser.data(last).expect("a known-good finish");
+        assert_eq!(parser.data("[DONE]").expect("the end"), None);
+        assert!(matches!(parser.finish(), Ok(LlmEvent::Finish { .. })));
+    });
     let Some((&cut, body)) = data.split_first() else {
         return;
     };

@@ -153,7 +153,7 @@ async fn faults() -> Vec<Fault> {
         Fault::new(
             "vector store slow (5 s, deadline 150 ms)",
             Ending::Degraded(&["retrieval_timeout"]),
-            secs(3),
+            within_deadline,
         )
         .adjusted(troubled(move |s| s.delay = secs(5))),
         Fault::new(

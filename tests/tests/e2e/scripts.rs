@@ -94,3 +94,42 @@ fn the_demo_build_and_the_test_build_resolve_the_same_features() {
             .collect::<Vec<_>>()
     );
 }
+
+#[test]
+fn the_real_build_configuration_fails_a_crate_that_breaks_a_lint() {
+    // A scratch crate built as `make test` builds (scripts/cargo-env.sh, the real
+    // clippy-driver): with a lint broken it does not compile; without, it does.
+    let scratch = tempfile::tempdir().unwrap();
+    let dir = scratch.path();
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        "[package]\nname = \"scratch\"\nversion = \"0.1.0\"\nedition = \"2024\"\n[workspace]\n",
+    )
+    .unwrap();
+    let build = |body: &str| {
+        std::fs::write(
+            dir.join("src/lib.rs"),
+            format!("pub fn twice(x: u32) -> u32 {{ {body} }}\n"),
+        )
+        .unwrap();
+        let script = format!(
+            "set -e; source scripts/cargo-env.sh; CARGO_TARGET_DIR={0}/target cargo build --offline --quiet --manifest-path {0}/Cargo.toml",
+            dir.display()
+        );
+        Command::new("bash")
+            .args(["-c", &script])
+            .current_dir(sluice_tests::repo())
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .env_remove("CLIPPY_ARGS")
+            .output()
+            .unwrap()
+    };
+    // clippy::needless_return, a warning made an error by -D warnings.
+    let linted = build("return x * 2;");
+    assert!(!linted.status.success(), "a lint passed the build");
+    let stderr = String::from_utf8_lossy(&linted.stderr);
+    assert!(stderr.contains("needless_return"), "{stderr}");
+    let clean = build("x * 2");
+    assert!(clean.status.success(), "{clean:?}");
+}
