@@ -106,6 +106,7 @@ fn bench(c: &mut Criterion) {
             query: QUERIES[i % QUERIES.len()].into(),
             k: 5,
             filter: None,
+            binding: None,
             conversation: Default::default(),
             max_tokens: None,
             rerank_context: Default::default(),

@@ -145,6 +145,7 @@ pub fn key_file(
                     permissions: permissions.to_vec(),
                     filter: None,
                     token_budget: None,
+                    tenant_wide: false,
                 },
                 name: None,
             };

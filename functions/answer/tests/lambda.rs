@@ -84,6 +84,7 @@ fn answer_key(tenant: &str) -> (String, sluice_core::auth::KeyRecord) {
             permissions: vec![Permission::Answer],
             filter: None,
             token_budget: None,
+            tenant_wide: false,
         },
         name: Some("lambda test".into()),
     };

@@ -125,6 +125,9 @@ impl DynamoKeys {
         if let Some(budget) = record.principal.token_budget {
             put = put.item("token_budget", AttributeValue::N(budget.to_string()));
         }
+        if record.principal.tenant_wide {
+            put = put.item("tenant_wide", AttributeValue::Bool(true));
+        }
         put.send()
             .await
             .map(|_| ())
@@ -189,6 +192,12 @@ impl DynamoKeys {
                     .ok_or_else(|| malformed("has a token_budget that is not a whole number"))?,
             ),
         };
+        let tenant_wide = match item.get("tenant_wide") {
+            None => false,
+            Some(v) => *v
+                .as_bool()
+                .map_err(|_| malformed("has a tenant_wide that is not a boolean"))?,
+        };
         let record = KeyRecord {
             hash: hash.to_string(),
             principal: Principal {
@@ -196,6 +205,7 @@ impl DynamoKeys {
                 permissions,
                 filter,
                 token_budget,
+                tenant_wide,
             },
             name: None,
         };

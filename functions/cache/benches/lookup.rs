@@ -32,6 +32,7 @@ fn scope() -> Scope {
         k: 5,
         rerank: None,
         variant: None,
+        binding: None,
     }
 }
 

@@ -10,6 +10,8 @@
 //! | `q` | the normalised question (the guard reads it) |
 //! | `v` | the question's embedding as little-endian f16 (768 bytes for 384 dimensions) |
 //! | `cv`, `lm`, `em`, `pv`, `k`, `rr` | corpus version, LLM, embedding model, prompt version, k, rerank component (absent: none) |
+//! | `vr` | digest of what else shaped the answer (filter, conversation, …; absent: nothing) |
+//! | `bd` | digest of the filter of the key the answer was made for (absent: an unbound key); a bound key's clear deletes only its own |
 //! | `ttl` | Unix seconds; DynamoDB's TTL deletes the item some time after (checked in code too) |
 //! | `a` | the answer as JSON: tokens, sources, finish reason, token count |
 //!
@@ -430,21 +432,24 @@ impl CacheStore for DynamoCache {
         Ok(())
     }
 
-    async fn clear(&self, tenant: &Tenant) -> Result<usize, CacheError> {
+    async fn clear(&self, tenant: &Tenant, binding: Option<&str>) -> Result<usize, CacheError> {
         let client = self.client(tenant).await?;
         let mut deleted = 0;
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         loop {
-            let page = client
+            let mut query = client
                 .query()
                 .table_name(&self.table)
                 .key_condition_expression("pk = :t")
                 .expression_attribute_values(":t", s(tenant))
                 .projection_expression("pk, sk")
-                .set_exclusive_start_key(start.take())
-                .send()
-                .await
-                .map_err(backend)?;
+                .set_exclusive_start_key(start.take());
+            if let Some(binding) = binding {
+                query = query
+                    .filter_expression("bd = :b")
+                    .expression_attribute_values(":b", s(binding));
+            }
+            let page = query.send().await.map_err(backend)?;
             let keys: Vec<_> = page.items().to_vec();
             for batch in keys.chunks(25) {
                 let mut requests: Vec<WriteRequest> = Vec::with_capacity(batch.len());
@@ -555,6 +560,9 @@ pub fn encode(entry: &CacheEntry) -> Result<HashMap<String, AttributeValue>, Cac
     if let Some(variant) = &entry.scope.variant {
         item.insert("vr".to_string(), s(variant));
     }
+    if let Some(binding) = &entry.scope.binding {
+        item.insert("bd".to_string(), s(binding));
+    }
     for (band, bucket) in entry.buckets.iter().enumerate().take(BANDS) {
         item.insert(bucket_attr(band), s(&bucket_value(&entry.tenant, *bucket)));
     }
@@ -632,6 +640,7 @@ pub fn decode(item: &HashMap<String, AttributeValue>) -> Result<CacheEntry, Stri
             k: usize::try_from(number("k")?).map_err(|e| e.to_string())?,
             rerank: item.get("rr").map(|_| text("rr")).transpose()?,
             variant: item.get("vr").map(|_| text("vr")).transpose()?,
+            binding: item.get("bd").map(|_| text("bd")).transpose()?,
         },
         expires_at: number("ttl")?,
         answer,
@@ -658,6 +667,7 @@ mod tests {
                 k: 5,
                 rerank: Some("abc".into()),
                 variant: Some("f".repeat(64)),
+                binding: Some("b".repeat(64)),
             },
             expires_at: 1_900_000_000,
             answer: CachedAnswer {

@@ -53,6 +53,7 @@ fn scope() -> Scope {
         k: 5,
         rerank: None,
         variant: None,
+        binding: None,
     }
 }
 
@@ -218,10 +219,12 @@ async fn clear_deletes_every_entry_of_one_tenant_only() {
     let cache = semantic(store.clone());
     for i in 0..60 {
         let v = vec![1.0, i as f32 / 60.0, 0.0, 0.0];
-        cache
-            .put(&entry(&cache, "acme", &format!("question {i}"), v))
-            .await
-            .unwrap();
+        let mut made = entry(&cache, "acme", &format!("question {i}"), v);
+        // A third made for a key bound to a filter: that key's clear forgets those alone.
+        if i % 3 == 0 {
+            made.scope.binding = Some("team-a".into());
+        }
+        cache.put(&made).await.unwrap();
     }
     cache
         .put(&entry(
@@ -232,8 +235,19 @@ async fn clear_deletes_every_entry_of_one_tenant_only() {
         ))
         .await
         .unwrap();
-    assert_eq!(store.clear(&tenant("acme")).await.unwrap(), 60);
-    assert_eq!(store.clear(&tenant("acme")).await.unwrap(), 0);
+    let bound = Some("team-a");
+    assert_eq!(store.clear(&tenant("acme"), bound).await.unwrap(), 20);
+    assert_eq!(store.clear(&tenant("acme"), bound).await.unwrap(), 0);
+    assert!(
+        (store
+            .get(&tenant("acme"), &Probe::new("question 1").key)
+            .await)
+            .unwrap()
+            .is_some(),
+        "an unbound key's answer outlives a bound key's clear"
+    );
+    assert_eq!(store.clear(&tenant("acme"), None).await.unwrap(), 40);
+    assert_eq!(store.clear(&tenant("acme"), None).await.unwrap(), 0);
     assert!(
         store
             .get(&tenant("globex"), &Probe::new("question 1").key)
@@ -394,7 +408,7 @@ async fn with_a_tenant_role_each_tenant_calls_with_credentials_assumed_for_it() 
     assert_eq!(hit_text(&found).as_deref(), Some("fee for acme"));
     assert_eq!(
         cache
-            .clear(&tenant("globex"))
+            .clear(&tenant("globex"), None)
             .await
             .expect("clear as the tenant"),
         1

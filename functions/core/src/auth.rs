@@ -71,6 +71,18 @@ impl Permission {
         Permission::Usage,
     ];
 
+    /// What a key bound to a filter gets unless told otherwise: answers within its filter.
+    pub const BOUND_DEFAULT: [Permission; 1] = [Permission::Answer];
+
+    /// Whether `self` acts on the whole tenant, whatever a key's filter: the tenant's rerank
+    /// component reorders every key's answers, and the usage of each key names the others. A
+    /// key bound to a filter holds these only when it was made [`Principal::tenant_wide`].
+    /// (The cache is not among them: a bound key's `DELETE /v1/cache` forgets only the
+    /// answers made under its own filter.)
+    pub const fn tenant_wide(self) -> bool {
+        matches!(self, Permission::Components | Permission::UsageKeys)
+    }
+
     /// The name used in key files, the CLI and error messages.
     pub fn name(self) -> &'static str {
         match self {
@@ -108,13 +120,57 @@ pub struct Principal {
     /// its own (the tenant's may still apply).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token_budget: Option<u64>,
+    /// Whether a key bound to a `filter` may also act on the whole tenant (the permissions
+    /// that are [`Permission::tenant_wide`]): set only by an explicit choice
+    /// (`sluice keys create --filter … --tenant-wide`). Without it such a key is refused those
+    /// permissions even when it lists them. Meaningless without a filter.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tenant_wide: bool,
 }
 
 impl Principal {
-    /// Whether the key may do `p`.
+    /// Whether the key may do `p`: it holds `p`, and `p` does not reach past the key's filter
+    /// unless the key was made [`tenant_wide`](Self::tenant_wide).
     pub fn may(&self, p: Permission) -> bool {
-        self.permissions.contains(&p)
+        self.permissions.contains(&p) && self.confined_from(p).is_none()
     }
+
+    /// Why a key that holds `p` is still refused it: `p` acts on the whole tenant and the key
+    /// is bound to a filter without being made tenant-wide. `None` when nothing confines it.
+    pub fn confined_from(&self, p: Permission) -> Option<String> {
+        (p.tenant_wide() && self.filter.is_some() && !self.tenant_wide).then(|| {
+            format!(
+                "this API key is bound to a filter, and {:?} acts on the whole tenant beyond it; \
+                 only a key made tenant-wide (sluice keys create --filter … --tenant-wide) has it",
+                p.name()
+            )
+        })
+    }
+}
+
+/// Checks the permissions a new key bound to `filter` is to get: one that acts on the whole
+/// tenant needs `tenant_wide` said explicitly, so that nobody hands a bound key the power to
+/// reorder or read across the tenant without meaning to.
+pub fn check_grant(
+    permissions: &[Permission],
+    filter: Option<&crate::filter::Filter>,
+    tenant_wide: bool,
+) -> Result<(), String> {
+    if filter.is_none() || tenant_wide {
+        return Ok(());
+    }
+    let wide: Vec<&str> = (permissions.iter())
+        .filter(|p| p.tenant_wide())
+        .map(|p| p.name())
+        .collect();
+    if wide.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "{} act on the whole tenant, beyond the key's filter; leave them out, or say \
+         --tenant-wide to give this bound key tenant-wide powers",
+        wide.join(", ")
+    ))
 }
 
 /// A stored key: its digest and whom it stands for.
@@ -311,6 +367,7 @@ mod tests {
                 permissions: permissions.to_vec(),
                 filter: None,
                 token_budget: None,
+                tenant_wide: false,
             },
             name: None,
         }

@@ -194,6 +194,10 @@ impl Store for GuardedStore {
     async fn count(&self, tenant: &Tenant) -> Result<usize, StoreError> {
         self.inner.count(tenant).await
     }
+
+    fn lag(&self) -> std::time::Duration {
+        self.inner.lag()
+    }
 }
 
 #[cfg(test)]

@@ -78,6 +78,9 @@ wire_names! {
         InvalidCache = "invalid_cache",
         /// A document or file that cannot be ingested.
         InvalidDocument = "invalid_document",
+        /// The path or query string cannot be read (a segment that is not UTF-8 once
+        /// percent-decoded, a parameter given twice or of the wrong form).
+        InvalidRequest = "invalid_request",
         /// A document listing's `limit` or `cursor` that is not valid.
         InvalidPage = "invalid_page",
         /// A deletion by filter without `"confirm": true`, or without a filter.
@@ -108,8 +111,11 @@ wire_names! {
         InvalidApiKey = "invalid_api_key",
         /// `x-sluice-tenant` names another tenant than the key's.
         ForbiddenTenant = "forbidden_tenant",
-        /// The key lacks the permission the request needs.
+        /// The key lacks the permission the request needs (or holds it, but is bound to a
+        /// filter and the action reaches the whole tenant).
         PermissionDenied = "permission_denied",
+        /// A key bound to a filter sent a document whose metadata does not pass it.
+        OutsideKeyFilter = "outside_key_filter",
         /// A browser's request from a page of another origin.
         CrossOrigin = "cross_origin",
         /// A `Host` the server does not answer to.
@@ -132,6 +138,9 @@ wire_names! {
         BodyTooLarge = "body_too_large",
         /// An ingest over its documents or chunks limit.
         IngestTooLarge = "ingest_too_large",
+        /// A chat request whose conversation (earlier turns and system messages) is over its
+        /// byte or message limit.
+        ConversationTooLong = "conversation_too_long",
         /// The tenant is over its request rate.
         RateLimited = "rate_limited",
         /// The tenant has too many answers streaming.
@@ -173,15 +182,18 @@ impl Code {
         use Code::*;
         match self {
             InvalidJson | MissingQuery | EmptyQuery | QueryTooLong | InvalidK | InvalidDeadline
-            | InvalidSessionId | InvalidCache | InvalidDocument | InvalidFilter | InvalidTenant
-            | InvalidComponent | InvalidN | InvalidMaxTokens | UnreadableBody | InvalidPage
-            | ConfirmationRequired | InvalidRange | InvalidRerankContext => 400,
+            | InvalidSessionId | InvalidCache | InvalidDocument | InvalidRequest
+            | InvalidFilter | InvalidTenant | InvalidComponent | InvalidN | InvalidMaxTokens
+            | UnreadableBody | InvalidPage | ConfirmationRequired | InvalidRange
+            | InvalidRerankContext => 400,
             MissingApiKey | InvalidApiKey => 401,
-            ForbiddenTenant | PermissionDenied | CrossOrigin | ForbiddenHost => 403,
+            ForbiddenTenant | PermissionDenied | OutsideKeyFilter | CrossOrigin | ForbiddenHost => {
+                403
+            }
             NotFound | UnknownVersion | UnknownDocument | CacheDisabled | ComponentsDisabled
             | UsageDisabled => 404,
             MethodNotAllowed => 405,
-            BodyTooLarge | IngestTooLarge => 413,
+            BodyTooLarge | IngestTooLarge | ConversationTooLong => 413,
             RateLimited | TooManyStreams | BudgetExceeded => 429,
             IngestFailed | StorageFailed | Internal => 500,
             LlmRejected | LlmStreamFailed => 502,
@@ -225,6 +237,10 @@ wire_names! {
         /// Some earlier turns of the conversation (the oldest) were left out of the prompt to
         /// fit its budget.
         HistoryTruncated = "history_truncated",
+        /// Assembling the prompt (counting a long conversation's tokens) did not finish by the
+        /// retrieval deadline: the question went to the LLM alone, without sources, earlier
+        /// turns or the client's system message.
+        PromptTimeout = "prompt_timeout",
         /// The tenant's rerank component failed (trap, limit, host budget, bad output) or ran
         /// past the deadline: fused order kept.
         RerankFailed = "rerank_failed",

@@ -253,6 +253,10 @@ pub struct PineconeConfig {
     pub region: String,
     /// `SLUICE_PINECONE_CONTROL_URL`: Pinecone's control-plane API.
     pub control_url: String,
+    /// `SLUICE_PINECONE_LAG_MS`: how long a write may take to show in Pinecone's reads
+    /// (serverless indexes are eventually consistent): a deleted document may still be
+    /// retrieved that long, so no answer is cached that long after a tenant's corpus changes.
+    pub lag: Duration,
 }
 
 /// The answer cache: where, and its rules.
@@ -334,6 +338,13 @@ pub struct AuthConfig {
 pub const MAX_K: usize = 50;
 /// Longest query accepted, in characters.
 pub const MAX_QUERY_CHARS: usize = 4096;
+/// Longest conversation a chat request may send besides its question: the bytes of its
+/// earlier turns and system messages together. Four times what fits the largest usual window
+/// (32k tokens of English); what does not fit the model's window is left out, oldest turns
+/// first (`history_truncated`), but every byte sent is tokenised, so this bounds that work.
+pub const MAX_CONVERSATION_BYTES: usize = 512 << 10;
+/// Most messages one chat request may send.
+pub const MAX_MESSAGES: usize = 512;
 
 impl Config {
     /// Reads the process environment.
@@ -561,6 +572,7 @@ fn store_section(
                     &get("SLUICE_PINECONE_CONTROL_URL")
                         .unwrap_or_else(|| "https://api.pinecone.io".into()),
                 ),
+                lag: millis(&get, "SLUICE_PINECONE_LAG_MS", 10_000, 0)?,
             })
         }
         Some(other) => {

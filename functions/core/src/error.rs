@@ -73,6 +73,15 @@ pub enum IngestError {
     /// written.
     #[error("{0}")]
     TooLarge(String),
+    /// A key bound to a filter sent a document whose metadata does not pass it; nothing was
+    /// written.
+    #[error("{0}")]
+    OutsideScope(String),
+    /// A key bound to a filter sent a document with the id of one it cannot see (outside its
+    /// filter): to that key the id does not exist, so it cannot be replaced; nothing was
+    /// written.
+    #[error("{0}")]
+    HiddenId(String),
     /// Embedding the chunks failed.
     #[error(transparent)]
     Embed(#[from] EmbedError),

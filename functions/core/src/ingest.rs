@@ -13,7 +13,7 @@ use crate::chunk::chunk_text;
 use crate::config::IngestConfig;
 use crate::error::{EmbedError, IngestError};
 use crate::filter::Filter;
-use crate::metadata::Metadata;
+use crate::metadata::{MetaValue, Metadata};
 use crate::stages::{
     DocumentInfo, DocumentPage, Embedder, Page, Selection, Store, StoredChunk, StoredDocument,
 };
@@ -254,7 +254,76 @@ impl Ingest {
         tenant: &Tenant,
         documents: Vec<Document>,
     ) -> Result<IngestReport, IngestError> {
+        self.ingest_within(tenant, None, documents).await
+    }
+
+    /// [`ingest`](Self::ingest) for a key bound to `scope`: every document must pass it
+    /// ([`IngestError::OutsideScope`]), and an id the tenant holds outside it cannot be
+    /// written ([`IngestError::HiddenId`]) — so a bound key neither plants documents where
+    /// other keys read nor replaces theirs. Both are checked for the whole batch before
+    /// anything is embedded or written.
+    pub async fn ingest_within(
+        &self,
+        tenant: &Tenant,
+        scope: Option<&Filter>,
+        documents: Vec<Document>,
+    ) -> Result<IngestReport, IngestError> {
+        if let Some(scope) = scope {
+            validate(&documents)?;
+            self.check_scope(tenant, scope, &documents).await?;
+        }
         self.ingest_from(tenant, documents, None).await
+    }
+
+    /// Refuses `documents` unless each passes `scope` and none takes the id of a document
+    /// of the tenant's that `scope` hides.
+    async fn check_scope(
+        &self,
+        tenant: &Tenant,
+        scope: &Filter,
+        documents: &[Document],
+    ) -> Result<(), IngestError> {
+        for d in documents {
+            let metadata = Metadata::from_json(&d.metadata).map_err(IngestError::Invalid)?;
+            if !inside(scope, &metadata) {
+                return Err(IngestError::OutsideScope(format!(
+                    "document {:?}: its metadata does not pass this key's filter {} (each item of \
+                     a list must); a key bound to a filter writes only inside it",
+                    d.id,
+                    scope.to_json()
+                )));
+            }
+        }
+        let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
+        for ids in ids.chunks(MAX_PAGE) {
+            let page = Page {
+                limit: MAX_PAGE,
+                cursor: None,
+            };
+            let every = Selection {
+                ids: Some(ids),
+                ..Selection::default()
+            };
+            let visible = Selection {
+                filter: Some(scope),
+                ..every
+            };
+            let (all, seen) = tokio::try_join!(
+                self.store.documents(tenant, &every, page),
+                self.store.documents(tenant, &visible, page),
+            )?;
+            let seen: HashSet<String> = seen.documents.into_iter().map(|d| d.document.id).collect();
+            if let Some(hidden) = (all.documents.into_iter())
+                .map(|d| d.document.id)
+                .find(|id| !seen.contains(id))
+            {
+                return Err(IngestError::HiddenId(format!(
+                    "no document {hidden:?} that this key may replace: a key bound to a filter \
+                     writes new ids and those of documents it can read"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// [`ingest`](Self::ingest) of the documents read from the upload `origin` (an S3
@@ -395,6 +464,19 @@ impl Ingest {
         }
         Ok(stale.len())
     }
+}
+
+/// Whether `metadata` lies inside `scope` label by label: it passes, and so does each version
+/// of it with a list cut to one of its items — so that a list cannot carry another key's label
+/// (`{"team": ["a", "b"]}` under `{"team": "a"}`) past the filter beside one of the key's own.
+fn inside(scope: &Filter, metadata: &Metadata) -> bool {
+    scope.matches(metadata)
+        && metadata.iter().all(|(key, value)| match value {
+            MetaValue::List(items) => items.iter().all(|item| {
+                scope.matches(&metadata.with(key, MetaValue::List(vec![item.clone()])))
+            }),
+            _ => true,
+        })
 }
 
 /// The documents side of administration: list, look up and delete. `scope` is the caller's

@@ -175,6 +175,13 @@ impl Metadata {
         self.0.get(key)
     }
 
+    /// The same metadata with `value` under `key`.
+    pub fn with(&self, key: &str, value: MetaValue) -> Self {
+        let mut changed = self.0.clone();
+        changed.insert(key.to_string(), value);
+        Self(changed)
+    }
+
     /// Whether there is no metadata.
     pub fn is_empty(&self) -> bool {
         self.0.is_empty()

@@ -30,6 +30,7 @@
 //! [`AnswerRequest::ends_by`]). It is lazy: dropping it (a client that went away) drops the
 //! upstream LLM request.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -57,6 +58,9 @@ use crate::stages::{
 };
 use crate::trace::TraceContext;
 
+/// The least time prompt assembly gets, even when retrieval used the whole deadline.
+const PROMPT_FLOOR: Duration = Duration::from_millis(25);
+
 /// Characters of a chunk shown as its snippet in `meta`.
 const SNIPPET_CHARS: usize = 240;
 
@@ -80,6 +84,10 @@ pub struct AnswerRequest {
     pub max_tokens: Option<u32>,
     /// What the caller sent for the tenant's rerank component (`rerank_context`).
     pub rerank_context: RerankContext,
+    /// [`Filter::digest`] of the filter the caller's key is bound to (`None`: a key bound to
+    /// none, or auth off). Answers cached for a bound key carry it, so that the key's
+    /// `DELETE /v1/cache` forgets those and nothing else of the tenant's.
+    pub binding: Option<String>,
     /// The client's session, if it sent one.
     pub session_id: Option<String>,
     /// Budget of everything before the LLM call, from `received`.
@@ -178,6 +186,8 @@ pub struct Pipeline {
     /// Set when open streams must end (see [`Pipeline::drain`]).
     drained: tokio::sync::watch::Sender<bool>,
     replica_id: String,
+    /// Each tenant's corpus version, and when this process first met it ([`Self::settled`]).
+    versions_seen: std::sync::Mutex<HashMap<Tenant, (u64, Instant)>>,
 }
 
 /// What one answer has gathered on its way: its ids, the deadline, timings and degraded
@@ -224,6 +234,32 @@ impl Pipeline {
             cache: None,
             drained: tokio::sync::watch::Sender::new(false),
             replica_id: format!("{host}-{}", std::process::id()),
+            versions_seen: std::sync::Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Whether an answer made under the tenant's corpus `version` may be cached: always with
+    /// a store that reads its own writes; with one whose reads lag its writes
+    /// ([`Store::lag`]), only once this process has known the version for that long — until
+    /// then retrieval may still have returned a document the change deleted, and such an
+    /// answer must not outlive the request. A version is met no earlier than it was made, so
+    /// holding from the first meeting covers every process. (A tenant forgotten to keep the
+    /// table bounded is met again: its writes are held again, never let through early.)
+    fn settled(&self, tenant: &Tenant, version: u64) -> bool {
+        let lag = self.store.lag();
+        if lag.is_zero() {
+            return true;
+        }
+        let mut seen = self.versions_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.len() >= crate::REMEMBERED_TENANTS && !seen.contains_key(tenant) {
+            seen.clear();
+        }
+        match seen.get(tenant) {
+            Some((v, since)) if *v == version => since.elapsed() >= lag,
+            _ => {
+                seen.insert(tenant.clone(), (version, Instant::now()));
+                false
+            }
         }
     }
 
@@ -332,7 +368,7 @@ impl Pipeline {
                     }
                     Round::Miss(w) => {
                         cache_state = CacheState::Miss;
-                        write = Some(w);
+                        write = Some(*w);
                     }
                     Round::Skipped => {}
                 }
@@ -349,7 +385,7 @@ impl Pipeline {
             });
 
             // 5. The prompt, and `meta`.
-            let prompt = this.prompt(&request, hits, &mut progress);
+            let prompt = this.prompt(&request, hits, &mut progress).await;
             let documents: Vec<SourceDoc> = prompt.sources.iter().map(source_doc).collect();
             yield this.meta(&request, &progress, documents.clone(), cache_state, &prompt);
 
@@ -418,6 +454,7 @@ impl Pipeline {
             if let (Some(write), Ok((vector, _))) = (write, vector)
                 && progress.degraded.is_empty()
                 && matches!(finish_reason.as_str(), "stop" | "length")
+                && this.settled(&request.tenant, write.scope.corpus_version)
             {
                 let answer = CachedAnswer {
                     tokens,
@@ -580,11 +617,11 @@ impl Pipeline {
         add_ms(&mut progress.timings.cache_ms, started.elapsed());
         match self.replay(request, progress, found) {
             Some(events) => Round::Hit(events),
-            None => Round::Miss(CacheWrite {
+            None => Round::Miss(Box::new(CacheWrite {
                 cache: Arc::clone(cache),
                 probe,
                 scope,
-            }),
+            })),
         }
     }
 
@@ -604,6 +641,7 @@ impl Pipeline {
             prompt_version: prompt::PROMPT_VERSION,
             k: request.k,
             variant: progress.variant.clone(),
+            binding: request.binding.clone(),
         }
     }
 
@@ -640,6 +678,7 @@ impl Pipeline {
             trace_id: request.trace.trace_id.clone(),
             prompt: None,
             rerank_dropped: None,
+            prompt_tokens: None,
         })));
         events.extend(answer.tokens.into_iter().enumerate().map(|(i, text)| {
             Event::Token(Token {
@@ -793,18 +832,40 @@ impl Pipeline {
     }
 
     /// Stage 5: the prompt under the token budget (the lowest-ranked sources go first).
-    fn prompt(&self, request: &AnswerRequest, hits: Vec<Hit>, progress: &mut Progress) -> Prompt {
+    async fn prompt(
+        &self,
+        request: &AnswerRequest,
+        hits: Vec<Hit>,
+        progress: &mut Progress,
+    ) -> Prompt {
         let started = Instant::now();
-        let counter = |text: &str| self.embedder.count_tokens(text);
         let budget =
             prompt::input_budget(self.config.context_tokens, self.config.max_tokens as usize);
-        let prompt = prompt::assemble(
-            &request.query,
-            &request.conversation,
-            hits,
-            budget,
-            &counter,
-        );
+        // Counting tokens is CPU work, and a conversation can be long: off the async workers,
+        // and under the retrieval deadline like the reads before it (with a floor, so that a
+        // request whose retrieval used the whole deadline still gets its conversation).
+        let embedder = Arc::clone(&self.embedder);
+        let (query, conversation) = (request.query.clone(), request.conversation.clone());
+        let counting = tokio::task::spawn_blocking(move || {
+            let counter = |text: &str| embedder.count_tokens(text);
+            prompt::assemble(&query, &conversation, hits, budget, &counter)
+        });
+        let left = (request.received + request.retrieval_deadline)
+            .saturating_duration_since(Instant::now())
+            .max(PROMPT_FLOOR);
+        let prompt = match tokio::time::timeout(left, counting).await {
+            Ok(Ok(prompt)) => prompt,
+            late_or_died => {
+                if let Ok(Err(e)) = late_or_died {
+                    warn!(error = %e, "prompt assembly died");
+                }
+                // The question alone (at most MAX_QUERY_CHARS to count), still in order.
+                progress.degraded.push(Degraded::PromptTimeout);
+                let counter = |text: &str| self.embedder.count_tokens(text);
+                let alone = Conversation::default();
+                prompt::assemble(&request.query, &alone, Vec::new(), budget, &counter)
+            }
+        };
         if prompt.dropped > 0 {
             progress.degraded.push(Degraded::ContextTruncated);
         }
@@ -837,6 +898,7 @@ impl Pipeline {
             timings: progress.timings.clone(),
             trace_id: request.trace.trace_id.clone(),
             rerank_dropped: progress.rerank_dropped,
+            prompt_tokens: Some(prompt.estimated_tokens as u64),
             prompt: request.include_prompt.then(|| PromptEcho {
                 messages: prompt.messages.clone(),
                 max_tokens: self.config.max_tokens,
@@ -857,7 +919,7 @@ enum Round {
     /// The cached answer's events.
     Hit(Vec<Event>),
     /// Nothing fit: a complete answer is written under this.
-    Miss(CacheWrite),
+    Miss(Box<CacheWrite>),
     /// The scope was not known in time: the cache is neither read nor written.
     Skipped,
 }

@@ -116,6 +116,10 @@ pub struct Meta {
     /// ran and its output was valid; a 0.1 component never drops).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerank_dropped: Option<usize>,
+    /// Sluice's count of the prompt's tokens, as sent to the LLM (absent on a cache hit):
+    /// an answer the client leaves after its first token is charged this for the prompt.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
 }
 
 /// The chat request Sluice sends upstream for an answer.

@@ -212,6 +212,13 @@ pub trait Store: Send + Sync {
     async fn corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError>;
     /// Number of chunks stored for `tenant`.
     async fn count(&self, tenant: &Tenant) -> Result<usize, StoreError>;
+    /// How long a write (an ingest, a deletion) may take to show in this store's reads: zero
+    /// for a store that reads its own writes (Qdrant, Qdrant Edge); Pinecone's serverless
+    /// indexes are eventually consistent. Answers are not cached that long after a tenant's
+    /// corpus version changes, so none is cached from documents already deleted.
+    fn lag(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// A tenant's active rerank component, resolved for one request: what the pipeline runs,

@@ -10,12 +10,16 @@
 //! answer.
 //!
 //! **Budgets.** A tenant (`SLUICE_TENANT_TOKEN_BUDGETS`) or a key (`token_budget`) may have a
-//! monthly budget of tokens (prompt + completion; a cached answer spends none). [`Meter::check`]
-//! decides from memory alone: the month's totals as last read from the store (read again in
-//! the background once older than `SLUICE_USAGE_REFRESH_MS`), plus what this process has
-//! counted since. Other processes' use since the last read is unseen, so `n` environments can
-//! together pass a budget by at most what `n - 1` of them spend in one refresh interval, plus
-//! the answers in flight when it trips (each is finished, not cut).
+//! monthly budget of tokens (prompt + completion; a cached answer spends none).
+//! [`Meter::reserve`] decides from memory alone: the month's totals as last read from the
+//! store (read again in the background once older than `SLUICE_USAGE_REFRESH_MS`), plus what
+//! this process has counted since, plus what its answers in flight hold. An admitted answer
+//! holds the most it can spend (the model's context window: prompt and completion share it)
+//! until its usage is counted, so answers started together cannot pass a budget together:
+//! an answer starts only while used + held is under the budget, and a process overshoots by
+//! at most one answer, however many arrive at once. Other processes' use since the last read
+//! is unseen, so `n` environments can together pass a budget by at most what `n - 1` of them
+//! spend in one refresh interval, plus one answer each.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -100,12 +104,15 @@ impl Counts {
     }
 
     /// What one answer used: its `done` when it ended with one; else (an `error`, or a client
-    /// that went away) the `streamed` token events it sent, with no prompt tokens (the
-    /// upstream's count never came). `cache_hit` is `meta.cache`; `timings` the last known.
+    /// that went away) the `streamed` token events it sent and — once the LLM has sent one,
+    /// so it has read the prompt — `prompt`, the prompt's tokens as `meta` counted them (the
+    /// upstream's own count never came). `cache_hit` is `meta.cache`; `timings` the last
+    /// known.
     pub fn of_answer(
         done: Option<&Done>,
         cache_hit: bool,
         streamed: u64,
+        prompt: u64,
         timings: &Timings,
     ) -> Self {
         let mut c = Counts {
@@ -125,7 +132,12 @@ impl Counts {
                 c.completion_tokens = d.token_count;
             }
             None if cache_hit => c.cached_tokens = streamed,
-            None => c.completion_tokens = streamed,
+            None => {
+                c.completion_tokens = streamed;
+                if streamed > 0 {
+                    c.prompt_tokens = prompt;
+                }
+            }
         }
         c
     }
@@ -438,6 +450,8 @@ pub struct Meter {
     settings: MeterSettings,
     pending: Mutex<HashMap<UsageKey, Counts>>,
     views: Mutex<HashMap<Tenant, View>>,
+    /// Tokens held by this process's answers in flight, per tenant and key ([`Hold`]).
+    held: Mutex<HashMap<(Tenant, Option<String>), u64>>,
     /// One write or read at a time: a view read never overlaps a write of this process, so
     /// what a write adds to the views is neither missed nor counted twice.
     io: tokio::sync::Mutex<()>,
@@ -452,6 +466,7 @@ impl Meter {
             settings,
             pending: Mutex::new(HashMap::new()),
             views: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
             io: tokio::sync::Mutex::new(()),
             today: Arc::new(today),
         }
@@ -578,25 +593,46 @@ impl Meter {
     }
 
     /// Whether `tenant` (and its `key`, whose own budget is `key_budget`) may start another
-    /// answer: decided from memory, with no call to the store (a view that is due is read
-    /// again in the background). A tenant this process has not read yet counts only what
-    /// the process itself recorded until the first read lands.
+    /// answer ([`Meter::reserve`] without holding anything).
     pub fn check(
         self: &Arc<Self>,
         tenant: &Tenant,
         key: Option<&str>,
         key_budget: Option<u64>,
     ) -> Result<(), OverBudget> {
+        self.reserve(tenant, key, key_budget, 0).map(drop)
+    }
+
+    /// Admits an answer for `tenant` and its `key` (whose own budget is `key_budget`) that may
+    /// spend up to `most` tokens, or says whose budget is spent: decided from memory, with no
+    /// call to the store (a view that is due is read again in the background). Admitted while
+    /// the tokens used and held by answers in flight are under each budget; the answer then
+    /// holds `most` until the returned [`Hold`] is dropped — after its usage is recorded.
+    /// `None` when neither has a budget (nothing to hold). A tenant this process has not read
+    /// yet counts only what the process itself recorded until the first read lands.
+    pub fn reserve(
+        self: &Arc<Self>,
+        tenant: &Tenant,
+        key: Option<&str>,
+        key_budget: Option<u64>,
+        most: u64,
+    ) -> Result<Option<Hold>, OverBudget> {
         let tenant_budget = self.settings.tenant_budgets.get(tenant).copied();
         if tenant_budget.is_none() && key_budget.is_none() {
-            return Ok(());
+            return Ok(None);
         }
         self.refresh_if_due(tenant);
         let resets_on = next_month(self.today());
+        // Checked and held under one lock: two answers admitted at once both see the other.
+        let mut held = lock(&self.held);
         let budgets = [("key", key_budget, key), ("tenant", tenant_budget, None)];
         for (whose, budget, key) in budgets {
             let Some(budget) = budget else { continue };
-            let used = self.used(tenant, key);
+            let in_flight: u64 = (held.iter())
+                .filter(|((t, k), _)| t == tenant && (key.is_none() || k.as_deref() == key))
+                .map(|(_, n)| n)
+                .sum();
+            let used = self.used(tenant, key).saturating_add(in_flight);
             if used >= budget {
                 return Err(OverBudget {
                     whose,
@@ -606,7 +642,15 @@ impl Meter {
                 });
             }
         }
-        Ok(())
+        *held
+            .entry((tenant.clone(), key.map(str::to_string)))
+            .or_default() += most;
+        Ok(Some(Hold {
+            meter: Arc::clone(self),
+            tenant: tenant.clone(),
+            key: key.map(str::to_string),
+            tokens: most,
+        }))
     }
 
     /// Starts reading `tenant`'s month again in the background, when its view is missing,
@@ -665,6 +709,39 @@ impl Meter {
             }
             Ok(Err(e)) => tracing::warn!(%tenant, error = %e, "reading usage for budgets failed"),
             Err(_) => tracing::warn!(%tenant, "reading usage for budgets timed out"),
+        }
+    }
+}
+
+/// Tokens an admitted answer holds against its budgets ([`Meter::reserve`]) until it is
+/// dropped: drop it once the answer's usage is recorded, so that the tokens are counted as
+/// held or as used, never as neither.
+pub struct Hold {
+    meter: Arc<Meter>,
+    tenant: Tenant,
+    key: Option<String>,
+    tokens: u64,
+}
+
+impl std::fmt::Debug for Hold {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Hold")
+            .field("tenant", &self.tenant)
+            .field("key", &self.key)
+            .field("tokens", &self.tokens)
+            .finish()
+    }
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        let mut held = lock(&self.meter.held);
+        let slot = (self.tenant.clone(), self.key.take());
+        if let Some(n) = held.get_mut(&slot) {
+            *n = n.saturating_sub(self.tokens);
+            if *n == 0 {
+                held.remove(&slot);
+            }
         }
     }
 }
@@ -789,7 +866,7 @@ mod tests {
             cached: false,
             timings: timings.clone(),
         };
-        let fresh = Counts::of_answer(Some(&done), false, 39, &timings);
+        let fresh = Counts::of_answer(Some(&done), false, 39, 280, &timings);
         assert_eq!(
             (
                 fresh.answers,
@@ -807,14 +884,57 @@ mod tests {
             }),
             true,
             40,
+            0,
             &Timings::default(),
         );
         assert_eq!(
             (cached.cache_hits, cached.cached_tokens, cached.tokens()),
             (1, 40, 0)
         );
-        let cut = Counts::of_answer(None, false, 7, &Timings::default());
-        assert_eq!((cut.answers, cut.completion_tokens), (0, 7));
+        // Cut short after its first token: the prompt the LLM read is paid for.
+        let cut = Counts::of_answer(None, false, 7, 280, &Timings::default());
+        assert_eq!(
+            (cut.answers, cut.prompt_tokens, cut.completion_tokens),
+            (0, 280, 7)
+        );
+        // Before it: nothing was generated, nothing is charged.
+        let early = Counts::of_answer(None, false, 0, 280, &Timings::default());
+        assert_eq!(early.tokens(), 0);
+    }
+
+    #[tokio::test]
+    async fn answers_in_flight_hold_their_most_until_they_are_counted() {
+        let meter = Arc::new(Meter::new(
+            Arc::new(LocalUsage::in_memory()),
+            settings(&[("acme", 100)]),
+        ));
+        let acme = tenant("acme");
+        // Each may spend 40: three fit under 100 held (0, 40, 80), the fourth does not.
+        let a = meter.reserve(&acme, Some("k1"), None, 40).unwrap();
+        let b = meter.reserve(&acme, Some("k2"), None, 40).unwrap();
+        let c = meter.reserve(&acme, Some("k1"), None, 40).unwrap();
+        let over = meter.reserve(&acme, Some("k2"), None, 40).unwrap_err();
+        assert_eq!((over.whose, over.used, over.budget), ("tenant", 120, 100));
+        // A key's own budget counts its own answers' holds: k2 holds nothing once b is gone.
+        drop(b);
+        let k2 = meter.reserve(&acme, Some("k2"), Some(30), 40).unwrap();
+        let over = meter.reserve(&acme, Some("k2"), Some(30), 1).unwrap_err();
+        assert_eq!((over.whose, over.used), ("key", 40));
+        // One that ends is counted as used, no longer held: 5 used + 80 held.
+        meter.record(&acme, Some("k1"), tokens(5));
+        drop(a);
+        drop(k2);
+        assert!(meter.reserve(&acme, Some("k2"), None, 40).is_ok());
+        drop(c);
+        assert_eq!(meter.used(&acme, None), 5);
+        assert!(lock(&meter.held).is_empty(), "every hold released");
+        // Without a budget nothing is held.
+        assert!(
+            meter
+                .reserve(&tenant("globex"), None, None, 40)
+                .unwrap()
+                .is_none()
+        );
     }
 
     #[tokio::test]

@@ -32,6 +32,10 @@ pub(crate) struct Caller {
     pub(crate) token_budget: Option<u64>,
     /// Whether the key may see the usage of each of the tenant's keys.
     pub(crate) may_see_keys: bool,
+    /// Whether the key is confined to its filter (bound, and not made tenant-wide): what it
+    /// does to the tenant's shared state reaches only its own part (its usage, the answers
+    /// cached under its filter).
+    pub(crate) confined: bool,
 }
 
 /// Admits a `/v1` request that needs `permission`, or says why not (every `/v1` route starts
@@ -82,6 +86,7 @@ async fn identify(
             key: None,
             token_budget: None,
             may_see_keys: true,
+            confined: false,
         });
     };
     let unauthorized = |code, message: &str| ApiError::new(code, message.to_string());
@@ -143,7 +148,7 @@ async fn identify(
             format!("this API key belongs to another tenant than {named:?}"),
         ));
     }
-    if !principal.may(permission) {
+    if !principal.permissions.contains(&permission) {
         return Err(ApiError::new(
             Code::PermissionDenied,
             format!(
@@ -152,9 +157,14 @@ async fn identify(
             ),
         ));
     }
+    if let Some(why) = principal.confined_from(permission) {
+        tracing::warn!(tenant = %principal.tenant, permission = permission.name(), "a bound key asked for a tenant-wide action");
+        return Err(ApiError::new(Code::PermissionDenied, why));
+    }
     Ok(Caller {
         may_see_prompt: principal.may(Permission::Prompt),
         may_see_keys: principal.may(Permission::UsageKeys),
+        confined: principal.filter.is_some() && !principal.tenant_wide,
         key: Some(key_id(&hash)),
         token_budget: principal.token_budget,
         tenant: principal.tenant,

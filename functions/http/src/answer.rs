@@ -20,7 +20,7 @@ use sluice_core::pipeline::{AnswerRequest, Conversation};
 use sluice_core::sse::Event;
 use sluice_core::stages::RerankContext;
 use sluice_core::trace::TraceContext;
-use sluice_core::usage::{OverBudget, day_string};
+use sluice_core::usage::{Hold, OverBudget, day_string};
 use sluice_core::{Pipeline, Tenant};
 
 use crate::admit::{Caller, admit, limited};
@@ -185,6 +185,7 @@ pub(crate) fn checked_request(
         query,
         k,
         filter: Filter::and(key_filter, sent.as_ref()),
+        binding: key_filter.map(Filter::digest),
         conversation: Conversation::default(),
         max_tokens: None,
         rerank_context,
@@ -259,11 +260,19 @@ pub(crate) fn open_answer(
             "\"include_prompt\" needs an API key with the \"prompt\" permission",
         ));
     }
-    if let Some(meter) = &server.usage {
-        meter
-            .check(&caller.tenant, caller.key.as_deref(), caller.token_budget)
-            .map_err(|over| over_budget(&caller.tenant, over))?;
-    }
+    // The most one answer can spend: its prompt and completion share the model's window.
+    let most = pipeline.config.context_tokens as u64;
+    let hold = match &server.usage {
+        Some(meter) => meter
+            .reserve(
+                &caller.tenant,
+                caller.key.as_deref(),
+                caller.token_budget,
+                most,
+            )
+            .map_err(|over| over_budget(&caller.tenant, over))?,
+        None => None,
+    };
     let permit = server
         .quotas
         .stream(&caller.tenant)
@@ -272,17 +281,20 @@ pub(crate) fn open_answer(
         ends_by: deadline.map(|axum::Extension(StreamDeadline(at))| at),
         ..request
     };
-    Ok(answer_stream(server, pipeline, request, caller.key.clone())
-        .map(move |e| {
-            let _held = &permit;
-            e
-        })
-        .boxed())
+    Ok(
+        answer_stream(server, pipeline, request, caller.key.clone(), hold)
+            .map(move |e| {
+                let _held = &permit;
+                e
+            })
+            .boxed(),
+    )
 }
 
 /// `pipeline`'s answer to `request` (asked with the key whose id is `key`), counted in
 /// `server`'s metrics and usage as it passes: what every entry point serves (no quota or
-/// budget is checked here; [`open_answer`] does that for the routes). The usage is written
+/// budget is checked here; [`open_answer`] does that for the routes, and `hold` is what the
+/// answer holds against its budgets, released once its usage is recorded). The usage is written
 /// after the last event, before the stream ends — so on Lambda before the invocation does —
 /// and never delays an event; a stream dropped early has its usage written by a task.
 pub fn answer_stream(
@@ -290,11 +302,13 @@ pub fn answer_stream(
     pipeline: &Arc<Pipeline>,
     request: AnswerRequest,
     key: Option<String>,
+    hold: Option<Hold>,
 ) -> impl futures::Stream<Item = Event> + Send + 'static {
     let asker = crate::metrics::Asker {
         tenant: request.tenant.clone(),
         key,
         usage: server.usage.clone(),
+        hold,
     };
     let usage = server.usage.clone();
     let written = futures::stream::once(async move {

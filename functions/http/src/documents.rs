@@ -1,12 +1,15 @@
 //! `/v1/documents`: documents in (`POST`, as JSON or as a file's bytes), listed and read
 //! (`GET`, permission `documents`), deleted (`DELETE`, permission `documents:delete`). A key
-//! that binds a filter lists, reads and deletes only the documents that pass it.
+//! that binds a filter lists, reads, deletes and writes only the documents that pass it: a
+//! document it sends must pass it (403 `outside_key_filter`), and the id of a document outside
+//! it is, to that key, an id that does not exist (404 `unknown_document`, never replaced).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use axum::Json;
 use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -39,12 +42,13 @@ pub(crate) struct DocumentsQuery {
 /// .jsonl), read as `sluice ingest` and the ingest function read files.
 pub(crate) async fn documents(
     State(server): State<Arc<Server>>,
-    axum::extract::Query(query): axum::extract::Query<DocumentsQuery>,
+    query: Result<Query<DocumentsQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let started = Instant::now();
     let caller = admit(&server, &headers, Permission::Documents).await?;
+    let Query(query) = query?;
     let tenant = caller.tenant;
     let ingest = server.ingest()?;
     let bytes = read_body(body, server.limits.max_ingest_bytes).await?;
@@ -53,7 +57,7 @@ pub(crate) async fn documents(
             .map_err(|e| ApiError::new(Code::InvalidDocument, e.to_string()))?,
         None => parse_json::<DocumentsBody>(&bytes)?.documents,
     };
-    match ingest.ingest(&tenant, documents).await {
+    match (ingest.ingest_within(&tenant, caller.filter.as_ref(), documents)).await {
         Ok(report) => {
             if let Some(meter) = &server.usage {
                 meter.record(&tenant, caller.key.as_deref(), Counts::of_ingest(&report));
@@ -67,6 +71,11 @@ pub(crate) async fn documents(
         }
         Err(IngestError::Invalid(message)) => Err(ApiError::new(Code::InvalidDocument, message)),
         Err(IngestError::TooLarge(message)) => Err(ApiError::new(Code::IngestTooLarge, message)),
+        Err(IngestError::OutsideScope(message)) => {
+            Err(ApiError::new(Code::OutsideKeyFilter, message))
+        }
+        // As for reading or deleting it: to this key the id does not exist.
+        Err(IngestError::HiddenId(message)) => Err(ApiError::new(Code::UnknownDocument, message)),
         Err(e) => {
             tracing::error!(%tenant, error = %e, "ingest failed");
             Err(ApiError::new(Code::IngestFailed, e.to_string()))
@@ -96,11 +105,13 @@ fn parse_filter(value: &serde_json::Value) -> Result<Filter, ApiError> {
 /// the key may see that pass `filter`), with the cursor of the next page (`null` on the last).
 pub(crate) async fn list_documents(
     State(server): State<Arc<Server>>,
-    Query(params): Query<Vec<(String, String)>>,
+    params: Result<Query<Vec<(String, String)>>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let caller = admit(&server, &headers, Permission::Documents).await?;
     let ingest = server.ingest()?;
+    let Query(params) = params?;
+    crate::error::once_each(&params)?;
     let (mut limit, mut cursor, mut filter) = (DEFAULT_PAGE, None, None);
     for (name, value) in &params {
         match name.as_str() {
@@ -145,10 +156,11 @@ pub(crate) async fn list_documents(
 /// with that id the key may see).
 pub(crate) async fn get_document(
     State(server): State<Arc<Server>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let caller = admit(&server, &headers, Permission::Documents).await?;
+    let Path(id) = id?;
     let ingest = server.ingest()?;
     match ingest
         .get(&caller.tenant, caller.filter.as_ref(), &id)
@@ -171,10 +183,11 @@ fn unknown(id: &str) -> ApiError {
 /// so no cached answer built on it is served again.
 pub(crate) async fn delete_document(
     State(server): State<Arc<Server>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let caller = admit(&server, &headers, Permission::DocumentsDelete).await?;
+    let Path(id) = id?;
     let ingest = server.ingest()?;
     match ingest
         .delete(&caller.tenant, caller.filter.as_ref(), &id)

@@ -38,6 +38,39 @@ impl ApiError {
     }
 }
 
+/// The router's own extractors refuse a request as JSON too: a path segment that is not UTF-8
+/// once decoded, a query string that does not read as the route's parameters.
+impl From<axum::extract::rejection::PathRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::PathRejection) -> Self {
+        ApiError::new(
+            Code::InvalidRequest,
+            format!("the path cannot be read: {}", rejection.body_text()),
+        )
+    }
+}
+
+impl From<axum::extract::rejection::QueryRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::QueryRejection) -> Self {
+        ApiError::new(
+            Code::InvalidRequest,
+            format!("the query string cannot be read: {}", rejection.body_text()),
+        )
+    }
+}
+
+/// Refuses a query string that names a parameter twice: which of the two was meant is not
+/// for the server to guess.
+pub(crate) fn once_each(params: &[(String, String)]) -> Result<(), ApiError> {
+    let mut seen = std::collections::HashSet::new();
+    match params.iter().find(|(name, _)| !seen.insert(name.as_str())) {
+        Some((name, _)) => Err(ApiError::new(
+            Code::InvalidRequest,
+            format!("the query parameter {name:?} is given more than once"),
+        )),
+        None => Ok(()),
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();

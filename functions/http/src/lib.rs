@@ -360,9 +360,14 @@ async fn clear_cache(
     State(server): State<Arc<Server>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let tenant = admit::admit(&server, &headers, Permission::Cache)
-        .await?
-        .tenant;
+    let caller = admit::admit(&server, &headers, Permission::Cache).await?;
+    let tenant = caller.tenant;
+    // A key bound to a filter forgets only the answers made for keys bound to that filter:
+    // the rest of the tenant's cache is other keys' to keep.
+    let binding = caller
+        .filter
+        .as_ref()
+        .map(sluice_core::filter::Filter::digest);
     let pipeline = server.answers("DELETE", "/v1/cache")?;
     let cache = pipeline.cache.clone().ok_or_else(|| {
         ApiError::new(
@@ -370,7 +375,7 @@ async fn clear_cache(
             "this server runs without an answer cache (SLUICE_CACHE=off)",
         )
     })?;
-    match cache.clear(&tenant).await {
+    match cache.clear(&tenant, binding.as_deref()).await {
         Ok(deleted) => Ok(Json(json!({ "deleted": deleted })).into_response()),
         Err(e) => {
             tracing::error!(%tenant, error = %e, "clearing the cache failed");

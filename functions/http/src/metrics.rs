@@ -27,7 +27,7 @@ use futures::{Stream, StreamExt};
 use sluice_core::Tenant;
 use sluice_core::codes::{Code, Degraded};
 use sluice_core::sse::{CacheState, Event, Timings};
-use sluice_core::usage::{Counts, Meter};
+use sluice_core::usage::{Counts, Hold, Meter};
 
 /// The content type of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -320,6 +320,8 @@ pub struct Asker {
     pub key: Option<String>,
     /// The usage meter (`None` with `SLUICE_USAGE=off`).
     pub usage: Option<Arc<Meter>>,
+    /// What the answer holds against its budgets, released once its usage is recorded.
+    pub hold: Option<Hold>,
 }
 
 /// `events` (an answer's), recorded in `metrics` and in the asker's usage as they pass: how
@@ -339,6 +341,7 @@ pub fn observed(
     guard.asker = Some(asker);
     // What `meta` said: the cache state, degraded reasons and timings so far.
     let mut meta: Option<(CacheState, Vec<Degraded>, Timings)> = None;
+    let mut prompt = 0;
     let mut request_id = String::new();
     let mut tokens = 0;
     events.inspect(move |event| {
@@ -363,7 +366,8 @@ pub fn observed(
             Event::Meta(m) => {
                 request_id = m.request_id.clone();
                 meta = Some((m.cache, m.degraded.clone(), m.timings.clone()));
-                guard.dropped = Some((m.cache == CacheState::Hit, m.timings.clone()));
+                prompt = m.prompt_tokens.unwrap_or(0);
+                guard.dropped = Some((m.cache == CacheState::Hit, prompt, m.timings.clone()));
             }
             Event::Token(_) => {
                 // Only the count moves per token: the counts of a dropped stream are made
@@ -372,11 +376,11 @@ pub fn observed(
                 guard.streamed = tokens;
             }
             Event::Done(d) => {
-                let usage = Counts::of_answer(Some(d), hit, tokens, &d.timings);
+                let usage = Counts::of_answer(Some(d), hit, tokens, prompt, &d.timings);
                 guard.finish(&outcome(&d.timings, None, &usage));
             }
             Event::Error(e) => {
-                let usage = Counts::of_answer(None, hit, tokens, timings);
+                let usage = Counts::of_answer(None, hit, tokens, prompt, timings);
                 guard.finish(&outcome(timings, Some(e.code), &usage));
             }
         }
@@ -389,9 +393,10 @@ pub struct AnswerGuard {
     finished: bool,
     /// Whose usage the answer is, when it is counted.
     asker: Option<Asker>,
-    /// What `meta` said (a cache hit, the timings), from which the usage of an answer
-    /// dropped before its end is counted, with the token events sent ([`Self::streamed`]).
-    dropped: Option<(bool, Timings)>,
+    /// What `meta` said (a cache hit, the prompt's tokens, the timings), from which the usage
+    /// of an answer dropped before its end is counted, with the token events sent
+    /// ([`Self::streamed`]).
+    dropped: Option<(bool, u64, Timings)>,
     /// Token events sent so far.
     streamed: u64,
 }
@@ -405,9 +410,12 @@ impl AnswerGuard {
                 tenant,
                 key,
                 usage: Some(meter),
-            }) = &self.asker
+                hold,
+            }) = &mut self.asker
             {
                 meter.record(tenant, key.as_deref(), *outcome.usage);
+                // Counted as used now: no longer held.
+                drop(hold.take());
             }
         }
     }
@@ -429,12 +437,16 @@ impl Drop for AnswerGuard {
             tenant,
             key,
             usage: Some(meter),
+            hold,
         }) = self.asker.take()
         {
             let used = (self.dropped.as_ref())
-                .map(|(hit, timings)| Counts::of_answer(None, *hit, self.streamed, timings))
+                .map(|(hit, prompt, timings)| {
+                    Counts::of_answer(None, *hit, self.streamed, *prompt, timings)
+                })
                 .unwrap_or_default();
             meter.record(&tenant, key.as_deref(), used);
+            drop(hold);
             if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                 runtime.spawn(async move {
                     let _ = meter.flush().await;

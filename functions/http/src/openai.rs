@@ -37,6 +37,7 @@ use serde_json::{Value, json};
 
 use sluice_core::auth::Permission;
 use sluice_core::codes::Code;
+use sluice_core::config::{MAX_CONVERSATION_BYTES, MAX_MESSAGES};
 use sluice_core::pipeline::Conversation;
 use sluice_core::sse::{Done, ErrorEvent, Event, Meta};
 use sluice_core::stages::ChatMessage;
@@ -157,6 +158,13 @@ struct ChatParts {
 /// The turns before the last user message and the system messages, as the pipeline takes
 /// them; `max_tokens` (or its newer name) checked.
 fn chat_parts(request: &ChatRequest) -> Result<ChatParts, ApiError> {
+    let sent = request.messages.len();
+    if sent > MAX_MESSAGES {
+        return Err(ApiError::new(
+            Code::ConversationTooLong,
+            format!("{sent} messages; the limit is {MAX_MESSAGES}"),
+        ));
+    }
     let last_user = request.messages.iter().rposition(|m| m.role == "user");
     let text = |m: &Message| m.content.as_ref().map(Content::text).unwrap_or_default();
     let system: Vec<String> = request
@@ -166,12 +174,26 @@ fn chat_parts(request: &ChatRequest) -> Result<ChatParts, ApiError> {
         .map(text)
         .filter(|t| !t.trim().is_empty())
         .collect();
-    let history = request.messages[..last_user.unwrap_or(0)]
+    let history: Vec<ChatMessage> = request.messages[..last_user.unwrap_or(0)]
         .iter()
         .filter(|m| m.role == "user" || m.role == "assistant")
         .map(|m| ChatMessage::new(&m.role, text(m)))
         .filter(|m| !m.content.trim().is_empty())
         .collect();
+    let bytes: usize = (history.iter())
+        .map(|m| m.content.len())
+        .chain(system.iter().map(String::len))
+        .sum();
+    if bytes > MAX_CONVERSATION_BYTES {
+        return Err(ApiError::new(
+            Code::ConversationTooLong,
+            format!(
+                "the earlier turns and system messages have {bytes} bytes; the limit is \
+                 {MAX_CONVERSATION_BYTES} (what does not fit the model's window is left out \
+                 anyway, oldest first)"
+            ),
+        ));
+    }
     let max_tokens = match request
         .max_completion_tokens
         .as_ref()

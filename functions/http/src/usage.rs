@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use axum::Json;
+use axum::extract::rejection::QueryRejection;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
@@ -26,7 +27,7 @@ pub const MAX_DAYS: i64 = 366;
 
 pub(crate) async fn usage(
     State(server): State<Arc<Server>>,
-    Query(params): Query<Vec<(String, String)>>,
+    params: Result<Query<Vec<(String, String)>>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let caller = admit(&server, &headers, Permission::Usage).await?;
@@ -36,6 +37,8 @@ pub(crate) async fn usage(
             "this server does not count usage (SLUICE_USAGE=off)",
         )
     })?;
+    let Query(params) = params?;
+    crate::error::once_each(&params)?;
     let today = meter.today();
     let (mut from, mut to, mut by_key) = (None, None, false);
     for (name, value) in &params {
@@ -89,15 +92,19 @@ pub(crate) async fn usage(
         ));
     }
     if by_key && !caller.may_see_keys {
-        return Err(ApiError::new(
-            Code::PermissionDenied,
-            "usage per key (keys=true) needs an API key with the \"usage:keys\" permission",
-        ));
+        let message = if caller.confined {
+            "this API key is bound to a filter, and every key's usage (keys=true) reaches the \
+             whole tenant beyond it; only a key made tenant-wide with the \"usage:keys\" \
+             permission has it (sluice keys create --filter … --tenant-wide)"
+        } else {
+            "usage per key (keys=true) needs an API key with the \"usage:keys\" permission"
+        };
+        return Err(ApiError::new(Code::PermissionDenied, message));
     }
     // Written first so the answer includes this process's latest; if the store is down the
     // read below says so.
     let _ = meter.flush().await;
-    let rows = tokio::time::timeout(
+    let mut rows = tokio::time::timeout(
         sluice_core::usage::STORE_TIMEOUT,
         meter.store().read(&caller.tenant, from, to),
     )
@@ -114,6 +121,10 @@ pub(crate) async fn usage(
             )
         }
     })?;
+    // A key confined to a filter sees its own usage, not its neighbours'.
+    if caller.confined {
+        rows.retain(|row| row.0.key == caller.key);
+    }
     let mut body = json!({
         "tenant": caller.tenant,
         "from": day_string(from),
@@ -126,6 +137,9 @@ pub(crate) async fn usage(
             "resets_on": day_string(next_month(today)),
         },
     });
+    if caller.confined {
+        body["key"] = json!(caller.key);
+    }
     if by_key {
         let mut keys: BTreeMap<Option<String>, Vec<Row>> = BTreeMap::new();
         for row in rows {

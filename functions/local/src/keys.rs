@@ -6,7 +6,9 @@ use sluice_core::Tenant;
 use sluice_core::auth::{self, KeyRecord, Permission, Principal};
 use sluice_core::filter::Filter;
 
-/// Makes a key, stores its digest where `config` says, and prints the key.
+/// Makes a key, stores its digest where `config` says, and prints the key. A key bound to a
+/// `filter` gets only `answer` unless told otherwise, and a permission that acts on the whole
+/// tenant only with `tenant_wide` ([`auth::check_grant`]).
 pub async fn create(
     config: &Config,
     tenant: String,
@@ -14,6 +16,7 @@ pub async fn create(
     name: Option<String>,
     filter: Option<&str>,
     token_budget: Option<u64>,
+    tenant_wide: bool,
 ) -> Result<()> {
     if token_budget == Some(0) {
         bail!("--token-budget: a budget is a whole number of tokens from 1");
@@ -27,6 +30,7 @@ pub async fn create(
         })
         .transpose()?;
     let permissions = match permissions {
+        None if filter.is_some() => Permission::BOUND_DEFAULT.to_vec(),
         None => Permission::DEFAULT.to_vec(),
         Some(names) => names
             .iter()
@@ -38,6 +42,8 @@ pub async fn create(
             })
             .collect::<Result<Vec<_>>>()?,
     };
+    auth::check_grant(&permissions, filter.as_ref(), tenant_wide)
+        .map_err(|e| anyhow::anyhow!("--permissions: {e}"))?;
     let key = auth::new_key();
     let record = KeyRecord {
         hash: auth::digest(&key),
@@ -46,6 +52,7 @@ pub async fn create(
             permissions,
             filter,
             token_budget,
+            tenant_wide,
         },
         name,
     };

@@ -386,7 +386,7 @@ enum KeysCommand {
         tenant: String,
         /// What the key may do, comma-separated: answer, documents, documents:delete,
         /// components, cache, usage, usage:keys (every key's usage), prompt (see the
-        /// assembled prompt) [default: all but prompt and usage:keys]
+        /// assembled prompt) [default: all but prompt and usage:keys; with --filter: answer]
         #[arg(long, value_delimiter = ',')]
         permissions: Option<Vec<String>>,
         /// A label for people (never used for access).
@@ -401,6 +401,11 @@ enum KeysCommand {
         /// its answers are refused with 429 budget_exceeded.
         #[arg(long)]
         token_budget: Option<u64>,
+        /// With --filter: let the bound key hold permissions that act on the whole tenant
+        /// beyond its filter (components: the rerank component that orders every key's
+        /// answers; usage:keys: every key's usage). Refused without this flag.
+        #[arg(long, requires = "filter")]
+        tenant_wide: bool,
     },
     /// Create the DynamoDB table SLUICE_API_KEYS_TABLE (the SAM template makes it in a deployment).
     CreateTable,
@@ -566,6 +571,7 @@ fn main() -> Result<()> {
                     name,
                     filter,
                     token_budget,
+                    tenant_wide,
                 },
         } => runtime.block_on(keys::create(
             &config,
@@ -574,6 +580,7 @@ fn main() -> Result<()> {
             name,
             filter.as_deref(),
             token_budget,
+            tenant_wide,
         )),
         Command::Keys {
             command: KeysCommand::CreateTable,

@@ -138,6 +138,64 @@ fn serve_ingest_ask_and_doctor() {
 }
 
 #[test]
+fn keys_bound_to_a_filter_answer_only_unless_told_and_reach_the_tenant_only_when_said() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("keys.json");
+    let create = |args: &[&str]| {
+        sluice()
+            .args([
+                "keys",
+                "create",
+                "--tenant",
+                "acme",
+                "--filter",
+                r#"{"team": "a"}"#,
+            ])
+            .args(args)
+            .env("SLUICE_API_KEYS_FILE", &file)
+            .output()
+            .unwrap()
+    };
+    let records = || -> Vec<serde_json::Value> {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let file: serde_json::Value = serde_json::from_str(&text).unwrap();
+        file["keys"].as_array().unwrap().clone()
+    };
+    // Bound, with no permissions named: answers, nothing else.
+    let out = create(&[]);
+    assert!(out.status.success(), "{}", text(&out));
+    let made = records();
+    assert_eq!(made[0]["permissions"], serde_json::json!(["answer"]));
+    assert_eq!(made[0]["filter"], serde_json::json!({"team": "a"}));
+    assert!(made[0].get("tenant_wide").is_none());
+    // Documents within its filter may be asked for; what reaches the whole tenant needs the
+    // flag, which says so.
+    let out = create(&["--permissions", "answer,documents,documents:delete,cache"]);
+    assert!(out.status.success(), "{}", text(&out));
+    for wide in ["components", "usage:keys"] {
+        let out = create(&["--permissions", &format!("answer,{wide}")]);
+        assert!(!out.status.success());
+        assert!(
+            text(&out).contains(wide) && text(&out).contains("--tenant-wide"),
+            "{}",
+            text(&out)
+        );
+    }
+    assert_eq!(records().len(), 2, "nothing stored for a refused key");
+    let out = create(&["--permissions", "answer,components", "--tenant-wide"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(records()[2]["tenant_wide"], true);
+    // The flag means nothing without a filter, and is refused there.
+    let out = sluice()
+        .args(["keys", "create", "--tenant", "acme", "--tenant-wide"])
+        .env("SLUICE_API_KEYS_FILE", &file)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(text(&out).contains("--filter"), "{}", text(&out));
+}
+
+#[test]
 fn keys_made_by_the_cli_let_requests_in_and_never_reach_the_log() {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("keys.json");

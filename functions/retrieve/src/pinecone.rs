@@ -60,6 +60,8 @@ pub struct PineconeStore {
     sparse: Rest,
     bm25: EdgeBm25,
     versions: VersionMemo,
+    /// `SLUICE_PINECONE_LAG_MS`.
+    lag: std::time::Duration,
 }
 
 /// The Pinecone settings of a `SLUICE_STORE=pinecone` configuration.
@@ -104,6 +106,7 @@ impl PineconeStore {
             sparse: Rest::new(store, &sparse, &headers, MISSING)?,
             bm25,
             versions: VersionMemo::default(),
+            lag: config.lag,
         })
     }
 
@@ -679,6 +682,10 @@ impl Store for PineconeStore {
         Ok(stats["namespaces"][tenant.as_str()]["vectorCount"]
             .as_u64()
             .unwrap_or(0) as usize)
+    }
+
+    fn lag(&self) -> std::time::Duration {
+        self.lag
     }
 }
 

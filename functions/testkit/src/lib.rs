@@ -79,6 +79,10 @@ pub const V1_ROUTES: &[(&str, &str, &str)] = &[
         "/v1/documents",
         r#"{"documents":[{"id":"a","text":"x"}]}"#,
     ),
+    ("GET", "/v1/documents", ""),
+    ("DELETE", "/v1/documents", r#"{"all":true,"confirm":true}"#),
+    ("GET", "/v1/documents/a", ""),
+    ("DELETE", "/v1/documents/a", ""),
     ("PUT", "/v1/components/rerank", "(component)"),
     (
         "POST",
@@ -121,6 +125,7 @@ impl MemoryKeys {
             permissions: permissions.to_vec(),
             filter,
             token_budget: None,
+            tenant_wide: false,
         })
     }
 
@@ -207,7 +212,7 @@ impl CacheStore for BrokenCache {
     async fn put(&self, _: &CacheEntry) -> Result<(), CacheError> {
         Err(CacheError::Backend("injected: cache unreachable".into()))
     }
-    async fn clear(&self, _: &Tenant) -> Result<usize, CacheError> {
+    async fn clear(&self, _: &Tenant, _: Option<&str>) -> Result<usize, CacheError> {
         Err(CacheError::Backend("injected: cache unreachable".into()))
     }
 }

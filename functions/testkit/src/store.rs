@@ -173,6 +173,9 @@ pub struct Troubled {
     pub fail_versions: bool,
     /// Every write (document replacement) fails.
     pub fail_writes: bool,
+    /// How long its writes take to show in reads, as it tells the pipeline ([`Store::lag`];
+    /// the store underneath still reads its own writes at once).
+    pub lag: Duration,
 }
 
 impl Troubled {
@@ -185,6 +188,7 @@ impl Troubled {
             version_delay: Duration::ZERO,
             fail_versions: false,
             fail_writes: false,
+            lag: Duration::ZERO,
         }
     }
 }
@@ -243,6 +247,10 @@ impl Store for Troubled {
     }
     async fn count(&self, tenant: &Tenant) -> Result<usize, StoreError> {
         self.inner.count(tenant).await
+    }
+
+    fn lag(&self) -> Duration {
+        self.lag.max(self.inner.lag())
     }
 }
 

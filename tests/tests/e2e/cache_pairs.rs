@@ -69,6 +69,7 @@ fn scope() -> Scope {
         k: 5,
         rerank: None,
         variant: None,
+        binding: None,
     }
 }
 

@@ -133,13 +133,13 @@ impl CacheStore for MemoryCache {
         Ok(())
     }
 
-    async fn clear(&self, tenant: &Tenant) -> Result<usize, CacheError> {
+    async fn clear(&self, tenant: &Tenant, binding: Option<&str>) -> Result<usize, CacheError> {
         let mut inner = self.lock()?;
-        let ids: Vec<Id> = inner
-            .entries
-            .keys()
-            .filter(|(t, _)| t == tenant)
-            .cloned()
+        let ids: Vec<Id> = (inner.entries.iter())
+            .filter(|((t, _), (_, e))| {
+                t == tenant && binding.is_none_or(|b| e.scope.binding.as_deref() == Some(b))
+            })
+            .map(|(id, _)| id.clone())
             .collect();
         for id in &ids {
             inner.remove(id);
@@ -172,6 +172,7 @@ mod tests {
                 k: 5,
                 rerank: None,
                 variant: None,
+                binding: None,
             },
             expires_at: now() + 60,
             answer: CachedAnswer {
@@ -207,7 +208,13 @@ mod tests {
         let found = c.candidates(&t("acme"), &[5]).await.unwrap();
         assert_eq!(found.len(), 1);
         assert_eq!(found[0].tenant, "acme");
-        assert_eq!(c.clear(&t("acme")).await.unwrap(), 1);
+        let mut bound = entry("acme", "kb", vec![6]);
+        bound.scope.binding = Some("team-a".into());
+        c.put(&bound).await.unwrap();
+        assert_eq!(c.clear(&t("acme"), Some("team-a")).await.unwrap(), 1);
+        assert!(c.get(&t("acme"), "kb").await.unwrap().is_none());
+        assert!(c.get(&t("acme"), "k").await.unwrap().is_some());
+        assert_eq!(c.clear(&t("acme"), None).await.unwrap(), 1);
         assert!(c.get(&t("acme"), "k").await.unwrap().is_none());
         assert!(c.get(&t("globex"), "k").await.unwrap().is_some());
         assert!(c.candidates(&t("acme"), &[5]).await.unwrap().is_empty());

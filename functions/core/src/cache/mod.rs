@@ -75,6 +75,10 @@ pub struct Scope {
     /// `None` for none: an answer built from one filter's documents, or for one conversation,
     /// never answers another.
     pub variant: Option<String>,
+    /// Digest of the filter of the key the answer was made for
+    /// ([`crate::pipeline::AnswerRequest::binding`]; `None`: a key bound to none). It also
+    /// keeps one key's answers from another's, and lets a bound key forget its own.
+    pub binding: Option<String>,
 }
 
 /// One cached answer.
@@ -119,8 +123,9 @@ pub trait CacheStore: Send + Sync {
     ) -> Result<Vec<CacheEntry>, CacheError>;
     /// Stores `entry`, replacing the tenant's entry with the same key.
     async fn put(&self, entry: &CacheEntry) -> Result<(), CacheError>;
-    /// Deletes every entry of `tenant`; returns how many there were.
-    async fn clear(&self, tenant: &Tenant) -> Result<usize, CacheError>;
+    /// Deletes the entries of `tenant` — those made for keys bound to `binding`
+    /// ([`Scope::binding`]) when it is given, else every one; returns how many there were.
+    async fn clear(&self, tenant: &Tenant, binding: Option<&str>) -> Result<usize, CacheError>;
 }
 
 /// The question as the cache sees it, computed once per request.
@@ -332,8 +337,8 @@ impl SemanticCache {
     }
 
     /// Deletes every entry of `tenant`; returns how many.
-    pub async fn clear(&self, tenant: &Tenant) -> Result<usize, CacheError> {
-        self.store.clear(tenant).await
+    pub async fn clear(&self, tenant: &Tenant, binding: Option<&str>) -> Result<usize, CacheError> {
+        self.store.clear(tenant, binding).await
     }
 
     fn late(&self) -> String {
@@ -388,6 +393,7 @@ mod tests {
             k: 5,
             rerank: None,
             variant: None,
+            binding: None,
         }
     }
 

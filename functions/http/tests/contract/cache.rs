@@ -145,3 +145,47 @@ async fn with_the_cache_off_every_request_bypasses_it() {
     }
     assert_eq!(app.llm.calls().len(), 2);
 }
+
+#[tokio::test]
+async fn with_a_store_whose_reads_lag_nothing_is_cached_until_a_change_has_settled() {
+    // A store that says its writes take 300 ms to show in reads (as Pinecone's serverless
+    // indexes take seconds): after a change of the corpus, an answer may have been built from
+    // a document already deleted, so none is cached until the lag has passed.
+    let lag = Duration::from_millis(300);
+    let mut kit = Kit::new(&[]).ingested("acme").await;
+    let mut store = Troubled::around(kit.store());
+    store.lag = lag;
+    kit.parts.store = Some(Arc::new(store));
+    let app = kit.app();
+    let ask = json!({"query": QUESTION});
+    let cache = |app: &crate::kit::App| {
+        let app = app.clone();
+        let ask = ask.clone();
+        async move { app.answer_as("acme", &ask).await.meta()["cache"].clone() }
+    };
+    // The version is new to this process: held.
+    assert_eq!(cache(&app).await, "miss");
+    assert_eq!(cache(&app).await, "miss", "not written within the lag");
+    tokio::time::sleep(lag).await;
+    assert_eq!(cache(&app).await, "miss");
+    assert_eq!(
+        cache(&app).await,
+        "hit",
+        "written once the version had settled"
+    );
+    // A deletion changes the version: held again, for the whole lag.
+    let reply = app
+        .send(
+            Method::DELETE,
+            "/v1/documents/lost-card",
+            &[("x-sluice-tenant", "acme")],
+            "",
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(cache(&app).await, "miss");
+    assert_eq!(cache(&app).await, "miss", "not written within the lag");
+    tokio::time::sleep(lag).await;
+    assert_eq!(cache(&app).await, "miss");
+    assert_eq!(cache(&app).await, "hit");
+}

@@ -13,6 +13,7 @@ use sluice_core::Tenant;
 use sluice_core::auth::Permission;
 use sluice_core::codes::Code;
 use sluice_core::error::LlmError;
+use sluice_core::filter::Filter;
 use sluice_core::stages::{ComponentError, ComponentVersion, Components};
 use sluice_http::StreamDeadline;
 use sluice_testkit::{BrokenCache, BrokenKeys, BrokenUsage, Reply, ScriptedLlm, Troubled};
@@ -207,6 +208,27 @@ async fn provoke(code: Code) -> Seen {
                     .await,
             )
         }
+        Code::InvalidRequest => {
+            // A path segment that is not UTF-8 once decoded.
+            Seen::Refused(
+                plain()
+                    .send(Method::GET, "/v1/documents/%FF", &[], "")
+                    .await,
+            )
+        }
+        Code::OutsideKeyFilter => {
+            let keys = Arc::new(sluice_testkit::MemoryKeys::default());
+            let team_a = Filter::parse(&json!({"team": "a"})).unwrap();
+            let key = keys.add_filtered("acme", &[Permission::Documents], Some(team_a));
+            let app = Kit::new(&[]).keys(keys).app();
+            let bearer = format!("Bearer {key}");
+            let headers = [("authorization", bearer.as_str())];
+            let body = json!({"documents": [{"id": "b1", "text": "t", "metadata": {"team": "b"}}]});
+            Seen::Refused(
+                app.send(Method::POST, "/v1/documents", &headers, body.to_string())
+                    .await,
+            )
+        }
         Code::CrossOrigin => {
             let headers = [
                 ("origin", "https://evil.example"),
@@ -275,6 +297,17 @@ async fn provoke(code: Code) -> Seen {
         Code::IngestTooLarge => {
             let app = Kit::new(&[("SLUICE_MAX_DOCUMENTS", "2")]).app();
             Seen::Refused(app.post("/v1/documents", &documents()).await)
+        }
+        Code::ConversationTooLong => {
+            // An earlier turn of 600 KiB (the body cap is 1 MiB): refused before any
+            // tokenising.
+            let app = Kit::new(&[]).app();
+            let body = json!({"model": "m", "messages": [
+                {"role": "user", "content": "x ".repeat(300 << 10)},
+                {"role": "assistant", "content": "ok"},
+                {"role": "user", "content": "and now?"},
+            ]});
+            Seen::Refused(app.post("/v1/chat/completions", &body).await)
         }
         Code::RateLimited => {
             let app = Kit::new(&[("SLUICE_TENANT_RATE", "1"), ("SLUICE_TENANT_BURST", "1")]).app();
@@ -373,8 +406,12 @@ async fn provoke(code: Code) -> Seen {
         Code::ShuttingDown => {
             let app = llm_app(Reply::StallAfter(vec!["A ".into()]));
             let pipeline = app.server.answers.clone().expect("answers");
+            // Drained once the answer is in flight (the LLM was called), not after a guess.
+            let llm = Arc::clone(&app.llm);
             let drain = tokio::spawn(async move {
-                tokio::time::sleep(Duration::from_millis(300)).await;
+                while llm.calls().is_empty() {
+                    tokio::task::yield_now().await;
+                }
                 pipeline.drain();
             });
             let answer = app.answer(&ask).await;
@@ -524,4 +561,29 @@ async fn work_that_dies_is_a_500_and_the_server_goes_on() {
         .await;
     assert_eq!(again.code(), "internal", "the registry still answers");
     assert_eq!(app.send(Method::GET, "/healthz", &[], "").await.status, 200);
+}
+
+#[tokio::test]
+async fn the_routers_own_refusals_are_json_errors_with_a_code() {
+    let app = Kit::new(&[]).app();
+    for (method, path) in [
+        (Method::GET, "/v1/documents/%FF"),
+        (Method::DELETE, "/v1/documents/a%C3"),
+        (Method::GET, "/v1/documents?limit=1&limit=2"),
+        (Method::GET, "/v1/usage?from=2026-11-01&from=2026-11-02"),
+        (Method::POST, "/v1/documents?filename=a.md&filename=b.md"),
+    ] {
+        let reply = app.send(method.clone(), path, &[], "# x\ntext").await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (400, "invalid_request"),
+            "{method} {path}: {}",
+            reply.raw
+        );
+        assert_eq!(
+            reply.headers["content-type"], "application/json",
+            "{method} {path}"
+        );
+        assert!(!reply.body["error"]["message"].as_str().unwrap().is_empty());
+    }
 }

@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde_json::json;
 use sluice_core::breaker::{Breaker, GuardedStore};
 use sluice_core::codes::Degraded;
+use sluice_core::stages::Embedder;
 use sluice_testkit::{ScriptedReranker, Troubled, Verdict};
 
 use crate::kit::{App, Kit, Stream};
@@ -21,6 +22,30 @@ async fn troubled(overrides: &[(&str, &str)], set: impl FnOnce(&mut Troubled)) -
     set(&mut store);
     kit.parts.store = Some(Arc::new(store));
     kit.app()
+}
+
+/// Marks the text whose token count is slow ([`SlowToCount`]).
+const SLOW_TURN: &str = "slow-to-count";
+
+/// The test embedder, taking 1.5 s to count the tokens of a text holding its marker.
+struct SlowToCount(&'static str);
+
+impl Embedder for SlowToCount {
+    fn model_id(&self) -> &str {
+        "hash-embedder"
+    }
+    fn dim(&self) -> usize {
+        sluice_testkit::HashEmbedder::DIM
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, sluice_core::error::EmbedError> {
+        sluice_testkit::HashEmbedder::new().embed(texts)
+    }
+    fn count_tokens(&self, text: &str) -> usize {
+        if text.contains(self.0) {
+            std::thread::sleep(Duration::from_millis(1500));
+        }
+        sluice_testkit::HashEmbedder::new().count_tokens(text)
+    }
 }
 
 /// An app whose tenants' components are scripted by `reranker`.
@@ -86,6 +111,32 @@ async fn provoke(reason: Degraded) -> Stream {
             assert_eq!(reply.status, 200, "{}", reply.raw);
             Stream::from_chat(&reply.raw)
         }
+        Degraded::PromptTimeout => {
+            // Counting the tokens of one earlier turn takes 1.5 s, against a 100 ms deadline:
+            // the answer goes on with the question alone when the deadline passes (the count
+            // runs off the async workers: on this one-thread runtime it would otherwise hold
+            // the timer too).
+            let mut kit = Kit::new(&[("SLUICE_RETRIEVAL_DEADLINE_MS", "100")])
+                .ingested("default")
+                .await;
+            kit.parts.embedder = Some(Arc::new(SlowToCount(SLOW_TURN)));
+            let app = kit.app();
+            let messages = json!([
+                {"role": "user", "content": "Hello"},
+                {"role": "assistant", "content": format!("{SLOW_TURN} at your service")},
+                {"role": "user", "content": QUESTION},
+            ]);
+            let body = json!({"model": "m", "stream": true, "messages": messages});
+            let started = std::time::Instant::now();
+            let reply = app.post("/v1/chat/completions", &body).await;
+            assert_eq!(reply.status, 200, "{}", reply.raw);
+            assert!(
+                started.elapsed() < Duration::from_millis(1400),
+                "the answer waited for the count: {:?}",
+                started.elapsed()
+            );
+            Stream::from_chat(&reply.raw)
+        }
         Degraded::RerankFailed => {
             reranked(ScriptedReranker::new(Verdict::Fail(
                 "trap: unreachable".into(),
@@ -137,7 +188,8 @@ async fn every_degraded_reason_is_reported_and_the_answer_still_streams() {
         match reason {
             Degraded::RetrievalTimeout
             | Degraded::RetrievalFailed
-            | Degraded::RetrievalCircuitOpen => {
+            | Degraded::RetrievalCircuitOpen
+            | Degraded::PromptTimeout => {
                 assert!(sources.is_empty(), "{reason}: no context");
             }
             Degraded::ContextTruncated => {

@@ -99,6 +99,82 @@ async fn refusals_are_openai_errors() {
 }
 
 #[tokio::test]
+async fn a_whole_completion_that_fails_answers_with_its_codes_status() {
+    let cases = [
+        (
+            Reply::Refuse(LlmError::Unavailable("refused".into())),
+            503,
+            "llm_unavailable",
+        ),
+        (
+            Reply::Refuse(LlmError::Status {
+                status: 503,
+                body: "overloaded".into(),
+            }),
+            503,
+            "llm_unavailable",
+        ),
+        (
+            Reply::Refuse(LlmError::Status {
+                status: 400,
+                body: "bad request".into(),
+            }),
+            502,
+            "llm_rejected",
+        ),
+        (
+            Reply::Refuse(LlmError::Timeout("first-token")),
+            504,
+            "llm_timeout",
+        ),
+        (
+            Reply::BreakAfter(vec!["A ".into()], LlmError::Stream("cut".into())),
+            502,
+            "llm_stream_failed",
+        ),
+    ];
+    for (reply, status, code) in cases {
+        let app = Kit::with_llm(&[], ScriptedLlm::new(reply)).app();
+        let whole = app
+            .post("/v1/chat/completions", &json!({"messages": messages()}))
+            .await;
+        assert_eq!(
+            (whole.status, whole.code()),
+            (status, code),
+            "{}",
+            whole.raw
+        );
+        assert!(
+            whole.body.get("choices").is_none(),
+            "no partial answer: {}",
+            whole.raw
+        );
+    }
+    // A server shutting down ends a whole completion in flight with 503 `shutting_down`.
+    let app = Kit::with_llm(&[], ScriptedLlm::new(Reply::StallAfter(vec!["A ".into()]))).app();
+    let pipeline = app.server.answers.clone().expect("answers");
+    let asked = {
+        let app = app.clone();
+        tokio::spawn(async move {
+            app.post("/v1/chat/completions", &json!({"messages": messages()}))
+                .await
+        })
+    };
+    // Drained once the LLM has been called (the answer is in flight), not after a guess.
+    while app.llm.calls().is_empty() {
+        tokio::task::yield_now().await;
+    }
+    pipeline.drain();
+    let whole = asked.await.expect("the request ends");
+    assert_eq!(
+        (whole.status, whole.code()),
+        (503, "shutting_down"),
+        "{}",
+        whole.raw
+    );
+}
+
+#[tokio::test]
 async fn an_llm_failure_is_an_openai_error_whole_or_streamed() {
     let down = Reply::Refuse(LlmError::Unavailable("connection refused".into()));
     let app = Kit::with_llm(&[], ScriptedLlm::new(down)).app();

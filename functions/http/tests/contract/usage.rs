@@ -223,6 +223,15 @@ async fn a_dropped_stream_counts_the_tokens_it_was_sent() {
         seen.push_str(&String::from_utf8_lossy(frame.data_ref().expect("data")));
     }
     let sent = seen.matches("event: token").count() as u64;
+    let meta: Value = (seen.split("\n\n"))
+        .find(|frame| frame.starts_with("event: meta"))
+        .and_then(|frame| frame.lines().find_map(|l| l.strip_prefix("data: ")))
+        .map(|data| serde_json::from_str(data).expect("meta is JSON"))
+        .expect("a meta event");
+    let prompt = meta["prompt_tokens"]
+        .as_u64()
+        .expect("meta counts the prompt");
+    assert!(prompt > 0, "{meta}");
     drop(body);
     let meter = app.server.usage.clone().expect("usage on");
     let mut total = 0;
@@ -245,11 +254,90 @@ async fn a_dropped_stream_counts_the_tokens_it_was_sent() {
         .read(&tenant("default"), today(), today())
         .await
         .unwrap();
+    // The LLM had read the prompt (it sent a token): the prompt is paid for.
+    assert_eq!(
+        rows.iter().map(|(_, c)| c.prompt_tokens).sum::<u64>(),
+        prompt,
+        "the prompt of the abandoned answer"
+    );
     assert_eq!(
         rows.iter().map(|(_, c)| c.answers).sum::<u64>(),
         0,
         "no answer was completed"
     );
+}
+
+#[tokio::test]
+async fn answers_started_together_cannot_overshoot_a_budget_together() {
+    use http_body_util::BodyExt;
+    // Answers that stream one token and then hang, so that all are in flight at once; each
+    // may spend up to the 2,048-token window, against a key's budget of 5,000.
+    let keys = Arc::new(MemoryKeys::default());
+    let capped = keys.add_principal(Principal {
+        tenant: tenant("acme"),
+        permissions: Permission::DEFAULT.to_vec(),
+        filter: None,
+        token_budget: Some(5_000),
+        tenant_wide: false,
+    });
+    let stalling =
+        sluice_testkit::ScriptedLlm::new(sluice_testkit::Reply::StallAfter(vec!["w ".into()]));
+    let app = Kit::with_llm(&[("SLUICE_LLM_CONTEXT_TOKENS", "2048")], stalling)
+        .keys(keys)
+        .ingested("acme")
+        .await
+        .app();
+    let auth = bearer(&capped);
+    let mut open = Vec::new();
+    let mut refused = 0;
+    for i in 0..20 {
+        let body = json!({"query": format!("Lost card? ({i})"), "cache": "bypass"});
+        let request = crate::kit::request(
+            Method::POST,
+            "/v1/answer",
+            &[("authorization", &auth)],
+            body.to_string(),
+        );
+        let response = app.open(request).await;
+        match response.status().as_u16() {
+            200 => open.push(response.into_body()),
+            429 => refused += 1,
+            other => panic!("status {other}"),
+        }
+    }
+    // Held 0, 2,048, 4,096 when the first three were admitted: the fourth finds 6,144 held.
+    assert_eq!((open.len(), refused), (3, 17));
+    // Each gets its token; then the clients leave. What they used is counted, the rest of
+    // what they held is released: the key answers again (its usage is far under 5,000).
+    for body in &mut open {
+        let mut seen = String::new();
+        while !seen.contains("event: token") {
+            let frame = body.frame().await.expect("a frame").expect("bytes");
+            seen.push_str(&String::from_utf8_lossy(frame.data_ref().expect("data")));
+        }
+    }
+    let meter = app.server.usage.clone().unwrap();
+    assert_eq!(meter.used(&tenant("acme"), None), 0, "held, not yet used");
+    drop(open);
+    // The streams' ends are recorded as their bodies go (on the runtime's tasks).
+    let used = tokio::time::timeout(std::time::Duration::from_secs(5), async {
+        loop {
+            match meter.used(&tenant("acme"), None) {
+                0 => tokio::task::yield_now().await,
+                used => break used,
+            }
+        }
+    })
+    .await
+    .expect("the abandoned answers are counted");
+    assert!(used < 5_000, "{used}");
+    let again = crate::kit::request(
+        Method::POST,
+        "/v1/answer",
+        &[("authorization", &auth)],
+        json!({"query": "Lost card? (again)", "cache": "bypass"}).to_string(),
+    );
+    assert_eq!(app.open(again).await.status(), 200);
 }
 
 /// A server whose calendar is `offset` days after 2026-11-28.
@@ -275,6 +363,7 @@ async fn budgets_refuse_answers_once_spent_and_start_again_with_the_month() {
         permissions: Permission::DEFAULT.to_vec(),
         filter: None,
         token_budget: Some(1),
+        tenant_wide: false,
     });
     let free = keys.add("acme", &Permission::DEFAULT);
     let globex = keys.add("globex", &Permission::DEFAULT);
