@@ -166,7 +166,11 @@ fn keys_bound_to_a_filter_answer_only_unless_told_and_reach_the_tenant_only_when
     assert!(out.status.success(), "{}", text(&out));
     let made = records();
     assert_eq!(made[0]["permissions"], serde_json::json!(["answer"]));
-    assert_eq!(made[0]["filter"], serde_json::json!({"team": "a"}));
+    assert_eq!(
+        made[0]["filter"],
+        serde_json::json!({"team": {"$eq": "a"}}),
+        "stored in canonical form"
+    );
     assert!(made[0].get("tenant_wide").is_none());
     // Documents within its filter may be asked for; what reaches the whole tenant needs the
     // flag, which says so.
