@@ -59,6 +59,19 @@ async fn ask(
     (answer, started.elapsed())
 }
 
+/// Asks until `registry` serves `version` for `name` — the background load it started has
+/// landed — within 10 s; a readiness signal instead of a guess at how long the load takes.
+async fn until_served(registry: &Registry, name: &str, version: &str) {
+    let by = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < by {
+        if ask(registry, name, Duration::from_millis(50)).await.0 == Some(Some(version.into())) {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("{name}'s version {version} was never served");
+}
+
 /// Uploads and activates `wat` for `tenant` through `registry`; its version.
 async fn activate(registry: &Arc<Registry>, name: &str, wat: String) -> String {
     let r = Arc::clone(registry);
@@ -99,7 +112,7 @@ async fn a_changed_version_loads_in_the_background_while_the_known_one_serves() 
     // Meanwhile the fetch goes on in the background; once it is done, the new one serves
     // without any wait on the storage.
     storage.fetch_ms.store(0, Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(2200)).await;
+    until_served(&answers, "acme", &second).await;
     storage.pointer_ms.store(2000, Ordering::SeqCst);
     let (served, took) = ask(&answers, "acme", Duration::from_millis(50)).await;
     assert_eq!(served, Some(Some(second)));
@@ -120,8 +133,8 @@ async fn a_tenant_never_seen_waits_only_as_long_as_the_caller_allows() {
     // A second request joins the same load instead of starting another.
     let (nothing, _) = ask(&answers, "acme", Duration::from_millis(50)).await;
     assert_eq!(nothing, None);
-    // The load finished in the background: later requests get the component at once.
-    tokio::time::sleep(Duration::from_millis(1100)).await;
+    // The load finishes in the background: later requests get the component at once.
+    until_served(&answers, "acme", &version).await;
     storage.pointer_ms.store(5000, Ordering::SeqCst);
     let (served, took) = ask(&answers, "acme", Duration::from_millis(50)).await;
     assert_eq!(served, Some(Some(version)));
