@@ -338,7 +338,8 @@ fn usage_costs(runtime: &tokio::runtime::Runtime) {
         for i in 0..2000 {
             let t = &tenants[i % tenants.len()];
             let started = Instant::now();
-            let _ = meter.check(t, Some("key1"), Some(u64::MAX));
+            // Admission as the answer route does it: a hold of the model's window, released.
+            let _ = meter.reserve(t, Some("key1"), Some(u64::MAX), 8192);
             checks.push(started.elapsed());
             let started = Instant::now();
             meter.record(t, Some("key1"), one);

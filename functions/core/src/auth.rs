@@ -135,17 +135,26 @@ impl Principal {
         self.permissions.contains(&p) && self.confined_from(p).is_none()
     }
 
-    /// Why a key that holds `p` is still refused it: `p` acts on the whole tenant and the key
-    /// is bound to a filter without being made tenant-wide. `None` when nothing confines it.
-    pub fn confined_from(&self, p: Permission) -> Option<String> {
-        (p.tenant_wide() && self.filter.is_some() && !self.tenant_wide).then(|| {
-            format!(
-                "this API key is bound to a filter, and {:?} acts on the whole tenant beyond it; \
-                 only a key made tenant-wide (sluice keys create --filter … --tenant-wide) has it",
-                p.name()
-            )
-        })
+    /// Whether the key is confined to its filter: bound to one, and not made tenant-wide.
+    pub fn confined(&self) -> bool {
+        self.filter.is_some() && !self.tenant_wide
     }
+
+    /// Why a key that holds `p` is still refused it: `p` acts on the whole tenant and the key
+    /// is [`confined`](Self::confined). `None` when nothing confines it.
+    pub fn confined_from(&self, p: Permission) -> Option<String> {
+        (p.tenant_wide() && self.confined()).then(|| confined_message(p))
+    }
+}
+
+/// What a confined key is told when it asks for `p`, a permission that acts on the whole
+/// tenant.
+pub fn confined_message(p: Permission) -> String {
+    format!(
+        "this API key is bound to a filter, and {:?} acts on the whole tenant beyond it; only a \
+         key made tenant-wide (sluice keys create --filter … --tenant-wide) has it",
+        p.name()
+    )
 }
 
 /// Checks the permissions a new key bound to `filter` is to get: one that acts on the whole

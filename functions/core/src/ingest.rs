@@ -268,11 +268,7 @@ impl Ingest {
         scope: Option<&Filter>,
         documents: Vec<Document>,
     ) -> Result<IngestReport, IngestError> {
-        if let Some(scope) = scope {
-            validate(&documents)?;
-            self.check_scope(tenant, scope, &documents).await?;
-        }
-        self.ingest_from(tenant, documents, None).await
+        self.write(tenant, documents, None, scope).await
     }
 
     /// Refuses `documents` unless each passes `scope` and none takes the id of a document
@@ -337,6 +333,18 @@ impl Ingest {
         documents: Vec<Document>,
         origin: Option<&str>,
     ) -> Result<IngestReport, IngestError> {
+        self.write(tenant, documents, origin, None).await
+    }
+
+    /// What every ingest runs: the batch checked (and, for a key bound to `scope`, held to it
+    /// before any store is asked beyond that), chunked, embedded and written.
+    async fn write(
+        &self,
+        tenant: &Tenant,
+        documents: Vec<Document>,
+        origin: Option<&str>,
+        scope: Option<&Filter>,
+    ) -> Result<IngestReport, IngestError> {
         validate(&documents)?;
         let limit = self.config.max_documents;
         if documents.len() > limit {
@@ -344,6 +352,9 @@ impl Ingest {
                 "{} documents in one request; the limit is {limit} (SLUICE_MAX_DOCUMENTS)",
                 documents.len()
             )));
+        }
+        if let Some(scope) = scope {
+            self.check_scope(tenant, scope, &documents).await?;
         }
         let count = documents.len();
         let embedder = Arc::clone(&self.embedder);

@@ -592,17 +592,6 @@ impl Meter {
         seen + unwritten
     }
 
-    /// Whether `tenant` (and its `key`, whose own budget is `key_budget`) may start another
-    /// answer ([`Meter::reserve`] without holding anything).
-    pub fn check(
-        self: &Arc<Self>,
-        tenant: &Tenant,
-        key: Option<&str>,
-        key_budget: Option<u64>,
-    ) -> Result<(), OverBudget> {
-        self.reserve(tenant, key, key_budget, 0).map(drop)
-    }
-
     /// Admits an answer for `tenant` and its `key` (whose own budget is `key_budget`) that may
     /// spend up to `most` tokens, or says whose budget is spent: decided from memory, with no
     /// call to the store (a view that is due is read again in the background). Admitted while
@@ -1005,23 +994,38 @@ mod tests {
         let meter =
             Arc::new(Meter::new(store.clone(), settings(&[("acme", 100)])).with_clock(clock));
         let acme = tenant("acme");
-        assert_eq!(meter.check(&acme, Some("k1"), Some(30)), Ok(()));
+        assert_eq!(
+            meter.reserve(&acme, Some("k1"), Some(30), 0).map(drop),
+            Ok(())
+        );
         meter.record(&acme, Some("k1"), tokens(30));
-        let over = meter.check(&acme, Some("k1"), Some(30)).unwrap_err();
+        let over = meter
+            .reserve(&acme, Some("k1"), Some(30), 0)
+            .map(drop)
+            .unwrap_err();
         assert_eq!((over.whose, over.used, over.budget), ("key", 30, 30));
         assert_eq!(over.resets_on, day(2026, Month::December, 1));
         // Another key of the tenant still has room, until the tenant's budget is spent.
-        assert_eq!(meter.check(&acme, Some("k2"), None), Ok(()));
+        assert_eq!(meter.reserve(&acme, Some("k2"), None, 0).map(drop), Ok(()));
         meter.record(&acme, Some("k2"), tokens(70));
         meter.flush().await.unwrap();
-        let over = meter.check(&acme, Some("k2"), None).unwrap_err();
+        let over = meter
+            .reserve(&acme, Some("k2"), None, 0)
+            .map(drop)
+            .unwrap_err();
         assert_eq!((over.whose, over.used), ("tenant", 100));
         // Another tenant is not touched.
-        assert_eq!(meter.check(&tenant("globex"), None, None), Ok(()));
+        assert_eq!(
+            meter.reserve(&tenant("globex"), None, None, 0).map(drop),
+            Ok(())
+        );
         // A month later, both budgets start again; the old month's use is still stored.
         offset.store(2, Ordering::SeqCst);
-        assert_eq!(meter.check(&acme, Some("k1"), Some(30)), Ok(()));
-        assert_eq!(meter.check(&acme, Some("k2"), None), Ok(()));
+        assert_eq!(
+            meter.reserve(&acme, Some("k1"), Some(30), 0).map(drop),
+            Ok(())
+        );
+        assert_eq!(meter.reserve(&acme, Some("k2"), None, 0).map(drop), Ok(()));
         let nov = store
             .read(
                 &acme,
@@ -1044,14 +1048,20 @@ mod tests {
         there.record(&acme, None, tokens(60));
         there.flush().await.unwrap();
         // The first check has no view yet: it is admitted, and the read starts.
-        assert_eq!(here.check(&acme, None, None), Ok(()));
+        assert_eq!(here.reserve(&acme, None, None, 0).map(drop), Ok(()));
         for _ in 0..100 {
             if here.used(&acme, None) == 60 {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        assert_eq!(here.check(&acme, None, None).unwrap_err().used, 60);
+        assert_eq!(
+            here.reserve(&acme, None, None, 0)
+                .map(drop)
+                .unwrap_err()
+                .used,
+            60
+        );
         // Writing its own use keeps the view exact: read again, nothing counts twice.
         here.record(&acme, None, tokens(5));
         here.flush().await.unwrap();

@@ -164,7 +164,7 @@ async fn identify(
     Ok(Caller {
         may_see_prompt: principal.may(Permission::Prompt),
         may_see_keys: principal.may(Permission::UsageKeys),
-        confined: principal.filter.is_some() && !principal.tenant_wide,
+        confined: principal.confined(),
         key: Some(key_id(&hash)),
         token_budget: principal.token_budget,
         tenant: principal.tenant,

@@ -93,11 +93,9 @@ pub(crate) async fn usage(
     }
     if by_key && !caller.may_see_keys {
         let message = if caller.confined {
-            "this API key is bound to a filter, and every key's usage (keys=true) reaches the \
-             whole tenant beyond it; only a key made tenant-wide with the \"usage:keys\" \
-             permission has it (sluice keys create --filter … --tenant-wide)"
+            sluice_core::auth::confined_message(Permission::UsageKeys)
         } else {
-            "usage per key (keys=true) needs an API key with the \"usage:keys\" permission"
+            "usage per key (keys=true) needs an API key with the \"usage:keys\" permission".into()
         };
         return Err(ApiError::new(Code::PermissionDenied, message));
     }

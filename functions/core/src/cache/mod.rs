@@ -336,7 +336,8 @@ impl SemanticCache {
         self.store.put(entry).await
     }
 
-    /// Deletes every entry of `tenant`; returns how many.
+    /// Deletes the entries of `tenant` (only those made for keys bound to `binding`, when it
+    /// is given); returns how many.
     pub async fn clear(&self, tenant: &Tenant, binding: Option<&str>) -> Result<usize, CacheError> {
         self.store.clear(tenant, binding).await
     }
