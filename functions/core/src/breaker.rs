@@ -198,6 +198,10 @@ impl Store for GuardedStore {
     fn lag(&self) -> std::time::Duration {
         self.inner.lag()
     }
+
+    fn version_memo(&self) -> std::time::Duration {
+        self.inner.version_memo()
+    }
 }
 
 #[cfg(test)]

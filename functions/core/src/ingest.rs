@@ -428,7 +428,7 @@ impl Ingest {
             Some(origin) => self.remove_stale(tenant, origin, &ids).await?,
             None => 0,
         };
-        let corpus_version = self.store.bump_corpus_version(tenant).await?;
+        let corpus_version = self.publish(tenant, removed > 0).await?;
         Ok(IngestReport {
             documents: count,
             chunks: total,
@@ -622,8 +622,20 @@ impl Ingest {
         Ok(DeleteReport {
             deleted: ids.len(),
             more: found.next.is_some(),
-            corpus_version: self.store.bump_corpus_version(tenant).await?,
+            corpus_version: self.publish(tenant, true).await?,
         })
+    }
+
+    /// Bumps the tenant's corpus version, so that no cached answer made before the write is
+    /// served again. When the write removed documents, returns only once other processes
+    /// have let go of the version before it ([`Store::version_memo`]): a client told that a
+    /// document is gone never gets an answer built from it out of the cache afterwards.
+    async fn publish(&self, tenant: &Tenant, removed: bool) -> Result<u64, IngestError> {
+        let version = self.store.bump_corpus_version(tenant).await?;
+        if removed {
+            tokio::time::sleep(self.store.version_memo()).await;
+        }
+        Ok(version)
     }
 }
 

@@ -219,6 +219,15 @@ pub trait Store: Send + Sync {
     fn lag(&self) -> std::time::Duration {
         std::time::Duration::ZERO
     }
+    /// How long other processes may go on using a tenant's corpus version after it changed:
+    /// a remote store's processes remember a version for a second rather than read it on
+    /// every request (which would put a store round trip before every in-process cache hit).
+    /// A write that removed documents returns only after this long, so that once it has
+    /// answered no process serves a cached answer made before it. Zero for a store no other
+    /// process shares (Qdrant Edge).
+    fn version_memo(&self) -> std::time::Duration {
+        std::time::Duration::ZERO
+    }
 }
 
 /// A tenant's active rerank component, resolved for one request: what the pipeline runs,

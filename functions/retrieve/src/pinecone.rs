@@ -684,6 +684,10 @@ impl Store for PineconeStore {
             .unwrap_or(0) as usize)
     }
 
+    fn version_memo(&self) -> std::time::Duration {
+        crate::rest::VERSION_FRESH
+    }
+
     fn lag(&self) -> std::time::Duration {
         self.lag
     }

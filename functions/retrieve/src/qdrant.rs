@@ -336,6 +336,10 @@ impl Store for QdrantStore {
             .map(|n| n as usize)
             .ok_or_else(|| backend("count response without a count"))
     }
+
+    fn version_memo(&self) -> std::time::Duration {
+        crate::rest::VERSION_FRESH
+    }
 }
 
 /// The body of a Query API call, serialised without building a JSON tree of the vector.

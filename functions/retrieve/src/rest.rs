@@ -121,7 +121,7 @@ impl Rest {
 
 /// How long a corpus version read from a remote store is trusted before it is read again:
 /// other processes' ingests become visible to this one's cache within this time.
-const VERSION_FRESH: Duration = Duration::from_secs(1);
+pub(crate) const VERSION_FRESH: Duration = Duration::from_secs(1);
 
 /// The corpus versions a remote store read or wrote lately, per tenant.
 #[derive(Default)]

@@ -176,6 +176,8 @@ pub struct Troubled {
     /// How long its writes take to show in reads, as it tells the pipeline ([`Store::lag`];
     /// the store underneath still reads its own writes at once).
     pub lag: Duration,
+    /// How long other processes may read a version after it changed ([`Store::version_memo`]).
+    pub memo: Duration,
 }
 
 impl Troubled {
@@ -189,6 +191,7 @@ impl Troubled {
             fail_versions: false,
             fail_writes: false,
             lag: Duration::ZERO,
+            memo: Duration::ZERO,
         }
     }
 }
@@ -251,6 +254,10 @@ impl Store for Troubled {
 
     fn lag(&self) -> Duration {
         self.lag.max(self.inner.lag())
+    }
+
+    fn version_memo(&self) -> Duration {
+        self.memo.max(self.inner.version_memo())
     }
 }
 
