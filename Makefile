@@ -1,15 +1,20 @@
 # The two commands: `make demo` (install what is missing, serve on 127.0.0.1:8080 with the
-# sample corpus) and `make test` (every test, with the local services they need).
+# sample corpus) and `make test` (every test, with the local services they need); `make check`
+# is the fast lane to run after each change.
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/sluice/target
 
-.PHONY: demo test bench load lint setup llm
+.PHONY: demo test check bench load lint setup llm
 
 demo:
 	scripts/demo.sh
 
 test:
 	scripts/test.sh
+
+# The fast lane: formatting, lints and the in-process tests (no services), after each change.
+check:
+	scripts/check.sh
 
 bench:
 	scripts/bench.sh

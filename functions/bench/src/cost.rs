@@ -345,7 +345,7 @@ pub fn markdown(report: &Report, estimate: &Estimate, prices: &Prices) -> String
          ({:.2} vCPU at {} GiB per vCPU, {} streams each), {} to an instance of {} vCPUs and {} GiB, \
          so **{} instances** (at least {}) at ${}/h plus the {:.0} % management fee: \
          ${:.4}/h for {:.0} answers an hour. Assumed: each environment streams its {} answers \
-         as the emulated one does (`LAMBDA=N make load`, *Load testing* in the README), and the instances are \
+         as the emulated one does (`LAMBDA=N make load`, *Load testing* in docs/benchmarks.md), and the instances are \
          paid only for the hours they carry this load (idle hours, scaling and Savings Plans are \
          not modelled).\n",
         f.concurrency,

@@ -304,14 +304,16 @@ mod tests {
         assert!(!Code::LlmRejected.retryable());
     }
 
-    /// The rows of the README's error table (`| status | code | when |`): each code with its
-    /// status, several codes in a row separated by ` / `.
-    fn readme_error_table() -> Vec<(String, u16)> {
-        let readme = include_str!("../../../README.md");
-        let table = readme
-            .split("### Errors")
+    /// The API reference, where every code and degraded reason is documented.
+    const API_DOC: &str = include_str!("../../../docs/api.md");
+
+    /// The rows of the API reference's error table (`| status | code | when |`): each code
+    /// with its status, several codes in a row separated by ` / `.
+    fn documented_error_table() -> Vec<(String, u16)> {
+        let table = API_DOC
+            .split("\n## Errors")
             .nth(1)
-            .expect("the README has an Errors section");
+            .expect("docs/api.md has an Errors section");
         table
             .lines()
             .skip_while(|l| !l.starts_with("| status | code |"))
@@ -329,26 +331,25 @@ mod tests {
     }
 
     #[test]
-    fn the_readme_error_table_lists_exactly_these_codes_with_their_statuses() {
-        let rows = readme_error_table();
+    fn the_documented_error_table_lists_exactly_these_codes_with_their_statuses() {
+        let rows = documented_error_table();
         let mut listed: Vec<&str> = rows.iter().map(|(c, _)| c.as_str()).collect();
         listed.sort();
         let mut declared: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
         declared.sort();
-        assert_eq!(listed, declared, "README error table vs codes.rs");
+        assert_eq!(listed, declared, "docs/api.md error table vs codes.rs");
         for (name, status) in &rows {
             let code = Code::from_wire(name).expect("declared");
-            assert_eq!(code.status(), *status, "{name}'s status in the README");
+            assert_eq!(code.status(), *status, "{name}'s status in docs/api.md");
         }
     }
 
     #[test]
-    fn the_readme_explains_every_degraded_reason() {
-        let readme = include_str!("../../../README.md");
+    fn the_api_reference_explains_every_degraded_reason() {
         for reason in Degraded::ALL {
             assert!(
-                readme.contains(&format!("`{reason}`")),
-                "the README does not name the degraded reason {reason}"
+                API_DOC.contains(&format!("`{reason}`")),
+                "docs/api.md does not name the degraded reason {reason}"
             );
         }
     }

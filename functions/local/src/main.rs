@@ -23,6 +23,8 @@
 mod bench;
 mod client;
 mod component;
+#[cfg(test)]
+mod docs;
 mod doctor;
 mod eval;
 mod keys;
@@ -46,7 +48,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Serve the HTTP API (configuration from SLUICE_* variables; see the README).
+    /// Serve the HTTP API (configuration from SLUICE_* variables; see docs/configuration.md).
     Serve,
     /// Ingest files or folders (.txt, .md, .json, .jsonl) through a running server.
     Ingest {
