@@ -4,7 +4,7 @@
 SHELL := /bin/bash
 export CARGO_TARGET_DIR ?= $(HOME)/.cache/sluice/target
 
-.PHONY: demo test check bench load lint setup llm
+.PHONY: demo test check soak fuzz bench load lint setup llm
 
 demo:
 	scripts/demo.sh
@@ -15,6 +15,14 @@ test:
 # The fast lane: formatting, lints and the in-process tests (no services), after each change.
 check:
 	scripts/check.sh
+
+# The long forms of what `make test` runs briefly: the soak (ROUNDS of 150 answers, default 14)
+# and every fuzz target (SECONDS each, default 180).
+soak:
+	scripts/soak.sh $(ROUNDS)
+
+fuzz:
+	scripts/fuzz.sh $(or $(SECONDS),180)
 
 bench:
 	scripts/bench.sh

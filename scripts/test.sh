@@ -66,9 +66,9 @@ await "cargo-deny, cargo-fuzz and the fuzz build" "$after_pid" "$cache/setup-aft
 # this machine cannot reach, so `advisories` is not checked).
 deny=0
 "$cache/tools/bin/cargo-deny" deny --log-level error check licenses bans sources || deny=$?
-# Short fuzz runs of every target (scripts/fuzz.sh; longer runs: scripts/fuzz.sh 600).
+# Short fuzz runs of every target (the long form: `make fuzz`).
 fuzz=0
-scripts/fuzz.sh "${SLUICE_FUZZ_SECONDS:-15}" || fuzz=$?
+scripts/fuzz.sh "${SLUICE_FUZZ_SECONDS:-8}" || fuzz=$?
 set -e
 passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')

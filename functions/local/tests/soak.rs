@@ -2,8 +2,8 @@
 //! upstream (a benchmark fixture): 32 streams open at all times, 32-token answers at 10
 //! tokens/s, in rounds of 150 recorded requests (`sluice bench run` with the same level
 //! repeated). After each round the server's RSS and open file descriptors are read from its
-//! `/metrics`; they must stay flat, and nothing may fail. `SLUICE_SOAK_ROUNDS` (default 6,
-//! about two minutes) makes it longer.
+//! `/metrics`; they must stay flat, and nothing may fail. `make test` runs the short form (3
+//! rounds, about a minute); `make soak` the long one (`SLUICE_SOAK_ROUNDS`, default 14 there).
 
 mod common;
 
@@ -17,7 +17,7 @@ fn a_steady_load_leaves_no_errors_and_flat_memory_and_descriptors() {
     let rounds: usize = std::env::var("SLUICE_SOAK_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(6)
+        .unwrap_or(3)
         .max(3);
     let upstream = fixture(10, 32);
     let server = serve_with(&[
