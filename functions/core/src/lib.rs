@@ -7,12 +7,12 @@
 //!   after `done`.
 //! - [`ingest`]: the document path — parse, [`chunk`], embed, replace in the store — which
 //!   needs no LLM.
-//! - [`stages`]: the traits each stage's adapter implements, and the values between them;
-//!   [`metadata`] and [`filter`]: what a document says about itself, and which documents an
-//!   answer may use; [`codes`]: every code a client can see; [`auth`]: API keys and what they allow;
+//! - the contract between the stages — [`stages`], [`error`], [`codes`], [`tenant`],
+//!   [`metadata`], [`filter`], [`fusion`] — is the crate `sluice-contract`, re-exported here;
+//!   [`auth`]: API keys and what they allow;
 //!   [`breaker`]: the circuit breaker of remote stores; [`trace`]: W3C trace context;
 //!   [`config`]: the environment, read and checked once, in one section per owner;
-//!   [`tenant`]: the tenant name, checked where it comes in; [`usage`]: what each tenant and
+//!   [`usage`]: what each tenant and
 //!   key used, and the monthly token budgets.
 //!
 //! The heavy work lives in adapter crates that implement the traits in [`stages`]:
@@ -26,39 +26,24 @@ pub mod auth;
 pub mod breaker;
 pub mod cache;
 pub mod chunk;
-pub mod codes;
 pub mod config;
-pub mod error;
-pub mod filter;
-pub mod fusion;
 pub mod ingest;
-pub mod metadata;
 pub mod pipeline;
 pub mod prompt;
 pub mod sse;
-pub mod stages;
-pub mod tenant;
 pub mod trace;
 pub mod usage;
 
-pub use config::Config;
-pub use tenant::Tenant;
+// The contract between the stages lives in its own crate (adapters depend on it alone); the
+// engine uses it under the same paths.
+pub use sluice_contract::{
+    REMEMBERED_TENANTS, Tenant, codes, error, filter, fusion, metadata, sha256_hex, stages, tenant,
+};
 
-/// Most tenants (or API keys) any per-tenant memory of a process holds — the quota table, the
-/// rerank registry's components, a remote store's corpus versions, the key look-ups — before
-/// it forgets the ones least worth keeping: names come from outside, so nothing keyed by them
-/// may grow without bound.
-pub const REMEMBERED_TENANTS: usize = 10_000;
+pub use config::Config;
+
 pub use ingest::Ingest;
 
-/// Hex SHA-256 of `bytes`: cache keys, filter digests, key digests.
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(bytes)
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
-}
 pub use pipeline::Pipeline;
 
 /// Replaces the file at `path` with `text` whole (its folder made if missing): written beside

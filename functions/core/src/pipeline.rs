@@ -48,13 +48,13 @@ use crate::config::AnswerConfig;
 use crate::error::{LlmError, StoreError};
 use crate::filter::Filter;
 use crate::fusion::Fusion;
-use crate::prompt::{self, Prompt};
+use crate::prompt::{self, Conversation, Prompt};
 use crate::sse::{
     CacheState, Done, ErrorEvent, Event, Meta, PromptEcho, SourceDoc, Timings, Token,
 };
 use crate::stages::{
-    ActiveComponent, ChatMessage, Embedder, Hit, Llm, LlmEvent, RerankContext, RerankInput,
-    Reranker, Search, Store,
+    ActiveComponent, Embedder, Hit, Llm, LlmEvent, RerankContext, RerankInput, Reranker, Search,
+    Store,
 };
 use crate::trace::TraceContext;
 
@@ -105,16 +105,6 @@ pub struct AnswerRequest {
     /// running then ends with a retryable `deadline_exceeded` error instead of being cut off
     /// with no ending, and the upstream LLM request is dropped.
     pub ends_by: Option<Deadline>,
-}
-
-/// What a chat client sent besides its last question.
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
-pub struct Conversation {
-    /// Earlier turns (`user` and `assistant`), oldest first.
-    pub history: Vec<ChatMessage>,
-    /// The client's system message(s), joined: added to Sluice's instructions.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub system: Option<String>,
 }
 
 /// How many earlier user turns a follow-up's retrieval reads besides the question (newest

@@ -1,8 +1,17 @@
 //! Prompt assembly: numbered sources `[1]..[k]`, under a token budget derived from the LLM's
 //! context window, lowest-ranked sources dropped first.
 
-use crate::pipeline::Conversation;
 use crate::stages::{ChatMessage, Hit};
+
+/// What a chat client sent besides its last question.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct Conversation {
+    /// Earlier turns (`user` and `assistant`), oldest first.
+    pub history: Vec<ChatMessage>,
+    /// The client's system message(s), joined: added to Sluice's instructions.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+}
 
 /// Version of the instructions and the prompt layout below. Cached answers carry it and
 /// answer only while it is unchanged: bump it with every change to the prompt.

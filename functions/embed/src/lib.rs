@@ -24,8 +24,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use sluice_core::error::EmbedError;
-use sluice_core::stages::Embedder;
+use sluice_contract::error::EmbedError;
+use sluice_contract::stages::Embedder;
 use tokenizers::Tokenizer;
 use tract_onnx::prelude::*;
 

@@ -38,7 +38,7 @@ use serde_json::{Value, json};
 use sluice_core::auth::Permission;
 use sluice_core::codes::Code;
 use sluice_core::config::{MAX_CONVERSATION_BYTES, MAX_MESSAGES};
-use sluice_core::pipeline::Conversation;
+use sluice_core::prompt::Conversation;
 use sluice_core::sse::{Done, ErrorEvent, Event, Meta};
 use sluice_core::stages::ChatMessage;
 

@@ -593,7 +593,7 @@ impl EdgeStore {
     /// search's filter (in each query the engine runs: it filters while it searches). A
     /// hybrid search by weighted RRF is one engine query with two prefetches, fused by the
     /// engine; by a convex combination, the two queries, fused here
-    /// ([`Fusion::fuse_hits`](sluice_core::fusion::Fusion::fuse_hits)).
+    /// ([`Hit::fuse`]).
     /// Dense and BM25 alone score hits by cosine and by BM25.
     pub async fn search_by(
         &self,
@@ -666,7 +666,7 @@ impl EdgeStore {
                         Some(q) => run(vec![], q, candidates)?,
                         None => Vec::new(),
                     };
-                    Ok(fusion.fuse_hits(dense, bm25, k))
+                    Ok(Hit::fuse(&fusion, dense, bm25, k))
                 }
             }
         })

@@ -159,7 +159,7 @@ impl QdrantStore {
         let mut halves = parse_batch_response(&text)?.into_iter();
         let dense = halves.next().unwrap_or_default();
         let bm25 = halves.next().unwrap_or_default();
-        Ok(search.fusion.fuse_hits(dense, bm25, search.k))
+        Ok(Hit::fuse(&search.fusion, dense, bm25, search.k))
     }
 
     fn version_id(tenant: &str) -> String {

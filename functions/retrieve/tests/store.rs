@@ -3,7 +3,7 @@
 //! unit vectors): these tests are about the store, not the model.
 
 use sluice_core::error::StoreError;
-use sluice_core::stages::{DocumentInfo, Search, Store, StoredChunk};
+use sluice_core::stages::{DocumentInfo, Hit, Search, Store, StoredChunk};
 use sluice_retrieve::EdgeStore;
 use sluice_testkit::tenant;
 
@@ -433,7 +433,7 @@ async fn the_engines_weighted_rrf_is_sluices_fusion_of_the_two_halves() {
             .await
             .unwrap();
         assert!(!dense.is_empty() && !bm25.is_empty());
-        let here = fusion.fuse_hits(dense, bm25, k);
+        let here = Hit::fuse(&fusion, dense, bm25, k);
         assert_eq!(engine.len(), k, "{fusion}");
         assert_eq!(ranked(&engine), ranked(&here), "{fusion}");
     }

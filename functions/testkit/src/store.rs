@@ -84,7 +84,7 @@ impl Store for MemoryStore {
             .filter(|h| h.score > 0.0)
             .collect();
         sparse.sort_by(|a, b| b.score.total_cmp(&a.score));
-        Ok(search.fusion.fuse_hits(dense, sparse, search.k))
+        Ok(Hit::fuse(&search.fusion, dense, sparse, search.k))
     }
 
     async fn replace_document(

@@ -136,6 +136,23 @@ pub struct Hit {
     pub score: f32,
 }
 
+impl Hit {
+    /// Two rankings of hits (each with its retriever's score) fused by `fusion`: the best
+    /// `limit`, each with its fused score. A chunk is known by its document and position.
+    pub fn fuse(fusion: &Fusion, dense: Vec<Hit>, bm25: Vec<Hit>, limit: usize) -> Vec<Hit> {
+        let ranking = |hits: Vec<Hit>| -> crate::fusion::Ranking<Hit> {
+            (hits.into_iter())
+                .map(|h| (format!("{}\u{1f}{}", h.document.id, h.chunk), h.score, h))
+                .collect()
+        };
+        (fusion
+            .fuse(ranking(dense), ranking(bm25), limit)
+            .into_iter())
+        .map(|(score, hit)| Hit { score, ..hit })
+        .collect()
+    }
+}
+
 /// What a search asks the store for.
 #[derive(Debug, Clone, Copy)]
 pub struct Search<'a> {
@@ -245,7 +262,7 @@ pub trait ActiveComponent: Send + Sync {
 /// What a rerank component is given.
 #[derive(Debug, Clone, Copy)]
 pub struct RerankInput<'a> {
-    /// What retrieval read ([`crate::pipeline::AnswerRequest::retrieval_text`]).
+    /// What retrieval read (the pipeline's `AnswerRequest::retrieval_text`).
     pub query: &'a str,
     /// The query's embedding, lent to the component with the hits' vectors (empty: none).
     pub query_vector: &'a [f32],

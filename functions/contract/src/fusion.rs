@@ -27,8 +27,6 @@ use std::str::FromStr;
 
 use thiserror::Error;
 
-use crate::stages::Hit;
-
 /// The `k` of reciprocal rank fusion (Cormack et al.'s 60): a rank-1 hit scores 1/60.
 pub const RRF_K: usize = 60;
 /// Largest RRF `k` accepted: past a few hundred every rank scores alike.
@@ -93,19 +91,6 @@ impl Fusion {
             }
             Fusion::Convex { dense: alpha } => convex(dense, bm25, alpha, limit),
         }
-    }
-
-    /// Two rankings of hits (each with its retriever's score) fused: the best `limit`, each
-    /// with its fused score. A chunk is known by its document and position.
-    pub fn fuse_hits(&self, dense: Vec<Hit>, bm25: Vec<Hit>, limit: usize) -> Vec<Hit> {
-        let ranking = |hits: Vec<Hit>| -> Ranking<Hit> {
-            (hits.into_iter())
-                .map(|h| (format!("{}\u{1f}{}", h.document.id, h.chunk), h.score, h))
-                .collect()
-        };
-        (self.fuse(ranking(dense), ranking(bm25), limit).into_iter())
-            .map(|(score, hit)| Hit { score, ..hit })
-            .collect()
     }
 
     /// The RRF weights Qdrant is sent with `n` prefetches (dense first, then BM25 when the

@@ -1,0 +1,41 @@
+//! What passes between Sluice's stages, and nothing else: an adapter author reads this crate
+//! to know the whole contract.
+//!
+//! - [`stages`]: the traits each stage's adapter implements (`Embedder`, `Store`, `Llm`,
+//!   `Reranker`, `ComponentStorage`) and the values passed between them;
+//! - [`error`]: each stage's error type;
+//! - [`codes`]: every error code and degraded reason a client can see, with its status;
+//! - [`tenant`]: the tenant name, checked where it comes in;
+//! - [`metadata`] and [`filter`]: what a document says about itself, and which documents an
+//!   answer may use;
+//! - [`fusion`]: how the dense and BM25 halves of a search are fused, per tenant.
+//!
+//! The pipeline that calls the stages, and its rules (cache, prompt, ingest, usage, auth),
+//! are `sluice-core`'s; the adapters depend on this crate alone for what they implement, so
+//! that a change in the engine does not reach them.
+#![warn(missing_docs)]
+
+pub mod codes;
+pub mod error;
+pub mod filter;
+pub mod fusion;
+pub mod metadata;
+pub mod stages;
+pub mod tenant;
+
+pub use tenant::Tenant;
+
+/// Most tenants (or API keys) any per-tenant memory of a process holds — the quota table, the
+/// rerank registry's components, a remote store's corpus versions, the key look-ups — before
+/// it forgets the ones least worth keeping: names come from outside, so nothing keyed by them
+/// may grow without bound.
+pub const REMEMBERED_TENANTS: usize = 10_000;
+
+/// Hex SHA-256 of `bytes`: cache keys, filter digests, key digests.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
