@@ -174,7 +174,7 @@ pub struct TestServer {
 
 /// Configuration for a test server: the environment, then the test LLM and a fresh data
 /// folder, then `overrides`. Answers are capped at 24 tokens to keep the suite fast.
-pub fn config(data: &std::path::Path, overrides: &[(&str, &str)]) -> Config {
+pub fn settings(data: &std::path::Path, overrides: &[(&str, &str)]) -> sluice_app::Settings {
     let mut vars: HashMap<String, String> = std::env::vars().collect();
     vars.insert("SLUICE_LLM_URL".into(), llm_url());
     vars.insert("SLUICE_DATA_DIR".into(), data.display().to_string());
@@ -189,7 +189,7 @@ pub fn config(data: &std::path::Path, overrides: &[(&str, &str)]) -> Config {
     for (k, v) in overrides {
         vars.insert(k.to_string(), v.to_string());
     }
-    Config::from_lookup(|k| vars.get(k).cloned()).expect("test configuration")
+    sluice_app::Settings::from_lookup(|k| vars.get(k).cloned()).expect("test configuration")
 }
 
 /// Starts a server with the real stages; `wrap_store` may put a test double around the store.
@@ -227,8 +227,8 @@ pub async fn start_adjusted(
     adjust: impl FnOnce(&mut Parts),
 ) -> TestServer {
     let data = tempfile::tempdir().expect("temp dir");
-    let config = config(data.path(), overrides);
-    let mut parts = sluice_app::parts(config, sluice_app::Role::All, Some(model()))
+    let settings = settings(data.path(), overrides);
+    let mut parts = sluice_app::parts(settings, sluice_app::Role::All, Some(model()))
         .await
         .expect("the server's parts");
     adjust(&mut parts);
@@ -244,7 +244,7 @@ pub async fn ingest_into(
     documents: Vec<sluice_core::ingest::Document>,
 ) {
     let parts = sluice_app::parts(
-        config(data, &[]),
+        settings(data, &[]),
         sluice_app::Role::Documents,
         Some(model()),
     )
@@ -589,7 +589,7 @@ impl TestServer {
     }
 }
 
-/// A registry over `storage` with the parts' configuration and model lent to components
+/// A registry over `storage` with the default limits and the parts' model lent to components
 /// (as `sluice-app` builds one, over another storage).
 pub fn registry_over(
     parts: &Parts,
@@ -598,7 +598,7 @@ pub fn registry_over(
     let embedder = parts.embedder.clone().expect("the model");
     Arc::new(
         sluice_sandbox::Registry::from_config(
-            &parts.config.rerank,
+            &sluice_sandbox::RerankConfig::from_lookup(&|_: &str| None).expect("default limits"),
             Arc::new(sluice_sandbox::ModelHost(embedder)),
             storage,
         )

@@ -293,18 +293,18 @@ async fn a_slow_component_fetch_does_not_hold_the_first_token() {
     // acme has an active component; S3 (its upload and compiled artefact) answers 5 s late.
     let (bucket, table) = component_storage().await;
     let data = tempfile::tempdir().unwrap();
-    let config = sluice_tests::config(
+    let settings = sluice_tests::settings(
         data.path(),
         &[
             ("SLUICE_COMPONENT_BUCKET", bucket.as_str()),
             ("SLUICE_COMPONENT_TABLE", table.as_str()),
         ],
     );
-    let storage = sluice_aws::components::S3Components::connect(&config.components)
+    let storage = sluice_aws::components::S3Components::connect(&settings.config.components)
         .await
         .unwrap();
     let registry = sluice_sandbox::Registry::from_config(
-        &config.rerank,
+        &settings.rerank,
         std::sync::Arc::new(sluice_sandbox::ModelHost(sluice_tests::model())),
         std::sync::Arc::new(storage),
     )

@@ -12,15 +12,17 @@ use std::time::Instant;
 
 use sluice_core::Config;
 use sluice_core::auth::KeyStore;
-use sluice_core::config::{AuthConfig, UsageBackend};
+use sluice_core::breaker::{Breaker, GuardedStore};
+use sluice_core::config::{AuthConfig, ConfigError, UsageBackend};
 use sluice_core::error::{CacheError, EmbedError, LlmError, StoreError};
 use sluice_core::stages::{ComponentError, ComponentStorage, Embedder, Llm};
 use sluice_core::usage::{LocalUsage, UsageStore};
 use sluice_embed::{MiniLm, Tokens};
 use sluice_http::Server;
 pub use sluice_http::{Parts, Role};
-use sluice_llm::OpenAiClient;
-use sluice_sandbox::{Disk, HostServices, ModelHost, Registry, UploadHost};
+use sluice_llm::{LlmConfig, OpenAiClient};
+use sluice_retrieve::StoreConfig;
+use sluice_sandbox::{Disk, HostServices, ModelHost, Registry, RerankConfig, UploadHost};
 use tracing::{info, warn};
 
 /// A part of the pipeline that could not be built.
@@ -49,7 +51,7 @@ pub enum AppError {
     Auth(#[from] sluice_core::auth::AuthError),
     /// The configuration is invalid.
     #[error("configuration: {0}")]
-    Config(#[from] sluice_core::config::ConfigError),
+    Config(#[from] ConfigError),
     /// An AWS client or call needed at start failed (secrets, component storage).
     #[error("{0}")]
     Aws(#[from] sluice_aws::AwsError),
@@ -58,9 +60,44 @@ pub enum AppError {
     Task(String),
 }
 
-/// The configuration from the environment, where `SLUICE_SECRETS_ARN` (when set) names a
-/// Secrets Manager secret whose `SLUICE_*` values take the place of environment variables.
-pub async fn config() -> Result<Config, AppError> {
+/// Everything a process reads from its environment, one section per owner: the engine's and
+/// the wire's (`sluice-core`'s [`Config`]), and each adapter's own, which that adapter reads
+/// and checks.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The pipeline's, the wire's, the cache's rules, keys, usage and component storage.
+    pub config: Config,
+    /// The LLM client's (`sluice-llm`).
+    pub llm: LlmConfig,
+    /// The vector store's (`sluice-retrieve`).
+    pub store: StoreConfig,
+    /// The rerank sandbox's (`sluice-sandbox`).
+    pub rerank: RerankConfig,
+}
+
+impl Settings {
+    /// Reads every section through `lookup` (the environment, or a map in tests); a blank
+    /// value counts as unset.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let config = Config::from_lookup(get)?;
+        Ok(Settings {
+            llm: LlmConfig::from_lookup(&get)?,
+            store: StoreConfig::from_lookup(&get, &config.data_dir)?,
+            rerank: RerankConfig::from_lookup(&get)?,
+            config,
+        })
+    }
+
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+}
+
+/// The settings from the environment, where `SLUICE_SECRETS_ARN` (when set) names a Secrets
+/// Manager secret whose `SLUICE_*` values take the place of environment variables.
+pub async fn settings() -> Result<Settings, AppError> {
     let secret = match std::env::var("SLUICE_SECRETS_ARN") {
         Ok(arn) if !arn.trim().is_empty() => {
             let settings = sluice_aws::secrets::settings(arn.trim()).await?;
@@ -72,7 +109,7 @@ pub async fn config() -> Result<Config, AppError> {
         }
         _ => HashMap::new(),
     };
-    Ok(Config::from_lookup(|name| {
+    Ok(Settings::from_lookup(|name| {
         secret
             .get(name)
             .cloned()
@@ -80,17 +117,23 @@ pub async fn config() -> Result<Config, AppError> {
     })?)
 }
 
-/// Builds what `role` needs as `config` describes: the one place where backends are chosen.
+/// Builds what `role` needs as `settings` describe: the one place where backends are chosen.
 /// The model load — most of a cold start — begins first, on the blocking pool, and the rest
 /// is set up beside it: the store, the cache (which may call DynamoDB, `SLUICE_CACHE=dynamodb`),
 /// the component storage (S3 clients with `SLUICE_COMPONENT_BUCKET`) and the keys; then the
 /// LLM pool and the rerank sandbox. `model`, when given, is used instead of loading one
 /// (tests share one).
 pub async fn parts(
-    config: Config,
+    settings: Settings,
     role: Role,
     model: Option<Arc<dyn Embedder>>,
 ) -> Result<Parts, AppError> {
+    let Settings {
+        config,
+        llm,
+        store,
+        rerank,
+    } = settings;
     let joined = |e: tokio::task::JoinError| AppError::Task(e.to_string());
     let uses_model = role.answers() || role.documents();
     let loading = match (uses_model, &model) {
@@ -98,11 +141,20 @@ pub async fn parts(
         _ => None,
     };
     let store = uses_model.then(|| {
-        let config = config.store.clone();
         tokio::task::spawn_blocking(move || {
-            let store = sluice_retrieve::open(&config, sluice_embed::DIM)?;
-            info!(store = ?config.backend, "vector store open");
-            Ok::<_, AppError>(store)
+            let opened = sluice_retrieve::open(&store, sluice_embed::DIM)?;
+            info!(store = ?store.backend, "vector store open");
+            // A store over the network is read behind a circuit breaker, so that one that is
+            // down costs requests nothing once it has failed a few times in a row.
+            let opened: Arc<dyn sluice_core::stages::Store> =
+                match sluice_retrieve::is_remote(&store) {
+                    true => Arc::new(GuardedStore::new(
+                        opened,
+                        Breaker::new(store.breaker_failures, store.breaker_cool_down),
+                    )),
+                    false => opened,
+                };
+            Ok::<_, AppError>(opened)
         })
     });
     let cache = match role.answers() {
@@ -126,7 +178,7 @@ pub async fn parts(
         false => None,
     };
     let llm: Option<Arc<dyn Llm>> = match role.answers() {
-        true => Some(Arc::new(OpenAiClient::from_config(&config.llm)?)),
+        true => Some(Arc::new(OpenAiClient::from_config(&llm)?)),
         false => None,
     };
     let store = match store {
@@ -150,14 +202,18 @@ pub async fn parts(
         config,
     };
     if let Some(storage) = storage {
-        add_registry(&mut parts, storage)?;
+        add_registry(&mut parts, &rerank, storage)?;
     }
     Ok(parts)
 }
 
 /// Adds the rerank registry over `storage`: with the model lent to components where answers
 /// are served, else (the registry function) with the tokenizer alone.
-fn add_registry(parts: &mut Parts, storage: Arc<dyn ComponentStorage>) -> Result<(), AppError> {
+fn add_registry(
+    parts: &mut Parts,
+    rerank: &RerankConfig,
+    storage: Arc<dyn ComponentStorage>,
+) -> Result<(), AppError> {
     let config = &parts.config;
     let host: Arc<dyn HostServices> = match &parts.embedder {
         Some(embedder) => Arc::new(ModelHost(Arc::clone(embedder))),
@@ -179,9 +235,8 @@ fn add_registry(parts: &mut Parts, storage: Arc<dyn ComponentStorage>) -> Result
             Arc::new(UploadHost(Box::new(move |text: &str| tokens.count(text))))
         }
     };
-    let registry = Arc::new(
-        Registry::from_config(&config.rerank, host, storage).map_err(AppError::Components)?,
-    );
+    let registry =
+        Arc::new(Registry::from_config(rerank, host, storage).map_err(AppError::Components)?);
     if parts.role.answers() {
         parts.reranker = Some(registry.clone());
     }
@@ -191,9 +246,9 @@ fn add_registry(parts: &mut Parts, storage: Arc<dyn ComponentStorage>) -> Result
     Ok(())
 }
 
-/// Builds what `role` serves as `config` describes, and the wire around it.
-pub async fn server(config: Config, role: Role) -> Result<Server, AppError> {
-    Ok(parts(config, role, None).await?.into_server())
+/// Builds what `role` serves as `settings` describe, and the wire around it.
+pub async fn server(settings: Settings, role: Role) -> Result<Server, AppError> {
+    Ok(parts(settings, role, None).await?.into_server())
 }
 
 /// Starts loading the embedding model on the blocking pool.
@@ -287,7 +342,7 @@ pub async fn function(name: &'static str, role: Role) -> Result<Arc<Server>, App
         .without_time()
         .init();
     let started = Instant::now();
-    let mut server = server(config().await?, role).await?;
+    let mut server = server(settings().await?, role).await?;
     // Nothing scrapes a Lambda process: each answer's metrics go out as an EMF log line.
     let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| name.into());
     server.metrics = sluice_http::metrics::Metrics::with_emf(&function);
@@ -298,4 +353,59 @@ pub async fn function(name: &'static str, role: Role) -> Result<Arc<Server>, App
         "function ready"
     );
     Ok(Arc::new(server))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        Settings::from_lookup(|k| {
+            (vars.iter())
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        })
+    }
+
+    #[test]
+    fn every_section_is_read_and_checked_by_its_owner() {
+        let s = with(&[
+            ("SLUICE_TOP_K", "7"),
+            ("SLUICE_LLM_URL", "http://10.0.0.5:8000/v1/"),
+            ("SLUICE_STORE", "qdrant"),
+            ("SLUICE_RERANK_FUEL", "123456"),
+        ])
+        .unwrap();
+        assert_eq!(s.config.answer.top_k, 7);
+        assert_eq!(s.llm.urls, ["http://10.0.0.5:8000/v1"]);
+        assert!(sluice_retrieve::is_remote(&s.store));
+        assert_eq!(s.rerank.fuel, 123_456);
+        // A blank value is unset in every section, not only the engine's.
+        let s = with(&[("SLUICE_LLM_URL", " "), ("SLUICE_STORE", "")]).unwrap();
+        assert_eq!(s.llm.urls, ["http://127.0.0.1:8081/v1"]);
+        assert!(!sluice_retrieve::is_remote(&s.store));
+        // Each owner's check stops start-up with the variable's name.
+        for (name, value) in [
+            ("SLUICE_TOP_K", "0"),
+            ("SLUICE_LLM_URL", "127.0.0.1:8081"),
+            ("SLUICE_STORE", "redis"),
+            ("SLUICE_RERANK_DEADLINE_MS", "0"),
+        ] {
+            assert_eq!(with(&[(name, value)]).unwrap_err().name, name);
+        }
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_debug_output() {
+        let s = with(&[
+            ("SLUICE_LLM_API_KEY", "sk-llm-secret"),
+            ("SLUICE_STORE", "pinecone"),
+            ("SLUICE_PINECONE_API_KEY", "pc-secret"),
+        ])
+        .unwrap();
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("sk-llm-secret"), "{shown}");
+        assert!(!shown.contains("pc-secret"), "{shown}");
+        assert!(shown.contains("<redacted>"));
+    }
 }

@@ -8,7 +8,8 @@
 //! - [`tenant`]: the tenant name, checked where it comes in;
 //! - [`metadata`] and [`filter`]: what a document says about itself, and which documents an
 //!   answer may use;
-//! - [`fusion`]: how the dense and BM25 halves of a search are fused, per tenant.
+//! - [`fusion`]: how the dense and BM25 halves of a search are fused, per tenant;
+//! - [`settings`]: how each owner of a configuration section reads and checks its variables.
 //!
 //! The pipeline that calls the stages, and its rules (cache, prompt, ingest, usage, auth),
 //! are `sluice-core`'s; the adapters depend on this crate alone for what they implement, so
@@ -20,6 +21,7 @@ pub mod error;
 pub mod filter;
 pub mod fusion;
 pub mod metadata;
+pub mod settings;
 pub mod stages;
 pub mod tenant;
 

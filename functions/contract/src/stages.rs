@@ -13,6 +13,9 @@ use crate::filter::Filter;
 use crate::fusion::Fusion;
 use crate::metadata::Metadata;
 
+/// Largest `k` a request may ask for (and fewest candidates a rerank component is given).
+pub const MAX_K: usize = 50;
+
 /// Turns text into unit-length vectors, in-process (loaded once at start).
 ///
 /// Calls are CPU-bound and synchronous; the pipeline runs them on the blocking pool.

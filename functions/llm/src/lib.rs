@@ -16,6 +16,10 @@
 //! seen text, and a failure ends the answer with an `error` event.
 #![warn(missing_docs)]
 
+pub mod config;
+
+pub use config::LlmConfig;
+
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
@@ -23,9 +27,8 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::json;
-use sluice_core::config::LlmConfig;
-use sluice_core::error::LlmError;
-use sluice_core::stages::{ChatMessage, Llm, LlmEvent, LlmStream};
+use sluice_contract::error::LlmError;
+use sluice_contract::stages::{ChatMessage, Llm, LlmEvent, LlmStream};
 
 /// How long an idle pooled connection is kept; above the 60 s that NLBs and most servers allow
 /// idle before they close, so that the pool, not the peer, decides.

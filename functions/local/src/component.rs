@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
-use sluice_core::config::Config;
 use sluice_core::stages::{
     CallCosts, Components, Embedder, Hit, RerankContext, RerankInput, Reranker, Search, Store,
 };
@@ -177,12 +176,13 @@ fn label(hit: &Hit) -> String {
 /// component under the configured limits. Prints the two orders side by side, what was
 /// dropped, and the cost per call; fails when any call failed.
 pub async fn test(
-    config: &Config,
+    settings: &sluice_app::Settings,
     file: &Path,
     queries: &Path,
     corpus: Option<&Path>,
     tenant: &Tenant,
 ) -> Result<()> {
+    let config = &settings.config;
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let questions = questions(queries)?;
     let embedder: Arc<dyn Embedder> = Arc::new(
@@ -211,7 +211,7 @@ pub async fn test(
             store
         }
         None => {
-            let store = sluice_retrieve::open(&config.store, sluice_embed::DIM)
+            let store = sluice_retrieve::open(&settings.store, sluice_embed::DIM)
                 .context("opening the configured store (the local corpus); stop `sluice serve` or pass --corpus")?;
             let chunks = store.count(tenant).await?;
             ensure!(
@@ -225,13 +225,13 @@ pub async fn test(
 
     // The component as the answer path runs it: uploaded to a registry (validated, compiled,
     // smoke-run under the limits), then called with the same candidates and context.
-    let world = sandbox(config)?
+    let world = sandbox(settings)?
         .compile(&bytes)
         .map_err(|e| anyhow::anyhow!("{}: refused at upload: {e}", file.display()))?
         .world();
     let disk = sluice_sandbox::Disk::open(&scratch.path().join("components"))?;
     let host = Arc::new(sluice_sandbox::ModelHost(Arc::clone(&embedder)));
-    let registry = Registry::from_config(&config.rerank, host, Arc::new(disk))?;
+    let registry = Registry::from_config(&settings.rerank, host, Arc::new(disk))?;
     let version = registry
         .upload(tenant, &bytes)
         .map_err(|e| anyhow::anyhow!("{}: refused at upload: {e}", file.display()))?;
@@ -247,9 +247,9 @@ pub async fn test(
         file.display(),
         bytes.len(),
         world,
-        config.rerank.fuel,
-        config.rerank.deadline,
-        config.rerank.memory_mb
+        settings.rerank.fuel,
+        settings.rerank.deadline,
+        settings.rerank.memory_mb
     );
 
     let fusion = config.answer.fusion.for_tenant(tenant);
@@ -341,18 +341,18 @@ pub async fn test(
 
 /// A sandbox under the configured limits whose host runs no model (made-up embeddings, as
 /// at upload; words counted as tokens).
-fn sandbox(config: &Config) -> Result<Sandbox> {
+fn sandbox(settings: &sluice_app::Settings) -> Result<Sandbox> {
     let host = UploadHost(Box::new(|text: &str| text.split_whitespace().count()));
-    Sandbox::new(sluice_sandbox::limits(&config.rerank), Arc::new(host))
+    Sandbox::new(sluice_sandbox::limits(&settings.rerank), Arc::new(host))
         .map_err(|e| anyhow::anyhow!("starting the sandbox: {e:#}"))
 }
 
 /// `sluice component bench FILE`: the component's instantiate and call cost on 10, 50 and 200
 /// synthetic candidates with metadata, under the configured limits (embeddings are made up,
 /// as at upload: no model runs).
-pub fn bench(config: &Config, file: &Path, runs: usize) -> Result<()> {
+pub fn bench(settings: &sluice_app::Settings, file: &Path, runs: usize) -> Result<()> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    let sandbox = sandbox(config)?;
+    let sandbox = sandbox(settings)?;
     let prepared = sandbox
         .compile(&bytes)
         .map_err(|e| anyhow::anyhow!("{}: refused at upload: {e}", file.display()))?;

@@ -3,7 +3,6 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
-use sluice_core::Config;
 use sluice_core::config::CacheBackend;
 use sluice_core::stages::{Embedder, Llm};
 use sluice_embed::MiniLm;
@@ -15,8 +14,9 @@ fn report(ok: bool, what: &str, detail: &str) -> bool {
 }
 
 /// Prints one line per part; fails when a part the server needs is missing.
-pub async fn run(config: &Config, url: &str) -> Result<()> {
-    println!("configuration: {config:?}\n");
+pub async fn run(settings: &sluice_app::Settings, url: &str) -> Result<()> {
+    println!("configuration: {settings:?}\n");
+    let config = &settings.config;
     let mut ok = true;
 
     let started = Instant::now();
@@ -59,15 +59,15 @@ pub async fn run(config: &Config, url: &str) -> Result<()> {
         },
     );
 
-    let llm = OpenAiClient::from_config(&config.llm)?;
+    let llm = OpenAiClient::from_config(&settings.llm)?;
     ok &= match llm.ready().await {
         Ok(()) => report(
             true,
             "LLM",
             &format!(
                 "{} answers (model {})",
-                config.llm.urls.join(", "),
-                config.llm.model
+                settings.llm.urls.join(", "),
+                settings.llm.model
             ),
         ),
         Err(e) => report(

@@ -508,7 +508,7 @@ fn tune(rankings: &[Rankings], tasks: &[Task], tuning: &[usize], metric: Metric)
 /// store's hybrid search under plain RRF, the best weighted RRF, the best convex
 /// combination and the best of all, and plain RRF reordered by each rerank component.
 pub async fn run(
-    config: &Config,
+    settings: &sluice_app::Settings,
     data: &Path,
     options: &Options,
     progress: impl Fn(&str),
@@ -537,15 +537,16 @@ pub async fn run(
         );
     }
     let scratch = tempfile::tempdir()?;
-    let mut config = config.clone();
+    let mut config = settings.config.clone();
+    let mut rerank = settings.rerank.clone();
     config.data_dir = scratch.path().to_path_buf();
     config.ingest.max_documents = config.ingest.max_documents.max(documents.len());
     config.ingest.max_chunks = config.ingest.max_chunks.max(documents.len() * 64);
     // Quality, not latency, is measured here: no component is cut off by the request-time
     // deadline or fuel budget (100 candidates are more than a request usually reranks).
-    config.rerank.deadline = Duration::from_secs(2);
-    config.rerank.fuel = config.rerank.fuel.max(2_000_000_000);
-    config.rerank.max_candidates = config.rerank.max_candidates.max(CANDIDATES);
+    rerank.deadline = Duration::from_secs(2);
+    rerank.fuel = rerank.fuel.max(2_000_000_000);
+    rerank.max_candidates = rerank.max_candidates.max(CANDIDATES);
     let embedder: Arc<dyn Embedder> = Arc::new(
         sluice_embed::MiniLm::load(&config.model_dir)?
             .with_max_windows(config.embed_windows)
@@ -670,8 +671,8 @@ pub async fn run(
     let refused = |e: ComponentError| anyhow::anyhow!("rerank components: {e:?}");
     let disk = sluice_sandbox::Disk::open(&scratch.path().join("components")).map_err(refused)?;
     let host = Arc::new(sluice_sandbox::ModelHost(Arc::clone(&embedder)));
-    let registry = sluice_sandbox::Registry::from_config(&config.rerank, host, Arc::new(disk))
-        .map_err(refused)?;
+    let registry =
+        sluice_sandbox::Registry::from_config(&rerank, host, Arc::new(disk)).map_err(refused)?;
     for name in &options.components {
         let bytes = sluice_sandbox::built_component(name).map_err(anyhow::Error::msg)?;
         let version = registry.upload(&tenant, &bytes).map_err(refused)?;

@@ -490,11 +490,12 @@ fn main() -> Result<()> {
         Ok(other) => anyhow::bail!("SLUICE_LOG_FORMAT is {other:?}; it must be text or json"),
     }
     let cli = Cli::parse();
-    let config = sluice_core::Config::from_env()?;
+    let settings = sluice_app::Settings::from_env()?;
+    let config = &settings.config;
     let url = |u: Option<String>| u.unwrap_or_else(|| format!("http://{}", config.server.addr));
     let runtime = tokio::runtime::Runtime::new()?;
     match cli.command {
-        Command::Serve => runtime.block_on(serve::run(config)),
+        Command::Serve => runtime.block_on(serve::run(settings)),
         Command::Ingest { paths, url: u } => runtime.block_on(client::ingest(&url(u), &paths)),
         Command::Ask {
             query,
@@ -544,11 +545,11 @@ fn main() -> Result<()> {
             keys,
             json,
         )),
-        Command::Doctor { url: u } => runtime.block_on(doctor::run(&config, &url(u))),
+        Command::Doctor { url: u } => runtime.block_on(doctor::run(&settings, &url(u))),
         Command::Store {
             command: StoreCommand::CreateCollection,
         } => runtime.block_on(async {
-            for line in sluice_retrieve::create(&config.store, sluice_embed::DIM).await? {
+            for line in sluice_retrieve::create(&settings.store, sluice_embed::DIM).await? {
                 println!("{line}");
             }
             Ok(())
@@ -576,7 +577,7 @@ fn main() -> Result<()> {
                     tenant_wide,
                 },
         } => runtime.block_on(keys::create(
-            &config,
+            config,
             tenant,
             permissions.as_deref(),
             name,
@@ -586,7 +587,7 @@ fn main() -> Result<()> {
         )),
         Command::Keys {
             command: KeysCommand::CreateTable,
-        } => runtime.block_on(keys::create_table(&config)),
+        } => runtime.block_on(keys::create_table(config)),
         Command::Eval { command } => {
             let (data, components, out) = match &command {
                 EvalCommand::Retrieval {
@@ -603,9 +604,9 @@ fn main() -> Result<()> {
                 }),
                 EvalCommand::Retrieval { .. } => None,
             };
-            let folder = (data.data.clone()).unwrap_or_else(|| eval::default_data(&config));
+            let folder = (data.data.clone()).unwrap_or_else(|| eval::default_data(config));
             let report = runtime.block_on(eval::run(
-                &config,
+                &settings,
                 &folder,
                 &data.options(&components),
                 |line| eprintln!("{line}"),
@@ -653,14 +654,14 @@ fn main() -> Result<()> {
                     None => config.auth.default_tenant.clone(),
                 };
                 runtime.block_on(component::test(
-                    &config,
+                    &settings,
                     &file,
                     &queries,
                     corpus.as_deref(),
                     &tenant,
                 ))
             }
-            ComponentCommand::Bench { file, runs } => component::bench(&config, &file, runs),
+            ComponentCommand::Bench { file, runs } => component::bench(&settings, &file, runs),
         },
         Command::Model {
             command: ModelCommand::Prepare { dir },

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use axum::http::header;
 use axum::routing::get;
-use sluice_core::Config;
 use sluice_core::config::ServerConfig;
 use sluice_http::Server;
 use tracing::info;
@@ -46,7 +45,8 @@ pub fn router(server: Arc<Server>) -> axum::Router {
 /// Serves until Ctrl-C or SIGTERM, then stops accepting connections and lets open streams
 /// finish for up to `SLUICE_DRAIN_TIMEOUT_MS`; any still open then end with a retryable
 /// `shutting_down` error, and the process exits.
-pub async fn run(config: Config) -> Result<()> {
+pub async fn run(settings: sluice_app::Settings) -> Result<()> {
+    let config = &settings.config;
     let addr = config.server.addr;
     let auth = config.auth.api_keys_file.is_some() || config.auth.api_keys_table.is_some();
     if !auth && !addr.ip().is_loopback() && !config.server.allow_unauthenticated {
@@ -59,9 +59,9 @@ pub async fn run(config: Config) -> Result<()> {
     if config.server.allowed_hosts.is_none() && addr.ip().is_unspecified() {
         tracing::warn!(hosts = %hosts.join(","), "listening on every address, but answering only requests for these host names: set SLUICE_ALLOWED_HOSTS to the names clients use");
     }
-    let llm_url = config.llm.urls.join(",");
+    let llm_url = settings.llm.urls.join(",");
     let drain_timeout = config.server.drain_timeout;
-    let server = Arc::new(sluice_app::server(config, sluice_app::Role::All).await?);
+    let server = Arc::new(sluice_app::server(settings, sluice_app::Role::All).await?);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
         .with_context(|| format!("binding {addr}"))?;

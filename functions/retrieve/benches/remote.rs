@@ -12,8 +12,8 @@ use std::time::Instant;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
-use sluice_core::Config;
 use sluice_core::stages::{Search, Store};
+use sluice_retrieve::StoreConfig;
 use sluice_retrieve::pinecone::PineconeStore;
 use sluice_retrieve::qdrant::QdrantStore;
 
@@ -85,12 +85,15 @@ fn stand_in(body: String) -> String {
     rx.recv().unwrap()
 }
 
-fn config(vars: &[(&str, &str)]) -> Config {
-    Config::from_lookup(|k| {
-        vars.iter()
-            .find(|(n, _)| *n == k)
-            .map(|(_, v)| v.to_string())
-    })
+fn config(vars: &[(&str, &str)]) -> StoreConfig {
+    StoreConfig::from_lookup(
+        &|k: &str| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        },
+        std::path::Path::new("sluice-data"),
+    )
     .unwrap()
 }
 
@@ -160,23 +163,17 @@ fn bench(c: &mut Criterion) {
     let dense_url = stand_in(pinecone_response(true));
     let sparse_url = stand_in(pinecone_response(false));
     let (qdrant, pinecone) = runtime.block_on(async {
-        let qdrant = QdrantStore::from_config(
-            &config(&[
-                ("SLUICE_STORE", "qdrant"),
-                ("SLUICE_QDRANT_URL", &qdrant_url),
-            ])
-            .store,
-        )
+        let qdrant = QdrantStore::from_config(&config(&[
+            ("SLUICE_STORE", "qdrant"),
+            ("SLUICE_QDRANT_URL", &qdrant_url),
+        ]))
         .unwrap();
-        let pinecone = PineconeStore::from_config(
-            &config(&[
-                ("SLUICE_STORE", "pinecone"),
-                ("SLUICE_PINECONE_API_KEY", "bench"),
-                ("SLUICE_PINECONE_HOST", &dense_url),
-                ("SLUICE_PINECONE_SPARSE_HOST", &sparse_url),
-            ])
-            .store,
-        )
+        let pinecone = PineconeStore::from_config(&config(&[
+            ("SLUICE_STORE", "pinecone"),
+            ("SLUICE_PINECONE_API_KEY", "bench"),
+            ("SLUICE_PINECONE_HOST", &dense_url),
+            ("SLUICE_PINECONE_SPARSE_HOST", &sparse_url),
+        ]))
         .unwrap();
         (qdrant, pinecone)
     });

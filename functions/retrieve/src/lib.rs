@@ -4,30 +4,32 @@
 //! vector (`bm25`, Qdrant's own `EdgeBm25` encoder, IDF applied by the engine). A search is
 //! one query with two prefetches — dense nearest neighbours and BM25 — fused by weighted
 //! reciprocal rank fusion in the engine, or two queries fused here by a convex combination
-//! of their scores (the tenant's rule, [`sluice_core::fusion`]). Every point carries its
+//! of their scores (the tenant's rule, [`sluice_contract::fusion`]). Every point carries its
 //! tenant and every read filters on it.
 #![warn(missing_docs)]
 
+pub mod config;
 pub mod pinecone;
 pub mod qdrant;
 mod rest;
 
+pub use config::{PineconeConfig, QdrantConfig, StoreBackend, StoreConfig};
+
 /// The store `SLUICE_STORE` names, for `dim`-d vectors: Qdrant Edge in `SLUICE_DATA_DIR`, or
-/// a remote store behind its circuit breaker.
+/// a remote store (which the composition root puts behind a circuit breaker: [`is_remote`]).
 pub fn open(config: &StoreConfig, dim: usize) -> Result<Arc<dyn Store>, StoreError> {
-    use sluice_core::breaker::{Breaker, GuardedStore};
-    let breaker = || Breaker::new(config.breaker_failures, config.breaker_cool_down);
     Ok(match &config.backend {
         StoreBackend::Edge { dir } => Arc::new(EdgeStore::open(dir, dim)?),
-        StoreBackend::Qdrant(qdrant) => Arc::new(GuardedStore::new(
-            Arc::new(qdrant::QdrantStore::new(config, qdrant)?),
-            breaker(),
-        )),
-        StoreBackend::Pinecone(pinecone) => Arc::new(GuardedStore::new(
-            Arc::new(pinecone::PineconeStore::new(config, pinecone)?),
-            breaker(),
-        )),
+        StoreBackend::Qdrant(qdrant) => Arc::new(qdrant::QdrantStore::new(config, qdrant)?),
+        StoreBackend::Pinecone(pinecone) => {
+            Arc::new(pinecone::PineconeStore::new(config, pinecone)?)
+        }
     })
+}
+
+/// Whether the configured store is reached over the network (and so may fail or be slow).
+pub fn is_remote(config: &StoreConfig) -> bool {
+    !matches!(config.backend, StoreBackend::Edge { .. })
 }
 
 /// Creates what the remote store `SLUICE_STORE` names needs (`sluice store
@@ -82,12 +84,11 @@ use qdrant_edge::{
     Vector, VectorInternal, VectorStructInternal, Vectors, WithPayloadInterface, WithVector,
 };
 use serde_json::{Value, json};
-use sluice_core::Tenant;
-use sluice_core::config::{StoreBackend, StoreConfig};
-use sluice_core::error::StoreError;
-use sluice_core::filter::{Bound, Filter, Op, Scalar};
-use sluice_core::metadata::{MetaValue, Metadata};
-use sluice_core::stages::{
+use sluice_contract::Tenant;
+use sluice_contract::error::StoreError;
+use sluice_contract::filter::{Bound, Filter, Op, Scalar};
+use sluice_contract::metadata::{MetaValue, Metadata};
+use sluice_contract::stages::{
     DocumentInfo, DocumentPage, Hit, Page, Search, Selection, Store, StoredChunk, StoredDocument,
 };
 

@@ -20,16 +20,16 @@
 
 use std::time::{Duration, Instant};
 
+use crate::config::{PineconeConfig, StoreBackend, StoreConfig};
 use async_trait::async_trait;
 use qdrant_edge::bm25_embed::{EdgeBm25, EdgeBm25Config};
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use sluice_core::Tenant;
-use sluice_core::config::{PineconeConfig, StoreBackend, StoreConfig};
-use sluice_core::error::StoreError;
-use sluice_core::stages::{
+use sluice_contract::Tenant;
+use sluice_contract::error::StoreError;
+use sluice_contract::stages::{
     DocumentInfo, DocumentPage, Hit, Page, Search, Selection, Store, StoredChunk,
 };
 
@@ -38,8 +38,8 @@ use crate::{
     META, META_INSTANTS, Written, chunk_payload, hit_from, instant_path, meta_path, point_uuid,
     prefetch_limit, stored_document,
 };
-use sluice_core::filter::{Bound, Filter, Op, Scalar};
-use sluice_core::fusion::Ranking;
+use sluice_contract::filter::{Bound, Filter, Op, Scalar};
+use sluice_contract::fusion::Ranking;
 
 /// The API version both planes are called with.
 pub const API_VERSION: &str = "2025-10";
@@ -696,7 +696,7 @@ impl Store for PineconeStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::fusion::Fusion;
+    use sluice_contract::fusion::Fusion;
 
     #[test]
     fn only_the_winners_metadata_and_values_are_read() {

@@ -11,15 +11,15 @@
 //!
 //! Calls go through the shared [`crate::rest`] client (keep-alive, timeouts, read retries).
 
+use crate::config::{QdrantConfig, StoreBackend, StoreConfig};
 use async_trait::async_trait;
 use qdrant_edge::bm25_embed::{EdgeBm25, EdgeBm25Config};
 use reqwest::Method;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sluice_core::Tenant;
-use sluice_core::config::{QdrantConfig, StoreBackend, StoreConfig};
-use sluice_core::error::StoreError;
-use sluice_core::stages::{
+use sluice_contract::Tenant;
+use sluice_contract::error::StoreError;
+use sluice_contract::stages::{
     DocumentInfo, DocumentPage, Hit, Page, Search, Selection, Store, StoredChunk,
 };
 

@@ -7,12 +7,12 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use crate::config::StoreConfig;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::{Method, StatusCode};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use sluice_core::config::StoreConfig;
-use sluice_core::error::StoreError;
+use sluice_contract::error::StoreError;
 
 /// Pause before retrying a failed read.
 const RETRY_PAUSE: Duration = Duration::from_millis(20);
@@ -137,10 +137,10 @@ impl VersionMemo {
 
     pub(crate) fn put(&self, tenant: &str, version: u64) {
         if let Ok(mut memo) = self.0.lock() {
-            if memo.len() >= sluice_core::REMEMBERED_TENANTS && !memo.contains_key(tenant) {
+            if memo.len() >= sluice_contract::REMEMBERED_TENANTS && !memo.contains_key(tenant) {
                 // Bounded: versions past their second are of no use; then start afresh.
                 memo.retain(|_, (_, at)| at.elapsed() < VERSION_FRESH);
-                if memo.len() >= sluice_core::REMEMBERED_TENANTS {
+                if memo.len() >= sluice_contract::REMEMBERED_TENANTS {
                     memo.clear();
                 }
             }
@@ -183,16 +183,16 @@ mod tests {
     #[test]
     fn the_version_memo_stays_bounded_whatever_tenants_it_sees() {
         let memo = VersionMemo::default();
-        for i in 0..sluice_core::REMEMBERED_TENANTS * 2 + 7 {
+        for i in 0..sluice_contract::REMEMBERED_TENANTS * 2 + 7 {
             memo.put(&format!("t{i}"), i as u64);
         }
         assert!(
-            memo.len() <= sluice_core::REMEMBERED_TENANTS,
+            memo.len() <= sluice_contract::REMEMBERED_TENANTS,
             "{}",
             memo.len()
         );
         // What was put last is still there and fresh.
-        let last = sluice_core::REMEMBERED_TENANTS * 2 + 6;
+        let last = sluice_contract::REMEMBERED_TENANTS * 2 + 6;
         assert_eq!(memo.get(&format!("t{last}")), Some(last as u64));
     }
 }

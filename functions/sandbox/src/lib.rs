@@ -31,7 +31,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use sluice_core::stages::rerank_order;
+use sluice_contract::stages::rerank_order;
 use thiserror::Error;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{
@@ -39,8 +39,11 @@ use wasmtime::{
     StoreLimitsBuilder, Trap,
 };
 
+pub mod config;
 pub mod measure;
 mod registry;
+
+pub use config::RerankConfig;
 use registry::truncate;
 pub use registry::{Disk, ModelHost, Registry, UploadHost, limits};
 
@@ -189,7 +192,7 @@ impl Default for Limits {
             fuel: 50_000_000,
             deadline: Duration::from_millis(5),
             max_candidates: 200,
-            max_context_entries: sluice_core::stages::MAX_CONTEXT_ENTRIES,
+            max_context_entries: sluice_contract::stages::MAX_CONTEXT_ENTRIES,
             max_text_bytes: 8 << 10,
             max_embed_texts: 64,
             // About 4 ms of tokenising on one core: a deadline's worth.

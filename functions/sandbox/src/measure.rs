@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use sluice_core::stages::nearest_rank;
+use sluice_contract::stages::nearest_rank;
 
 use crate::{Call, Candidate, Date, MetaField, MetaValue, Prepared, RerankError, Sandbox};
 

@@ -1,13 +1,13 @@
 //! Tenant-scoped component registry, and the pipeline's rerank stage.
 //!
-//! What it keeps, per tenant, in a [`ComponentStorage`](sluice_core::stages::ComponentStorage):
+//! What it keeps, per tenant, in a [`ComponentStorage`](sluice_contract::stages::ComponentStorage):
 //! `<tenant>/<version>.wasm` (the upload), `<tenant>/<version>.<engine>.cwasm` (its compiled
 //! artefact for this engine configuration), the versions in upload order, and the active
 //! version. A version is the SHA-256 of the
 //! uploaded bytes. [`Disk`] keeps them under a folder (`sluice serve`); the Lambda functions
 //! keep them in S3 and DynamoDB (`sluice-aws`), so that what the registry function compiles
 //! the answer function loads. Compiled components are kept in memory per tenant (at most
-//! [`sluice_core::REMEMBERED_TENANTS`]), and the active version is read again once it is older
+//! [`sluice_contract::REMEMBERED_TENANTS`]), and the active version is read again once it is older
 //! than the refresh interval (another process may have activated one) — in the background,
 //! with the version known so far serving until a changed one is fetched and compiled, so that
 //! no request waits on the storage for a tenant it has seen; an artefact from another engine
@@ -20,12 +20,12 @@ use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 
+use crate::config::RerankConfig;
 use serde_json::json;
 use sha2::{Digest, Sha256};
-use sluice_core::Tenant;
-use sluice_core::config::RerankConfig;
-use sluice_core::metadata::{MetaValue as Value, Metadata};
-use sluice_core::stages::{
+use sluice_contract::Tenant;
+use sluice_contract::metadata::{MetaValue as Value, Metadata};
+use sluice_contract::stages::{
     ActiveComponent, CallCosts, ComponentError, ComponentStorage as Storage, ComponentVersion,
     Components, Embedder, RerankCall, RerankInput, Reranker,
 };
@@ -329,11 +329,11 @@ impl Inner {
     fn remember(&self, tenant: &Tenant, active: Option<Arc<Active>>) {
         let now = Instant::now();
         let mut known = lock(&self.known);
-        if known.len() >= sluice_core::REMEMBERED_TENANTS && !known.contains_key(tenant) {
+        if known.len() >= sluice_contract::REMEMBERED_TENANTS && !known.contains_key(tenant) {
             // Tenants not asked for lately go first (they are loaded again when they come
             // back); if that is not enough, the half asked for longest ago.
             known.retain(|_, k| now.duration_since(k.used) < IDLE);
-            if known.len() >= sluice_core::REMEMBERED_TENANTS {
+            if known.len() >= sluice_contract::REMEMBERED_TENANTS {
                 let mut used: Vec<Instant> = known.values().map(|k| k.used).collect();
                 used.sort_unstable();
                 let cut = used[used.len() / 2];
@@ -618,7 +618,7 @@ mod tests {
             Arc::new(Disk::open(dir.path()).unwrap()),
             Duration::from_secs(5),
         );
-        let max = sluice_core::REMEMBERED_TENANTS;
+        let max = sluice_contract::REMEMBERED_TENANTS;
         for i in 0..max * 2 + 3 {
             registry
                 .inner

@@ -20,7 +20,7 @@ async fn storage() -> (Arc<S3Components>, String) {
     let bucket = aws::bucket("components").await;
     let table = aws::component_table().await;
     let dir = tempfile::tempdir().unwrap();
-    let config = sluice_tests::config(
+    let settings = sluice_tests::settings(
         dir.path(),
         &[
             ("SLUICE_COMPONENT_BUCKET", bucket.as_str()),
@@ -28,7 +28,11 @@ async fn storage() -> (Arc<S3Components>, String) {
         ],
     );
     (
-        Arc::new(S3Components::connect(&config.components).await.unwrap()),
+        Arc::new(
+            S3Components::connect(&settings.config.components)
+                .await
+                .unwrap(),
+        ),
         bucket,
     )
 }
@@ -199,7 +203,7 @@ async fn usage_from_many_environments_adds_up_in_dynamodb_and_reads_back_by_tena
     use sluice_core::usage::{Counts, Meter, MeterSettings, UsageStore, day_string, parse_day};
     let dir = tempfile::tempdir().unwrap();
     let table = format!("usage-{}", uuid::Uuid::new_v4().simple());
-    let config = sluice_tests::config(
+    let settings = sluice_tests::settings(
         dir.path(),
         &[
             ("SLUICE_USAGE", "dynamodb"),
@@ -207,7 +211,7 @@ async fn usage_from_many_environments_adds_up_in_dynamodb_and_reads_back_by_tena
         ],
     );
     let usage = Arc::new(
-        sluice_aws::usage::DynamoUsage::connect(&config.usage)
+        sluice_aws::usage::DynamoUsage::connect(&settings.config.usage)
             .await
             .unwrap(),
     );
@@ -222,7 +226,7 @@ async fn usage_from_many_environments_adds_up_in_dynamodb_and_reads_back_by_tena
         ..Counts::default()
     };
     let (acme, globex) = (tenant("acme"), tenant("globex"));
-    let settings = MeterSettings::from_config(&config.usage);
+    let settings = MeterSettings::from_config(&settings.config.usage);
     // The environments run at once, but their writes reach moto one at a time: DynamoDB's
     // `ADD` is atomic, moto's is a read-modify-write that loses an update now and then when
     // two requests for one item overlap (seen once in CI: 39 of 40). What this test can

@@ -247,10 +247,10 @@ async fn labelled_pairs_in_memory() {
 async fn labelled_pairs_on_dynamodb() {
     let table = format!("sluice-pairs-{}", std::process::id());
     let data = tempfile::tempdir().expect("temp dir");
-    let config = sluice_tests::config(
+    let settings = sluice_tests::settings(
         data.path(),
         &[("SLUICE_CACHE", "dynamodb"), ("SLUICE_CACHE_TABLE", &table)],
     );
-    let store = sluice_tests::dynamodb(&config.cache).await;
+    let store = sluice_tests::dynamodb(&settings.config.cache).await;
     hand_written(Arc::new(store)).await;
 }

@@ -13,9 +13,9 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
-use sluice_core::Config;
 use sluice_core::filter::Filter;
 use sluice_core::stages::{DocumentInfo, Search, Store, StoredChunk};
+use sluice_retrieve::StoreConfig;
 use sluice_testkit::tenant;
 
 // ---- the stand-in -------------------------------------------------------------------------
@@ -122,13 +122,16 @@ pub async fn stand_in(respond: Respond) -> (Arc<StandIn>, String) {
 }
 
 /// A config from `vars` over the defaults.
-pub fn config(vars: &[(&str, &str)]) -> Config {
-    Config::from_lookup(|k| {
-        vars.iter()
-            .rev()
-            .find(|(n, _)| *n == k)
-            .map(|(_, v)| v.to_string())
-    })
+pub fn config(vars: &[(&str, &str)]) -> StoreConfig {
+    StoreConfig::from_lookup(
+        &|k: &str| {
+            vars.iter()
+                .rev()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        },
+        std::path::Path::new("sluice-data"),
+    )
     .expect("config")
 }
 

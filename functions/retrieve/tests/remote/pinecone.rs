@@ -18,10 +18,10 @@ use std::time::Duration;
 use crate::common::{Request, StandIn, chunk, doc, ingest_filter_corpus, search_filtered, spec};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use sluice_core::Config;
 use sluice_core::error::StoreError;
 use sluice_core::fusion::Fusion;
 use sluice_core::stages::{Search, Store};
+use sluice_retrieve::StoreConfig;
 use sluice_retrieve::pinecone::{PineconeStore, create_indexes, parse_query_response};
 
 const DATA: &str = "pinecone-2025-10-db_data.oas.yaml";
@@ -162,7 +162,7 @@ struct Setup {
     dense: Arc<StandIn>,
     sparse: Arc<StandIn>,
     control: Arc<StandIn>,
-    config: Config,
+    config: StoreConfig,
 }
 
 async fn setup(overrides: &[(&str, &str)]) -> Setup {
@@ -199,7 +199,7 @@ fn ids(hits: &[sluice_core::stages::Hit]) -> Vec<&str> {
 async fn every_request_validates_against_the_official_documents() {
     let (data, control) = (spec(DATA), spec(CONTROL));
     let s = setup(&[("SLUICE_PINECONE_INDEX", "contract")]).await;
-    let indexes = create_indexes(&s.config.store, 384, Duration::from_secs(10))
+    let indexes = create_indexes(&s.config, 384, Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!(indexes.len(), 2);
@@ -211,7 +211,7 @@ async fn every_request_validates_against_the_official_documents() {
             r.body
         );
     }
-    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let store = PineconeStore::from_config(&s.config).unwrap();
     store
         .replace_document(
             &tenant("acme"),
@@ -225,7 +225,7 @@ async fn every_request_validates_against_the_official_documents() {
         .unwrap();
     store.bump_corpus_version(&tenant("acme")).await.unwrap();
     // A second store (no memo) reads the version from the index; the stand-in keeps nothing.
-    let other = PineconeStore::from_config(&s.config.store).unwrap();
+    let other = PineconeStore::from_config(&s.config).unwrap();
     assert_eq!(other.corpus_version(&tenant("acme")).await.unwrap(), 0);
     store
         .search(
@@ -337,7 +337,7 @@ async fn query_responses_parse_into_hits() {
 #[tokio::test]
 async fn a_search_queries_both_indexes_in_the_tenant_namespace_and_fuses_by_rrf() {
     let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let store = PineconeStore::from_config(&s.config).unwrap();
     let hits = store
         .search(
             &tenant("acme"),
@@ -393,7 +393,7 @@ async fn a_search_queries_both_indexes_in_the_tenant_namespace_and_fuses_by_rrf(
 #[tokio::test]
 async fn the_tenants_fusion_rule_fuses_the_two_indexes_answers() {
     let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let store = PineconeStore::from_config(&s.config).unwrap();
     let search = |fusion| Search::new("replacement card", &[0.0, 1.0], 3).fusion(fusion);
     // dense: a 0.9, b 0.8; sparse: c 7.5, a 3.0. Normalised: dense a 1, b 0; sparse c 1, a 0.
     // Convex with 0.2 on dense: c 0.8, a 0.2, b 0.
@@ -427,7 +427,7 @@ async fn the_tenants_fusion_rule_fuses_the_two_indexes_answers() {
 #[tokio::test]
 async fn a_document_is_upserted_to_both_indexes_in_batches_then_its_tail_deleted() {
     let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let store = PineconeStore::from_config(&s.config).unwrap();
     let mut chunks: Vec<_> = (0..1500)
         .map(|i| chunk(i, &format!("card number {i}")))
         .collect();
@@ -473,7 +473,7 @@ async fn a_document_is_upserted_to_both_indexes_in_batches_then_its_tail_deleted
 #[tokio::test]
 async fn corpus_versions_are_written_then_trusted_for_a_second() {
     let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let store = PineconeStore::from_config(&s.config).unwrap();
     assert_eq!(store.corpus_version(&tenant("acme")).await.unwrap(), 0);
     let v = store.bump_corpus_version(&tenant("acme")).await.unwrap();
     assert!(v > 1_700_000_000_000, "Unix milliseconds: {v}");
@@ -505,7 +505,7 @@ async fn corpus_versions_are_written_then_trusted_for_a_second() {
 #[tokio::test]
 async fn create_indexes_makes_missing_ones_waits_for_ready_and_keeps_existing_ones() {
     let s = setup(&[("SLUICE_PINECONE_INDEX", "fresh")]).await;
-    let made = create_indexes(&s.config.store, 384, Duration::from_secs(10))
+    let made = create_indexes(&s.config, 384, Duration::from_secs(10))
         .await
         .unwrap();
     assert_eq!(made.len(), 2);
@@ -527,7 +527,7 @@ async fn create_indexes_makes_missing_ones_waits_for_ready_and_keeps_existing_on
     assert!(posts[1].get("dimension").is_none());
 
     let s = setup(&[("SLUICE_PINECONE_INDEX", "existing")]).await;
-    let made = create_indexes(&s.config.store, 384, Duration::from_secs(10))
+    let made = create_indexes(&s.config, 384, Duration::from_secs(10))
         .await
         .unwrap();
     assert!(!made[0].2 && !made[1].2, "already there");
@@ -540,7 +540,7 @@ async fn a_store_without_hosts_says_how_to_get_them() {
         ("SLUICE_STORE", "pinecone"),
         ("SLUICE_PINECONE_API_KEY", KEY),
     ]);
-    let Err(e) = PineconeStore::from_config(&config.store) else {
+    let Err(e) = PineconeStore::from_config(&config) else {
         panic!("opened without hosts");
     };
     assert!(matches!(e, StoreError::Open(_)));
@@ -556,7 +556,7 @@ async fn a_store_without_hosts_says_how_to_get_them() {
 #[tokio::test]
 async fn one_connection_per_index_serves_a_hundred_sequential_searches() {
     let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let store = PineconeStore::from_config(&s.config).unwrap();
     for _ in 0..100 {
         store
             .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
@@ -572,7 +572,7 @@ async fn one_connection_per_index_serves_a_hundred_sequential_searches() {
 #[tokio::test]
 async fn a_failing_index_fails_the_search_after_one_retry_and_writes_are_sent_once() {
     let s = setup(&[("SLUICE_STORE_READ_RETRIES", "1")]).await;
-    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let store = PineconeStore::from_config(&s.config).unwrap();
     s.sparse.fail_next.store(1, Ordering::SeqCst);
     assert_eq!(
         store
@@ -610,7 +610,7 @@ async fn a_slow_index_hits_the_call_timeout() {
     ])
     .await;
     s.sparse.delay_ms.store(2000, Ordering::SeqCst);
-    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let store = PineconeStore::from_config(&s.config).unwrap();
     let started = std::time::Instant::now();
     assert!(
         store
@@ -696,7 +696,7 @@ fn pinecone_passes(filter: &Value, metadata: &Value, absent_negations: bool) -> 
 #[tokio::test]
 async fn the_filter_sent_selects_exactly_the_documents_its_meaning_lets_through() {
     let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let store = PineconeStore::from_config(&s.config).unwrap();
     ingest_filter_corpus(&store, &["acme"]).await;
     let records: Vec<Value> = s
         .dense
@@ -770,7 +770,7 @@ async fn metadata_comes_back_as_sent_from_a_query_response() {
 async fn filtered_queries_and_metadata_validate_against_the_official_documents() {
     let data = spec(DATA);
     let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let store = PineconeStore::from_config(&s.config).unwrap();
     ingest_filter_corpus(&store, &["acme"]).await;
     for (filter, _) in sluice_testkit::filters::expected() {
         search_filtered(&store, &filter, 5).await;
@@ -799,7 +799,7 @@ async fn listings_and_deletions_validate_against_the_official_documents() {
     use sluice_core::stages::{Page, Selection};
     let data = spec(DATA);
     let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let store = PineconeStore::from_config(&s.config).unwrap();
     let acme = tenant("acme");
     let filter = Filter::parse(&json!({"year": {"$gte": 2025}, "groups": "hr"})).unwrap();
     let ids = ["alpha".to_string(), "zeta".to_string()];
@@ -903,7 +903,7 @@ async fn listings_and_deletions_validate_against_the_official_documents() {
 async fn the_listing_and_deletion_filters_select_what_the_selection_means() {
     use sluice_core::stages::{DocumentInfo, Page, Selection};
     let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config.store).unwrap();
+    let store = PineconeStore::from_config(&s.config).unwrap();
     ingest_filter_corpus(&store, &["acme"]).await;
     // One more document, of three chunks, from an upload.
     let uploaded = DocumentInfo {

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use crate::common::{Request, StandIn, chunk, doc, ingest_filter_corpus, search_filtered, spec};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use sluice_core::Config;
 use sluice_core::breaker::{Breaker, GuardedStore};
 use sluice_core::error::StoreError;
 use sluice_core::fusion::Fusion;
 use sluice_core::stages::{Search, Store};
+use sluice_retrieve::StoreConfig;
 use sluice_retrieve::qdrant::{QdrantStore, parse_query_response};
 
 const SPEC: &str = "qdrant-1.19.0-openapi.json";
@@ -88,7 +88,7 @@ fn respond(r: &Request) -> (StatusCode, Value) {
 }
 
 /// Starts the stand-in; returns its state and a config pointing the adapter at it.
-async fn stand_in(overrides: &[(&str, &str)]) -> (Arc<StandIn>, Config) {
+async fn stand_in(overrides: &[(&str, &str)]) -> (Arc<StandIn>, StoreConfig) {
     let (state, url) = crate::common::stand_in(respond).await;
     let mut vars = vec![
         ("SLUICE_STORE", "qdrant"),
@@ -107,7 +107,7 @@ async fn stand_in(overrides: &[(&str, &str)]) -> (Arc<StandIn>, Config) {
 async fn every_request_body_validates_against_the_official_document() {
     let spec = spec(SPEC);
     let (stand_in, config) = stand_in(&[]).await;
-    let store = QdrantStore::from_config(&config.store).unwrap();
+    let store = QdrantStore::from_config(&config).unwrap();
     assert!(store.create_collection(384).await.unwrap());
     store
         .replace_document(
@@ -269,7 +269,7 @@ async fn query_responses_parse_into_hits() {
 #[tokio::test]
 async fn a_convex_search_fuses_the_batchs_two_halves_by_their_scores() {
     let (stand_in, config) = stand_in(&[]).await;
-    let store = QdrantStore::from_config(&config.store).unwrap();
+    let store = QdrantStore::from_config(&config).unwrap();
     let filter = sluice_core::filter::Filter::parse(&json!({"year": 2025})).unwrap();
     let search = Search::new("replacement card", &[0.0, 1.0], 3)
         .filter(Some(&filter))
@@ -308,7 +308,7 @@ async fn a_convex_search_fuses_the_batchs_two_halves_by_their_scores() {
 #[tokio::test]
 async fn one_connection_serves_a_hundred_sequential_queries() {
     let (stand_in, config) = stand_in(&[]).await;
-    let store = QdrantStore::from_config(&config.store).unwrap();
+    let store = QdrantStore::from_config(&config).unwrap();
     for _ in 0..100 {
         store
             .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
@@ -322,7 +322,7 @@ async fn one_connection_serves_a_hundred_sequential_queries() {
 #[tokio::test]
 async fn reads_are_retried_on_5xx_and_writes_are_not() {
     let (stand_in, config) = stand_in(&[("SLUICE_STORE_READ_RETRIES", "1")]).await;
-    let store = QdrantStore::from_config(&config.store).unwrap();
+    let store = QdrantStore::from_config(&config).unwrap();
     stand_in.fail_next.store(1, Ordering::SeqCst);
     assert_eq!(
         store
@@ -356,7 +356,7 @@ async fn reads_are_retried_on_5xx_and_writes_are_not() {
 #[tokio::test]
 async fn a_missing_collection_fails_writes_and_searches_with_what_to_do() {
     let (_stand_in, config) = stand_in(&[("SLUICE_QDRANT_COLLECTION", "missing")]).await;
-    let store = QdrantStore::from_config(&config.store).unwrap();
+    let store = QdrantStore::from_config(&config).unwrap();
     let e = store
         .replace_document(&tenant("acme"), &doc(), vec![chunk(0, "x")])
         .await
@@ -382,7 +382,7 @@ async fn a_slow_server_hits_the_call_timeout() {
     ])
     .await;
     stand_in.delay_ms.store(2000, Ordering::SeqCst);
-    let store = QdrantStore::from_config(&config.store).unwrap();
+    let store = QdrantStore::from_config(&config).unwrap();
     let started = Instant::now();
     let e = store
         .search(&tenant("acme"), &Search::new("card", &[0.0, 1.0], 5))
@@ -400,7 +400,7 @@ async fn a_slow_server_hits_the_call_timeout() {
 async fn the_breaker_opens_skips_at_once_then_probes_and_closes() {
     let (stand_in, config) = stand_in(&[("SLUICE_STORE_READ_RETRIES", "0")]).await;
     let store = GuardedStore::new(
-        Arc::new(QdrantStore::from_config(&config.store).unwrap()),
+        Arc::new(QdrantStore::from_config(&config).unwrap()),
         Breaker::new(3, Duration::from_millis(300)),
     );
     stand_in.fail_next.store(3, Ordering::SeqCst);
@@ -497,7 +497,7 @@ fn condition(c: &Value, payload: &Value) -> bool {
 #[tokio::test]
 async fn the_filter_sent_selects_exactly_the_documents_its_meaning_lets_through() {
     let (stand_in, config) = stand_in(&[]).await;
-    let store = QdrantStore::from_config(&config.store).unwrap();
+    let store = QdrantStore::from_config(&config).unwrap();
     ingest_filter_corpus(&store, &["acme", "globex"]).await;
     let points: Vec<Value> = stand_in
         .requests()
@@ -536,7 +536,7 @@ async fn the_filter_sent_selects_exactly_the_documents_its_meaning_lets_through(
 async fn metadata_writes_indexes_and_filtered_searches_validate_against_the_official_document() {
     let spec = spec(SPEC);
     let (stand_in, config) = stand_in(&[]).await;
-    let store = QdrantStore::from_config(&config.store).unwrap();
+    let store = QdrantStore::from_config(&config).unwrap();
     ingest_filter_corpus(&store, &["acme", "globex"]).await;
     for (filter, _) in sluice_testkit::filters::expected() {
         search_filtered(&store, &filter, 5).await;
@@ -588,7 +588,7 @@ async fn listings_and_deletions_validate_against_the_official_document() {
     use sluice_core::stages::{Page, Selection};
     let spec = spec(SPEC);
     let (stand_in, config) = stand_in(&[]).await;
-    let store = QdrantStore::from_config(&config.store).unwrap();
+    let store = QdrantStore::from_config(&config).unwrap();
     let acme = tenant("acme");
     let page = store
         .documents(
