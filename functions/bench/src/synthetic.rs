@@ -106,6 +106,9 @@ async fn chat(State(settings): State<Settings>, body: axum::body::Bytes) -> Resp
     let events = async_stream::stream! {
         yield Ok::<_, Infallible>(chunk(json!({"role": "assistant", "content": ""}), None));
         let mut ticks = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
+        // Never faster than the set rate: a late tick (a busy machine) delays the next ones
+        // rather than letting them catch up in a burst.
+        ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         for i in 0..count {
             ticks.tick().await;
             yield Ok(chunk(json!({"content": format!(" t{i}")}), None));
