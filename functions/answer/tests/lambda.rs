@@ -10,6 +10,7 @@ use sluice_tests::lambda::Function;
 
 #[tokio::test]
 async fn the_function_url_streams_an_answer_token_by_token() {
+    sluice_testkit::needs!(Llm, Model, Lambda);
     let data = tempfile::tempdir().unwrap();
     let function = Function::start(
         Path::new(env!("CARGO_BIN_EXE_answer")),
@@ -113,6 +114,7 @@ async fn key_table(
 #[tokio::test]
 async fn with_keys_and_usage_in_dynamodb_the_function_url_needs_a_key_counts_it_and_never_logs_it()
 {
+    sluice_testkit::needs!(Llm, Aws, Model, Lambda);
     use sluice_core::auth::{digest, key_id, new_key};
     use sluice_core::usage::{UsageStore, today};
     // A fresh key table and usage table on the emulator, with one key of acme's whose
@@ -272,6 +274,7 @@ async fn component_storage() -> (String, String) {
 
 #[tokio::test]
 async fn a_slow_component_pointer_read_does_not_hold_the_first_token() {
+    sluice_testkit::needs!(Llm, Aws, Model, Lambda);
     // DynamoDB (the component table) answers 5 s late; the tenant has not been seen.
     let (bucket, table) = component_storage().await;
     let dynamodb = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("emulator");
@@ -289,6 +292,7 @@ async fn a_slow_component_pointer_read_does_not_hold_the_first_token() {
 
 #[tokio::test]
 async fn a_slow_component_fetch_does_not_hold_the_first_token() {
+    sluice_testkit::needs!(Llm, Aws, Model, Lambda);
     use sluice_core::stages::Components;
     // acme has an active component; S3 (its upload and compiled artefact) answers 5 s late.
     let (bucket, table) = component_storage().await;
@@ -332,6 +336,7 @@ async fn a_slow_component_fetch_does_not_hold_the_first_token() {
 
 #[tokio::test]
 async fn a_slow_corpus_version_read_does_not_hold_the_first_token() {
+    sluice_testkit::needs!(Llm, Model, Lambda);
     // A Qdrant stand-in (a stand-in for the transport: it answers the query with no points and
     // the corpus-version read 5 s late), with the answer cache on, which needs the version.
     async fn qdrant(request: axum::extract::Request) -> axum::response::Response {
@@ -410,6 +415,7 @@ async fn many_at_once(base: &str, streams: usize) -> Vec<(Duration, sluice_tests
 
 #[tokio::test]
 async fn one_environment_streams_many_answers_at_once_each_with_its_own_tenant_and_trace() {
+    sluice_testkit::needs!(Llm, Model, Lambda);
     const STREAMS: usize = 16;
     const TOKENS: usize = 10;
     let data = tempfile::tempdir().unwrap();
@@ -490,6 +496,7 @@ async fn one_environment_streams_many_answers_at_once_each_with_its_own_tenant_a
 
 #[tokio::test]
 async fn clients_that_go_away_do_not_disturb_the_other_answers_in_the_environment() {
+    sluice_testkit::needs!(Llm, Model, Lambda);
     const TOKENS: usize = 10;
     let data = tempfile::tempdir().unwrap();
     let llm = stand_in::llm(Llm::Paced(TOKENS, Duration::from_millis(100))).await;
@@ -579,6 +586,7 @@ async fn clients_that_go_away_do_not_disturb_the_other_answers_in_the_environmen
 
 #[tokio::test]
 async fn at_shutdown_every_open_answer_ends_with_a_retryable_error_and_the_function_exits() {
+    sluice_testkit::needs!(Llm, Model, Lambda);
     const OPEN: usize = 4;
     let data = tempfile::tempdir().unwrap();
     // Two tokens, then the LLM says nothing more: the answers stay open until shutdown.
@@ -636,6 +644,7 @@ async fn at_shutdown_every_open_answer_ends_with_a_retryable_error_and_the_funct
 
 #[tokio::test]
 async fn the_answer_cache_and_the_tenant_limits_are_the_environments() {
+    sluice_testkit::needs!(Llm, Model, Lambda);
     let data = tempfile::tempdir().unwrap();
     sluice_tests::ingest_into(data.path(), "acme", sluice_tests::sample_documents()).await;
     let llm = stand_in::llm(Llm::Paced(6, Duration::from_millis(150))).await;
@@ -712,6 +721,7 @@ async fn the_answer_cache_and_the_tenant_limits_are_the_environments() {
 
 #[tokio::test]
 async fn one_invocations_slow_start_does_not_hold_the_environments_others() {
+    sluice_testkit::needs!(Llm, Aws, Model, Lambda);
     const LATE: Duration = Duration::from_millis(700);
     // Each invocation's work before its response starts (here: its API key's lookup) runs on
     // its own worker. A key the function has not seen yet is looked up in DynamoDB, which
