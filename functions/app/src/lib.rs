@@ -15,7 +15,7 @@ use sluice_core::auth::KeyStore;
 use sluice_core::breaker::{Breaker, GuardedStore};
 use sluice_core::config::{AuthConfig, ConfigError, UsageBackend};
 use sluice_core::error::{CacheError, EmbedError, LlmError, StoreError};
-use sluice_core::stages::{ComponentError, ComponentStorage, Embedder, Llm};
+use sluice_core::stages::{ComponentError, ComponentStorage, Embedder, Llm, Store};
 use sluice_core::usage::{LocalUsage, UsageStore};
 use sluice_embed::{MiniLm, Tokens};
 use sluice_http::Server;
@@ -140,23 +140,7 @@ pub async fn parts(
         (true, None) => Some(load_model(&config)),
         _ => None,
     };
-    let store = uses_model.then(|| {
-        tokio::task::spawn_blocking(move || {
-            let opened = sluice_retrieve::open(&store, sluice_embed::DIM)?;
-            info!(store = ?store.backend, "vector store open");
-            // A store over the network is read behind a circuit breaker, so that one that is
-            // down costs requests nothing once it has failed a few times in a row.
-            let opened: Arc<dyn sluice_core::stages::Store> =
-                match sluice_retrieve::is_remote(&store) {
-                    true => Arc::new(GuardedStore::new(
-                        opened,
-                        Breaker::new(store.breaker_failures, store.breaker_cool_down),
-                    )),
-                    false => opened,
-                };
-            Ok::<_, AppError>(opened)
-        })
-    });
+    let store = uses_model.then(|| tokio::task::spawn_blocking(move || self::store(&store)));
     let cache = match role.answers() {
         true => {
             let cache = sluice_cache::build(&config.cache, sluice_embed::DIM).await?;
@@ -251,21 +235,46 @@ pub async fn server(settings: Settings, role: Role) -> Result<Server, AppError> 
     Ok(parts(settings, role, None).await?.into_server())
 }
 
+/// The embedding model as the configuration sets it up (its folder, windows per text,
+/// threads): what every process and tool that embeds loads.
+pub fn model(config: &Config) -> Result<MiniLm, AppError> {
+    let started = Instant::now();
+    let model = MiniLm::load(&config.model_dir)?
+        .with_max_windows(config.embed_windows)
+        .with_threads(config.embed_threads);
+    info!(model = %model.source().display(), ms = started.elapsed().as_millis() as u64, "embedding model loaded");
+    Ok(model)
+}
+
 /// Starts loading the embedding model on the blocking pool.
 fn load_model(config: &Config) -> tokio::task::JoinHandle<Result<Arc<dyn Embedder>, AppError>> {
-    let (dir, windows, threads) = (
-        config.model_dir.clone(),
-        config.embed_windows,
-        config.embed_threads,
-    );
-    tokio::task::spawn_blocking(move || {
-        let started = Instant::now();
-        let model = MiniLm::load(&dir)?
-            .with_max_windows(windows)
-            .with_threads(threads);
-        info!(model = %model.source().display(), ms = started.elapsed().as_millis() as u64, "embedding model loaded");
-        Ok::<_, AppError>(Arc::new(model) as Arc<dyn Embedder>)
+    let config = config.clone();
+    tokio::task::spawn_blocking(move || Ok(Arc::new(model(&config)?) as Arc<dyn Embedder>))
+}
+
+/// The configured vector store, opened (blocking: Qdrant Edge loads its shard). A store over
+/// the network is read behind a circuit breaker, so that one that is down costs requests
+/// nothing once it has failed a few times in a row.
+pub fn store(store: &StoreConfig) -> Result<Arc<dyn Store>, AppError> {
+    let opened = sluice_retrieve::open(store, sluice_embed::DIM)?;
+    info!(store = ?store.backend, "vector store open");
+    Ok(match sluice_retrieve::is_remote(store) {
+        true => Arc::new(GuardedStore::new(
+            opened,
+            Breaker::new(store.breaker_failures, store.breaker_cool_down),
+        )),
+        false => opened,
     })
+}
+
+/// A rerank registry over `storage` whose components may call `model` (the answer path's
+/// `embed` and `count-tokens`), under the configured limits.
+pub fn registry(
+    rerank: &RerankConfig,
+    model: Arc<dyn Embedder>,
+    storage: Arc<dyn ComponentStorage>,
+) -> Result<Registry, AppError> {
+    Registry::from_config(rerank, Arc::new(ModelHost(model)), storage).map_err(AppError::Components)
 }
 
 /// Where tenants' components are kept: S3 and DynamoDB with `SLUICE_COMPONENT_BUCKET`, else

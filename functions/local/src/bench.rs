@@ -1,12 +1,11 @@
 //! `sluice bench run` and `sluice bench cost`: argument checks and output; the work is in
 //! `sluice-bench`.
 
-use std::path::Path;
+use clap::Subcommand;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result, bail};
 use sluice_bench::load::Load;
-
-use crate::LoadKind;
 
 /// Questions about the sample documents (`samples/`), used when no --queries file is given.
 const DEFAULT_QUERIES: &[&str] = &[
@@ -151,4 +150,171 @@ pub fn cost(
         out.display()
     );
     Ok(())
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+pub enum LoadKind {
+    /// One request at a time.
+    Synchronous,
+    /// Each level is a number of requests in flight at all times.
+    Concurrent,
+    /// Each level is requests started per second, evenly spaced.
+    Constant,
+    /// Each level is a mean rate per second, with random (exponential) gaps.
+    Poisson,
+    /// Synchronous, then each level as a concurrency.
+    Sweep,
+}
+
+#[derive(Subcommand)]
+pub enum BenchCommand {
+    /// Send load to a running server and write report.json, report.csv and report.html.
+    Run {
+        /// Server base URL [default: http://$SLUICE_ADDR]
+        #[arg(long, env = "SLUICE_URL")]
+        url: Option<String>,
+        /// How requests are sent.
+        #[arg(long, value_enum, default_value = "concurrent")]
+        load: LoadKind,
+        /// Comma-separated levels: concurrencies, or rates per second.
+        #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+        levels: Vec<f64>,
+        /// Recorded requests per level.
+        #[arg(long, default_value_t = 100)]
+        requests: usize,
+        /// Seconds of unrecorded sending before each level (streams start spread over it).
+        #[arg(long, default_value_t = 2.0)]
+        warmup_s: f64,
+        /// Questions, one per line [default: questions about the sample documents].
+        #[arg(long)]
+        queries: Option<PathBuf>,
+        /// Tenant (x-sluice-tenant).
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Sources per answer.
+        #[arg(short, long)]
+        k: Option<usize>,
+        /// Let requests read and write the answer cache (by default they bypass it).
+        #[arg(long)]
+        use_cache: bool,
+        /// TTFT objective for goodput, in milliseconds.
+        #[arg(long, default_value_t = 500.0)]
+        slo_ttft_ms: f64,
+        /// Also send each level's assembled prompts straight to this OpenAI-compatible API
+        /// (…/v1) at the same load, to measure the TTFT Sluice adds.
+        #[arg(long)]
+        compare_llm: Option<String>,
+        /// Model name for --compare-llm [default: the first its /models lists].
+        #[arg(long)]
+        llm_model: Option<String>,
+        /// Seed of the Poisson arrivals.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Folder for the report files.
+        #[arg(long, default_value = "bench-report")]
+        out: PathBuf,
+    },
+    /// Turn a report.json and unit prices into $ per 1,000 answers (a Markdown page).
+    Cost {
+        /// The benchmark report.
+        #[arg(long)]
+        report: PathBuf,
+        /// The level to price (its label, e.g. "concurrent 32") [default: the last].
+        #[arg(long)]
+        level: Option<String>,
+        #[command(flatten)]
+        prices: sluice_bench::cost::Prices,
+        /// Where to write the page.
+        #[arg(long, default_value = "docs/cost.md")]
+        out: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum FixtureCommand {
+    /// Serve a synthetic OpenAI-compatible chat upstream — a benchmark fixture, not a model:
+    /// numbered placeholder tokens at a fixed rate, whatever the prompt, so that a load test
+    /// measures Sluice and not an LLM. Point SLUICE_LLM_URL at it.
+    Llm {
+        /// Where to listen.
+        #[arg(long, default_value = "127.0.0.1:8090")]
+        addr: std::net::SocketAddr,
+        /// Tokens per second of each stream.
+        #[arg(long, default_value_t = 50.0)]
+        tokens_per_sec: f64,
+        /// Tokens per answer (fewer when the request's max_tokens is lower).
+        #[arg(long, default_value_t = 128)]
+        tokens: u32,
+    },
+}
+
+/// `sluice bench …`.
+pub async fn command(config: &sluice_core::Config, command: BenchCommand) -> Result<()> {
+    match command {
+        BenchCommand::Run {
+            url,
+            load,
+            levels,
+            requests,
+            warmup_s,
+            queries: file,
+            tenant,
+            k,
+            use_cache,
+            slo_ttft_ms,
+            compare_llm,
+            llm_model,
+            seed,
+            out,
+        } => {
+            let loads = loads(load, &levels)?;
+            let queries = queries(file.as_deref())?;
+            if !(warmup_s >= 0.0 && warmup_s.is_finite()) {
+                bail!("--warmup-s must be zero or more seconds");
+            }
+            let plan = sluice_bench::Plan {
+                url: crate::client::base_url(config, url),
+                tenant,
+                k,
+                use_cache,
+                loads,
+                requests,
+                warmup: std::time::Duration::from_secs_f64(warmup_s),
+                queries,
+                slo_ttft_ms,
+                compare_llm: compare_llm.map(|u| (u, llm_model)),
+                seed,
+            };
+            run(&plan, &out).await
+        }
+        BenchCommand::Cost {
+            report,
+            level,
+            prices,
+            out,
+        } => cost(&report, level.as_deref(), &prices, &out),
+    }
+}
+
+/// `sluice fixture llm`: the synthetic upstream, until the process is stopped.
+pub async fn fixture(command: FixtureCommand) -> Result<()> {
+    let FixtureCommand::Llm {
+        addr,
+        tokens_per_sec,
+        tokens,
+    } = command;
+    if !(tokens_per_sec > 0.0 && tokens_per_sec.is_finite()) {
+        bail!("--tokens-per-sec must be a positive number");
+    }
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    eprintln!(
+        "synthetic LLM fixture (a benchmark fixture, not a model) on http://{}/v1: \
+         {tokens} tokens at {tokens_per_sec} tokens/s per stream",
+        listener.local_addr()?
+    );
+    let settings = sluice_bench::synthetic::Settings {
+        tokens_per_sec,
+        tokens,
+    };
+    Ok(sluice_bench::synthetic::serve(listener, settings).await?)
 }

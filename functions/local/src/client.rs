@@ -1,6 +1,7 @@
 //! The client side of `sluice ingest`, `sluice ask`, `sluice documents` and `sluice cache
 //! clear`: plain HTTP to a running server.
 
+use clap::Subcommand;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -460,4 +461,63 @@ pub async fn usage(
         }
     }
     Ok(())
+}
+
+#[derive(Subcommand)]
+pub enum DocumentsCommand {
+    /// Every document (id, chunks, when ingested, title), all pages.
+    List {
+        /// Only documents whose metadata passes this filter (JSON, as in /v1/answer).
+        #[arg(long)]
+        filter: Option<String>,
+        /// The documents as JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One document, as JSON.
+    Get {
+        /// The document's id.
+        id: String,
+    },
+    /// Delete one document, those matching --filter, or --all (with --yes).
+    Delete {
+        /// The document's id.
+        #[arg(conflicts_with_all = ["filter", "all"], required_unless_present_any = ["filter", "all"])]
+        id: Option<String>,
+        /// Every document whose metadata passes this filter (JSON).
+        #[arg(long, conflicts_with = "all", requires = "yes")]
+        filter: Option<String>,
+        /// Every document of the tenant.
+        #[arg(long, requires = "yes")]
+        all: bool,
+        /// Confirm a deletion by --filter or --all.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+/// `sluice documents …` against the server at `url`.
+pub async fn documents(url: &str, tenant: Option<&str>, command: DocumentsCommand) -> Result<()> {
+    match command {
+        DocumentsCommand::List { filter, json } => {
+            list_documents(url, tenant, filter.as_deref(), json).await
+        }
+        DocumentsCommand::Get { id } => get_document(url, tenant, &id).await,
+        DocumentsCommand::Delete {
+            id, filter, all, ..
+        } => {
+            let what = match (&id, &filter) {
+                (Some(id), _) => Deletion::Id(id),
+                (None, Some(f)) => Deletion::Filter(f),
+                (None, None) if all => Deletion::All,
+                (None, None) => bail!("name a document, --filter or --all"),
+            };
+            delete_documents(url, tenant, what).await
+        }
+    }
+}
+
+/// The server a client command talks to: `url` when given, else `http://$SLUICE_ADDR`.
+pub fn base_url(config: &sluice_core::Config, url: Option<String>) -> String {
+    url.unwrap_or_else(|| format!("http://{}", config.server.addr))
 }

@@ -4,6 +4,7 @@
 //! same limits, the same candidates with their metadata); `bench` runs it in the sandbox
 //! alone, on synthetic candidates.
 
+use clap::Subcommand;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use sluice_core::stages::{
 };
 use sluice_core::{Ingest, Tenant};
 use sluice_sandbox::measure::{measure, sample_candidates};
-use sluice_sandbox::{Call, ContextEntry, Registry, Sandbox, UploadHost};
+use sluice_sandbox::{Call, ContextEntry, Sandbox, UploadHost};
 
 /// The crate `sluice component new` writes: a 0.2 component that keeps the fused order, with
 /// the places to put a tenant's rules marked.
@@ -185,11 +186,7 @@ pub async fn test(
     let config = &settings.config;
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let questions = questions(queries)?;
-    let embedder: Arc<dyn Embedder> = Arc::new(
-        sluice_embed::MiniLm::load(&config.model_dir)?
-            .with_max_windows(config.embed_windows)
-            .with_threads(config.embed_threads),
-    );
+    let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(config)?);
     let scratch = tempfile::tempdir()?;
     let store: Arc<dyn Store> = match corpus {
         Some(dir) => {
@@ -211,7 +208,7 @@ pub async fn test(
             store
         }
         None => {
-            let store = sluice_retrieve::open(&settings.store, sluice_embed::DIM)
+            let store = sluice_app::store(&settings.store)
                 .context("opening the configured store (the local corpus); stop `sluice serve` or pass --corpus")?;
             let chunks = store.count(tenant).await?;
             ensure!(
@@ -230,8 +227,7 @@ pub async fn test(
         .map_err(|e| anyhow::anyhow!("{}: refused at upload: {e}", file.display()))?
         .world();
     let disk = sluice_sandbox::Disk::open(&scratch.path().join("components"))?;
-    let host = Arc::new(sluice_sandbox::ModelHost(Arc::clone(&embedder)));
-    let registry = Registry::from_config(&settings.rerank, host, Arc::new(disk))?;
+    let registry = sluice_app::registry(&settings.rerank, Arc::clone(&embedder), Arc::new(disk))?;
     let version = registry
         .upload(tenant, &bytes)
         .map_err(|e| anyhow::anyhow!("{}: refused at upload: {e}", file.display()))?;
@@ -394,4 +390,71 @@ pub fn bench(settings: &sluice_app::Settings, file: &Path, runs: usize) -> Resul
     }
     ensure!(!failed, "the component failed under the limits");
     Ok(())
+}
+
+#[derive(Subcommand)]
+pub enum ComponentCommand {
+    /// Create a component crate from the SDK (0.2 world) in the components workspace; build
+    /// it with `scripts/build-components.sh DIR/NAME`.
+    New {
+        /// Crate name: lowercase letters, digits and -.
+        name: String,
+        /// The components workspace.
+        #[arg(long, default_value = "components")]
+        dir: PathBuf,
+    },
+    /// Run a component on questions over a corpus, without a server: the fused order and the
+    /// component's side by side, what it dropped, fuel and time per call. Exits non-zero when
+    /// a call fails or exceeds a limit.
+    Test {
+        /// The `.component.wasm`.
+        file: PathBuf,
+        /// Questions: one per line, or JSON Lines `{"query", "rerank_context"?, "k"?}`.
+        #[arg(long)]
+        queries: PathBuf,
+        /// Ingest this folder into a scratch store (default: the configured store, i.e. what
+        /// `sluice serve` has ingested; stop the server first for the local one).
+        #[arg(long)]
+        corpus: Option<PathBuf>,
+        /// Tenant whose documents are searched (default: SLUICE_DEFAULT_TENANT).
+        #[arg(long)]
+        tenant: Option<String>,
+    },
+    /// Measure a component's instantiate and call cost on 10, 50 and 200 candidates with
+    /// metadata, under the configured limits.
+    Bench {
+        /// The `.component.wasm`.
+        file: PathBuf,
+        /// Calls per size.
+        #[arg(long, default_value_t = 1000)]
+        runs: usize,
+    },
+}
+
+/// `sluice component …`.
+pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand) -> Result<()> {
+    match command {
+        ComponentCommand::New { name, dir } => {
+            let root = new(&name, &dir)?;
+            println!("created {}", root.display());
+            println!("build it:  scripts/build-components.sh {}", root.display());
+            println!(
+                "try it:    sluice component test ~/.cache/sluice/components/{name}.component.wasm --queries FILE --corpus DIR"
+            );
+            Ok(())
+        }
+        ComponentCommand::Test {
+            file,
+            queries,
+            corpus,
+            tenant,
+        } => {
+            let tenant = match tenant.as_deref() {
+                Some(t) => Tenant::new(t)?,
+                None => settings.config.auth.default_tenant.clone(),
+            };
+            test(settings, &file, &queries, corpus.as_deref(), &tenant).await
+        }
+        ComponentCommand::Bench { file, runs } => bench(settings, &file, runs),
+    }
 }

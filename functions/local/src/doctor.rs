@@ -5,7 +5,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use sluice_core::config::CacheBackend;
 use sluice_core::stages::{Embedder, Llm};
-use sluice_embed::MiniLm;
 use sluice_llm::OpenAiClient;
 
 fn report(ok: bool, what: &str, detail: &str) -> bool {
@@ -20,7 +19,9 @@ pub async fn run(settings: &sluice_app::Settings, url: &str) -> Result<()> {
     let mut ok = true;
 
     let started = Instant::now();
-    ok &= match MiniLm::load(&config.model_dir).and_then(|m| m.embed(&["doctor"]).map(|v| (m, v))) {
+    let loaded =
+        sluice_app::model(config).and_then(|m| Ok(m.embed(&["doctor"]).map(|v| (m, v))?));
+    ok &= match loaded {
         Ok((m, v)) => report(
             true,
             "embedding model",

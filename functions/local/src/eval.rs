@@ -16,6 +16,7 @@
 //! does), scored against the task's required documents: recall@5/10/20 (recall@10 with a
 //! bootstrap 95 % interval), nDCG@10 (binary relevance) and MRR.
 
+use clap::Subcommand;
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -547,15 +548,10 @@ pub async fn run(
     rerank.deadline = Duration::from_secs(2);
     rerank.fuel = rerank.fuel.max(2_000_000_000);
     rerank.max_candidates = rerank.max_candidates.max(CANDIDATES);
-    let embedder: Arc<dyn Embedder> = Arc::new(
-        sluice_embed::MiniLm::load(&config.model_dir)?
-            .with_max_windows(config.embed_windows)
-            .with_threads(config.embed_threads),
-    );
+    let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(&config)?);
     // The same model reading only a question's first window, as it did before windows (and
     // as sentence-transformers truncates): the comparison the "first window" methods make.
-    let first_window: Arc<dyn Embedder> =
-        Arc::new(sluice_embed::MiniLm::load(&config.model_dir)?.with_max_windows(1));
+    let first_window: Arc<dyn Embedder> = Arc::new(sluice_app::model(&config)?.with_max_windows(1));
     let edge = EdgeStore::open(scratch.path(), sluice_embed::DIM)?;
     let tenant = Tenant::new(TENANT)?;
     let ingest = sluice_core::Ingest::new(
@@ -670,9 +666,7 @@ pub async fn run(
 
     let refused = |e: ComponentError| anyhow::anyhow!("rerank components: {e:?}");
     let disk = sluice_sandbox::Disk::open(&scratch.path().join("components")).map_err(refused)?;
-    let host = Arc::new(sluice_sandbox::ModelHost(Arc::clone(&embedder)));
-    let registry =
-        sluice_sandbox::Registry::from_config(&rerank, host, Arc::new(disk)).map_err(refused)?;
+    let registry = sluice_app::registry(&rerank, Arc::clone(&embedder), Arc::new(disk))?;
     for name in &options.components {
         let bytes = sluice_sandbox::built_component(name).map_err(anyhow::Error::msg)?;
         let version = registry.upload(&tenant, &bytes).map_err(refused)?;
@@ -794,6 +788,124 @@ pub fn table(report: &Report) -> String {
 /// The default dataset folder: `$SLUICE_HOME/eval/tau2-banking`.
 pub fn default_data(config: &Config) -> PathBuf {
     config.home.join("eval/tau2-banking")
+}
+
+#[derive(Subcommand)]
+pub enum EvalCommand {
+    /// Recall@5/10/20 (recall@10 with a bootstrap 95 % interval), nDCG@10 and MRR of dense,
+    /// BM25, hybrid under plain RRF, the tuned weighted RRF and convex fusions, and hybrid +
+    /// each rerank component, on the held-out half of the questions (default: τ²-bench
+    /// banking_knowledge, 698 documents, 97 tasks; `scripts/setup.sh eval` unpacks them from
+    /// the PyPI package inspect-evals). Writes report.json and report.md to --out and prints
+    /// the table.
+    Retrieval {
+        #[command(flatten)]
+        data: EvalData,
+        /// Rerank components (built by scripts/build-components.sh) to try on top of hybrid.
+        #[arg(long, value_delimiter = ',', default_value = "keyword-boost,mmr")]
+        components: Vec<String>,
+        /// Where the reports go.
+        #[arg(long, default_value = "eval-report")]
+        out: PathBuf,
+    },
+    /// Choose a tenant's fusion: score every setting (weighted RRF over k and weights, convex
+    /// combinations) on a seeded half of the labelled questions, report the best on the other
+    /// half, and write the tenant's setting as a SLUICE_FUSION_TENANTS line (the current
+    /// value with this tenant's entry set) to --out/fusion.env.
+    Tune {
+        #[command(flatten)]
+        data: EvalData,
+        /// The tenant whose setting is written [default: SLUICE_DEFAULT_TENANT].
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Where the reports and fusion.env go.
+        #[arg(long, default_value = "eval-tune")]
+        out: PathBuf,
+    },
+}
+
+/// The dataset and the split of an evaluation.
+#[derive(clap::Args)]
+pub struct EvalData {
+    /// Folder with documents.json and tasks.json (τ²-bench) or questions.jsonl (one
+    /// {"question", "relevant": [document ids]} a line) [default: $SLUICE_HOME/eval/tau2-banking]
+    #[arg(long)]
+    data: Option<PathBuf>,
+    /// Evaluate only the first N questions.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Ingest only N documents: those the evaluated questions require, then others in file
+    /// order (a smaller haystack for a quick run; random recall is reported for it).
+    #[arg(long)]
+    documents: Option<usize>,
+    /// Seed of the tuning/held-out split and of the bootstrap.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// What tuning maximises on the tuning half (ties: nDCG@10).
+    #[arg(long, value_enum, default_value = "recall@10")]
+    metric: Metric,
+}
+
+impl EvalData {
+    fn options(&self, components: &[String]) -> Options {
+        Options {
+            limit: self.limit,
+            documents: self.documents,
+            seed: self.seed,
+            metric: self.metric,
+            // `--components ''` tries none.
+            components: components
+                .iter()
+                .filter(|c| !c.is_empty())
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
+/// `sluice eval …`: runs the evaluation and writes its reports to `--out` (and, for `tune`,
+/// the tenant's `fusion.env`).
+pub async fn command(settings: &sluice_app::Settings, command: EvalCommand) -> Result<()> {
+    let config = &settings.config;
+    let (data, components, out, tenant) = match command {
+        EvalCommand::Retrieval {
+            data,
+            components,
+            out,
+        } => (data, components, out, None),
+        EvalCommand::Tune { data, out, tenant } => {
+            let tenant = match tenant {
+                Some(t) => Tenant::new(&t)?,
+                None => config.auth.default_tenant.clone(),
+            };
+            (data, Vec::new(), out, Some(tenant))
+        }
+    };
+    let folder = (data.data.clone()).unwrap_or_else(|| default_data(config));
+    let report = run(settings, &folder, &data.options(&components), |line| {
+        eprintln!("{line}")
+    })
+    .await?;
+    std::fs::create_dir_all(&out)?;
+    let table = table(&report);
+    std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
+    std::fs::write(out.join("report.md"), &table)?;
+    println!("{table}");
+    eprintln!("wrote {}/report.json and report.md", out.display());
+    if let Some(tenant) = tenant {
+        let fusion: Fusion = report.tuned.fusion.parse().map_err(anyhow::Error::msg)?;
+        let line = format!(
+            "SLUICE_FUSION_TENANTS={}",
+            config.answer.fusion.tenants_with(&tenant, fusion)
+        );
+        std::fs::write(out.join("fusion.env"), format!("{line}\n"))?;
+        println!(
+            "{tenant}'s fusion: {fusion} (tuned by {}); set\n{line}",
+            report.tuned.metric
+        );
+        eprintln!("wrote {}/fusion.env", out.display());
+    }
+    Ok(())
 }
 
 #[cfg(test)]

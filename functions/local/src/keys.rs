@@ -1,6 +1,7 @@
 //! `sluice keys`: API keys for the tenants of a server with auth on.
 
 use anyhow::{Context, Result, bail};
+use clap::Subcommand;
 use sluice_core::Config;
 use sluice_core::Tenant;
 use sluice_core::auth::{self, KeyRecord, Permission, Principal};
@@ -84,4 +85,66 @@ pub async fn create_table(config: &Config) -> Result<()> {
     keys.create_table().await?;
     println!("table {} created", keys.table());
     Ok(())
+}
+
+#[derive(Subcommand)]
+pub enum KeysCommand {
+    /// Make a key for a tenant and print it (once: only its SHA-256 is stored, in
+    /// SLUICE_API_KEYS_FILE, or in the DynamoDB table SLUICE_API_KEYS_TABLE). `sluice serve`
+    /// reads the file at start: restart it to use the new key.
+    Create {
+        /// The tenant the key acts for.
+        #[arg(long)]
+        tenant: String,
+        /// What the key may do, comma-separated: answer, documents, documents:delete,
+        /// components, cache, usage, usage:keys (every key's usage), prompt (see the
+        /// assembled prompt) [default: all but prompt and usage:keys; with --filter: answer]
+        #[arg(long, value_delimiter = ',')]
+        permissions: Option<Vec<String>>,
+        /// A label for people (never used for access).
+        #[arg(long)]
+        name: Option<String>,
+        /// A metadata filter (JSON, the language of answers' `filter`) the key is bound to:
+        /// ANDed with every request's own, so the key only ever sees documents that pass it,
+        /// e.g. '{"groups": {"$in": ["finance"]}}'.
+        #[arg(long)]
+        filter: Option<String>,
+        /// Tokens (prompt + completion) the key may spend per calendar month (UTC); past them
+        /// its answers are refused with 429 budget_exceeded.
+        #[arg(long)]
+        token_budget: Option<u64>,
+        /// With --filter: let the bound key hold permissions that act on the whole tenant
+        /// beyond its filter (components: the rerank component that orders every key's
+        /// answers; usage:keys: every key's usage). Refused without this flag.
+        #[arg(long, requires = "filter")]
+        tenant_wide: bool,
+    },
+    /// Create the DynamoDB table SLUICE_API_KEYS_TABLE (the SAM template makes it in a deployment).
+    CreateTable,
+}
+
+/// `sluice keys …`.
+pub async fn command(config: &Config, command: KeysCommand) -> Result<()> {
+    match command {
+        KeysCommand::Create {
+            tenant,
+            permissions,
+            name,
+            filter,
+            token_budget,
+            tenant_wide,
+        } => {
+            create(
+                config,
+                tenant,
+                permissions.as_deref(),
+                name,
+                filter.as_deref(),
+                token_budget,
+                tenant_wide,
+            )
+            .await
+        }
+        KeysCommand::CreateTable => create_table(config).await,
+    }
 }
