@@ -16,6 +16,7 @@ use sluice_core::{Config, Pipeline, Tenant};
 use sluice_embed::MiniLm;
 use sluice_http::Server;
 
+pub use sluice_testkit::services::sluice_home;
 pub use sluice_testkit::{BrokenCache, BrokenKeys, SlowComponents, Troubled, tenant};
 
 pub mod aws;
@@ -302,15 +303,6 @@ pub fn closed_llm_url() -> String {
     format!("http://127.0.0.1:{port}/v1")
 }
 
-/// Where `scripts/setup.sh` installs things: `SLUICE_HOME`, default `~/.cache/sluice`.
-pub fn sluice_home() -> PathBuf {
-    std::env::var_os("SLUICE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/sluice")
-        })
-}
-
 /// `name` from the venv `venv` under [`sluice_home`], which `scripts/setup.sh tools` makes;
 /// the assertion says so when it is missing.
 pub fn venv_tool(venv: &str, name: &str) -> PathBuf {
@@ -590,20 +582,14 @@ impl TestServer {
 }
 
 /// A registry over `storage` with the default limits and the parts' model lent to components
-/// (as `sluice-app` builds one, over another storage).
+/// (built by `sluice_app::registry`, over another storage).
 pub fn registry_over(
     parts: &Parts,
     storage: Arc<dyn sluice_core::stages::ComponentStorage>,
 ) -> Arc<sluice_sandbox::Registry> {
     let embedder = parts.embedder.clone().expect("the model");
-    Arc::new(
-        sluice_sandbox::Registry::from_config(
-            &sluice_sandbox::RerankConfig::from_lookup(&|_: &str| None).expect("default limits"),
-            Arc::new(sluice_sandbox::ModelHost(embedder)),
-            storage,
-        )
-        .expect("registry"),
-    )
+    let limits = sluice_sandbox::RerankConfig::from_lookup(&|_: &str| None).expect("limits");
+    Arc::new(sluice_app::registry(&limits, embedder, storage).expect("registry"))
 }
 
 /// [`registry_over`] `storage`, as the parts' rerank stage and component routes (in place of

@@ -63,6 +63,7 @@ fn cosine(a: &[f32], b: &[f32]) -> f32 {
 
 #[test]
 fn token_ids_match_the_reference_tokenizer_whatever_the_length() {
+    sluice_testkit::needs!(Model);
     let rows = reference();
     assert!(
         rows.iter()
@@ -76,6 +77,7 @@ fn token_ids_match_the_reference_tokenizer_whatever_the_length() {
 
 #[test]
 fn a_long_input_is_read_in_windows_not_cut_at_the_first() {
+    sluice_testkit::needs!(Model);
     let rows = reference();
     let long = rows
         .iter()
@@ -101,6 +103,7 @@ fn a_long_input_is_read_in_windows_not_cut_at_the_first() {
 
 #[test]
 fn each_embedding_matches_the_numpy_reference_to_1e_4() {
+    sluice_testkit::needs!(Model);
     for r in reference() {
         let v = &model().embed(&[&r.text]).unwrap()[0];
         let diff = max_abs_diff(v, &r.embedding);
@@ -112,6 +115,7 @@ fn each_embedding_matches_the_numpy_reference_to_1e_4() {
 
 #[test]
 fn a_batch_gives_the_same_vectors_as_one_at_a_time() {
+    sluice_testkit::needs!(Model);
     let rows = reference();
     let texts: Vec<&str> = rows.iter().map(|r| r.text.as_str()).collect();
     let batch = model().embed(&texts).unwrap();
@@ -123,6 +127,7 @@ fn a_batch_gives_the_same_vectors_as_one_at_a_time() {
 
 #[test]
 fn a_batch_on_three_threads_gives_the_same_vectors_in_the_same_order_bit_for_bit() {
+    sluice_testkit::needs!(Model);
     // More texts than threads, of very different lengths (so workers finish out of order),
     // one of them repeated: each vector must be the one-at-a-time vector of its own text.
     let rows = reference();
@@ -142,6 +147,7 @@ fn a_batch_on_three_threads_gives_the_same_vectors_in_the_same_order_bit_for_bit
 
 #[test]
 fn paraphrases_rank_above_unrelated_sentences() {
+    sluice_testkit::needs!(Model);
     let cases = [
         (
             "How do I reset my online banking password?",
@@ -171,6 +177,7 @@ fn paraphrases_rank_above_unrelated_sentences() {
 
 #[test]
 fn token_count_excludes_special_tokens() {
+    sluice_testkit::needs!(Model);
     let text = "Streaming responses reduce the time to first token.";
     assert_eq!(
         model().count_tokens(text) + 2,
@@ -190,6 +197,7 @@ fn linked_model_dir() -> tempfile::TempDir {
 
 #[test]
 fn the_prepared_graph_gives_the_same_vectors_bit_for_bit_and_a_stale_one_is_ignored() {
+    sluice_testkit::needs!(Model);
     let onnx_only = linked_model_dir();
     let from_onnx = MiniLm::load(onnx_only.path()).unwrap();
     assert_eq!(from_onnx.source(), onnx_only.path().join("model.onnx"));
@@ -229,6 +237,7 @@ fn the_prepared_graph_gives_the_same_vectors_bit_for_bit_and_a_stale_one_is_igno
 
 #[test]
 fn a_model_folder_without_a_whole_word_embedding_table_is_refused_naming_it() {
+    sluice_testkit::needs!(Model);
     let load_error = |dir: &std::path::Path| match MiniLm::load(dir) {
         Ok(_) => panic!("loaded without a usable table"),
         Err(e) => e.to_string(),

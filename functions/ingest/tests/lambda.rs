@@ -47,6 +47,7 @@ fn sample(name: &str) -> Vec<u8> {
 
 #[tokio::test]
 async fn uploads_and_posted_documents_are_ingested_with_settings_from_the_secret() {
+    sluice_testkit::needs!(Llm, Aws, Model, Lambda);
     let bucket = aws::bucket("documents").await;
     // Small chunks come from the secret, not the environment: the function read it at init.
     let secret =

@@ -53,6 +53,7 @@ async fn collect(
 
 #[tokio::test]
 async fn a_real_server_streams_tokens_then_finishes() {
+    sluice_testkit::needs!(Llm);
     let client = real_client();
     client.ready().await.unwrap();
     let (tokens, end) = collect(&client, "Name three colours.", 48).await;
@@ -83,6 +84,7 @@ async fn a_real_server_streams_tokens_then_finishes() {
 
 #[tokio::test]
 async fn max_tokens_caps_the_answer() {
+    sluice_testkit::needs!(Llm);
     let (tokens, end) = collect(&real_client(), "Write a long story about the sea.", 4).await;
     match end {
         Ok(LlmEvent::Finish {
@@ -367,6 +369,7 @@ async fn a_failure_after_the_first_token_is_not_retried() {
 
 #[tokio::test]
 async fn ready_when_any_endpoint_answers() {
+    sluice_testkit::needs!(Llm);
     let client = OpenAiClient::with_endpoints(
         &[closed_port_url(), real_llm_url()],
         "SmolLM2-135M-Instruct",

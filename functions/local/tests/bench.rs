@@ -14,6 +14,7 @@ fn number(v: &Value) -> f64 {
 
 #[test]
 fn bench_writes_reports_whose_numbers_add_up() {
+    sluice_testkit::needs!(Llm, Model);
     let upstream = fixture(200, 16);
     let server = serve_with(&[("SLUICE_LLM_URL", &upstream.url)]);
     ingest(&server);
@@ -158,6 +159,7 @@ fn series(text: &str, line_prefix: &str) -> f64 {
 
 #[test]
 fn metrics_list_every_series_and_they_move_with_requests() {
+    sluice_testkit::needs!(Llm, Model);
     let upstream = fixture(500, 8);
     let server = serve_with(&[
         ("SLUICE_LLM_URL", &upstream.url),

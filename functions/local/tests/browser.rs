@@ -30,6 +30,7 @@ fn browser() -> (PathBuf, &'static str) {
 
 #[test]
 fn ask_in_the_browser_and_watch_the_answer_stream_in() {
+    sluice_testkit::needs!(Llm, Model, Browser);
     let (modules, chromium) = browser();
 
     let upstream = fixture(20, 16);
@@ -163,6 +164,7 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
 
 #[test]
 fn no_web_page_can_drive_the_server() {
+    sluice_testkit::needs!(Llm, Model, Browser);
     let (modules, chromium) = browser();
     let upstream = fixture(200, 8);
     let server = serve_with(&[("SLUICE_LLM_URL", &upstream.url)]);

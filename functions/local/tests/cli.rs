@@ -62,6 +62,7 @@ fn documents_are_listed_read_and_deleted(url: &str) {
 
 #[test]
 fn serve_ingest_ask_and_doctor() {
+    sluice_testkit::needs!(Llm, Model);
     let mut server = serve();
     let out = sluice()
         .args(["ingest", "--url", &server.url])
@@ -201,6 +202,7 @@ fn keys_bound_to_a_filter_answer_only_unless_told_and_reach_the_tenant_only_when
 
 #[test]
 fn keys_made_by_the_cli_let_requests_in_and_never_reach_the_log() {
+    sluice_testkit::needs!(Llm, Model);
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("keys.json");
     let out = sluice()
@@ -305,6 +307,7 @@ fn keys_made_by_the_cli_let_requests_in_and_never_reach_the_log() {
 
 #[test]
 fn sigterm_lets_open_streams_finish_then_ends_the_rest_with_a_retryable_error() {
+    sluice_testkit::needs!(Llm, Model);
     // 20 tokens/s: an 8-token answer ends well inside a 10 s drain; a 200-token one outlasts
     // a 300 ms drain.
     let upstream = fixture(20, 1000);
@@ -387,6 +390,7 @@ fn bad_configuration_stops_start_up_with_a_clear_message() {
 
 #[test]
 fn serve_answers_only_requests_for_its_own_host_names() {
+    sluice_testkit::needs!(Llm, Model);
     // A DNS-rebinding page reaches the server under the attacker's name: refused, on every
     // route, the page and the metrics included.
     let server = serve();
@@ -417,6 +421,7 @@ fn serve_answers_only_requests_for_its_own_host_names() {
 
 #[test]
 fn serve_with_auth_off_refuses_an_address_beyond_loopback_unless_told() {
+    sluice_testkit::needs!(Llm);
     let port = free_port();
     let out = output_within(
         sluice()
@@ -498,6 +503,7 @@ impl Drop for Moto {
 
 #[test]
 fn answers_keep_streaming_when_dynamodb_dies() {
+    sluice_testkit::needs!(Llm, Aws, Model);
     let moto = std::env::var("SLUICE_TEST_MOTO_SERVER").expect(
         "SLUICE_TEST_MOTO_SERVER is not set: run the tests with `make test`, which installs moto",
     );

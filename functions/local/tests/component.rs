@@ -26,6 +26,7 @@ fn run(args: &[&str]) -> (bool, String, String) {
 
 #[test]
 fn a_new_component_builds_and_is_measured() {
+    sluice_testkit::needs!(Components);
     // A copy of the components workspace (its manifest, lock file and SDK, and the WIT the
     // SDK reads), so that the repository's own is not touched.
     let tmp = tempfile::tempdir().unwrap();
@@ -126,6 +127,7 @@ fn corpus(dir: &Path) -> (PathBuf, PathBuf) {
 
 #[test]
 fn a_component_is_tested_on_questions_over_a_corpus_without_a_server() {
+    sluice_testkit::needs!(Components);
     let tmp = tempfile::tempdir().unwrap();
     let (docs, queries) = corpus(tmp.path());
     let policy = tmp.path().join("policy.component.wasm");

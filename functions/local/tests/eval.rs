@@ -29,6 +29,7 @@ fn eval(env: &[(&str, &str)], args: &[&str]) -> (tempfile::TempDir, String, Valu
 
 #[test]
 fn the_retrieval_eval_runs_on_a_slice_and_beats_random_by_far() {
+    sluice_testkit::needs!(Model, Eval);
     let (out, _, report) = eval(
         &[("SLUICE_EMBED_THREADS", "2")],
         &["retrieval", "--limit", "8", "--documents", "150"],
@@ -105,6 +106,7 @@ fn the_retrieval_eval_runs_on_a_slice_and_beats_random_by_far() {
 
 #[test]
 fn tune_writes_the_tenants_setting_keeping_the_others() {
+    sluice_testkit::needs!(Model, Eval);
     let (out, said, report) = eval(
         &[("SLUICE_FUSION_TENANTS", "globex=convex:dense=0.9")],
         &[

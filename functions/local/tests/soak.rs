@@ -14,6 +14,7 @@ use serde_json::Value;
 
 #[test]
 fn a_steady_load_leaves_no_errors_and_flat_memory_and_descriptors() {
+    sluice_testkit::needs!(Llm, Model);
     let rounds: usize = std::env::var("SLUICE_SOAK_ROUNDS")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -28,6 +28,7 @@ async fn send(method: reqwest::Method, url: String, body: Vec<u8>) -> (u16, Valu
 
 #[tokio::test]
 async fn a_component_activated_through_the_registry_reranks_the_answer_functions_answers() {
+    sluice_testkit::needs!(Llm, Aws, Model, Lambda, Components);
     let bucket = aws::bucket("components").await;
     let table = aws::component_table().await;
     let shared = |dir: &tempfile::TempDir| {

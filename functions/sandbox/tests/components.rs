@@ -33,6 +33,7 @@ fn candidate(id: &str, text: &str, rank: usize) -> Candidate {
 
 #[test]
 fn keyword_boost_lifts_the_candidate_that_contains_the_query_words() {
+    sluice_testkit::needs!(Components);
     let sandbox = Sandbox::new(Limits::default(), Arc::new(WordCount)).unwrap();
     let component = sandbox
         .compile(&sluice_sandbox::built_component("keyword-boost").unwrap())
@@ -57,6 +58,7 @@ fn keyword_boost_lifts_the_candidate_that_contains_the_query_words() {
 
 #[test]
 fn mmr_moves_a_near_duplicate_below_a_different_source() {
+    sluice_testkit::needs!(Components);
     let sandbox = Sandbox::new(Limits::default(), Arc::new(WordCount)).unwrap();
     let component = sandbox
         .compile(&sluice_sandbox::built_component("mmr").unwrap())
@@ -118,6 +120,7 @@ fn plan(value: &str) -> Vec<ContextEntry> {
 
 #[test]
 fn policy_drops_what_the_plan_may_not_see_and_lifts_recent_documents() {
+    sluice_testkit::needs!(Components);
     let sandbox = Sandbox::new(Limits::default(), Arc::new(WordCount)).unwrap();
     let component = sandbox
         .compile(&sluice_sandbox::built_component("policy").unwrap())

@@ -11,7 +11,9 @@
 //! - [`ScriptedReranker`]: a tenant component that reverses the order, fails, or is slow to
 //!   be found;
 //! - [`MemoryKeys`], [`BrokenKeys`], [`BrokenCache`], [`SlowComponents`], [`BrokenUsage`];
-//! - [`filters`]: the metadata-filter cases every store is checked with.
+//! - [`filters`]: the metadata-filter cases every store is checked with;
+//! - [`services`]: what an end-to-end test needs (the test LLM, the AWS emulator, the model…),
+//!   and [`needs!`], which skips it, saying what to install, when they are absent outside `CI`.
 //!
 //! The real adapters are tested against the real dependencies in their own crates; a test of
 //! the contract that passes here and fails there is a bug in an adapter.
@@ -25,6 +27,7 @@ mod embed;
 pub mod filters;
 mod llm;
 mod rerank;
+pub mod services;
 mod store;
 
 pub use embed::HashEmbedder;

@@ -7,6 +7,7 @@ use sluice_tests::start;
 
 #[tokio::test]
 async fn a_question_gets_its_document_in_the_top_3_and_a_streamed_answer() {
+    sluice_testkit::needs!(Llm, Model);
     let server = start(&[]).await;
     let report = server.ingest_samples().await;
     assert_eq!(report["documents"], 9, "{report}");
@@ -98,6 +99,7 @@ async fn a_question_gets_its_document_in_the_top_3_and_a_streamed_answer() {
 
 #[tokio::test]
 async fn reingesting_replaces_a_document_and_bumps_the_corpus_version() {
+    sluice_testkit::needs!(Llm, Model);
     let server = start(&[]).await;
     let doc = |text: &str| json!({"documents": [{"id": "faq", "title": "FAQ", "text": text}]});
     let long = "The vault opens at nine. ".repeat(200);
@@ -135,6 +137,7 @@ async fn reingesting_replaces_a_document_and_bumps_the_corpus_version() {
 
 #[tokio::test]
 async fn an_unreachable_remote_store_opens_its_breaker_and_answers_go_on_without_context() {
+    sluice_testkit::needs!(Llm, Model);
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .unwrap()
@@ -180,6 +183,7 @@ async fn an_unreachable_remote_store_opens_its_breaker_and_answers_go_on_without
 
 #[tokio::test]
 async fn a_dead_first_llm_endpoint_fails_over_to_the_next() {
+    sluice_testkit::needs!(Llm, Model);
     let urls = format!(
         "{},{}",
         sluice_tests::closed_llm_url(),

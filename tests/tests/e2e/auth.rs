@@ -114,6 +114,7 @@ async fn ingest(server: &TestServer, key: &str, id: &str, text: &str) -> Value {
 
 #[tokio::test]
 async fn one_tenants_documents_are_never_retrieved_for_another() {
+    sluice_testkit::needs!(Llm, Model);
     let keys = keys();
     let server = server_with(&keys, &[]).await;
     ingest(
@@ -134,6 +135,7 @@ async fn one_tenants_documents_are_never_retrieved_for_another() {
 
 #[tokio::test]
 async fn one_tenants_ingest_never_replaces_or_versions_anothers_documents() {
+    sluice_testkit::needs!(Llm, Model);
     let keys = keys();
     let server = server_with(&keys, &[("SLUICE_CACHE", "off")]).await;
     let first = ingest(
@@ -187,6 +189,7 @@ async fn one_tenants_ingest_never_replaces_or_versions_anothers_documents() {
 
 #[tokio::test]
 async fn one_tenants_components_are_invisible_to_another() {
+    sluice_testkit::needs!(Llm, Model);
     let keys = keys();
     let server = server_with(&keys, &[]).await;
     let route = "/v1/components/rerank";

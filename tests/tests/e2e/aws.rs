@@ -53,6 +53,7 @@ fn registry(storage: Arc<S3Components>, refresh: Duration) -> Arc<Registry> {
 
 #[tokio::test]
 async fn bytes_versions_and_the_active_pointer_round_trip() {
+    sluice_testkit::needs!(Llm, Aws);
     let (s3, _) = storage().await;
     blocking(move || {
         assert_eq!(s3.get("acme/nothing.wasm").unwrap(), None);
@@ -114,6 +115,7 @@ async fn active(registry: &Registry, name: &str) -> Option<String> {
 
 #[tokio::test]
 async fn what_one_registry_compiles_another_loads_and_an_activation_is_seen_after_the_refresh() {
+    sluice_testkit::needs!(Llm, Aws, Model);
     let (s3, bucket) = storage().await;
     // The registry function's view (checks the pointer every time) and the answer function's
     // (trusts what it knows for 400 ms).
@@ -174,6 +176,7 @@ async fn what_one_registry_compiles_another_loads_and_an_activation_is_seen_afte
 
 #[tokio::test]
 async fn settings_come_from_a_secret_of_sluice_values() {
+    sluice_testkit::needs!(Llm, Aws);
     let arn = aws::secret(&json!({"SLUICE_QDRANT_API_KEY": "k-123", "SLUICE_TOP_K": "7"})).await;
     let settings = sluice_aws::secrets::settings(&arn).await.unwrap();
     assert_eq!(settings.len(), 2);
@@ -200,6 +203,7 @@ async fn settings_come_from_a_secret_of_sluice_values() {
 
 #[tokio::test]
 async fn usage_from_many_environments_adds_up_in_dynamodb_and_reads_back_by_tenant_and_days() {
+    sluice_testkit::needs!(Llm, Aws);
     use sluice_core::usage::{Counts, Meter, MeterSettings, UsageStore, day_string, parse_day};
     let dir = tempfile::tempdir().unwrap();
     let table = format!("usage-{}", uuid::Uuid::new_v4().simple());

@@ -24,6 +24,7 @@ async fn broken_off(url: &str, head: &str) -> String {
 
 #[tokio::test]
 async fn a_body_broken_off_is_unreadable() {
+    sluice_testkit::needs!(Llm, Model);
     let server = start(&[]).await;
     let head = "POST /v1/answer HTTP/1.1\r\nHost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n";
     let response = broken_off(&server.url, head).await;

@@ -33,6 +33,7 @@ fn cache_state(answer: &Answer) -> String {
 
 #[tokio::test]
 async fn the_dynamodb_backend_serves_hits_across_server_instances() {
+    sluice_testkit::needs!(Llm, Aws, Model);
     let table = format!("sluice-e2e-{}", std::process::id());
     let overrides = [
         ("SLUICE_CACHE", "dynamodb"),
@@ -115,6 +116,7 @@ async fn with_slow_writes() -> (Arc<SlowWrites>, TestServer) {
 
 #[tokio::test]
 async fn the_stream_ends_only_after_the_cache_write_without_delaying_done() {
+    sluice_testkit::needs!(Llm, Model);
     // On Lambda the invocation ends with the response stream; a write still in flight then
     // would be frozen with the execution environment and lost.
     let (cache, server) = with_slow_writes().await;
@@ -139,6 +141,7 @@ async fn the_stream_ends_only_after_the_cache_write_without_delaying_done() {
 
 #[tokio::test]
 async fn a_whole_chat_completion_is_sent_only_after_its_cache_write() {
+    sluice_testkit::needs!(Llm, Model);
     // The non-streamed OpenAI answer comes in one response: it must not leave while the
     // answer's cache write is still in flight (on Lambda that write would be frozen).
     let (cache, server) = with_slow_writes().await;

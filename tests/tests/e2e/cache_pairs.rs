@@ -225,11 +225,13 @@ async fn templated(split: &str) -> Report {
 
 #[tokio::test]
 async fn templated_pairs_tune_half_has_no_false_hit() {
+    sluice_testkit::needs!(Model);
     templated("tune").await;
 }
 
 #[tokio::test]
 async fn templated_pairs_held_out_half_has_no_false_hit() {
+    sluice_testkit::needs!(Model);
     let report = templated("held-out").await;
     assert!(
         report.rate() >= MIN_HELD_OUT_PARAPHRASE_HIT_RATE,
@@ -240,11 +242,13 @@ async fn templated_pairs_held_out_half_has_no_false_hit() {
 
 #[tokio::test]
 async fn labelled_pairs_in_memory() {
+    sluice_testkit::needs!(Model);
     hand_written(Arc::new(MemoryCache::new(1000))).await;
 }
 
 #[tokio::test]
 async fn labelled_pairs_on_dynamodb() {
+    sluice_testkit::needs!(Llm, Aws, Model);
     let table = format!("sluice-pairs-{}", std::process::id());
     let data = tempfile::tempdir().expect("temp dir");
     let settings = sluice_tests::settings(

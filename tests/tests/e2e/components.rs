@@ -47,6 +47,7 @@ async fn ids(server: &TestServer, tenant: &str) -> (Vec<String>, Value, Value) {
 
 #[tokio::test]
 async fn an_active_component_reorders_only_its_own_tenants_answers() {
+    sluice_testkit::needs!(Llm, Model);
     let server = start(&[]).await;
     server.ingest_samples_as("acme").await;
     server.ingest_samples_as("globex").await;
@@ -90,6 +91,7 @@ async fn an_active_component_reorders_only_its_own_tenants_answers() {
 
 #[tokio::test]
 async fn versions_can_be_listed_rolled_back_and_deactivated() {
+    sluice_testkit::needs!(Llm, Model, Components);
     let server = start(&[]).await;
     server.ingest_samples_as("acme").await;
     let (fused, _, _) = ids(&server, "acme").await;
@@ -132,6 +134,7 @@ async fn versions_can_be_listed_rolled_back_and_deactivated() {
 
 #[tokio::test]
 async fn a_failing_component_keeps_the_fused_order_and_says_so() {
+    sluice_testkit::needs!(Llm, Model);
     let server = start(&[]).await;
     server.ingest_samples().await;
     let (fused, _, _) = ids(&server, "default").await;
@@ -148,6 +151,7 @@ async fn a_failing_component_keeps_the_fused_order_and_says_so() {
 
 #[tokio::test]
 async fn bad_uploads_are_refused_with_a_reason() {
+    sluice_testkit::needs!(Llm, Model);
     let server = &start(&[]).await;
     let refuse = |bytes: Vec<u8>| async move {
         let (status, body) = server.send_as("acme", Method::PUT, ROUTE, bytes).await;
@@ -209,6 +213,7 @@ async fn bad_uploads_are_refused_with_a_reason() {
 
 #[tokio::test]
 async fn mmr_runs_on_the_stored_vectors_within_the_deadline() {
+    sluice_testkit::needs!(Llm, Model, Components);
     let server = start(&[]).await;
     server.ingest_samples_as("acme").await;
     let (fused, _, _) = ids(&server, "acme").await;
@@ -248,6 +253,7 @@ const WORST_HOST_CPU: std::time::Duration = std::time::Duration::from_millis(300
 
 #[test]
 fn a_component_flooding_the_host_costs_the_host_little() {
+    sluice_testkit::needs!(Model);
     use sluice_sandbox::{Candidate, Limits, ModelHost, Sandbox};
     let sandbox = Sandbox::new(
         Limits::default(),
@@ -328,6 +334,7 @@ fn policy_documents() -> Value {
 
 #[tokio::test]
 async fn a_policy_component_drops_by_plan_and_lifts_recent_documents_over_http() {
+    sluice_testkit::needs!(Llm, Model, Components);
     let server = start(&[]).await;
     let (status, body) = server
         .send_as(

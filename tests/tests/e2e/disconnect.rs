@@ -67,6 +67,7 @@ async fn upstream() -> (Arc<Upstream>, String) {
 
 #[tokio::test]
 async fn a_client_that_disconnects_mid_answer_cancels_the_upstream_request() {
+    sluice_testkit::needs!(Llm, Model);
     let (upstream, url) = upstream().await;
     let server = start(&[
         ("SLUICE_LLM_URL", url.as_str()),

@@ -425,6 +425,7 @@ async fn inject(fault: Fault) -> Result<(&'static str, Duration), String> {
 
 #[tokio::test]
 async fn every_injected_fault_ends_in_a_degraded_answer_or_a_clean_error_in_time() {
+    sluice_testkit::needs!(Llm, Model);
     let faults = faults().await;
     let count = faults.len();
     let mut failed = Vec::new();

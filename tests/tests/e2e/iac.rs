@@ -66,6 +66,7 @@ fn cfn_lint(template: &Path) -> String {
 
 #[test]
 fn every_template_passes_cfn_lint() {
+    sluice_testkit::needs!(Tools);
     let (translated, _) = translate(&sam_template());
     let mut all = templates();
     all.push(translated.path().to_path_buf());
@@ -81,6 +82,7 @@ fn every_template_passes_cfn_lint() {
 
 #[test]
 fn cfn_lint_checks_the_translated_streaming_integration() {
+    sluice_testkit::needs!(Tools);
     // The control for the SAM side: a wrong transfer mode in the translated template is found.
     let text = std::fs::read_to_string(sam_template()).unwrap();
     assert!(text.contains("ResponseTransferMode: STREAM\n"));
@@ -101,6 +103,7 @@ fn cfn_lint_checks_the_translated_streaming_integration() {
 
 #[test]
 fn sam_validate_lint_passes() {
+    sluice_testkit::needs!(Tools);
     let out = Command::new(sluice_tests::venv_tool("sam", "sam"))
         .args(["validate", "--lint", "-t"])
         .arg(sam_template())
@@ -128,6 +131,7 @@ fn of_type<'a>(template: &'a Value, kind: &str) -> Vec<(&'a String, &'a Value)> 
 
 #[test]
 fn answers_stream_through_api_gateway_and_outside_a_vpc_through_a_function_url() {
+    sluice_testkit::needs!(Tools);
     let (_file, t) = translate(&sam_template());
     let functions = of_type(&t, "AWS::Lambda::Function");
     let names: Vec<&str> = functions.iter().map(|(n, _)| n.as_str()).collect();
@@ -205,6 +209,7 @@ fn answers_stream_through_api_gateway_and_outside_a_vpc_through_a_function_url()
 
 #[test]
 fn the_cache_table_is_the_one_the_code_creates() {
+    sluice_testkit::needs!(Tools);
     let (_file, t) = translate(&sam_template());
     let table = &t["Resources"]["CacheTable"]["Properties"];
     let keys: Vec<&str> = table["KeySchema"]
@@ -237,6 +242,7 @@ fn the_cache_table_is_the_one_the_code_creates() {
 
 #[test]
 fn usage_is_counted_in_the_table_the_code_reads_and_documents_routes_reach_the_ingest_function() {
+    sluice_testkit::needs!(Tools);
     let (_file, t) = translate(&sam_template());
     let resource = |id: &str| &t["Resources"][id];
     let table = &resource("UsageTable")["Properties"];
@@ -295,6 +301,7 @@ fn usage_is_counted_in_the_table_the_code_reads_and_documents_routes_reach_the_i
 
 #[test]
 fn cfn_lint_does_find_a_misspelt_property() {
+    sluice_testkit::needs!(Tools);
     // The control: the same linter on a copy with one property name wrong must complain.
     let template = &templates()[0];
     let text = std::fs::read_to_string(template).unwrap();
@@ -311,6 +318,7 @@ fn cfn_lint_does_find_a_misspelt_property() {
 
 #[test]
 fn every_template_passes_checkov_with_no_failed_check() {
+    sluice_testkit::needs!(Tools);
     let mut all = templates();
     all.push(sam_template());
     for template in all {
@@ -370,6 +378,7 @@ fn every_template_passes_checkov_with_no_failed_check() {
 
 #[test]
 fn cache_items_are_reached_only_through_the_tenant_role_and_its_leading_keys() {
+    sluice_testkit::needs!(Tools);
     let (_file, t) = translate(&sam_template());
     let statements = |role: &str| -> Vec<Value> {
         let properties = &t["Resources"][role]["Properties"];
@@ -448,6 +457,7 @@ fn cache_items_are_reached_only_through_the_tenant_role_and_its_leading_keys() {
 
 #[test]
 fn the_managed_mode_runs_the_answer_function_on_a_capacity_provider_in_the_fleets_vpc() {
+    sluice_testkit::needs!(Tools);
     let (_file, t) = translate(&sam_template());
     let resource = |id: &str| &t["Resources"][id];
     // One form or the other, by AnswerCapacity (classic by default).

@@ -69,6 +69,7 @@ async fn ask(url: &str, traceparent: Option<&str>, body: &Value) -> Vec<(String,
 
 #[tokio::test]
 async fn the_callers_trace_reaches_the_llm_as_a_child_span() {
+    sluice_testkit::needs!(Llm, Model);
     let (llm, seen) = recording_llm().await;
     let server = start(&[("SLUICE_LLM_URL", llm.as_str()), ("SLUICE_CACHE", "off")]).await;
     server.ingest_samples().await;
@@ -113,6 +114,7 @@ async fn the_callers_trace_reaches_the_llm_as_a_child_span() {
 
 #[tokio::test]
 async fn a_file_uploads_as_it_is_and_an_unknown_kind_is_refused() {
+    sluice_testkit::needs!(Llm, Model);
     let (llm, _) = recording_llm().await;
     let server = start(&[("SLUICE_LLM_URL", llm.as_str())]).await;
     let upload = |name: &str, bytes: &'static str| {

@@ -14,6 +14,7 @@ const QUESTION: &str = "How many days does a replacement card take to arrive aft
 
 #[tokio::test]
 async fn the_openai_python_client_streams_an_answer_with_its_sources() {
+    sluice_testkit::needs!(Llm, Model, Tools);
     let (_dir, path, keys) = key_file(&[("acme", &Permission::DEFAULT)]);
     // Keep-alive comments every 50 ms: the local model's prefill takes longer, so the client
     // reads some before the first token, as it would from a loaded fleet, and must skip them.
@@ -108,6 +109,7 @@ fn counts(usage: &Value, prompt: &str, completion: &str) -> (u64, u64) {
 /// the source it refers to, `usage` comes streamed and whole, `max_tokens` is honoured.
 #[tokio::test]
 async fn multi_turn_conversations_through_the_openai_client_and_langchain() {
+    sluice_testkit::needs!(Llm, Model, Tools);
     let (_dir, path, keys) = key_file(&[("acme", &Permission::DEFAULT)]);
     let server = start(&[("SLUICE_API_KEYS_FILE", &path)]).await;
     server
@@ -175,6 +177,7 @@ async fn multi_turn_conversations_through_the_openai_client_and_langchain() {
 /// turn sent alone. Prints the figures the README reports.
 #[tokio::test]
 async fn follow_up_questions_are_retrieved_by_what_they_refer_to() {
+    sluice_testkit::needs!(Llm, Model);
     let server = start(&[]).await;
     server
         .ingest

@@ -28,6 +28,7 @@ fn nodelay_of_socket_with_peer(peer: std::net::SocketAddr) -> Option<bool> {
 
 #[tokio::test]
 async fn accepted_connections_have_tcp_nodelay() {
+    sluice_testkit::needs!(Llm, Model);
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let server = start(&[]).await;
     let addr = server.url.trim_start_matches("http://");
