@@ -369,11 +369,7 @@ mod tests {
     use super::*;
 
     fn with(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-        Settings::from_lookup(|k| {
-            (vars.iter())
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        })
+        Settings::from_lookup(sluice_core::settings::pairs(vars))
     }
 
     #[test]

@@ -42,6 +42,16 @@ impl fmt::Debug for Secret {
     }
 }
 
+/// A lookup over fixed `(name, value)` pairs instead of the environment: what tests and
+/// tools pass to a section's `from_lookup`.
+pub fn pairs<'a>(vars: &'a [(&str, &str)]) -> impl Fn(&str) -> Option<String> + 'a {
+    move |name: &str| {
+        (vars.iter())
+            .find(|(n, _)| *n == name)
+            .map(|(_, v)| v.to_string())
+    }
+}
+
 /// Whether `url` is an http:// or https:// URL.
 pub fn is_http_url(url: &str) -> bool {
     url.starts_with("http://") || url.starts_with("https://")

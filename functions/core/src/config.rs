@@ -548,14 +548,9 @@ fn cores() -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::HashMap;
 
     fn with(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
-        let map: HashMap<String, String> = vars
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        Config::from_lookup(|k| map.get(k).cloned())
+        Config::from_lookup(sluice_contract::settings::pairs(vars))
     }
 
     #[test]

@@ -37,7 +37,8 @@ pub mod usage;
 // The contract between the stages lives in its own crate (adapters depend on it alone); the
 // engine uses it under the same paths.
 pub use sluice_contract::{
-    REMEMBERED_TENANTS, Tenant, codes, error, filter, fusion, metadata, sha256_hex, stages, tenant,
+    REMEMBERED_TENANTS, Tenant, codes, error, filter, fusion, metadata, settings, sha256_hex,
+    stages, tenant,
 };
 
 pub use config::Config;

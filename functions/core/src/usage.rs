@@ -483,6 +483,11 @@ impl Meter {
         self.settings.tenant_budgets.get(tenant).copied()
     }
 
+    /// Longest a write or a read of the store may take before it is given up.
+    pub fn timeout(&self) -> Duration {
+        self.settings.timeout
+    }
+
     /// The store written to.
     pub fn store(&self) -> &Arc<dyn UsageStore> {
         &self.store

@@ -103,7 +103,7 @@ pub(crate) async fn usage(
     // read below says so.
     let _ = meter.flush().await;
     let mut rows = tokio::time::timeout(
-        sluice_core::usage::STORE_TIMEOUT,
+        meter.timeout(),
         meter.store().read(&caller.tenant, from, to),
     )
     .await

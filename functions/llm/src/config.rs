@@ -53,11 +53,7 @@ mod tests {
     use super::*;
 
     fn with(vars: &[(&str, &str)]) -> Result<LlmConfig, ConfigError> {
-        LlmConfig::from_lookup(&|k: &str| {
-            (vars.iter())
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        })
+        LlmConfig::from_lookup(&sluice_contract::settings::pairs(vars))
     }
 
     #[test]

@@ -156,11 +156,7 @@ mod tests {
 
     fn with(vars: &[(&str, &str)]) -> Result<StoreConfig, ConfigError> {
         StoreConfig::from_lookup(
-            &|k: &str| {
-                (vars.iter())
-                    .find(|(n, _)| *n == k)
-                    .map(|(_, v)| v.to_string())
-            },
+            &sluice_contract::settings::pairs(vars),
             std::path::Path::new(
                 (vars.iter())
                     .find(|(n, _)| *n == "SLUICE_DATA_DIR")

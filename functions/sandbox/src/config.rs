@@ -42,11 +42,7 @@ mod tests {
     use super::*;
 
     fn with(vars: &[(&str, &str)]) -> Result<RerankConfig, ConfigError> {
-        RerankConfig::from_lookup(&|k: &str| {
-            (vars.iter())
-                .find(|(n, _)| *n == k)
-                .map(|(_, v)| v.to_string())
-        })
+        RerankConfig::from_lookup(&sluice_contract::settings::pairs(vars))
     }
 
     #[test]
