@@ -98,12 +98,7 @@ async fn key_table(
     records: &[sluice_core::auth::KeyRecord],
 ) -> (String, sluice_aws::keys::DynamoKeys) {
     let table = format!("sluice-keys-{name}-{}", std::process::id());
-    let config =
-        sluice_core::Config::from_lookup(|n| (n == "SLUICE_API_KEYS_TABLE").then(|| table.clone()))
-            .unwrap();
-    let keys = sluice_aws::keys::DynamoKeys::connect(&config.auth)
-        .await
-        .unwrap();
+    let keys = sluice_aws::keys::DynamoKeys::connect(&table).await.unwrap();
     keys.create_table().await.unwrap();
     for record in records {
         keys.put(record).await.unwrap();
@@ -129,7 +124,7 @@ async fn with_keys_and_usage_in_dynamodb_the_function_url_needs_a_key_counts_it_
         (name == "SLUICE_USAGE_TABLE").then(|| usage_table.clone())
     })
     .unwrap();
-    let usage = sluice_aws::usage::DynamoUsage::connect(&config.usage)
+    let usage = sluice_aws::usage::DynamoUsage::connect(&config.usage.table)
         .await
         .unwrap();
     usage.create_table().await.unwrap();
@@ -304,7 +299,7 @@ async fn a_slow_component_fetch_does_not_hold_the_first_token() {
             ("SLUICE_COMPONENT_TABLE", table.as_str()),
         ],
     );
-    let storage = sluice_aws::components::S3Components::connect(&settings.config.components)
+    let storage = sluice_aws::components::S3Components::connect(&bucket, &table)
         .await
         .unwrap();
     let registry = sluice_sandbox::Registry::from_config(

@@ -10,10 +10,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use sluice_cache::DynamoCache;
 use sluice_core::Config;
 use sluice_core::auth::KeyStore;
 use sluice_core::breaker::{Breaker, GuardedStore};
-use sluice_core::config::{AuthConfig, ConfigError, UsageBackend};
+use sluice_core::cache::memory::MemoryCache;
+use sluice_core::cache::{CacheSettings, CacheStore, SemanticCache};
+use sluice_core::config::{AuthConfig, CacheBackend, CacheConfig, ConfigError, UsageBackend};
 use sluice_core::error::{CacheError, EmbedError, LlmError, StoreError};
 use sluice_core::stages::{ComponentError, ComponentStorage, Embedder, Llm, Store};
 use sluice_core::usage::{LocalUsage, UsageStore};
@@ -143,7 +146,7 @@ pub async fn parts(
     let store = uses_model.then(|| tokio::task::spawn_blocking(move || self::store(&store)));
     let cache = match role.answers() {
         true => {
-            let cache = sluice_cache::build(&config.cache, sluice_embed::DIM).await?;
+            let cache = cache(&config.cache, sluice_embed::DIM).await?;
             match &cache {
                 Some(c) => info!(backend = c.backend(), "answer cache ready"),
                 None => info!("answer cache off"),
@@ -277,12 +280,35 @@ pub fn registry(
     Registry::from_config(rerank, Arc::new(ModelHost(model)), storage).map_err(AppError::Components)
 }
 
+/// The answer cache `config` asks for (`SLUICE_CACHE`), for query vectors of `dim`
+/// components; `None` when it is off. For DynamoDB the client is built and the table checked
+/// (and created, with `SLUICE_CACHE_CREATE_TABLE=true`) here, once per process.
+pub async fn cache(
+    config: &CacheConfig,
+    dim: usize,
+) -> Result<Option<Arc<SemanticCache>>, AppError> {
+    let store: Arc<dyn CacheStore> = match config.backend {
+        CacheBackend::Off => return Ok(None),
+        CacheBackend::Memory => Arc::new(MemoryCache::new(config.max_entries)),
+        CacheBackend::Dynamodb => {
+            let table =
+                DynamoCache::connect(&config.table, config.tenant_role_arn.as_deref()).await?;
+            table.prepare(config.create_table).await?;
+            Arc::new(table)
+        }
+    };
+    let settings = CacheSettings::from_config(config);
+    Ok(Some(Arc::new(SemanticCache::new(store, settings, dim))))
+}
+
 /// Where tenants' components are kept: S3 and DynamoDB with `SLUICE_COMPONENT_BUCKET`, else
 /// `SLUICE_DATA_DIR/components`.
 async fn component_storage(config: &Config) -> Result<Arc<dyn ComponentStorage>, AppError> {
     Ok(match &config.components.bucket {
         Some(bucket) => {
-            let s3 = sluice_aws::components::S3Components::connect(&config.components).await?;
+            let s3 =
+                sluice_aws::components::S3Components::connect(bucket, &config.components.table)
+                    .await?;
             info!(bucket = %bucket, table = %s3.table(), "components in S3 and DynamoDB");
             Arc::new(s3)
         }
@@ -307,7 +333,7 @@ pub async fn usage_store(config: &Config) -> Result<Option<Arc<dyn UsageStore>>,
             Some(Arc::new(store))
         }
         UsageBackend::Dynamodb => {
-            let store = sluice_aws::usage::DynamoUsage::connect(usage).await?;
+            let store = sluice_aws::usage::DynamoUsage::connect(&usage.table).await?;
             info!(table = %store.table(), "usage counted in DynamoDB");
             Some(Arc::new(store))
         }
@@ -319,7 +345,7 @@ async fn keys(config: &AuthConfig) -> Result<Option<Arc<dyn KeyStore>>, AppError
     if let Some(table) = &config.api_keys_table {
         info!(%table, "auth on: API keys in DynamoDB");
         return Ok(Some(Arc::new(
-            sluice_aws::keys::DynamoKeys::connect(config).await?,
+            sluice_aws::keys::DynamoKeys::connect(table).await?,
         )));
     }
     Ok(match sluice_core::auth::file_keys(config)? {

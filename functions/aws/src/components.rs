@@ -15,10 +15,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_s3::primitives::ByteStream;
-use sluice_core::Tenant;
-use sluice_core::config::ComponentsConfig;
-use sluice_core::stages::ComponentError;
-use sluice_core::stages::ComponentStorage as Storage;
+use sluice_contract::Tenant;
+use sluice_contract::stages::ComponentError;
+use sluice_contract::stages::ComponentStorage as Storage;
 
 use crate::AwsError;
 
@@ -38,19 +37,16 @@ fn s(value: &str) -> AttributeValue {
 }
 
 impl S3Components {
-    /// Clients from the standard AWS environment for the configured bucket and table. Call
-    /// within the tokio runtime that is to run the calls.
-    pub async fn connect(config: &ComponentsConfig) -> Result<Self, AwsError> {
-        let bucket = config
-            .bucket
-            .clone()
-            .ok_or_else(|| AwsError::Malformed("SLUICE_COMPONENT_BUCKET is not set".into()))?;
+    /// Clients from the standard AWS environment for `bucket` (`SLUICE_COMPONENT_BUCKET`)
+    /// and `table` (`SLUICE_COMPONENT_TABLE`). Call within the tokio runtime that is to run
+    /// the calls.
+    pub async fn connect(bucket: &str, table: &str) -> Result<Self, AwsError> {
         let sdk = crate::sdk_config("SLUICE_COMPONENT_BUCKET").await?;
         Ok(Self {
             s3: crate::s3_client(&sdk),
             dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
-            bucket,
-            table: config.table.clone(),
+            bucket: bucket.to_string(),
+            table: table.to_string(),
             runtime: tokio::runtime::Handle::current(),
         })
     }

@@ -9,7 +9,7 @@ use crate::AwsError;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Upload {
     /// The tenant: the key's first segment.
-    pub tenant: sluice_core::Tenant,
+    pub tenant: sluice_contract::Tenant,
     /// The rest of the key: the document's name.
     pub name: String,
 }
@@ -18,7 +18,7 @@ pub struct Upload {
 /// the tenant is not a valid tenant id.
 pub fn upload(key: &str) -> Option<Upload> {
     let (tenant, name) = key.split_once('/')?;
-    let tenant = sluice_core::Tenant::new(tenant).ok()?;
+    let tenant = sluice_contract::Tenant::new(tenant).ok()?;
     (!name.is_empty()).then(|| Upload {
         tenant,
         name: name.to_string(),
@@ -131,7 +131,7 @@ mod tests {
         assert_eq!(
             upload("acme/docs/faq.md"),
             Some(Upload {
-                tenant: sluice_core::Tenant::new("acme").unwrap(),
+                tenant: sluice_contract::Tenant::new("acme").unwrap(),
                 name: "docs/faq.md".into()
             })
         );

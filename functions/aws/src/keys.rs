@@ -17,10 +17,9 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,
 };
-use sluice_core::Tenant;
-use sluice_core::auth::{AuthError, KeyRecord, KeyStore, Permission, Principal, check_record};
-use sluice_core::config::AuthConfig;
-use sluice_core::filter::Filter;
+use sluice_contract::Tenant;
+use sluice_contract::auth::{AuthError, KeyRecord, KeyStore, Permission, Principal, check_record};
+use sluice_contract::filter::Filter;
 
 use crate::AwsError;
 
@@ -34,7 +33,7 @@ const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(800);
 /// A lookup with its retry.
 const OPERATION_TIMEOUT: Duration = Duration::from_millis(2000);
 /// Remembered lookups; past this the memory is cleared (a flood of random keys).
-const MAX_REMEMBERED: usize = sluice_core::REMEMBERED_TENANTS;
+const MAX_REMEMBERED: usize = sluice_contract::REMEMBERED_TENANTS;
 
 type Remembered = HashMap<String, (Option<Principal>, Instant)>;
 
@@ -50,18 +49,15 @@ fn s(v: &str) -> AttributeValue {
 }
 
 impl DynamoKeys {
-    /// A client for `config`'s `SLUICE_API_KEYS_TABLE` (the standard AWS environment).
-    pub async fn connect(config: &AuthConfig) -> Result<Self, AwsError> {
-        let table = config
-            .api_keys_table
-            .clone()
-            .ok_or_else(|| AwsError::Malformed("SLUICE_API_KEYS_TABLE is not set".into()))?;
+    /// A client for the key table `table` (`SLUICE_API_KEYS_TABLE`; the standard AWS
+    /// environment).
+    pub async fn connect(table: &str) -> Result<Self, AwsError> {
         let sdk =
             crate::sdk_config_with("SLUICE_API_KEYS_TABLE", ATTEMPT_TIMEOUT, OPERATION_TIMEOUT)
                 .await?;
         Ok(Self {
             client: Client::new(&sdk),
-            table,
+            table: table.to_string(),
             remembered: Mutex::new(HashMap::new()),
         })
     }

@@ -14,9 +14,8 @@ use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
     ScalarAttributeType,
 };
-use sluice_core::Tenant;
-use sluice_core::config::UsageConfig;
-use sluice_core::usage::{
+use sluice_contract::Tenant;
+use sluice_contract::usage::{
     Counts, Date, Row, Unwritten, UsageError, UsageKey, UsageStore, day_string, parse_day,
 };
 
@@ -40,14 +39,15 @@ pub struct DynamoUsage {
 }
 
 impl DynamoUsage {
-    /// A client for `config`'s `SLUICE_USAGE_TABLE` (the standard AWS environment).
-    pub async fn connect(config: &UsageConfig) -> Result<Self, AwsError> {
+    /// A client for the usage table `table` (`SLUICE_USAGE_TABLE`; the standard AWS
+    /// environment).
+    pub async fn connect(table: &str) -> Result<Self, AwsError> {
         let sdk =
             crate::sdk_config_with("SLUICE_USAGE=dynamodb", ATTEMPT_TIMEOUT, OPERATION_TIMEOUT)
                 .await?;
         Ok(Self {
             client: Client::new(&sdk),
-            table: config.table.clone(),
+            table: table.to_string(),
         })
     }
 

@@ -152,9 +152,12 @@ fn bench(c: &mut Criterion) {
         );
         let mut config = sluice_core::Config::from_env().expect("config");
         config.cache.table = format!("sluice-bench-{}", std::process::id());
-        let table = sluice_cache::DynamoCache::connect(&config.cache)
-            .await
-            .expect("client");
+        let table = sluice_cache::DynamoCache::connect(
+            &config.cache.table,
+            config.cache.tenant_role_arn.as_deref(),
+        )
+        .await
+        .expect("client");
         table.create_table().await.expect("table");
         Arc::new(table)
     });

@@ -40,16 +40,12 @@ use aws_sdk_dynamodb::types::{
     KeySchemaElement, KeyType, Projection, ProjectionType, ScalarAttributeType, TableStatus,
     TimeToLiveSpecification, WriteRequest,
 };
-use sluice_core::Tenant;
-use sluice_core::cache::lsh::BANDS;
+use sluice_contract::Tenant;
+use sluice_contract::cache::BANDS;
 use std::sync::Arc;
 
-use sluice_core::cache::memory::MemoryCache;
-use sluice_core::cache::{
-    CacheEntry, CacheSettings, CacheStore, CachedAnswer, Scope, SemanticCache,
-};
-use sluice_core::config::{CacheBackend, CacheConfig};
-use sluice_core::error::CacheError;
+use sluice_contract::cache::{CacheEntry, CacheStore, CachedAnswer, Scope};
+use sluice_contract::error::CacheError;
 use tracing::{info, warn};
 
 /// DynamoDB's item size limit; bigger entries are not cached.
@@ -61,26 +57,6 @@ const CREATE_WAIT: Duration = Duration::from_secs(120);
 /// Every cache call (on the request path): one attempt, and the whole operation with its retry.
 const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(2);
 const OPERATION_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The cache stage `config` asks for (`SLUICE_CACHE`), for query vectors of `dim`
-/// components; `None` when it is off. For DynamoDB the client is built and the table checked
-/// (and created, with `SLUICE_CACHE_CREATE_TABLE=true`) here, once per process.
-pub async fn build(
-    config: &CacheConfig,
-    dim: usize,
-) -> Result<Option<Arc<SemanticCache>>, CacheError> {
-    let store: Arc<dyn CacheStore> = match config.backend {
-        CacheBackend::Off => return Ok(None),
-        CacheBackend::Memory => Arc::new(MemoryCache::new(config.max_entries)),
-        CacheBackend::Dynamodb => {
-            let table = DynamoCache::connect(config).await?;
-            table.prepare(config.create_table).await?;
-            Arc::new(table)
-        }
-    };
-    let settings = CacheSettings::from_config(config);
-    Ok(Some(Arc::new(SemanticCache::new(store, settings, dim))))
-}
 
 /// The cache table.
 #[derive(Clone)]
@@ -110,8 +86,10 @@ pub const TENANT_TAG: &str = "sluice-tenant";
 
 impl DynamoCache {
     /// A client built once from the standard AWS environment (`AWS_REGION`, credentials,
-    /// `AWS_ENDPOINT_URL_DYNAMODB` for an emulator) for `SLUICE_CACHE_TABLE`.
-    pub async fn connect(config: &CacheConfig) -> Result<Self, CacheError> {
+    /// `AWS_ENDPOINT_URL_DYNAMODB` for an emulator) for the table `table`
+    /// (`SLUICE_CACHE_TABLE`); with `tenant_role` (`SLUICE_CACHE_TENANT_ROLE_ARN`), each
+    /// tenant's item calls use that role's credentials for the tenant.
+    pub async fn connect(table: &str, tenant_role: Option<&str>) -> Result<Self, CacheError> {
         let sdk = sluice_aws::sdk_config_with(
             "SLUICE_CACHE=dynamodb",
             ATTEMPT_TIMEOUT,
@@ -119,10 +97,10 @@ impl DynamoCache {
         )
         .await
         .map_err(|e| CacheError::Setup(e.to_string()))?;
-        let mut cache = Self::new(Client::new(&sdk), &config.table);
-        if let Some(role) = &config.tenant_role_arn {
+        let mut cache = Self::new(Client::new(&sdk), table);
+        if let Some(role) = tenant_role {
             cache.tenants = Some(Arc::new(TenantClients {
-                role: role.clone(),
+                role: role.to_string(),
                 sdk,
                 clients: Default::default(),
             }));
@@ -151,7 +129,7 @@ impl DynamoCache {
             .build();
         let client = Client::from_conf(config);
         let mut clients = tenants.clients.lock().map_err(setup)?;
-        if clients.len() >= sluice_core::REMEMBERED_TENANTS && !clients.contains_key(tenant) {
+        if clients.len() >= sluice_contract::REMEMBERED_TENANTS && !clients.contains_key(tenant) {
             // Bounded: a forgotten tenant's next call assumes its role again.
             clients.clear();
         }

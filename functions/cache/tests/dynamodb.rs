@@ -12,12 +12,7 @@ use sluice_core::Config;
 use sluice_core::cache::{
     CacheEntry, CacheSettings, CacheStore, CachedAnswer, Lookup, Probe, Scope, SemanticCache,
 };
-use sluice_core::config::CacheConfig;
 use sluice_core::error::CacheError;
-
-fn config(table: &str) -> CacheConfig {
-    config_with(table, &[]).cache
-}
 
 /// The environment with the DynamoDB backend on `table`, then `extra`.
 fn config_with(table: &str, extra: &[(&str, &str)]) -> Config {
@@ -36,7 +31,7 @@ fn config_with(table: &str, extra: &[(&str, &str)]) -> Config {
 
 async fn table(name: &str) -> DynamoCache {
     let table = format!("{name}-{}", std::process::id());
-    let cache = DynamoCache::connect(&config(&table)).await.expect("client");
+    let cache = DynamoCache::connect(&table, None).await.expect("client");
     assert!(
         cache.create_table().await.expect("create table"),
         "fresh table"
@@ -97,6 +92,7 @@ fn hit_text(lookup: &Lookup) -> Option<String> {
 
 #[tokio::test]
 async fn create_table_is_idempotent_and_check_sees_the_layout() {
+    sluice_testkit::needs!(Aws);
     let cache = table("sluice-create").await;
     assert!(cache.check().await.unwrap());
     assert!(!cache.create_table().await.unwrap(), "second call finds it");
@@ -105,7 +101,8 @@ async fn create_table_is_idempotent_and_check_sees_the_layout() {
 
 #[tokio::test]
 async fn a_missing_table_says_how_to_create_it() {
-    let cache = DynamoCache::connect(&config("sluice-never-created"))
+    sluice_testkit::needs!(Aws);
+    let cache = DynamoCache::connect("sluice-never-created", None)
         .await
         .unwrap();
     assert!(!cache.check().await.unwrap());
@@ -116,6 +113,7 @@ async fn a_missing_table_says_how_to_create_it() {
 
 #[tokio::test]
 async fn exact_and_similar_hits_round_trip_through_the_table() {
+    sluice_testkit::needs!(Aws);
     let store = table("sluice-roundtrip").await;
     let cache = semantic(store.clone());
     let stored = entry(
@@ -156,6 +154,7 @@ async fn exact_and_similar_hits_round_trip_through_the_table() {
 
 #[tokio::test]
 async fn one_tenant_never_reads_another_tenants_entry() {
+    sluice_testkit::needs!(Aws);
     let store = table("sluice-tenants").await;
     let cache = semantic(store.clone());
     let v = vec![0.0, 1.0, 0.0, 0.0];
@@ -194,6 +193,7 @@ async fn one_tenant_never_reads_another_tenants_entry() {
 
 #[tokio::test]
 async fn expired_entries_are_ignored_although_the_emulator_keeps_them() {
+    sluice_testkit::needs!(Aws);
     let store = table("sluice-ttl").await;
     let cache = semantic(store.clone());
     let v = vec![0.0, 0.0, 1.0, 0.0];
@@ -215,6 +215,7 @@ async fn expired_entries_are_ignored_although_the_emulator_keeps_them() {
 
 #[tokio::test]
 async fn clear_deletes_every_entry_of_one_tenant_only() {
+    sluice_testkit::needs!(Aws);
     let store = table("sluice-clear").await;
     let cache = semantic(store.clone());
     for i in 0..60 {
@@ -259,6 +260,7 @@ async fn clear_deletes_every_entry_of_one_tenant_only() {
 
 #[tokio::test]
 async fn an_answer_over_the_item_limit_is_not_written() {
+    sluice_testkit::needs!(Aws);
     let store = table("sluice-large").await;
     let cache = semantic(store.clone());
     let mut big = entry(
@@ -326,6 +328,7 @@ async fn counting_proxy(delay: Duration) -> (String, Arc<std::sync::Mutex<Vec<St
 
 #[tokio::test]
 async fn a_lookup_is_one_parallel_round_of_one_get_item_and_ten_index_queries() {
+    sluice_testkit::needs!(Aws);
     let direct = table("sluice-rounds").await;
     let cache = semantic(direct.clone());
     cache
@@ -369,6 +372,7 @@ async fn a_lookup_is_one_parallel_round_of_one_get_item_and_ten_index_queries() 
 
 #[tokio::test]
 async fn with_a_tenant_role_each_tenant_calls_with_credentials_assumed_for_it() {
+    sluice_testkit::needs!(Aws);
     // moto evaluates no IAM policy: this shows the role is assumed per tenant (through the STS
     // endpoint `make test` points at moto) and that every item call works with those
     // credentials. What the role allows is checked on the template (tests/tests/e2e/iac.rs).
@@ -379,7 +383,9 @@ async fn with_a_tenant_role_each_tenant_calls_with_credentials_assumed_for_it() 
             "arn:aws:iam::123456789012:role/sluice-cache-tenant",
         )],
     );
-    let store = DynamoCache::connect(&config.cache).await.expect("client");
+    let store = DynamoCache::connect(&config.cache.table, config.cache.tenant_role_arn.as_deref())
+        .await
+        .expect("client");
     store.create_table().await.expect("create table");
     assert_eq!(
         store.tenant_clients(),

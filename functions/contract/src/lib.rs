@@ -9,13 +9,17 @@
 //! - [`metadata`] and [`filter`]: what a document says about itself, and which documents an
 //!   answer may use;
 //! - [`fusion`]: how the dense and BM25 halves of a search are fused, per tenant;
-//! - [`settings`]: how each owner of a configuration section reads and checks its variables.
+//! - [`settings`]: how each owner of a configuration section reads and checks its variables;
+//! - [`cache`], [`auth`] and [`usage`]: the storage boundaries of the answer cache, the API
+//!   keys and usage — what a backend keeps and answers (the rules over them are the engine's).
 //!
 //! The pipeline that calls the stages, and its rules (cache, prompt, ingest, usage, auth),
 //! are `sluice-core`'s; the adapters depend on this crate alone for what they implement, so
 //! that a change in the engine does not reach them.
 #![warn(missing_docs)]
 
+pub mod auth;
+pub mod cache;
 pub mod codes;
 pub mod error;
 pub mod filter;
@@ -24,6 +28,7 @@ pub mod metadata;
 pub mod settings;
 pub mod stages;
 pub mod tenant;
+pub mod usage;
 
 pub use tenant::Tenant;
 

@@ -663,3 +663,23 @@ mod tests {
         assert!(bad(big.into()).contains("bytes of keys and values"));
     }
 }
+
+/// A source as shown to the client: it is cited in the answer as `[n]`, n = position + 1.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SourceDoc {
+    /// Document id.
+    pub id: String,
+    /// Chunk position inside the document.
+    pub chunk: usize,
+    /// Fused retrieval score.
+    pub score: f32,
+    /// Where the document came from.
+    pub source: String,
+    /// Document title.
+    pub title: String,
+    /// The first characters of the chunk.
+    pub snippet: String,
+    /// The document's metadata, when it has any.
+    #[serde(default, skip_serializing_if = "crate::metadata::Metadata::is_empty")]
+    pub metadata: crate::metadata::Metadata,
+}

@@ -28,202 +28,59 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
-pub use time::{Date, Month};
+pub use sluice_contract::usage::*;
 
 use crate::Tenant;
 use crate::config::UsageConfig;
 use crate::sse::{Done, Timings};
 
-/// Declares [`Counts`] once: its fields, their names, and adding two together.
-macro_rules! counters {
-    ($( $(#[doc = $doc:expr])* $field:ident ),* $(,)?) => {
-        /// What was used, in one row (a tenant, a key, a day) or in total. Every field adds up.
-        #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-        #[serde(default)]
-        pub struct Counts { $( $(#[doc = $doc])* pub $field: u64, )* }
-
-        impl Counts {
-            /// The counters' names, as the API, the file and the table spell them.
-            pub const FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
-
-            /// Each counter with its name.
-            pub fn fields(&self) -> Vec<(&'static str, u64)> {
-                vec![$((stringify!($field), self.$field)),*]
-            }
-
-            /// Sets the counter `name`; `false` when there is none of that name.
-            pub fn set(&mut self, name: &str, value: u64) -> bool {
-                match name {
-                    $(stringify!($field) => self.$field = value,)*
-                    _ => return false,
-                }
-                true
-            }
-
-            /// Adds `other` to these counts (saturating: a counter never wraps).
-            pub fn add(&mut self, other: &Counts) {
-                $(self.$field = self.$field.saturating_add(other.$field);)*
-            }
-        }
+/// What one answer used: its `done` when it ended with one; else (an `error`, or a client
+/// that went away) the `streamed` token events it sent and — once the LLM has sent one,
+/// so it has read the prompt — `prompt`, the prompt's tokens as `meta` counted them (the
+/// upstream's own count never came). `cache_hit` is `meta.cache`; `timings` the last
+/// known.
+pub fn counts_of_answer(
+    done: Option<&Done>,
+    cache_hit: bool,
+    streamed: u64,
+    prompt: u64,
+    timings: &Timings,
+) -> Counts {
+    let mut c = Counts {
+        component_calls: u64::from(timings.rerank_ms.is_some()),
+        component_fuel: timings.rerank_fuel.unwrap_or(0),
+        ..Counts::default()
     };
-}
-
-counters! {
-    /// Answers that ended with `done` (cache hits included).
-    answers,
-    /// Answers served from the cache.
-    cache_hits,
-    /// Prompt tokens sent to the LLM (the upstream's count, else Sluice's estimate).
-    prompt_tokens,
-    /// Tokens the LLM generated (for a stream cut short: the token events it sent).
-    completion_tokens,
-    /// Tokens replayed from the cache (no LLM spent them; not budgeted).
-    cached_tokens,
-    /// Calls of the tenant's rerank component.
-    component_calls,
-    /// Fuel (about one per WebAssembly instruction) those calls burnt.
-    component_fuel,
-    /// Ingest requests (and S3 uploads) that stored documents.
-    ingests,
-    /// Documents stored.
-    documents,
-    /// Chunks embedded and stored.
-    chunks,
-}
-
-impl Counts {
-    /// The tokens a budget counts: prompt and completion (cached answers spend none).
-    pub fn tokens(&self) -> u64 {
-        self.prompt_tokens.saturating_add(self.completion_tokens)
-    }
-
-    /// Whether nothing was counted.
-    pub fn is_zero(&self) -> bool {
-        *self == Counts::default()
-    }
-
-    /// What one answer used: its `done` when it ended with one; else (an `error`, or a client
-    /// that went away) the `streamed` token events it sent and — once the LLM has sent one,
-    /// so it has read the prompt — `prompt`, the prompt's tokens as `meta` counted them (the
-    /// upstream's own count never came). `cache_hit` is `meta.cache`; `timings` the last
-    /// known.
-    pub fn of_answer(
-        done: Option<&Done>,
-        cache_hit: bool,
-        streamed: u64,
-        prompt: u64,
-        timings: &Timings,
-    ) -> Self {
-        let mut c = Counts {
-            component_calls: u64::from(timings.rerank_ms.is_some()),
-            component_fuel: timings.rerank_fuel.unwrap_or(0),
-            ..Counts::default()
-        };
-        match done {
-            Some(d) if d.cached || cache_hit => {
-                c.answers = 1;
-                c.cache_hits = 1;
-                c.cached_tokens = d.token_count;
-            }
-            Some(d) => {
-                c.answers = 1;
-                c.prompt_tokens = d.prompt_tokens;
-                c.completion_tokens = d.token_count;
-            }
-            None if cache_hit => c.cached_tokens = streamed,
-            None => {
-                c.completion_tokens = streamed;
-                if streamed > 0 {
-                    c.prompt_tokens = prompt;
-                }
+    match done {
+        Some(d) if d.cached || cache_hit => {
+            c.answers = 1;
+            c.cache_hits = 1;
+            c.cached_tokens = d.token_count;
+        }
+        Some(d) => {
+            c.answers = 1;
+            c.prompt_tokens = d.prompt_tokens;
+            c.completion_tokens = d.token_count;
+        }
+        None if cache_hit => c.cached_tokens = streamed,
+        None => {
+            c.completion_tokens = streamed;
+            if streamed > 0 {
+                c.prompt_tokens = prompt;
             }
         }
-        c
     }
+    c
+}
 
-    /// What one ingest stored.
-    pub fn of_ingest(report: &crate::ingest::IngestReport) -> Self {
-        Counts {
-            ingests: 1,
-            documents: report.documents as u64,
-            chunks: report.chunks as u64,
-            ..Counts::default()
-        }
+/// What one ingest stored.
+pub fn counts_of_ingest(report: &crate::ingest::IngestReport) -> Counts {
+    Counts {
+        ingests: 1,
+        documents: report.documents as u64,
+        chunks: report.chunks as u64,
+        ..Counts::default()
     }
-}
-
-/// One row of usage: a tenant, one of its keys (`None`: requests without a key — auth off,
-/// or the ingest function's S3 uploads), a UTC day.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct UsageKey {
-    /// The tenant.
-    pub tenant: Tenant,
-    /// The key's id ([`crate::auth::key_id`]), if a key was used.
-    pub key: Option<String>,
-    /// The UTC day.
-    pub day: Date,
-}
-
-/// A row and its counts.
-pub type Row = (UsageKey, Counts);
-
-/// Why usage could not be read or written.
-#[derive(Debug, Error)]
-pub enum UsageError {
-    /// The store could not be reached, or failed.
-    #[error("usage store unavailable: {0}")]
-    Unavailable(String),
-    /// The usage file is unreadable or malformed.
-    #[error("usage file {path}: {message}")]
-    File {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong.
-        message: String,
-    },
-}
-
-/// Rows a store did not write, and why; the [`Meter`] keeps them for the next flush.
-#[derive(Debug)]
-pub struct Unwritten {
-    /// The rows not written (none of their counts were added).
-    pub rows: Vec<Row>,
-    /// Why.
-    pub error: UsageError,
-}
-
-/// Where usage is kept: rows added to atomically, read back by tenant and days.
-#[async_trait]
-pub trait UsageStore: Send + Sync {
-    /// Adds each row's counts to what is stored for its key (a missing row counts from 0).
-    async fn add(&self, rows: &[Row]) -> Result<(), Unwritten>;
-    /// Every row of `tenant` from day `from` to day `to`, both included.
-    async fn read(&self, tenant: &Tenant, from: Date, to: Date) -> Result<Vec<Row>, UsageError>;
-}
-
-/// `YYYY-MM-DD`.
-pub fn day_string(day: Date) -> String {
-    format!(
-        "{:04}-{:02}-{:02}",
-        day.year(),
-        u8::from(day.month()),
-        day.day()
-    )
-}
-
-/// The day `YYYY-MM-DD` names, if it is one.
-pub fn parse_day(text: &str) -> Option<Date> {
-    let mut parts = text.trim().splitn(3, '-');
-    let mut next = |len: usize| {
-        parts
-            .next()
-            .filter(|p| p.len() == len && p.bytes().all(|b| b.is_ascii_digit()))
-            .and_then(|p| p.parse::<u16>().ok())
-    };
-    let (year, month, day) = (next(4)?, next(2)?, next(2)?);
-    let month = time::Month::try_from(u8::try_from(month).ok()?).ok()?;
-    Date::from_calendar_date(i32::from(year), month, u8::try_from(day).ok()?).ok()
 }
 
 /// Today in UTC.
@@ -860,7 +717,7 @@ mod tests {
             cached: false,
             timings: timings.clone(),
         };
-        let fresh = Counts::of_answer(Some(&done), false, 39, 280, &timings);
+        let fresh = counts_of_answer(Some(&done), false, 39, 280, &timings);
         assert_eq!(
             (
                 fresh.answers,
@@ -871,7 +728,7 @@ mod tests {
             (1, 300, 40, 340)
         );
         assert_eq!((fresh.component_calls, fresh.component_fuel), (1, 1234));
-        let cached = Counts::of_answer(
+        let cached = counts_of_answer(
             Some(&Done {
                 cached: true,
                 ..done
@@ -886,13 +743,13 @@ mod tests {
             (1, 40, 0)
         );
         // Cut short after its first token: the prompt the LLM read is paid for.
-        let cut = Counts::of_answer(None, false, 7, 280, &Timings::default());
+        let cut = counts_of_answer(None, false, 7, 280, &Timings::default());
         assert_eq!(
             (cut.answers, cut.prompt_tokens, cut.completion_tokens),
             (0, 280, 7)
         );
         // Before it: nothing was generated, nothing is charged.
-        let early = Counts::of_answer(None, false, 0, 280, &Timings::default());
+        let early = counts_of_answer(None, false, 0, 280, &Timings::default());
         assert_eq!(early.tokens(), 0);
     }
 

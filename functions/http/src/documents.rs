@@ -20,7 +20,6 @@ use sluice_core::codes::Code;
 use sluice_core::error::{IngestError, StoreError};
 use sluice_core::filter::Filter;
 use sluice_core::ingest::{DEFAULT_PAGE, Document, MAX_PAGE};
-use sluice_core::usage::Counts;
 
 use crate::Server;
 use crate::admit::admit;
@@ -60,7 +59,11 @@ pub(crate) async fn documents(
     match (ingest.ingest_within(&tenant, caller.filter.as_ref(), documents)).await {
         Ok(report) => {
             if let Some(meter) = &server.usage {
-                meter.record(&tenant, caller.key.as_deref(), Counts::of_ingest(&report));
+                meter.record(
+                    &tenant,
+                    caller.key.as_deref(),
+                    sluice_core::usage::counts_of_ingest(&report),
+                );
                 // Written before the answer, as an ingest is not latency-bound; a failure
                 // keeps the counts for the next flush and is not the client's problem.
                 let _ = meter.flush().await;

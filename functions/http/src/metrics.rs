@@ -376,11 +376,13 @@ pub fn observed(
                 guard.streamed = tokens;
             }
             Event::Done(d) => {
-                let usage = Counts::of_answer(Some(d), hit, tokens, prompt, &d.timings);
+                let usage =
+                    sluice_core::usage::counts_of_answer(Some(d), hit, tokens, prompt, &d.timings);
                 guard.finish(&outcome(&d.timings, None, &usage));
             }
             Event::Error(e) => {
-                let usage = Counts::of_answer(None, hit, tokens, prompt, timings);
+                let usage =
+                    sluice_core::usage::counts_of_answer(None, hit, tokens, prompt, timings);
                 guard.finish(&outcome(timings, Some(e.code), &usage));
             }
         }
@@ -442,7 +444,13 @@ impl Drop for AnswerGuard {
         {
             let used = (self.dropped.as_ref())
                 .map(|(hit, prompt, timings)| {
-                    Counts::of_answer(None, *hit, self.streamed, *prompt, timings)
+                    sluice_core::usage::counts_of_answer(
+                        None,
+                        *hit,
+                        self.streamed,
+                        *prompt,
+                        timings,
+                    )
                 })
                 .unwrap_or_default();
             meter.record(&tenant, key.as_deref(), used);

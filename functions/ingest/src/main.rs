@@ -25,7 +25,7 @@ use serde_json::Value;
 use sluice_aws::documents::{self, Documents, ReadError};
 use sluice_core::Ingest;
 use sluice_core::error::IngestError;
-use sluice_core::usage::{Counts, Meter};
+use sluice_core::usage::Meter;
 use tracing::{info, warn};
 
 /// What an S3 invocation did, per object.
@@ -143,7 +143,11 @@ async fn ingest_uploads(
             Ok(done) => {
                 info!(%bucket, %key, tenant = %upload.tenant, documents = done.documents, chunks = done.chunks, "upload ingested");
                 if let Some(meter) = usage {
-                    meter.record(&upload.tenant, None, Counts::of_ingest(&done));
+                    meter.record(
+                        &upload.tenant,
+                        None,
+                        sluice_core::usage::counts_of_ingest(&done),
+                    );
                 }
                 report.ingested.push(Ingested {
                     key,

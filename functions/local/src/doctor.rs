@@ -89,7 +89,12 @@ pub async fn run(settings: &sluice_app::Settings, url: &str) -> Result<()> {
             ),
         ),
         CacheBackend::Dynamodb => {
-            let checked = match sluice_cache::DynamoCache::connect(&config.cache).await {
+            let checked = match sluice_cache::DynamoCache::connect(
+                &config.cache.table,
+                config.cache.tenant_role_arn.as_deref(),
+            )
+            .await
+            {
                 Ok(table) => table.check().await.map(|exists| (table, exists)),
                 Err(e) => Err(e),
             };

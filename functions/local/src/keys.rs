@@ -64,7 +64,7 @@ pub async fn create(
             format!("{} (restart sluice serve to use it)", file.display())
         }
         (None, Some(table)) => {
-            let keys = sluice_aws::keys::DynamoKeys::connect(&config.auth).await?;
+            let keys = sluice_aws::keys::DynamoKeys::connect(table).await?;
             keys.put(&record).await?;
             format!("DynamoDB table {table}")
         }
@@ -81,7 +81,10 @@ pub async fn create(
 
 /// Creates the DynamoDB key table.
 pub async fn create_table(config: &Config) -> Result<()> {
-    let keys = sluice_aws::keys::DynamoKeys::connect(&config.auth).await?;
+    let Some(table) = &config.auth.api_keys_table else {
+        bail!("SLUICE_API_KEYS_TABLE is not set: name the table to create");
+    };
+    let keys = sluice_aws::keys::DynamoKeys::connect(table).await?;
     keys.create_table().await?;
     println!("table {} created", keys.table());
     Ok(())

@@ -264,7 +264,11 @@ fn main() -> Result<()> {
         Command::Cache {
             command: CacheCommand::CreateTable,
         } => runtime.block_on(async {
-            let table = sluice_cache::DynamoCache::connect(&config.cache).await?;
+            let table = sluice_cache::DynamoCache::connect(
+                &config.cache.table,
+                config.cache.tenant_role_arn.as_deref(),
+            )
+            .await?;
             let created = table.create_table().await?;
             println!(
                 "table {} {}",

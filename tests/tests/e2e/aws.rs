@@ -19,20 +19,8 @@ use sluice_tests::REVERSE;
 async fn storage() -> (Arc<S3Components>, String) {
     let bucket = aws::bucket("components").await;
     let table = aws::component_table().await;
-    let dir = tempfile::tempdir().unwrap();
-    let settings = sluice_tests::settings(
-        dir.path(),
-        &[
-            ("SLUICE_COMPONENT_BUCKET", bucket.as_str()),
-            ("SLUICE_COMPONENT_TABLE", table.as_str()),
-        ],
-    );
     (
-        Arc::new(
-            S3Components::connect(&settings.config.components)
-                .await
-                .unwrap(),
-        ),
+        Arc::new(S3Components::connect(&bucket, &table).await.unwrap()),
         bucket,
     )
 }
@@ -215,7 +203,7 @@ async fn usage_from_many_environments_adds_up_in_dynamodb_and_reads_back_by_tena
         ],
     );
     let usage = Arc::new(
-        sluice_aws::usage::DynamoUsage::connect(&settings.config.usage)
+        sluice_aws::usage::DynamoUsage::connect(&settings.config.usage.table)
             .await
             .unwrap(),
     );

@@ -29,104 +29,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use async_trait::async_trait;
-use serde::{Deserialize, Serialize};
-
 use crate::Tenant;
 use crate::config::CacheConfig;
 use crate::error::CacheError;
-use crate::sse::SourceDoc;
+pub use sluice_contract::cache::{CacheEntry, CacheStore, CachedAnswer, Scope};
 
 use guard::Guard;
 use lsh::Lsh;
-
-/// The answer as it was streamed, replayed token by token on a hit.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct CachedAnswer {
-    /// The token events' texts, in order.
-    pub tokens: Vec<String>,
-    /// The sources shown in `meta`.
-    pub sources: Vec<SourceDoc>,
-    /// As in the original `done`.
-    pub finish_reason: String,
-    /// As in the original `done`.
-    pub token_count: u64,
-    /// As in the original `done`.
-    pub token_count_source: String,
-}
-
-/// What an entry was made under; it answers a request only when all of it is the same.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Scope {
-    /// The tenant's corpus version when the answer was made (ingest bumps it).
-    pub corpus_version: u64,
-    /// The LLM that wrote the answer.
-    pub llm_model: String,
-    /// The model of the stored query vector (vectors of two models do not compare).
-    pub embed_model: String,
-    /// [`crate::prompt::PROMPT_VERSION`] when the answer was made.
-    pub prompt_version: u32,
-    /// Sources asked for.
-    pub k: usize,
-    /// The tenant's active rerank component (`None`: the built-in fused order).
-    pub rerank: Option<String>,
-    /// Digest of what else shaped the answer — the effective metadata filter, the
-    /// conversation, a smaller `max_tokens` ([`crate::pipeline::AnswerRequest::variant`]);
-    /// `None` for none: an answer built from one filter's documents, or for one conversation,
-    /// never answers another.
-    pub variant: Option<String>,
-    /// Digest of the filter of the key the answer was made for
-    /// ([`crate::pipeline::AnswerRequest::binding`]; `None`: a key bound to none). It also
-    /// keeps one key's answers from another's, and lets a bound key forget its own.
-    pub binding: Option<String>,
-}
-
-/// One cached answer.
-#[derive(Debug, Clone, PartialEq)]
-pub struct CacheEntry {
-    /// Owner; backends make it the leading part of every key.
-    pub tenant: Tenant,
-    /// Hex SHA-256 of `query`: the exact key.
-    pub key: String,
-    /// The normalised question (the guard reads it).
-    pub query: String,
-    /// The question's embedding (backends may store it at lower precision).
-    pub vector: Vec<f32>,
-    /// Its LSH bucket in each band.
-    pub buckets: Vec<u32>,
-    /// What the answer was made under.
-    pub scope: Scope,
-    /// Unix seconds after which the entry is ignored (DynamoDB's `ttl` attribute).
-    pub expires_at: u64,
-    /// The answer.
-    pub answer: CachedAnswer,
-}
-
-/// Where entries live. Implementations store and find; the matching rules are in
-/// [`SemanticCache`].
-#[async_trait]
-pub trait CacheStore: Send + Sync {
-    /// Short name for logs and `doctor`: `memory`, `dynamodb`.
-    fn backend(&self) -> &'static str;
-    /// Whether a read costs no network round trip. The pipeline then reads the exact key
-    /// before embedding the query (a hit skips the embedding); otherwise it reads the exact
-    /// key and the buckets in one parallel round after the embedding.
-    fn in_process(&self) -> bool;
-    /// The tenant's entry under the exact `key`.
-    async fn get(&self, tenant: &Tenant, key: &str) -> Result<Option<CacheEntry>, CacheError>;
-    /// The tenant's entries that share a bucket with `buckets` in any band (band `i` is
-    /// `buckets[i]`), read in one parallel round.
-    async fn candidates(
-        &self,
-        tenant: &Tenant,
-        buckets: &[u32],
-    ) -> Result<Vec<CacheEntry>, CacheError>;
-    /// Stores `entry`, replacing the tenant's entry with the same key.
-    async fn put(&self, entry: &CacheEntry) -> Result<(), CacheError>;
-    /// Deletes the entries of `tenant` — those made for keys bound to `binding`
-    /// ([`Scope::binding`]) when it is given, else every one; returns how many there were.
-    async fn clear(&self, tenant: &Tenant, binding: Option<&str>) -> Result<usize, CacheError>;
-}
 
 /// The question as the cache sees it, computed once per request.
 #[derive(Debug, Clone)]
