@@ -37,9 +37,10 @@ pub async fn dynamodb(config: &sluice_core::config::CacheConfig) -> sluice_cache
         std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_some(),
         "AWS_ENDPOINT_URL_DYNAMODB is not set: run the tests with `make test`, which starts the DynamoDB emulator"
     );
-    let table = sluice_cache::DynamoCache::connect(config)
-        .await
-        .expect("DynamoDB client");
+    let table =
+        sluice_cache::DynamoCache::connect(&config.table, config.tenant_role_arn.as_deref())
+            .await
+            .expect("DynamoDB client");
     table.create_table().await.expect("cache table");
     table
 }
