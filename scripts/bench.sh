@@ -32,6 +32,9 @@ cargo bench --profile dev --workspace --bench pipeline -- --noplot 2>&1 | tee -a
 cargo bench --profile dev --workspace --bench sandbox -- --noplot 2>&1 | tee -a "$log"
 cargo bench --profile dev --workspace --bench lookup -- --noplot 2>&1 | tee -a "$log"
 cargo bench --profile dev --workspace --bench init 2>&1 | tee -a "$log"
+# File conversion against pdftotext and trafilatura on Debian's documentation.
+scripts/setup.sh docs
+cargo bench --profile dev --workspace --bench convert 2>&1 | tee -a "$log"
 
 median() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['median']['point_estimate'])" "$1"; }
 echo
@@ -41,6 +44,7 @@ for f in "" _filter_1pct _filter_50pct; do
   python3 -c "import sys; print(f'hybrid search, 10,000 chunks, k=5{sys.argv[2] or \" (no filter)\"}: {float(sys.argv[1])/1e3:.0f} µs')" \
     "$(median "$crit/hybrid_search_10k_chunks_k5$f/new/estimates.json")" "$f"
 done
+grep -h "^convert:" "$log" || true
 grep -h "pipeline overhead before the LLM call\|pipeline stages\|^usage:\|^sandbox:\|^cache-hit ttft\|^cache lookup\|client overhead per query\|^answer function init" "$log" || true
 python3 -c "import sys; print(f'sandbox: compile + smoke run at upload (keyword-boost): {float(sys.argv[1])/1e3:.0f} µs')" "$(median "$crit/sandbox_compile_upload/new/estimates.json")"
 rm -f "$log"

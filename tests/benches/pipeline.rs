@@ -85,7 +85,12 @@ fn bench(c: &mut Criterion) {
             let p = entry.unwrap().path();
             let name = p.display().to_string();
             docs.extend(
-                sluice_core::ingest::parse_file(&name, &std::fs::read(&p).unwrap()).unwrap(),
+                sluice_core::ingest::parse_file(
+                    &name,
+                    &std::fs::read(&p).unwrap(),
+                    &Default::default(),
+                )
+                .unwrap(),
             );
         }
         let mut all = Vec::new();
@@ -213,7 +218,12 @@ fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
             let p = entry.unwrap().path();
             let name = p.display().to_string();
             docs.extend(
-                sluice_core::ingest::parse_file(&name, &std::fs::read(&p).unwrap()).unwrap(),
+                sluice_core::ingest::parse_file(
+                    &name,
+                    &std::fs::read(&p).unwrap(),
+                    &Default::default(),
+                )
+                .unwrap(),
             );
         }
         ingest.ingest(&tenant("default"), docs).await.unwrap();

@@ -30,11 +30,17 @@ pub async fn bucket(prefix: &str) -> String {
 
 /// Puts `bytes` at `key` in `bucket`.
 pub async fn put_object(bucket: &str, key: &str, bytes: Vec<u8>) {
+    put_typed(bucket, key, bytes, None).await
+}
+
+/// [`put_object`] with the object's `Content-Type`.
+pub async fn put_typed(bucket: &str, key: &str, bytes: Vec<u8>, content_type: Option<&str>) {
     sluice_aws::s3_client(&sdk().await)
         .put_object()
         .bucket(bucket)
         .key(key)
         .body(bytes.into())
+        .set_content_type(content_type.map(str::to_string))
         .send()
         .await
         .expect("put object");

@@ -123,7 +123,10 @@ pub fn sample_documents() -> Vec<sluice_core::ingest::Document> {
             "samples/{}",
             p.file_name().and_then(|n| n.to_str()).expect("name")
         );
-        documents.extend(sluice_core::ingest::parse_file(&name, &bytes).expect("sample parses"));
+        documents.extend(
+            sluice_core::ingest::parse_file(&name, &bytes, &Default::default())
+                .expect("sample parses"),
+        );
     }
     documents
 }

@@ -84,8 +84,9 @@ impl Documents {
         })
     }
 
-    /// The object's bytes, refused unread when S3 says it is larger than `max`.
-    pub async fn read(&self, bucket: &str, key: &str, max: usize) -> Result<Vec<u8>, ReadError> {
+    /// The object's bytes and media type, refused unread when S3 says it is larger than
+    /// `max`.
+    pub async fn read(&self, bucket: &str, key: &str, max: usize) -> Result<Object, ReadError> {
         let object = self
             .s3
             .get_object()
@@ -95,6 +96,7 @@ impl Documents {
             .await
             .map_err(|e| AwsError::call("S3 GetObject", e))?;
         let size = object.content_length().unwrap_or(0).max(0) as u64;
+        let content_type = object.content_type().map(str::to_string);
         if size > max as u64 {
             return Err(ReadError::TooLarge {
                 key: key.to_string(),
@@ -107,8 +109,20 @@ impl Documents {
             .collect()
             .await
             .map_err(|e| AwsError::call("S3 GetObject (body)", e))?;
-        Ok(bytes.to_vec())
+        Ok(Object {
+            bytes: bytes.to_vec(),
+            content_type,
+        })
     }
+}
+
+/// An uploaded object as read.
+#[derive(Debug)]
+pub struct Object {
+    /// Its bytes.
+    pub bytes: Vec<u8>,
+    /// Its `Content-Type`, when the uploader set one.
+    pub content_type: Option<String>,
 }
 
 #[cfg(test)]

@@ -78,6 +78,15 @@ wire_names! {
         InvalidCache = "invalid_cache",
         /// A document or file that cannot be ingested.
         InvalidDocument = "invalid_document",
+        /// A file of a type Sluice does not read (by its name's extension, or the
+        /// `Content-Type` when no name is given).
+        UnsupportedFormat = "unsupported_format",
+        /// A PDF with no text layer (a scan): it needs OCR before it can be ingested.
+        NoTextLayer = "no_text_layer",
+        /// A PDF that opens only with a password.
+        EncryptedDocument = "encrypted_document",
+        /// A file its parser failed on or took too long over (`SLUICE_CONVERT_TIMEOUT_MS`).
+        UnreadableDocument = "unreadable_document",
         /// The path or query string cannot be read (a segment that is not UTF-8 once
         /// percent-decoded, a parameter given twice or of the wrong form).
         InvalidRequest = "invalid_request",
@@ -193,6 +202,8 @@ impl Code {
             NotFound | UnknownVersion | UnknownDocument | CacheDisabled | ComponentsDisabled
             | UsageDisabled => 404,
             MethodNotAllowed => 405,
+            UnsupportedFormat => 415,
+            NoTextLayer | EncryptedDocument | UnreadableDocument => 422,
             BodyTooLarge | IngestTooLarge | ConversationTooLong => 413,
             RateLimited | TooManyStreams | BudgetExceeded => 429,
             IngestFailed | StorageFailed | Internal => 500,

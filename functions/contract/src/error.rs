@@ -69,8 +69,20 @@ pub enum IngestError {
     /// A document or file is malformed; the message says which and why.
     #[error("{0}")]
     Invalid(String),
-    /// The request is over a limit (`SLUICE_MAX_DOCUMENTS`, `SLUICE_MAX_CHUNKS`); nothing was
-    /// written.
+    /// A file of a type Sluice does not read.
+    #[error("{0}")]
+    Unsupported(String),
+    /// A PDF without a text layer.
+    #[error("{0}")]
+    NoTextLayer(String),
+    /// A PDF that needs a password.
+    #[error("{0}")]
+    Encrypted(String),
+    /// A file its parser failed on, or ran out of time on.
+    #[error("{0}")]
+    Unreadable(String),
+    /// The request is over a limit (`SLUICE_MAX_DOCUMENTS`, `SLUICE_MAX_CHUNKS`, or a cap of
+    /// file conversion); nothing was written.
     #[error("{0}")]
     TooLarge(String),
     /// A key bound to a filter sent a document whose metadata does not pass it; nothing was

@@ -43,6 +43,19 @@ pub struct StoredChunk {
     pub tokens: usize,
     /// Its dense embedding.
     pub vector: Vec<f32>,
+    /// Where in its document it lies.
+    pub place: Place,
+}
+
+/// Where in its document a chunk lies, for citations that point into it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Place {
+    /// The headings above it, outermost first, joined by ` › ` (empty: none).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub section: String,
+    /// The first and the last page it is on, from 1 (documents with pages: PDF).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages: Option<[u32; 2]>,
 }
 
 /// What the store keeps about a document besides its chunks.
@@ -62,6 +75,10 @@ pub struct DocumentInfo {
     /// retrieved hits leave it out.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub origin: Option<String>,
+    /// The format it was converted from (`pdf`, `html`, `docx`, `markdown`, `text`), when
+    /// it came from a file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
 }
 
 /// A document as a listing shows it: what the store keeps about it and its chunks.
@@ -137,6 +154,8 @@ pub struct Hit {
     pub vector: Vec<f32>,
     /// Fused score (see [`crate::fusion`]): higher is better.
     pub score: f32,
+    /// Where in its document the chunk lies.
+    pub place: Place,
 }
 
 impl Hit {
@@ -682,4 +701,24 @@ pub struct SourceDoc {
     /// The document's metadata, when it has any.
     #[serde(default, skip_serializing_if = "crate::metadata::Metadata::is_empty")]
     pub metadata: crate::metadata::Metadata,
+    /// The headings above the chunk, joined by ` › ` (documents with headings).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
+    /// The page the chunk starts on (documents with pages: PDF).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page: Option<u32>,
+    /// The first and last page, when the chunk runs over more than one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages: Option<[u32; 2]>,
+}
+
+impl Place {
+    /// The citation fields of a source here: `section`, `page` and, when it runs over
+    /// more than one, `pages`.
+    pub fn citation(&self) -> (Option<String>, Option<u32>, Option<[u32; 2]>) {
+        let section = (!self.section.is_empty()).then(|| self.section.clone());
+        let page = self.pages.map(|[from, _]| from);
+        let pages = self.pages.filter(|[from, to]| to > from);
+        (section, page, pages)
+    }
 }

@@ -2,6 +2,9 @@
 //! last sentences of one chunk (up to `overlap_tokens`) repeated at the start of the next,
 //! so that a fact near a boundary is retrievable from either side.
 
+use sluice_contract::stages::Place;
+use sluice_convert::Section;
+
 /// A chunk and its length in model tokens (the sum of its sentences' counts).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TextChunk {
@@ -21,39 +24,94 @@ pub fn chunk_text(
     overlap_tokens: usize,
     count: &dyn Fn(&str) -> usize,
 ) -> Vec<TextChunk> {
+    let pieces = pieces(text, None, max_tokens, count);
+    pack(pieces, max_tokens, overlap_tokens)
+        .into_iter()
+        .map(|(chunk, _)| chunk)
+        .collect()
+}
+
+/// Splits a document's sections into chunks as [`chunk_text`] splits text, a run of
+/// sections under one heading path at a time: no chunk holds text of two paths, and each
+/// records its path and the pages its sentences came from.
+pub fn chunk_sections(
+    sections: &[Section],
+    max_tokens: usize,
+    overlap_tokens: usize,
+    count: &dyn Fn(&str) -> usize,
+) -> Vec<(TextChunk, Place)> {
+    let mut out = Vec::new();
+    for run in sections.chunk_by(|a, b| a.path == b.path) {
+        let pieces: Vec<Piece> = (run.iter())
+            .flat_map(|s| pieces(&s.text, s.page, max_tokens, count))
+            .collect();
+        let section = run[0].path.join(" › ");
+        for (chunk, pages) in pack(pieces, max_tokens, overlap_tokens) {
+            let place = Place {
+                section: section.clone(),
+                pages,
+            };
+            out.push((chunk, place));
+        }
+    }
+    out
+}
+
+/// A sentence (or a cut of a long one), its token count and its page.
+type Piece = (String, usize, Option<u32>);
+
+/// The sentences of `text`, each on `page`, long ones cut to `max_tokens`.
+fn pieces(
+    text: &str,
+    page: Option<u32>,
+    max_tokens: usize,
+    count: &dyn Fn(&str) -> usize,
+) -> Vec<Piece> {
     let max_tokens = max_tokens.max(1);
-    let mut pieces: Vec<(String, usize)> = Vec::new();
+    let mut pieces = Vec::new();
     for sentence in sentences(text) {
         let n = count(sentence);
         if n <= max_tokens {
-            pieces.push((sentence.to_string(), n));
+            pieces.push((sentence.to_string(), n, page));
         } else {
-            pieces.extend(split_long(sentence, max_tokens, count));
+            let cuts = split_long(sentence, max_tokens, count);
+            pieces.extend(cuts.into_iter().map(|(s, n)| (s, n, page)));
         }
     }
+    pieces
+}
 
+/// Packs pieces into chunks of at most `max_tokens`, the last pieces of one (up to
+/// `overlap_tokens`) repeated at the start of the next; each with the first and last page
+/// of its pieces.
+fn pack(
+    pieces: Vec<Piece>,
+    max_tokens: usize,
+    overlap_tokens: usize,
+) -> Vec<(TextChunk, Option<[u32; 2]>)> {
+    let max_tokens = max_tokens.max(1);
     let mut chunks = Vec::new();
-    let mut current: Vec<(String, usize)> = Vec::new();
+    let mut current: Vec<Piece> = Vec::new();
     let mut used = 0;
-    for (piece, n) in pieces {
+    for (piece, n, page) in pieces {
         if used + n > max_tokens && !current.is_empty() {
             chunks.push(join(&current, used));
             // Carry the tail of this chunk over as overlap.
             let mut carried = Vec::new();
             let mut carried_tokens = 0;
-            for (s, m) in current.iter().rev() {
+            for (s, m, p) in current.iter().rev() {
                 if carried_tokens + m > overlap_tokens || carried_tokens + m + n > max_tokens {
                     break;
                 }
                 carried_tokens += m;
-                carried.push((s.clone(), *m));
+                carried.push((s.clone(), *m, *p));
             }
             carried.reverse();
             current = carried;
             used = carried_tokens;
         }
         used += n;
-        current.push((piece, n));
+        current.push((piece, n, page));
     }
     if !current.is_empty() {
         chunks.push(join(&current, used));
@@ -61,13 +119,15 @@ pub fn chunk_text(
     chunks
 }
 
-fn join(pieces: &[(String, usize)], tokens: usize) -> TextChunk {
+fn join(pieces: &[Piece], tokens: usize) -> (TextChunk, Option<[u32; 2]>) {
     let text = pieces
         .iter()
-        .map(|(s, _)| s.as_str())
+        .map(|(s, _, _)| s.as_str())
         .collect::<Vec<_>>()
         .join(" ");
-    TextChunk { text, tokens }
+    let pages = pieces.iter().filter_map(|(_, _, p)| *p);
+    let pages = pages.clone().min().zip(pages.max()).map(|(a, b)| [a, b]);
+    (TextChunk { text, tokens }, pages)
 }
 
 /// Sentences: text up to `.`, `!` or `?` followed by white space, or up to a blank line.
@@ -197,5 +257,53 @@ mod tests {
             s,
             vec!["Title line", "Price is 3.50 dollars.", "Next?", "Yes"]
         );
+    }
+
+    #[test]
+    fn sections_chunk_apart_with_their_path_and_pages() {
+        let section = |path: &[&str], page: u32, text: &str| Section {
+            path: path.iter().map(|p| p.to_string()).collect(),
+            page: Some(page),
+            text: text.into(),
+        };
+        let sections = [
+            section(&["Cards"], 1, "Cards are free. They work abroad."),
+            section(&["Cards", "Lost"], 1, "Call us at once."),
+            // The same path over a page break: one run, chunks that span the pages.
+            section(
+                &["Cards", "Lost"],
+                2,
+                "We send a new card. It takes five days.",
+            ),
+            section(&["Loans"], 3, "Loans cost interest."),
+        ];
+        let chunks = chunk_sections(&sections, 9, 0, &words);
+        let summary: Vec<(String, &str, Option<[u32; 2]>)> = (chunks.iter())
+            .map(|(c, p)| (c.text.clone(), p.section.as_str(), p.pages))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (
+                    "Cards are free. They work abroad.".into(),
+                    "Cards",
+                    Some([1, 1])
+                ),
+                (
+                    "Call us at once. We send a new card.".into(),
+                    "Cards › Lost",
+                    Some([1, 2])
+                ),
+                ("It takes five days.".into(), "Cards › Lost", Some([2, 2])),
+                ("Loans cost interest.".into(), "Loans", Some([3, 3])),
+            ]
+        );
+        // Text without pages has none.
+        let plain = [Section {
+            path: vec!["A".into()],
+            page: None,
+            text: "x y.".into(),
+        }];
+        assert_eq!(chunk_sections(&plain, 8, 0, &words)[0].1.pages, None);
     }
 }

@@ -142,6 +142,9 @@ pub struct IngestConfig {
     pub max_documents: usize,
     /// `SLUICE_MAX_CHUNKS`: chunks one ingest request may produce.
     pub max_chunks: usize,
+    /// Caps and the time budget of converting one file (PDF, HTML, Word), read by their
+    /// owner ([`sluice_convert::Limits`]).
+    pub convert: sluice_convert::Limits,
 }
 
 /// The answer cache: where, and its rules.
@@ -333,6 +336,7 @@ fn ingest_section(get: &impl Fn(&str) -> Option<String>) -> Result<IngestConfig,
         chunk_overlap_tokens: ranged(get, "SLUICE_CHUNK_OVERLAP_TOKENS", 32, 0, 256)?,
         max_documents: ranged(get, "SLUICE_MAX_DOCUMENTS", 1000, 1, 1_000_000)?,
         max_chunks: ranged(get, "SLUICE_MAX_CHUNKS", 20_000, 1, 10_000_000)?,
+        convert: sluice_convert::Limits::from_lookup(get)?,
     };
     if ingest.chunk_overlap_tokens >= ingest.chunk_tokens / 2 {
         return Err(ConfigError {

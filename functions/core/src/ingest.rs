@@ -8,14 +8,17 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use sluice_convert::ConvertError;
+pub use sluice_convert::{Format, Limits, Section};
 
-use crate::chunk::chunk_text;
+use crate::chunk::{chunk_sections, chunk_text};
 use crate::config::IngestConfig;
 use crate::error::{EmbedError, IngestError};
 use crate::filter::Filter;
 use crate::metadata::{MetaValue, Metadata};
 use crate::stages::{
-    DocumentInfo, DocumentPage, Embedder, Page, Selection, Store, StoredChunk, StoredDocument,
+    DocumentInfo, DocumentPage, Embedder, Page, Place, Selection, Store, StoredChunk,
+    StoredDocument,
 };
 
 /// Longest accepted document id.
@@ -30,9 +33,19 @@ pub struct Document {
     /// Title shown with citations; the id when absent.
     #[serde(default)]
     pub title: Option<String>,
-    /// The text (`content` is accepted as another name for it).
-    #[serde(alias = "content")]
+    /// The text (`content` is accepted as another name for it); may be left out when
+    /// `sections` hold it.
+    #[serde(default, alias = "content")]
     pub text: String,
+    /// The text in sections, with their heading paths and pages: what a converted file
+    /// (PDF, HTML, Word, Markdown) holds. Chunks never straddle two paths and cite theirs.
+    /// When present, `text` is not chunked.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub sections: Vec<Section>,
+    /// The format it was converted from, as listings show it (`pdf`, `html`, `docx`,
+    /// `markdown`, `text`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub format: Option<String>,
     /// Where it came from; the id when absent.
     #[serde(default)]
     pub source: Option<String>,
@@ -82,47 +95,78 @@ pub struct DeleteReport {
 }
 
 /// Reads documents from a file's bytes; `name` (a path) picks the format by its extension
-/// and becomes the id, title and source of plain-text files.
-pub fn parse_file(name: &str, bytes: &[u8]) -> Result<Vec<Document>, IngestError> {
-    let text = std::str::from_utf8(bytes)
-        .map_err(|e| IngestError::Invalid(format!("{name}: not UTF-8 text ({e})")))?;
-    let ext = name
-        .rsplit_once('.')
-        .map(|(_, e)| e.to_ascii_lowercase())
-        .unwrap_or_default();
-    match ext.as_str() {
-        "txt" | "md" | "markdown" => {
-            let stem = name.rsplit('/').next().unwrap_or(name);
-            let stem = stem.rsplit_once('.').map_or(stem, |(s, _)| s);
-            let (mut metadata, body) = if ext == "txt" {
-                (serde_json::Map::new(), text)
-            } else {
-                front_matter(name, text)?
-            };
-            let heading = || {
-                body.lines()
-                    .find_map(|l| l.strip_prefix("# ").map(str::trim))
-                    .unwrap_or(stem)
-                    .to_string()
-            };
+/// and becomes the id and source of a converted file (and its title when the file names
+/// none). Conversion runs within `limits` ([`sluice_convert::convert_contained`]).
+pub fn parse_file(name: &str, bytes: &[u8], limits: &Limits) -> Result<Vec<Document>, IngestError> {
+    let format = Format::from_name(name).ok_or_else(|| {
+        IngestError::Unsupported(format!(
+            "{name}: unsupported file type (use {})",
+            Format::EXTENSIONS
+        ))
+    })?;
+    parse_as(format, name, bytes, limits)
+}
+
+/// [`parse_file`] of a file whose format is known otherwise (a `Content-Type`).
+pub fn parse_as(
+    format: Format,
+    name: &str,
+    bytes: &[u8],
+    limits: &Limits,
+) -> Result<Vec<Document>, IngestError> {
+    let utf8 = || {
+        std::str::from_utf8(bytes)
+            .map_err(|e| IngestError::Invalid(format!("{name}: not UTF-8 text ({e})")))
+    };
+    let stem = name.rsplit('/').next().unwrap_or(name);
+    let stem = stem.rsplit_once('.').map_or(stem, |(s, _)| s).to_string();
+    let document = |title: Option<String>, text: String, sections, metadata| Document {
+        id: name.to_string(),
+        title: Some(title.unwrap_or_else(|| stem.clone())),
+        text,
+        sections,
+        source: Some(name.to_string()),
+        metadata,
+        format: Some(format.name().to_string()),
+    };
+    match format {
+        Format::Text => Ok(vec![document(
+            None,
+            utf8()?.to_string(),
+            Vec::new(),
+            serde_json::Map::new(),
+        )]),
+        Format::Markdown => {
+            let (mut metadata, body) = front_matter(name, utf8()?)?;
+            let converted = sluice_convert::convert(format, body.as_bytes(), limits)
+                .map_err(|e| convert_error(name, e))?;
             let title = match metadata.remove("title") {
-                Some(serde_json::Value::String(t)) => t,
+                Some(serde_json::Value::String(t)) => Some(t),
                 Some(other) => {
                     return Err(IngestError::Invalid(format!(
                         "{name}: the front matter's title is not a string ({other})"
                     )));
                 }
-                None => heading(),
+                None => converted.title,
             };
-            Ok(vec![Document {
-                id: name.to_string(),
-                title: Some(title),
-                text: body.to_string(),
-                source: Some(name.to_string()),
+            Ok(vec![document(
+                title,
+                String::new(),
+                converted.sections,
                 metadata,
-            }])
+            )])
         }
-        "json" => {
+        Format::Html | Format::Pdf | Format::Docx => {
+            let converted = sluice_convert::convert_contained(format, bytes.to_vec(), limits)
+                .map_err(|e| convert_error(name, e))?;
+            Ok(vec![document(
+                converted.title,
+                String::new(),
+                converted.sections,
+                serde_json::Map::new(),
+            )])
+        }
+        Format::Json => {
             #[derive(Deserialize)]
             #[serde(untagged)]
             enum JsonFile {
@@ -130,7 +174,7 @@ pub fn parse_file(name: &str, bytes: &[u8]) -> Result<Vec<Document>, IngestError
                 Wrapped { documents: Vec<Document> },
                 One(Document),
             }
-            let parsed: JsonFile = serde_json::from_str(text).map_err(|e| {
+            let parsed: JsonFile = serde_json::from_str(utf8()?).map_err(|e| {
                 IngestError::Invalid(format!(
                     "{name}: expected a document {{\"id\",\"text\",\"title\"?,\"source\"?,\"metadata\"?}}, a list of them, \
                      or {{\"documents\": [...]}} ({e})"
@@ -141,7 +185,7 @@ pub fn parse_file(name: &str, bytes: &[u8]) -> Result<Vec<Document>, IngestError
                 JsonFile::One(d) => vec![d],
             })
         }
-        "jsonl" | "ndjson" => text
+        Format::Jsonl => utf8()?
             .lines()
             .enumerate()
             .filter(|(_, l)| !l.trim().is_empty())
@@ -150,9 +194,32 @@ pub fn parse_file(name: &str, bytes: &[u8]) -> Result<Vec<Document>, IngestError
                     .map_err(|e| IngestError::Invalid(format!("{name} line {}: {e}", i + 1)))
             })
             .collect(),
-        _ => Err(IngestError::Invalid(format!(
-            "{name}: unsupported file type (use .txt, .md, .json or .jsonl)"
-        ))),
+    }
+}
+
+/// [`parse_as`] off the async threads (a conversion is CPU work and may take seconds): what
+/// the server and the ingest function run on an upload.
+pub async fn parse_upload(
+    format: Format,
+    name: String,
+    bytes: Vec<u8>,
+    limits: Limits,
+) -> Result<Vec<Document>, IngestError> {
+    let failed = format!("{name}: the conversion failed");
+    tokio::task::spawn_blocking(move || parse_as(format, &name, &bytes, &limits))
+        .await
+        .map_err(|e| IngestError::Unreadable(format!("{failed} ({e})")))?
+}
+
+/// A conversion's failure as an ingest error naming the file.
+fn convert_error(name: &str, e: ConvertError) -> IngestError {
+    let message = format!("{name}: {e}");
+    match e {
+        ConvertError::NoTextLayer { .. } => IngestError::NoTextLayer(message),
+        ConvertError::Encrypted => IngestError::Encrypted(message),
+        ConvertError::TooLarge(_) => IngestError::TooLarge(message),
+        ConvertError::Malformed(_) => IngestError::Invalid(message),
+        ConvertError::TimedOut(_) | ConvertError::Crashed(_) => IngestError::Unreadable(message),
     }
 }
 
@@ -207,7 +274,7 @@ pub fn validate(documents: &[Document]) -> Result<(), IngestError> {
                 "document {i}: \"id\" is longer than {MAX_ID_CHARS} characters"
             )));
         }
-        if d.text.trim().is_empty() {
+        if d.text.trim().is_empty() && d.sections.iter().all(|s| s.text.trim().is_empty()) {
             return Err(IngestError::Invalid(format!(
                 "document {:?}: \"text\" is empty",
                 d.id
@@ -365,7 +432,13 @@ impl Ingest {
             documents
                 .into_iter()
                 .map(|doc| {
-                    let chunks = chunk_text(&doc.text, size, overlap, &counter);
+                    let chunks = if doc.sections.is_empty() {
+                        (chunk_text(&doc.text, size, overlap, &counter).into_iter())
+                            .map(|c| (c, Place::default()))
+                            .collect()
+                    } else {
+                        chunk_sections(&doc.sections, size, overlap, &counter)
+                    };
                     (doc, chunks)
                 })
                 .collect::<Vec<_>>()
@@ -386,7 +459,7 @@ impl Ingest {
         let embedder = Arc::clone(&self.embedder);
         let (chunked, vectors) = tokio::task::spawn_blocking(move || {
             let texts: Vec<&str> = (chunked.iter())
-                .flat_map(|(_, chunks)| chunks.iter().map(|c| c.text.as_str()))
+                .flat_map(|(_, chunks)| chunks.iter().map(|(c, _)| c.text.as_str()))
                 .collect();
             let vectors = embedder.embed(&texts);
             (chunked, vectors.map(Vec::into_iter))
@@ -409,9 +482,10 @@ impl Ingest {
                     .unwrap_or_else(|| doc.id.clone()),
                 id: doc.id,
                 origin: origin.map(str::to_string),
+                format: doc.format,
             };
             let mut stored = Vec::with_capacity(chunks.len());
-            for (index, c) in chunks.into_iter().enumerate() {
+            for (index, (c, place)) in chunks.into_iter().enumerate() {
                 let vector = vectors.next().ok_or_else(|| {
                     EmbedError::Inference("the embedder returned fewer vectors than texts".into())
                 })?;
@@ -420,6 +494,7 @@ impl Ingest {
                     text: c.text,
                     tokens: c.tokens,
                     vector,
+                    place,
                 });
             }
             self.store.replace_document(tenant, &info, stored).await?;
@@ -645,29 +720,47 @@ mod tests {
 
     #[test]
     fn text_and_markdown_files_take_their_name_and_heading() {
-        let d = parse_file("docs/guide.md", b"intro\n# Getting started\nbody").unwrap();
+        let d = parse_file(
+            "docs/guide.md",
+            b"intro\n# Getting started\nbody",
+            &Limits::default(),
+        )
+        .unwrap();
         assert_eq!(d[0].id, "docs/guide.md");
         assert_eq!(d[0].title.as_deref(), Some("Getting started"));
-        let d = parse_file("notes.txt", b"plain").unwrap();
+        let d = parse_file("notes.txt", b"plain", &Limits::default()).unwrap();
         assert_eq!(d[0].title.as_deref(), Some("notes"));
     }
 
     #[test]
     fn markdown_front_matter_is_the_title_and_the_metadata() {
         let file = b"---\ntitle: Card policy\nyear: 2025\ngroups: [finance, hr]\nupdated_at: \"2025-03-01T09:00:00Z\"\n---\n# Heading\nbody";
-        let d = parse_file("policies/cards.md", file).unwrap();
+        let d = parse_file("policies/cards.md", file, &Limits::default()).unwrap();
         assert_eq!(d[0].title.as_deref(), Some("Card policy"));
-        assert_eq!(d[0].text, "# Heading\nbody");
+        // Its text in sections under its headings; the front matter is not text.
+        assert_eq!(d[0].sections.len(), 1);
+        assert_eq!(d[0].sections[0].path, ["Heading"]);
+        assert_eq!(d[0].sections[0].text, "body");
         assert_eq!(
             serde_json::Value::Object(d[0].metadata.clone()),
             serde_json::json!({"year": 2025, "groups": ["finance", "hr"], "updated_at": "2025-03-01T09:00:00Z"})
         );
         assert!(validate(&d).is_ok());
         // Without a title in it, the first heading still titles the document.
-        let d = parse_file("a.md", b"---\nyear: 2024\n---\n# From the heading\n").unwrap();
+        let d = parse_file(
+            "a.md",
+            b"---\nyear: 2024\n---\n# From the heading\n",
+            &Limits::default(),
+        )
+        .unwrap();
         assert_eq!(d[0].title.as_deref(), Some("From the heading"));
         // Nested values are refused by validation, naming the key.
-        let d = parse_file("a.md", b"---\nowner:\n  name: x\n---\ntext").unwrap();
+        let d = parse_file(
+            "a.md",
+            b"---\nowner:\n  name: x\n---\ntext",
+            &Limits::default(),
+        )
+        .unwrap();
         assert!(
             validate(&d)
                 .unwrap_err()
@@ -676,45 +769,57 @@ mod tests {
         );
         // An unclosed or non-mapping front matter is an error naming the file.
         for bad in [&b"---\nyear: 2024\ntext"[..], b"---\n- a list\n---\ntext"] {
-            let e = parse_file("bad.md", bad).unwrap_err().to_string();
+            let e = parse_file("bad.md", bad, &Limits::default())
+                .unwrap_err()
+                .to_string();
             assert!(e.starts_with("bad.md: the front matter"), "{e}");
         }
         // A .txt file's dashes are text.
-        let d = parse_file("a.txt", b"---\nyear: 1\n---\n").unwrap();
+        let d = parse_file("a.txt", b"---\nyear: 1\n---\n", &Limits::default()).unwrap();
         assert!(d[0].metadata.is_empty() && d[0].text.starts_with("---"));
     }
 
     #[test]
     fn json_accepts_one_a_list_or_a_wrapper_and_content_as_text() {
-        let one = parse_file("a.json", br#"{"id":"1","content":"x"}"#).unwrap();
+        let one = parse_file("a.json", br#"{"id":"1","content":"x"}"#, &Limits::default()).unwrap();
         assert_eq!(one[0].text, "x");
         let list = parse_file(
             "a.json",
             br#"[{"id":"1","text":"x"},{"id":"2","text":"y"}]"#,
+            &Limits::default(),
         )
         .unwrap();
         assert_eq!(list.len(), 2);
-        let wrapped = parse_file("a.json", br#"{"documents":[{"id":"1","text":"x"}]}"#).unwrap();
+        let wrapped = parse_file(
+            "a.json",
+            br#"{"documents":[{"id":"1","text":"x"}]}"#,
+            &Limits::default(),
+        )
+        .unwrap();
         assert_eq!(wrapped[0].id, "1");
     }
 
     #[test]
     fn jsonl_errors_name_the_line() {
-        let err =
-            parse_file("a.jsonl", b"{\"id\":\"1\",\"text\":\"x\"}\n\n{\"id\":2}\n").unwrap_err();
+        let err = parse_file(
+            "a.jsonl",
+            b"{\"id\":\"1\",\"text\":\"x\"}\n\n{\"id\":2}\n",
+            &Limits::default(),
+        )
+        .unwrap_err();
         assert!(err.to_string().starts_with("a.jsonl line 3:"), "{err}");
     }
 
     #[test]
     fn unsupported_and_binary_files_are_refused() {
         assert!(
-            parse_file("a.pdf", b"%PDF")
+            parse_file("a.xlsx", b"PK", &Limits::default())
                 .unwrap_err()
                 .to_string()
                 .contains("unsupported")
         );
         assert!(
-            parse_file("a.txt", &[0xff, 0xfe])
+            parse_file("a.txt", &[0xff, 0xfe], &Limits::default())
                 .unwrap_err()
                 .to_string()
                 .contains("UTF-8")
@@ -724,6 +829,8 @@ mod tests {
     #[test]
     fn validation_rejects_empty_duplicate_and_long_ids() {
         let doc = |id: &str, text: &str| Document {
+            format: None,
+            sections: Vec::new(),
             id: id.into(),
             title: None,
             text: text.into(),

@@ -1046,7 +1046,11 @@ fn add_ms(slot: &mut Option<f64>, d: Duration) {
 }
 
 fn source_doc(hit: &Hit) -> SourceDoc {
+    let (section, page, pages) = hit.place.citation();
     SourceDoc {
+        section,
+        page,
+        pages,
         id: hit.document.id.clone(),
         chunk: hit.chunk,
         score: hit.score,

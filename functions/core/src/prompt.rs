@@ -170,7 +170,9 @@ mod tests {
 
     fn hit(id: &str, words: usize) -> Hit {
         Hit {
+            place: Default::default(),
             document: DocumentInfo {
+                format: None,
                 id: id.into(),
                 title: format!("Title {id}"),
                 source: "t".into(),

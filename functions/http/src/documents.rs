@@ -19,6 +19,7 @@ use sluice_core::auth::Permission;
 use sluice_core::codes::Code;
 use sluice_core::error::{IngestError, StoreError};
 use sluice_core::filter::Filter;
+use sluice_core::ingest::Format;
 use sluice_core::ingest::{DEFAULT_PAGE, Document, MAX_PAGE};
 
 use crate::Server;
@@ -37,8 +38,9 @@ pub(crate) struct DocumentsQuery {
     filename: Option<String>,
 }
 
-/// `{"documents": [...]}`, or with `?filename=NAME` the file itself (.txt, .md, .json,
-/// .jsonl), read as `sluice ingest` and the ingest function read files.
+/// `{"documents": [...]}`, or the file itself: with `?filename=NAME` (its extension names the
+/// format) or a `Content-Type` that names one (`application/pdf`, `text/html`, …), read as
+/// `sluice ingest` and the ingest function read files.
 pub(crate) async fn documents(
     State(server): State<Arc<Server>>,
     query: Result<Query<DocumentsQuery>, QueryRejection>,
@@ -51,10 +53,37 @@ pub(crate) async fn documents(
     let tenant = caller.tenant;
     let ingest = server.ingest()?;
     let bytes = read_body(body, server.limits.max_ingest_bytes).await?;
-    let documents = match query.filename {
-        Some(name) => sluice_core::ingest::parse_file(&name, &bytes)
-            .map_err(|e| ApiError::new(Code::InvalidDocument, e.to_string()))?,
-        None => parse_json::<DocumentsBody>(&bytes)?.documents,
+    let content_type =
+        (headers.get(axum::http::header::CONTENT_TYPE)).and_then(|v| v.to_str().ok());
+    // A file by its name, or by a Content-Type that names a file format; JSON (and text,
+    // which clients send JSON as) without a file name is the `{"documents": [...]}` body.
+    let file_type = content_type
+        .and_then(Format::from_media_type)
+        .filter(|f| !matches!(f, Format::Json | Format::Text));
+    let documents = match (query.filename, file_type) {
+        (None, None) => parse_json::<DocumentsBody>(&bytes)?.documents,
+        (name, _) => {
+            let format = Format::of(name.as_deref(), content_type).ok_or_else(|| {
+                ApiError::new(
+                    Code::UnsupportedFormat,
+                    format!(
+                        "{}: unsupported file type (use {}, or a Content-Type that names one)",
+                        name.as_deref().unwrap_or("the body"),
+                        Format::EXTENSIONS
+                    ),
+                )
+            })?;
+            // Without a name, the content names the document: the same file sent again
+            // replaces it.
+            let name = name.unwrap_or_else(|| {
+                let digest = sluice_core::sha256_hex(&bytes);
+                format!("upload-{}.{}", &digest[..16], format.extension())
+            });
+            let limits = ingest.config.convert.clone();
+            sluice_core::ingest::parse_upload(format, name, bytes.to_vec(), limits)
+                .await
+                .map_err(ingest_refusal)?
+        }
     };
     match (ingest.ingest_within(&tenant, caller.filter.as_ref(), documents)).await {
         Ok(report) => {
@@ -72,18 +101,29 @@ pub(crate) async fn documents(
             value["elapsed_ms"] = json!(started.elapsed().as_millis() as u64);
             Ok(Json(value).into_response())
         }
-        Err(IngestError::Invalid(message)) => Err(ApiError::new(Code::InvalidDocument, message)),
-        Err(IngestError::TooLarge(message)) => Err(ApiError::new(Code::IngestTooLarge, message)),
-        Err(IngestError::OutsideScope(message)) => {
-            Err(ApiError::new(Code::OutsideKeyFilter, message))
-        }
-        // As for reading or deleting it: to this key the id does not exist.
-        Err(IngestError::HiddenId(message)) => Err(ApiError::new(Code::UnknownDocument, message)),
-        Err(e) => {
+        Err(e @ (IngestError::Embed(_) | IngestError::Store(_))) => {
             tracing::error!(%tenant, error = %e, "ingest failed");
             Err(ApiError::new(Code::IngestFailed, e.to_string()))
         }
+        Err(e) => Err(ingest_refusal(e)),
     }
+}
+
+/// Why an ingest was refused, as clients see it (the model's or the store's failure aside).
+fn ingest_refusal(e: IngestError) -> ApiError {
+    let code = match &e {
+        IngestError::Invalid(_) => Code::InvalidDocument,
+        IngestError::Unsupported(_) => Code::UnsupportedFormat,
+        IngestError::NoTextLayer(_) => Code::NoTextLayer,
+        IngestError::Encrypted(_) => Code::EncryptedDocument,
+        IngestError::Unreadable(_) => Code::UnreadableDocument,
+        IngestError::TooLarge(_) => Code::IngestTooLarge,
+        IngestError::OutsideScope(_) => Code::OutsideKeyFilter,
+        // As for reading or deleting it: to this key the id does not exist.
+        IngestError::HiddenId(_) => Code::UnknownDocument,
+        IngestError::Embed(_) | IngestError::Store(_) => Code::IngestFailed,
+    };
+    ApiError::new(code, e.to_string())
 }
 
 /// What went wrong in a listing or a deletion, as clients see it.

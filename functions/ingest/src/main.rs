@@ -25,6 +25,7 @@ use serde_json::Value;
 use sluice_aws::documents::{self, Documents, ReadError};
 use sluice_core::Ingest;
 use sluice_core::error::IngestError;
+use sluice_core::ingest::{Format, parse_upload};
 use sluice_core::usage::Meter;
 use tracing::{info, warn};
 
@@ -121,15 +122,24 @@ async fn ingest_uploads(
             });
             continue;
         }
-        let bytes = match documents.read(&bucket, &key, max_bytes).await {
-            Ok(b) => b,
+        let object = match documents.read(&bucket, &key, max_bytes).await {
+            Ok(o) => o,
             Err(e @ ReadError::TooLarge { .. }) => {
                 skip(e.to_string());
                 continue;
             }
             Err(e) => return Err(e).with_context(|| format!("reading s3://{bucket}/{key}")),
         };
-        let parsed = match sluice_core::ingest::parse_file(&upload.name, &bytes) {
+        let Some(format) = Format::of(Some(&upload.name), object.content_type.as_deref()) else {
+            skip(format!(
+                "{}: unsupported file type (use {}, or a Content-Type that names one)",
+                upload.name,
+                Format::EXTENSIONS
+            ));
+            continue;
+        };
+        let limits = ingest.config.convert.clone();
+        let parsed = match parse_upload(format, upload.name.clone(), object.bytes, limits).await {
             Ok(d) => d,
             Err(e) => {
                 skip(e.to_string());
@@ -158,8 +168,11 @@ async fn ingest_uploads(
                     corpus_version: done.corpus_version,
                 });
             }
-            Err(IngestError::Invalid(why) | IngestError::TooLarge(why)) => skip(why),
-            Err(e) => return Err(e).with_context(|| format!("ingesting s3://{bucket}/{key}")),
+            // What a retry could fix fails the invocation; the rest is the upload's own fault.
+            Err(e @ (IngestError::Embed(_) | IngestError::Store(_))) => {
+                return Err(e).with_context(|| format!("ingesting s3://{bucket}/{key}"));
+            }
+            Err(e) => skip(e.to_string()),
         }
     }
     if let Some(meter) = usage {

@@ -90,6 +90,44 @@ async fn uploads_and_posted_documents_are_ingested_with_settings_from_the_secret
         "{report}"
     );
 
+    // A PDF by its extension, and the same file under a key without one, its Content-Type
+    // naming the format: each converted into its sections.
+    let pages: [&[(f32, &str)]; 2] = [
+        &[(16.0, "Cards"), (10.0, "Debit cards are free to hold.")],
+        &[(16.0, "Loans"), (10.0, "Loan rates depend on the term.")],
+    ];
+    let handbook = sluice_testkit::files::pdf(&pages, Default::default());
+    aws::put_object(&bucket, "acme/policies/handbook.pdf", handbook.clone()).await;
+    aws::put_typed(
+        &bucket,
+        "acme/policies/handbook",
+        handbook,
+        Some("application/pdf"),
+    )
+    .await;
+    for key in ["acme/policies/handbook.pdf", "acme/policies/handbook"] {
+        let report = function.invoke(&event(&bucket, key)).await.unwrap();
+        assert_eq!(report["skipped"], json!([]), "{report}");
+        assert_eq!(report["ingested"][0]["documents"], 1, "{report}");
+        assert_eq!(
+            report["ingested"][0]["chunks"], 2,
+            "a chunk a section: {report}"
+        );
+    }
+    // A scan is skipped, saying why.
+    let scan = sluice_testkit::files::pdf(&[&[]], Default::default());
+    aws::put_object(&bucket, "acme/scan.pdf", scan).await;
+    let report = function
+        .invoke(&event(&bucket, "acme/scan.pdf"))
+        .await
+        .unwrap();
+    let reason = report["skipped"][0]["reason"].as_str().unwrap_or_default();
+    assert!(
+        reason.contains("acme/scan.pdf") || reason.contains("scan.pdf"),
+        "{report}"
+    );
+    assert!(reason.contains("no text layer"), "{report}");
+
     // What can never be ingested is skipped with the reason (a retry would not help) ...
     aws::put_object(&bucket, "acme/photo.png", vec![0x89, b'P', b'N', b'G']).await;
     aws::put_object(&bucket, "no-tenant.md", b"# hi".to_vec()).await;

@@ -11,7 +11,7 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
-use sluice_core::ingest::{Document, parse_file};
+use sluice_core::ingest::{Document, Format, Limits, parse_file};
 use sluice_http::escape;
 
 /// Documents per POST, and bytes per POST (under the server's default 16 MiB cap).
@@ -35,15 +35,7 @@ fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
                 walk(&entry?.path(), out)?;
             }
         } else if p.is_file() {
-            let ext = p
-                .extension()
-                .and_then(|e| e.to_str())
-                .unwrap_or("")
-                .to_ascii_lowercase();
-            if matches!(
-                ext.as_str(),
-                "txt" | "md" | "markdown" | "json" | "jsonl" | "ndjson"
-            ) {
+            if Format::from_name(&p.display().to_string()).is_some() {
                 out.push(p.to_path_buf());
             }
         } else {
@@ -72,25 +64,38 @@ async fn fail(response: reqwest::Response) -> anyhow::Error {
     }
 }
 
-/// The documents of every supported file under `paths`, parsed and validated (errors name
-/// the file), and the number of files.
-pub fn read_documents(paths: &[PathBuf]) -> Result<(Vec<Document>, usize)> {
+/// The documents of every supported file under `paths`, converted (PDF, HTML, Word and
+/// Markdown into sections, under the conversion caps this process's settings give), parsed
+/// and validated (errors name the file), and the number of files; `progress` hears of each
+/// file read.
+pub fn read_documents(
+    paths: &[PathBuf],
+    limits: &Limits,
+    progress: &dyn Fn(&Path),
+) -> Result<(Vec<Document>, usize)> {
     let files = collect(paths)?;
     if files.is_empty() {
-        bail!("no .txt, .md, .json or .jsonl files under the given paths");
+        bail!("no {} files under the given paths", Format::EXTENSIONS);
     }
     let mut documents: Vec<Document> = Vec::new();
     for f in &files {
+        progress(f);
         let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
-        documents.extend(parse_file(&f.display().to_string(), &bytes)?);
+        documents.extend(parse_file(&f.display().to_string(), &bytes, limits)?);
     }
     sluice_core::ingest::validate(&documents)?;
     Ok((documents, files.len()))
 }
 
-/// `sluice ingest`: parse every file here (errors name the file), then send in batches.
-pub async fn ingest(url: &str, paths: &[PathBuf]) -> Result<()> {
-    let (documents, files) = read_documents(paths)?;
+/// `sluice ingest`: convert and parse every file here (errors name the file), then send in
+/// batches.
+pub async fn ingest(url: &str, paths: &[PathBuf], limits: &Limits) -> Result<()> {
+    let reading = ProgressBar::new_spinner();
+    let (documents, files) = read_documents(paths, limits, &|f| {
+        reading.set_message(format!("reading {}", f.display()));
+        reading.tick();
+    })?;
+    reading.finish_and_clear();
 
     let client = http()?;
     let bar = ProgressBar::new(documents.len() as u64);
@@ -103,7 +108,7 @@ pub async fn ingest(url: &str, paths: &[PathBuf]) -> Result<()> {
     let mut batch_bytes = 0;
     let mut pending = documents.into_iter().peekable();
     while let Some(doc) = pending.next() {
-        batch_bytes += doc.text.len();
+        batch_bytes += doc.text.len() + doc.sections.iter().map(|s| s.text.len()).sum::<usize>();
         batch.push(doc);
         if batch.len() < BATCH_DOCS && batch_bytes < BATCH_BYTES && pending.peek().is_some() {
             continue;

@@ -190,7 +190,11 @@ pub async fn test(
     let scratch = tempfile::tempdir()?;
     let store: Arc<dyn Store> = match corpus {
         Some(dir) => {
-            let (documents, _) = crate::client::read_documents(&[dir.to_path_buf()])?;
+            let (documents, _) = crate::client::read_documents(
+                &[dir.to_path_buf()],
+                &config.ingest.convert,
+                &|_| {},
+            )?;
             let store: Arc<dyn Store> = Arc::new(sluice_retrieve::EdgeStore::open(
                 &scratch.path().join("store"),
                 sluice_embed::DIM,

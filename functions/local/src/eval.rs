@@ -127,6 +127,8 @@ pub fn load(dir: &Path) -> Result<(Vec<Document>, Vec<Task>)> {
     let documents = documents
         .into_iter()
         .map(|d| Document {
+            format: None,
+            sections: Vec::new(),
             source: Some(d.id.clone()),
             id: d.id,
             title: Some(d.title),

@@ -224,7 +224,9 @@ fn main() -> Result<()> {
     let runtime = tokio::runtime::Runtime::new()?;
     match cli.command {
         Command::Serve => runtime.block_on(serve::run(settings)),
-        Command::Ingest { paths, url: u } => runtime.block_on(client::ingest(&url(u), &paths)),
+        Command::Ingest { paths, url: u } => {
+            runtime.block_on(client::ingest(&url(u), &paths, &config.ingest.convert))
+        }
         Command::Ask {
             query,
             k,

@@ -40,9 +40,16 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
     std::fs::create_dir_all(&out_dir).expect("output folder");
     let screenshot = out_dir.join("answer.png");
     let _ = std::fs::remove_file(&screenshot);
-    let uploads = ["lost-card.md", "password-reset.md", "support.jsonl"]
+    // A PDF beside the samples: the page takes the formats the server converts.
+    let handbook = out_dir.join("handbook.pdf");
+    let page: &[(f32, &str)] = &[(16.0, "Handbook"), (10.0, "Branches open at nine.")];
+    let pdf = sluice_testkit::files::pdf(&[page], Default::default());
+    std::fs::write(&handbook, pdf).expect("the PDF is written");
+    let mut uploads = ["lost-card.md", "password-reset.md", "support.jsonl"]
         .map(|f| samples().join(f).display().to_string())
-        .join(":");
+        .to_vec();
+    uploads.push(handbook.display().to_string());
+    let uploads = uploads.join(":");
     let script = sluice_tests::repo().join("functions/local/tests/browser/ask.cjs");
     let out = output_within(
         Command::new("node")
@@ -65,7 +72,7 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
     assert!(
         seen["uploaded"]
             .as_str()
-            .is_some_and(|s| s.starts_with("Added 3 file(s)")),
+            .is_some_and(|s| s.starts_with("Added 4 file(s)")),
         "{}",
         seen["uploaded"]
     );
@@ -152,7 +159,11 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
         v
     };
     let (listed, after) = (ids("listed"), ids("after"));
-    assert!(listed.len() >= 4, "{listed:?}");
+    assert!(listed.len() >= 5, "{listed:?}");
+    assert!(
+        listed.iter().any(|id| id.ends_with("handbook.pdf")),
+        "{listed:?}"
+    );
     let deleted = documents["deleted"].as_str().expect("a deleted id");
     assert!(deleted.ends_with("lost-card.md"), "{deleted}");
     let kept: Vec<String> = listed.iter().filter(|id| *id != deleted).cloned().collect();

@@ -51,6 +51,8 @@ async fn a_component_activated_through_the_registry_reranks_the_answer_functions
     let documents = ["lost-card.md", "card-limits.md", "password-reset.md"]
         .iter()
         .map(|name| Document {
+            format: None,
+            sections: Vec::new(),
             id: name.to_string(),
             title: None,
             text: std::fs::read_to_string(sluice_tests::samples_dir().join(name)).unwrap(),

@@ -82,6 +82,7 @@ fn bench(c: &mut Criterion) {
                         .map(|_| WORDS[(rng.next() % WORDS.len() as u64) as usize])
                         .collect();
                     StoredChunk {
+                        place: Default::default(),
                         index: i,
                         text: text.join(" "),
                         tokens: text.len(),
@@ -95,6 +96,7 @@ fn bench(c: &mut Criterion) {
                 "year": 2024 + (d % 2),
             });
             let doc = DocumentInfo {
+                format: None,
                 id: format!("doc{d}"),
                 title: format!("Doc {d}"),
                 source: "bench".into(),

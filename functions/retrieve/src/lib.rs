@@ -89,7 +89,8 @@ use sluice_contract::error::StoreError;
 use sluice_contract::filter::{Bound, Filter, Op, Scalar};
 use sluice_contract::metadata::{MetaValue, Metadata};
 use sluice_contract::stages::{
-    DocumentInfo, DocumentPage, Hit, Page, Search, Selection, Store, StoredChunk, StoredDocument,
+    DocumentInfo, DocumentPage, Hit, Page, Place, Search, Selection, Store, StoredChunk,
+    StoredDocument,
 };
 
 const DENSE: &str = "dense";
@@ -497,6 +498,16 @@ fn chunk_payload(
     if let Some(origin) = &document.origin {
         payload["origin"] = json!(origin);
     }
+    if let Some(format) = &document.format {
+        payload["format"] = json!(format);
+    }
+    if !chunk.place.section.is_empty() {
+        payload["section"] = json!(chunk.place.section);
+    }
+    if let Some([from, to]) = chunk.place.pages {
+        payload["page_from"] = json!(from);
+        payload["page_to"] = json!(to);
+    }
     if !document.metadata.is_empty() {
         payload[META] = Value::Object(document.metadata.to_json());
         let instants = document.metadata.instants();
@@ -537,6 +548,7 @@ fn document_from(payload: &serde_json::Map<String, Value>) -> DocumentInfo {
             .and_then(|m| Metadata::from_json(m).ok())
             .unwrap_or_default(),
         origin: None,
+        format: (payload.get("format").and_then(Value::as_str)).map(str::to_string),
     }
 }
 
@@ -562,6 +574,15 @@ fn hit_from(payload: &serde_json::Map<String, Value>, score: f32, vector: Vec<f3
         tokens: payload.get("tokens").and_then(whole).unwrap_or(0),
         vector,
         score,
+        place: Place {
+            section: text_field(payload, "section"),
+            pages: match (payload.get("page_from"), payload.get("page_to")) {
+                (Some(from), Some(to)) => whole(from)
+                    .zip(whole(to))
+                    .map(|(from, to)| [from as u32, to as u32]),
+                _ => None,
+            },
+        },
     }
 }
 

@@ -19,6 +19,7 @@ fn unit(seed: u64) -> Vec<f32> {
 
 fn doc(id: &str) -> DocumentInfo {
     DocumentInfo {
+        format: None,
         id: id.into(),
         title: format!("Title of {id}"),
         source: format!("src/{id}"),
@@ -32,6 +33,7 @@ fn chunks(texts: &[&str], seed: u64) -> Vec<StoredChunk> {
         .iter()
         .enumerate()
         .map(|(i, t)| StoredChunk {
+            place: Default::default(),
             index: i,
             text: t.to_string(),
             tokens: t.split_whitespace().count(),

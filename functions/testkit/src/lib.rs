@@ -24,6 +24,7 @@
 #![warn(missing_docs)]
 
 mod embed;
+pub mod files;
 pub mod filters;
 mod llm;
 mod rerank;

@@ -53,6 +53,7 @@ impl Store for MemoryStore {
             .filter(|(info, _)| filter.is_none_or(|f| f.matches(&info.metadata)))
             .flat_map(|(info, chunks)| {
                 chunks.iter().map(move |c| Hit {
+                    place: c.place.clone(),
                     document: info.clone(),
                     chunk: c.index,
                     text: c.text.clone(),
@@ -269,6 +270,7 @@ mod tests {
 
     fn chunk(e: &HashEmbedder, index: usize, text: &str) -> StoredChunk {
         StoredChunk {
+            place: Default::default(),
             index,
             text: text.into(),
             tokens: e.count_tokens(text),
@@ -278,6 +280,7 @@ mod tests {
 
     fn info(id: &str) -> DocumentInfo {
         DocumentInfo {
+            format: None,
             id: id.into(),
             title: id.into(),
             source: id.into(),

@@ -76,7 +76,9 @@ async fn bytes_versions_and_the_active_pointer_round_trip() {
 
 fn hit(id: &str, score: f32) -> Hit {
     Hit {
+        place: Default::default(),
         document: DocumentInfo {
+            format: None,
             id: id.into(),
             title: id.into(),
             source: id.into(),

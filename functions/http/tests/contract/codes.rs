@@ -101,6 +101,37 @@ async fn provoke(code: Code) -> Seen {
                 .post("/v1/documents", &json!({"documents": []}))
                 .await,
         ),
+        Code::UnsupportedFormat => Seen::Refused(
+            plain()
+                .send(Method::POST, "/v1/documents?filename=a.xlsx", &[], "PK")
+                .await,
+        ),
+        Code::NoTextLayer | Code::EncryptedDocument | Code::UnreadableDocument => {
+            use sluice_testkit::files::{PdfOptions, pdf};
+            let line: &[(f32, &str)] = &[(10.0, "text")];
+            let file = match code {
+                Code::NoTextLayer => pdf(&[&[]], PdfOptions::default()),
+                Code::EncryptedDocument => pdf(
+                    &[line],
+                    PdfOptions {
+                        password: Some("pw"),
+                        ..Default::default()
+                    },
+                ),
+                _ => pdf(
+                    &[line],
+                    PdfOptions {
+                        no_media_box: true,
+                        ..Default::default()
+                    },
+                ),
+            };
+            Seen::Refused(
+                plain()
+                    .send(Method::POST, "/v1/documents?filename=a.pdf", &[], file)
+                    .await,
+            )
+        }
         Code::InvalidPage => Seen::Refused(
             plain()
                 .send(Method::GET, "/v1/documents?limit=0", &[], "")
@@ -497,7 +528,8 @@ async fn bad_documents_are_refused_whole_and_nothing_is_written() {
             json!({"documents": [{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]}),
             "invalid_document",
         ),
-        (json!({"documents": [{"id": "a"}]}), "invalid_json"),
+        // No text (and no sections).
+        (json!({"documents": [{"id": "a"}]}), "invalid_document"),
         (json!({"docs": []}), "invalid_json"),
     ];
     for (body, expected) in cases {

@@ -12,6 +12,7 @@ mod codes;
 mod degraded;
 mod documents;
 mod endings;
+mod files;
 mod filters;
 mod fusion;
 mod kit;

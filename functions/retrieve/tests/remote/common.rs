@@ -137,6 +137,7 @@ pub fn config(vars: &[(&str, &str)]) -> StoreConfig {
 
 pub fn chunk(index: usize, text: &str) -> StoredChunk {
     StoredChunk {
+        place: Default::default(),
         index,
         text: text.into(),
         tokens: 3,
@@ -146,6 +147,7 @@ pub fn chunk(index: usize, text: &str) -> StoredChunk {
 
 pub fn doc() -> DocumentInfo {
     DocumentInfo {
+        format: None,
         id: "cards/lost".into(),
         title: "Lost cards".into(),
         source: "samples/lost-card.md".into(),

@@ -1,0 +1,237 @@
+//! Each format converted from a file made for the test (tests/../testkit/src/files.rs): the
+//! text, the sections, the pages, and the refusals, as a client would meet them.
+
+use sluice_convert::{ConvertError, Converted, Format, Limits, convert, convert_contained};
+use sluice_testkit::files::{PdfOptions, docx, pdf};
+
+fn paths(c: &Converted) -> Vec<(String, Option<u32>)> {
+    (c.sections.iter())
+        .map(|s| (s.path.join(" › "), s.page))
+        .collect()
+}
+
+fn section<'a>(c: &'a Converted, path: &str) -> &'a str {
+    (c.sections.iter())
+        .find(|s| s.path.join(" › ") == path)
+        .map(|s| s.text.as_str())
+        .unwrap_or_else(|| panic!("no section {path:?} in {:?}", paths(c)))
+}
+
+const BODY: f32 = 10.0;
+
+/// A PDF of `pages` with no outline or password, converted.
+fn plain_pdf(pages: &[&[(f32, &str)]]) -> Converted {
+    convert(
+        Format::Pdf,
+        &pdf(pages, PdfOptions::default()),
+        &Limits::default(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn pdf_pages_in_order_with_outline_sections() {
+    let pages: [&[(f32, &str)]; 3] = [
+        &[
+            (16.0, "Cards"),
+            (BODY, "Debit cards are free."),
+            (BODY, "Page 1"),
+        ],
+        &[
+            (14.0, "Lost or stolen"),
+            (BODY, "Freeze the card in the app, then call"),
+            (BODY, "us. Replacements take five days."),
+            (BODY, "Page 2"),
+        ],
+        &[
+            (16.0, "Loans"),
+            (BODY, "Loans are priced by risk."),
+            (BODY, "Page 3"),
+        ],
+    ];
+    let outline = [(1, "Cards", 1), (2, "Lost or stolen", 2), (1, "Loans", 3)];
+    let file = pdf(
+        &pages,
+        PdfOptions {
+            outline: &outline,
+            ..Default::default()
+        },
+    );
+    let c = convert(Format::Pdf, &file, &Limits::default()).unwrap();
+    assert_eq!(
+        paths(&c),
+        [
+            ("Cards".to_string(), Some(1)),
+            ("Cards › Lost or stolen".to_string(), Some(2)),
+            ("Loans".to_string(), Some(3)),
+        ]
+    );
+    assert_eq!(
+        section(&c, "Cards › Lost or stolen"),
+        "Freeze the card in the app, then call us. Replacements take five days."
+    );
+    // "Page N" sits at the bottom of every page: a running footer, dropped (3 pages is the least
+    // that counts).
+    assert!(!c.text().contains("Page"), "{}", c.text());
+}
+
+#[test]
+fn pdf_headings_from_font_sizes_when_there_is_no_outline() {
+    let pages: [&[(f32, &str)]; 2] = [
+        &[
+            (20.0, "Travel"),
+            (BODY, "Cards work abroad at no cost in the euro area."),
+            (15.0, "Cash"),
+            (BODY, "Withdrawals cost two per cent elsewhere."),
+        ],
+        &[
+            (15.0, "Insurance"),
+            (BODY, "Travel insurance comes with the gold account only."),
+        ],
+    ];
+    let c = plain_pdf(&pages);
+    assert_eq!(
+        section(&c, "Travel › Cash"),
+        "Withdrawals cost two per cent elsewhere."
+    );
+    assert_eq!(
+        section(&c, "Travel › Insurance"),
+        "Travel insurance comes with the gold account only."
+    );
+    assert_eq!(c.title.as_deref(), Some("Travel"));
+}
+
+#[test]
+fn pdf_words_hyphenated_at_line_ends_are_joined() {
+    let pages: [&[(f32, &str)]; 1] = [&[
+        (BODY, "The replace-"),
+        (BODY, "ment card and the self-"),
+        (BODY, "Service portal."),
+    ]];
+    let c = plain_pdf(&pages);
+    assert_eq!(
+        c.text(),
+        "The replacement card and the self- Service portal."
+    );
+}
+
+#[test]
+fn a_scan_has_no_text_layer() {
+    let pages: [&[(f32, &str)]; 2] = [&[], &[]];
+    let e = convert(
+        Format::Pdf,
+        &pdf(&pages, PdfOptions::default()),
+        &Limits::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, ConvertError::NoTextLayer { pages: 2 }), "{e}");
+}
+
+#[test]
+fn a_password_is_refused_an_empty_one_opens() {
+    let pages: [&[(f32, &str)]; 1] = [&[(BODY, "Secret terms.")]];
+    let locked = pdf(
+        &pages,
+        PdfOptions {
+            password: Some("hunter2"),
+            ..Default::default()
+        },
+    );
+    let e = convert(Format::Pdf, &locked, &Limits::default()).unwrap_err();
+    assert!(matches!(e, ConvertError::Encrypted), "{e}");
+    let open = pdf(
+        &pages,
+        PdfOptions {
+            password: Some(""),
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        convert(Format::Pdf, &open, &Limits::default())
+            .unwrap()
+            .text(),
+        "Secret terms."
+    );
+}
+
+#[test]
+fn caps_refuse_what_is_over_them() {
+    let page: &[(f32, &str)] = &[(BODY, "A page.")];
+    let limits = Limits {
+        max_pdf_pages: 2,
+        ..Limits::default()
+    };
+    let e = convert(
+        Format::Pdf,
+        &pdf(&[page, page, page], PdfOptions::default()),
+        &limits,
+    )
+    .unwrap_err();
+    assert!(e.to_string().contains("SLUICE_MAX_PDF_PAGES"), "{e}");
+    let limits = Limits {
+        max_text_bytes: 1024,
+        ..Limits::default()
+    };
+    let long = "word ".repeat(200);
+    let lines: Vec<(f32, &str)> = (0..20).map(|_| (BODY, long.as_str())).collect();
+    let e = convert(Format::Pdf, &pdf(&[&lines], PdfOptions::default()), &limits).unwrap_err();
+    assert!(e.to_string().contains("SLUICE_MAX_TEXT_BYTES"), "{e}");
+}
+
+#[test]
+fn a_parser_panic_is_contained() {
+    // pdf-extract panics on a page without a MediaBox.
+    let page: &[(f32, &str)] = &[(BODY, "text")];
+    let file = pdf(
+        &[page],
+        PdfOptions {
+            no_media_box: true,
+            ..Default::default()
+        },
+    );
+    let e = convert_contained(Format::Pdf, file, &Limits::default()).unwrap_err();
+    assert!(matches!(e, ConvertError::Crashed(_)), "{e}");
+}
+
+#[test]
+fn docx_headings_lists_and_tables() {
+    let file = docx(
+        "# Accounts\n\nWe offer two accounts.\n\n## Fees\n\n- No monthly fee\n- Free transfers\n\n| Account | Rate |\n|---|---|\n| Saver | 3% |\n",
+    );
+    let c = convert(Format::Docx, &file, &Limits::default()).unwrap();
+    assert_eq!(section(&c, "Accounts"), "We offer two accounts.");
+    let fees = section(&c, "Accounts › Fees");
+    for part in ["No monthly fee", "Free transfers", "Saver", "3%"] {
+        assert!(fees.contains(part), "{part:?} missing from {fees:?}");
+    }
+}
+
+#[test]
+fn a_docx_that_decompresses_past_the_cap_is_refused() {
+    let file = docx(&"All work and no play. ".repeat(20_000));
+    assert!(
+        file.len() < 64 << 10,
+        "the test file is small compressed: {}",
+        file.len()
+    );
+    let limits = Limits {
+        max_docx_bytes: 64 << 10,
+        ..Limits::default()
+    };
+    let e = convert(Format::Docx, &file, &limits).unwrap_err();
+    assert!(matches!(e, ConvertError::TooLarge(_)), "{e}");
+    assert!(e.to_string().contains("SLUICE_MAX_DOCX_BYTES"), "{e}");
+    // Under the default cap it reads.
+    assert!(convert(Format::Docx, &file, &Limits::default()).is_ok());
+}
+
+#[test]
+fn garbage_in_each_format_is_an_error_not_a_panic() {
+    for format in [Format::Pdf, Format::Docx, Format::Html, Format::Markdown] {
+        let result = convert_contained(format, b"\x00\x01garbage\xff".to_vec(), &Limits::default());
+        assert!(
+            !matches!(result, Err(ConvertError::Crashed(_))),
+            "{format:?}: {result:?}"
+        );
+    }
+}
