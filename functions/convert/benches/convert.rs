@@ -131,6 +131,23 @@ fn main() {
         std::process::exit(1);
     }
 
+    // Memory first, while the process holds nothing else: its peak resident size before and
+    // after converting the largest file.
+    let largest = (pdfs.iter().chain(&pages_html))
+        .max_by_key(|p| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0))
+        .expect("a file");
+    let before = peak_rss_mb();
+    let bytes = std::fs::read(largest).expect("corpus file");
+    let format = Format::from_name(&largest.display().to_string()).expect("a format");
+    let _ = convert(format, &bytes, &limits);
+    let memory = format!(
+        "convert: peak RSS {:.0} MB converting the largest file ({}, {:.1} MB) from {before:.0} MB before it",
+        peak_rss_mb(),
+        largest.file_name().unwrap_or_default().to_string_lossy(),
+        bytes.len() as f64 / 1e6
+    );
+    drop(bytes);
+
     println!(
         "{:<44} {:>6} {:>6} {:>6} {:>9} {:>9}",
         "PDF", "pages", "F1", "order", "sluice", "pdftotext"
