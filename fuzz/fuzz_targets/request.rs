@@ -20,7 +20,7 @@ fn config() -> &'static AnswerConfig {
     })
 }
 
-const FILES: [&str; 5] = ["a.json", "a.jsonl", "a.md", "a.txt", "a.pdf"];
+const FILES: [&str; 5] = ["a.json", "a.jsonl", "a.md", "a.txt", "a.xlsx"];
 
 fuzz_target!(|data: &[u8]| {
     // Liveness, once: known-good inputs are accepted (a target that refused everything would
@@ -33,7 +33,8 @@ fuzz_target!(|data: &[u8]| {
         let r = sluice_http::answer_request(config(), tenant, None, &headers, body, Instant::now())
             .expect("a known-good answer request");
         assert_eq!((r.query.as_str(), r.k), ("How long does a card take?", 3));
-        let documents = parse_file("a.md", b"# Title\nSome text.").expect("a known-good file");
+        let documents = parse_file("a.md", b"# Title\nSome text.", &Default::default())
+            .expect("a known-good file");
         validate(&documents).expect("valid documents");
     });
     let Some((&selector, rest)) = data.split_first() else {
@@ -78,12 +79,13 @@ fuzz_target!(|data: &[u8]| {
         }
         1 => {
             let name = FILES[usize::from(selector / 3) % FILES.len()];
-            if let Ok(documents) = parse_file(name, rest)
+            if let Ok(documents) = parse_file(name, rest, &Default::default())
                 && validate(&documents).is_ok()
             {
                 for d in &documents {
                     assert!(!d.id.trim().is_empty() && d.id.chars().count() <= MAX_ID_CHARS);
-                    assert!(!d.text.trim().is_empty());
+                    let text = d.text.trim().is_empty();
+                    assert!(!text || d.sections.iter().any(|s| !s.text.trim().is_empty()));
                 }
             }
         }

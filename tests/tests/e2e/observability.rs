@@ -137,9 +137,9 @@ async fn a_file_uploads_as_it_is_and_an_unknown_kind_is_refused() {
     let response = upload("photo.png", "not text really")
         .await
         .expect("upload");
-    assert_eq!(response.status(), 400);
+    assert_eq!(response.status(), 415);
     let body: Value = response.json().await.expect("error body");
-    assert_eq!(body["error"]["code"], "invalid_document");
+    assert_eq!(body["error"]["code"], "unsupported_format");
     assert!(
         body["error"]["message"]
             .as_str()
