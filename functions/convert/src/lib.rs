@@ -37,17 +37,6 @@ pub enum Format {
 }
 
 impl Format {
-    /// Every format, in the order the docs list them.
-    pub const ALL: [Format; 7] = [
-        Format::Text,
-        Format::Markdown,
-        Format::Html,
-        Format::Pdf,
-        Format::Docx,
-        Format::Json,
-        Format::Jsonl,
-    ];
-
     /// The format a file name's extension names.
     pub fn from_name(name: &str) -> Option<Format> {
         let (_, ext) = name.rsplit_once('.')?;
