@@ -149,17 +149,24 @@ fn main() {
     drop(bytes);
 
     println!(
-        "{:<44} {:>6} {:>6} {:>6} {:>9} {:>9}",
-        "PDF", "pages", "F1", "order", "sluice", "pdftotext"
+        "{:<44} {:>6} {:>6} {:>6} {:>9} {:>9} {:>9}",
+        "PDF", "pages", "F1", "order", "sluice", "1 thread", "pdftotext"
     );
+    let one_thread = Limits {
+        threads: 1,
+        ..limits.clone()
+    };
     let (mut f1s, mut orders) = (Vec::new(), Vec::new());
-    let (mut ours_total, mut theirs_total, mut pages_total) =
-        (Duration::ZERO, Duration::ZERO, 0usize);
+    let (mut ours_total, mut single_total, mut theirs_total, mut pages_total) =
+        (Duration::ZERO, Duration::ZERO, Duration::ZERO, 0usize);
     for path in &pdfs {
         let bytes = std::fs::read(path).expect("corpus file");
         let started = Instant::now();
         let converted = convert(Format::Pdf, &bytes, &limits);
         let ours = started.elapsed();
+        let started = Instant::now();
+        let _ = convert(Format::Pdf, &bytes, &one_thread);
+        let single = started.elapsed();
         let started = Instant::now();
         let status = std::process::Command::new("pdftotext")
             .args(["-q", "-enc", "UTF-8"])
@@ -194,13 +201,15 @@ fn main() {
         let f = f1(overlap(&ours_words, &reference_words));
         let order = lcs_ratio(&ours_words, &reference_words);
         println!(
-            "{name:<44} {pages:>6} {f:>6.3} {order:>6.3} {:>7.1}ms {:>7.1}ms",
+            "{name:<44} {pages:>6} {f:>6.3} {order:>6.3} {:>7.1}ms {:>7.1}ms {:>7.1}ms",
             ours.as_secs_f64() * 1e3,
+            single.as_secs_f64() * 1e3,
             theirs.as_secs_f64() * 1e3
         );
         f1s.push(f);
         orders.push(order);
         ours_total += ours;
+        single_total += single;
         theirs_total += theirs;
         pages_total += pages;
     }
@@ -283,10 +292,13 @@ fn main() {
         pdfs.len()
     );
     println!(
-        "convert: PDF {:.0} pages/s, pdftotext {:.0} pages/s (ratio {:.2}, pdftotext's time includes starting its process)",
+        "convert: PDF {:.0} pages/s on {} threads, {:.0} on one, pdftotext {:.0} pages/s (ratio {:.2}, on one thread {:.2}; pdftotext's time includes starting its process)",
         pages_total as f64 / ours_total.as_secs_f64(),
+        limits.threads,
+        pages_total as f64 / single_total.as_secs_f64(),
         pages_total as f64 / theirs_total.as_secs_f64(),
-        theirs_total.as_secs_f64() / ours_total.as_secs_f64()
+        theirs_total.as_secs_f64() / ours_total.as_secs_f64(),
+        theirs_total.as_secs_f64() / single_total.as_secs_f64()
     );
     println!(
         "convert: HTML {} pages, median main-text recall against trafilatura {:.3}, median extra words {:.3} (a tag stripper: {:.3}), {:.1} MB/s",

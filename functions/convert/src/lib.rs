@@ -181,6 +181,9 @@ pub struct Limits {
     pub max_text_bytes: usize,
     /// `SLUICE_CONVERT_TIMEOUT_MS`: time budget of one file's conversion.
     pub timeout: Duration,
+    /// `SLUICE_CONVERT_THREADS`: threads one PDF's pages are read on (default: the cores
+    /// there are, at most 4).
+    pub threads: usize,
 }
 
 impl Default for Limits {
@@ -198,8 +201,15 @@ impl Limits {
             max_html_depth: ranged(get, "SLUICE_MAX_HTML_DEPTH", 256, 8, 10_000)?,
             max_text_bytes: ranged(get, "SLUICE_MAX_TEXT_BYTES", 32 << 20, 1 << 10, 1 << 30)?,
             timeout: millis(get, "SLUICE_CONVERT_TIMEOUT_MS", 60_000, 100)?,
+            threads: ranged(get, "SLUICE_CONVERT_THREADS", default_threads(), 1, 64)?,
         })
     }
+}
+
+/// The cores there are, at most 4: reading a PDF's pages scales to a few threads, and a
+/// server converts one upload per request beside others.
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
 /// What is left of `SLUICE_MAX_TEXT_BYTES` while a file is read.
@@ -217,13 +227,24 @@ impl TextBudget {
 
     /// Spends `bytes`, or says the file is over the cap.
     pub fn take(&mut self, bytes: usize) -> Result<(), ConvertError> {
-        self.left = self.left.checked_sub(bytes).ok_or_else(|| {
-            ConvertError::TooLarge(format!(
-                "its text is over {} bytes (SLUICE_MAX_TEXT_BYTES)",
-                self.cap
-            ))
-        })?;
+        self.left = self
+            .left
+            .checked_sub(bytes)
+            .ok_or_else(|| self.exceeded())?;
         Ok(())
+    }
+
+    /// What is left of it.
+    pub fn left(&self) -> usize {
+        self.left
+    }
+
+    /// The error of a file whose text went over the cap.
+    pub fn exceeded(&self) -> ConvertError {
+        ConvertError::TooLarge(format!(
+            "its text is over {} bytes (SLUICE_MAX_TEXT_BYTES)",
+            self.cap
+        ))
     }
 }
 

@@ -10,6 +10,7 @@
 //! - words hyphenated at a line's end are joined ([`Walk::push`]).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use pdf_extract::{MediaBox, OutputDev, OutputError, Transform};
 
@@ -39,27 +40,16 @@ pub fn convert(
     if document.is_encrypted() && document.decrypt("").is_err() {
         return Err(ConvertError::Encrypted);
     }
-    let pages = document.get_pages().len();
+    let numbers: Vec<u32> = document.get_pages().into_keys().collect();
+    let pages = numbers.len();
     if pages > limits.max_pdf_pages {
         return Err(ConvertError::TooLarge(format!(
             "{pages} pages; the limit is {} (SLUICE_MAX_PDF_PAGES)",
             limits.max_pdf_pages
         )));
     }
-    let mut lines = Lines {
-        pages: Vec::with_capacity(pages),
-        budget,
-        over: None,
-        height: 0.0,
-        last: None,
-        begins_word: false,
-    };
-    let extracted = pdf_extract::output_doc(&document, &mut lines);
-    if let Some(over) = lines.over.take() {
-        return Err(over);
-    }
-    let pages_text = lines.pages;
-    if let Err(e) = extracted
+    let (pages_text, failed) = read_pages(&document, &numbers, limits.threads, budget)?;
+    if let Some(e) = failed
         && pages_text.iter().all(Vec::is_empty)
     {
         return Err(ConvertError::Malformed(format!(
@@ -228,14 +218,75 @@ fn running_lines(pages: &[Vec<Line>]) -> Vec<String> {
         .collect()
 }
 
+/// Each page's lines, in page order (`numbers`), read on `threads` threads that take the next
+/// page as they finish one (pdf-extract builds every font of a page again on each page, its
+/// font cache being per page as font names are: that is most of a page's time, and pages
+/// share nothing else); and the first error a page's content gave (its
+/// lines up to there are kept, and the other pages are read all the same). A panic in a page
+/// is resumed here, for the caller's containment.
+fn read_pages(
+    document: &lopdf::Document,
+    numbers: &[u32],
+    threads: usize,
+    budget: &mut TextBudget,
+) -> Result<(Vec<Vec<Line>>, Option<OutputError>), ConvertError> {
+    let left = AtomicUsize::new(budget.left());
+    let next = AtomicUsize::new(0);
+    let threads = threads.clamp(1, numbers.len().max(1));
+    let worker = || {
+        let mut lines = Lines {
+            pages: Vec::new(),
+            left: &left,
+            over: false,
+            height: 0.0,
+            last: None,
+            begins_word: false,
+        };
+        let (mut read, mut failed) = (Vec::new(), None);
+        while let Some(&number) = numbers.get(next.fetch_add(1, Ordering::Relaxed)) {
+            let result = pdf_extract::output_doc_page(document, &mut lines, number);
+            read.push((number, lines.pages.pop().unwrap_or_default()));
+            if lines.over {
+                break;
+            }
+            if let Err(e) = result {
+                failed.get_or_insert(e);
+            }
+        }
+        (read, failed, lines.over)
+    };
+    let done: Vec<_> = std::thread::scope(|scope| {
+        let workers: Vec<_> = (0..threads).map(|_| scope.spawn(worker)).collect();
+        (workers.into_iter())
+            .map(|w| {
+                w.join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+            })
+            .collect()
+    });
+    let mut pages: Vec<(u32, Vec<Line>)> = Vec::with_capacity(numbers.len());
+    let mut failed = None;
+    for (read, error, over) in done {
+        if over {
+            return Err(budget.exceeded());
+        }
+        pages.extend(read);
+        failed = failed.or(error);
+    }
+    budget.take(budget.left() - left.into_inner())?;
+    pages.sort_by_key(|(number, _)| *number);
+    Ok((pages.into_iter().map(|(_, lines)| lines).collect(), failed))
+}
+
 /// pdf-extract's glyphs, put together into lines page by page: a glyph that starts a word
 /// below the last one (or to its left and lower) starts a line, one that starts a word
 /// right of where the last glyph ended is a space away.
 struct Lines<'a> {
     pages: Vec<Vec<Line>>,
-    budget: &'a mut TextBudget,
-    /// The text cap, when a glyph went over it (the extraction is then stopped).
-    over: Option<ConvertError>,
+    /// Bytes of text the file may still give, shared by the threads reading its pages.
+    left: &'a AtomicUsize,
+    /// Whether a glyph went over the text cap (the extraction is then stopped).
+    over: bool,
     /// The page's height, to turn its bottom-up coordinates top-down.
     height: f64,
     /// Where the last glyph was: its baseline's y and where it ended on x.
@@ -268,8 +319,11 @@ impl OutputDev for Lines<'_> {
         font_size: f64,
         glyph: &str,
     ) -> Result<(), OutputError> {
-        if let Err(e) = self.budget.take(glyph.len()) {
-            self.over = Some(e);
+        let spent = (self.left).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |left| {
+            left.checked_sub(glyph.len())
+        });
+        if spent.is_err() {
+            self.over = true;
             return Err(OutputError::FormatError(std::fmt::Error));
         }
         // Top-down page coordinates of the glyph's origin.

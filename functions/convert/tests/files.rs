@@ -155,6 +155,41 @@ fn a_password_is_refused_an_empty_one_opens() {
 }
 
 #[test]
+fn pages_read_on_many_threads_come_out_as_on_one() {
+    // Lines of their own on each page (a line that recurs would be a running header).
+    let texts: Vec<String> = (1..=24)
+        .map(|n| format!("A {} long page.", "very ".repeat(n).trim_end()))
+        .collect();
+    let lines: Vec<[(f32, &str); 1]> = texts.iter().map(|t| [(BODY, t.as_str())]).collect();
+    let pages: Vec<&[(f32, &str)]> = lines.iter().map(|l| &l[..]).collect();
+    let file = pdf(&pages, PdfOptions::default());
+    let on = |threads| {
+        let limits = Limits {
+            threads,
+            ..Limits::default()
+        };
+        convert(Format::Pdf, &file, &limits).unwrap()
+    };
+    let one = on(1);
+    let pages_seen: Vec<Option<u32>> = one.sections.iter().map(|s| s.page).collect();
+    assert_eq!(pages_seen, (1..=24).map(Some).collect::<Vec<_>>());
+    assert!(one.text().contains(&texts[16]), "{}", one.text());
+    assert_eq!(
+        on(4),
+        one,
+        "the same sections, pages and order on 4 threads"
+    );
+    // The text cap holds across threads: 24 pages of 15 to 130 bytes against 1 KiB.
+    let limits = Limits {
+        threads: 4,
+        max_text_bytes: 1024,
+        ..Limits::default()
+    };
+    let e = convert(Format::Pdf, &file, &limits).unwrap_err();
+    assert!(e.to_string().contains("SLUICE_MAX_TEXT_BYTES"), "{e}");
+}
+
+#[test]
 fn caps_refuse_what_is_over_them() {
     let page: &[(f32, &str)] = &[(BODY, "A page.")];
     let limits = Limits {
@@ -180,17 +215,24 @@ fn caps_refuse_what_is_over_them() {
 
 #[test]
 fn a_parser_panic_is_contained() {
-    // pdf-extract panics on a page without a MediaBox.
+    // pdf-extract panics on a page without a MediaBox: on the conversion's thread, or on one
+    // of the threads reading its pages.
     let page: &[(f32, &str)] = &[(BODY, "text")];
-    let file = pdf(
-        &[page],
-        PdfOptions {
-            no_media_box: true,
-            ..Default::default()
-        },
-    );
-    let e = convert_contained(Format::Pdf, file, &Limits::default()).unwrap_err();
-    assert!(matches!(e, ConvertError::Crashed(_)), "{e}");
+    for (pages, threads) in [(1, 1), (6, 3)] {
+        let file = pdf(
+            &vec![page; pages],
+            PdfOptions {
+                no_media_box: true,
+                ..Default::default()
+            },
+        );
+        let limits = Limits {
+            threads,
+            ..Limits::default()
+        };
+        let e = convert_contained(Format::Pdf, file, &limits).unwrap_err();
+        assert!(matches!(e, ConvertError::Crashed(_)), "{e}");
+    }
 }
 
 #[test]
