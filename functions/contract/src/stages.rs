@@ -45,6 +45,28 @@ pub struct StoredChunk {
     pub vector: Vec<f32>,
     /// Where in its document it lies.
     pub place: Place,
+    /// What retrieval reads before the text (the dense vector was embedded from both, and
+    /// BM25 indexes both): the document's title and the chunk's section path, so that a
+    /// chunk that never names its subject is still found by it. Empty: the text alone.
+    /// Never part of the text a prompt quotes.
+    pub header: String,
+}
+
+impl StoredChunk {
+    /// The text retrieval indexes: [`header`](Self::header), then the text.
+    pub fn indexed_text(&self) -> std::borrow::Cow<'_, str> {
+        indexed_text(&self.header, &self.text)
+    }
+}
+
+/// `header`, a blank line, then `text`; `text` alone when `header` is empty. What the embedder
+/// and BM25 read of a chunk ([`StoredChunk::indexed_text`]).
+pub fn indexed_text<'a>(header: &str, text: &'a str) -> std::borrow::Cow<'a, str> {
+    if header.is_empty() {
+        std::borrow::Cow::Borrowed(text)
+    } else {
+        std::borrow::Cow::Owned(format!("{header}\n\n{text}"))
+    }
 }
 
 /// Where in its document a chunk lies, for citations that point into it.

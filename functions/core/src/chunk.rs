@@ -31,30 +31,141 @@ pub fn chunk_text(
         .collect()
 }
 
-/// Splits a document's sections into chunks as [`chunk_text`] splits text, a run of
-/// sections under one heading path at a time: no chunk holds text of two paths, and each
-/// records its path and the pages its sentences came from.
+/// A chunk of a document's sections: its text, where it lies, and the header retrieval
+/// reads before it ([`StoredChunk::header`](sluice_contract::stages::StoredChunk::header)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlacedChunk {
+    /// The text and its token count.
+    pub chunk: TextChunk,
+    /// Its section path and pages.
+    pub place: Place,
+    /// The contextual header ([`context_header`]); empty when none is asked for.
+    pub header: String,
+}
+
+/// Splits a document's sections into chunks, a run of sections under one heading path at a
+/// time: a run that fits in a chunk is never cut, and one longer than a chunk is cut as
+/// [`chunk_text`] cuts text, into chunks of its own. So no chunk straddles two paths, unless
+/// `pack_runs`: then runs that fit share a chunk with the runs around them while they fit
+/// too, each under its own heading line (chunks as large as plain text makes, for corpora of
+/// short sections). Each chunk records the pages its sentences came from and its section
+/// path: the run's, or the path the runs it holds share.
+///
+/// With a `title`, each chunk gets the [`context_header`] of the title and its path, and
+/// the document's longest header (at most a quarter of `max_tokens`) is taken from every
+/// chunk's budget, so that the embedder reads header and text as one window.
 pub fn chunk_sections(
     sections: &[Section],
+    title: Option<&str>,
+    pack_runs: bool,
     max_tokens: usize,
     overlap_tokens: usize,
     count: &dyn Fn(&str) -> usize,
-) -> Vec<(TextChunk, Place)> {
+) -> Vec<PlacedChunk> {
+    let runs: Vec<&[Section]> = sections.chunk_by(|a, b| a.path == b.path).collect();
+    let header =
+        |path: &[String]| title.map_or_else(String::new, |t| context_header(t, &path.join(" › ")));
+    let reserve = (runs.iter())
+        .map(|run| count(&header(&run[0].path)))
+        .max()
+        .unwrap_or(0)
+        .min(max_tokens / 4);
+    let budget = max_tokens - reserve;
     let mut out = Vec::new();
-    for run in sections.chunk_by(|a, b| a.path == b.path) {
+    let mut group = Group::default();
+    for run in runs {
+        let path = &run[0].path;
         let pieces: Vec<Piece> = (run.iter())
-            .flat_map(|s| pieces(&s.text, s.page, max_tokens, count))
+            .flat_map(|s| pieces(&s.text, s.page, budget, count))
             .collect();
-        let section = run[0].path.join(" › ");
-        for (chunk, pages) in pack(pieces, max_tokens, overlap_tokens) {
-            let place = Place {
-                section: section.clone(),
-                pages,
-            };
-            out.push((chunk, place));
+        // Its heading line, should it share a chunk, is counted whether or not it will.
+        let heading = path.last().map_or(0, |h| count(h));
+        let tokens = pieces.iter().map(|(_, n, _)| n).sum::<usize>() + heading;
+        if tokens <= budget {
+            if !pack_runs || group.tokens + tokens > budget {
+                out.extend(group.flush(&header));
+            }
+            group.tokens += tokens;
+            group.runs.push((path.clone(), pieces, heading));
+        } else {
+            out.extend(group.flush(&header));
+            for (chunk, pages) in pack(pieces, budget, overlap_tokens) {
+                out.push(PlacedChunk {
+                    chunk,
+                    place: Place {
+                        section: path.join(" › "),
+                        pages,
+                    },
+                    header: header(path),
+                });
+            }
         }
     }
+    out.extend(group.flush(&header));
     out
+}
+
+/// Whole runs of sections gathered into one chunk: each run's heading path, sentences and
+/// the tokens of its heading line; and the tokens of all (headings counted).
+#[derive(Default)]
+struct Group {
+    runs: Vec<(Vec<String>, Vec<Piece>, usize)>,
+    tokens: usize,
+}
+
+impl Group {
+    /// The chunk of the runs gathered (none when there are none), and an empty group. Its
+    /// path is the one the runs share; a run whose path goes beyond it is led by its heading.
+    fn flush(&mut self, header: &dyn Fn(&[String]) -> String) -> Option<PlacedChunk> {
+        let runs = std::mem::take(&mut self.runs);
+        self.tokens = 0;
+        let first = &runs.first()?.0;
+        let shared = (runs.iter()).fold(first.len(), |n, (path, _, _)| {
+            n.min(path.iter().zip(first).take_while(|(a, b)| a == b).count())
+        });
+        let path = first[..shared].to_vec();
+        let alone = runs.len() == 1;
+        let mut texts = Vec::with_capacity(runs.len());
+        let mut pieces = Vec::new();
+        let mut tokens = 0;
+        for (run_path, run_pieces, heading_tokens) in runs {
+            let sentences: Vec<&str> = run_pieces.iter().map(|(s, _, _)| s.as_str()).collect();
+            let text = sentences.join(" ");
+            tokens += run_pieces.iter().map(|(_, n, _)| n).sum::<usize>();
+            texts.push(match run_path.last() {
+                Some(heading) if !alone && run_path.len() > shared => {
+                    tokens += heading_tokens;
+                    format!("{heading}\n{text}")
+                }
+                _ => text,
+            });
+            pieces.extend(run_pieces);
+        }
+        let (mut chunk, pages) = join(&pieces, tokens);
+        chunk.text = texts.join("\n\n");
+        Some(PlacedChunk {
+            chunk,
+            place: Place {
+                section: path.join(" › "),
+                pages,
+            },
+            header: header(&path),
+        })
+    }
+}
+
+/// The header retrieval reads before a chunk: its document's `title` and its `section`
+/// path, `Title › Part › Section` (the path alone when it already begins with the title, as a
+/// Markdown file's first heading often does).
+pub fn context_header(title: &str, section: &str) -> String {
+    let title = title.trim();
+    if title.is_empty() || section == title || section.starts_with(&format!("{title} › ")) {
+        section.to_string()
+    } else if section.is_empty() {
+        title.to_string()
+    } else {
+        format!("{title} › {section}")
+    }
 }
 
 /// A sentence (or a cut of a long one), its token count and its page.
@@ -277,9 +388,15 @@ mod tests {
             ),
             section(&["Loans"], 3, "Loans cost interest."),
         ];
-        let chunks = chunk_sections(&sections, 9, 0, &words);
+        let chunks = chunk_sections(&sections, None, false, 9, 0, &words);
         let summary: Vec<(String, &str, Option<[u32; 2]>)> = (chunks.iter())
-            .map(|(c, p)| (c.text.clone(), p.section.as_str(), p.pages))
+            .map(|c| {
+                (
+                    c.chunk.text.clone(),
+                    c.place.section.as_str(),
+                    c.place.pages,
+                )
+            })
             .collect();
         assert_eq!(
             summary,
@@ -304,6 +421,120 @@ mod tests {
             page: None,
             text: "x y.".into(),
         }];
-        assert_eq!(chunk_sections(&plain, 8, 0, &words)[0].1.pages, None);
+        assert_eq!(
+            chunk_sections(&plain, None, false, 8, 0, &words)[0]
+                .place
+                .pages,
+            None
+        );
+        assert!(chunks.iter().all(|c| c.header.is_empty()));
+    }
+
+    #[test]
+    fn a_title_heads_every_chunk_with_its_path_and_takes_its_tokens_from_the_budget() {
+        let section = |path: &[&str], text: &str| Section {
+            path: path.iter().map(|p| p.to_string()).collect(),
+            page: None,
+            text: text.into(),
+        };
+        let sections = [
+            section(&[], "Read this first."),
+            section(&["Cards", "Lost"], "Call us now. We send new cards."),
+        ];
+        let chunks = chunk_sections(&sections, Some("Policies"), false, 8, 0, &words);
+        let summary: Vec<(&str, &str)> = (chunks.iter())
+            .map(|c| (c.header.as_str(), c.chunk.text.as_str()))
+            .collect();
+        // "Policies › Cards › Lost" counts 5 words, capped at a quarter of 8: the text's
+        // budget is 6, and the two sentences (3 + 4 words) no longer share a chunk.
+        assert_eq!(
+            summary,
+            [
+                ("Policies", "Read this first."),
+                ("Policies › Cards › Lost", "Call us now."),
+                ("Policies › Cards › Lost", "We send new cards."),
+            ]
+        );
+        // Without a title the two sentences share one chunk of 8 (and the first section has
+        // its own).
+        let untitled = chunk_sections(&sections, None, false, 8, 0, &words);
+        assert_eq!(untitled.len(), 2);
+        assert_eq!(untitled[1].chunk.text, "Call us now. We send new cards.");
+    }
+
+    #[test]
+    fn packed_small_sections_share_a_chunk_whole_each_under_its_heading() {
+        let section = |path: &[&str], text: &str| Section {
+            path: path.iter().map(|p| p.to_string()).collect(),
+            page: None,
+            text: text.into(),
+        };
+        let sections = [
+            section(&[], "Intro text here."),
+            section(&["Fees"], "Fees are low."),
+            section(&["Fees", "Cards"], "Cards cost nothing."),
+            section(&["Loans"], "Loans cost interest here."),
+        ];
+        // The longest header, "Guide › Fees › Cards", takes its 5 words' cap of a quarter of
+        // 16 from every chunk: the text's budget is 12.
+        let chunks = chunk_sections(&sections, Some("Guide"), true, 16, 0, &words);
+        let summary: Vec<(&str, &str, &str)> = (chunks.iter())
+            .map(|c| {
+                (
+                    c.chunk.text.as_str(),
+                    c.place.section.as_str(),
+                    c.header.as_str(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                // Three runs fit in 12 words with their heading lines (11); the fourth does
+                // not, and is not cut: it starts the next chunk. The first chunk's path is
+                // what its runs share (nothing here).
+                (
+                    "Intro text here.\n\nFees\nFees are low.\n\nCards\nCards cost nothing.",
+                    "",
+                    "Guide"
+                ),
+                ("Loans cost interest here.", "Loans", "Guide › Loans"),
+            ]
+        );
+        for c in &chunks {
+            assert_eq!(c.chunk.tokens, words(&c.chunk.text), "{c:?}");
+        }
+        // Not packed, each section is a chunk of its own, citing its own path.
+        let apart = chunk_sections(&sections, Some("Guide"), false, 16, 0, &words);
+        let paths: Vec<&str> = apart.iter().map(|c| c.place.section.as_str()).collect();
+        assert_eq!(paths, ["", "Fees", "Fees › Cards", "Loans"]);
+        assert_eq!(apart[1].chunk.text, "Fees are low.");
+        // Runs under one parent share its path.
+        let nested = [
+            section(&["Fees", "Cards"], "Cards cost nothing."),
+            section(&["Fees", "Loans"], "Loans cost more."),
+        ];
+        let chunks = chunk_sections(&nested, None, true, 12, 0, &words);
+        assert_eq!(chunks.len(), 1);
+        assert_eq!(chunks[0].place.section, "Fees");
+        assert_eq!(
+            chunks[0].chunk.text,
+            "Cards\nCards cost nothing.\n\nLoans\nLoans cost more."
+        );
+    }
+
+    #[test]
+    fn a_header_names_the_title_once() {
+        assert_eq!(
+            context_header("Guide", "Install › Linux"),
+            "Guide › Install › Linux"
+        );
+        assert_eq!(
+            context_header("Guide", "Guide › Install"),
+            "Guide › Install"
+        );
+        assert_eq!(context_header("Guide", "Guide"), "Guide");
+        assert_eq!(context_header("Guide", ""), "Guide");
+        assert_eq!(context_header(" ", "Install"), "Install");
     }
 }

@@ -142,6 +142,12 @@ pub struct IngestConfig {
     pub max_documents: usize,
     /// `SLUICE_MAX_CHUNKS`: chunks one ingest request may produce.
     pub max_chunks: usize,
+    /// `SLUICE_CONTEXT_HEADER`: give retrieval each chunk with its document's title and
+    /// section path before it (the embedding and BM25 read both; the prompt quotes the text).
+    pub context_header: bool,
+    /// `SLUICE_PACK_SECTIONS`: let whole sections that fit share a chunk (each under its
+    /// heading line; the chunk cites the path they share) instead of one path per chunk.
+    pub pack_sections: bool,
     /// Caps and the time budget of converting one file (PDF, HTML, Word), read by their
     /// owner ([`sluice_convert::Limits`]).
     pub convert: sluice_convert::Limits,
@@ -336,6 +342,8 @@ fn ingest_section(get: &impl Fn(&str) -> Option<String>) -> Result<IngestConfig,
         chunk_overlap_tokens: ranged(get, "SLUICE_CHUNK_OVERLAP_TOKENS", 32, 0, 256)?,
         max_documents: ranged(get, "SLUICE_MAX_DOCUMENTS", 1000, 1, 1_000_000)?,
         max_chunks: ranged(get, "SLUICE_MAX_CHUNKS", 20_000, 1, 10_000_000)?,
+        context_header: parse(get, "SLUICE_CONTEXT_HEADER", "true", "true or false")?,
+        pack_sections: parse(get, "SLUICE_PACK_SECTIONS", "false", "true or false")?,
         convert: sluice_convert::Limits::from_lookup(get)?,
     };
     if ingest.chunk_overlap_tokens >= ingest.chunk_tokens / 2 {
@@ -596,6 +604,18 @@ mod tests {
         ])
         .unwrap_err();
         assert_eq!(e.name, "SLUICE_CHUNK_OVERLAP_TOKENS");
+        let e = with(&[("SLUICE_CONTEXT_HEADER", "on")]).unwrap_err();
+        assert_eq!(e.name, "SLUICE_CONTEXT_HEADER");
+        assert!(
+            !with(&[("SLUICE_CONTEXT_HEADER", "false")])
+                .unwrap()
+                .ingest
+                .context_header
+        );
+        let e = with(&[("SLUICE_PACK_SECTIONS", "1")]).unwrap_err();
+        assert_eq!(e.name, "SLUICE_PACK_SECTIONS");
+        let e = with(&[("SLUICE_CONVERT_THREADS", "0")]).unwrap_err();
+        assert_eq!(e.name, "SLUICE_CONVERT_THREADS");
         let e = with(&[("SLUICE_DEFAULT_TENANT", "a b")]).unwrap_err();
         assert_eq!(e.name, "SLUICE_DEFAULT_TENANT");
     }

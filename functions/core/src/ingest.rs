@@ -1,9 +1,10 @@
-//! The document path, beside the answer path: parse (.txt, .md, .json, .jsonl), validate,
+//! The document path, beside the answer path: parse (or convert: `sluice-convert`), validate,
 //! chunk, embed, replace in the store, and bump the tenant's corpus version once per ingest
 //! (which is what retires the tenant's cached answers). It needs the embedder and the store,
 //! never the LLM.
 
 use crate::Tenant;
+use std::borrow::Cow;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -11,14 +12,14 @@ use serde::{Deserialize, Serialize};
 use sluice_convert::ConvertError;
 pub use sluice_convert::{Format, Limits, Section};
 
-use crate::chunk::{chunk_sections, chunk_text};
+use crate::chunk::chunk_sections;
 use crate::config::IngestConfig;
 use crate::error::{EmbedError, IngestError};
 use crate::filter::Filter;
 use crate::metadata::{MetaValue, Metadata};
 use crate::stages::{
-    DocumentInfo, DocumentPage, Embedder, Page, Place, Selection, Store, StoredChunk,
-    StoredDocument,
+    DocumentInfo, DocumentPage, Embedder, Page, Selection, Store, StoredChunk, StoredDocument,
+    indexed_text,
 };
 
 /// Longest accepted document id.
@@ -38,7 +39,8 @@ pub struct Document {
     #[serde(default, alias = "content")]
     pub text: String,
     /// The text in sections, with their heading paths and pages: what a converted file
-    /// (PDF, HTML, Word, Markdown) holds. Chunks never straddle two paths and cite theirs.
+    /// (PDF, HTML, Word, Markdown) holds. Chunks never straddle two paths (unless
+    /// `SLUICE_PACK_SECTIONS`) and cite theirs.
     /// When present, `text` is not chunked.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sections: Vec<Section>,
@@ -426,19 +428,33 @@ impl Ingest {
         let count = documents.len();
         let embedder = Arc::clone(&self.embedder);
         let (size, overlap) = (self.config.chunk_tokens, self.config.chunk_overlap_tokens);
+        let (headers, pack) = (self.config.context_header, self.config.pack_sections);
         // Chunking counts tokens: CPU work, off the async threads.
         let chunked = tokio::task::spawn_blocking(move || {
             let counter = |t: &str| embedder.count_tokens(t);
             documents
                 .into_iter()
-                .map(|doc| {
-                    let chunks = if doc.sections.is_empty() {
-                        (chunk_text(&doc.text, size, overlap, &counter).into_iter())
-                            .map(|c| (c, Place::default()))
-                            .collect()
-                    } else {
-                        chunk_sections(&doc.sections, size, overlap, &counter)
-                    };
+                .map(|mut doc| {
+                    if doc.sections.is_empty() {
+                        let text = std::mem::take(&mut doc.text);
+                        doc.sections = vec![Section {
+                            path: Vec::new(),
+                            page: None,
+                            text,
+                        }];
+                    }
+                    // A header names what the document is called: its title, not an id.
+                    let title = (doc.title.as_deref())
+                        .filter(|t| headers && !t.trim().is_empty())
+                        .map(str::to_string);
+                    let chunks = chunk_sections(
+                        &doc.sections,
+                        title.as_deref(),
+                        pack,
+                        size,
+                        overlap,
+                        &counter,
+                    );
                     (doc, chunks)
                 })
                 .collect::<Vec<_>>()
@@ -458,9 +474,12 @@ impl Ingest {
         // document replaced in the store with its own.
         let embedder = Arc::clone(&self.embedder);
         let (chunked, vectors) = tokio::task::spawn_blocking(move || {
-            let texts: Vec<&str> = (chunked.iter())
-                .flat_map(|(_, chunks)| chunks.iter().map(|(c, _)| c.text.as_str()))
+            let texts: Vec<Cow<str>> = (chunked.iter())
+                .flat_map(|(_, chunks)| {
+                    (chunks.iter()).map(|c| indexed_text(&c.header, &c.chunk.text))
+                })
                 .collect();
+            let texts: Vec<&str> = texts.iter().map(|t| t.as_ref()).collect();
             let vectors = embedder.embed(&texts);
             (chunked, vectors.map(Vec::into_iter))
         })
@@ -485,16 +504,17 @@ impl Ingest {
                 format: doc.format,
             };
             let mut stored = Vec::with_capacity(chunks.len());
-            for (index, (c, place)) in chunks.into_iter().enumerate() {
+            for (index, c) in chunks.into_iter().enumerate() {
                 let vector = vectors.next().ok_or_else(|| {
                     EmbedError::Inference("the embedder returned fewer vectors than texts".into())
                 })?;
                 stored.push(StoredChunk {
                     index,
-                    text: c.text,
-                    tokens: c.tokens,
+                    text: c.chunk.text,
+                    tokens: c.chunk.tokens,
                     vector,
-                    place,
+                    place: c.place,
+                    header: c.header,
                 });
             }
             self.store.replace_document(tenant, &info, stored).await?;

@@ -83,6 +83,7 @@ fn bench(c: &mut Criterion) {
                         .collect();
                     StoredChunk {
                         place: Default::default(),
+                        header: String::new(),
                         index: i,
                         text: text.join(" "),
                         tokens: text.len(),

@@ -722,7 +722,7 @@ impl Store for EdgeStore {
             let mut points = Vec::with_capacity(n);
             for c in chunks {
                 let payload = chunk_payload(&tenant, &document, &written, &c);
-                let sparse = inner.bm25.embed_document(&c.text);
+                let sparse = inner.bm25.embed_document(&c.indexed_text());
                 let vectors = Vectors::new_named([
                     (DENSE, Vector::new_dense(c.vector)),
                     (SPARSE, Vector(VectorInternal::Sparse(sparse))),

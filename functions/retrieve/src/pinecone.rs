@@ -541,7 +541,7 @@ impl Store for PineconeStore {
         let written = Written::now(n);
         let sparse: Vec<_> = chunks
             .iter()
-            .map(|c| self.bm25.embed_document(&c.text))
+            .map(|c| self.bm25.embed_document(&c.indexed_text()))
             .collect();
         let mut dense_records = Vec::with_capacity(n);
         let mut sparse_records = Vec::with_capacity(n);

@@ -232,7 +232,7 @@ impl Store for QdrantStore {
         let points: Vec<Value> = chunks
             .iter()
             .map(|c| {
-                let sparse = self.bm25.embed_document(&c.text);
+                let sparse = self.bm25.embed_document(&c.indexed_text());
                 json!({
                     "id": point_uuid(tenant, &document.id, c.index).to_string(),
                     "vector": {DENSE: c.vector, SPARSE: sparse_json(&sparse.indices, &sparse.values)},

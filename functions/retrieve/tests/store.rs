@@ -34,6 +34,7 @@ fn chunks(texts: &[&str], seed: u64) -> Vec<StoredChunk> {
         .enumerate()
         .map(|(i, t)| StoredChunk {
             place: Default::default(),
+            header: String::new(),
             index: i,
             text: t.to_string(),
             tokens: t.split_whitespace().count(),
@@ -713,4 +714,34 @@ async fn documents_are_listed_once_each_with_their_chunks_and_deleted_whole() {
     )
     .await;
     assert_eq!(got[0].chunks, Some(1));
+}
+
+#[tokio::test]
+async fn bm25_reads_a_chunks_header_and_a_hit_quotes_its_text_alone() {
+    use sluice_retrieve::Retrieval;
+    let dir = tempfile::tempdir().unwrap();
+    let store = EdgeStore::open(dir.path(), DIM).unwrap();
+    let mut headed = chunks(&["Call us at once."], 1);
+    headed[0].header = "Card policy › Lost cards".into();
+    store
+        .replace_document(&tenant("t"), &doc("headed"), headed)
+        .await
+        .unwrap();
+    store
+        .replace_document(&tenant("t"), &doc("bare"), chunks(&["Call us at once."], 2))
+        .await
+        .unwrap();
+    let query = unit(9);
+    let search = Search::new("policy", &query, 5);
+    let found = store
+        .search_by(&tenant("t"), &search, Retrieval::Bm25)
+        .await
+        .unwrap();
+    // "policy" is only in the header: the headed chunk matches, the bare one does not.
+    let ids: Vec<&str> = found.iter().map(|h| h.document.id.as_str()).collect();
+    assert_eq!(ids, ["headed"]);
+    assert_eq!(
+        found[0].text, "Call us at once.",
+        "the header is not quoted"
+    );
 }

@@ -46,25 +46,29 @@ impl Store for MemoryStore {
             return Ok(Vec::new());
         };
         let filter = search.filter;
-        let hits: Vec<Hit> = corpus
+        let hits: Vec<(Hit, String)> = corpus
             .documents
             .values()
             // The filter's reference meaning, before ranking: as the real stores apply it.
             .filter(|(info, _)| filter.is_none_or(|f| f.matches(&info.metadata)))
             .flat_map(|(info, chunks)| {
-                chunks.iter().map(move |c| Hit {
-                    place: c.place.clone(),
-                    document: info.clone(),
-                    chunk: c.index,
-                    text: c.text.clone(),
-                    tokens: c.tokens,
-                    vector: c.vector.clone(),
-                    score: 0.0,
+                chunks.iter().map(move |c| {
+                    let hit = Hit {
+                        place: c.place.clone(),
+                        document: info.clone(),
+                        chunk: c.index,
+                        text: c.text.clone(),
+                        tokens: c.tokens,
+                        vector: c.vector.clone(),
+                        score: 0.0,
+                    };
+                    // What BM25 indexes, as the real stores do: the header and the text.
+                    (hit, c.indexed_text().into_owned())
                 })
             })
             .collect();
         let cosine = |v: &[f32]| -> f32 { v.iter().zip(search.vector).map(|(a, b)| a * b).sum() };
-        let mut dense: Vec<Hit> = (hits.iter().cloned())
+        let mut dense: Vec<Hit> = (hits.iter().map(|(h, _)| h.clone()))
             .map(|h| Hit {
                 score: cosine(&h.vector),
                 ..h
@@ -78,8 +82,8 @@ impl Store for MemoryStore {
                 .count()
         };
         let mut sparse: Vec<Hit> = (hits.into_iter())
-            .map(|h| Hit {
-                score: overlap(&h.text) as f32,
+            .map(|(h, indexed)| Hit {
+                score: overlap(&indexed) as f32,
                 ..h
             })
             .filter(|h| h.score > 0.0)
@@ -271,6 +275,7 @@ mod tests {
     fn chunk(e: &HashEmbedder, index: usize, text: &str) -> StoredChunk {
         StoredChunk {
             place: Default::default(),
+            header: String::new(),
             index,
             text: text.into(),
             tokens: e.count_tokens(text),

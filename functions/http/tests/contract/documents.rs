@@ -378,7 +378,20 @@ async fn a_keys_filter_bounds_what_it_lists_reads_and_deletes() {
 /// that holds a text with `POISON` in it.
 struct Batches {
     inner: sluice_testkit::HashEmbedder,
+    /// Each call's number of texts.
     seen: std::sync::Mutex<Vec<usize>>,
+    /// Every text embedded.
+    read: std::sync::Mutex<Vec<String>>,
+}
+
+impl Batches {
+    fn new() -> Arc<Self> {
+        Arc::new(Batches {
+            inner: sluice_testkit::HashEmbedder::new(),
+            seen: Default::default(),
+            read: Default::default(),
+        })
+    }
 }
 
 impl sluice_core::stages::Embedder for Batches {
@@ -390,6 +403,7 @@ impl sluice_core::stages::Embedder for Batches {
     }
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, sluice_core::error::EmbedError> {
         self.seen.lock().unwrap().push(texts.len());
+        (self.read.lock().unwrap()).extend(texts.iter().map(|t| t.to_string()));
         if texts.iter().any(|t| t.contains("POISON")) {
             return Err(sluice_core::error::EmbedError::Inference("poisoned".into()));
         }
@@ -407,10 +421,7 @@ async fn an_ingest_embeds_every_chunk_in_one_batch_and_stores_nothing_if_embeddi
         ("SLUICE_CHUNK_TOKENS", "16"),
         ("SLUICE_CHUNK_OVERLAP_TOKENS", "0"),
     ]);
-    let embedder = Arc::new(Batches {
-        inner: sluice_testkit::HashEmbedder::new(),
-        seen: Default::default(),
-    });
+    let embedder = Batches::new();
     let store = kit.store();
     let ingest = Ingest::new(
         kit.parts.config.ingest.clone(),
@@ -440,4 +451,39 @@ async fn an_ingest_embeds_every_chunk_in_one_batch_and_stores_nothing_if_embeddi
     assert!(ingest.ingest(&tenant, more).await.is_err());
     assert_eq!(store.count(&tenant).await.unwrap(), report.chunks);
     assert_eq!(store.corpus_version(&tenant).await.unwrap(), version);
+}
+
+#[tokio::test]
+async fn a_chunk_is_embedded_under_its_title_and_section_and_quoted_without_them() {
+    use sluice_core::ingest::{Ingest, Limits, parse_file};
+    use sluice_core::stages::{Embedder, Search};
+    let file = b"---\ntitle: Card policy\n---\n# Lost cards\nCall us at once.\n";
+    for (setting, embedded) in [
+        (
+            "true",
+            "Card policy \u{203a} Lost cards\n\nCall us at once.",
+        ),
+        ("false", "Call us at once."),
+    ] {
+        let kit = Kit::new(&[("SLUICE_CONTEXT_HEADER", setting)]);
+        let embedder = Batches::new();
+        let store = kit.store();
+        let ingest = Ingest::new(
+            kit.parts.config.ingest.clone(),
+            embedder.clone(),
+            store.clone(),
+        );
+        let tenant = sluice_testkit::tenant("acme");
+        let documents = parse_file("policies/cards.md", file, &Limits::default()).unwrap();
+        ingest.ingest(&tenant, documents).await.unwrap();
+        assert_eq!(*embedder.read.lock().unwrap(), [embedded], "{setting}");
+        // What an answer quotes is the chunk's text, with its section beside it.
+        let vector = embedder.inner.embed(&["lost card"]).unwrap().remove(0);
+        let hits = store
+            .search(&tenant, &Search::new("lost card", &vector, 3))
+            .await
+            .unwrap();
+        assert_eq!(hits[0].text, "Call us at once.", "{setting}");
+        assert_eq!(hits[0].place.section, "Lost cards", "{setting}");
+    }
 }

@@ -138,6 +138,7 @@ pub fn config(vars: &[(&str, &str)]) -> StoreConfig {
 pub fn chunk(index: usize, text: &str) -> StoredChunk {
     StoredChunk {
         place: Default::default(),
+        header: String::new(),
         index,
         text: text.into(),
         tokens: 3,
