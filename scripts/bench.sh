@@ -35,6 +35,9 @@ cargo bench --profile dev --workspace --bench init 2>&1 | tee -a "$log"
 # File conversion against pdftotext and trafilatura on Debian's documentation.
 scripts/setup.sh docs
 cargo bench --profile dev --workspace --bench convert 2>&1 | tee -a "$log"
+# Whether answers over those PDFs cite the page the answer is on (hit@1, hit@3).
+cargo test --workspace --all-targets --no-run --quiet 2>/dev/null
+"$CARGO_TARGET_DIR/debug/sluice" eval pages --out "$cache/eval-pages" 2>&1 | tee -a "$log"
 
 median() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['median']['point_estimate'])" "$1"; }
 echo
@@ -45,6 +48,7 @@ for f in "" _filter_1pct _filter_50pct; do
     "$(median "$crit/hybrid_search_10k_chunks_k5$f/new/estimates.json")" "$f"
 done
 grep -h "^convert:" "$log" || true
+grep -ho "PDFs (.*hit@3 [0-9.]*" "$log" | sed 's/^/page citations: /' || true
 grep -h "pipeline overhead before the LLM call\|pipeline stages\|^usage:\|^sandbox:\|^cache-hit ttft\|^cache lookup\|client overhead per query\|^answer function init" "$log" || true
 python3 -c "import sys; print(f'sandbox: compile + smoke run at upload (keyword-boost): {float(sys.argv[1])/1e3:.0f} µs')" "$(median "$crit/sandbox_compile_upload/new/estimates.json")"
 rm -f "$log"

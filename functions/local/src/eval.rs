@@ -5,9 +5,9 @@
 //! `scripts/setup.sh eval` unpacks it); a tenant's own labelled questions work the same
 //! ([`load`]).
 //!
-//! The documents are ingested as `sluice ingest` would (same chunking, same model) into a
-//! fresh Qdrant Edge store. Each task becomes one query ([`query_of`]). The tasks are split
-//! in two by a seeded shuffle ([`split`]): the fusion settings of [`grid`] are scored on the
+//! The documents (Markdown) are ingested as `sluice ingest` would (same conversion, chunking
+//! and model) into a fresh Qdrant Edge store. Each task becomes one query ([`query_of`]). The
+//! tasks are split in two by a seeded shuffle ([`split`]): the fusion settings of [`grid`] are scored on the
 //! tuning half, and every figure reported is on the other half, which tuning never saw.
 //! Methods: dense vectors alone (the question read whole, and its first window only), BM25
 //! alone, the store's hybrid search under plain RRF, the best weighted RRF, the best convex
@@ -26,7 +26,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 use sluice_bench::load::SplitMix;
 use sluice_core::fusion::{Fusion, Ranking};
-use sluice_core::ingest::Document;
+use sluice_core::ingest::{Document, Format, Limits, parse_as};
 use sluice_core::stages::{ComponentError, Components, Embedder, Hit, Reranker, Search};
 use sluice_core::{Config, Tenant};
 use sluice_retrieve::{EdgeStore, Retrieval};
@@ -124,18 +124,21 @@ pub fn load(dir: &Path) -> Result<(Vec<Document>, Vec<Task>)> {
     };
     let documents: Vec<RawDocument> =
         serde_json::from_str(&read("documents.json")?).context("documents.json")?;
+    // The contents are Markdown: read as `sluice ingest` reads a `.md` file (its headings
+    // become the sections chunks keep to and cite), under the dataset's own title.
+    let limits = Limits::default();
     let documents = documents
         .into_iter()
-        .map(|d| Document {
-            format: None,
-            sections: Vec::new(),
-            source: Some(d.id.clone()),
-            id: d.id,
-            title: Some(d.title),
-            text: d.content,
-            metadata: Default::default(),
+        .map(|d| {
+            let parsed = parse_as(Format::Markdown, &d.id, d.content.as_bytes(), &limits)
+                .with_context(|| format!("documents.json: document {}", d.id))?;
+            let document = parsed.into_iter().next().map(|doc| Document {
+                title: Some(d.title),
+                ..doc
+            });
+            document.with_context(|| format!("documents.json: document {} read as nothing", d.id))
         })
-        .collect();
+        .collect::<Result<Vec<_>>>()?;
     let tasks: Vec<Task> = if dir.join("questions.jsonl").is_file() {
         let text = read("questions.jsonl")?;
         let lines = text
@@ -824,6 +827,23 @@ pub enum EvalCommand {
         #[arg(long, default_value = "eval-tune")]
         out: PathBuf,
     },
+    /// Whether retrieval over converted PDFs cites the page an answer is on: every PDF of
+    /// --data ingested, each labelled question searched as a request would; hit@1 and hit@3
+    /// (a chunk among the first 3 spanning a page that holds the answer's phrase in poppler's
+    /// text, <file>.ref.txt). Writes report.json and report.md to --out.
+    Pages {
+        /// Folder of PDFs, each with poppler's text beside it as <file>.ref.txt
+        /// [default: $SLUICE_HOME/docs-corpus/pdf, which `scripts/setup.sh docs` fills]
+        #[arg(long)]
+        data: Option<PathBuf>,
+        /// One {"question", "answer"} a line, the answer a phrase the PDF prints [default: 24
+        /// questions on Debian's documentation, built in]
+        #[arg(long)]
+        questions: Option<PathBuf>,
+        /// Where the reports go.
+        #[arg(long, default_value = "eval-pages")]
+        out: PathBuf,
+    },
 }
 
 /// The dataset and the split of an evaluation.
@@ -865,6 +885,17 @@ impl EvalData {
     }
 }
 
+/// Writes an evaluation's `report.json` (the report) and `report.md` (its `table`) to `out`,
+/// and prints the table.
+pub fn write_reports(out: &Path, report: &impl Serialize, table: &str) -> Result<()> {
+    std::fs::create_dir_all(out)?;
+    std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(report)?)?;
+    std::fs::write(out.join("report.md"), table)?;
+    println!("{table}");
+    eprintln!("wrote {}/report.json and report.md", out.display());
+    Ok(())
+}
+
 /// `sluice eval …`: runs the evaluation and writes its reports to `--out` (and, for `tune`,
 /// the tenant's `fusion.env`).
 pub async fn command(settings: &sluice_app::Settings, command: EvalCommand) -> Result<()> {
@@ -875,6 +906,11 @@ pub async fn command(settings: &sluice_app::Settings, command: EvalCommand) -> R
             components,
             out,
         } => (data, components, out, None),
+        EvalCommand::Pages {
+            data,
+            questions,
+            out,
+        } => return crate::eval_pages::command(settings, data, questions, out).await,
         EvalCommand::Tune { data, out, tenant } => {
             let tenant = match tenant {
                 Some(t) => Tenant::new(&t)?,
@@ -888,12 +924,7 @@ pub async fn command(settings: &sluice_app::Settings, command: EvalCommand) -> R
         eprintln!("{line}")
     })
     .await?;
-    std::fs::create_dir_all(&out)?;
-    let table = table(&report);
-    std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(&report)?)?;
-    std::fs::write(out.join("report.md"), &table)?;
-    println!("{table}");
-    eprintln!("wrote {}/report.json and report.md", out.display());
+    write_reports(&out, &report, &table(&report))?;
     if let Some(tenant) = tenant {
         let fusion: Fusion = report.tuned.fusion.parse().map_err(anyhow::Error::msg)?;
         let line = format!(

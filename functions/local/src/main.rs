@@ -27,6 +27,7 @@ mod component;
 mod docs;
 mod doctor;
 mod eval;
+mod eval_pages;
 mod keys;
 mod serve;
 
