@@ -444,17 +444,9 @@ impl Ingest {
                         }];
                     }
                     // A header names what the document is called: its title, not an id.
-                    let title = (doc.title.as_deref())
-                        .filter(|t| headers && !t.trim().is_empty())
-                        .map(str::to_string);
-                    let chunks = chunk_sections(
-                        &doc.sections,
-                        title.as_deref(),
-                        pack,
-                        size,
-                        overlap,
-                        &counter,
-                    );
+                    let title = (doc.title.as_deref()).filter(|t| headers && !t.trim().is_empty());
+                    let chunks =
+                        chunk_sections(&doc.sections, title, pack, size, overlap, &counter);
                     (doc, chunks)
                 })
                 .collect::<Vec<_>>()

@@ -385,12 +385,28 @@ struct Batches {
 }
 
 impl Batches {
-    fn new() -> Arc<Self> {
-        Arc::new(Batches {
+    /// An ingest with the settings `overrides` over a kit's store, embedding through a
+    /// recording embedder: the embedder, the store and the ingest.
+    fn ingest(
+        overrides: &[(&str, &str)],
+    ) -> (
+        Arc<Self>,
+        Arc<dyn sluice_core::stages::Store>,
+        sluice_core::ingest::Ingest,
+    ) {
+        let kit = Kit::new(overrides);
+        let embedder = Arc::new(Batches {
             inner: sluice_testkit::HashEmbedder::new(),
             seen: Default::default(),
             read: Default::default(),
-        })
+        });
+        let store = kit.store();
+        let ingest = sluice_core::ingest::Ingest::new(
+            kit.parts.config.ingest.clone(),
+            embedder.clone(),
+            store.clone(),
+        );
+        (embedder, store, ingest)
     }
 }
 
@@ -416,18 +432,11 @@ impl sluice_core::stages::Embedder for Batches {
 
 #[tokio::test]
 async fn an_ingest_embeds_every_chunk_in_one_batch_and_stores_nothing_if_embedding_fails() {
-    use sluice_core::ingest::{Document, Ingest};
-    let kit = Kit::new(&[
+    use sluice_core::ingest::Document;
+    let (embedder, store, ingest) = Batches::ingest(&[
         ("SLUICE_CHUNK_TOKENS", "16"),
         ("SLUICE_CHUNK_OVERLAP_TOKENS", "0"),
     ]);
-    let embedder = Batches::new();
-    let store = kit.store();
-    let ingest = Ingest::new(
-        kit.parts.config.ingest.clone(),
-        embedder.clone(),
-        store.clone(),
-    );
     let tenant = sluice_testkit::tenant("acme");
     let mut documents: Vec<Document> =
         serde_json::from_value(policies()["documents"].clone()).unwrap();
@@ -455,7 +464,7 @@ async fn an_ingest_embeds_every_chunk_in_one_batch_and_stores_nothing_if_embeddi
 
 #[tokio::test]
 async fn a_chunk_is_embedded_under_its_title_and_section_and_quoted_without_them() {
-    use sluice_core::ingest::{Ingest, Limits, parse_file};
+    use sluice_core::ingest::{Limits, parse_file};
     use sluice_core::stages::{Embedder, Search};
     let file = b"---\ntitle: Card policy\n---\n# Lost cards\nCall us at once.\n";
     for (setting, embedded) in [
@@ -465,14 +474,7 @@ async fn a_chunk_is_embedded_under_its_title_and_section_and_quoted_without_them
         ),
         ("false", "Call us at once."),
     ] {
-        let kit = Kit::new(&[("SLUICE_CONTEXT_HEADER", setting)]);
-        let embedder = Batches::new();
-        let store = kit.store();
-        let ingest = Ingest::new(
-            kit.parts.config.ingest.clone(),
-            embedder.clone(),
-            store.clone(),
-        );
+        let (embedder, store, ingest) = Batches::ingest(&[("SLUICE_CONTEXT_HEADER", setting)]);
         let tenant = sluice_testkit::tenant("acme");
         let documents = parse_file("policies/cards.md", file, &Limits::default()).unwrap();
         ingest.ingest(&tenant, documents).await.unwrap();
