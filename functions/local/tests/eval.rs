@@ -135,3 +135,105 @@ fn tune_writes_the_tenants_setting_keeping_the_others() {
     );
     assert!(said.contains(value), "{said}");
 }
+
+#[test]
+fn the_page_eval_cites_the_page_an_answer_is_on_and_refuses_a_label_on_no_page() {
+    use sluice_testkit::files::{PdfOptions, PdfPage, pdf};
+    sluice_testkit::needs!(Model);
+    let data = tempfile::tempdir().unwrap();
+    // Two PDFs, a heading on each page (so that each page is a section of its own), and the
+    // reference text beside each: its pages split by form feeds, as pdftotext writes them.
+    let files: [(&str, &[PdfPage]); 2] = [
+        (
+            "cards.pdf",
+            &[
+                &[(16.0, "Fees"), (10.0, "Debit cards are free to hold.")],
+                &[
+                    (16.0, "Stolen cards"),
+                    (
+                        10.0,
+                        "A stolen card is frozen at once and replaced in five days.",
+                    ),
+                ],
+                &[(16.0, "Limits"), (10.0, "Card limits are set in the app.")],
+            ],
+        ),
+        (
+            "loans.pdf",
+            &[
+                &[(16.0, "Rates"), (10.0, "Loan rates depend on the term.")],
+                &[
+                    (16.0, "Repayment"),
+                    (10.0, "Early repayment of a loan costs nothing."),
+                ],
+            ],
+        ),
+    ];
+    for (name, pages) in files {
+        std::fs::write(data.path().join(name), pdf(pages, PdfOptions::default())).unwrap();
+        let reference: Vec<String> = (pages.iter())
+            .map(|lines| lines.iter().map(|(_, l)| *l).collect::<Vec<_>>().join("\n"))
+            .collect();
+        std::fs::write(
+            data.path().join(format!("{name}.ref.txt")),
+            reference.join("\u{c}"),
+        )
+        .unwrap();
+    }
+    let questions = data.path().join("questions.jsonl");
+    std::fs::write(
+        &questions,
+        "{\"question\": \"How long does replacing a stolen card take?\", \"answer\": \"replaced in  five\\ndays\"}\n\
+         {\"question\": \"Does paying a loan back early cost anything?\", \"answer\": \"early repayment of a loan costs nothing\"}\n",
+    )
+    .unwrap();
+    let (data_dir, questions_file) = (
+        data.path().to_str().unwrap().to_string(),
+        questions.to_str().unwrap().to_string(),
+    );
+    let (_out, _, report) = eval(
+        &[],
+        &["pages", "--data", &data_dir, "--questions", &questions_file],
+    );
+    assert_eq!(report["files"], 2, "{report}");
+    assert_eq!(report["pages"], 5);
+    let results = report["results"].as_array().unwrap();
+    // Each answer is found on its one page, spacing and case aside.
+    assert_eq!(
+        results[0]["answer_pages"],
+        serde_json::json!([{"file": "cards.pdf", "page": 2}])
+    );
+    assert_eq!(
+        results[1]["answer_pages"],
+        serde_json::json!([{"file": "loans.pdf", "page": 2}])
+    );
+    for r in results {
+        assert_eq!(r["cited"].as_array().unwrap().len(), 3, "{r}");
+        assert!(r["right_file"].as_bool().unwrap(), "{r}");
+    }
+    assert_eq!(report["hit_at_3"], 1.0, "{report}");
+
+    // A label whose answer no page holds is refused, naming the question.
+    std::fs::write(
+        &questions,
+        "{\"question\": \"Are there branches?\", \"answer\": \"branch opening hours\"}\n",
+    )
+    .unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let run = output_within(
+        sluice()
+            .args([
+                "eval",
+                "pages",
+                "--data",
+                &data_dir,
+                "--questions",
+                &questions_file,
+            ])
+            .arg("--out")
+            .arg(out.path()),
+        Duration::from_secs(120),
+    );
+    assert!(!run.status.success());
+    assert!(text(&run).contains("Are there branches?"), "{}", text(&run));
+}
