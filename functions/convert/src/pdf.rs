@@ -220,7 +220,7 @@ fn running_lines(pages: &[Vec<Line>]) -> Vec<String> {
 
 /// Each page's lines, in page order (`numbers`), read on `threads` threads that take the next
 /// page as they finish one (pdf-extract builds every font of a page again on each page, its
-/// font cache being per page as font names are: that is most of a page's time, and pages
+/// font cache being per page as font names are: about 40 % of a page's time, and pages
 /// share nothing else); and the first error a page's content gave (its
 /// lines up to there are kept, and the other pages are read all the same). A panic in a page
 /// is resumed here, for the caller's containment.
@@ -235,7 +235,7 @@ fn read_pages(
     let threads = threads.clamp(1, numbers.len().max(1));
     let worker = || {
         let mut lines = Lines {
-            pages: Vec::new(),
+            page: Vec::new(),
             left: &left,
             over: false,
             height: 0.0,
@@ -245,7 +245,7 @@ fn read_pages(
         let (mut read, mut failed) = (Vec::new(), None);
         while let Some(&number) = numbers.get(next.fetch_add(1, Ordering::Relaxed)) {
             let result = pdf_extract::output_doc_page(document, &mut lines, number);
-            read.push((number, lines.pages.pop().unwrap_or_default()));
+            read.push((number, std::mem::take(&mut lines.page)));
             if lines.over {
                 break;
             }
@@ -282,7 +282,8 @@ fn read_pages(
 /// below the last one (or to its left and lower) starts a line, one that starts a word
 /// right of where the last glyph ended is a space away.
 struct Lines<'a> {
-    pages: Vec<Vec<Line>>,
+    /// The lines of the page being read.
+    page: Vec<Line>,
     /// Bytes of text the file may still give, shared by the threads reading its pages.
     left: &'a AtomicUsize,
     /// Whether a glyph went over the text cap (the extraction is then stopped).
@@ -302,7 +303,7 @@ impl OutputDev for Lines<'_> {
         _art_box: Option<(f64, f64, f64, f64)>,
     ) -> Result<(), OutputError> {
         self.height = media_box.ury - media_box.lly;
-        self.pages.push(Vec::new());
+        self.page.clear();
         self.last = None;
         Ok(())
     }
@@ -335,9 +336,7 @@ impl OutputDev for Lines<'_> {
             font_size * (trm.m12 + trm.m22),
         );
         let size = (sx * sy).abs().sqrt();
-        let Some(page) = self.pages.last_mut() else {
-            return Ok(());
-        };
+        let page = &mut self.page;
         let begins_word = std::mem::take(&mut self.begins_word);
         let new_line = match self.last {
             None => true,

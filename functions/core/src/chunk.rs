@@ -141,13 +141,15 @@ impl Group {
             });
             pieces.extend(run_pieces);
         }
-        let (mut chunk, pages) = join(&pieces, tokens);
-        chunk.text = texts.join("\n\n");
+        let chunk = TextChunk {
+            text: texts.join("\n\n"),
+            tokens,
+        };
         Some(PlacedChunk {
             chunk,
             place: Place {
                 section: path.join(" › "),
-                pages,
+                pages: pages_of(&pieces),
             },
             header: header(&path),
         })
@@ -236,9 +238,13 @@ fn join(pieces: &[Piece], tokens: usize) -> (TextChunk, Option<[u32; 2]>) {
         .map(|(s, _, _)| s.as_str())
         .collect::<Vec<_>>()
         .join(" ");
+    (TextChunk { text, tokens }, pages_of(pieces))
+}
+
+/// The first and the last page of `pieces` (none when none has a page).
+fn pages_of(pieces: &[Piece]) -> Option<[u32; 2]> {
     let pages = pieces.iter().filter_map(|(_, _, p)| *p);
-    let pages = pages.clone().min().zip(pages.max()).map(|(a, b)| [a, b]);
-    (TextChunk { text, tokens }, pages)
+    pages.clone().min().zip(pages.max()).map(|(a, b)| [a, b])
 }
 
 /// Sentences: text up to `.`, `!` or `?` followed by white space, or up to a blank line.
@@ -297,6 +303,15 @@ mod tests {
 
     fn words(s: &str) -> usize {
         s.split_whitespace().count()
+    }
+
+    /// A section without a page.
+    fn section(path: &[&str], text: &str) -> Section {
+        Section {
+            path: path.iter().map(|p| p.to_string()).collect(),
+            page: None,
+            text: text.into(),
+        }
     }
 
     /// The chunks' texts, after checking that each reported count is the text's count.
@@ -373,9 +388,8 @@ mod tests {
     #[test]
     fn sections_chunk_apart_with_their_path_and_pages() {
         let section = |path: &[&str], page: u32, text: &str| Section {
-            path: path.iter().map(|p| p.to_string()).collect(),
             page: Some(page),
-            text: text.into(),
+            ..section(path, text)
         };
         let sections = [
             section(&["Cards"], 1, "Cards are free. They work abroad."),
@@ -432,11 +446,6 @@ mod tests {
 
     #[test]
     fn a_title_heads_every_chunk_with_its_path_and_takes_its_tokens_from_the_budget() {
-        let section = |path: &[&str], text: &str| Section {
-            path: path.iter().map(|p| p.to_string()).collect(),
-            page: None,
-            text: text.into(),
-        };
         let sections = [
             section(&[], "Read this first."),
             section(&["Cards", "Lost"], "Call us now. We send new cards."),
@@ -464,11 +473,6 @@ mod tests {
 
     #[test]
     fn packed_small_sections_share_a_chunk_whole_each_under_its_heading() {
-        let section = |path: &[&str], text: &str| Section {
-            path: path.iter().map(|p| p.to_string()).collect(),
-            page: None,
-            text: text.into(),
-        };
         let sections = [
             section(&[], "Intro text here."),
             section(&["Fees"], "Fees are low."),
