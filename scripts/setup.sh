@@ -10,7 +10,8 @@
 #                               the OpenAI client's
 #   scripts/setup.sh model      all-MiniLM-L6-v2 → fp32 ONNX + word embedding table +
 #                               tokenizer.json + numpy reference
-#                               (with numpy, onnx and tokenizers only)
+#                               (with numpy, onnx and tokenizers only), and the cache guard's
+#                               lexicon from WordNet 3.0 (Debian wordnet-base)
 #   scripts/setup.sh model-batched  the same encoder with an attention mask, for padded
 #                               batches (onnxruntime's baseline in `make bench` only)
 #   scripts/setup.sh llm        SmolLM2-135M-Instruct GGUF + llama-server built from source (cmake)
@@ -161,6 +162,24 @@ model() {
     "$venv/bin/python" "$here/scripts/minilm.py" reference "$weights" \
       "$here/tests/fixtures/reference_sentences.txt" "$out/reference.json"
   fi
+  lexicon "$out/lexicon.txt"
+}
+
+# The cache guard's lexicon, beside the model (on Lambda it ships in the model layer): WordNet
+# 3.0 from Debian's wordnet-base (Princeton's licence; 28 MB unpacked) reduced by
+# scripts/lexicon.py to the relations the guard reads (2.8 MB).
+lexicon() {
+  local out=$1 src=$dl/wordnet
+  if [ -f "$out" ] && [ "$out" -nt "$here/scripts/lexicon.py" ]; then return; fi
+  if [ ! -f "$src/usr/share/wordnet/data.noun" ]; then
+    log "fetching WordNet 3.0 (Debian wordnet-base) into $src"
+    local tmp; tmp=$(mktemp -d)
+    (cd "$tmp" && { apt-get download wordnet-base >/dev/null 2>&1 || \
+      { apt-get update -qq && apt-get download wordnet-base >/dev/null; }; })
+    rm -rf "$src.part" && dpkg-deb -x "$tmp"/wordnet-base_*.deb "$src.part"
+    rm -rf "$src" && mv "$src.part" "$src" && rm -rf "$tmp"
+  fi
+  python3 "$here/scripts/lexicon.py" "$src/usr/share/wordnet" "$out"
 }
 
 # The encoder with an attention mask, for padded batches: onnxruntime's batched baseline in

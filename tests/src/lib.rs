@@ -45,6 +45,24 @@ pub async fn dynamodb(config: &sluice_core::config::CacheConfig) -> sluice_cache
     table
 }
 
+/// The cache guard's lexicon from the configured model folder, read once per test process.
+pub fn lexicon() -> Arc<sluice_core::cache::lexicon::Lexicon> {
+    static LEXICON: OnceLock<Arc<sluice_core::cache::lexicon::Lexicon>> = OnceLock::new();
+    LEXICON
+        .get_or_init(|| {
+            let path = Config::from_env()
+                .expect("configuration")
+                .cache
+                .lexicon
+                .expect("SLUICE_CACHE_LEXICON is not none");
+            Arc::new(
+                sluice_core::cache::lexicon::Lexicon::load(&path)
+                    .expect("the guard's lexicon (run `scripts/setup.sh model`)"),
+            )
+        })
+        .clone()
+}
+
 /// The embedding model, loaded once per test binary.
 pub fn model() -> Arc<MiniLm> {
     static MODEL: OnceLock<Arc<MiniLm>> = OnceLock::new();

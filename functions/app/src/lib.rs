@@ -14,6 +14,7 @@ use sluice_cache::DynamoCache;
 use sluice_core::Config;
 use sluice_core::auth::KeyStore;
 use sluice_core::breaker::{Breaker, GuardedStore};
+use sluice_core::cache::lexicon::LexiconError;
 use sluice_core::cache::memory::MemoryCache;
 use sluice_core::cache::{CacheSettings, CacheStore, SemanticCache};
 use sluice_core::config::{AuthConfig, CacheBackend, CacheConfig, ConfigError, UsageBackend};
@@ -46,6 +47,9 @@ pub enum AppError {
     /// The answer cache could not be set up.
     #[error("setting up the answer cache: {0}")]
     Cache(#[from] CacheError),
+    /// The cache guard's lexicon could not be read.
+    #[error("setting up the answer cache: {0}")]
+    Lexicon(#[from] LexiconError),
     /// The usage file could not be read.
     #[error("{0}")]
     Usage(#[from] sluice_core::usage::UsageError),
@@ -298,7 +302,18 @@ pub async fn cache(
         }
     };
     let settings = CacheSettings::from_config(config);
-    Ok(Some(Arc::new(SemanticCache::new(store, settings, dim))))
+    let cache = SemanticCache::new(store, settings, dim);
+    Ok(Some(Arc::new(match &config.lexicon {
+        Some(path) => {
+            // Checked now, so that a missing table stops the start; read in the background.
+            std::fs::metadata(path).map_err(|source| LexiconError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
+            cache.with_lexicon_from(path.clone())
+        }
+        None => cache,
+    })))
 }
 
 /// Where tenants' components are kept: S3 and DynamoDB with `SLUICE_COMPONENT_BUCKET`, else

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use crate::fusion::{FusionConfig, InvalidFusion};
@@ -175,6 +175,9 @@ pub struct CacheConfig {
     pub budget: Duration,
     /// `SLUICE_CACHE_MAX_ENTRIES`: size bound of the in-memory cache.
     pub max_entries: usize,
+    /// `SLUICE_CACHE_LEXICON`: the guard's WordNet table (default `lexicon.txt` in
+    /// `SLUICE_MODEL_DIR`); `None` for `none`: any differing word is another question.
+    pub lexicon: Option<PathBuf>,
 }
 
 /// Where answers are cached (`SLUICE_CACHE`).
@@ -237,10 +240,12 @@ impl Config {
             .map(PathBuf::from)
             .unwrap_or_else(|| "sluice-data".into());
         let cache_budget = millis(&get, "SLUICE_CACHE_BUDGET_MS", 50, 1)?;
+        let model_dir = get("SLUICE_MODEL_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| home.join("models/all-MiniLM-L6-v2"));
         Ok(Config {
-            model_dir: get("SLUICE_MODEL_DIR")
-                .map(PathBuf::from)
-                .unwrap_or_else(|| home.join("models/all-MiniLM-L6-v2")),
+            cache: cache_section(&get, cache_budget, &model_dir)?,
+            model_dir,
             embed_windows: ranged(&get, "SLUICE_EMBED_WINDOWS", 4, 1, 16)?,
             embed_threads: ranged(&get, "SLUICE_EMBED_THREADS", cores(), 1, 256)?,
             server: server_section(&get)?,
@@ -254,7 +259,6 @@ impl Config {
                 fusion: fusion_section(&get)?,
             },
             ingest: ingest_section(&get)?,
-            cache: cache_section(&get, cache_budget)?,
             components: ComponentsConfig {
                 bucket: match get("SLUICE_COMPONENT_BUCKET") {
                     Some(b) if !valid_bucket(&b) => {
@@ -362,6 +366,7 @@ fn ingest_section(get: &impl Fn(&str) -> Option<String>) -> Result<IngestConfig,
 fn cache_section(
     get: &impl Fn(&str) -> Option<String>,
     budget: Duration,
+    model_dir: &Path,
 ) -> Result<CacheConfig, ConfigError> {
     Ok(CacheConfig {
         backend: one_of(
@@ -390,7 +395,7 @@ fn cache_section(
         ),
         threshold: threshold(
             "SLUICE_CACHE_THRESHOLD",
-            get("SLUICE_CACHE_THRESHOLD").as_deref().unwrap_or("0.95"),
+            get("SLUICE_CACHE_THRESHOLD").as_deref().unwrap_or("0.9"),
         )?,
         tenant_thresholds: tenant_thresholds(
             get("SLUICE_CACHE_TENANT_THRESHOLDS")
@@ -399,6 +404,11 @@ fn cache_section(
         )?,
         budget,
         max_entries: ranged(get, "SLUICE_CACHE_MAX_ENTRIES", 10_000, 1, 10_000_000)?,
+        lexicon: match get("SLUICE_CACHE_LEXICON") {
+            Some(v) if v == "none" => None,
+            Some(path) => Some(PathBuf::from(path)),
+            None => Some(model_dir.join("lexicon.txt")),
+        },
     })
 }
 
@@ -778,8 +788,23 @@ mod tests {
     fn cache_settings_are_validated() {
         let c = with(&[]).unwrap();
         assert_eq!(c.cache.backend, CacheBackend::Memory);
-        assert_eq!(c.cache.threshold, 0.95);
+        assert_eq!(c.cache.threshold, 0.9);
         assert_eq!(c.cache.ttl, Duration::from_secs(86_400));
+        // The guard's lexicon sits beside the model unless named, or is off.
+        let c = with(&[("SLUICE_MODEL_DIR", "/opt/model")]).unwrap();
+        assert_eq!(
+            c.cache.lexicon.as_deref(),
+            Some(Path::new("/opt/model/lexicon.txt"))
+        );
+        let c = with(&[("SLUICE_CACHE_LEXICON", "/x/words.txt")]).unwrap();
+        assert_eq!(c.cache.lexicon.as_deref(), Some(Path::new("/x/words.txt")));
+        assert_eq!(
+            with(&[("SLUICE_CACHE_LEXICON", "none")])
+                .unwrap()
+                .cache
+                .lexicon,
+            None
+        );
         let c = with(&[
             ("SLUICE_CACHE", "dynamodb"),
             ("SLUICE_CACHE_TENANT_THRESHOLDS", " acme=0.97, globex=0.9 "),

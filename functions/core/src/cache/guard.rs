@@ -16,6 +16,13 @@
 //! what comes after "from", "to", "into", "than" or "between" ("from savings to checking" is
 //! not "from checking to savings"). It only ever turns hits into misses; a miss costs one LLM
 //! call, a false hit a wrong answer.
+//!
+//! Two words that differ may still stand for one another where the [lexicon](Lexicon) —
+//! WordNet — says so: a common sense they share ("shut" / "close", "cheque" / "check",
+//! "call off" / "cancel") or a derivation ("pay" / "payment"), and no sense in which they are
+//! opposites.
+
+use super::lexicon::Lexicon;
 
 /// Lowercases, drops apostrophes ("can't" → "cant"), keeps digits grouped ("2.5", "1,000" →
 /// "1000"), turns every other non-alphanumeric character into a space, and collapses spaces.
@@ -113,10 +120,10 @@ const PHRASES: &[(&[&str], &str)] = &[
     (&["sign", "in"], "signin"),
     (&["set", "up"], "setup"),
     (&["on", "line"], "online"),
-    (&["turn", "on"], "turnon"),
-    (&["switch", "on"], "turnon"),
-    (&["turn", "off"], "turnoff"),
-    (&["switch", "off"], "turnoff"),
+    (&["turn", "on"], "turn_on"),
+    (&["switch", "on"], "turn_on"),
+    (&["turn", "off"], "turn_off"),
+    (&["switch", "off"], "turn_off"),
 ];
 
 /// Words with one meaning and two spellings (British / American, and the like), read as the
@@ -213,6 +220,8 @@ const ORDINALS: &[(&str, &str)] = &[
 /// What the guard compares between two normalised questions.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Guard {
+    /// The canonical words, function words included (for the lexicon's phrases).
+    tokens: Vec<String>,
     /// The content words, canonical, sorted (a bag: "transfer fee" = "fee for transfers").
     words: Vec<String>,
     /// Each role word, and the words it points at ("from savings" → from: [saving]).
@@ -240,13 +249,30 @@ impl Guard {
             .map(|t| stem(t))
             .collect();
         words.sort();
-        Guard { words, roles }
+        Guard {
+            tokens,
+            words,
+            roles,
+        }
     }
 
     /// Why a cached answer to `other` must not answer this question, or `None` when the two
-    /// are made of the same content words in the same roles.
-    pub fn conflict(&self, other: &Guard) -> Option<String> {
-        if self.words != other.words {
+    /// are made of the same content words in the same roles, a word of one standing for a
+    /// word of the other only where `lexicon` says it may.
+    pub fn conflict(&self, other: &Guard, lexicon: &Lexicon) -> Option<String> {
+        if self.words != other.words && !lexicon.is_empty() {
+            let ((mine, my_spare), (theirs, their_spare)) =
+                (units(&self.tokens, lexicon), units(&other.tokens, lexicon));
+            let (mine, theirs) = unmatched(mine, theirs);
+            if !substitutable(&mine, &theirs, &my_spare, &their_spare, lexicon) {
+                let texts = |u: &[Unit]| u.iter().map(|u| u.text.clone()).collect::<Vec<_>>();
+                return Some(format!(
+                    "words differ: {:?} / {:?}",
+                    texts(&mine),
+                    texts(&theirs)
+                ));
+            }
+        } else if self.words != other.words {
             let only = |a: &[String], b: &[String]| {
                 let mut b = b.to_vec();
                 a.iter()
@@ -277,6 +303,126 @@ impl Guard {
         }
         None
     }
+}
+
+/// A content word or phrase as the lexicon sees it.
+struct Unit {
+    /// What identical words share: the stem, or the phrase's lemma.
+    key: String,
+    /// The word as written (canonical), for the lexicon's word lists and messages.
+    text: String,
+    /// Its lemmas in the lexicon.
+    lemmas: Vec<u32>,
+}
+
+/// The content words of `tokens`, multi-word expressions the lexicon knows read as one
+/// ("get in touch", "call off"); and the function words the lexicon knows, which a content
+/// word of the other question may stand for ("get" / "obtain").
+fn units(tokens: &[String], lexicon: &Lexicon) -> (Vec<Unit>, Vec<Unit>) {
+    let mut out = Vec::with_capacity(tokens.len());
+    let mut spare = Vec::new();
+    let mut lemmas: Vec<Vec<u32>> = tokens.iter().map(|t| lexicon.lemmas(t)).collect();
+    let mut i = 0;
+    while i < tokens.len() {
+        if let Some((id, used)) = lexicon.phrase(&tokens[i..], &lemmas[i..]) {
+            let text = lexicon.word(id).to_string();
+            out.push(Unit {
+                key: text.clone(),
+                text,
+                lemmas: vec![id],
+            });
+            i += used;
+            continue;
+        }
+        let token = &tokens[i];
+        let unit = Unit {
+            key: stem(token),
+            text: token.clone(),
+            lemmas: std::mem::take(&mut lemmas[i]),
+        };
+        i += 1;
+        if !STOP.contains(&token.as_str()) {
+            out.push(unit);
+        } else if !unit.lemmas.is_empty() {
+            spare.push(unit);
+        }
+    }
+    (out, spare)
+}
+
+/// The units of each side that the other side has no identical unit for.
+fn unmatched(mut a: Vec<Unit>, mut b: Vec<Unit>) -> (Vec<Unit>, Vec<Unit>) {
+    a.retain(|u| match b.iter().position(|v| v.key == u.key) {
+        Some(i) => {
+            b.remove(i);
+            false
+        }
+        None => true,
+    });
+    (a, b)
+}
+
+/// Whether the differing units of both sides pair up, each with its own unit of the other
+/// side that the lexicon lets it stand for: a differing unit there, or one of its function
+/// words (`a_spare`, `b_spare`: "get" / "obtain"). More than a few differing words is another
+/// question, whatever they are.
+fn substitutable(
+    a: &[Unit],
+    b: &[Unit],
+    a_spare: &[Unit],
+    b_spare: &[Unit],
+    lexicon: &Lexicon,
+) -> bool {
+    const MAX_SUBSTITUTIONS: usize = 4;
+    let stands_for =
+        |x: &Unit, y: &Unit| lexicon.equivalent(&x.text, &x.lemmas, &y.text, &y.lemmas);
+    /// Pairs every unit of `a` with one of `b` or of `spare`, so that no unit of `b` is left.
+    fn pair(
+        a: &[&Unit],
+        b: Vec<&Unit>,
+        spare: Vec<&Unit>,
+        stands_for: &dyn Fn(&Unit, &Unit) -> bool,
+    ) -> bool {
+        let Some((first, rest)) = a.split_first() else {
+            return b.is_empty();
+        };
+        (0..b.len()).any(|i| {
+            stands_for(first, b[i]) && {
+                let mut b = b.clone();
+                b.remove(i);
+                pair(rest, b, spare.clone(), stands_for)
+            }
+        }) || (0..spare.len()).any(|i| {
+            stands_for(first, spare[i]) && {
+                let mut spare = spare.clone();
+                spare.remove(i);
+                pair(rest, b.clone(), spare, stands_for)
+            }
+        })
+    }
+    if a.len() + b.len() > 2 * MAX_SUBSTITUTIONS {
+        return false;
+    }
+    // A unit of `b` that no unit of `a` can stand for may stand for a function word of `a`.
+    let mut a_spare: Vec<&Unit> = a_spare.iter().collect();
+    let mut rest_of_b = Vec::new();
+    for y in b {
+        let by_spare = (!a.iter().any(|x| stands_for(x, y)))
+            .then(|| a_spare.iter().position(|s| stands_for(s, y)))
+            .flatten();
+        match by_spare {
+            Some(i) => {
+                a_spare.remove(i);
+            }
+            None => rest_of_b.push(y),
+        }
+    }
+    pair(
+        &a.iter().collect::<Vec<_>>(),
+        rest_of_b,
+        b_spare.iter().collect(),
+        &stands_for,
+    )
 }
 
 /// The question's words with contractions spelt out, negations as [`NOT`], fixed phrases and
@@ -444,7 +590,7 @@ mod tests {
     use super::*;
 
     fn conflict(a: &str, b: &str) -> Option<String> {
-        Guard::of(&normalise(a)).conflict(&Guard::of(&normalise(b)))
+        Guard::of(&normalise(a)).conflict(&Guard::of(&normalise(b)), &Lexicon::default())
     }
 
     #[track_caller]
@@ -585,6 +731,96 @@ mod tests {
             "How do I contact customer support?",
             "How do I get in touch with customer support?",
         );
+    }
+
+    /// A few of WordNet's relations, in the table's format.
+    const TABLE: &str = "\
+# synsets 0..6
+s close shut
+s call_off cancel
+s buy purchase
+s all any
+s get obtain
+s transfer
+s send
+s lift raise
+! buy sell
+! lift raise
+> 5 6
+x bought buy
+";
+
+    fn with_lexicon(a: &str, b: &str) -> Option<String> {
+        let lexicon = Lexicon::parse(TABLE).expect("table");
+        let (a, b) = (Guard::of(&normalise(a)), Guard::of(&normalise(b)));
+        let one = a.conflict(&b, &lexicon);
+        assert_eq!(
+            one.is_some(),
+            b.conflict(&a, &lexicon).is_some(),
+            "not symmetric"
+        );
+        one
+    }
+
+    #[test]
+    fn words_the_lexicon_relates_stand_for_one_another() {
+        for (a, b) in [
+            ("How do I shut my account?", "How do I close my account?"),
+            // A phrase is one word; inflected forms find their lemma.
+            (
+                "How do I call off a transfer?",
+                "How do I cancel a transfer?",
+            ),
+            (
+                "Can I cancel a payment I bought?",
+                "Can I call off a payment I purchased?",
+            ),
+            // "Send" is a way to "transfer" (a verb's direct hypernym).
+            (
+                "How do I send money abroad?",
+                "How do I transfer money abroad?",
+            ),
+            // A function word ("get") may be what a content word stands for.
+            ("Can I get a new PIN?", "Can I obtain a new PIN?"),
+        ] {
+            assert_eq!(with_lexicon(a, b), None, "{a:?} / {b:?}");
+        }
+    }
+
+    #[test]
+    fn the_lexicon_never_makes_other_questions_one() {
+        for (a, b) in [
+            // An antonymy in any sense vetoes a sense they share.
+            ("Can I lift my limit?", "Can I raise my limit?"),
+            ("Can I buy shares?", "Can I sell shares?"),
+            // Quantifiers, question words and directions are decisive, whatever WordNet says.
+            ("Are all transfers free?", "Are any transfers free?"),
+            // A word the other question lacks is still another question.
+            (
+                "How do I shut my account?",
+                "How do I close my joint account?",
+            ),
+            // A word the lexicon does not relate.
+            ("How do I shut my account?", "How do I open my account?"),
+        ] {
+            assert!(with_lexicon(a, b).is_some(), "{a:?} / {b:?} passed");
+        }
+        // An empty lexicon relates nothing.
+        assert!(
+            Guard::of(&normalise("how do I shut it"))
+                .conflict(
+                    &Guard::of(&normalise("how do I close it")),
+                    &Lexicon::default()
+                )
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn a_malformed_table_names_its_line() {
+        assert_eq!(Lexicon::parse("s a b\n? x\n").unwrap_err(), 2);
+        assert_eq!(Lexicon::parse("> 1 x\n").unwrap_err(), 1);
+        assert!(Lexicon::parse("# only a comment\n").unwrap().is_empty());
     }
 
     #[test]

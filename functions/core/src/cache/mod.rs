@@ -22,6 +22,7 @@
 //! DynamoDB in the `sluice-cache` crate. They store and find; every decision is made here.
 
 pub mod guard;
+pub mod lexicon;
 pub mod lsh;
 pub mod memory;
 
@@ -35,6 +36,7 @@ use crate::error::CacheError;
 pub use sluice_contract::cache::{CacheEntry, CacheStore, CachedAnswer, Scope};
 
 use guard::Guard;
+use lexicon::Lexicon;
 use lsh::Lsh;
 
 /// The question as the cache sees it, computed once per request.
@@ -117,6 +119,8 @@ pub struct SemanticCache {
     store: Arc<dyn CacheStore>,
     settings: CacheSettings,
     lsh: Lsh,
+    /// What the guard knows of words; until it is set, any differing word is another question.
+    lexicon: Arc<std::sync::OnceLock<Arc<Lexicon>>>,
 }
 
 impl SemanticCache {
@@ -126,7 +130,29 @@ impl SemanticCache {
             store,
             settings,
             lsh: Lsh::new(dim),
+            lexicon: Arc::default(),
         }
+    }
+
+    /// The cache with the guard reading `lexicon` (WordNet) for words that may stand for
+    /// one another; without one, any differing word is another question.
+    pub fn with_lexicon(self, lexicon: Arc<Lexicon>) -> Self {
+        let _ = self.lexicon.set(lexicon);
+        self
+    }
+
+    /// The cache, with the lexicon at `path` read on a thread of its own: reading it takes
+    /// about 0.1 s, which no cold start should wait for. Until it is read, and if it cannot
+    /// be, the guard substitutes no word (fewer hits, never a wrong one).
+    pub fn with_lexicon_from(self, path: std::path::PathBuf) -> Self {
+        let slot = self.lexicon.clone();
+        std::thread::spawn(move || match Lexicon::load(&path) {
+            Ok(lexicon) => {
+                let _ = slot.set(Arc::new(lexicon));
+            }
+            Err(e) => tracing::error!("{e}"),
+        });
+        self
     }
 
     /// The backend's name.
@@ -185,13 +211,20 @@ impl SemanticCache {
             Ok(Ok(candidates)) => candidates,
         };
         let threshold = self.threshold(tenant);
+        let empty = Lexicon::default();
+        let lexicon = self.lexicon.get().map_or(&empty, |l| l.as_ref());
         let now = now();
         candidates
             .into_iter()
             .filter(|e| fresh(e, tenant, scope, now))
             .map(|e| (cosine(vector, &e.vector), e))
             .filter(|(similarity, _)| *similarity >= threshold)
-            .filter(|(_, e)| probe.guard.conflict(&Guard::of(&e.query)).is_none())
+            .filter(|(_, e)| {
+                probe
+                    .guard
+                    .conflict(&Guard::of(&e.query), lexicon)
+                    .is_none()
+            })
             .max_by(|a, b| a.0.total_cmp(&b.0))
             .map_or(Lookup::Miss, |(similarity, entry)| Lookup::Hit {
                 entry: Box::new(entry),
