@@ -144,6 +144,8 @@ fn bench(c: &mut Criterion) {
         tenant_thresholds: HashMap::new(),
         ttl: Duration::from_secs(3600),
         budget: Duration::from_secs(5),
+        explore: Default::default(),
+        error_bound: 0.01,
     };
     let dynamodb: Arc<dyn CacheStore> = runtime.block_on(async {
         assert!(

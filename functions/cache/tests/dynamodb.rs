@@ -58,6 +58,8 @@ fn semantic(store: DynamoCache) -> SemanticCache {
         tenant_thresholds: HashMap::new(),
         ttl: Duration::from_secs(600),
         budget: Duration::from_secs(2),
+        explore: Default::default(),
+        error_bound: 0.01,
     };
     SemanticCache::new(Arc::new(store), settings, 4)
 }
@@ -85,7 +87,7 @@ fn entry(cache: &SemanticCache, name: &str, query: &str, vector: Vec<f32>) -> Ca
 fn hit_text(lookup: &Lookup) -> Option<String> {
     match lookup {
         Lookup::Hit { entry, .. } => Some(entry.answer.tokens[0].clone()),
-        Lookup::Miss => None,
+        Lookup::Miss | Lookup::Compare { .. } => None,
         Lookup::Failed(e) => panic!("lookup failed: {e}"),
     }
 }

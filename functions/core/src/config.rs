@@ -175,6 +175,11 @@ pub struct CacheConfig {
     pub budget: Duration,
     /// `SLUICE_CACHE_MAX_ENTRIES`: size bound of the in-memory cache.
     pub max_entries: usize,
+    /// `SLUICE_CACHE_EXPLORE`: tenants that learn their threshold, with the share of cache
+    /// candidates they compare with the LLM's answer, `acme=0.05`.
+    pub explore: HashMap<Tenant, f64>,
+    /// `SLUICE_CACHE_ERROR_BOUND`: the false-hit rate a learned threshold keeps under.
+    pub error_bound: f64,
     /// `SLUICE_CACHE_LEXICON`: the guard's WordNet table (default `lexicon.txt` in
     /// `SLUICE_MODEL_DIR`); `None` for `none`: any differing word is another question.
     pub lexicon: Option<PathBuf>,
@@ -404,6 +409,29 @@ fn cache_section(
         )?,
         budget,
         max_entries: ranged(get, "SLUICE_CACHE_MAX_ENTRIES", 10_000, 1, 10_000_000)?,
+        explore: tenant_values(
+            "SLUICE_CACHE_EXPLORE",
+            get("SLUICE_CACHE_EXPLORE").as_deref().unwrap_or(""),
+            "exploration rate",
+            "acme=0.05,globex=0.1",
+            |v| match v.parse::<f64>() {
+                Ok(r) if r > 0.0 && r <= 1.0 => Ok(r),
+                _ => Err("is not a number over 0 and at most 1".into()),
+            },
+        )?,
+        error_bound: {
+            let v = get("SLUICE_CACHE_ERROR_BOUND").unwrap_or_else(|| "0.01".into());
+            match v.trim().parse::<f64>() {
+                Ok(b) if b > 0.0 && b <= 0.5 => b,
+                _ => {
+                    return Err(ConfigError {
+                        name: "SLUICE_CACHE_ERROR_BOUND",
+                        value: v,
+                        expected: "a false-hit rate over 0 and at most 0.5 (0.01 is 1 %)".into(),
+                    });
+                }
+            }
+        },
         lexicon: match get("SLUICE_CACHE_LEXICON") {
             Some(v) if v == "none" => None,
             Some(path) => Some(PathBuf::from(path)),
@@ -805,6 +833,24 @@ mod tests {
                 .lexicon,
             None
         );
+        // Learning thresholds: off by default, rates per tenant, a bound.
+        assert!(c.cache.explore.is_empty() && c.cache.error_bound == 0.01);
+        let c = with(&[
+            ("SLUICE_CACHE_EXPLORE", "acme=0.05"),
+            ("SLUICE_CACHE_ERROR_BOUND", "0.02"),
+        ])
+        .unwrap();
+        assert_eq!(c.cache.explore.get("acme"), Some(&0.05));
+        assert_eq!(c.cache.error_bound, 0.02);
+        for (name, bad) in [
+            ("SLUICE_CACHE_EXPLORE", "acme=0"),
+            ("SLUICE_CACHE_EXPLORE", "acme=1.5"),
+            ("SLUICE_CACHE_EXPLORE", "acme"),
+            ("SLUICE_CACHE_ERROR_BOUND", "0"),
+            ("SLUICE_CACHE_ERROR_BOUND", "one percent"),
+        ] {
+            assert_eq!(with(&[(name, bad)]).unwrap_err().name, name, "{bad}");
+        }
         let c = with(&[
             ("SLUICE_CACHE", "dynamodb"),
             ("SLUICE_CACHE_TENANT_THRESHOLDS", " acme=0.97, globex=0.9 "),

@@ -202,6 +202,8 @@ struct CacheWrite {
     cache: Arc<SemanticCache>,
     probe: Probe,
     scope: Scope,
+    /// A candidate whose answer the LLM's is compared with, for the tenant's threshold.
+    compare: Option<(Box<crate::cache::CacheEntry>, f32)>,
 }
 
 impl Pipeline {
@@ -441,6 +443,7 @@ impl Pipeline {
             // finished: on Lambda the invocation ends with the response stream, and a write
             // still in flight would be frozen with the execution environment (and lost).
             let mut write_behind = None;
+            let mut comparison = None;
             if let (Some(write), Ok((vector, _))) = (write, vector)
                 && progress.degraded.is_empty()
                 && matches!(finish_reason.as_str(), "stop" | "length")
@@ -453,6 +456,9 @@ impl Pipeline {
                     token_count,
                     token_count_source: source.into(),
                 };
+                if let Some((candidate, similarity)) = write.compare {
+                    comparison = Some(this.compare(&request.tenant, &write.cache, &candidate, similarity, &answer));
+                }
                 let entry = write.cache.entry(&request.tenant, &write.probe, vector, write.scope, answer);
                 write_behind = Some(tokio::spawn(async move {
                     if let Err(e) = write.cache.put(&entry).await {
@@ -477,6 +483,9 @@ impl Pipeline {
             if let Some(write) = write_behind {
                 // A failed write was logged by the task; a panicked one needs no more.
                 let _ = write.await;
+            }
+            if let Some(comparison) = comparison {
+                let _ = comparison.await;
             }
         }
     }
@@ -605,14 +614,56 @@ impl Pipeline {
             .await
             .unwrap_or(Lookup::Miss);
         add_ms(&mut progress.timings.cache_ms, started.elapsed());
+        let (found, compare) = match found {
+            Lookup::Compare { entry, similarity } => (Lookup::Miss, Some((entry, similarity))),
+            found => (found, None),
+        };
         match self.replay(request, progress, found) {
             Some(events) => Round::Hit(events),
             None => Round::Miss(Box::new(CacheWrite {
                 cache: Arc::clone(cache),
                 probe,
                 scope,
+                compare,
             })),
         }
+    }
+
+    /// Judges, on a blocking thread, whether `fresh` is the answer `candidate` gave — the
+    /// same documents among the sources and the two texts' embeddings at cosine
+    /// [`SAME_ANSWER`](crate::cache::learn::SAME_ANSWER) or more — and records the judgement
+    /// for the tenant's learned threshold. An embedding that fails records nothing.
+    fn compare(
+        &self,
+        tenant: &Tenant,
+        cache: &Arc<SemanticCache>,
+        candidate: &crate::cache::CacheEntry,
+        similarity: f32,
+        fresh: &CachedAnswer,
+    ) -> tokio::task::JoinHandle<()> {
+        let documents = |a: &CachedAnswer| {
+            let mut ids: Vec<String> = a.sources.iter().map(|s| s.id.clone()).collect();
+            ids.sort();
+            ids.dedup();
+            ids
+        };
+        let same_sources = documents(&candidate.answer) == documents(fresh);
+        let texts = [candidate.answer.tokens.concat(), fresh.tokens.concat()];
+        let (embedder, cache, tenant) = (
+            Arc::clone(&self.embedder),
+            Arc::clone(cache),
+            tenant.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let Ok(vectors) = embedder.embed(&[&texts[0], &texts[1]]) else {
+                return;
+            };
+            let close = match vectors.as_slice() {
+                [a, b] => crate::cache::cosine(a, b) >= crate::cache::learn::SAME_ANSWER,
+                _ => return,
+            };
+            cache.observe(&tenant, similarity, same_sources && close);
+        })
     }
 
     /// The scope an entry must have been made under to answer this request.
@@ -644,7 +695,8 @@ impl Pipeline {
     ) -> Option<Vec<Event>> {
         let (entry, similarity) = match found {
             Lookup::Hit { entry, similarity } => (entry, similarity),
-            Lookup::Miss => return None,
+            // A candidate to compare was taken aside by the cache round.
+            Lookup::Miss | Lookup::Compare { .. } => return None,
             Lookup::Failed(e) => {
                 warn!(error = %e, "cache lookup failed; treated as a miss");
                 return None;

@@ -10,6 +10,7 @@
 //! | `GET /v1/components/rerank` | the tenant's versions and the active one |
 //! | `DELETE /v1/components/rerank` | back to the built-in default (fused order) |
 //! | `DELETE /v1/cache` | forget the tenant's cached answers → `{"deleted": n}` |
+//! | `GET /v1/cache` | the tenant's similarity threshold now, and what its learning says |
 //! | `GET /v1/usage` | the tenant's usage per day (`?from&to`, `&keys=true` per key) ([`usage`]) |
 //! | `POST /v1/chat/completions`, `GET /v1/models` | OpenAI-compatible ([`openai`]) |
 //! | `GET /healthz` | the process is up |
@@ -222,7 +223,7 @@ pub fn router(server: Arc<Server>) -> Router {
             "/v1/components/rerank/activate",
             post(components::activate_component),
         )
-        .route("/v1/cache", delete(clear_cache))
+        .route("/v1/cache", delete(clear_cache).get(cache_state))
         .route("/v1/usage", get(usage::usage))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models))
@@ -354,6 +355,28 @@ fn check<E: std::fmt::Display>(result: Result<(), E>) -> serde_json::Value {
         Ok(()) => json!({"ok": true}),
         Err(e) => json!({"ok": false, "error": e.to_string()}),
     }
+}
+
+/// `GET /v1/cache`: the threshold the tenant's lookups use now and, for a tenant that learns
+/// it (`SLUICE_CACHE_EXPLORE`), what its comparisons say: the estimated false-hit rate at that
+/// threshold and its 95 % upper bound, from this process's comparisons.
+async fn cache_state(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = admit::admit(&server, &headers, Permission::Usage).await?;
+    let pipeline = server.answers("GET", "/v1/cache")?;
+    let cache = pipeline.cache.clone().ok_or_else(|| {
+        ApiError::new(
+            Code::CacheDisabled,
+            "this server runs without an answer cache (SLUICE_CACHE=off)",
+        )
+    })?;
+    Ok(Json(json!({
+        "threshold": sluice_core::cache::learn::rounded(cache.threshold(&caller.tenant)),
+        "learning": cache.estimate(&caller.tenant),
+    }))
+    .into_response())
 }
 
 async fn clear_cache(

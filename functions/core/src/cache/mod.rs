@@ -22,6 +22,7 @@
 //! DynamoDB in the `sluice-cache` crate. They store and find; every decision is made here.
 
 pub mod guard;
+pub mod learn;
 pub mod lexicon;
 pub mod lsh;
 pub mod memory;
@@ -36,6 +37,7 @@ use crate::error::CacheError;
 pub use sluice_contract::cache::{CacheEntry, CacheStore, CachedAnswer, Scope};
 
 use guard::Guard;
+use learn::{Estimate, Observations};
 use lexicon::Lexicon;
 use lsh::Lsh;
 
@@ -87,6 +89,15 @@ pub enum Lookup {
     Miss,
     /// The backend failed or did not answer within the budget (a miss, with the reason).
     Failed(String),
+    /// A miss sampled for learning the tenant's threshold: the LLM answers, and its answer is
+    /// compared with this candidate's ([`SemanticCache::observe`]). The candidate may be past
+    /// the threshold (an explored hit: an LLM call the cache would have saved) or under it.
+    Compare {
+        /// The candidate.
+        entry: Box<CacheEntry>,
+        /// Cosine between the two questions' embeddings.
+        similarity: f32,
+    },
 }
 
 /// Cache settings, from [`Config`].
@@ -100,6 +111,10 @@ pub struct CacheSettings {
     pub ttl: Duration,
     /// Budget of one lookup round; past it the lookup is a miss.
     pub budget: Duration,
+    /// Tenants that learn their threshold, with the share of candidates they compare.
+    pub explore: HashMap<Tenant, f64>,
+    /// The false-hit rate a learned threshold keeps under (95 % confidence).
+    pub error_bound: f64,
 }
 
 impl CacheSettings {
@@ -110,6 +125,8 @@ impl CacheSettings {
             tenant_thresholds: config.tenant_thresholds.clone(),
             ttl: config.ttl,
             budget: config.budget,
+            explore: config.explore.clone(),
+            error_bound: config.error_bound,
         }
     }
 }
@@ -121,6 +138,8 @@ pub struct SemanticCache {
     lsh: Lsh,
     /// What the guard knows of words; until it is set, any differing word is another question.
     lexicon: Arc<std::sync::OnceLock<Arc<Lexicon>>>,
+    /// The comparisons of tenants that learn their threshold, in this process.
+    learned: std::sync::Mutex<HashMap<Tenant, Observations>>,
 }
 
 impl SemanticCache {
@@ -131,6 +150,7 @@ impl SemanticCache {
             settings,
             lsh: Lsh::new(dim),
             lexicon: Arc::default(),
+            learned: Default::default(),
         }
     }
 
@@ -167,11 +187,39 @@ impl SemanticCache {
 
     /// The cosine a similar question of `tenant` needs to reach.
     pub fn threshold(&self, tenant: &Tenant) -> f32 {
+        match self.estimate(tenant) {
+            Some(estimate) => estimate.threshold as f32,
+            None => self.configured_threshold(tenant),
+        }
+    }
+
+    /// The threshold the configuration gives the tenant.
+    fn configured_threshold(&self, tenant: &Tenant) -> f32 {
         self.settings
             .tenant_thresholds
             .get(tenant)
             .copied()
             .unwrap_or(self.settings.threshold)
+    }
+
+    /// For a tenant that learns its threshold: the threshold its comparisons give and what
+    /// they say of its false-hit rate.
+    pub fn estimate(&self, tenant: &Tenant) -> Option<Estimate> {
+        self.settings.explore.get(tenant)?;
+        let learned = self.learned.lock().unwrap_or_else(|e| e.into_inner());
+        let observations = learned.get(tenant).cloned().unwrap_or_default();
+        Some(observations.estimate(self.configured_threshold(tenant), self.settings.error_bound))
+    }
+
+    /// Records a comparison of a [`Lookup::Compare`] candidate's answer with the LLM's.
+    pub fn observe(&self, tenant: &Tenant, similarity: f32, same: bool) {
+        if self.settings.explore.contains_key(tenant) {
+            let mut learned = self.learned.lock().unwrap_or_else(|e| e.into_inner());
+            learned
+                .entry(tenant.clone())
+                .or_default()
+                .record(similarity, same);
+        }
     }
 
     /// The entry under the probe's exact key, if it is fresh.
@@ -211,6 +259,13 @@ impl SemanticCache {
             Ok(Ok(candidates)) => candidates,
         };
         let threshold = self.threshold(tenant);
+        let explore = self.settings.explore.get(tenant).copied().unwrap_or(0.0);
+        // A tenant that learns compares candidates down to the learner's floor.
+        let least = if explore > 0.0 {
+            threshold.min(learn::FLOOR)
+        } else {
+            threshold
+        };
         let empty = Lexicon::default();
         let lexicon = self.lexicon.get().map_or(&empty, |l| l.as_ref());
         let now = now();
@@ -218,7 +273,7 @@ impl SemanticCache {
             .into_iter()
             .filter(|e| fresh(e, tenant, scope, now))
             .map(|e| (cosine(vector, &e.vector), e))
-            .filter(|(similarity, _)| *similarity >= threshold)
+            .filter(|(similarity, _)| *similarity >= least)
             .filter(|(_, e)| {
                 probe
                     .guard
@@ -226,9 +281,15 @@ impl SemanticCache {
                     .is_none()
             })
             .max_by(|a, b| a.0.total_cmp(&b.0))
-            .map_or(Lookup::Miss, |(similarity, entry)| Lookup::Hit {
-                entry: Box::new(entry),
-                similarity,
+            .map_or(Lookup::Miss, |(similarity, entry)| {
+                let entry = Box::new(entry);
+                if explore > 0.0 && learn::sampled(explore) {
+                    Lookup::Compare { entry, similarity }
+                } else if similarity >= threshold {
+                    Lookup::Hit { entry, similarity }
+                } else {
+                    Lookup::Miss
+                }
             })
     }
 
@@ -247,6 +308,7 @@ impl SemanticCache {
         );
         match (exact, similar) {
             (hit @ Lookup::Hit { .. }, _) | (_, hit @ Lookup::Hit { .. }) => hit,
+            (_, compare @ Lookup::Compare { .. }) => compare,
             (failed @ Lookup::Failed(_), _) | (_, failed @ Lookup::Failed(_)) => failed,
             _ => Lookup::Miss,
         }
@@ -356,6 +418,8 @@ mod tests {
             tenant_thresholds: HashMap::from([(Tenant::new("strict").unwrap(), 0.999)]),
             ttl: Duration::from_secs(60),
             budget: Duration::from_millis(100),
+            explore: HashMap::from([(Tenant::new("learner").unwrap(), 1.0)]),
+            error_bound: 0.01,
         };
         SemanticCache::new(Arc::new(MemoryCache::new(100)), settings, 4)
     }
@@ -408,6 +472,41 @@ mod tests {
         store(&c, "strict", "how do I turn on alerts", near(1.0), scope(1)).await;
         let on = Probe::new("how do I turn on alerts?");
         assert!(hit(&c.similar(&t("strict"), &on, &near(0.97), &scope(1)).await).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_learning_tenant_compares_candidates_and_its_threshold_follows_them() {
+        let c = cache(0.95);
+        // Not learning: no comparison, no estimate.
+        store(&c, "acme", "how do I turn on alerts", near(1.0), scope(1)).await;
+        let on = Probe::new("how can I turn alerts on");
+        let found = c.similar(&t("acme"), &on, &near(0.9), &scope(1)).await;
+        assert!(matches!(found, Lookup::Miss), "{found:?}");
+        assert_eq!(c.estimate(&t("acme")), None);
+        // Learning at rate 1: a candidate the guard passes, under the threshold but over the
+        // floor, is handed over for comparison; one the guard refuses is not.
+        store(
+            &c,
+            "learner",
+            "how do I turn on alerts",
+            near(1.0),
+            scope(1),
+        )
+        .await;
+        let found = c.similar(&t("learner"), &on, &near(0.9), &scope(1)).await;
+        assert!(matches!(found, Lookup::Compare { .. }), "{found:?}");
+        let off = Probe::new("how can I turn alerts off");
+        let found = c.similar(&t("learner"), &off, &near(0.99), &scope(1)).await;
+        assert!(matches!(found, Lookup::Miss), "{found:?}");
+        // Enough same answers at 0.9 and the threshold comes down to them.
+        for _ in 0..400 {
+            c.observe(&t("learner"), 0.9, true);
+        }
+        let estimate = c.estimate(&t("learner")).expect("learning");
+        assert!(estimate.learned && (c.threshold(&t("learner")) - 0.9).abs() < 0.006);
+        // Comparisons of a tenant that does not learn are not kept.
+        c.observe(&t("acme"), 0.9, true);
+        assert_eq!(c.threshold(&t("acme")), 0.95);
     }
 
     #[tokio::test]

@@ -231,3 +231,45 @@ async fn a_deletion_answers_only_once_other_processes_have_let_go_of_the_old_ver
     assert_eq!(reply.status, 200, "{}", reply.raw);
     assert!(started.elapsed() < memo, "an ingest waited the memo");
 }
+
+#[tokio::test]
+async fn a_learning_tenant_compares_a_candidate_with_the_llms_answer_and_reports_it() {
+    let app = Kit::new(&[("SLUICE_CACHE_EXPLORE", "acme=1")])
+        .ingested("acme")
+        .await
+        .ingested("globex")
+        .await
+        .app();
+    let state = |tenant: &'static str| {
+        let app = &app;
+        async move {
+            let reply = app
+                .send(Method::GET, "/v1/cache", &[("x-sluice-tenant", tenant)], "")
+                .await;
+            assert_eq!(reply.status, 200, "{}", reply.body);
+            reply.body
+        }
+    };
+    // Nothing compared yet: the configured threshold.
+    let before = state("acme").await;
+    assert_eq!(before["threshold"], 0.9);
+    assert_eq!(before["learning"]["observations"], 0);
+    assert_eq!(before["learning"]["learned"], false);
+    // A reworded question the guard passes ("a" / "the"), under the threshold with the hash
+    // embedder (6 of 7 words shared: cosine 0.86): compared at rate 1, answered by the LLM.
+    let reworded = "How long does the replacement card take?";
+    for tenant in ["acme", "globex"] {
+        app.answer_as(tenant, &json!({"query": QUESTION})).await;
+        let second = app.answer_as(tenant, &json!({"query": reworded})).await;
+        second.assert_well_formed();
+        assert_eq!(second.meta()["cache"], "miss");
+    }
+    // The comparison finished before the stream ended: one observation, the same answer.
+    let after = state("acme").await;
+    assert_eq!(after["learning"]["observations"], 1, "{after}");
+    assert_eq!(after["learning"]["different"], 0, "{after}");
+    // A tenant that does not learn keeps none.
+    let other = state("globex").await;
+    assert_eq!(other["learning"], serde_json::Value::Null);
+    assert_eq!(other["threshold"], 0.9);
+}
