@@ -630,9 +630,10 @@ impl Pipeline {
     }
 
     /// Judges, on a blocking thread, whether `fresh` is the answer `candidate` gave — the
-    /// same documents among the sources and the two texts' embeddings at cosine
-    /// [`SAME_ANSWER`](crate::cache::learn::SAME_ANSWER) or more — and records the judgement
-    /// for the tenant's learned threshold. An embedding that fails records nothing.
+    /// same documents among the sources, the same facts as far as words tell, and the two
+    /// texts' embeddings at cosine [`SAME_ANSWER`](crate::cache::learn::SAME_ANSWER) or more —
+    /// and records the judgement for the tenant's learned threshold. An embedding that fails
+    /// records nothing.
     fn compare(
         &self,
         tenant: &Tenant,
@@ -647,8 +648,9 @@ impl Pipeline {
             ids.dedup();
             ids
         };
-        let same_sources = documents(&candidate.answer) == documents(fresh);
         let texts = [candidate.answer.tokens.concat(), fresh.tokens.concat()];
+        let same_so_far = documents(&candidate.answer) == documents(fresh)
+            && cache.same_facts(&texts[0], &texts[1]);
         let (embedder, cache, tenant) = (
             Arc::clone(&self.embedder),
             Arc::clone(cache),
@@ -662,7 +664,7 @@ impl Pipeline {
                 [a, b] => crate::cache::cosine(a, b) >= crate::cache::learn::SAME_ANSWER,
                 _ => return,
             };
-            cache.observe(&tenant, similarity, same_sources && close);
+            cache.observe(&tenant, similarity, same_so_far && close);
         })
     }
 

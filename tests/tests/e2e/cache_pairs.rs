@@ -25,7 +25,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
-use sluice_core::cache::learn::{FLOOR, Observations};
+use sluice_core::cache::guard::same_facts;
+use sluice_core::cache::learn::{FLOOR, Observations, SAME_ANSWER};
 use sluice_core::cache::lexicon::Lexicon;
 use sluice_core::cache::memory::MemoryCache;
 use sluice_core::cache::{
@@ -514,4 +515,46 @@ async fn learned_threshold_keeps_false_hits_under_the_bound() {
             assert!(learned.false_hits <= 10, "{learned:?}");
         }
     }
+}
+
+/// "The same answer", as a learning tenant's comparison judges it, on 30 hand-labelled answer
+/// pairs (`tests/fixtures/answer_pairs.jsonl`: 15 rewordings, 15 answers that differ in a
+/// number, a negation, an opposite or a fact). Only the text half: the pairs have no sources.
+/// The embedding alone calls several differing answers the same; with the numbers, negations
+/// and antonyms required to agree, none.
+#[tokio::test]
+async fn the_same_answer_judgement_on_labelled_answer_pairs() {
+    sluice_testkit::needs!(Model);
+    let path = sluice_tests::repo().join("tests/fixtures/answer_pairs.jsonl");
+    let text = std::fs::read_to_string(path).expect("fixture");
+    let (mut same, mut same_right, mut other, mut other_wrong_embedding, mut other_wrong) =
+        (0, 0, 0, 0, Vec::new());
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        let v: Value = serde_json::from_str(line).expect("fixture line");
+        let (a, b) = (v["a"].as_str().expect("a"), v["b"].as_str().expect("b"));
+        let close = cosine(&embed(a), &embed(b)) >= SAME_ANSWER;
+        let judged = close && same_facts(a, b, &sluice_tests::lexicon());
+        if v["same"].as_bool().expect("same") {
+            same += 1;
+            same_right += usize::from(judged);
+        } else {
+            other += 1;
+            other_wrong_embedding += usize::from(close);
+            if judged {
+                other_wrong.push(format!("{a:?} / {b:?}"));
+            }
+        }
+    }
+    eprintln!(
+        "same-answer judgement: {same_right} of {same} rewordings judged the same; of {other} differing answers, {other_wrong_embedding} judged the same by the embedding alone, {} with numbers, negations and antonyms required to agree",
+        other_wrong.len()
+    );
+    assert!(
+        other_wrong.is_empty(),
+        "differing answers judged the same: {other_wrong:#?}"
+    );
+    assert!(
+        same_right * 2 >= same,
+        "{same_right} of {same} rewordings judged the same"
+    );
 }

@@ -305,6 +305,42 @@ impl Guard {
     }
 }
 
+/// Whether two answers state the same facts as far as words can tell, however they are
+/// worded: the same numbers (as values: "five" = "5", "2.50" = "2.5"), as many negations, and
+/// no word of one the antonym of a word of the other ("freeze" / "unfreeze"). Embeddings of
+/// "arrives in 5 days" and "arrives in 10 days" are nearly identical.
+pub fn same_facts(a: &str, b: &str, lexicon: &Lexicon) -> bool {
+    let decisive = |tokens: &[String]| {
+        let mut numbers: Vec<String> = tokens
+            .iter()
+            .filter(|t| t.bytes().any(|b| b.is_ascii_digit()))
+            .cloned()
+            .collect();
+        numbers.sort();
+        let negations = tokens.iter().filter(|t| *t == NOT).count();
+        (numbers, negations)
+    };
+    let (a, b) = (
+        canonical_tokens(&normalise(a)),
+        canonical_tokens(&normalise(b)),
+    );
+    if decisive(&a) != decisive(&b) {
+        return false;
+    }
+    let lemmas = |tokens: &[String], other: &[String]| -> Vec<Vec<u32>> {
+        let theirs: std::collections::HashSet<String> = other.iter().map(|t| stem(t)).collect();
+        tokens
+            .iter()
+            .filter(|t| !theirs.contains(&stem(t)))
+            .map(|t| lexicon.lemmas(t))
+            .collect()
+    };
+    let (only_a, only_b) = (lemmas(&a, &b), lemmas(&b, &a));
+    !only_a
+        .iter()
+        .any(|x| only_b.iter().any(|y| lexicon.opposed(x, y)))
+}
+
 /// A content word or phrase as the lexicon sees it.
 struct Unit {
     /// What identical words share: the stem, or the phrase's lemma.
@@ -814,6 +850,29 @@ x bought buy
                 )
                 .is_some()
         );
+    }
+
+    #[test]
+    fn two_answers_state_the_same_facts_only_with_the_same_numbers_negations_and_no_antonym() {
+        let lexicon = Lexicon::parse(TABLE).expect("table");
+        let same = |a: &str, b: &str| same_facts(a, b, &lexicon);
+        assert!(same(
+            "It arrives in five days.",
+            "Expect it within 5 days, as a rule."
+        ));
+        assert!(!same("It arrives in 5 days.", "It arrives in 10 days."));
+        assert!(!same(
+            "The card includes insurance.",
+            "The card does not include insurance."
+        ));
+        assert!(!same(
+            "You can buy shares in the app.",
+            "You can sell shares in the app."
+        ));
+        assert!(same(
+            "You can buy shares in the app.",
+            "Shares can be bought in the app."
+        ));
     }
 
     #[test]

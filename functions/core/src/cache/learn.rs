@@ -125,8 +125,9 @@ impl Observations {
     }
 }
 
-/// Two answers are the same when they cite the same documents and their texts' embeddings
-/// are at least this close.
+/// Two answers are the same when they cite the same documents, state the same facts as far
+/// as words tell ([`same_facts`](super::guard::same_facts)), and their texts' embeddings are
+/// at least this close.
 pub const SAME_ANSWER: f32 = 0.9;
 
 /// Whether to compare this candidate: true for a `rate` share of calls, drawn afresh each

@@ -226,6 +226,12 @@ impl Lexicon {
         self.words.get(id as usize).map_or("", String::as_str)
     }
 
+    /// Whether any sense of a word with lemmas `a` is an antonym of one with lemmas `b`.
+    pub(crate) fn opposed(&self, a: &[u32], b: &[u32]) -> bool {
+        a.iter()
+            .any(|&x| b.iter().any(|&y| self.antonyms.contains(&ordered(x, y))))
+    }
+
     /// Whether a word with lemmas `a` (its text `a_text`) may stand for one with lemmas `b`:
     /// a common sense shared, or one a kind of the other ("send" / "transfer", "fee" /
     /// "charge"), or a derivation; and no antonymy in any sense.
@@ -234,13 +240,13 @@ impl Lexicon {
         {
             return false;
         }
+        if self.opposed(a, b) {
+            return false;
+        }
         let pairs = || {
             a.iter()
                 .flat_map(|&x| b.iter().map(move |&y| ordered(x, y)))
         };
-        if pairs().any(|p| self.antonyms.contains(&p)) {
-            return false;
-        }
         pairs().any(|(x, y)| {
             let (sx, sy) = (&self.synsets[x as usize], &self.synsets[y as usize]);
             self.derived.contains(&(x, y))

@@ -211,6 +211,13 @@ impl SemanticCache {
         Some(observations.estimate(self.configured_threshold(tenant), self.settings.error_bound))
     }
 
+    /// Whether two answers state the same facts as far as words (and the lexicon's antonyms)
+    /// tell: [`guard::same_facts`].
+    pub fn same_facts(&self, a: &str, b: &str) -> bool {
+        let empty = Lexicon::default();
+        guard::same_facts(a, b, self.lexicon.get().map_or(&empty, |l| l.as_ref()))
+    }
+
     /// Records a comparison of a [`Lookup::Compare`] candidate's answer with the LLM's.
     pub fn observe(&self, tenant: &Tenant, similarity: f32, same: bool) {
         if self.settings.explore.contains_key(tenant) {
