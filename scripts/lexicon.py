@@ -67,7 +67,7 @@ def main(src, out):
             return rank == 0
         return tagged.get(rank, 0) / total >= MIN_SHARE
 
-    synsets, antonyms, derived, links = {}, set(), set(), []
+    synsets, antonyms, derived, links, words_of = {}, set(), set(), [], {}
     for pos, name in POS.items():
         for line in open(os.path.join(src, "data." + name)):
             if line.startswith(" "):
@@ -75,6 +75,7 @@ def main(src, out):
             f = line.split("|")[0].split()
             offset = pos + f[0]
             members = [word(f[4 + 2 * i]) for i in range(int(f[3], 16))]
+            words_of[offset] = members  # a pointer's target word is resolved below
             kept = sorted({m for m in members if common(m, pos, offset)})
             if kept:
                 synsets[offset] = kept
@@ -96,15 +97,6 @@ def main(src, out):
                     antonyms.add(pair)
                 elif common(a, pos, offset):
                     derived.add(pair)
-
-    # Resolve the pointers' target words.
-    words_of = {}
-    for pos, name in POS.items():
-        for line in open(os.path.join(src, "data." + name)):
-            if line.startswith(" "):
-                continue
-            f = line.split()
-            words_of[pos + f[0]] = [word(f[4 + 2 * i]) for i in range(int(f[3], 16))]
 
     def pairs(links, sense_filter):
         out = set()
