@@ -42,6 +42,16 @@ struct Guard {
     lexicon: bool,
 }
 
+impl Guard {
+    /// The lexicon the guard reads: the real one, or none.
+    fn lexicon(&self) -> Arc<Lexicon> {
+        match self.lexicon {
+            true => sluice_tests::lexicon(),
+            false => Default::default(),
+        }
+    }
+}
+
 /// The defaults: what `sluice serve` does.
 const DEFAULT: Guard = Guard {
     threshold: 0.9,
@@ -139,9 +149,10 @@ impl Report {
     }
 }
 
-/// Stores every `cached` question of `pairs` in a cache over `store`, looks up every `asked`
-/// one as the pipeline does, and reports.
-async fn run(store: Arc<dyn CacheStore>, pairs: &[&Pair], guard: Guard) -> Report {
+/// A cache over `store` guarding as `guard` says, holding every distinct `cached` question of
+/// `pairs` for the test tenant, each answered by its own text (so that a hit names the
+/// question it came from).
+async fn cache_of(store: Arc<dyn CacheStore>, pairs: &[&Pair], guard: Guard) -> SemanticCache {
     let settings = CacheSettings {
         threshold: guard.threshold,
         tenant_thresholds: Default::default(),
@@ -150,13 +161,8 @@ async fn run(store: Arc<dyn CacheStore>, pairs: &[&Pair], guard: Guard) -> Repor
         explore: Default::default(),
         error_bound: 0.01,
     };
-    let backend = store.backend();
-    let lexicon = match guard.lexicon {
-        true => sluice_tests::lexicon(),
-        false => Default::default(),
-    };
-    let cache_lexicon = lexicon.clone();
-    let cache = SemanticCache::new(store, settings, sluice_embed::DIM).with_lexicon(lexicon);
+    let cache =
+        SemanticCache::new(store, settings, sluice_embed::DIM).with_lexicon(guard.lexicon());
     let mut stored: Vec<&str> = pairs.iter().map(|p| p.cached.as_str()).collect();
     stored.sort();
     stored.dedup();
@@ -171,6 +177,15 @@ async fn run(store: Arc<dyn CacheStore>, pairs: &[&Pair], guard: Guard) -> Repor
         let entry = cache.entry(&tenant("bank"), &Probe::new(q), embed(q), scope(), answer);
         cache.put(&entry).await.expect("put");
     }
+    cache
+}
+
+/// Stores every `cached` question of `pairs` in a cache over `store`, looks up every `asked`
+/// one as the pipeline does, and reports.
+async fn run(store: Arc<dyn CacheStore>, pairs: &[&Pair], guard: Guard) -> Report {
+    let backend = store.backend();
+    let cache = cache_of(store, pairs, guard).await;
+    let cache_lexicon = guard.lexicon();
 
     let mut report = Report::default();
     for p in pairs {
@@ -360,35 +375,17 @@ async fn candidates(set: &[&Pair], guarded: bool) -> Vec<Option<(f32, bool)>> {
         .iter()
         .map(|p| (p.cached.as_str(), embed(&p.cached)))
         .collect();
-    let cache = guarded.then(|| {
-        let settings = CacheSettings {
-            threshold: FLOOR,
-            tenant_thresholds: Default::default(),
-            ttl: Duration::from_secs(600),
-            budget: Duration::from_secs(5),
-            explore: Default::default(),
-            error_bound: 0.01,
-        };
-        SemanticCache::new(
-            Arc::new(MemoryCache::new(1000)),
-            settings,
-            sluice_embed::DIM,
-        )
-        .with_lexicon(sluice_tests::lexicon())
-    });
-    if let Some(cache) = &cache {
-        for (q, v) in &cached {
-            let answer = CachedAnswer {
-                tokens: vec![q.to_string()],
-                sources: vec![],
-                finish_reason: "stop".into(),
-                token_count: 1,
-                token_count_source: "usage".into(),
+    let cache = match guarded {
+        true => {
+            let store = Arc::new(MemoryCache::new(1000));
+            let guard = Guard {
+                threshold: FLOOR,
+                lexicon: true,
             };
-            let entry = cache.entry(&tenant("bank"), &Probe::new(q), v.clone(), scope(), answer);
-            cache.put(&entry).await.expect("put");
+            Some(cache_of(store, set, guard).await)
         }
-    }
+        false => None,
+    };
     let mut out = Vec::with_capacity(set.len());
     for p in set {
         let vector = embed(&p.asked);
