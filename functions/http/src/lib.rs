@@ -357,6 +357,23 @@ fn check<E: std::fmt::Display>(result: Result<(), E>) -> serde_json::Value {
     }
 }
 
+/// The answer path's cache, for `method` on `/v1/cache`; 404 `cache_disabled` without one.
+fn answer_cache(
+    server: &Server,
+    method: &'static str,
+) -> Result<Arc<sluice_core::cache::SemanticCache>, ApiError> {
+    server
+        .answers(method, "/v1/cache")?
+        .cache
+        .clone()
+        .ok_or_else(|| {
+            ApiError::new(
+                Code::CacheDisabled,
+                "this server runs without an answer cache (SLUICE_CACHE=off)",
+            )
+        })
+}
+
 /// `GET /v1/cache`: the threshold the tenant's lookups use now and, for a tenant that learns
 /// it (`SLUICE_CACHE_EXPLORE`), what its comparisons say: the estimated false-hit rate at that
 /// threshold and its 95 % upper bound, from this process's comparisons.
@@ -365,13 +382,7 @@ async fn cache_state(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let caller = admit::admit(&server, &headers, Permission::Usage).await?;
-    let pipeline = server.answers("GET", "/v1/cache")?;
-    let cache = pipeline.cache.clone().ok_or_else(|| {
-        ApiError::new(
-            Code::CacheDisabled,
-            "this server runs without an answer cache (SLUICE_CACHE=off)",
-        )
-    })?;
+    let cache = answer_cache(&server, "GET")?;
     Ok(Json(json!({
         "threshold": sluice_core::cache::learn::rounded(cache.threshold(&caller.tenant)),
         "learning": cache.estimate(&caller.tenant),
@@ -391,13 +402,7 @@ async fn clear_cache(
         .filter
         .as_ref()
         .map(sluice_core::filter::Filter::digest);
-    let pipeline = server.answers("DELETE", "/v1/cache")?;
-    let cache = pipeline.cache.clone().ok_or_else(|| {
-        ApiError::new(
-            Code::CacheDisabled,
-            "this server runs without an answer cache (SLUICE_CACHE=off)",
-        )
-    })?;
+    let cache = answer_cache(&server, "DELETE")?;
     match cache.clear(&tenant, binding.as_deref()).await {
         Ok(deleted) => Ok(Json(json!({ "deleted": deleted })).into_response()),
         Err(e) => {
