@@ -123,6 +123,9 @@ impl Server {
 
     /// Serves answers from `pipeline`.
     pub fn with_answers(mut self, pipeline: Arc<Pipeline>) -> Self {
+        if let Some(cache) = &pipeline.cache {
+            self.metrics.watch_cache(Arc::clone(cache));
+        }
         self.answers = Some(pipeline);
         self
     }

@@ -12,7 +12,8 @@
 //! [`Meter`] here, from the same events. Recording is a few atomic adds and one short lock
 //! per answer; nothing here blocks.
 
-use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::sync::{Arc, OnceLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use prometheus_client::encoding::EncodeLabelSet;
@@ -25,6 +26,7 @@ use serde_json::{Map, Value, json};
 
 use futures::{Stream, StreamExt};
 use sluice_core::Tenant;
+use sluice_core::cache::SemanticCache;
 use sluice_core::codes::{Code, Degraded};
 use sluice_core::sse::{CacheState, Event, Timings};
 use sluice_core::usage::{Counts, Hold, Meter};
@@ -50,6 +52,12 @@ struct Ending {
 struct Label {
     code: &'static str,
 }
+/// A tenant, as a label only where the set of tenants is configured (bounded).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TenantLabel {
+    tenant: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct Stage {
     stage: &'static str,
@@ -110,6 +118,12 @@ struct Inner {
     resident: Gauge,
     resident_peak: Gauge,
     open_fds: Gauge,
+    /// Per tenant that learns its cache threshold (`SLUICE_CACHE_EXPLORE`: a configured,
+    /// bounded set), the threshold in use and the 95 % upper bound of its false-hit rate.
+    cache_threshold: Family<TenantLabel, Gauge<f64, AtomicU64>>,
+    cache_false_hit_upper: Family<TenantLabel, Gauge<f64, AtomicU64>>,
+    /// The answer cache whose learning tenants are read at scrape time.
+    learning: OnceLock<Arc<SemanticCache>>,
     /// The function name of the EMF dimension, when EMF lines are written.
     emf: Option<String>,
 }
@@ -147,6 +161,9 @@ impl Metrics {
             resident: Gauge::default(),
             resident_peak: Gauge::default(),
             open_fds: Gauge::default(),
+            cache_threshold: Family::default(),
+            cache_false_hit_upper: Family::default(),
+            learning: OnceLock::new(),
             emf,
             registry: Registry::default(),
         };
@@ -213,9 +230,24 @@ impl Metrics {
             "File descriptors open in this process (read at scrape time)",
             inner.open_fds.clone(),
         );
+        registry.register(
+            "cache_threshold",
+            "Similarity threshold in use, per tenant that learns it (read at scrape time)",
+            inner.cache_threshold.clone(),
+        );
+        registry.register(
+            "cache_false_hit_rate_upper",
+            "95 % upper bound of the estimated false-hit rate at that threshold, per tenant that learns it",
+            inner.cache_false_hit_upper.clone(),
+        );
         Self {
             inner: Arc::new(Inner { registry, ..inner }),
         }
+    }
+
+    /// Reads the learning tenants of `cache` at each scrape.
+    pub fn watch_cache(&self, cache: Arc<SemanticCache>) {
+        let _ = self.inner.learning.set(cache);
     }
 
     /// Counts one HTTP response (`route` is the matched route pattern, not the raw path).
@@ -304,6 +336,23 @@ impl Metrics {
         }
         if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
             self.inner.open_fds.set(fds.count() as i64);
+        }
+        if let Some(cache) = self.inner.learning.get() {
+            for tenant in cache.learning_tenants() {
+                if let Some(estimate) = cache.estimate(tenant) {
+                    let label = TenantLabel {
+                        tenant: tenant.to_string(),
+                    };
+                    self.inner
+                        .cache_threshold
+                        .get_or_create(&label)
+                        .set(estimate.threshold);
+                    self.inner
+                        .cache_false_hit_upper
+                        .get_or_create(&label)
+                        .set(estimate.false_hit_rate_upper);
+                }
+            }
         }
         let mut out = String::new();
         // Writing to a String cannot fail.
@@ -646,6 +695,47 @@ mod tests {
         assert!(!text.contains("stage=\"rerank\""), "{text}");
         assert!(text.contains("sluice_process_resident_memory_bytes "));
         assert!(text.contains("sluice_process_open_fds "));
+    }
+
+    #[test]
+    fn learning_tenants_threshold_and_bound_are_read_at_scrape_time() {
+        use sluice_core::cache::memory::MemoryCache;
+        use sluice_core::cache::{CacheSettings, SemanticCache};
+        let acme = Tenant::new("acme").unwrap();
+        let settings = CacheSettings {
+            threshold: 0.9,
+            tenant_thresholds: Default::default(),
+            ttl: std::time::Duration::from_secs(60),
+            budget: std::time::Duration::from_millis(50),
+            explore: std::collections::HashMap::from([(acme.clone(), 0.05)]),
+            error_bound: 0.01,
+        };
+        let cache = Arc::new(SemanticCache::new(
+            Arc::new(MemoryCache::new(10)),
+            settings,
+            4,
+        ));
+        let m = Metrics::default();
+        m.watch_cache(Arc::clone(&cache));
+        let text = m.encode();
+        assert!(
+            text.contains(r#"sluice_cache_threshold{tenant="acme"} 0.9"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#"sluice_cache_false_hit_rate_upper{tenant="acme"} 1.0"#),
+            "{text}"
+        );
+        for _ in 0..400 {
+            cache.observe(&acme, 0.85, true);
+        }
+        let text = m.encode();
+        assert!(
+            text.contains(r#"sluice_cache_threshold{tenant="acme"} 0.85"#),
+            "{text}"
+        );
+        // Only learning tenants get a series.
+        assert_eq!(text.matches("sluice_cache_threshold{").count(), 1);
     }
 
     #[test]

@@ -218,6 +218,11 @@ impl SemanticCache {
         guard::same_facts(a, b, self.lexicon.get().map_or(&empty, |l| l.as_ref()))
     }
 
+    /// The tenants that learn their threshold (`SLUICE_CACHE_EXPLORE`).
+    pub fn learning_tenants(&self) -> impl Iterator<Item = &Tenant> {
+        self.settings.explore.keys()
+    }
+
     /// Records a comparison of a [`Lookup::Compare`] candidate's answer with the LLM's.
     pub fn observe(&self, tenant: &Tenant, similarity: f32, same: bool) {
         if self.settings.explore.contains_key(tenant) {
