@@ -371,20 +371,24 @@ fn why_missed(p: &Pair, lexicon: &Lexicon) -> String {
 /// With the guard, as the cache finds it (LSH candidates, freshness, guard); without, the
 /// most similar cached question of the set.
 async fn candidates(set: &[&Pair], guarded: bool) -> Vec<Option<(f32, bool)>> {
-    let cached: Vec<(&str, Vec<f32>)> = set
-        .iter()
-        .map(|p| (p.cached.as_str(), embed(&p.cached)))
-        .collect();
-    let cache = match guarded {
+    // With the guard, the cache holds (and has embedded) the cached questions; without, they
+    // are embedded here.
+    let (cache, cached) = match guarded {
         true => {
             let store = Arc::new(MemoryCache::new(1000));
             let guard = Guard {
                 threshold: FLOOR,
                 lexicon: true,
             };
-            Some(cache_of(store, set, guard).await)
+            (Some(cache_of(store, set, guard).await), Vec::new())
         }
-        false => None,
+        false => {
+            let cached: Vec<(&str, Vec<f32>)> = set
+                .iter()
+                .map(|p| (p.cached.as_str(), embed(&p.cached)))
+                .collect();
+            (None, cached)
+        }
     };
     let mut out = Vec::with_capacity(set.len());
     for p in set {

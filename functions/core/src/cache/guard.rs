@@ -260,7 +260,8 @@ impl Guard {
     /// are made of the same content words in the same roles, a word of one standing for a
     /// word of the other only where `lexicon` says it may.
     pub fn conflict(&self, other: &Guard, lexicon: &Lexicon) -> Option<String> {
-        if self.words != other.words && !lexicon.is_empty() {
+        if self.words != other.words {
+            // Without a lexicon nothing is substitutable, and any differing word refuses.
             let ((mine, my_spare), (theirs, their_spare)) =
                 (units(&self.tokens, lexicon), units(&other.tokens, lexicon));
             let (mine, theirs) = unmatched(mine, theirs);
@@ -272,25 +273,6 @@ impl Guard {
                     texts(&theirs)
                 ));
             }
-        } else if self.words != other.words {
-            let only = |a: &[String], b: &[String]| {
-                let mut b = b.to_vec();
-                a.iter()
-                    .filter(|w| match b.iter().position(|x| x == *w) {
-                        Some(i) => {
-                            b.remove(i);
-                            false
-                        }
-                        None => true,
-                    })
-                    .cloned()
-                    .collect::<Vec<_>>()
-            };
-            return Some(format!(
-                "words differ: {:?} / {:?}",
-                only(&self.words, &other.words),
-                only(&other.words, &self.words)
-            ));
         }
         for (marker, targets) in &self.roles {
             if let Some(others) = other.roles.get(marker)

@@ -206,16 +206,24 @@ impl SemanticCache {
     /// they say of its false-hit rate.
     pub fn estimate(&self, tenant: &Tenant) -> Option<Estimate> {
         self.settings.explore.get(tenant)?;
+        let (configured, bound) = (self.configured_threshold(tenant), self.settings.error_bound);
         let learned = self.learned.lock().unwrap_or_else(|e| e.into_inner());
-        let observations = learned.get(tenant).cloned().unwrap_or_default();
-        Some(observations.estimate(self.configured_threshold(tenant), self.settings.error_bound))
+        Some(match learned.get(tenant) {
+            Some(observations) => observations.estimate(configured, bound),
+            None => Observations::default().estimate(configured, bound),
+        })
+    }
+
+    /// What the guard knows of words: nothing until the lexicon is read.
+    fn lexicon(&self) -> &Lexicon {
+        static NONE: std::sync::LazyLock<Lexicon> = std::sync::LazyLock::new(Lexicon::default);
+        self.lexicon.get().map_or(&NONE, |l| l.as_ref())
     }
 
     /// Whether two answers state the same facts as far as words (and the lexicon's antonyms)
     /// tell: [`guard::same_facts`].
     pub fn same_facts(&self, a: &str, b: &str) -> bool {
-        let empty = Lexicon::default();
-        guard::same_facts(a, b, self.lexicon.get().map_or(&empty, |l| l.as_ref()))
+        guard::same_facts(a, b, self.lexicon())
     }
 
     /// The tenants that learn their threshold (`SLUICE_CACHE_EXPLORE`).
@@ -278,8 +286,7 @@ impl SemanticCache {
         } else {
             threshold
         };
-        let empty = Lexicon::default();
-        let lexicon = self.lexicon.get().map_or(&empty, |l| l.as_ref());
+        let lexicon = self.lexicon();
         let now = now();
         candidates
             .into_iter()
