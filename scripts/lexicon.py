@@ -38,14 +38,9 @@ def word(w):
     return re.sub(r"\(.*\)$", "", w).lower()
 
 
-def main(src, out):
-    counts = collections.defaultdict(dict)
-    for line in open(os.path.join(src, "cntlist.rev")):
-        key, number, count = line.split()
-        lemma, rest = key.split("%")
-        counts[(lemma, POS_NUMBER[rest[0]])][int(number) - 1] = int(count)
-
-    # (lemma, pos) -> synset offsets in WordNet's order (most frequent first).
+def read_senses(src):
+    """(lemma, pos) -> its synsets' offsets ("v" + offset) in WordNet's order (most
+    frequent first)."""
     senses = {}
     for pos, name in POS.items():
         for line in open(os.path.join(src, "index." + name)):
@@ -55,6 +50,36 @@ def main(src, out):
             synsets, pointers = int(f[2]), int(f[3])
             offsets = f[4 + pointers + 2:4 + pointers + 2 + synsets]
             senses[(f[0], pos)] = [pos + o for o in offsets]
+    return senses
+
+
+def read_synsets(src):
+    """Every synset: (offset, members, pointers, gloss); a pointer is (symbol, target
+    offset, source member number, target member number), 0 for the whole synset."""
+    for pos, name in POS.items():
+        for line in open(os.path.join(src, "data." + name)):
+            if line.startswith(" "):
+                continue
+            head, gloss = line.split("|", 1)
+            f = head.split()
+            members = [word(f[4 + 2 * i]) for i in range(int(f[3], 16))]
+            at = 4 + 2 * len(members)
+            pointers = []
+            for j in range(int(f[at])):
+                symbol, target, target_pos, st = f[at + 1 + 4 * j:at + 5 + 4 * j]
+                target_pos = "a" if target_pos == "s" else target_pos
+                pointers.append((symbol, target_pos + target, int(st[:2], 16), int(st[2:], 16)))
+            yield pos + f[0], members, pointers, gloss.strip()
+
+
+def main(src, out):
+    counts = collections.defaultdict(dict)
+    for line in open(os.path.join(src, "cntlist.rev")):
+        key, number, count = line.split()
+        lemma, rest = key.split("%")
+        counts[(lemma, POS_NUMBER[rest[0]])][int(number) - 1] = int(count)
+
+    senses = read_senses(src)
 
     def common(lemma, pos, offset):
         ranked = senses.get((lemma, pos), [])
@@ -68,35 +93,26 @@ def main(src, out):
         return tagged.get(rank, 0) / total >= MIN_SHARE
 
     synsets, antonyms, derived, links, words_of = {}, set(), set(), [], {}
-    for pos, name in POS.items():
-        for line in open(os.path.join(src, "data." + name)):
-            if line.startswith(" "):
-                continue
-            f = line.split("|")[0].split()
-            offset = pos + f[0]
-            members = [word(f[4 + 2 * i]) for i in range(int(f[3], 16))]
-            words_of[offset] = members  # a pointer's target word is resolved below
-            kept = sorted({m for m in members if common(m, pos, offset)})
-            if kept:
-                synsets[offset] = kept
-            at = 4 + 2 * len(members)
-            for j in range(int(f[at])):
-                symbol, target, target_pos, st = f[at + 1 + 4 * j:at + 5 + 4 * j]
-                source, dest = int(st[:2], 16), int(st[2:], 16)
-                target_pos = "a" if target_pos == "s" else target_pos
-                if source == 0 and (symbol == "@" and pos == "v" or symbol == "&"):
-                    # A verb's manner ("send" is a way to "transfer") and an adjective's
-                    # near-synonym ("safe" / "secure"). Not nouns: a kind of a thing is
-                    # another question ("husband" / "partner", "debit card" / "card").
-                    links.append((target_pos + target, offset))
-                if symbol not in ("!", "+") or source == 0:
-                    continue  # antonymy and derivation are lexical: between two words
-                a = members[source - 1]
-                pair = (a, target_pos + target, dest)
-                if symbol == "!":
-                    antonyms.add(pair)
-                elif common(a, pos, offset):
-                    derived.add(pair)
+    for offset, members, pointers, _gloss in read_synsets(src):
+        pos = offset[0]
+        words_of[offset] = members  # a pointer's target word is resolved below
+        kept = sorted({m for m in members if common(m, pos, offset)})
+        if kept:
+            synsets[offset] = kept
+        for symbol, target, source, dest in pointers:
+            if source == 0 and (symbol == "@" and pos == "v" or symbol == "&"):
+                # A verb's manner ("send" is a way to "transfer") and an adjective's
+                # near-synonym ("safe" / "secure"). Not nouns: a kind of a thing is
+                # another question ("husband" / "partner", "debit card" / "card").
+                links.append((target, offset))
+            if symbol not in ("!", "+") or source == 0:
+                continue  # antonymy and derivation are lexical: between two words
+            a = members[source - 1]
+            pair = (a, target, dest)
+            if symbol == "!":
+                antonyms.add(pair)
+            elif common(a, pos, offset):
+                derived.add(pair)
 
     def pairs(links, sense_filter):
         out = set()
