@@ -87,13 +87,20 @@ fn start_once(function: &str, model_dir: &std::path::Path) -> (Duration, Duratio
     (ready, model)
 }
 
-/// A folder with links to the installed model's ONNX graph and tokenizer.
+/// A folder with links to the installed model's ONNX graph, tokenizer, word table and the
+/// cache guard's lexicon (which ships beside the model, and without which a function with a
+/// cache does not start).
 fn linked_model_dir() -> tempfile::TempDir {
     let model = sluice_core::Config::from_env()
         .expect("configuration")
         .model_dir;
     let dir = tempfile::tempdir().expect("temp dir");
-    for file in ["model.onnx", "tokenizer.json", "word_embeddings.f32"] {
+    for file in [
+        "model.onnx",
+        "tokenizer.json",
+        "word_embeddings.f32",
+        "lexicon.txt",
+    ] {
         std::os::unix::fs::symlink(model.join(file), dir.path().join(file)).expect("link");
     }
     dir
