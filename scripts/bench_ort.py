@@ -4,7 +4,8 @@ which starts this script and sends it work between its own rounds, so that both 
 the same noise. One JSON request per line on stdin, one JSON answer per line on stdout:
 
   {"op": "query", "ids": [...], "runs": N}
-      N embeddings of one sequence on model.onnx (the file tract runs), one thread:
+      N embeddings of one sequence on one thread, on onnxruntime's faster form of the encoder
+      (query_graph: the same weights as the model.onnx tract runs):
       {"ns": [...]} per run (the word embeddings' rows taken from word_embeddings.f32, the
       forward pass, mean pooling, normalisation; tokenising is not counted here, where
       tract's figure counts it)
@@ -13,8 +14,14 @@ the same noise. One JSON request per line on stdin, one JSON answer per line on 
       attention mask (model-batched.onnx), on T threads: {"seconds": s}
 
 Both sessions have onnxruntime's graph optimisations all on (ORT_ENABLE_ALL): its own best.
-Usage: bench_ort.py MODEL_DIR"""
+Usage: bench_ort.py MODEL_DIR
+
+       bench_ort.py --profile MODEL_DIR
+           onnxruntime's side of functions/embed/examples/profile.rs: for a query of 12, 64
+           and 128 tokens (the same text), p50 of the whole run and the time per operator
+           type per run from onnxruntime's own profiler (its nodes after its fusions)."""
 import json
+import os
 import sys
 import time
 
@@ -30,8 +37,17 @@ def session(path, threads):
     return ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
 
 
+def query_graph(model_dir):
+    """The graph a query runs on here: the encoder with its attention written out
+    (model-unfused.onnx, from `scripts/setup.sh model-batched`), which onnxruntime runs faster
+    at short lengths than model.onnx's MultiHeadAttention nodes (2.7 against 3.2 ms at 12
+    tokens, even at 64 and 128); model.onnx where it is missing."""
+    unfused = f"{model_dir}/model-unfused.onnx"
+    return unfused if os.path.exists(unfused) else f"{model_dir}/model.onnx"
+
+
 def main(model_dir):
-    one = session(f"{model_dir}/model.onnx", 1)
+    one = session(query_graph(model_dir), 1)
     # The graph's input is the tokens' rows of the word embedding table (as tract is fed).
     table = np.fromfile(f"{model_dir}/word_embeddings.f32", dtype="<f4").reshape(-1, 384)
     batched = {}
@@ -72,5 +88,51 @@ def main(model_dir):
         print(json.dumps(out), flush=True)
 
 
+WORDS = ("the bank sends international payments over the swift network and a transfer costs a "
+         "flat fee plus any fees charged by correspondent banks along the way").split()
+
+
+def profile(model_dir, runs=200):
+    import collections
+    import tempfile
+
+    import tokenizers
+
+    tok = tokenizers.Tokenizer.from_file(f"{model_dir}/tokenizer.json")
+    tok.no_padding()
+    tok.no_truncation()
+    table = np.fromfile(f"{model_dir}/word_embeddings.f32", dtype="<f4").reshape(-1, 384)
+    plain = session(query_graph(model_dir), 1)
+    for tokens in (12, 64, 128):
+        text = " ".join((WORDS * 20)[: tokens - 2])
+        ids = tok.encode(text).ids[:tokens]
+        x = table[ids][None]
+        times = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            plain.run(None, {"inputs_embeds": x})
+            times.append((time.perf_counter() - t) * 1e3)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = 1
+        opts.inter_op_num_threads = 1
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.enable_profiling = True
+        opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(), "ort")
+        s = ort.InferenceSession(query_graph(model_dir), opts, providers=["CPUExecutionProvider"])
+        for _ in range(runs):
+            s.run(None, {"inputs_embeds": x})
+        by_op = collections.Counter()
+        for event in json.load(open(s.end_profiling())):
+            if event.get("cat") == "Node" and event["name"].endswith("_kernel_time"):
+                by_op[event["args"]["op_name"]] += event["dur"] / 1e3 / runs
+        print(f"{len(ids)} tokens: onnxruntime p50 {np.median(times):.2f} ms")
+        total = sum(by_op.values())
+        for op, ms in by_op.most_common():
+            print(f"  {ms:>7.3f} ms {ms / total * 100:>5.1f} %  {op}")
+
+
 if __name__ == "__main__":
-    main(sys.argv[1])
+    if sys.argv[1] == "--profile":
+        profile(sys.argv[2])
+    else:
+        main(sys.argv[1])

@@ -4,11 +4,19 @@
 
   minilm.py export    WEIGHTS_DIR OUT.onnx     write an fp32 ONNX graph (BERT encoder,
                                                input inputs_embeds [1, seq, 384] without
-                                               padding, output last_hidden_state) built with
+                                               padding, output last_hidden_state, each
+                                               layer's attention one com.microsoft
+                                               MultiHeadAttention node) built with
                                                onnx.helper, and beside it word_embeddings.f32:
                                                the token embedding table the graph does not
                                                hold (30,522 rows of 384 little-endian f32),
                                                whose rows for a text's token ids are its input
+  minilm.py export-unfused WEIGHTS_DIR OUT.onnx
+                                               the same graph with the attention written out
+                                               (MatMul, Softmax, MatMul per layer): what
+                                               functions/embed/examples/attention.rs compares
+                                               Sluice's attention operator against, and
+                                               onnxruntime's query baseline (its faster form)
   minilm.py export-batched WEIGHTS_DIR OUT.onnx
                                                the same encoder for padded batches: inputs
                                                inputs_embeds [batch, seq, 384] and
@@ -54,7 +62,7 @@ def load_safetensors(path):
     return out
 
 
-def export(weights_dir, out_path, batched=False):
+def export(weights_dir, out_path, batched=False, fused=True):
     import onnx
     from onnx import TensorProto, helper, numpy_helper
 
@@ -116,16 +124,22 @@ def export(weights_dir, out_path, batched=False):
         def heads(t):
             return node("Transpose", [node("Reshape", [t, heads_shape])], perm=[0, 2, 1, 3])
 
-        q = heads(linear(x, f"{p}.attention.self.query"))
-        k = heads(linear(x, f"{p}.attention.self.key"))
-        v = heads(linear(x, f"{p}.attention.self.value"))
-        kt = node("Transpose", [k], perm=[0, 1, 3, 2])
-        scores = node("Mul", [node("MatMul", [q, kt]), scale])
-        if batched:
-            scores = node("Add", [scores, bias])
-        probs = node("Softmax", [scores], axis=-1)
-        ctx = node("Transpose", [node("MatMul", [probs, v])], perm=[0, 2, 1, 3])
-        ctx = node("Reshape", [ctx, merged_shape])
+        q = linear(x, f"{p}.attention.self.query")
+        k = linear(x, f"{p}.attention.self.key")
+        v = linear(x, f"{p}.attention.self.value")
+        if fused and not batched:
+            # One node per layer's attention (onnxruntime's contrib operator, which tract reads
+            # as its Sdpa and Sluice runs as its own operator: sluice-embed's attention.rs).
+            ctx = node("MultiHeadAttention", [q, k, v], num_heads=HEADS, domain="com.microsoft")
+        else:
+            q, k, v = heads(q), heads(k), heads(v)
+            kt = node("Transpose", [k], perm=[0, 1, 3, 2])
+            scores = node("Mul", [node("MatMul", [q, kt]), scale])
+            if batched:
+                scores = node("Add", [scores, bias])
+            probs = node("Softmax", [scores], axis=-1)
+            ctx = node("Transpose", [node("MatMul", [probs, v])], perm=[0, 2, 1, 3])
+            ctx = node("Reshape", [ctx, merged_shape])
         x = layer_norm(node("Add", [linear(ctx, f"{p}.attention.output.dense"), x]), f"{p}.attention.output.LayerNorm")
         h = linear(x, f"{p}.intermediate.dense")
         # Exact GELU: 0.5 * h * (1 + erf(h / sqrt(2)))
@@ -145,11 +159,12 @@ def export(weights_dir, out_path, batched=False):
         [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT, ["batch" if batched else 1, "seq", HIDDEN])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], producer_name="sluice")
+    opsets = [helper.make_opsetid("", 13)] + ([helper.make_opsetid("com.microsoft", 1)] if fused and not batched else [])
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="sluice")
     model.ir_version = 8
     onnx.checker.check_model(model)
     onnx.save(model, out_path)
-    if not batched:
+    if fused and not batched:
         table = w["embeddings.word_embeddings.weight"].astype("<f4")
         assert table.shape[1] == HIDDEN
         path = os.path.join(os.path.dirname(os.path.abspath(out_path)), "word_embeddings.f32")
@@ -243,6 +258,8 @@ if __name__ == "__main__":
     cmd = sys.argv[1] if len(sys.argv) > 1 else ""
     if cmd == "export" and len(sys.argv) == 4:
         export(sys.argv[2], sys.argv[3])
+    elif cmd == "export-unfused" and len(sys.argv) == 4:
+        export(sys.argv[2], sys.argv[3], fused=False)
     elif cmd == "export-batched" and len(sys.argv) == 4:
         export(sys.argv[2], sys.argv[3], batched=True)
     elif cmd == "reference" and len(sys.argv) == 5:

@@ -140,7 +140,7 @@ model() {
   model_venv
   local out=$models/all-MiniLM-L6-v2
   # Bump when scripts/minilm.py changes the graph, so that caches are re-exported.
-  local export_version=3
+  local export_version=4
   if [ ! -f "$out/model.onnx" ] || [ ! -f "$out/word_embeddings.f32" ] || \
      [ ! -f "$out/reference.json" ] || \
      [ "$(cat "$out/export-version" 2>/dev/null)" != "$export_version" ]; then
@@ -182,16 +182,21 @@ lexicon() {
   python3 "$here/scripts/lexicon.py" "$src/usr/share/wordnet" "$out"
 }
 
-# The encoder with an attention mask, for padded batches: onnxruntime's batched baseline in
-# `make bench` (nothing else reads it), beside the model in SLUICE_MODEL_DIR.
+# onnxruntime's baselines in `make bench` (nothing else reads them), beside the model in
+# SLUICE_MODEL_DIR: the encoder with an attention mask, for padded batches; and the encoder
+# with its attention written out, onnxruntime's faster form of a single query (and what
+# `examples/attention.rs` compares Sluice's attention operator against).
 model_batched() {
   model_venv
-  local out=${SLUICE_MODEL_DIR:-$models/all-MiniLM-L6-v2}/model-batched.onnx
-  if [ ! -f "$out" ] || [ "$here/scripts/minilm.py" -nt "$out" ]; then
-    minilm_weights
-    "$venv/bin/python" "$here/scripts/minilm.py" export-batched "$weights" "$out.part"
-    mv "$out.part" "$out"
-  fi
+  local dir=${SLUICE_MODEL_DIR:-$models/all-MiniLM-L6-v2} form
+  for form in batched unfused; do
+    local out=$dir/model-$form.onnx
+    if [ ! -f "$out" ] || [ "$here/scripts/minilm.py" -nt "$out" ]; then
+      minilm_weights
+      "$venv/bin/python" "$here/scripts/minilm.py" "export-$form" "$weights" "$out.part"
+      mv "$out.part" "$out"
+    fi
+  done
 }
 
 llm() {

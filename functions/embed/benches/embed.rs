@@ -4,8 +4,10 @@
 //! with onnxruntime; `scripts/bench.sh` sets it) and given work between tract's, round by
 //! round, so that both engines meet the same noise on this shared machine. Printed, as
 //! `embed:` lines that `make bench` summarises:
-//! - a query of 12, 64 and 128 tokens, one thread each, on the same `model.onnx`: the median
-//!   over [`ROUNDS`] rounds of each round's p50, and the median of the rounds' ratios;
+//! - a query of 12, 64 and 128 tokens, one thread each, on the same weights (tract on
+//!   `model.onnx` with Sluice's attention operator, onnxruntime on its faster
+//!   `model-unfused.onnx`): the median over [`ROUNDS`] rounds of each round's p50, and the
+//!   median of the rounds' ratios;
 //! - a batch of [`CHUNKS`] ingest-sized chunks: chunks per second for tract one text at a
 //!   time on one thread, tract on every core ([`MiniLm::with_threads`]), and onnxruntime
 //!   batched (sorted by length, padded, masked; every core) at each of [`ORT_BATCHES`];

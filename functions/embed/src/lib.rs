@@ -19,7 +19,12 @@
 //! the graph then reads and copies 43 MB instead of 90, and the table stays out of the
 //! process's memory (in the page cache, shared); the sums are the same as the graph's own
 //! lookup made, so the vectors are too.
+//!
+//! Each layer's attention is one operator ([`attention`]): tract's flash kernel for a short
+//! text, the decomposed block for a long one.
 #![warn(missing_docs)]
+
+pub mod attention;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -148,17 +153,22 @@ fn decluttered(onnx: &Path) -> TractResult<TypedModel> {
         .into_decluttered()
 }
 
-/// tract's NNEF with the ONNX operator set and the one operator of this graph tract has no
-/// NNEF name for: exact GELU (decluttering fuses the erf-based GELU of the ONNX graph into
-/// it), stored as `sluice_gelu_exact`.
+/// tract's NNEF with the ONNX and transformer operator sets (the attention is tract's `Sdpa`
+/// until [`attention::replace_sdpa`] runs at load) and the one operator of this graph tract
+/// has no NNEF name for: exact GELU (decluttering fuses the erf-based GELU of the ONNX graph
+/// into it), stored as `sluice_gelu_exact`.
 fn nnef() -> tract_nnef::framework::Nnef {
     use tract_onnx::WithOnnx;
+    use tract_transformers::WithTractTransformers;
     let mut registry = tract_nnef::registry::Registry::new("sluice");
     registry.register_unit_element_wise(
         "sluice_gelu_exact",
         &tract_nnef::tract_core::ops::nn::GeluExact {},
     );
-    tract_nnef::nnef().with_onnx().with_registry(registry)
+    tract_nnef::nnef()
+        .with_onnx()
+        .with_tract_transformers()
+        .with_registry(registry)
 }
 
 /// Writes `model.nnef.tar` beside `model.onnx` in `dir`: the decluttered graph that
@@ -261,7 +271,7 @@ impl MiniLm {
         });
         let tokens = tokens?;
         let loaded = |e: TractError| EmbedError::Load(format!("{}: {e:#}", source.display()));
-        let graph = graph.map_err(loaded)?;
+        let mut graph = graph.map_err(loaded)?;
         // A graph exported before the table was split off reads token ids, not embeddings.
         match graph.input_fact(0) {
             Ok(fact) if fact.datum_type == f32::datum_type() && fact.rank() == 3 => {}
@@ -273,6 +283,16 @@ impl MiniLm {
                 )));
             }
         }
+        if attention::replace_sdpa(&mut graph).map_err(loaded)? == 0 {
+            return Err(EmbedError::Load(format!(
+                "{} has no attention operator: it was exported by an older scripts/minilm.py \
+                 (run `scripts/setup.sh model`, then `sluice model prepare` where it was used)",
+                source.display()
+            )));
+        }
+        // The flash kernel would spread one text's heads over every core: a text runs on one
+        // thread here, and a batch's texts run side by side (`with_threads`).
+        tract_nnef::tract_core::knobs::set_str("TRACT_FLASH_SDPA_ST", "true");
         let model = graph
             .into_optimized()
             .and_then(|m| m.into_runnable())
