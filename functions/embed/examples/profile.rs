@@ -1,11 +1,16 @@
 //! Where a query embedding's time goes in tract: per operator, at 12, 64 and 128 tokens.
 //!
 //! `cargo run --profile dev -p sluice-embed --example profile -- [MODEL_DIR] [--fixed]
-//! [--lengths=12,64,128]` (default `SLUICE_MODEL_DIR`). Prints, per length, the whole `MiniLm::embed` (tokenizer, table rows,
-//! graph, pooling) and the graph alone, both p50 over the runs, then the graph's nodes
-//! grouped by operator: time per run and share. The time outside every node's `eval` is
-//! the plan's own (scheduling, freeing values). onnxruntime's counterpart is
-//! `scripts/bench_ort.py --profile MODEL_DIR`.
+//! [--tract-sdpa] [--lengths=12,64,128]` (default `SLUICE_MODEL_DIR`). The graph is the one
+//! Sluice runs (its attention operator in place of tract's `Sdpa`, whose time then includes
+//! the written-out block it runs beyond 48 tokens); `--tract-sdpa` profiles tract's own
+//! lowering instead, `--fixed` a plan built for each length.
+//!
+//! Prints, per length, the whole `MiniLm::embed` (tokenizer, table rows, graph, pooling) and
+//! the graph alone, both p50 over the runs, then the graph's nodes grouped by operator (a
+//! matmul with its shape and the kernel tract chose): time per run and share. The time
+//! outside every node's `eval` is the plan's own (scheduling, freeing values).
+//! onnxruntime's counterpart is `scripts/bench_ort.py --profile MODEL_DIR`.
 
 use std::collections::BTreeMap;
 use std::time::Instant;
@@ -26,6 +31,9 @@ fn main() -> TractResult<()> {
     // --fixed: a plan built for each length (the sequence axis concrete) instead of the one
     // symbolic plan Sluice runs, to see what tract's kernel choice makes of a known length.
     let fixed = args.iter().any(|a| a == "--fixed");
+    // --tract-sdpa: the attention as tract lowers its `Sdpa` (the flash kernel at every
+    // length) instead of Sluice's operator.
+    let tract_sdpa = args.iter().any(|a| a == "--tract-sdpa");
     let dir = args
         .iter()
         .find(|a| !a.starts_with("--"))
@@ -40,12 +48,14 @@ fn main() -> TractResult<()> {
         if let Some(n) = tokens {
             graph = graph.with_input_fact(0, f32::fact([1, n, sluice_embed::DIM]).into())?;
         }
-        graph
-            .into_typed()?
-            .into_decluttered()?
-            .into_optimized()?
-            .into_runnable()
+        let mut graph = graph.into_typed()?.into_decluttered()?;
+        if !tract_sdpa {
+            sluice_embed::attention::replace_sdpa(&mut graph)?;
+        }
+        graph.into_optimized()?.into_runnable()
     };
+    // As MiniLm::load sets it: one thread per text.
+    tract_nnef::tract_core::knobs::set_str("TRACT_FLASH_SDPA_ST", "true");
     let symbolic = plan(None)?;
     let table = std::fs::read(dir.join(sluice_embed::TABLE_FILE))?;
     let words = "the bank sends international payments over the swift network and a transfer costs a flat fee plus any fees charged by correspondent banks along the way";
