@@ -26,7 +26,10 @@ use tract_transformers::ops::sdpa::Sdpa;
 /// the two are even at 48 tokens on the benchmark machine).
 pub const FLASH_MAX_TOKENS: usize = 48;
 
-/// Scaled dot-product attention over `[1, heads, tokens, head_dim]` Q, K and V, no mask.
+/// Scaled dot-product attention, no mask: Q, K and V are `[1, tokens, heads, head_dim]` (each
+/// layer's projections split into heads, before the transposes that the graph's `Sdpa` took
+/// them through: the written-out block reads them in this order as they are), the output
+/// `[1, heads, tokens, head_dim]` as `Sdpa`'s.
 #[derive(Debug, Clone)]
 pub struct Attention {
     scale: f32,
@@ -47,17 +50,17 @@ impl Attention {
     pub fn new(heads: usize, head_dim: usize, scale: f32) -> TractResult<Self> {
         let mut block = TypedModel::default();
         let tokens = block.symbols.sym("T");
-        let fact = f32::fact([1.to_dim(), heads.to_dim(), tokens.into(), head_dim.to_dim()]);
+        let fact = f32::fact([1.to_dim(), tokens.into(), heads.to_dim(), head_dim.to_dim()]);
         let q = block.add_source("q", fact.clone())?;
         let k = block.add_source("k", fact.clone())?;
         let v = block.add_source("v", fact)?;
-        let scores = EinSum::new("bhmk,bhnk->bhmn".parse()?, f32::datum_type());
+        let scores = EinSum::new("bmhk,bnhk->bhmn".parse()?, f32::datum_type());
         let scores = block.wire_node("scores", scores, &[q, k])?[0];
         let factor = block.add_const("scale", tensor4(&[[[[scale]]]]))?;
         let scaled = block.wire_node("scaled", math::mul(), &[scores, factor])?[0];
         let softmax = Softmax::new(tvec![3], None, SoftmaxKind::Softmax);
         let probs = block.wire_node("softmax", softmax, &[scaled])?[0];
-        let out = EinSum::new("bhmn,bhnv->bhmv".parse()?, f32::datum_type());
+        let out = EinSum::new("bhmn,bnhv->bhmv".parse()?, f32::datum_type());
         let out = block.wire_node("out", out, &[probs, v])?[0];
         block.select_output_outlets(&[out])?;
         Ok(Self {
@@ -91,8 +94,15 @@ impl EvalOp for Attention {
 
     fn eval(&self, ctx: &EvalContext, inputs: TVec<TValue>) -> TractResult<TVec<TValue>> {
         ensure!(inputs.len() == 3, "attention takes Q, K and V");
-        match inputs[0].shape().get(2) {
-            Some(&tokens) if tokens <= FLASH_MAX_TOKENS => self.flash.eval(ctx, inputs),
+        match inputs[0].shape().get(1) {
+            Some(&tokens) if tokens <= FLASH_MAX_TOKENS => {
+                // The flash kernel reads [1, heads, tokens, head_dim].
+                let heads_first = inputs
+                    .into_iter()
+                    .map(|t| Ok(t.into_tensor().move_axis(2, 1)?.into_tvalue()))
+                    .collect::<TractResult<TVec<_>>>()?;
+                self.flash.eval(ctx, heads_first)
+            }
             _ => self.decomposed.run(inputs),
         }
     }
@@ -100,14 +110,25 @@ impl EvalOp for Attention {
 
 impl TypedOp for Attention {
     fn output_facts(&self, inputs: &[&TypedFact]) -> TractResult<TVec<TypedFact>> {
-        self.flash.output_facts(inputs)
+        ensure!(inputs.len() == 3 && inputs.iter().all(|f| f.rank() == 4));
+        let mut shape = inputs[0].shape.to_tvec();
+        shape.swap(1, 2);
+        Ok(tvec!(inputs[0].datum_type.fact(shape)))
     }
 
     as_op!();
 }
 
-/// Replaces every unmasked, non-causal `Sdpa` of `model` (the decluttered graph) by
-/// [`Attention`]; returns how many.
+/// The input of the transpose that made `outlet` `[1, heads, tokens, head_dim]` from
+/// `[1, tokens, heads, head_dim]`, if that is what made it.
+fn before_heads_first(model: &TypedModel, outlet: OutletId) -> Option<OutletId> {
+    let node = model.node(outlet.node);
+    (node.op_as::<AxisOp>() == Some(&AxisOp::Move(2, 1))).then(|| node.inputs[0])
+}
+
+/// Replaces every unmasked, non-causal `Sdpa` of `model` (the decluttered graph) whose Q, K
+/// and V come through the heads-first transpose (as `MultiHeadAttention` wires them) by
+/// [`Attention`] on the tensors before it; returns how many.
 pub fn replace_sdpa(model: &mut TypedModel) -> TractResult<usize> {
     let found: Vec<usize> = model
         .nodes()
@@ -115,6 +136,7 @@ pub fn replace_sdpa(model: &mut TypedModel) -> TractResult<usize> {
         .filter(|n| {
             n.op_as::<Sdpa>()
                 .is_some_and(|s| !s.is_causal && n.inputs.len() == 3)
+                && (n.inputs.iter()).all(|&i| before_heads_first(model, i).is_some())
         })
         .map(|n| n.id)
         .collect();
@@ -138,7 +160,10 @@ pub fn replace_sdpa(model: &mut TypedModel) -> TractResult<usize> {
             _ => Attention::new(heads, head_dim, scale)?,
         };
         built = Some(((heads, head_dim, scale.to_bits()), op.clone()));
-        let patch = TypedModelPatch::replace_single_op(model, node, &node.inputs, op)?;
+        let inputs: TVec<OutletId> = (node.inputs.iter())
+            .filter_map(|&i| before_heads_first(model, i))
+            .collect();
+        let patch = TypedModelPatch::replace_single_op(model, node, &inputs, op)?;
         patch.apply(model)?;
     }
     Ok(found.len())
@@ -197,8 +222,11 @@ mod tests {
                 data(heads * n * d),
                 data(heads * n * d),
             );
+            // The operator reads [1, tokens, heads, dim]: the same values, tokens first.
             let tensor = |x: &[f32]| {
                 Tensor::from_shape(&[1, heads, n, d], x)
+                    .unwrap()
+                    .move_axis(1, 2)
                     .unwrap()
                     .into_tvalue()
             };
