@@ -316,13 +316,18 @@ pub async fn start(overrides: &[(&str, &str)]) -> TestServer {
     start_with(overrides, |s| s).await
 }
 
-/// The `/v1` URL of a port on 127.0.0.1 that nothing listens on: an LLM that is down.
+/// The `/v1` URL of a port on 127.0.0.1 that nothing listens on: an LLM (or a store) that is
+/// down. Port 9 (discard), not a freed ephemeral port: the tests' servers bind port 0, which
+/// the kernel draws from the ephemeral range, so a port freed there can be handed to another
+/// test's server before the connection is tried (a "closed" Qdrant then answered a 404, read
+/// as corpus version 0); none of them can take a port under 1024.
 pub fn closed_llm_url() -> String {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port();
-    format!("http://127.0.0.1:{port}/v1")
+    const PORT: u16 = 9;
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", PORT)).is_err(),
+        "127.0.0.1:{PORT} must be closed for the tests that need a service that is down"
+    );
+    format!("http://127.0.0.1:{PORT}/v1")
 }
 
 /// `name` from the venv `venv` under [`sluice_home`], which `scripts/setup.sh tools` makes;
