@@ -319,8 +319,8 @@ pub async fn start(overrides: &[(&str, &str)]) -> TestServer {
 /// The `/v1` URL of a port on 127.0.0.1 that nothing listens on: an LLM (or a store) that is
 /// down. Port 9 (discard), not a freed ephemeral port: the tests' servers bind port 0, which
 /// the kernel draws from the ephemeral range, so a port freed there can be handed to another
-/// test's server before the connection is tried (a "closed" Qdrant then answered a 404, read
-/// as corpus version 0); none of them can take a port under 1024.
+/// test's server before the connection is tried (a "closed" Qdrant answering a 404 there
+/// reads as corpus version 0); none of them can take a port under 1024.
 pub fn closed_llm_url() -> String {
     const PORT: u16 = 9;
     assert!(
