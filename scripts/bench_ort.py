@@ -19,7 +19,12 @@ Usage: bench_ort.py MODEL_DIR
        bench_ort.py --profile MODEL_DIR
            onnxruntime's side of functions/embed/examples/profile.rs: for a query of 12, 64
            and 128 tokens (the same text), p50 of the whole run and the time per operator
-           type per run from onnxruntime's own profiler (its nodes after its fusions)."""
+           type per run from onnxruntime's own profiler (its nodes after its fusions).
+
+       bench_ort.py --matmul THREADS
+           onnxruntime's side of functions/embed/examples/matmul.rs: each of the encoder's
+           dense projections alone (x[T,K]·W[K,M], W a constant, the example's values), p50
+           per length on THREADS threads."""
 import json
 import os
 import sys
@@ -130,8 +135,39 @@ def profile(model_dir, runs=200):
             print(f"  {ms:>7.3f} ms {ms / total * 100:>5.1f} %  {op}")
 
 
+def matmul(threads, lengths=(12, 24, 64, 128)):
+    import tempfile
+
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    for k, m in ((384, 384), (384, 1536), (1536, 384)):
+        w = ((np.arange(k * m) * 7919 % 1000) / 1000.0 - 0.5).astype(np.float32).reshape(k, m)
+        graph = helper.make_graph(
+            [helper.make_node("MatMul", ["x", "w"], ["y"])], "projection",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["T", k])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["T", m])],
+            [numpy_helper.from_array(w, "w")])
+        path = os.path.join(tempfile.mkdtemp(), "projection.onnx")
+        onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+        s = session(path, threads)
+        for t in lengths:
+            x = ((np.arange(t * k) * 31 % 97) / 97.0 - 0.5).astype(np.float32).reshape(t, k)
+            reps = max(5, min(500, 400_000_000 // (t * k * m)))
+            times = []
+            for _ in range(41):
+                start = time.perf_counter()
+                for _ in range(reps):
+                    s.run(None, {"x": x})
+                times.append((time.perf_counter() - start) / reps * 1e6)
+            print(f"K {k:4} M {m:4}, {t:3} tokens: onnxruntime ({threads} thread(s)) p50 "
+                  f"{np.median(times):7.1f} µs")
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "--profile":
         profile(sys.argv[2])
+    elif sys.argv[1] == "--matmul":
+        matmul(int(sys.argv[2]))
     else:
         main(sys.argv[1])
