@@ -306,10 +306,12 @@ async fn measure(
             static AUTH: std::sync::OnceLock<reqwest::header::HeaderMap> =
                 std::sync::OnceLock::new();
             let auth = AUTH.get_or_init(sluice_http::client_headers).clone();
+            let (headers, bytes) = sluice_http::client_json(&body);
             let request = client
                 .post(format!("{url}/v1/answer"))
                 .headers(auth)
-                .json(&body);
+                .headers(headers)
+                .body(bytes);
             match tenant {
                 Some(t) => request.header("x-sluice-tenant", t),
                 None => request,

@@ -229,16 +229,39 @@ pub(crate) fn limited(tenant: &str, l: Limited) -> ApiError {
     ApiError::from(l)
 }
 
-/// Headers for a client of a Sluice server (the CLI, the load generator):
-/// `Authorization: Bearer $SLUICE_API_KEY` when the variable is set (and a valid header
-/// value), none otherwise.
+/// Headers for a client of a Sluice server (the CLI, the load generator): the key of
+/// `$SLUICE_API_KEY` in `x-api-key` when the variable is set (and a valid header value), none
+/// otherwise. Not `Authorization`: in front of a function URL, CloudFront's origin access
+/// control puts its own signature there.
 pub fn client_headers() -> HeaderMap {
     let mut headers = HeaderMap::new();
     if let Ok(key) = std::env::var(CLIENT_KEY_VAR)
-        && let Ok(mut value) = axum::http::HeaderValue::from_str(&format!("Bearer {}", key.trim()))
+        && let Ok(mut value) = axum::http::HeaderValue::from_str(key.trim())
+        && !value.is_empty()
     {
         value.set_sensitive(true);
-        headers.insert(header::AUTHORIZATION, value);
+        headers.insert(KEY_HEADER, value);
     }
     headers
+}
+
+/// The header that carries a request body's SHA-256 (lowercase hex). CloudFront's origin
+/// access control signs a POST to a Lambda function URL only when the viewer sends it (the
+/// function URL accepts no unsigned payload); Sluice itself does not read it.
+pub const CONTENT_SHA256_HEADER: &str = "x-amz-content-sha256";
+
+/// A JSON body as Sluice's clients send it: the bytes and their headers (`content-type`, and
+/// the body's SHA-256 in [`CONTENT_SHA256_HEADER`]), so that a deployment behind CloudFront
+/// takes it as it is.
+pub fn client_json(body: &serde_json::Value) -> (HeaderMap, Vec<u8>) {
+    let bytes = body.to_string().into_bytes();
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        header::CONTENT_TYPE,
+        axum::http::HeaderValue::from_static("application/json"),
+    );
+    if let Ok(hash) = axum::http::HeaderValue::from_str(&sluice_core::sha256_hex(&bytes)) {
+        headers.insert(CONTENT_SHA256_HEADER, hash);
+    }
+    (headers, bytes)
 }

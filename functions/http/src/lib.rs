@@ -61,7 +61,7 @@ use sluice_core::stages::Components;
 use sluice_core::usage::Meter;
 use sluice_core::{Ingest, Pipeline, Tenant};
 
-pub use admit::client_headers;
+pub use admit::{CONTENT_SHA256_HEADER, client_headers, client_json};
 pub use answer::answer_request;
 pub use documents::escape;
 pub use error::ApiError;

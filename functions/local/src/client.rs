@@ -113,10 +113,12 @@ pub async fn ingest(url: &str, paths: &[PathBuf], limits: &Limits) -> Result<()>
         if batch.len() < BATCH_DOCS && batch_bytes < BATCH_BYTES && pending.peek().is_some() {
             continue;
         }
+        let (headers, bytes) = sluice_http::client_json(&json!({ "documents": batch }));
         let response = client
             .post(format!("{url}/v1/documents"))
             .timeout(Duration::from_secs(600))
-            .json(&json!({ "documents": batch }))
+            .headers(headers)
+            .body(bytes)
             .send()
             .await
             .with_context(|| format!("sending documents to {url} (is `sluice serve` running?)"))?;
@@ -160,10 +162,12 @@ pub async fn ask(
     if let Some(d) = deadline_ms {
         body["retrieval_deadline_ms"] = json!(d);
     }
+    let (headers, bytes) = sluice_http::client_json(&body);
     let sent = Instant::now();
     let response = http()?
         .post(format!("{url}/v1/answer"))
-        .json(&body)
+        .headers(headers)
+        .body(bytes)
         .send()
         .await
         .with_context(|| format!("connecting to {url} (is `sluice serve` running?)"))?;
@@ -377,7 +381,11 @@ pub async fn delete_documents(url: &str, tenant: Option<&str>, what: Deletion<'_
     };
     let mut total = 0;
     loop {
-        let request = client.delete(format!("{url}/v1/documents")).json(&body);
+        let (headers, bytes) = sluice_http::client_json(&body);
+        let request = client
+            .delete(format!("{url}/v1/documents"))
+            .headers(headers)
+            .body(bytes);
         let report = send(request, url, tenant).await?;
         total += report["deleted"].as_u64().unwrap_or(0);
         if report["more"] != true {

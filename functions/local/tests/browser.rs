@@ -69,6 +69,21 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
 
     assert_eq!(seen["title"], "Sluice");
     assert_eq!(seen["problems"], serde_json::json!([]), "no script errors");
+    // Every upload and question carried its body's SHA-256, as an edge in front of a function
+    // URL needs.
+    let posts = seen["hashed"].as_array().unwrap();
+    for path in ["/v1/documents", "/v1/answer"] {
+        assert!(
+            posts.iter().any(|p| p["path"] == path),
+            "no POST to {path}: {posts:?}"
+        );
+    }
+    assert!(
+        posts
+            .iter()
+            .all(|p| p["ok"] == true && p["bytes"].as_u64() > Some(0)),
+        "{posts:?}"
+    );
     assert!(
         seen["uploaded"]
             .as_str()

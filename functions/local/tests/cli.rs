@@ -624,3 +624,58 @@ fn model_prepare_writes_the_fast_loading_graph_and_says_where() {
     assert!(!out.status.success());
     assert!(text(&out).contains("model.onnx"), "{}", text(&out));
 }
+
+/// Behind CloudFront with origin access control (here its stand-in: a POST whose
+/// `x-amz-content-sha256` is not its body's SHA-256 is refused, `Authorization` is dropped),
+/// `ingest`, `ask` and `documents delete` work as they do against the server itself.
+#[test]
+fn ingest_and_ask_through_an_edge_that_signs_for_a_function_url() {
+    sluice_testkit::needs!(Llm, Model);
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("keys.json");
+    let out = sluice()
+        .args(["keys", "create", "--tenant", "acme"])
+        .env("SLUICE_API_KEYS_FILE", &file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let key = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let server = serve_with(&[("SLUICE_API_KEYS_FILE", file.to_str().unwrap())]);
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let edge = runtime.block_on(sluice_tests::proxy::signing_edge(&server.url));
+    // The control: the stand-in does refuse a body without its hash.
+    let refused = runtime.block_on(async {
+        sluice_tests::http()
+            .post(format!("{edge}/v1/answer"))
+            .header("x-api-key", &key)
+            .json(&serde_json::json!({"query": "hello"}))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    });
+    assert_eq!(refused.as_u16(), 403);
+
+    let run = |args: &[&str]| {
+        let out = sluice()
+            .args(args)
+            .args(["--url", &edge])
+            .env("SLUICE_API_KEY", &key)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    run(&["ingest", samples().to_str().unwrap()]);
+    let answer = run(&["ask", "What is the fee for a SWIFT transfer?"]);
+    assert!(answer.contains("] International transfers ("), "{answer}");
+    // A deletion's body (a filter) is hashed too.
+    let deleted = run(&[
+        "documents",
+        "delete",
+        "--filter",
+        r#"{"topic": "cards", "updated_at": {"$gte": "2025-06-01"}}"#,
+        "--yes",
+    ]);
+    assert!(deleted.contains("deleted 1 documents"), "{deleted}");
+}

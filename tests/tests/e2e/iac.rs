@@ -101,12 +101,11 @@ fn cfn_lint_checks_the_translated_streaming_integration() {
     assert!(findings.contains("'STREAMING' is not one of"), "{findings}");
 }
 
-#[test]
-fn sam_validate_lint_passes() {
-    sluice_testkit::needs!(Tools);
+/// `sam validate --lint` on `template`: passes, or panics with what it said.
+fn sam_validate(template: &Path) {
     let out = Command::new(sluice_tests::venv_tool("sam", "sam"))
         .args(["validate", "--lint", "-t"])
-        .arg(sam_template())
+        .arg(template)
         // Offline: a region for the translator, no metadata-service lookups, no telemetry.
         .env("AWS_DEFAULT_REGION", "us-east-1")
         .env("AWS_EC2_METADATA_DISABLED", "true")
@@ -115,8 +114,14 @@ fn sam_validate_lint_passes() {
         .expect("sam runs");
     let said =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{said}");
+    assert!(out.status.success(), "{}: {said}", template.display());
     assert!(said.contains("is a valid SAM Template"), "{said}");
+}
+
+#[test]
+fn sam_validate_lint_passes() {
+    sluice_testkit::needs!(Tools);
+    sam_validate(&sam_template());
 }
 
 /// The resources of `template` of type `kind`, by logical id.
@@ -322,36 +327,7 @@ fn every_template_passes_checkov_with_no_failed_check() {
     let mut all = templates();
     all.push(sam_template());
     for template in all {
-        let out = Command::new(sluice_tests::venv_tool("iac", "checkov"))
-            .args(["--skip-download", "-o", "json", "-f"])
-            .arg(&template)
-            .output()
-            .expect("checkov runs");
-        let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-            panic!(
-                "checkov output is not JSON ({e}): {}",
-                String::from_utf8_lossy(&out.stderr)
-            )
-        });
-        let summary = &report["summary"];
-        let failed = report["results"]["failed_checks"]
-            .as_array()
-            .map(|f| {
-                f.iter()
-                    .map(|c| format!("{} {}", c["check_id"], c["resource"]))
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_default();
-        assert_eq!(summary["failed"], 0, "{}: {failed:#?}", template.display());
-        // Exactly the checks the templates skip with their reasons, and the docs name.
-        let skipped: std::collections::BTreeSet<String> = report["results"]["skipped_checks"]
-            .as_array()
-            .map(|s| {
-                s.iter()
-                    .filter_map(|c| c["check_id"].as_str().map(str::to_string))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let skipped = checkov(&template);
         let expected: &[&str] = if template == sam_template() {
             // Dead-letter queues (answer and registry functions), API caching, the access-log
             // bucket's own logging. The managed answer function's skips are not among them:
@@ -362,18 +338,48 @@ fn every_template_passes_checkov_with_no_failed_check() {
             // NLB access logs (TLS listeners only).
             &["CKV_AWS_91"]
         };
-        assert_eq!(
-            skipped.iter().map(String::as_str).collect::<Vec<_>>(),
-            expected,
-            "{}",
-            template.display()
-        );
-        assert!(
-            summary["passed"].as_u64().unwrap_or(0) >= 20,
-            "checkov checked too little: {summary}"
-        );
-        assert_eq!(summary["parsing_errors"], 0);
+        assert_eq!(skipped, expected, "{}", template.display());
     }
+}
+
+/// checkov on `template`: no failed check, no parsing error, a real number of checks passed;
+/// the ids of the checks it skipped (each skip carries its reason in the template).
+fn checkov(template: &Path) -> Vec<String> {
+    let out = Command::new(sluice_tests::venv_tool("iac", "checkov"))
+        .args(["--skip-download", "-o", "json", "-f"])
+        .arg(template)
+        .output()
+        .expect("checkov runs");
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "checkov output is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let summary = &report["summary"];
+    let failed = report["results"]["failed_checks"]
+        .as_array()
+        .map(|f| {
+            f.iter()
+                .map(|c| format!("{} {}", c["check_id"], c["resource"]))
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    assert_eq!(summary["failed"], 0, "{}: {failed:#?}", template.display());
+    assert!(
+        summary["passed"].as_u64().unwrap_or(0) >= 20,
+        "checkov checked too little: {summary}"
+    );
+    assert_eq!(summary["parsing_errors"], 0);
+    let skipped: std::collections::BTreeSet<String> = report["results"]["skipped_checks"]
+        .as_array()
+        .map(|s| {
+            s.iter()
+                .filter_map(|c| c["check_id"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    skipped.into_iter().collect()
 }
 
 #[test]
@@ -529,6 +535,285 @@ fn the_managed_mode_runs_the_answer_function_on_a_capacity_provider_in_the_fleet
         assert!(
             text.contains("AnswerManagedFunction") && text.contains("\"Managed\""),
             "{id}: {text}"
+        );
+    }
+}
+
+/// `sam/template.yaml` with other defaults for some parameters (`(name, value)`): the stack as
+/// deployed with those values, for the tools that read defaults (checkov resolves the
+/// template's conditions with them). Each parameter must declare a `Default:` right after its
+/// `Type:`.
+fn with_defaults(values: &[(&str, &str)]) -> tempfile::NamedTempFile {
+    let mut text = std::fs::read_to_string(sam_template()).unwrap();
+    for (name, value) in values {
+        let head = format!("\n  {name}:\n    Type: ");
+        let at = text
+            .find(&head)
+            .unwrap_or_else(|| panic!("no parameter {name}"))
+            + head.len();
+        let line = at + text[at..].find('\n').unwrap() + 1;
+        let rest = &text[line..];
+        assert!(
+            rest.starts_with("    Default: "),
+            "{name} has no Default line"
+        );
+        let end = line + rest.find('\n').unwrap();
+        text.replace_range(line..end, &format!("    Default: '{value}'"));
+    }
+    let file = tempfile::NamedTempFile::with_suffix(".yaml").unwrap();
+    std::fs::write(file.path(), text).unwrap();
+    file
+}
+
+/// The edge option as a user turns it on: public network, CloudFront, a custom domain, WAF.
+const EDGE: &[(&str, &str)] = &[
+    ("Network", "public"),
+    ("Edge", "cloudfront"),
+    ("Waf", "on"),
+    ("DomainName", "answers.example.com"),
+    (
+        "CertificateArn",
+        "arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d",
+    ),
+];
+
+#[test]
+fn the_cloudfront_option_with_waf_validates_clean() {
+    sluice_testkit::needs!(Tools);
+    let edge = with_defaults(EDGE);
+    let (translated, _) = translate(edge.path());
+    let findings = cfn_lint(translated.path());
+    assert!(findings.trim().is_empty(), "{findings}");
+    sam_validate(edge.path());
+    // The template's own skips, plus the distribution's two (access logs: the function logs
+    // every answer; TLS policy: checkov cannot read it through the domain condition).
+    assert_eq!(
+        checkov(edge.path()),
+        [
+            "CKV_AWS_116",
+            "CKV_AWS_120",
+            "CKV_AWS_174",
+            "CKV_AWS_18",
+            "CKV_AWS_86"
+        ]
+    );
+}
+
+#[test]
+fn cloudfront_signs_every_request_and_only_its_distribution_may_invoke_the_url() {
+    sluice_testkit::needs!(Tools);
+    let (_file, t) = translate(&sam_template());
+    let resource = |id: &str| &t["Resources"][id];
+    let edge = &t["Parameters"]["Edge"];
+    assert_eq!(edge["Default"], "none", "off unless asked for");
+    for id in [
+        "AnswerOriginAccessControl",
+        "AnswerDistribution",
+        "AnswerUrlFromCloudFront",
+        "AnswerInvokeFromCloudFront",
+    ] {
+        assert_eq!(resource(id)["Condition"], "Cdn", "{id}");
+    }
+    for id in ["AnswerWebAcl", "WafLogs", "WafLogging"] {
+        assert_eq!(resource(id)["Condition"], "HasWaf", "{id}");
+    }
+    // Cdn needs the function URL's network; the rules refuse Edge=cloudfront without it.
+    assert!(
+        t["Conditions"]["Cdn"].to_string().contains("\"Public\""),
+        "{}",
+        t["Conditions"]["Cdn"]
+    );
+    assert!(
+        t["Rules"]["CloudFrontNeedsAFunctionUrl"]
+            .to_string()
+            .contains("\"public\"")
+    );
+
+    // The URL keeps IAM auth and streams; the OAC signs every request with SigV4.
+    let url = &resource("AnswerFunctionUrl")["Properties"];
+    assert_eq!(url["AuthType"], "AWS_IAM");
+    assert_eq!(url["InvokeMode"], "RESPONSE_STREAM");
+    let oac = &resource("AnswerOriginAccessControl")["Properties"]["OriginAccessControlConfig"];
+    assert_eq!(oac["OriginAccessControlOriginType"], "lambda");
+    assert_eq!(oac["SigningBehavior"], "always");
+    assert_eq!(oac["SigningProtocol"], "sigv4");
+
+    // The distribution's one origin is that URL's host, reached through the OAC.
+    let config = &resource("AnswerDistribution")["Properties"]["DistributionConfig"];
+    let origins = config["Origins"].as_array().unwrap();
+    assert_eq!(origins.len(), 1);
+    let origin = &origins[0];
+    let host = origin["DomainName"].to_string();
+    assert!(
+        host.contains("AnswerFunctionUrl") && host.contains("FunctionUrl"),
+        "{host}"
+    );
+    assert_eq!(
+        origin["OriginAccessControlId"]["Fn::GetAtt"],
+        serde_json::json!(["AnswerOriginAccessControl", "Id"])
+    );
+    assert_eq!(
+        origin["CustomOriginConfig"]["OriginProtocolPolicy"],
+        "https-only"
+    );
+
+    // Nothing cached, nothing compressed, every method and the viewer's headers passed on.
+    let behaviour = &config["DefaultCacheBehavior"];
+    assert_eq!(behaviour["TargetOriginId"], origin["Id"]);
+    // AWS's managed CachingDisabled and AllViewerExceptHostHeader policies.
+    assert_eq!(
+        behaviour["CachePolicyId"],
+        "4135ea2d-6df8-44a3-9df3-4b5a84be39ad"
+    );
+    assert_eq!(
+        behaviour["OriginRequestPolicyId"],
+        "b689b0a8-53d0-40ab-baf2-68738e2966ac"
+    );
+    assert_eq!(behaviour["Compress"], false);
+    assert!(
+        behaviour["AllowedMethods"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("POST"))
+    );
+    assert!(behaviour.get("CacheBehaviors").is_none() && config.get("CacheBehaviors").is_none());
+
+    // Only this distribution may invoke the URL: both permissions, conditioned on its ARN.
+    let distribution_arn = |p: &Value| p["SourceArn"]["Fn::Sub"].as_str().unwrap_or("").to_string();
+    let url_permission = &resource("AnswerUrlFromCloudFront")["Properties"];
+    assert_eq!(url_permission["Action"], "lambda:InvokeFunctionUrl");
+    assert_eq!(url_permission["FunctionUrlAuthType"], "AWS_IAM");
+    let invoke_permission = &resource("AnswerInvokeFromCloudFront")["Properties"];
+    assert_eq!(invoke_permission["Action"], "lambda:InvokeFunction");
+    assert_eq!(invoke_permission["InvokedViaFunctionUrl"], true);
+    for p in [url_permission, invoke_permission] {
+        assert_eq!(p["Principal"], "cloudfront.amazonaws.com");
+        let arn = distribution_arn(p);
+        assert!(
+            arn.ends_with(":distribution/${AnswerDistribution}") && arn.contains(":cloudfront::"),
+            "{arn}"
+        );
+        // The function the URL targets, in either capacity mode.
+        let target = p["FunctionName"].to_string();
+        assert!(
+            target.contains("\"Managed\"")
+                && target.contains("{\"Ref\":\"AnswerManagedFunction\"}")
+                && target.contains("{\"Ref\":\"AnswerFunction\"}"),
+            "{target}"
+        );
+    }
+
+    // WAF: attached when on, scoped to CloudFront, logged to a group WAF accepts.
+    assert!(
+        config["WebACLId"]
+            .to_string()
+            .contains("{\"Fn::GetAtt\":[\"AnswerWebAcl\",\"Arn\"]}")
+    );
+    let acl = &resource("AnswerWebAcl")["Properties"];
+    assert_eq!(acl["Scope"], "CLOUDFRONT");
+    let rules = acl["Rules"].as_array().unwrap();
+    let rule = |name: &str| {
+        rules
+            .iter()
+            .find(|r| r["Name"] == name)
+            .unwrap_or_else(|| panic!("no WAF rule {name}"))
+    };
+    let rate = &rule("rate-per-ip")["Statement"]["RateBasedStatement"];
+    assert_eq!(rate["AggregateKeyType"], "IP");
+    assert_eq!(rate["Limit"]["Ref"], "WafRateLimit");
+    for group in [
+        "AWSManagedRulesCommonRuleSet",
+        "AWSManagedRulesKnownBadInputsRuleSet",
+    ] {
+        assert!(
+            rules
+                .iter()
+                .any(|r| r["Statement"]["ManagedRuleGroupStatement"]["Name"] == group),
+            "{group}"
+        );
+    }
+    let logging = &resource("WafLogging")["Properties"];
+    assert_eq!(logging["ResourceArn"]["Fn::GetAtt"][0], "AnswerWebAcl");
+    assert_eq!(
+        logging["LogDestinationConfigs"][0]["Fn::GetAtt"][0],
+        "WafLogs"
+    );
+    let group = resource("WafLogs")["Properties"]["LogGroupName"]["Fn::Sub"]
+        .as_str()
+        .unwrap();
+    assert!(group.starts_with("aws-waf-logs-"), "{group}");
+}
+
+#[test]
+fn waf_blocks_exactly_the_bodies_over_sluices_cap() {
+    sluice_testkit::needs!(Tools);
+    let (_file, t) = translate(&sam_template());
+    let rules = t["Resources"]["AnswerWebAcl"]["Properties"]["Rules"].clone();
+    let rule = rules
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["Name"] == "body-over-cap")
+        .expect("the body-size rule")
+        .clone();
+    let statement = &rule["Statement"]["RegexMatchStatement"];
+    assert_eq!(
+        statement["FieldToMatch"]["SingleHeader"]["Name"],
+        "content-length"
+    );
+    assert!(rule["Action"].get("Block").is_some());
+    let pattern = regex::Regex::new(statement["RegexString"].as_str().unwrap()).unwrap();
+    // The answer function's cap: the default, as the template does not set it.
+    let config = sluice_core::config::Config::from_lookup(|_| None).unwrap();
+    let cap = config.limits.max_body_bytes;
+    assert!(
+        !t["Resources"]["AnswerFunction"]["Properties"]["Environment"]
+            .to_string()
+            .contains("SLUICE_MAX_BODY_BYTES"),
+        "the template sets its own body cap: the rule must follow it"
+    );
+    let mut lengths: Vec<usize> = (0..=8).map(|digits| 10usize.pow(digits)).collect();
+    lengths.extend((cap - 1100..cap + 1100).step_by(7));
+    lengths.extend([
+        cap - 1,
+        cap,
+        cap + 1,
+        cap * 2,
+        cap * 10,
+        9_999_999,
+        99_999_999,
+    ]);
+    for n in lengths {
+        assert_eq!(
+            pattern.is_match(&n.to_string()),
+            n > cap,
+            "Content-Length {n} (cap {cap})"
+        );
+        // Leading zeros change nothing.
+        assert_eq!(pattern.is_match(&format!("00{n}")), n > cap, "00{n}");
+    }
+}
+
+#[test]
+fn a_stream_is_never_quiet_for_cloudfronts_origin_read_timeout() {
+    sluice_testkit::needs!(Tools);
+    let (_file, t) = translate(&sam_template());
+    let timeout = &t["Parameters"]["OriginReadTimeout"];
+    let least_s = timeout["MinValue"].as_u64().expect("a lower bound");
+    let origin = &t["Resources"]["AnswerDistribution"]["Properties"]["DistributionConfig"]["Origins"]
+        [0]["CustomOriginConfig"];
+    assert_eq!(origin["OriginReadTimeout"]["Ref"], "OriginReadTimeout");
+    // The keep-alive interval the answer function runs with (either capacity mode).
+    for f in ["AnswerFunction", "AnswerManagedFunction"] {
+        let env = &t["Resources"][f]["Properties"]["Environment"]["Variables"];
+        let keepalive_ms: u64 = env["SLUICE_SSE_KEEPALIVE_MS"]
+            .as_str()
+            .unwrap_or_else(|| panic!("{f} sets SLUICE_SSE_KEEPALIVE_MS"))
+            .parse()
+            .unwrap();
+        assert!(
+            keepalive_ms > 0 && keepalive_ms < least_s * 1000,
+            "{f}: keep-alive {keepalive_ms} ms against an origin read timeout of {least_s} s"
         );
     }
 }

@@ -252,3 +252,42 @@ async fn follow_up_questions_are_retrieved_by_what_they_refer_to() {
         "a change of subject: {with}/{n} with the earlier turn, {alone}/{n} alone"
     );
 }
+
+/// Behind CloudFront with origin access control (its stand-in: a POST whose
+/// `x-amz-content-sha256` does not match its body is refused, `Authorization` dropped), the
+/// official client answers once given the two lines the deployment guide shows
+/// (`tests/openai/edge.py`), and is refused without them.
+#[tokio::test]
+async fn the_openai_python_client_answers_through_an_edge_that_signs_for_a_function_url() {
+    sluice_testkit::needs!(Llm, Model, Tools);
+    let (_dir, path, keys) = key_file(&[("acme", &Permission::DEFAULT)]);
+    let server = start(&[("SLUICE_API_KEYS_FILE", &path)]).await;
+    server
+        .ingest
+        .ingest(&tenant("acme"), sample_documents())
+        .await
+        .unwrap();
+    let edge = sluice_tests::proxy::signing_edge(&server.url).await;
+    let script = sluice_tests::repo().join("tests/openai/edge.py");
+    let out = tokio::process::Command::new(venv_tool("openai", "python"))
+        .arg(&script)
+        .args([&format!("{edge}/v1"), &keys[0], QUESTION])
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(120), out)
+        .await
+        .expect("the client finished")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(!seen["text"].as_str().unwrap().trim().is_empty(), "{seen}");
+    let top3: Vec<&str> = seen["sources"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .take(3)
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(top3.contains(&"samples/lost-card.md"), "{seen}");
+    assert_eq!(seen["without_hook"], 403, "{seen}");
+}

@@ -22,6 +22,16 @@ const question = "What should I do if I lose my card?";
     const problems = [];
     page.on("pageerror", (e) => problems.push(`page error: ${e}`));
     page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
+    // Each POST: whether it carried its body's SHA-256 (what CloudFront's origin access
+    // control needs in front of a function URL).
+    const hashed = [];
+    page.on("request", (r) => {
+      if (r.method() !== "POST") return;
+      const body = r.postDataBuffer() || Buffer.alloc(0);
+      const sent = r.headers()["x-amz-content-sha256"];
+      const want = require("crypto").createHash("sha256").update(body).digest("hex");
+      hashed.push({ path: new URL(r.url()).pathname, ok: sent === want, bytes: body.length });
+    });
     await page.goto(url);
     const title = await page.title();
 
@@ -92,7 +102,7 @@ const question = "What should I do if I lose my card?";
     await page.waitForFunction(() => document.getElementById("documents-status").textContent.includes("shown"),
       null, { timeout: 10000 });
     const documents = { listed, deleted: victim, after: await rows() };
-    console.log(JSON.stringify({ title, uploaded, early, done, badFilter, filtered, documents, problems }));
+    console.log(JSON.stringify({ title, uploaded, early, done, badFilter, filtered, documents, problems, hashed }));
   } finally {
     await browser.close();
   }
