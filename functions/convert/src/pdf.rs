@@ -118,8 +118,20 @@ pub fn convert(
     Ok(converted)
 }
 
-/// The outline's entries as (level from 1, title, page from 1).
+/// Most outline entries (or name-tree nodes) walked before lopdf reads them, and the deepest
+/// nesting.
+const MAX_OUTLINE_NODES: usize = 10_000;
+const MAX_OUTLINE_DEPTH: usize = 64;
+
+/// The outline's entries as (level from 1, title, page from 1); none when the outline is not
+/// a finite tree.
 fn outline(document: &lopdf::Document) -> Vec<(usize, String, u32)> {
+    // lopdf reads the outline and the named destinations recursively with no guard: an entry
+    // whose `First` leads back to itself (a crafted file) recursed until the converting
+    // thread's stack overflowed and took the process with it. Walk both trees first.
+    if !finite_trees(document) {
+        return Vec::new();
+    }
     let Ok(toc) = document.get_toc() else {
         return Vec::new();
     };
@@ -127,6 +139,60 @@ fn outline(document: &lopdf::Document) -> Vec<(usize, String, u32)> {
         .map(|t| (t.level.max(1), t.title.trim().to_string(), t.page as u32))
         .filter(|(_, title, page)| !title.is_empty() && *page > 0)
         .collect()
+}
+
+/// Whether the outline (its entries' `First` and `Next`) and the named-destination trees
+/// (`Kids`) that `get_toc` reads are trees: no object reached twice, at most
+/// [`MAX_OUTLINE_NODES`] nodes, nested at most [`MAX_OUTLINE_DEPTH`] deep.
+fn finite_trees(document: &lopdf::Document) -> bool {
+    use lopdf::Object;
+    let Ok(catalog) = document.catalog() else {
+        return true;
+    };
+    let mut roots: Vec<(&Object, usize)> = Vec::new();
+    for key in [&b"Outlines"[..], b"Dests"] {
+        if let Ok(root) = catalog.get(key) {
+            roots.push((root, 0));
+        }
+    }
+    if let Ok(names) = catalog.get(b"Names").and_then(|n| document.dereference(n))
+        && let Ok(dests) = names.1.as_dict().and_then(|n| n.get(b"Dests"))
+    {
+        roots.push((dests, 0));
+    }
+    let mut seen = std::collections::HashSet::new();
+    let (mut stack, mut nodes) = (roots, 0);
+    while let Some((object, depth)) = stack.pop() {
+        nodes += 1;
+        if nodes > MAX_OUTLINE_NODES || depth > MAX_OUTLINE_DEPTH {
+            return false;
+        }
+        let Ok((id, object)) = document.dereference(object) else {
+            continue;
+        };
+        if let Some(id) = id
+            && !seen.insert(id)
+        {
+            return false;
+        }
+        let Ok(node) = object.as_dict() else {
+            continue;
+        };
+        if let Ok(first) = node.get(b"First") {
+            stack.push((first, depth + 1));
+        }
+        if let Ok(next) = node.get(b"Next") {
+            stack.push((next, depth));
+        }
+        if let Ok(Object::Array(kids)) = node
+            .get(b"Kids")
+            .and_then(|k| document.dereference(k))
+            .map(|k| k.1)
+        {
+            stack.extend(kids.iter().map(|kid| (kid, depth + 1)));
+        }
+    }
+    true
 }
 
 /// Whether two texts are the same words (an outline title and the line that sets it, which

@@ -277,3 +277,64 @@ fn garbage_in_each_format_is_an_error_not_a_panic() {
         );
     }
 }
+
+/// An outline that is not a tree (an entry its own first child, or the last entry's `Next`
+/// the first) is read as no outline: lopdf would recurse until the converting thread's stack
+/// overflowed (the process died; found by the fuzzer), or loop for ever. The headings then
+/// come from the font sizes.
+#[test]
+fn a_pdf_whose_outline_leads_back_to_itself_converts_without_it() {
+    let pages: [&[(f32, &str)]; 2] = [
+        &[(16.0, "Cards"), (BODY, "Debit cards are free.")],
+        &[(16.0, "Loans"), (BODY, "Loans are priced by risk.")],
+    ];
+    let outline = [(1, "Cards", 1), (1, "Loans", 2)];
+    let file = pdf(
+        &pages,
+        PdfOptions {
+            outline: &outline,
+            ..Default::default()
+        },
+    );
+    for cycle in ["First", "Next"] {
+        let mut doc = lopdf::Document::load_mem(&file).unwrap();
+        let root = doc.catalog().unwrap().get(b"Outlines").unwrap().clone();
+        let root = doc.get_object(root.as_reference().unwrap()).unwrap();
+        let first = root
+            .as_dict()
+            .unwrap()
+            .get(b"First")
+            .unwrap()
+            .as_reference()
+            .unwrap();
+        let last = root
+            .as_dict()
+            .unwrap()
+            .get(b"Last")
+            .unwrap()
+            .as_reference()
+            .unwrap();
+        // First: the first entry is its own child. Next: the last entry is followed by the first.
+        let (entry, to) = if cycle == "First" {
+            (first, first)
+        } else {
+            (last, first)
+        };
+        doc.get_object_mut(entry)
+            .unwrap()
+            .as_dict_mut()
+            .unwrap()
+            .set(cycle, lopdf::Object::Reference(to));
+        let mut bytes = Vec::new();
+        doc.save_to(&mut bytes).unwrap();
+        let c = convert_contained(Format::Pdf, bytes, &Limits::default()).unwrap();
+        assert_eq!(
+            paths(&c),
+            [
+                ("Cards".to_string(), Some(1)),
+                ("Loans".to_string(), Some(2))
+            ],
+            "{cycle}"
+        );
+    }
+}
