@@ -10,36 +10,53 @@ use serde_json::{Value, json};
 use sluice_core::auth::Permission;
 use sluice_tests::{key_file, sample_documents, start, venv_tool};
 
-const QUESTION: &str = "How many days does a replacement card take to arrive after I lose my card?";
+/// Runs `tests/openai/NAME.py` with `args` in the openai venv, within `secs`; what it printed.
+async fn python(name: &str, args: &[&str], secs: u64) -> Value {
+    let script = sluice_tests::repo().join(format!("tests/openai/{name}.py"));
+    let out = tokio::process::Command::new(venv_tool("openai", "python"))
+        .arg(&script)
+        .args(args)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(secs), out)
+        .await
+        .expect("the client finished")
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{name}.py: {stderr}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
 
-#[tokio::test]
-async fn the_openai_python_client_streams_an_answer_with_its_sources() {
-    sluice_testkit::needs!(Llm, Model, Tools);
-    let (_dir, path, keys) = key_file(&[("acme", &Permission::DEFAULT)]);
-    // Keep-alive comments every 50 ms: the local model's prefill takes longer, so the client
-    // reads some before the first token, as it would from a loaded fleet, and must skip them.
-    let server = start(&[
-        ("SLUICE_API_KEYS_FILE", &path),
-        ("SLUICE_SSE_KEEPALIVE_MS", "50"),
-    ])
-    .await;
+/// A server with auth on and the samples in tenant acme, `env` on top; the key file's folder
+/// (kept while the server runs), the server, acme's key.
+async fn acme_with_samples(
+    env: &[(&str, &str)],
+) -> (tempfile::TempDir, sluice_tests::TestServer, String) {
+    let (dir, path, mut keys) = key_file(&[("acme", &Permission::DEFAULT)]);
+    let mut overrides = vec![("SLUICE_API_KEYS_FILE", path.as_str())];
+    overrides.extend_from_slice(env);
+    let server = start(&overrides).await;
     server
         .ingest
         .ingest(&tenant("acme"), sample_documents())
         .await
         .unwrap();
-    let script = sluice_tests::repo().join("tests/openai/client.py");
-    let out = tokio::process::Command::new(venv_tool("openai", "python"))
-        .arg(&script)
-        .args([&format!("{}/v1", server.url), &keys[0], QUESTION])
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), out)
-        .await
-        .expect("the client finished")
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    (dir, server, keys.remove(0))
+}
+
+const QUESTION: &str = "How many days does a replacement card take to arrive after I lose my card?";
+
+#[tokio::test]
+async fn the_openai_python_client_streams_an_answer_with_its_sources() {
+    sluice_testkit::needs!(Llm, Model, Tools);
+    // Keep-alive comments every 50 ms: the local model's prefill takes longer, so the client
+    // reads some before the first token, as it would from a loaded fleet, and must skip them.
+    let (_dir, server, key) = acme_with_samples(&[("SLUICE_SSE_KEEPALIVE_MS", "50")]).await;
+    let seen = python(
+        "client",
+        &[&format!("{}/v1", server.url), &key, QUESTION],
+        120,
+    )
+    .await;
 
     assert_eq!(seen["models"], json!(["SmolLM2-135M-Instruct"]), "{seen}");
     let stream = &seen["stream"];
@@ -110,25 +127,8 @@ fn counts(usage: &Value, prompt: &str, completion: &str) -> (u64, u64) {
 #[tokio::test]
 async fn multi_turn_conversations_through_the_openai_client_and_langchain() {
     sluice_testkit::needs!(Llm, Model, Tools);
-    let (_dir, path, keys) = key_file(&[("acme", &Permission::DEFAULT)]);
-    let server = start(&[("SLUICE_API_KEYS_FILE", &path)]).await;
-    server
-        .ingest
-        .ingest(&tenant("acme"), sample_documents())
-        .await
-        .unwrap();
-    let script = sluice_tests::repo().join("tests/openai/conversation.py");
-    let out = tokio::process::Command::new(venv_tool("openai", "python"))
-        .arg(&script)
-        .args([&format!("{}/v1", server.url), &keys[0]])
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(240), out)
-        .await
-        .expect("the clients finished")
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let (_dir, server, key) = acme_with_samples(&[]).await;
+    let seen = python("conversation", &[&format!("{}/v1", server.url), &key], 240).await;
 
     // "How soon will the new one arrive?" names no card: the earlier turn is what finds it.
     let stream = &seen["openai_stream"];
@@ -260,26 +260,9 @@ async fn follow_up_questions_are_retrieved_by_what_they_refer_to() {
 #[tokio::test]
 async fn the_openai_python_client_answers_through_an_edge_that_signs_for_a_function_url() {
     sluice_testkit::needs!(Llm, Model, Tools);
-    let (_dir, path, keys) = key_file(&[("acme", &Permission::DEFAULT)]);
-    let server = start(&[("SLUICE_API_KEYS_FILE", &path)]).await;
-    server
-        .ingest
-        .ingest(&tenant("acme"), sample_documents())
-        .await
-        .unwrap();
+    let (_dir, server, key) = acme_with_samples(&[]).await;
     let edge = sluice_tests::proxy::signing_edge(&server.url).await;
-    let script = sluice_tests::repo().join("tests/openai/edge.py");
-    let out = tokio::process::Command::new(venv_tool("openai", "python"))
-        .arg(&script)
-        .args([&format!("{edge}/v1"), &keys[0], QUESTION])
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(120), out)
-        .await
-        .expect("the client finished")
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{stderr}");
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let seen = python("edge", &[&format!("{edge}/v1"), &key, QUESTION], 120).await;
     assert!(!seen["text"].as_str().unwrap().trim().is_empty(), "{seen}");
     let top3: Vec<&str> = seen["sources"]
         .as_array()
