@@ -379,13 +379,13 @@ pub async fn delete_documents(url: &str, tenant: Option<&str>, what: Deletion<'_
         }
         Deletion::All => json!({"all": true, "confirm": true}),
     };
+    let (headers, bytes) = sluice_http::client_json(&body);
     let mut total = 0;
     loop {
-        let (headers, bytes) = sluice_http::client_json(&body);
         let request = client
             .delete(format!("{url}/v1/documents"))
-            .headers(headers)
-            .body(bytes);
+            .headers(headers.clone())
+            .body(bytes.clone());
         let report = send(request, url, tenant).await?;
         total += report["deleted"].as_u64().unwrap_or(0);
         if report["more"] != true {
