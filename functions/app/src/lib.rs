@@ -323,8 +323,15 @@ async fn component_storage(config: &Config) -> Result<Arc<dyn ComponentStorage>,
         Some(bucket) => {
             let s3 =
                 sluice_aws::components::S3Components::connect(bucket, &config.components.table)
+                    .await?
+                    .with_replicas(&config.components.replicas)
                     .await?;
-            info!(bucket = %bucket, table = %s3.table(), "components in S3 and DynamoDB");
+            info!(
+                bucket = %bucket,
+                table = %s3.table(),
+                replicas = config.components.replicas.len(),
+                "components in S3 and DynamoDB"
+            );
             Arc::new(s3)
         }
         None => {

@@ -9,6 +9,13 @@
 //!
 //! The tenant leads every key, in the bucket and in the table. The registry writes the bytes
 //! first and the records after, so a listed or active version always has its bytes.
+//!
+//! Over several regions the table is a global table and each region has its own bucket
+//! (`SLUICE_COMPONENT_REPLICAS`, set on the registry function): bytes are written to this
+//! region's bucket and then to every other region's before the call returns, and a write
+//! that fails anywhere fails the upload. So the rule holds in every region — a version that
+//! replication brings into a region's table already has its bytes there — at the price that
+//! an upload needs every region up (answers need only their own).
 
 use std::collections::HashMap;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -27,9 +34,18 @@ pub struct S3Components {
     dynamodb: aws_sdk_dynamodb::Client,
     bucket: String,
     table: String,
+    /// Every other region's bucket, with a client in that region.
+    replicas: Vec<Replica>,
     /// The runtime the calls run on: [`Storage`] is called on blocking threads, which wait
     /// for the calls here.
     runtime: tokio::runtime::Handle,
+}
+
+/// Another region's component bucket.
+struct Replica {
+    region: String,
+    bucket: String,
+    s3: aws_sdk_s3::Client,
 }
 
 fn s(value: &str) -> AttributeValue {
@@ -47,8 +63,24 @@ impl S3Components {
             dynamodb: aws_sdk_dynamodb::Client::new(&sdk),
             bucket: bucket.to_string(),
             table: table.to_string(),
+            replicas: Vec::new(),
             runtime: tokio::runtime::Handle::current(),
         })
+    }
+
+    /// Also writes every object to these buckets (`(region, bucket)`, from
+    /// `SLUICE_COMPONENT_REPLICAS`), each through a client in its region.
+    pub async fn with_replicas(mut self, replicas: &[(String, String)]) -> Result<Self, AwsError> {
+        let sdk = crate::sdk_config("SLUICE_COMPONENT_REPLICAS").await?;
+        self.replicas = replicas
+            .iter()
+            .map(|(region, bucket)| Replica {
+                region: region.clone(),
+                bucket: bucket.clone(),
+                s3: crate::s3_client_in(&sdk, Some(region)),
+            })
+            .collect();
+        Ok(self)
     }
 
     /// The bucket.
@@ -82,15 +114,31 @@ impl S3Components {
         Ok(Some(bytes.to_vec()))
     }
 
+    /// Writes `bytes` here, then in every replica at once.
     async fn put_object(&self, key: &str, bytes: &[u8]) -> Result<(), AwsError> {
-        self.s3
-            .put_object()
-            .bucket(&self.bucket)
-            .key(key)
-            .body(ByteStream::from(bytes.to_vec()))
-            .send()
+        // A copy of the bytes per region: a component is a few MB at most.
+        let put = |s3: &aws_sdk_s3::Client, bucket: &str| {
+            let body = ByteStream::from(bytes.to_vec());
+            let call = s3.put_object().bucket(bucket).key(key).body(body).send();
+            async move { call.await.map(|_| ()) }
+        };
+        put(&self.s3, &self.bucket)
             .await
             .map_err(|e| AwsError::call("S3 PutObject", e))?;
+        let copies = self.replicas.iter().map(|r| async move {
+            put(&r.s3, &r.bucket).await.map_err(|e| AwsError::Call {
+                service: "S3 PutObject (replica)",
+                message: format!(
+                    "{}/{key} in {}: {}",
+                    r.bucket,
+                    r.region,
+                    aws_sdk_s3::error::DisplayErrorContext(e)
+                ),
+            })
+        });
+        for copied in futures::future::join_all(copies).await {
+            copied?;
+        }
         Ok(())
     }
 

@@ -91,11 +91,17 @@ pub async fn sdk_config_with(
 /// `AWS_ENDPOINT_URL`: an emulator or an S3-compatible store) it addresses buckets by path,
 /// which such endpoints expect; against AWS, by virtual host as usual.
 pub fn s3_client(sdk: &aws_config::SdkConfig) -> aws_sdk_s3::Client {
+    s3_client_in(sdk, None)
+}
+
+/// [`s3_client`] for another region than the SDK's (`None`: the SDK's).
+fn s3_client_in(sdk: &aws_config::SdkConfig, region: Option<&str>) -> aws_sdk_s3::Client {
     let custom = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"]
         .iter()
         .any(|v| std::env::var_os(v).is_some());
-    let config = aws_sdk_s3::config::Builder::from(sdk)
-        .force_path_style(custom)
-        .build();
-    aws_sdk_s3::Client::from_conf(config)
+    let mut config = aws_sdk_s3::config::Builder::from(sdk).force_path_style(custom);
+    if let Some(region) = region {
+        config = config.region(aws_config::Region::new(region.to_string()));
+    }
+    aws_sdk_s3::Client::from_conf(config.build())
 }

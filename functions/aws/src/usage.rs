@@ -1,10 +1,17 @@
-//! Usage in DynamoDB (`SLUICE_USAGE_TABLE`): one item per tenant, key and UTC day — partition
-//! key `tenant` (S), sort key `day_key` (S, `YYYY-MM-DD#<key id>`, `-` for requests without a
-//! key) — with one number attribute per counter ([`Counts::FIELDS`]).
+//! Usage in DynamoDB (`SLUICE_USAGE_TABLE`): one item per tenant, key, UTC day and region —
+//! partition key `tenant` (S), sort key `day_key` (S, `YYYY-MM-DD#<key id>#<region>`, key id
+//! `-` for requests without a key) — with one number attribute per counter
+//! ([`Counts::FIELDS`]).
 //!
-//! Every environment adds to the same items with `UpdateItem … ADD`, which DynamoDB applies
-//! atomically: concurrent environments never lose each other's counts, and no read comes
-//! before a write. A tenant's month is one `Query` on its partition (a range of sort keys).
+//! Every environment of a region adds to its region's items with `UpdateItem … ADD`, which
+//! DynamoDB applies atomically: concurrent environments never lose each other's counts, and
+//! no read comes before a write. The region is in the key because the table may be a global
+//! table: replication settles two regions' concurrent writes to one item by last writer
+//! wins, whole item, so an `ADD` in one region could erase an `ADD` made in another within
+//! the replication delay. With one writing region per item there is nothing to settle; a
+//! read sums the regions. A tenant's month is one `Query` on its partition (a range of sort
+//! keys). Items written before the region was part of the key (`YYYY-MM-DD#<key id>`) are
+//! read the same way.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -36,6 +43,8 @@ const NO_KEY: &str = "-";
 pub struct DynamoUsage {
     client: Client,
     table: String,
+    /// The region this client's items carry: the SDK's.
+    region: String,
 }
 
 impl DynamoUsage {
@@ -45,10 +54,20 @@ impl DynamoUsage {
         let sdk =
             crate::sdk_config_with("SLUICE_USAGE=dynamodb", ATTEMPT_TIMEOUT, OPERATION_TIMEOUT)
                 .await?;
+        // `sdk_config_with` fails without a region, so there is one.
+        let region = sdk.region().map(|r| r.to_string()).unwrap_or_default();
         Ok(Self {
             client: Client::new(&sdk),
             table: table.to_string(),
+            region,
         })
+    }
+
+    /// The same table, its items written as `region`'s: how a test plays a second region
+    /// on one emulator (a region's own clients take the SDK's region).
+    pub fn writing_as(mut self, region: &str) -> Self {
+        self.region = region.to_string();
+        self
     }
 
     /// The table's name.
@@ -88,7 +107,12 @@ impl DynamoUsage {
     }
 
     /// Adds one row's counts to its item.
-    async fn add_one(client: Client, table: String, row: Row) -> Result<(), String> {
+    async fn add_one(
+        client: Client,
+        table: String,
+        row: Row,
+        region: String,
+    ) -> Result<(), String> {
         let (key, counts) = &row;
         let fields: Vec<(&str, u64)> = counts
             .fields()
@@ -102,7 +126,7 @@ impl DynamoUsage {
             .update_item()
             .table_name(table)
             .key("tenant", AttributeValue::S(key.tenant.to_string()))
-            .key("day_key", AttributeValue::S(sort_key(key)));
+            .key("day_key", AttributeValue::S(sort_key(key, &region)));
         let mut adds = Vec::with_capacity(fields.len());
         for (i, (name, value)) in fields.iter().enumerate() {
             adds.push(format!("#f{i} :v{i}"));
@@ -122,18 +146,20 @@ impl DynamoUsage {
     }
 }
 
-/// `YYYY-MM-DD#<key id>`: a tenant's rows sort by day, so a range of days is a range of keys.
-fn sort_key(key: &UsageKey) -> String {
+/// `YYYY-MM-DD#<key id>#<region>`: a tenant's rows sort by day, so a range of days is a range
+/// of keys.
+fn sort_key(key: &UsageKey, region: &str) -> String {
     format!(
-        "{}#{}",
+        "{}#{}#{region}",
         day_string(key.day),
         key.key.as_deref().unwrap_or(NO_KEY)
     )
 }
 
-/// The day and key of a sort key.
+/// The day and key of a sort key, with or without its region.
 fn parse_sort_key(text: &str) -> Option<(Date, Option<String>)> {
-    let (day, key) = text.split_once('#')?;
+    let mut parts = text.splitn(3, '#');
+    let (day, key) = (parts.next()?, parts.next()?);
     let key = (key != NO_KEY).then(|| key.to_string());
     Some((parse_day(day)?, key))
 }
@@ -146,7 +172,8 @@ impl UsageStore for DynamoUsage {
         let mut calls = tokio::task::JoinSet::new();
         for (i, row) in rows.iter().enumerate() {
             let (client, table, row) = (self.client.clone(), self.table.clone(), row.clone());
-            calls.spawn(async move { (i, Self::add_one(client, table, row).await) });
+            let region = self.region.clone();
+            calls.spawn(async move { (i, Self::add_one(client, table, row, region).await) });
         }
         let mut failed = Vec::new();
         let mut why = String::new();
@@ -171,7 +198,10 @@ impl UsageStore for DynamoUsage {
 
     async fn read(&self, tenant: &Tenant, from: Date, to: Date) -> Result<Vec<Row>, UsageError> {
         let unavailable = |e: String| UsageError::Unavailable(e);
-        let mut rows = Vec::new();
+        // One row per day and key: the regions' items summed.
+        let mut rows: std::collections::BTreeMap<(Date, Option<String>), Counts> =
+            Default::default();
+        let mut items = 0usize;
         let mut start: Option<HashMap<String, AttributeValue>> = None;
         loop {
             let page = self
@@ -213,14 +243,10 @@ impl UsageStore for DynamoUsage {
                         counts.set(name, n.ok_or_else(malformed)?);
                     }
                 }
-                let key = UsageKey {
-                    tenant: tenant.clone(),
-                    key,
-                    day,
-                };
-                rows.push((key, counts));
+                rows.entry((day, key)).or_default().add(&counts);
             }
-            if rows.len() > MAX_ROWS {
+            items += page.items().len();
+            if items > MAX_ROWS {
                 return Err(unavailable(format!(
                     "more than {MAX_ROWS} usage rows in the range; ask for fewer days"
                 )));
@@ -230,7 +256,17 @@ impl UsageStore for DynamoUsage {
                 _ => break,
             }
         }
-        Ok(rows)
+        Ok(rows
+            .into_iter()
+            .map(|((day, key), counts)| {
+                let key = UsageKey {
+                    tenant: tenant.clone(),
+                    key,
+                    day,
+                };
+                (key, counts)
+            })
+            .collect())
     }
 }
 
@@ -245,10 +281,15 @@ mod tests {
             key: id.map(str::to_string),
             day: parse_day(day).unwrap(),
         };
-        let a = sort_key(&key("2026-11-30", Some("ffffffffffff")));
-        let b = sort_key(&key("2026-12-01", None));
-        assert_eq!(b, "2026-12-01#-");
+        let a = sort_key(&key("2026-11-30", Some("ffffffffffff")), "us-east-1");
+        let b = sort_key(&key("2026-12-01", None), "eu-west-1");
+        assert_eq!(b, "2026-12-01#-#eu-west-1");
         assert!(a < b && b.as_str() < "2026-12-01#~" && "2026-12-01#" < b.as_str());
+        // Written before the region was in the key: read the same.
+        assert_eq!(
+            parse_sort_key("2026-12-01#-"),
+            Some((parse_day("2026-12-01").unwrap(), None))
+        );
         assert_eq!(
             parse_sort_key(&a),
             Some((

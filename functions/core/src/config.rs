@@ -204,6 +204,11 @@ pub struct ComponentsConfig {
     pub bucket: Option<String>,
     /// `SLUICE_COMPONENT_TABLE`: the DynamoDB table of component pointers.
     pub table: String,
+    /// `SLUICE_COMPONENT_REPLICAS`: in a deployment over several regions, every other
+    /// region's component bucket (`region=bucket`, comma-separated). Each upload and its
+    /// artefact are written to all of them before the version is recorded, so a version
+    /// the (global) table names has its bytes in every region. Empty: one region.
+    pub replicas: Vec<(String, String)>,
 }
 
 /// Who may call: API keys, and the tenant of a request while auth is off.
@@ -264,20 +269,7 @@ impl Config {
                 fusion: fusion_section(&get)?,
             },
             ingest: ingest_section(&get)?,
-            components: ComponentsConfig {
-                bucket: match get("SLUICE_COMPONENT_BUCKET") {
-                    Some(b) if !valid_bucket(&b) => {
-                        return Err(ConfigError {
-                            name: "SLUICE_COMPONENT_BUCKET",
-                            value: b,
-                            expected: "an S3 bucket name (3-63 characters of a-z, 0-9, '.' or '-')"
-                                .into(),
-                        });
-                    }
-                    b => b,
-                },
-                table: get("SLUICE_COMPONENT_TABLE").unwrap_or_else(|| "sluice-components".into()),
-            },
+            components: components_section(&get)?,
             auth: auth_section(&get)?,
             usage: usage_section(&get, &data_dir)?,
             home,
@@ -551,6 +543,58 @@ fn is_role_arn(arn: &str) -> bool {
 }
 
 /// S3's bucket naming rules, as far as a typo would break them.
+/// `SLUICE_COMPONENT_BUCKET`, `SLUICE_COMPONENT_TABLE`, `SLUICE_COMPONENT_REPLICAS`.
+fn components_section(
+    get: &impl Fn(&str) -> Option<String>,
+) -> Result<ComponentsConfig, ConfigError> {
+    let bucket = match get("SLUICE_COMPONENT_BUCKET") {
+        Some(b) if !valid_bucket(&b) => {
+            return Err(ConfigError {
+                name: "SLUICE_COMPONENT_BUCKET",
+                value: b,
+                expected: "an S3 bucket name (3-63 characters of a-z, 0-9, '.' or '-')".into(),
+            });
+        }
+        b => b,
+    };
+    let mut replicas = Vec::new();
+    if let Some(list) = get("SLUICE_COMPONENT_REPLICAS").filter(|l| !l.trim().is_empty()) {
+        let bad = |expected: &str| ConfigError {
+            name: "SLUICE_COMPONENT_REPLICAS",
+            value: list.clone(),
+            expected: expected.into(),
+        };
+        if bucket.is_none() {
+            return Err(bad(
+                "nothing unless SLUICE_COMPONENT_BUCKET is set (the replicas \
+                 copy that bucket)",
+            ));
+        }
+        for entry in list.split(',').map(str::trim) {
+            let (region, name) = entry.split_once('=').unwrap_or(("", entry));
+            let region_ok = !region.is_empty()
+                && region
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+            if !region_ok || !valid_bucket(name) {
+                return Err(bad(&format!(
+                    "region=bucket pairs, comma-separated (e.g. eu-west-1=my-components-eu); \
+                     {entry:?} is not one"
+                )));
+            }
+            if replicas.iter().any(|(r, _): &(String, String)| r == region) {
+                return Err(bad(&format!("each region once; {region} is there twice")));
+            }
+            replicas.push((region.to_string(), name.to_string()));
+        }
+    }
+    Ok(ComponentsConfig {
+        bucket,
+        table: get("SLUICE_COMPONENT_TABLE").unwrap_or_else(|| "sluice-components".into()),
+        replicas,
+    })
+}
+
 fn valid_bucket(name: &str) -> bool {
     (3..=63).contains(&name.len())
         && name
@@ -789,6 +833,42 @@ mod tests {
         let c = with(&[("SLUICE_COMPONENT_BUCKET", "acme-components.v2")]).unwrap();
         assert_eq!(c.components.bucket.as_deref(), Some("acme-components.v2"));
         assert_eq!(c.components.table, "sluice-components");
+        assert!(c.components.replicas.is_empty());
+        let c = with(&[
+            ("SLUICE_COMPONENT_BUCKET", "acme-components"),
+            (
+                "SLUICE_COMPONENT_REPLICAS",
+                "eu-west-1=acme-components-eu, ap-southeast-2=acme-components-ap",
+            ),
+        ])
+        .unwrap();
+        assert_eq!(
+            c.components.replicas,
+            vec![
+                ("eu-west-1".to_string(), "acme-components-eu".to_string()),
+                (
+                    "ap-southeast-2".to_string(),
+                    "acme-components-ap".to_string()
+                )
+            ]
+        );
+        for bad in [
+            "acme-components-eu",
+            "eu-west-1=",
+            "EU=acme-components-eu",
+            "eu-west-1=Bad_Bucket",
+            "eu-west-1=a-bucket,eu-west-1=b-bucket",
+        ] {
+            let e = with(&[
+                ("SLUICE_COMPONENT_BUCKET", "acme-components"),
+                ("SLUICE_COMPONENT_REPLICAS", bad),
+            ])
+            .unwrap_err();
+            assert_eq!(e.name, "SLUICE_COMPONENT_REPLICAS", "{bad}");
+        }
+        // Replicas of no bucket.
+        let e = with(&[("SLUICE_COMPONENT_REPLICAS", "eu-west-1=acme-components-eu")]).unwrap_err();
+        assert_eq!(e.name, "SLUICE_COMPONENT_REPLICAS");
         for bad in ["Acme", "s3://acme", "ab", "-acme"] {
             let e = with(&[("SLUICE_COMPONENT_BUCKET", bad)]).unwrap_err();
             assert_eq!(e.name, "SLUICE_COMPONENT_BUCKET", "{bad}");

@@ -277,3 +277,158 @@ async fn usage_from_many_environments_adds_up_in_dynamodb_and_reads_back_by_tena
     let from = parse_day(&day_string(yesterday)).unwrap();
     assert_eq!(usage.read(&acme, from, today).await.unwrap().len(), 2);
 }
+
+#[tokio::test]
+async fn two_regions_adding_to_one_global_usage_table_write_their_own_items_and_read_the_sum() {
+    sluice_testkit::needs!(Llm, Aws);
+    use aws_sdk_dynamodb::types::AttributeValue;
+    use sluice_core::usage::{Counts, UsageKey, UsageStore, today};
+    // A global table settles concurrent writes to one item by last writer wins, so two
+    // regions must never add to the same item. The emulator has no replication; what is
+    // checked here is the part Sluice owns: each region's writes land in items of its own
+    // and a read from either region sums them.
+    let table = format!("usage-{}", uuid::Uuid::new_v4().simple());
+    let home = sluice_aws::usage::DynamoUsage::connect(&table)
+        .await
+        .unwrap();
+    home.create_table().await.unwrap();
+    let home = home.writing_as("us-east-1");
+    let other = sluice_aws::usage::DynamoUsage::connect(&table)
+        .await
+        .unwrap()
+        .writing_as("eu-west-1");
+    let acme = tenant("acme");
+    let row = |answers| {
+        let key = UsageKey {
+            tenant: acme.clone(),
+            key: Some("key0".into()),
+            day: today(),
+        };
+        let counts = Counts {
+            answers,
+            prompt_tokens: 10 * answers,
+            ..Counts::default()
+        };
+        (key, counts)
+    };
+    home.add(&[row(3)]).await.unwrap();
+    other.add(&[row(4)]).await.unwrap();
+    home.add(&[row(1)]).await.unwrap();
+
+    for reader in [&home, &other] {
+        let rows = reader.read(&acme, today(), today()).await.unwrap();
+        assert_eq!(rows.len(), 1, "one row per day and key: {rows:?}");
+        assert_eq!(rows[0].0.key.as_deref(), Some("key0"));
+        assert_eq!((rows[0].1.answers, rows[0].1.prompt_tokens), (8, 80));
+    }
+    // Two items, one per region, each holding only its own region's adds.
+    let sdk = aws_config::load_defaults(aws_config::BehaviorVersion::latest()).await;
+    let items = aws_sdk_dynamodb::Client::new(&sdk)
+        .query()
+        .table_name(&table)
+        .key_condition_expression("tenant = :t")
+        .expression_attribute_values(":t", AttributeValue::S("acme".into()))
+        .send()
+        .await
+        .unwrap();
+    let mut by_region: Vec<(String, String)> = items
+        .items()
+        .iter()
+        .map(|item| {
+            let sort = item["day_key"].as_s().unwrap();
+            let region = sort.rsplit('#').next().unwrap().to_string();
+            (region, item["answers"].as_n().unwrap().clone())
+        })
+        .collect();
+    by_region.sort();
+    assert_eq!(
+        by_region,
+        vec![
+            ("eu-west-1".into(), "4".into()),
+            ("us-east-1".into(), "4".into())
+        ]
+    );
+}
+
+#[tokio::test]
+async fn over_two_regions_an_upload_reaches_both_buckets_before_its_version_is_recorded() {
+    sluice_testkit::needs!(Llm, Aws, Model);
+    // The home region's registry writes its bucket and the other region's (through a client
+    // in that region); the other region's answer function, reading its own bucket and the
+    // shared (global) table, runs the version that was activated at home.
+    let table = aws::component_table().await;
+    let (home_bucket, eu_bucket) = (aws::bucket("home").await, aws::bucket("eu").await);
+    let home = S3Components::connect(&home_bucket, &table)
+        .await
+        .unwrap()
+        .with_replicas(&[("eu-west-1".to_string(), eu_bucket.clone())])
+        .await
+        .unwrap();
+    let writer = registry(Arc::new(home), Duration::ZERO);
+    let eu = Arc::new(S3Components::connect(&eu_bucket, &table).await.unwrap());
+    let reader = registry(eu, Duration::ZERO);
+
+    let w = writer.clone();
+    let version = blocking(move || {
+        let version = w
+            .upload(&tenant("acme"), REVERSE.as_bytes())
+            .unwrap()
+            .version;
+        w.activate(&tenant("acme"), &version).unwrap();
+        version
+    })
+    .await;
+    let fingerprint = writer.sandbox().engine_fingerprint();
+    for bucket in [&home_bucket, &eu_bucket] {
+        assert!(aws::object_exists(bucket, &format!("acme/{version}.wasm")).await);
+        assert!(
+            aws::object_exists(bucket, &format!("acme/{version}.{fingerprint}.cwasm")).await,
+            "{bucket}"
+        );
+    }
+    assert_eq!(
+        active(&reader, "acme").await.as_deref(),
+        Some(version.as_str())
+    );
+    let by = tokio::time::Instant::now() + Duration::from_secs(30);
+    let component = reader.active(&tenant("acme"), by).await.unwrap().unwrap();
+    let hits = [hit("a", 0.3), hit("b", 0.2)];
+    let call = blocking(move || {
+        component.rerank(&sluice_core::stages::RerankInput {
+            query: "q",
+            query_vector: &[],
+            hits: &hits,
+            context: &Default::default(),
+        })
+    })
+    .await;
+    assert_eq!(call.order, Ok(vec![1, 0]));
+
+    // A region that cannot take the bytes fails the upload, which then records nothing: no
+    // region's table can name a version whose bytes a region lacks.
+    let missing = format!("missing-{}", uuid::Uuid::new_v4().simple());
+    let cut_off = S3Components::connect(&home_bucket, &table)
+        .await
+        .unwrap()
+        .with_replicas(&[("ap-southeast-2".to_string(), missing.clone())])
+        .await
+        .unwrap();
+    let cut_off = registry(Arc::new(cut_off), Duration::ZERO);
+    let (c, storage) = (
+        cut_off.clone(),
+        S3Components::connect(&home_bucket, &table).await.unwrap(),
+    );
+    let (error, versions) = blocking(move || {
+        let error = c.upload(&tenant("globex"), REVERSE.as_bytes()).unwrap_err();
+        (
+            error.to_string(),
+            storage.versions(&tenant("globex")).unwrap(),
+        )
+    })
+    .await;
+    assert!(
+        error.contains("ap-southeast-2") && error.contains(&missing),
+        "names the region and bucket: {error}"
+    );
+    assert_eq!(versions, vec![]);
+}
