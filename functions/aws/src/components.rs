@@ -69,11 +69,14 @@ impl S3Components {
     }
 
     /// Also writes every object to these buckets (`(region, bucket)`, from
-    /// `SLUICE_COMPONENT_REPLICAS`), each through a client in its region.
+    /// `SLUICE_COMPONENT_REPLICAS`; this storage's own bucket among them is skipped), each
+    /// through a client in its region.
     pub async fn with_replicas(mut self, replicas: &[(String, String)]) -> Result<Self, AwsError> {
         let sdk = crate::sdk_config("SLUICE_COMPONENT_REPLICAS").await?;
         self.replicas = replicas
             .iter()
+            // Every region's bucket may be listed, this one's too: it is written already.
+            .filter(|(_, bucket)| *bucket != self.bucket)
             .map(|(region, bucket)| Replica {
                 region: region.clone(),
                 bucket: bucket.clone(),

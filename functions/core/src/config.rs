@@ -204,8 +204,9 @@ pub struct ComponentsConfig {
     pub bucket: Option<String>,
     /// `SLUICE_COMPONENT_TABLE`: the DynamoDB table of component pointers.
     pub table: String,
-    /// `SLUICE_COMPONENT_REPLICAS`: in a deployment over several regions, every other
-    /// region's component bucket (`region=bucket`, comma-separated). Each upload and its
+    /// `SLUICE_COMPONENT_REPLICAS`: in a deployment over several regions, every region's
+    /// component bucket (`region=bucket`, comma-separated; `bucket`'s own entry is
+    /// skipped). Each upload and its
     /// artefact are written to all of them before the version is recorded, so a version
     /// the (global) table names has its bytes in every region. Empty: one region.
     pub replicas: Vec<(String, String)>,

@@ -180,9 +180,10 @@ fn answers_stream_through_api_gateway_and_outside_a_vpc_through_a_function_url()
         );
     }
     let resource = |id: &str| &t["Resources"][id];
-    // The answer route: InvokeWithResponseStream, transfer mode STREAM, SigV4.
+    // The answer route: InvokeWithResponseStream, transfer mode STREAM, SigV4 (unless routed
+    // between regions, below).
     let answer = &resource("AnswerMethod")["Properties"];
-    assert_eq!(answer["AuthorizationType"], "AWS_IAM");
+    assert_eq!(answer["AuthorizationType"]["Fn::If"][2], "AWS_IAM");
     let integration = &answer["Integration"];
     assert_eq!(integration["Type"], "AWS_PROXY");
     assert_eq!(integration["ResponseTransferMode"], "STREAM");
@@ -267,7 +268,11 @@ fn usage_is_counted_in_the_table_the_code_reads_and_documents_routes_reach_the_i
     let env = |f: &str| t["Resources"][f]["Properties"]["Environment"]["Variables"].clone();
     for function in ["AnswerFunction", "IngestFunction"] {
         assert_eq!(env(function)["SLUICE_USAGE"], "dynamodb", "{function}");
-        assert_eq!(env(function)["SLUICE_USAGE_TABLE"]["Ref"], "UsageTable");
+        // The stack's own table, or the global one named after the stack.
+        let table = &env(function)["SLUICE_USAGE_TABLE"]["Fn::If"];
+        assert_eq!(table[0], "Global");
+        assert_eq!(table[1]["Fn::Sub"], "${AWS::StackName}-usage");
+        assert_eq!(table[2]["Ref"], "UsageTable");
         assert_eq!(
             env(function)["SLUICE_TENANT_TOKEN_BUDGETS"]["Ref"],
             "TenantTokenBudgets"
@@ -382,23 +387,27 @@ fn checkov(template: &Path) -> Vec<String> {
     skipped.into_iter().collect()
 }
 
+/// The statements of `role` (a role's inline policies, or a managed policy) in the translated
+/// template `t`.
+fn statements(t: &Value, role: &str) -> Vec<Value> {
+    let properties = &t["Resources"][role]["Properties"];
+    match properties["PolicyDocument"]["Statement"].as_array() {
+        // A managed policy (the answer function's, shared by its two forms).
+        Some(statements) => statements.clone(),
+        None => properties["Policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
+            .collect(),
+    }
+}
+
 #[test]
 fn cache_items_are_reached_only_through_the_tenant_role_and_its_leading_keys() {
     sluice_testkit::needs!(Tools);
     let (_file, t) = translate(&sam_template());
-    let statements = |role: &str| -> Vec<Value> {
-        let properties = &t["Resources"][role]["Properties"];
-        match properties["PolicyDocument"]["Statement"].as_array() {
-            // A managed policy (the answer function's, shared by its two forms).
-            Some(statements) => statements.clone(),
-            None => properties["Policies"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .flat_map(|p| p["PolicyDocument"]["Statement"].as_array().unwrap().clone())
-                .collect(),
-        }
-    };
+    let statements = |role: &str| statements(&t, role);
     let actions = |s: &Value| -> Vec<String> {
         match &s["Action"] {
             Value::String(a) => vec![a.clone()],
@@ -816,4 +825,206 @@ fn a_stream_is_never_quiet_for_cloudfronts_origin_read_timeout() {
             "{f}: keep-alive {keepalive_ms} ms against an origin read timeout of {least_s} s"
         );
     }
+}
+
+/// The home region's stack of a deployment over three regions behind one name.
+const GLOBAL: &[(&str, &str)] = &[
+    ("HomeRegion", "us-east-1"),
+    ("SecondRegion", "eu-west-1"),
+    ("ThirdRegion", "ap-southeast-2"),
+    ("GlobalDomainName", "api.example.com"),
+    ("HostedZoneId", "Z0123456789ABCDEFGHIJ"),
+    (
+        "RegionalCertificateArn",
+        "arn:aws:acm:us-east-1:123456789012:certificate/0a1b2c3d-4e5f-6a7b-8c9d-0e1f2a3b4c5d",
+    ),
+];
+
+#[test]
+fn the_global_option_validates_clean() {
+    sluice_testkit::needs!(Tools);
+    let global = with_defaults(GLOBAL);
+    let (translated, _) = translate(global.path());
+    let findings = cfn_lint(translated.path());
+    assert!(findings.trim().is_empty(), "{findings}");
+    sam_validate(global.path());
+    // No skip beyond the template's own.
+    assert_eq!(
+        checkov(global.path()),
+        ["CKV_AWS_116", "CKV_AWS_120", "CKV_AWS_18"]
+    );
+}
+
+#[test]
+fn over_several_regions_keys_components_and_usage_are_global_and_cache_and_corpus_regional() {
+    sluice_testkit::needs!(Tools);
+    let (_file, t) = translate(&sam_template());
+    let resource = |id: &str| &t["Resources"][id];
+    assert_eq!(
+        t["Parameters"]["HomeRegion"]["Default"], "",
+        "one region unless asked"
+    );
+    for rule in [
+        "GlobalNeedsAnotherRegion",
+        "ThisRegionIsListed",
+        "RegionsNeedAHome",
+    ] {
+        assert!(t["Rules"].get(rule).is_some(), "{rule}");
+    }
+    // Each global table: made by the home stack only, the same keys as the one-region table
+    // the code was written against, streams on (replication needs them), and a replica in
+    // every region encrypted with that region's data key, found by its alias.
+    let alias = &resource("DataKeyAlias")["Properties"]["AliasName"]["Fn::Sub"];
+    assert_eq!(alias, "alias/${AWS::StackName}-data");
+    for (global, regional, name, env) in [
+        (
+            "ComponentGlobalTable",
+            "ComponentTable",
+            "components",
+            "SLUICE_COMPONENT_TABLE",
+        ),
+        (
+            "ApiKeyGlobalTable",
+            "ApiKeyTable",
+            "api-keys",
+            "SLUICE_API_KEYS_TABLE",
+        ),
+        (
+            "UsageGlobalTable",
+            "UsageTable",
+            "usage",
+            "SLUICE_USAGE_TABLE",
+        ),
+    ] {
+        assert_eq!(resource(global)["Condition"], "IsHome", "{global}");
+        assert_eq!(resource(regional)["Condition"], "OneRegion", "{regional}");
+        let (g, r) = (
+            &resource(global)["Properties"],
+            &resource(regional)["Properties"],
+        );
+        assert_eq!(g["KeySchema"], r["KeySchema"], "{global}");
+        assert_eq!(
+            g["AttributeDefinitions"], r["AttributeDefinitions"],
+            "{global}"
+        );
+        assert_eq!(g["BillingMode"], "PAY_PER_REQUEST");
+        assert_eq!(
+            g["StreamSpecification"]["StreamViewType"],
+            "NEW_AND_OLD_IMAGES"
+        );
+        let table_name = format!("${{AWS::StackName}}-{name}");
+        assert_eq!(g["TableName"]["Fn::Sub"], table_name.as_str());
+        let replicas = g["Replicas"].to_string();
+        for region in ["HomeRegion", "SecondRegion", "ThirdRegion"] {
+            assert!(
+                replicas.contains(&format!("{{\"Ref\":\"{region}\"}}")),
+                "{replicas}"
+            );
+        }
+        assert!(replicas.contains("\"HasThirdRegion\""), "{replicas}");
+        assert_eq!(
+            replicas
+                .matches(&format!("{{\"KMSMasterKeyId\":{{\"Fn::Sub\":{alias}}}}}"))
+                .count(),
+            3,
+            "{replicas}"
+        );
+        // Every function finds it by the same name, in every region's stack.
+        for function in ["AnswerFunction", "IngestFunction", "RegistryFunction"] {
+            let value = &resource(function)["Properties"]["Environment"]["Variables"][env];
+            assert_eq!(value["Fn::If"][0], "Global", "{function} {env}");
+            assert_eq!(value["Fn::If"][1]["Fn::Sub"], table_name.as_str());
+        }
+    }
+    // The home stack is the one in HomeRegion.
+    let home = t["Conditions"]["IsHome"].to_string();
+    assert!(
+        home.contains("HomeRegion") && home.contains("AWS::Region"),
+        "{home}"
+    );
+    // The cache stays in each region.
+    assert!(resource("CacheTable").get("Condition").is_none());
+
+    // Components: every region's bucket has a name the other regions can derive; the
+    // registry lists all of them (its own is skipped) and may write them, with their keys.
+    let bucket = resource("ComponentBucket")["Properties"]["BucketName"]["Fn::If"].clone();
+    assert_eq!(bucket[0], "Global");
+    let pattern = bucket[1]["Fn::Sub"].as_str().unwrap();
+    let prefix = pattern.strip_suffix("${AWS::Region}").expect(pattern);
+    let registry = &resource("RegistryFunction")["Properties"];
+    let replicas = registry["Environment"]["Variables"]["SLUICE_COMPONENT_REPLICAS"].to_string();
+    for region in ["HomeRegion", "SecondRegion", "ThirdRegion"] {
+        let entry = format!("${{{region}}}={prefix}${{{region}}}");
+        assert!(replicas.contains(&entry), "{entry} in {replicas}");
+    }
+    let registry_statements = statements(&t, "RegistryFunctionRole");
+    let granted = serde_json::to_string(&registry_statements).unwrap();
+    assert!(
+        granted.contains(&format!("arn:${{AWS::Partition}}:s3:::{prefix}*/*")),
+        "{granted}"
+    );
+    assert!(
+        granted.contains(&format!("\"kms:ResourceAliases\":{{\"Fn::Sub\":{alias}}}")),
+        "{granted}"
+    );
+    // The config the registry reads accepts what the template writes.
+    let example = replicas
+        .split('"')
+        .find(|s| s.contains("ThirdRegion}="))
+        .unwrap()
+        .replace("${HomeRegion}", "us-east-1")
+        .replace("${SecondRegion}", "eu-west-1")
+        .replace("${ThirdRegion}", "ap-southeast-2")
+        .replace("${AWS::StackName}", "sluice")
+        .replace("${AWS::AccountId}", "123456789012");
+    let config = sluice_core::Config::from_lookup(|name| match name {
+        "SLUICE_COMPONENT_BUCKET" => Some("sluice-components-123456789012-eu-west-1".into()),
+        "SLUICE_COMPONENT_REPLICAS" => Some(example.clone()),
+        _ => None,
+    })
+    .unwrap();
+    assert_eq!(config.components.replicas.len(), 3, "{example}");
+
+    // The corpus is regional: each region's document bucket (named per region) feeds its
+    // own ingest function and store.
+    let documents = resource("DocumentBucket")["Properties"]["BucketName"].to_string();
+    assert!(documents.contains("-${AWS::Region}"), "{documents}");
+
+    // Routing: this region's API under the shared name, a latency record for this region
+    // answered while its answer-errors alarm is quiet, and Sluice keys in place of SigV4.
+    for id in ["ApiDomain", "ApiBasePath", "RegionHealth", "RegionRecord"] {
+        assert_eq!(resource(id)["Condition"], "Routed", "{id}");
+    }
+    let domain = &resource("ApiDomain")["Properties"];
+    assert_eq!(domain["EndpointConfiguration"]["Types"][0], "REGIONAL");
+    assert_eq!(domain["SecurityPolicy"], "TLS_1_2");
+    let record = &resource("RegionRecord")["Properties"];
+    assert_eq!(record["Region"]["Ref"], "AWS::Region");
+    assert_eq!(record["SetIdentifier"]["Ref"], "AWS::Region");
+    assert_eq!(record["HealthCheckId"]["Ref"], "RegionHealth");
+    assert_eq!(
+        record["AliasTarget"]["DNSName"]["Fn::GetAtt"],
+        serde_json::json!(["ApiDomain", "RegionalDomainName"])
+    );
+    let health = &resource("RegionHealth")["Properties"]["HealthCheckConfig"];
+    assert_eq!(health["Type"], "CLOUDWATCH_METRIC");
+    assert_eq!(
+        health["AlarmIdentifier"]["Name"]["Ref"],
+        "AnswerErrorsAlarm"
+    );
+    for method in [
+        "AnswerMethod",
+        "DocumentsMethod",
+        "DocumentMethod",
+        "ComponentsMethod",
+    ] {
+        assert_eq!(
+            resource(method)["Properties"]["AuthorizationType"]["Fn::If"],
+            serde_json::json!(["Routed", "NONE", "AWS_IAM"]),
+            "{method}"
+        );
+    }
+    // With the methods open to the network, every /v1 request needs a Sluice key.
+    let env = &resource("AnswerFunction")["Properties"]["Environment"]["Variables"];
+    assert!(env.get("SLUICE_API_KEYS_TABLE").is_some());
 }
