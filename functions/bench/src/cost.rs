@@ -9,6 +9,12 @@
 //!   the table and to each band index (all projected), `ceil(entry KB)` write units each.
 //! - **GPU**: the generated tokens of a miss over the fleet's aggregate decode throughput per
 //!   GPU, at the GPU's hourly price. A hit costs no GPU time.
+//! - **Each extra region** (`--regions N`, the template's HomeRegion/SecondRegion/ThirdRegion):
+//!   an answer is served in one region, so the lines above do not change; what a region adds
+//!   per answer is the usage table's replication — the answer's usage write (at most
+//!   [`USAGE_WRITES_PER_ANSWER`]) replicated to each other region at the replicated write
+//!   price. Its fixed monthly costs (a data key, alarms, a health check, VPC endpoints) are
+//!   not per answer and not in the table.
 //!
 //! Beside it, the same answers on **Lambda Managed Instances** ([`Managed`]): no duration
 //! charge; the account pays the capacity provider's EC2 instances plus Lambda's management fee
@@ -34,6 +40,9 @@ use crate::report::Report;
 pub const LOOKUP_READ_UNITS: f64 = 0.5 + 10.0 * 0.5;
 /// Item writes per cached answer: the table and its 10 band indexes.
 pub const WRITES_PER_ENTRY: f64 = 11.0;
+/// Usage writes per answer, at the most: the meter adds each tenant's and key's counts with
+/// one `UpdateItem` per flush, so answers of one key between two flushes share a write.
+pub const USAGE_WRITES_PER_ANSWER: f64 = 1.0;
 
 /// Unit prices and deployment settings, also the flags of `sluice bench cost`. Defaults: AWS
 /// list prices in us-east-1 (arm64 Lambda, DynamoDB on demand, API Gateway REST) as
@@ -71,10 +80,27 @@ pub struct Prices {
     /// your vLLM fleet; the synthetic upstream cannot).
     #[arg(long)]
     pub gpu_tokens_per_s: f64,
+    /// Regions of the deployment (the template's HomeRegion, SecondRegion, ThirdRegion): every
+    /// region but one adds a line, the usage writes replicated to it.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=3))]
+    #[serde(default = "one_region")]
+    pub regions: u32,
+    /// DynamoDB global tables' $ per million replicated write request units (on demand).
+    #[arg(long, default_value_t = 0.625)]
+    #[serde(default = "replicated_write_price")]
+    pub dynamodb_replicated_write_per_million: f64,
     /// The managed-instances deployment priced beside the classic one.
     #[command(flatten)]
     #[serde(flatten)]
     pub managed: Managed,
+}
+
+fn one_region() -> u32 {
+    1
+}
+
+fn replicated_write_price() -> f64 {
+    0.625
 }
 
 /// The answer function on Lambda Managed Instances (a capacity provider), also flags of
@@ -227,8 +253,16 @@ pub fn estimate(
             miss * tokens / prices.gpu_tokens_per_s * prices.gpu_per_hour / 3600.0,
         ),
     ];
+    let replicated = shared(
+        "Global tables: usage writes replicated to the other regions",
+        f64::from(prices.regions.saturating_sub(1))
+            * USAGE_WRITES_PER_ANSWER
+            * prices.dynamodb_replicated_write_per_million
+            / 1e6,
+    );
     let lines: Vec<Line> = per_answer
         .into_iter()
+        .chain((prices.regions > 1).then_some(replicated))
         .map(|(item, classic, managed)| Line {
             item,
             per_1000: classic * 1000.0,
@@ -368,7 +402,7 @@ pub fn markdown(report: &Report, estimate: &Estimate, prices: &Prices) -> String
     let _ = writeln!(out, "Inputs (unit prices are inputs, not measurements):\n");
     let _ = writeln!(
         out,
-        "| input | value |\n|---|---:|\n| Lambda $/GB-s | {} |\n| Lambda $/million requests | {} |\n| function memory MB | {} |\n| API Gateway $/million requests | {} |\n| DynamoDB $/million RRU | {} |\n| DynamoDB $/million WRU | {} |\n| cache entry KB | {} |\n| GPU $/hour | {} |\n| GPU tokens/s (assumed aggregate decode throughput) | {} |\n| managed: instance $/hour | {} |\n| managed: instance vCPUs / GiB | {} / {} |\n| managed: management fee | {} |\n| managed: streams per environment | {} |\n| managed: GiB per vCPU | {} |\n| managed: least instances | {} |",
+        "| input | value |\n|---|---:|\n| Lambda $/GB-s | {} |\n| Lambda $/million requests | {} |\n| function memory MB | {} |\n| API Gateway $/million requests | {} |\n| DynamoDB $/million RRU | {} |\n| DynamoDB $/million WRU | {} |\n| cache entry KB | {} |\n| GPU $/hour | {} |\n| GPU tokens/s (assumed aggregate decode throughput) | {} |\n| managed: instance $/hour | {} |\n| managed: instance vCPUs / GiB | {} / {} |\n| managed: management fee | {} |\n| managed: streams per environment | {} |\n| managed: GiB per vCPU | {} |\n| managed: least instances | {} |\n| regions | {} |\n| DynamoDB $/million replicated WRU | {} |",
         prices.lambda_gb_s,
         prices.lambda_per_million,
         prices.memory_mb,
@@ -385,6 +419,8 @@ pub fn markdown(report: &Report, estimate: &Estimate, prices: &Prices) -> String
         prices.managed.env_concurrency,
         prices.managed.memory_per_vcpu_gb,
         prices.managed.min_instances,
+        prices.regions,
+        prices.dynamodb_replicated_write_per_million,
     );
     let _ = writeln!(
         out,
@@ -393,7 +429,10 @@ pub fn markdown(report: &Report, estimate: &Estimate, prices: &Prices) -> String
          matches); a miss writes the entry to the table and its 10 band indexes \
          ({WRITES_PER_ENTRY} × ceil(KB) WRU) and costs GPU time for its tokens. On managed \
          instances there is no duration charge: the instances and the fee, shared by the \
-         answers of an hour, and the same request charge. Not included: data transfer, \
+         answers of an hour, and the same request charge. Over several regions an answer is \
+         served in one, so only the replication of its usage write (at most \
+         {USAGE_WRITES_PER_ANSWER} per answer) to each other region is added. Not included: \
+         each region's fixed monthly costs, Route 53 queries and health checks, data transfer, \
          NAT/VPC endpoints (a capacity provider runs in the account's VPC), CloudWatch, the \
          vector store."
     );
@@ -456,6 +495,8 @@ mod tests {
             cache_hit_ratio: None,
             gpu_per_hour: 3.6,
             gpu_tokens_per_s: 1000.0,
+            regions: 1,
+            dynamodb_replicated_write_per_million: 0.5,
             managed: Managed {
                 instance_per_hour: 0.2,
                 instance_vcpus: 4.0,
@@ -532,6 +573,33 @@ mod tests {
         assert!((line("DynamoDB cache writes (misses)").unwrap() - 0.033).abs() < 1e-9);
         let sum: f64 = e.lines.iter().map(|l| l.per_1000).sum();
         assert!((e.total_per_1000 - sum).abs() < 1e-12);
+    }
+
+    #[test]
+    fn each_extra_region_adds_its_replicated_usage_writes_and_nothing_else() {
+        let one = estimate(&report(2000.0, 100, 0), None, &prices()).expect("estimate");
+        let item = "Global tables: usage writes replicated to the other regions";
+        assert!(
+            one.lines.iter().all(|l| l.item != item),
+            "no line for one region"
+        );
+        for regions in [2, 3] {
+            let mut p = prices();
+            p.regions = regions;
+            let e = estimate(&report(2000.0, 100, 0), None, &p).expect("estimate");
+            let line = e.lines.iter().find(|l| l.item == item).unwrap();
+            // (regions - 1) × 1 write × $0.5/M × 1000 answers, in both modes.
+            let expected = f64::from(regions - 1) * 0.5e-3;
+            assert!(
+                (line.per_1000 - expected).abs() < 1e-12,
+                "{regions}: {line:?}"
+            );
+            assert_eq!(line.per_1000, line.managed_per_1000);
+            // Every other line is the one-region estimate's.
+            assert!((e.total_per_1000 - one.total_per_1000 - expected).abs() < 1e-12);
+            let page = markdown(&report(2000.0, 100, 0), &e, &p);
+            assert!(page.contains(&format!("| regions | {regions} |")), "{page}");
+        }
     }
 
     #[test]
