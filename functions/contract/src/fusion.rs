@@ -10,7 +10,8 @@
 //!   scales never meet. Qdrant (REST and Edge) computes it in the store
 //!   (`{"rrf": {"k": …, "weights": […]}}`); Pinecone's two indexes and the test kit's memory
 //!   store are fused here by the same formula, so a setting ranks alike on every backend
-//!   (Qdrant leaves the order of equal scores open; here they keep the order first seen).
+//!   (within one list, equal scores take their ranks in id order here; Qdrant ranks them by
+//!   its own rule).
 //! - **convex combination** (`convex:dense=0.7`): each list's scores are min-max normalised
 //!   to [0, 1] (its best 1, its worst 0; a list whose scores are all equal gives each 1), and
 //!   a chunk scores dense · its dense score + (1 − dense) · its BM25 score, a list it is not
@@ -18,8 +19,9 @@
 //!   computes it (Qdrant's `formula` cannot normalise), so every backend runs both searches
 //!   in one round trip and fuses here.
 //!
-//! Ties keep the order in which the ids were first seen (the dense list first): the same
-//! rule on every backend, so a tenant's tuned setting ranks alike wherever it runs.
+//! Ties are broken by id, never by the order a store happened to return: equal fused scores
+//! come back in id order (the retrieval stage then orders equal scores by document and
+//! chunk, whatever the backend), so the same request gets the same list every time.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -82,7 +84,12 @@ impl Fusion {
                 dense: wd,
                 bm25: wb,
             } => {
-                let ranks = |list: Ranking<T>| list.into_iter().map(|(id, _, item)| (id, item));
+                // Ranks are read from each list's order, so equal scores are ranked by id
+                // first: a store's order among them must not move a chunk's fused score.
+                let ranks = |mut list: Ranking<T>| {
+                    list.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+                    list.into_iter().map(|(id, _, item)| (id, item))
+                };
                 rrf(
                     vec![(wd, ranks(dense).collect()), (wb, ranks(bm25).collect())],
                     k,
@@ -234,8 +241,7 @@ impl FusionConfig {
 /// Weighted reciprocal rank fusion of (weight, ranked list of (id, item)): each id scores the
 /// sum over the lists it is in of 1 / (rank / weight + k − 1), rank counted from 1 (Qdrant's
 /// formula, see the module docs); the best `limit` come back with their scores, highest
-/// first, ties in the order first seen. An id found by several lists keeps the first list's
-/// item.
+/// first, ties in id order. An id found by several lists keeps the first list's item.
 pub fn rrf<T>(lists: Vec<(f32, Vec<(String, T)>)>, k: usize, limit: usize) -> Vec<(f32, T)> {
     let mut fused = Fused::default();
     for (weight, list) in lists {
@@ -271,9 +277,9 @@ fn convex<T>(dense: Ranking<T>, bm25: Ranking<T>, alpha: f32, limit: usize) -> V
     fused.best(limit)
 }
 
-/// Scores summed per id, in the order ids were first seen.
+/// Scores summed per id.
 struct Fused<T> {
-    scored: Vec<(f32, T)>,
+    scored: Vec<(f32, String, T)>,
     at: HashMap<String, usize>,
 }
 
@@ -291,17 +297,20 @@ impl<T> Fused<T> {
         match self.at.get(&id) {
             Some(&i) => self.scored[i].0 += score,
             None => {
-                self.at.insert(id, self.scored.len());
-                self.scored.push((score, item));
+                self.at.insert(id.clone(), self.scored.len());
+                self.scored.push((score, id, item));
             }
         }
     }
 
+    /// The best `limit`, highest first, equal scores in id order (so which of them a limit
+    /// cuts is settled too).
     fn best(mut self, limit: usize) -> Vec<(f32, T)> {
-        // A stable sort keeps first-seen order among equal scores.
-        self.scored.sort_by(|a, b| b.0.total_cmp(&a.0));
+        (self.scored).sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
         self.scored.truncate(limit);
-        self.scored
+        (self.scored.into_iter())
+            .map(|(score, _, item)| (score, item))
+            .collect()
     }
 }
 
@@ -373,8 +382,8 @@ mod tests {
                 .map(String::from)
                 .collect::<Vec<_>>()
         };
-        // Equal weights: "both" (2nd + 3rd) leads; d1 before b1 (first seen) on the tie.
-        assert_eq!(run(Fusion::default()), ["both", "d1", "b1", "b2", "d3"]);
+        // Equal weights: "both" (2nd + 3rd) leads; b1 before d1 (id order) on the tie.
+        assert_eq!(run(Fusion::default()), ["both", "b1", "d1", "b2", "d3"]);
         // BM25 weighted down to 0.1 (its 1st counts as a 10th): the dense order, then BM25's.
         let dense_led = Fusion::Rrf {
             k: 60,
@@ -408,9 +417,9 @@ mod tests {
                 .collect::<Vec<_>>()
         };
         // k = 60: two 4th places (2/63) beat one 1st (1/60).
-        assert_eq!(run(60), ["both", "d1", "b1", "d2", "b2", "d3", "b3"]);
+        assert_eq!(run(60), ["both", "b1", "d1", "b2", "d2", "b3", "d3"]);
         // k = 2: a 1st place (1/2) beats two 4th places (2/5), which beat a 2nd (1/3).
-        assert_eq!(run(2), ["d1", "b1", "both", "d2", "b2", "d3", "b3"]);
+        assert_eq!(run(2), ["b1", "d1", "both", "b2", "d2", "b3", "d3"]);
     }
 
     #[test]
@@ -439,11 +448,59 @@ mod tests {
             Fusion::Convex { dense: 0.5 }.fuse(scored(&[("a", 0.4), ("b", 0.3)]), vec![], 5);
         assert_eq!(order(&fused), ["a", "b"]);
         assert!((fused[0].0 - 0.5).abs() < 1e-6 && fused[1].0.abs() < 1e-6);
-        // Every score equal: each normalises to 1, first seen first.
+        // Every score equal: each normalises to 1, in id order.
         let fused =
-            Fusion::Convex { dense: 0.5 }.fuse(scored(&[("a", 0.4), ("b", 0.4)]), vec![], 5);
+            Fusion::Convex { dense: 0.5 }.fuse(scored(&[("b", 0.4), ("a", 0.4)]), vec![], 5);
         assert_eq!(order(&fused), ["a", "b"]);
         assert_eq!(fused[0].0, fused[1].0);
+    }
+
+    #[test]
+    fn equal_scores_fuse_to_the_same_list_in_whatever_order_a_store_returns_them() {
+        // Identical vectors: three chunks the dense half scores alike, two BM25 ties, and
+        // a limit that cuts through the tie. Every order of the tied entries gives one answer.
+        let dense = [("c", 0.5), ("a", 0.5), ("b", 0.5), ("z", 0.4)];
+        let bm25 = [("y", 3.0), ("x", 3.0), ("a", 1.0)];
+        let permutations = |items: &[(&'static str, f32)]| -> Vec<Ranking<String>> {
+            let mut all = Vec::new();
+            let n = items.len();
+            for i in 0..n {
+                for j in 0..n {
+                    let mut v = items.to_vec();
+                    v.swap(0, i);
+                    v.swap(1, j);
+                    // Still best first: a store returns its list sorted by score.
+                    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+                    all.push(scored(&v));
+                }
+            }
+            all
+        };
+        for fusion in [
+            Fusion::default(),
+            Fusion::Convex { dense: 0.5 },
+            Fusion::Rrf {
+                k: 5,
+                dense: 1.0,
+                bm25: 2.0,
+            },
+        ] {
+            let mut seen = std::collections::BTreeSet::new();
+            for d in permutations(&dense) {
+                for b in permutations(&bm25) {
+                    let fused = fusion.fuse(d.clone(), b.clone(), 4);
+                    let ids: Vec<(String, u32)> = fused
+                        .iter()
+                        .map(|(s, id)| (id.clone(), s.to_bits()))
+                        .collect();
+                    seen.insert(ids);
+                }
+            }
+            assert_eq!(seen.len(), 1, "{fusion}: {seen:?}");
+        }
+        // Ties come back in id order: "a" (in both lists) leads plain RRF, then the rest by id.
+        let fused = Fusion::default().fuse(scored(&dense), scored(&bm25), 4);
+        assert_eq!(order(&fused), ["a", "x", "b", "y"]);
     }
 
     #[test]

@@ -181,6 +181,14 @@ pub struct Hit {
 }
 
 impl Hit {
+    /// The order of a retrieved list: higher score first, equal scores by document id and
+    /// then chunk, so equal scores never come back in a store's arbitrary order.
+    pub fn rank_order(a: &Hit, b: &Hit) -> std::cmp::Ordering {
+        (b.score.total_cmp(&a.score))
+            .then_with(|| a.document.id.cmp(&b.document.id))
+            .then_with(|| a.chunk.cmp(&b.chunk))
+    }
+
     /// Two rankings of hits (each with its retriever's score) fused by `fusion`: the best
     /// `limit`, each with its fused score. A chunk is known by its document and position.
     pub fn fuse(fusion: &Fusion, dense: Vec<Hit>, bm25: Vec<Hit>, limit: usize) -> Vec<Hit> {

@@ -810,7 +810,7 @@ impl Pipeline {
             .filter(request.filter.as_ref())
             .fusion(progress.fusion);
         let search = self.store.search(&request.tenant, &search);
-        let hits = match bounded(deadline, beside(search, &mut component)).await {
+        let mut hits = match bounded(deadline, beside(search, &mut component)).await {
             Some(Ok(hits)) => hits,
             Some(Err(StoreError::CircuitOpen)) => return Err(Degraded::RetrievalCircuitOpen),
             Some(Err(e)) => {
@@ -823,6 +823,9 @@ impl Pipeline {
             }
         };
         progress.timings.retrieve_ms = Some(ms(started.elapsed()));
+        // Every backend's list in one order, equal scores included (a rerank's ties then keep
+        // it: its sort is stable).
+        hits.sort_by(Hit::rank_order);
 
         (&mut component).await;
         let Some(Some(active)) = take(&mut component, COMPONENT_READ, &mut progress.degraded)

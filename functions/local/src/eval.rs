@@ -1026,10 +1026,12 @@ mod tests {
     #[test]
     fn tuning_picks_the_fusion_the_labels_favour_on_its_half_only() {
         // BM25 finds the required document first; dense puts it 31st, behind noise.
-        let doc = |d: &str| (format!("{d}#0"), 1.0, d.to_string());
-        let mut dense: Ranking<String> = (0..30).map(|i| doc(&format!("noise{i}"))).collect();
-        dense.push(doc("wanted"));
-        let bm25: Ranking<String> = vec![doc("wanted"), doc("noise0")];
+        let doc = |d: &str, score: f32| (format!("{d}#0"), score, d.to_string());
+        let mut dense: Ranking<String> = (0..30)
+            .map(|i| doc(&format!("noise{i}"), 1.0 - i as f32 / 100.0))
+            .collect();
+        dense.push(doc("wanted", 0.5));
+        let bm25: Ranking<String> = vec![doc("wanted", 2.0), doc("noise0", 1.0)];
         let rankings: Vec<Rankings> = (0..4)
             .map(|_| Rankings {
                 lists: [dense.clone(), dense.clone(), bm25.clone()],

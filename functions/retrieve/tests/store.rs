@@ -436,7 +436,26 @@ async fn the_engines_weighted_rrf_is_sluices_fusion_of_the_two_halves() {
             .await
             .unwrap();
         assert!(!dense.is_empty() && !bm25.is_empty());
-        let here = Hit::fuse(&fusion, dense, bm25, k);
+        // The formula on the halves as the engine ranked them: within a half the engine
+        // ranks equal scores by its own rule, where Sluice's fusion ranks them by id.
+        let Fusion::Rrf {
+            k: rrf_k,
+            dense: wd,
+            bm25: wb,
+        } = fusion
+        else {
+            unreachable!("RRF settings only")
+        };
+        let ids = |hits: Vec<Hit>| -> Vec<(String, Hit)> {
+            (hits.into_iter())
+                .map(|h| (format!("{}#{}", h.document.id, h.chunk), h))
+                .collect()
+        };
+        let here: Vec<Hit> =
+            sluice_core::fusion::rrf(vec![(wd, ids(dense)), (wb, ids(bm25))], rrf_k, k)
+                .into_iter()
+                .map(|(score, hit)| Hit { score, ..hit })
+                .collect();
         assert_eq!(engine.len(), k, "{fusion}");
         assert_eq!(ranked(&engine), ranked(&here), "{fusion}");
     }

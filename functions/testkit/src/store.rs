@@ -164,7 +164,8 @@ impl Store for MemoryStore {
 /// A store that is slow or broken as set: searches and listings take `delay` (then fail with
 /// `fail`),
 /// corpus-version reads take `version_delay` (then fail with `fail_versions`), writes fail
-/// with `fail_writes`. What is not troubled goes to `inner` untouched.
+/// with `fail_writes`, and with `scramble` searches return ties in a new order each time.
+/// What is not troubled goes to `inner` untouched.
 pub struct Troubled {
     /// The store underneath.
     pub inner: Arc<dyn Store>,
@@ -183,6 +184,10 @@ pub struct Troubled {
     pub lag: Duration,
     /// How long other processes may read a version after it changed ([`Store::version_memo`]).
     pub memo: Duration,
+    /// Every search's hits come back with one score, in an order turned on every call: a
+    /// store's arbitrary order among equal scores (identical vectors).
+    pub scramble: bool,
+    searches: std::sync::atomic::AtomicUsize,
 }
 
 impl Troubled {
@@ -197,6 +202,8 @@ impl Troubled {
             fail_writes: false,
             lag: Duration::ZERO,
             memo: Duration::ZERO,
+            scramble: false,
+            searches: Default::default(),
         }
     }
 }
@@ -208,7 +215,19 @@ impl Store for Troubled {
         if self.fail {
             return Err(StoreError::Backend("injected failure".into()));
         }
-        self.inner.search(tenant, search).await
+        let mut hits = self.inner.search(tenant, search).await?;
+        if self.scramble && !hits.is_empty() {
+            let call = (self.searches).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            for hit in &mut hits {
+                hit.score = 0.5;
+            }
+            let n = hits.len();
+            hits.rotate_left(call % n);
+            if call % 2 == 1 {
+                hits.reverse();
+            }
+        }
+        Ok(hits)
     }
     async fn replace_document(
         &self,

@@ -68,3 +68,39 @@ async fn an_answer_made_under_one_fusion_is_never_served_under_another() {
     let plain = with(&[("SLUICE_FUSION", "rrf:k=60:dense=1:bm25=1")]);
     assert_eq!(plain.answer(&question()).await.meta()["cache"], "hit");
 }
+
+#[tokio::test]
+async fn equal_scores_come_back_in_one_order_whatever_order_the_store_returns_them_in() {
+    use std::sync::Arc;
+    // A store that scores every hit alike and returns them in a different order each time
+    // (as identical vectors come back from a real one): the sources are the same list on
+    // every request, ordered by document id and then chunk.
+    let mut kit = Kit::new(&[("SLUICE_CACHE", "off")]).ingested("acme").await;
+    let mut store = sluice_testkit::Troubled::around(kit.store());
+    store.scramble = true;
+    kit.parts.store = Some(Arc::new(store));
+    let app = kit.app();
+    let ask = json!({"query": "how long until a replacement card arrives", "k": 4});
+    let mut orders = std::collections::BTreeSet::new();
+    for _ in 0..4 {
+        let answer = app.answer_as("acme", &ask).await;
+        let sources: Vec<(String, u64)> = answer.meta()["documents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| {
+                (
+                    d["id"].as_str().unwrap().to_string(),
+                    d["chunk"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        assert!(sources.len() > 1, "{sources:?}");
+        assert!(
+            sources.is_sorted(),
+            "by document id, then chunk: {sources:?}"
+        );
+        orders.insert(sources);
+    }
+    assert_eq!(orders.len(), 1, "{orders:?}");
+}
