@@ -144,28 +144,65 @@ pub async fn ingest(url: &str, paths: &[PathBuf], limits: &Limits) -> Result<()>
     Ok(())
 }
 
+/// What `sluice ask` sends beside the question.
+#[derive(Debug, Default)]
+pub struct Ask<'a> {
+    /// `k`: how many sources.
+    pub k: Option<usize>,
+    /// `retrieval_deadline_ms`.
+    pub deadline_ms: Option<u64>,
+    /// `cache: bypass`.
+    pub no_cache: bool,
+    /// `filter`, as the user typed it (JSON).
+    pub filter: Option<&'a str>,
+    /// `rerank_context`, as the user typed it (JSON).
+    pub rerank_context: Option<&'a str>,
+    /// `x-sluice-tenant`.
+    pub tenant: Option<&'a str>,
+}
+
+impl Ask<'_> {
+    /// The request body for `query`. A flag that is not a JSON object is refused here, with
+    /// what it should look like; what the server makes of a well-formed one (an unknown
+    /// operator, a value too long) comes back as its 400.
+    pub fn body(&self, query: &str) -> Result<Value> {
+        let mut body = json!({ "query": query });
+        if self.no_cache {
+            body["cache"] = json!("bypass");
+        }
+        if let Some(k) = self.k {
+            body["k"] = json!(k);
+        }
+        if let Some(d) = self.deadline_ms {
+            body["retrieval_deadline_ms"] = json!(d);
+        }
+        let object = |flag: &str, text: &str, example: &str| -> Result<Value> {
+            match serde_json::from_str::<Value>(text) {
+                Ok(v) if v.is_object() => Ok(v),
+                Ok(_) => bail!("{flag} must be a JSON object, such as {example}"),
+                Err(e) => bail!("{flag} is not JSON ({e}); write a JSON object, such as {example}"),
+            }
+        };
+        if let Some(f) = self.filter {
+            body["filter"] = object("--filter", f, r#"'{"year": {"$gte": 2025}}'"#)?;
+        }
+        if let Some(c) = self.rerank_context {
+            body["rerank_context"] = object("--rerank-context", c, r#"'{"plan": "premium"}'"#)?;
+        }
+        Ok(body)
+    }
+}
+
 /// `sluice ask`: stream the answer, then sources and timings (client-measured TTFT first).
-pub async fn ask(
-    url: &str,
-    query: &str,
-    k: Option<usize>,
-    deadline_ms: Option<u64>,
-    no_cache: bool,
-) -> Result<()> {
-    let mut body = json!({ "query": query });
-    if no_cache {
-        body["cache"] = json!("bypass");
-    }
-    if let Some(k) = k {
-        body["k"] = json!(k);
-    }
-    if let Some(d) = deadline_ms {
-        body["retrieval_deadline_ms"] = json!(d);
-    }
+pub async fn ask(url: &str, query: &str, ask: &Ask<'_>) -> Result<()> {
+    let body = ask.body(query)?;
     let (headers, bytes) = sluice_http::client_json(&body);
     let sent = Instant::now();
-    let response = http()?
-        .post(format!("{url}/v1/answer"))
+    let mut request = http()?.post(format!("{url}/v1/answer"));
+    if let Some(tenant) = ask.tenant {
+        request = request.header("x-sluice-tenant", tenant);
+    }
+    let response = request
         .headers(headers)
         .body(bytes)
         .send()

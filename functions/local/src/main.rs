@@ -78,6 +78,17 @@ enum Command {
         /// Neither read nor write the answer cache.
         #[arg(long)]
         no_cache: bool,
+        /// Only sources whose document metadata passes this filter: a JSON object, as the
+        /// API's `filter` (e.g. '{"year": {"$gte": 2025}}').
+        #[arg(long, value_name = "JSON")]
+        filter: Option<String>,
+        /// What the tenant's rerank component is told about the caller: a JSON object of
+        /// strings, as the API's `rerank_context` (e.g. '{"plan": "premium"}').
+        #[arg(long, value_name = "JSON")]
+        rerank_context: Option<String>,
+        /// Tenant (with auth off; with a key, the key's) [default: SLUICE_DEFAULT_TENANT]
+        #[arg(long)]
+        tenant: Option<String>,
         /// Server base URL [default: http://$SLUICE_ADDR]
         #[arg(long, env = "SLUICE_URL")]
         url: Option<String>,
@@ -117,7 +128,7 @@ enum Command {
     },
     /// Check the model, the data folder, the LLM and the server.
     Doctor {
-        /// Server base URL [default: http://$SLUICE_ADDR]
+        /// Check the server running at this URL (its /readyz) instead of this environment.
         #[arg(long, env = "SLUICE_URL")]
         url: Option<String>,
     },
@@ -200,7 +211,20 @@ enum CacheCommand {
     },
 }
 
-fn main() -> Result<()> {
+/// Runs the command; an error is printed as its message and the causes under it on one line
+/// (`error: …: …`) and exits 1 — never a backtrace, whatever `RUST_BACKTRACE` says: what a
+/// user gets wrong needs the message and the fix, not the stack.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
     // Qdrant Edge logs start-up notices meant for its own developers at warn level.
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| "info,qdrant_edge=error".into());
@@ -233,8 +257,21 @@ fn main() -> Result<()> {
             k,
             deadline_ms,
             no_cache,
+            filter,
+            rerank_context,
+            tenant,
             url: u,
-        } => runtime.block_on(client::ask(&url(u), &query, k, deadline_ms, no_cache)),
+        } => {
+            let ask = client::Ask {
+                k,
+                deadline_ms,
+                no_cache,
+                filter: filter.as_deref(),
+                rerank_context: rerank_context.as_deref(),
+                tenant: tenant.as_deref(),
+            };
+            runtime.block_on(client::ask(&url(u), &query, &ask))
+        }
         Command::Documents {
             command,
             tenant,
@@ -255,7 +292,7 @@ fn main() -> Result<()> {
             keys,
             json,
         )),
-        Command::Doctor { url: u } => runtime.block_on(doctor::run(&settings, &url(u))),
+        Command::Doctor { url } => runtime.block_on(doctor::run(&settings, url.as_deref())),
         Command::Store {
             command: StoreCommand::CreateCollection,
         } => runtime.block_on(async {

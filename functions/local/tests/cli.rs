@@ -103,10 +103,73 @@ fn serve_ingest_ask_and_doctor() {
     assert!(!out.status.success());
     assert!(text(&out).contains("empty_query"), "{}", text(&out));
 
+    // The request's other fields as flags: a filter, the rerank context, the tenant.
+    let ask = |args: &[&str]| {
+        sluice()
+            .args(["ask", "--url", &server.url])
+            .args(args)
+            .arg("What is the fee for a SWIFT transfer?")
+            // A user's mistake is a message, never a backtrace, whatever this says.
+            .env("RUST_BACKTRACE", "1")
+            .output()
+            .unwrap()
+    };
+    let sources = |out: &std::process::Output| -> Vec<String> {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| l.starts_with('['))
+            .map(str::to_string)
+            .collect()
+    };
+    let out = ask(&["--filter", r#"{"topic": "cards"}"#]);
+    assert!(out.status.success(), "{}", text(&out));
+    let cards = sources(&out);
+    assert!(!cards.is_empty(), "{}", text(&out));
+    assert!(
+        cards
+            .iter()
+            .all(|l| l.contains("lost-card.md") || l.contains("card-limits.md")),
+        "only the cards topic's documents: {cards:?}"
+    );
+    let out = ask(&["--rerank-context", r#"{"plan": "premium"}"#]);
+    assert!(out.status.success(), "{}", text(&out));
+    // The server's verdict on a context it refuses, and the CLI's on one that is not JSON.
+    for (context, said) in [
+        (r#"{"plan": 3}"#, "invalid_rerank_context"),
+        ("plan=premium", "--rerank-context is not JSON"),
+        (r#"["premium"]"#, "--rerank-context must be a JSON object"),
+    ] {
+        let out = ask(&["--rerank-context", context]);
+        assert!(!out.status.success(), "{context}");
+        let said_back = text(&out);
+        assert!(said_back.contains(said), "{context}: {said_back}");
+        assert!(
+            !said_back.to_lowercase().contains("backtrace"),
+            "{context}: {said_back}"
+        );
+    }
+    let out = ask(&["--filter", "topic=cards"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("--filter is not JSON"),
+        "{}",
+        text(&out)
+    );
+    // Another tenant (auth off): it has no documents, so no sources.
+    let out = ask(&["--tenant", "globex"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(sources(&out).is_empty(), "{}", text(&out));
+
+    // This environment, as `sluice serve` would start with it: no server is asked, and a
+    // data folder that does not exist yet is not made.
+    let fresh = tempfile::tempdir().unwrap();
+    let unmade = fresh.path().join("sluice-data");
     let out = sluice()
-        .args(["doctor", "--url", &server.url])
+        .args(["doctor"])
+        .env_remove("SLUICE_URL")
         .env("SLUICE_LLM_URL", llm_url())
-        .env("SLUICE_DATA_DIR", server._data.path())
+        .env("SLUICE_DATA_DIR", &unmade)
+        .current_dir(fresh.path())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
@@ -114,13 +177,36 @@ fn serve_ingest_ask_and_doctor() {
     for part in [
         "✓ embedding model",
         "✓ data folder",
+        "does not exist yet",
         "✓ LLM",
         "✓ answer cache",
-        "✓ server",
     ] {
         assert!(
             report.contains(part),
             "doctor should report {part:?}: {report}"
+        );
+    }
+    assert!(
+        !report.contains("✓ server") && !report.contains("✗ server"),
+        "no server asked: {report}"
+    );
+    assert!(!unmade.exists(), "doctor made {}", unmade.display());
+    assert_eq!(
+        std::fs::read_dir(fresh.path()).unwrap().count(),
+        0,
+        "nothing created"
+    );
+    // The running server's own view, with --url.
+    let out = sluice()
+        .args(["doctor", "--url", &server.url])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let report = String::from_utf8_lossy(&out.stdout);
+    for part in ["✓ server", "✓ model", "✓ store", "✓ llm"] {
+        assert!(
+            report.contains(part),
+            "doctor --url should report {part:?}: {report}"
         );
     }
 
@@ -460,8 +546,21 @@ fn serve_with_auth_off_refuses_an_address_beyond_loopback_unless_told() {
 fn doctor_names_what_is_missing() {
     let port = free_port();
     let data = tempfile::tempdir().unwrap();
+    // A server that is not there.
     let out = sluice()
         .args(["doctor", "--url", &format!("http://127.0.0.1:{port}")])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let report = text(&out);
+    assert!(
+        report.contains("✗ server") && report.contains("sluice serve"),
+        "{report}"
+    );
+    // This environment's missing parts.
+    let out = sluice()
+        .args(["doctor"])
+        .env_remove("SLUICE_URL")
         .env("SLUICE_MODEL_DIR", "/nonexistent/model")
         .env("SLUICE_LLM_URL", format!("http://127.0.0.1:{port}/v1"))
         .env("SLUICE_DATA_DIR", data.path())
@@ -575,8 +674,10 @@ fn answers_keep_streaming_when_dynamodb_dies() {
         std::thread::sleep(Duration::from_millis(100));
     }
 
+    // This environment's cache table, as `sluice serve` would use it.
     let out = sluice()
-        .args(["doctor", "--url", &server.url])
+        .args(["doctor"])
+        .env_remove("SLUICE_URL")
         .envs(aws)
         .env("SLUICE_LLM_URL", llm_url())
         .output()
