@@ -327,9 +327,9 @@ pub struct RerankInput<'a> {
 /// What one rerank call gave, and what it cost (a failed call burns fuel too: it is billed).
 #[derive(Debug, Clone, PartialEq)]
 pub struct RerankCall {
-    /// The new order, best first, without the hits the component dropped; or why the
-    /// component failed.
-    pub order: Result<Vec<usize>, String>,
+    /// The new order, best first, without the hits the component dropped: each kept
+    /// candidate's index with the score the component gave it; or why the component failed.
+    pub order: Result<Vec<(usize, f32)>, String>,
     /// Fuel consumed (about one per WebAssembly instruction).
     pub fuel: u64,
     /// Wall time of the call inside the sandbox (instantiation, the component's work and
@@ -418,14 +418,14 @@ pub trait Reranker: Send + Sync {
 
 /// Checks what a rerank component returned — `(index, score)` for each candidate it keeps
 /// and the indices of those it `dropped`, out of `n` — and turns it into an order of the kept
-/// ones, best first, stable on ties. Every index in range and in exactly one of the two
+/// ones with their scores, best first, stable on ties. Every index in range and in exactly one of the two
 /// lists, every score finite; otherwise the message says what is wrong (the pipeline then
 /// keeps the fused order). Component output is untrusted input: this is fuzzed (`fuzz/`).
 pub fn rerank_order(
     scored: &[(u32, f32)],
     dropped: &[u32],
     n: usize,
-) -> Result<Vec<usize>, String> {
+) -> Result<Vec<(usize, f32)>, String> {
     // Checked first, so that a huge output is refused before anything is allocated for it.
     if scored.len() + dropped.len() != n {
         return Err(match dropped.len() {
@@ -463,7 +463,7 @@ pub fn rerank_order(
     let score = |i: usize| scores[i].unwrap_or(f32::MIN);
     let mut order: Vec<usize> = (0..n).filter(|&i| !gone[i]).collect();
     order.sort_by(|&a, &b| score(b).total_cmp(&score(a)));
-    Ok(order)
+    Ok(order.into_iter().map(|i| (i, score(i))).collect())
 }
 
 /// A version of a tenant's rerank component.
@@ -640,21 +640,18 @@ mod tests {
     fn rerank_order_is_by_score_and_stable_on_ties() {
         assert_eq!(
             rerank_order(&[(0, 0.1), (1, 0.9), (2, 0.1)], &[], 3).unwrap(),
-            vec![1, 0, 2]
+            vec![(1, 0.9), (0, 0.1), (2, 0.1)]
         );
-        assert_eq!(rerank_order(&[], &[], 0).unwrap(), Vec::<usize>::new());
+        assert_eq!(rerank_order(&[], &[], 0).unwrap(), vec![]);
     }
 
     #[test]
     fn dropped_candidates_leave_the_order_and_may_be_all_of_them() {
         assert_eq!(
             rerank_order(&[(0, 0.1), (2, 0.9)], &[1, 3], 4).unwrap(),
-            vec![2, 0]
+            vec![(2, 0.9), (0, 0.1)]
         );
-        assert_eq!(
-            rerank_order(&[], &[1, 0, 2], 3).unwrap(),
-            Vec::<usize>::new()
-        );
+        assert_eq!(rerank_order(&[], &[1, 0, 2], 3).unwrap(), vec![]);
     }
 
     #[test]
@@ -722,6 +719,10 @@ pub struct SourceDoc {
     pub chunk: usize,
     /// Fused retrieval score.
     pub score: f32,
+    /// The score the tenant's rerank component gave the chunk, when one ranked this answer's
+    /// sources (their order is then the component's, so `score` need not descend).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerank_score: Option<f32>,
     /// Where the document came from.
     pub source: String,
     /// Document title.

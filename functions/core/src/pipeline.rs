@@ -194,6 +194,8 @@ struct Progress {
     variant: Option<String>,
     /// Candidates the tenant's component dropped, once it ran and its output was valid.
     rerank_dropped: Option<usize>,
+    /// The score the tenant's component gave each source it kept, by document id and chunk.
+    rerank_scores: HashMap<(String, usize), f32>,
 }
 
 /// Where the cache stands for an answer after its lookup: what a complete answer is written
@@ -327,6 +329,7 @@ impl Pipeline {
                 variant: request.variant(&fusion),
                 fusion,
                 rerank_dropped: None,
+                rerank_scores: HashMap::new(),
                 request_id,
                 session_id: request.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
                 deadline: Deadline::from_std(request.received + request.retrieval_deadline),
@@ -378,7 +381,9 @@ impl Pipeline {
 
             // 5. The prompt, and `meta`.
             let prompt = this.prompt(&request, hits, &mut progress).await;
-            let documents: Vec<SourceDoc> = prompt.sources.iter().map(source_doc).collect();
+            let documents: Vec<SourceDoc> = (prompt.sources.iter())
+                .map(|hit| source_doc(hit, &progress.rerank_scores))
+                .collect();
             yield this.meta(&request, &progress, documents.clone(), cache_state, &prompt);
 
             // 6. Generation.
@@ -865,10 +870,15 @@ impl Pipeline {
             Ok(order) => {
                 progress.rerank_dropped = Some(hits.len().saturating_sub(order.len()));
                 let mut slots: Vec<Option<Hit>> = hits.into_iter().map(Some).collect();
-                Ok(order
-                    .into_iter()
-                    .filter_map(|i| slots.get_mut(i).and_then(Option::take))
-                    .collect())
+                let mut kept = Vec::with_capacity(order.len());
+                for (i, score) in order {
+                    if let Some(hit) = slots.get_mut(i).and_then(Option::take) {
+                        let key = (hit.document.id.clone(), hit.chunk);
+                        progress.rerank_scores.insert(key, score);
+                        kept.push(hit);
+                    }
+                }
+                Ok(kept)
             }
             Err(e) => {
                 warn!(error = %e, "rerank component failed; keeping the fused order");
@@ -1102,9 +1112,12 @@ fn add_ms(slot: &mut Option<f64>, d: Duration) {
     *slot = Some(slot.unwrap_or(0.0) + ms(d));
 }
 
-fn source_doc(hit: &Hit) -> SourceDoc {
+/// A source as `meta` shows it, with the score the tenant's component gave it (`scores`,
+/// empty when none ran).
+fn source_doc(hit: &Hit, scores: &HashMap<(String, usize), f32>) -> SourceDoc {
     let (section, page, pages) = hit.place.citation();
     SourceDoc {
+        rerank_score: scores.get(&(hit.document.id.clone(), hit.chunk)).copied(),
         section,
         page,
         pages,

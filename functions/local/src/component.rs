@@ -273,7 +273,8 @@ pub async fn test(
             })
         })
         .await?;
-        let kept: Option<&Vec<usize>> = call.order.as_ref().ok();
+        let kept: Option<Vec<usize>> =
+            (call.order.as_ref().ok()).map(|order| order.iter().map(|&(i, _)| i).collect());
         let dropped = match kept {
             Some(order) => (0..hits.len())
                 .filter(|i| !order.contains(i))
@@ -281,11 +282,15 @@ pub async fn test(
                 .collect(),
             None => Vec::new(),
         };
+        // Each list with its own scores: the fused one's, and the component's.
+        let scored = |label: String, score: f32| format!("{label} {score:.3}");
         outcomes.push(Outcome {
-            fused: hits.iter().map(label).collect(),
-            reranked: call
-                .order
-                .map(|order| order.iter().map(|&i| label(&hits[i])).collect()),
+            fused: (hits.iter()).map(|h| scored(label(h), h.score)).collect(),
+            reranked: call.order.map(|order| {
+                (order.iter())
+                    .map(|&(i, score)| scored(label(&hits[i]), score))
+                    .collect()
+            }),
             dropped,
             fuel: call.fuel,
             wall: call.wall,
@@ -307,7 +312,10 @@ pub async fn test(
         match &o.reranked {
             Ok(order) => {
                 let width = o.fused.iter().map(String::len).max().unwrap_or(5).max(5);
-                println!("  {:>3}  {:<width$}  component", "#", "fused");
+                println!(
+                    "  {:>3}  {:<width$}  component (its score)",
+                    "#", "fused (score)"
+                );
                 for i in 0..o.fused.len() {
                     println!(
                         "  {:>3}  {:<width$}  {}",

@@ -713,7 +713,8 @@ pub async fn run(
                     context: &Default::default(),
                 };
                 let order = active.rerank(&input).order.map_err(anyhow::Error::msg)?;
-                let mut reordered: Vec<Hit> = order.into_iter().map(|i| head[i].clone()).collect();
+                let mut reordered: Vec<Hit> =
+                    order.into_iter().map(|(i, _)| head[i].clone()).collect();
                 reordered.extend_from_slice(&hits[head.len()..]);
                 hits = reordered;
             }

@@ -157,6 +157,19 @@ fn a_component_is_tested_on_questions_over_a_corpus_without_a_server() {
         .find(|b| b.contains("[plan=pro]"))
         .expect(&stdout);
     assert!(pro.contains("fused") && pro.contains("component"), "{pro}");
+    // Each list with its own scores: a row holds the fused pick and its fused score, then
+    // the component's pick and the score the component gave it (two kept here).
+    let rows: Vec<&str> = (pro.lines())
+        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        .collect();
+    assert_eq!(rows.len(), 4, "{pro}");
+    let decimals = |row: &str| {
+        (row.split_whitespace())
+            .filter(|w| w.contains('.') && w.parse::<f64>().is_ok())
+            .count()
+    };
+    assert!(rows[..2].iter().all(|r| decimals(r) == 2), "{pro}");
+    assert!(rows[2..].iter().all(|r| decimals(r) == 1), "{pro}");
     let dropped = pro.lines().find(|l| l.contains("dropped:")).expect(pro);
     assert!(
         dropped.contains("limits-enterprise#0") && dropped.contains("limits-free#0"),

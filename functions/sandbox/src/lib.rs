@@ -759,18 +759,20 @@ impl Sandbox {
             context: &[],
             candidates,
         };
-        self.rerank_costed(prepared, &call, HashMap::new()).0
+        let ranked = self.rerank_costed(prepared, &call, HashMap::new()).0?;
+        Ok(ranked.into_iter().map(|(i, _)| i).collect())
     }
 
     /// Runs `call` in a fresh store, lending the component embeddings the host already has
-    /// (text → vector, so that `host.embed` of those texts runs no model): the new order, and
-    /// what the call cost (fuel, wall time, host work), failed calls included.
+    /// (text → vector, so that `host.embed` of those texts runs no model): the new order (each
+    /// kept candidate's index with the component's score for it), and what the call cost
+    /// (fuel, wall time, host work), failed calls included.
     pub fn rerank_costed(
         &self,
         prepared: &Prepared,
         call: &Call<'_>,
         known: HashMap<String, Vec<f32>>,
-    ) -> (Result<Vec<usize>, RerankError>, CallCost) {
+    ) -> (Result<Vec<(usize, f32)>, RerankError>, CallCost) {
         let limits = &self.limits;
         let started = Instant::now();
         let candidates = call.candidates;
@@ -913,7 +915,7 @@ fn is_core_module(bytes: &[u8]) -> bool {
 }
 
 /// Validates the scores and drops and turns them into an order ([`rerank_order`]).
-fn order(scored: &[Scored], dropped: &[u32], n: usize) -> Result<Vec<usize>, RerankError> {
+fn order(scored: &[Scored], dropped: &[u32], n: usize) -> Result<Vec<(usize, f32)>, RerankError> {
     let pairs: Vec<(u32, f32)> = scored.iter().map(|s| (s.index, s.score)).collect();
     rerank_order(&pairs, dropped, n).map_err(RerankError::InvalidOutput)
 }
@@ -940,9 +942,12 @@ mod tests {
     fn component_scores_become_an_order_or_an_invalid_output_error() {
         assert_eq!(
             order(&[s(0, 0.1), s(1, 0.9), s(2, 0.1)], &[], 3).unwrap(),
-            vec![1, 0, 2]
+            vec![(1, 0.9), (0, 0.1), (2, 0.1)]
         );
-        assert_eq!(order(&[s(2, 0.1), s(0, 0.9)], &[1], 3).unwrap(), vec![0, 2]);
+        assert_eq!(
+            order(&[s(2, 0.1), s(0, 0.9)], &[1], 3).unwrap(),
+            vec![(0, 0.9), (2, 0.1)]
+        );
         let e = order(&[s(0, 1.0), s(0, 2.0)], &[], 2).unwrap_err();
         assert!(
             matches!(&e, RerankError::InvalidOutput(m) if m.contains("scored twice")),

@@ -84,7 +84,8 @@ fn mmr_moves_a_near_duplicate_below_a_different_source() {
         context: &[],
         candidates: &candidates,
     };
-    let order = sandbox.rerank_costed(&component, &call, known).0.unwrap();
+    let ranked = sandbox.rerank_costed(&component, &call, known).0.unwrap();
+    let order: Vec<usize> = ranked.iter().map(|&(i, _)| i).collect();
     assert_eq!(order, vec![0, 2, 1]);
     // Texts the host has no vector for go to the host model, which here refuses: a component error.
     let err = sandbox
@@ -154,10 +155,11 @@ fn policy_drops_what_the_plan_may_not_see_and_lifts_recent_documents() {
             context,
             candidates: &candidates,
         };
-        sandbox
+        let ranked = sandbox
             .rerank_costed(&component, &call, HashMap::new())
             .0
-            .unwrap()
+            .unwrap();
+        ranked.into_iter().map(|(i, _)| i).collect::<Vec<usize>>()
     };
     assert_eq!(
         run(&plan("pro")),

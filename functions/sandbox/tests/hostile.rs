@@ -668,7 +668,11 @@ fn both_worlds_run_side_by_side_and_say_which_they_are() {
     };
     for prepared in [&old, &new] {
         let (order, cost) = sb.rerank_costed(prepared, &call, HashMap::new());
-        assert_eq!(order.unwrap(), vec![3, 2, 1, 0]);
+        let ranked = order.unwrap();
+        let indices: Vec<usize> = ranked.iter().map(|&(i, _)| i).collect();
+        assert_eq!(indices, vec![3, 2, 1, 0]);
+        // Each with the score the component gave it, best first.
+        assert!(ranked.windows(2).all(|w| w[0].1 >= w[1].1), "{ranked:?}");
         assert!(cost.fuel > 0 && cost.wall > Duration::ZERO, "{cost:?}");
         assert_eq!(
             sb.load(&prepared.artifact).unwrap().world(),

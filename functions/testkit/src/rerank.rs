@@ -89,8 +89,15 @@ impl ActiveComponent for Scripted {
     }
     fn rerank(&self, input: &RerankInput<'_>) -> RerankCall {
         let hits = input.hits;
+        // The scripted component's score: 1 for its first choice, less for each after it.
+        let scored = |order: Vec<usize>| -> Vec<(usize, f32)> {
+            let n = order.len().max(1) as f32;
+            (order.into_iter().enumerate())
+                .map(|(rank, i)| (i, 1.0 - rank as f32 / n))
+                .collect()
+        };
         let order = match &self.verdict {
-            Verdict::Reverse => Ok((0..hits.len()).rev().collect()),
+            Verdict::Reverse => Ok(scored((0..hits.len()).rev().collect())),
             Verdict::Fail(why) => Err(why.clone()),
             Verdict::KeepWhereContext { key, field } => {
                 let wanted = input.context.iter().find(|(k, _)| k == key).map(|(_, v)| v);
@@ -99,9 +106,11 @@ impl ActiveComponent for Scripted {
                     (Some(MetaValue::List(items)), Some(w)) => items.iter().any(|i| i == w),
                     _ => false,
                 };
-                Ok((0..hits.len())
-                    .filter(|&i| holds(hits[i].document.metadata.get(field)))
-                    .collect())
+                Ok(scored(
+                    (0..hits.len())
+                        .filter(|&i| holds(hits[i].document.metadata.get(field)))
+                        .collect(),
+                ))
             }
         };
         RerankCall {

@@ -1,7 +1,8 @@
 //! What a tenant's rerank component is given and what it may decide, through the API: the
 //! caller's `rerank_context` (on `/v1/answer` and in a chat completion's `sluice` options)
 //! reaches the component, checked and capped; candidates it drops leave the sources and are
-//! counted in `meta.rerank_dropped`; the call's fuel and time are in `done.timings`; answers
+//! counted in `meta.rerank_dropped`; each kept source carries the component's own score
+//! (`rerank_score`) beside the fused one; the call's fuel and time are in `done.timings`; answers
 //! made under one context are never served from the cache to another. The components are
 //! scripted here (`sluice-testkit`); the real sandbox and the example `policy` component are
 //! tested in `sluice-sandbox` and end to end in `tests/`.
@@ -67,6 +68,50 @@ async fn the_context_reaches_the_component_and_what_it_drops_leaves_the_sources(
     let enterprise = app.answer(&ask(json!({"plan": "enterprise"}))).await;
     assert_eq!(sorted(enterprise.sources()), ["enterprise", "everyone"]);
     assert_eq!(enterprise.meta()["rerank_dropped"], 2);
+}
+
+/// Each source's (fused score, the component's score).
+fn scores(sources: &Value) -> Vec<(f64, Option<f64>)> {
+    (sources.as_array().unwrap().iter())
+        .map(|d| (d["score"].as_f64().unwrap(), d["rerank_score"].as_f64()))
+        .collect()
+}
+
+#[tokio::test]
+async fn each_source_shows_the_components_score_beside_the_fused_one() {
+    let app = app().await;
+    // The scripted component scores what it keeps 1, 2/3, 1/3 in its order.
+    let pro = app.answer(&ask(json!({"plan": "pro"}))).await;
+    let given: Vec<f64> = (scores(&pro.meta()["documents"]).iter())
+        .map(|(_, component)| component.expect("a component score on every source"))
+        .collect();
+    let expected = [1.0, 2.0 / 3.0, 1.0 / 3.0];
+    assert_eq!(given.len(), 3);
+    for (g, e) in given.iter().zip(expected) {
+        assert!((g - e).abs() < 1e-6, "{given:?}");
+    }
+    assert!(
+        (scores(&pro.meta()["documents"]).iter()).all(|(fused, _)| *fused > 0.0),
+        "the fused score stays"
+    );
+    // The chat route's extension carries the same.
+    let body = json!({"model": "m", "messages": [{"role": "user", "content": "what is the card limit"}],
+                      "sluice": {"k": 4, "rerank_context": {"plan": "pro"}}});
+    let reply = app.post("/v1/chat/completions", &body).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let chat = scores(&reply.body["sluice"]["sources"]);
+    assert_eq!(chat.len(), 3);
+    assert!(chat.iter().all(|(_, c)| c.is_some()), "{chat:?}");
+    // No component, no component score.
+    let plain = Kit::new(&[]).ingested("default").await.app();
+    let answer = plain
+        .answer(&json!({"query": "what is the card limit"}))
+        .await;
+    let none = scores(&answer.meta()["documents"]);
+    assert!(
+        !none.is_empty() && none.iter().all(|(_, c)| c.is_none()),
+        "{none:?}"
+    );
 }
 
 #[tokio::test]
