@@ -122,6 +122,7 @@ fn bench(c: &mut Criterion) {
             trace: sluice_core::trace::TraceContext::from_header(None),
             include_prompt: false,
             ends_by: None,
+            show_rerank_failure: false,
         };
         let received = request.received;
         let done = runtime.block_on(async {

@@ -329,7 +329,7 @@ pub struct RerankInput<'a> {
 pub struct RerankCall {
     /// The new order, best first, without the hits the component dropped: each kept
     /// candidate's index with the score the component gave it; or why the component failed.
-    pub order: Result<Vec<(usize, f32)>, String>,
+    pub order: Result<Vec<(usize, f32)>, RerankFailure>,
     /// Fuel consumed (about one per WebAssembly instruction).
     pub fuel: u64,
     /// Wall time of the call inside the sandbox (instantiation, the component's work and
@@ -466,6 +466,86 @@ pub fn rerank_order(
     Ok(order.into_iter().map(|i| (i, score(i))).collect())
 }
 
+/// What kind of failure ended a call of a tenant's component.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailureKind {
+    /// The component trapped (`unreachable`, a bad memory access, a panic).
+    Trap,
+    /// It ran out of fuel.
+    Fuel,
+    /// Its wall-clock deadline passed (or the request's retrieval deadline, while it ran).
+    Deadline,
+    /// It tried to grow its memory past the limit.
+    Memory,
+    /// It returned a list that does not score or drop each candidate exactly once.
+    InvalidOutput,
+    /// It returned an error of its own (the message is its string).
+    ComponentError,
+    /// The call's input was over the limits (too many candidates).
+    Input,
+    /// Its host calls went past the call's host budget.
+    HostBudget,
+}
+
+impl FailureKind {
+    /// The name the API spells.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailureKind::Trap => "trap",
+            FailureKind::Fuel => "fuel",
+            FailureKind::Deadline => "deadline",
+            FailureKind::Memory => "memory",
+            FailureKind::InvalidOutput => "invalid_output",
+            FailureKind::ComponentError => "component_error",
+            FailureKind::Input => "input",
+            FailureKind::HostBudget => "host_budget",
+        }
+    }
+}
+
+/// Why a call of a tenant's component failed: what the tenant is shown (in `meta` and in the
+/// component listing), as well as the log.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RerankFailure {
+    /// The kind.
+    pub kind: FailureKind,
+    /// What happened, at most [`RerankFailure::MAX_CHARS`] characters (the component's own
+    /// error string for `component_error`).
+    pub message: String,
+}
+
+impl RerankFailure {
+    /// The longest message kept: a component's error string is its author's to choose.
+    pub const MAX_CHARS: usize = 256;
+
+    /// A failure of `kind`, its message cut to [`Self::MAX_CHARS`] characters.
+    pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
+        let message: String = message.into();
+        let message = match message.char_indices().nth(Self::MAX_CHARS) {
+            Some((cut, _)) => format!("{}…", &message[..cut]),
+            None => message,
+        };
+        Self { kind, message }
+    }
+}
+
+impl std::fmt::Display for RerankFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.kind.as_str(), self.message)
+    }
+}
+
+/// A failed call remembered for a component version.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ComponentFailure {
+    /// When, in Unix milliseconds.
+    pub at_ms: u64,
+    /// What.
+    #[serde(flatten)]
+    pub failure: RerankFailure,
+}
+
 /// A version of a tenant's rerank component.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ComponentVersion {
@@ -475,10 +555,19 @@ pub struct ComponentVersion {
     pub size: usize,
     /// Whether this version runs for the tenant's requests.
     pub active: bool,
-    /// What its recent calls cost, as far as the process answering knows (the active
-    /// version, once it has run); `None` when it has none on record.
+    /// What its recent calls cost, as far as the process answering knows (any version it
+    /// has run, before and after a rollback); `None` when it has none on record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cost: Option<CallCosts>,
+    /// Its last failed calls that process saw, newest first (at most
+    /// [`ComponentVersion::MAX_FAILURES`]).
+    #[serde(default)]
+    pub failures: Vec<ComponentFailure>,
+}
+
+impl ComponentVersion {
+    /// How many failed calls a version remembers.
+    pub const MAX_FAILURES: usize = 10;
 }
 
 /// What a component version's recent calls cost: the median and 99th percentile of the fuel
@@ -652,6 +741,20 @@ mod tests {
             vec![(2, 0.9), (0, 0.1)]
         );
         assert_eq!(rerank_order(&[], &[1, 0, 2], 3).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn a_failure_keeps_its_kind_and_at_most_256_characters_of_message() {
+        let long = "é".repeat(300);
+        let failure = RerankFailure::new(FailureKind::ComponentError, long);
+        assert_eq!(failure.message.chars().count(), RerankFailure::MAX_CHARS + 1);
+        assert!(failure.message.ends_with('…'));
+        let short = RerankFailure::new(FailureKind::Trap, "unreachable");
+        assert_eq!(short.to_string(), "trap: unreachable");
+        assert_eq!(
+            serde_json::to_value(&short).unwrap(),
+            serde_json::json!({"kind": "trap", "message": "unreachable"})
+        );
     }
 
     #[test]

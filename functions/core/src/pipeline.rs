@@ -53,8 +53,8 @@ use crate::sse::{
     CacheState, Done, ErrorEvent, Event, Meta, PromptEcho, SourceDoc, Timings, Token,
 };
 use crate::stages::{
-    ActiveComponent, Embedder, Hit, Llm, LlmEvent, RerankContext, RerankInput, Reranker, Search,
-    Store,
+    ActiveComponent, Embedder, FailureKind, Hit, Llm, LlmEvent, RerankContext, RerankFailure,
+    RerankInput, Reranker, Search, Store,
 };
 use crate::trace::TraceContext;
 
@@ -105,6 +105,9 @@ pub struct AnswerRequest {
     /// running then ends with a retryable `deadline_exceeded` error instead of being cut off
     /// with no ending, and the upstream LLM request is dropped.
     pub ends_by: Option<Deadline>,
+    /// Whether `meta.rerank_error` may say why the tenant's component failed: the caller
+    /// manages the tenant's components (whose authors see no server log).
+    pub show_rerank_failure: bool,
 }
 
 /// How many earlier user turns a follow-up's retrieval reads besides the question (newest
@@ -196,6 +199,8 @@ struct Progress {
     rerank_dropped: Option<usize>,
     /// The score the tenant's component gave each source it kept, by document id and chunk.
     rerank_scores: HashMap<(String, usize), f32>,
+    /// Why the tenant's component failed, for `meta` (when the caller may be told).
+    rerank_failure: Option<RerankFailure>,
 }
 
 /// Where the cache stands for an answer after its lookup: what a complete answer is written
@@ -330,6 +335,7 @@ impl Pipeline {
                 fusion,
                 rerank_dropped: None,
                 rerank_scores: HashMap::new(),
+                rerank_failure: None,
                 request_id,
                 session_id: request.session_id.clone().unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
                 deadline: Deadline::from_std(request.received + request.retrieval_deadline),
@@ -727,6 +733,7 @@ impl Pipeline {
             trace_id: request.trace.trace_id.clone(),
             prompt: None,
             rerank_dropped: None,
+            rerank_error: None,
             prompt_tokens: None,
         })));
         events.extend(answer.tokens.into_iter().enumerate().map(|(i, text)| {
@@ -842,6 +849,12 @@ impl Pipeline {
                 "the retrieval deadline passed before the rerank could start; keeping the fused order"
             );
             progress.degraded.push(Degraded::RerankFailed);
+            progress.rerank_failure = request.show_rerank_failure.then(|| {
+                RerankFailure::new(
+                    FailureKind::Deadline,
+                    "the retrieval deadline passed before the component could run",
+                )
+            });
             return Ok(hits);
         }
         let started = Instant::now();
@@ -862,8 +875,14 @@ impl Pipeline {
                 progress.timings.rerank_fuel = Some(call.fuel);
                 call.order
             }
-            Some(Err(e)) => Err(format!("the rerank task failed: {e}")),
-            None => Err("the retrieval deadline passed while it ran".to_string()),
+            Some(Err(e)) => Err(RerankFailure::new(
+                FailureKind::Trap,
+                format!("the rerank task failed: {e}"),
+            )),
+            None => Err(RerankFailure::new(
+                FailureKind::Deadline,
+                "the retrieval deadline passed while it ran",
+            )),
         };
         progress.timings.rerank_ms = Some(ms(started.elapsed()));
         match outcome {
@@ -883,6 +902,7 @@ impl Pipeline {
             Err(e) => {
                 warn!(error = %e, "rerank component failed; keeping the fused order");
                 progress.degraded.push(Degraded::RerankFailed);
+                progress.rerank_failure = request.show_rerank_failure.then_some(e);
                 Ok(hits)
             }
         }
@@ -955,6 +975,7 @@ impl Pipeline {
             timings: progress.timings.clone(),
             trace_id: request.trace.trace_id.clone(),
             rerank_dropped: progress.rerank_dropped,
+            rerank_error: progress.rerank_failure.clone(),
             prompt_tokens: Some(prompt.estimated_tokens as u64),
             prompt: request.include_prompt.then(|| PromptEcho {
                 messages: prompt.messages.clone(),

@@ -98,6 +98,10 @@ pub struct Meta {
     /// ran and its output was valid; a 0.1 component never drops).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerank_dropped: Option<usize>,
+    /// Why the tenant's component failed (`degraded` has `rerank_failed`): its kind and
+    /// message, for a caller that manages the tenant's components.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerank_error: Option<crate::stages::RerankFailure>,
     /// Sluice's count of the prompt's tokens, as sent to the LLM (absent on a cache hit):
     /// an answer the client leaves after its first token is charged this for the prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -36,6 +36,9 @@ pub(crate) struct Caller {
     /// does to the tenant's shared state reaches only its own part (its usage, the answers
     /// cached under its filter).
     pub(crate) confined: bool,
+    /// Whether the key manages the tenant's components (the `components` permission,
+    /// tenant-wide): its answers' `meta` says why the component failed.
+    pub(crate) may_see_component_failures: bool,
 }
 
 /// Admits a `/v1` request that needs `permission`, or says why not (every `/v1` route starts
@@ -87,6 +90,7 @@ async fn identify(
             token_budget: None,
             may_see_keys: true,
             confined: false,
+            may_see_component_failures: true,
         });
     };
     let unauthorized = |code, message: &str| ApiError::new(code, message.to_string());
@@ -165,6 +169,8 @@ async fn identify(
         may_see_prompt: principal.may(Permission::Prompt),
         may_see_keys: principal.may(Permission::UsageKeys),
         confined: principal.confined(),
+        may_see_component_failures: principal.may(Permission::Components)
+            && principal.confined_from(Permission::Components).is_none(),
         key: Some(key_id(&hash)),
         token_budget: principal.token_budget,
         tenant: principal.tenant,

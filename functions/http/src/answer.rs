@@ -197,6 +197,7 @@ pub(crate) fn checked_request(
         trace: TraceContext::from_header(traceparent),
         include_prompt: body.include_prompt,
         ends_by: None,
+        show_rerank_failure: false,
     })
 }
 
@@ -280,6 +281,7 @@ pub(crate) fn open_answer(
         .map_err(|l| limited(&caller.tenant, l))?;
     let request = AnswerRequest {
         ends_by: deadline.map(|axum::Extension(StreamDeadline(at))| at),
+        show_rerank_failure: caller.may_see_component_failures,
         ..request
     };
     Ok(

@@ -265,9 +265,10 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
-/// The `sluice` extension: sources and how the answer was made.
+/// The `sluice` extension: sources and how the answer was made (why the tenant's component
+/// failed only where `meta` says it).
 fn extension(meta: &Meta, done: &Done) -> Value {
-    json!({
+    let mut extension = json!({
         "request_id": meta.request_id,
         "sources": meta.documents,
         "cache": meta.cache,
@@ -275,7 +276,11 @@ fn extension(meta: &Meta, done: &Done) -> Value {
         "rerank_dropped": meta.rerank_dropped,
         "timings": done.timings,
         "cached": done.cached,
-    })
+    });
+    if let Some(failure) = &meta.rerank_error {
+        extension["rerank_error"] = json!(failure);
+    }
+    extension
 }
 
 /// OpenAI's `usage` of an answer: the prompt's tokens (the upstream's count, else Sluice's

@@ -286,11 +286,13 @@ pub async fn test(
         let scored = |label: String, score: f32| format!("{label} {score:.3}");
         outcomes.push(Outcome {
             fused: (hits.iter()).map(|h| scored(label(h), h.score)).collect(),
-            reranked: call.order.map(|order| {
-                (order.iter())
-                    .map(|&(i, score)| scored(label(&hits[i]), score))
-                    .collect()
-            }),
+            reranked: (call.order)
+                .map(|order| {
+                    (order.iter())
+                        .map(|&(i, score)| scored(label(&hits[i]), score))
+                        .collect()
+                })
+                .map_err(|failure| failure.to_string()),
             dropped,
             fuel: call.fuel,
             wall: call.wall,

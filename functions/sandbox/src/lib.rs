@@ -273,6 +273,24 @@ pub enum RerankError {
     HostBudget(String),
 }
 
+impl RerankError {
+    /// The failure as the tenant is shown it: its kind, and its message (for an error of the
+    /// component's own, just the component's string).
+    pub fn failure(&self) -> sluice_contract::stages::RerankFailure {
+        use sluice_contract::stages::{FailureKind as K, RerankFailure};
+        match self {
+            RerankError::Input(why) => RerankFailure::new(K::Input, why.clone()),
+            RerankError::OutOfFuel(_) => RerankFailure::new(K::Fuel, self.to_string()),
+            RerankError::Deadline(_) => RerankFailure::new(K::Deadline, self.to_string()),
+            RerankError::Memory(_) => RerankFailure::new(K::Memory, self.to_string()),
+            RerankError::Trap(what) => RerankFailure::new(K::Trap, what.clone()),
+            RerankError::Guest(own) => RerankFailure::new(K::ComponentError, own.clone()),
+            RerankError::InvalidOutput(why) => RerankFailure::new(K::InvalidOutput, why.clone()),
+            RerankError::HostBudget(why) => RerankFailure::new(K::HostBudget, why.clone()),
+        }
+    }
+}
+
 /// Host work a call asked for (and what it was refused), for [`CallCost`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct HostUsage {

@@ -26,8 +26,8 @@ use sha2::{Digest, Sha256};
 use sluice_contract::Tenant;
 use sluice_contract::metadata::{MetaValue as Value, Metadata};
 use sluice_contract::stages::{
-    ActiveComponent, CallCosts, ComponentError, ComponentStorage as Storage, ComponentVersion,
-    Components, Embedder, RerankCall, RerankInput, Reranker,
+    ActiveComponent, CallCosts, ComponentError, ComponentFailure, ComponentStorage as Storage,
+    ComponentVersion, Components, Embedder, RerankCall, RerankInput, Reranker,
 };
 
 use crate::{
@@ -174,22 +174,72 @@ struct Active {
     version: String,
     prepared: Prepared,
     sandbox: Arc<Sandbox>,
-    /// `(fuel, wall µs)` of its last [`CallCosts::WINDOW`] calls.
-    recent: Mutex<VecDeque<(u64, u64)>>,
+    /// Its version's record in this process, kept by the registry across activations.
+    stats: Arc<VersionStats>,
 }
 
 impl Active {
-    fn new(version: &str, prepared: Prepared, sandbox: Arc<Sandbox>) -> Arc<Self> {
+    fn new(
+        version: &str,
+        prepared: Prepared,
+        sandbox: Arc<Sandbox>,
+        stats: Arc<VersionStats>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             version: version.to_string(),
             prepared,
             sandbox,
-            recent: Mutex::new(VecDeque::with_capacity(CallCosts::WINDOW)),
+            stats,
         })
+    }
+}
+
+/// What this process saw of a version's calls: kept per tenant and version, not per load, so
+/// that a version activated again (a rollback) keeps its record, and a version no longer
+/// active still shows what it did.
+#[derive(Default)]
+struct VersionStats {
+    /// `(fuel, wall µs)` of its last [`CallCosts::WINDOW`] calls.
+    recent: Mutex<VecDeque<(u64, u64)>>,
+    /// Its last failed calls, newest last.
+    failures: Mutex<VecDeque<ComponentFailure>>,
+}
+
+impl VersionStats {
+    fn record(
+        &self,
+        fuel: u64,
+        wall: Duration,
+        failed: Option<&sluice_contract::stages::RerankFailure>,
+    ) {
+        let mut recent = lock(&self.recent);
+        if recent.len() == CallCosts::WINDOW {
+            recent.pop_front();
+        }
+        recent.push_back((fuel, wall.as_micros() as u64));
+        drop(recent);
+        if let Some(failure) = failed {
+            let at_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            let mut failures = lock(&self.failures);
+            if failures.len() == ComponentVersion::MAX_FAILURES {
+                failures.pop_front();
+            }
+            failures.push_back(ComponentFailure {
+                at_ms,
+                failure: failure.clone(),
+            });
+        }
     }
 
     fn costs(&self) -> Option<CallCosts> {
         CallCosts::of(lock(&self.recent).iter().copied())
+    }
+
+    /// Newest first.
+    fn failures(&self) -> Vec<ComponentFailure> {
+        lock(&self.failures).iter().rev().cloned().collect()
     }
 }
 
@@ -217,6 +267,9 @@ struct Inner {
     refresh: Duration,
     known: Mutex<HashMap<Tenant, Known>>,
     loading: Mutex<HashMap<Tenant, Load>>,
+    /// Each version's record, by tenant and version (versions are few per tenant: what it
+    /// uploaded).
+    stats: Mutex<HashMap<(Tenant, String), Arc<VersionStats>>>,
 }
 
 fn is_version(v: &str) -> bool {
@@ -271,6 +324,7 @@ impl Registry {
                 refresh,
                 known: Mutex::new(HashMap::new()),
                 loading: Mutex::new(HashMap::new()),
+                stats: Mutex::new(HashMap::new()),
             }),
         }
     }
@@ -293,7 +347,12 @@ impl Inner {
     /// (whose artefact is then stored for the next process).
     fn load(&self, tenant: &Tenant, version: &str) -> Result<Arc<Active>, ComponentError> {
         let artefact = self.artefact_key(tenant, version);
-        let active = |prepared| Active::new(version, prepared, Arc::clone(&self.sandbox));
+        let stats = Arc::clone(
+            lock(&self.stats)
+                .entry((tenant.clone(), version.to_string()))
+                .or_default(),
+        );
+        let active = |prepared| Active::new(version, prepared, Arc::clone(&self.sandbox), stats);
         if let Some(bytes) = self.storage.get(&artefact)?
             && let Ok(prepared) = self.sandbox.load(&bytes)
         {
@@ -432,15 +491,10 @@ impl ActiveComponent for Active {
             candidates: &candidates,
         };
         let (order, cost) = self.sandbox.rerank_costed(&self.prepared, &call, known);
-        {
-            let mut recent = lock(&self.recent);
-            if recent.len() == CallCosts::WINDOW {
-                recent.pop_front();
-            }
-            recent.push_back((cost.fuel, cost.wall.as_micros() as u64));
-        }
+        let order = order.map_err(|e| e.failure());
+        (self.stats).record(cost.fuel, cost.wall, order.as_ref().err());
         RerankCall {
-            order: order.map_err(|e| e.to_string()),
+            order,
             fuel: cost.fuel,
             wall: cost.wall,
         }
@@ -522,6 +576,7 @@ impl Components for Registry {
             size: bytes.len(),
             active,
             cost: None,
+            failures: Vec::new(),
         })
     }
 
@@ -550,28 +605,28 @@ impl Components for Registry {
             size,
             active: true,
             cost: None,
+            failures: Vec::new(),
         })
     }
 
     fn list(&self, tenant: &Tenant) -> Result<Vec<ComponentVersion>, ComponentError> {
         let active = self.inner.storage.active(tenant)?;
-        // The costs of the version this process runs for the tenant, if it has run it.
-        let running = lock(&self.inner.known)
-            .get(tenant)
-            .and_then(|k| k.active.clone());
+        // What this process saw of each version it has run for the tenant.
+        let stats = lock(&self.inner.stats);
         Ok(self
             .inner
             .storage
             .versions(tenant)?
             .into_iter()
-            .map(|(version, size)| ComponentVersion {
-                active: active.as_deref() == Some(version.as_str()),
-                cost: running
-                    .as_ref()
-                    .filter(|r| r.version == version)
-                    .and_then(|r| r.costs()),
-                version,
-                size,
+            .map(|(version, size)| {
+                let seen = stats.get(&(tenant.clone(), version.clone()));
+                ComponentVersion {
+                    active: active.as_deref() == Some(version.as_str()),
+                    cost: seen.and_then(|s| s.costs()),
+                    failures: seen.map(|s| s.failures()).unwrap_or_default(),
+                    version,
+                    size,
+                }
             })
             .collect())
     }

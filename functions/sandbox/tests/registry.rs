@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use sluice_core::stages::{ComponentStorage, Components, Reranker};
+use sluice_core::stages::{ComponentStorage, Components, RerankInput, Reranker};
 use sluice_sandbox::{Disk, HostServices, Limits, Registry, Sandbox};
-use sluice_testkit::{SlowComponents, tenant};
+use sluice_testkit::{SlowComponents, hit, tenant};
 
 struct NoHost;
 
@@ -157,4 +157,81 @@ async fn a_failed_check_keeps_the_known_version() {
     let by = tokio::time::Instant::now() + Duration::from_secs(2);
     let e = answers.active(&tenant("globex"), by).await.err().unwrap();
     assert!(e.contains("storage unreachable"), "{e}");
+}
+
+/// Runs `name`'s active component on three candidates (past the upload's two-candidate smoke
+/// run), on a blocking thread as the pipeline does.
+async fn call(registry: &Arc<Registry>, name: &str) {
+    let by = tokio::time::Instant::now() + Duration::from_secs(10);
+    let active = registry.active(&tenant(name), by).await.unwrap().unwrap();
+    tokio::task::spawn_blocking(move || {
+        let hits = [hit("a", 0.3), hit("b", 0.2), hit("c", 0.1)];
+        active.rerank(&RerankInput {
+            query: "q",
+            query_vector: &[],
+            hits: &hits,
+            context: &Default::default(),
+        })
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_version_keeps_its_costs_and_last_failures_across_a_rollback() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = registry(Arc::new(Disk::open(dir.path()).unwrap()), Duration::ZERO);
+    // Passes the upload's smoke run, traps on three candidates.
+    let trapping = REVERSE.replace(
+        "(call $reverse (local.get $n)) ;; misbehaviour",
+        "(unreachable)",
+    );
+    let bad = activate(&registry, "acme", trapping).await;
+    for _ in 0..3 {
+        call(&registry, "acme").await;
+    }
+    let good = activate(&registry, "acme", REVERSE.to_string()).await;
+    call(&registry, "acme").await;
+    // Rolled back to the trapping version: its record is still there, and grows.
+    let r = Arc::clone(&registry);
+    let b = bad.clone();
+    tokio::task::spawn_blocking(move || r.activate(&tenant("acme"), &b).unwrap())
+        .await
+        .unwrap();
+    call(&registry, "acme").await;
+
+    let r = Arc::clone(&registry);
+    let listed = tokio::task::spawn_blocking(move || r.list(&tenant("acme")).unwrap())
+        .await
+        .unwrap();
+    let version = |v: &str| listed.iter().find(|c| c.version == v).unwrap().clone();
+    let (bad, good) = (version(&bad), version(&good));
+    assert!(bad.active && !good.active);
+    assert_eq!(bad.cost.map(|c| c.calls), Some(4), "{bad:?}");
+    assert_eq!(
+        good.cost.map(|c| c.calls),
+        Some(1),
+        "no longer active, still shown"
+    );
+    assert!(good.failures.is_empty(), "{good:?}");
+    assert_eq!(bad.failures.len(), 4, "{bad:?}");
+    for f in &bad.failures {
+        assert_eq!(f.failure.kind.as_str(), "trap");
+        assert!(f.failure.message.contains("unreachable"), "{f:?}");
+    }
+    assert!(
+        bad.failures.windows(2).all(|w| w[0].at_ms >= w[1].at_ms),
+        "newest first"
+    );
+    // At most the last ten are kept.
+    for _ in 0..12 {
+        call(&registry, "acme").await;
+    }
+    let r = Arc::clone(&registry);
+    let listed = tokio::task::spawn_blocking(move || r.list(&tenant("acme")).unwrap())
+        .await
+        .unwrap();
+    let bad = listed.iter().find(|c| c.active).unwrap();
+    assert_eq!(bad.failures.len(), 10);
+    assert_eq!(bad.cost.map(|c| c.calls), Some(16));
 }

@@ -55,6 +55,27 @@ pub fn tenant(name: &str) -> Tenant {
     Tenant::new(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A retrieved chunk of a document `id` (its title and source too), with `score` and no
+/// vector or metadata: a candidate for a rerank call.
+pub fn hit(id: &str, score: f32) -> sluice_core::stages::Hit {
+    sluice_core::stages::Hit {
+        place: Default::default(),
+        document: sluice_core::stages::DocumentInfo {
+            format: None,
+            id: id.into(),
+            title: id.into(),
+            source: id.into(),
+            metadata: Default::default(),
+            origin: None,
+        },
+        chunk: 0,
+        text: format!("text of {id}"),
+        tokens: 4,
+        vector: vec![],
+        score,
+    }
+}
+
 /// Checks the framing every answer stream has, given its events (name, data) in order: `meta`
 /// first, then tokens numbered from 0, then exactly one `done` or `error`, last.
 pub fn assert_well_formed(events: &[(&str, &serde_json::Value)]) {

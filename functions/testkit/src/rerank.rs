@@ -98,7 +98,10 @@ impl ActiveComponent for Scripted {
         };
         let order = match &self.verdict {
             Verdict::Reverse => Ok(scored((0..hits.len()).rev().collect())),
-            Verdict::Fail(why) => Err(why.clone()),
+            Verdict::Fail(why) => Err(sluice_core::stages::RerankFailure::new(
+                sluice_core::stages::FailureKind::ComponentError,
+                why.clone(),
+            )),
             Verdict::KeepWhereContext { key, field } => {
                 let wanted = input.context.iter().find(|(k, _)| k == key).map(|(_, v)| v);
                 let holds = |value: Option<&MetaValue>| match (value, wanted) {

@@ -3,13 +3,13 @@
 //! share it, each in its own process), settings from Secrets Manager, and usage counted in
 //! DynamoDB by many environments at once.
 
-use sluice_testkit::tenant;
+use sluice_testkit::{hit, tenant};
 use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
 use sluice_aws::components::S3Components;
-use sluice_core::stages::{ComponentStorage, Components, DocumentInfo, Hit, Reranker};
+use sluice_core::stages::{ComponentStorage, Components, Reranker};
 use sluice_sandbox::{Limits, ModelHost, Registry, Sandbox};
 use sluice_tests::aws;
 
@@ -72,25 +72,6 @@ async fn bytes_versions_and_the_active_pointer_round_trip() {
         assert_eq!(s3.active(&tenant("acme")).unwrap(), None);
     })
     .await;
-}
-
-fn hit(id: &str, score: f32) -> Hit {
-    Hit {
-        place: Default::default(),
-        document: DocumentInfo {
-            format: None,
-            id: id.into(),
-            title: id.into(),
-            source: id.into(),
-            metadata: Default::default(),
-            origin: None,
-        },
-        chunk: 0,
-        text: format!("text of {id}"),
-        tokens: 4,
-        vector: vec![],
-        score,
-    }
 }
 
 /// The version `registry` answers for the tenant `name`, waiting for its storage as long as it takes.

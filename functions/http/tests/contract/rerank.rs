@@ -203,3 +203,37 @@ async fn an_answer_made_under_one_context_is_never_served_under_another() {
     assert_eq!(app.answer(&ask(two)).await.meta()["cache"], "miss");
     assert_eq!(app.answer(&ask(swapped)).await.meta()["cache"], "hit");
 }
+
+#[tokio::test]
+async fn why_a_component_failed_is_told_to_the_callers_that_manage_components_only() {
+    use sluice_core::auth::Permission;
+    let keys = Arc::new(sluice_testkit::MemoryKeys::default());
+    let admin = keys.add("acme", &[Permission::Answer, Permission::Components]);
+    let reader = keys.add("acme", &[Permission::Answer]);
+    let mut kit = Kit::new(&[]).ingested("acme").await.keys(keys);
+    kit.parts.reranker = Some(Arc::new(ScriptedReranker::new(Verdict::Fail(
+        "no plan in the context".into(),
+    ))));
+    let app = kit.app();
+    let ask = json!({"query": "what is the card limit"});
+    let as_key = |key: &str| format!("Bearer {key}");
+    let told = app
+        .answer_with(&[("authorization", &as_key(&admin))], &ask)
+        .await;
+    told.assert_well_formed();
+    assert_eq!(told.degraded(), ["rerank_failed"]);
+    assert_eq!(
+        told.meta()["rerank_error"],
+        json!({"kind": "component_error", "message": "no plan in the context"})
+    );
+    // A key that only answers gets the same answer, degraded, without the reason.
+    let untold = app
+        .answer_with(&[("authorization", &as_key(&reader))], &ask)
+        .await;
+    assert_eq!(untold.degraded(), ["rerank_failed"]);
+    assert!(
+        untold.meta().get("rerank_error").is_none(),
+        "{}",
+        untold.meta()
+    );
+}
