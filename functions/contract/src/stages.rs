@@ -747,7 +747,10 @@ mod tests {
     fn a_failure_keeps_its_kind_and_at_most_256_characters_of_message() {
         let long = "é".repeat(300);
         let failure = RerankFailure::new(FailureKind::ComponentError, long);
-        assert_eq!(failure.message.chars().count(), RerankFailure::MAX_CHARS + 1);
+        assert_eq!(
+            failure.message.chars().count(),
+            RerankFailure::MAX_CHARS + 1
+        );
         assert!(failure.message.ends_with('…'));
         let short = RerankFailure::new(FailureKind::Trap, "unreachable");
         assert_eq!(short.to_string(), "trap: unreachable");

@@ -16,7 +16,7 @@ use sluice_core::stages::{
 };
 use sluice_core::{Ingest, Tenant};
 use sluice_sandbox::measure::{measure, sample_candidates};
-use sluice_sandbox::{Call, ContextEntry, Sandbox, UploadHost};
+use sluice_sandbox::{Call, Candidate, Sandbox, UploadHost};
 
 /// The crate `sluice component new` writes: a 0.2 component that keeps the fused order, with
 /// the places to put a tenant's rules marked.
@@ -172,21 +172,18 @@ fn label(hit: &Hit) -> String {
     format!("{}#{}", hit.document.id, hit.chunk)
 }
 
-/// `sluice component test FILE --queries FILE [--corpus DIR]`: every question retrieved as
-/// the answer path retrieves it (the tenant's fusion, `k` candidates), then reranked by the
-/// component under the configured limits. Prints the two orders side by side, what was
-/// dropped, and the cost per call; fails when any call failed.
-pub async fn test(
+/// Each question's query vector and candidates, retrieved as the answer path retrieves them
+/// (the tenant's fusion, `k` candidates): from `corpus` ingested into a scratch store, or from
+/// the configured store (what `sluice serve` has ingested).
+async fn retrieve(
     settings: &sluice_app::Settings,
-    file: &Path,
-    queries: &Path,
+    questions: &[Question],
     corpus: Option<&Path>,
     tenant: &Tenant,
-) -> Result<()> {
+    embedder: &Arc<dyn Embedder>,
+) -> Result<Vec<(Vec<f32>, Vec<Hit>)>> {
     let config = &settings.config;
-    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
-    let questions = questions(queries)?;
-    let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(config)?);
+    let embedder = Arc::clone(embedder);
     let scratch = tempfile::tempdir()?;
     let store: Arc<dyn Store> = match corpus {
         Some(dir) => {
@@ -224,12 +221,45 @@ pub async fn test(
         }
     };
 
+    let fusion = config.answer.fusion.for_tenant(tenant);
+    let mut retrieved = Vec::with_capacity(questions.len());
+    for q in questions {
+        let vector = embedder
+            .embed(&[q.query.as_str()])?
+            .pop()
+            .context("no query vector")?;
+        let k = q.k.unwrap_or(config.answer.top_k);
+        let search = Search::new(&q.query, &vector, k).fusion(fusion);
+        let hits = store.search(tenant, &search).await?;
+        retrieved.push((vector, hits));
+    }
+    Ok(retrieved)
+}
+
+/// `sluice component test FILE --queries FILE [--corpus DIR]`: every question retrieved as
+/// the answer path retrieves it (the tenant's fusion, `k` candidates), then reranked by the
+/// component under the configured limits. Prints the two orders side by side, what was
+/// dropped, and the cost per call; fails when any call failed.
+pub async fn test(
+    settings: &sluice_app::Settings,
+    file: &Path,
+    queries: &Path,
+    corpus: Option<&Path>,
+    tenant: &Tenant,
+) -> Result<()> {
+    let config = &settings.config;
+    let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let questions = questions(queries)?;
+    let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(config)?);
+    let retrieved = retrieve(settings, &questions, corpus, tenant, &embedder).await?;
+
     // The component as the answer path runs it: uploaded to a registry (validated, compiled,
     // smoke-run under the limits), then called with the same candidates and context.
     let world = sandbox(settings)?
         .compile(&bytes)
         .map_err(|e| anyhow::anyhow!("{}: refused at upload: {e}", file.display()))?
         .world();
+    let scratch = tempfile::tempdir()?;
     let disk = sluice_sandbox::Disk::open(&scratch.path().join("components"))?;
     let registry = sluice_app::registry(&settings.rerank, Arc::clone(&embedder), Arc::new(disk))?;
     let version = registry
@@ -252,16 +282,8 @@ pub async fn test(
         settings.rerank.memory_mb
     );
 
-    let fusion = config.answer.fusion.for_tenant(tenant);
     let mut outcomes = Vec::with_capacity(questions.len());
-    for q in &questions {
-        let vector = embedder
-            .embed(&[q.query.as_str()])?
-            .pop()
-            .context("no query vector")?;
-        let k = q.k.unwrap_or(config.answer.top_k);
-        let search = Search::new(&q.query, &vector, k).fusion(fusion);
-        let hits = store.search(tenant, &search).await?;
+    for (q, (vector, hits)) in questions.iter().zip(retrieved) {
         let active = Arc::clone(&active);
         let (query, context, candidates) = (q.query.clone(), q.context.clone(), hits.clone());
         let call = tokio::task::spawn_blocking(move || {
@@ -357,11 +379,36 @@ fn sandbox(settings: &sluice_app::Settings) -> Result<Sandbox> {
         .map_err(|e| anyhow::anyhow!("starting the sandbox: {e:#}"))
 }
 
-/// `sluice component bench FILE`: the component's instantiate and call cost on 10, 50 and 200
-/// synthetic candidates with metadata, under the configured limits (embeddings are made up,
-/// as at upload: no model runs).
-pub fn bench(settings: &sluice_app::Settings, file: &Path, runs: usize) -> Result<()> {
+/// The synthetic set `sluice component bench` runs on without `--queries`, as its output and
+/// the docs describe it.
+pub const SYNTHETIC: &str = "query \"what is the card limit\"; candidates doc-0, doc-1, … \
+(title \"Document i\", a 144-word text about card limits and international transfers, fused \
+score 1/(60+i), chunk i mod 7) with metadata audience = [\"enterprise\"] for every 4th, else \
+[\"free\", \"pro\", \"enterprise\"]; draft = true for every 9th; topic = \"cards\"; \
+updated_at one day older each from 2025-03-01; year 2025, 2024, 2023 in turn";
+
+/// `sluice component bench FILE`: the component's instantiate and call cost under the
+/// configured limits (embeddings made up, as at upload: no model runs) — on the synthetic
+/// set ([`SYNTHETIC`]) at 10, 50 and 200 candidates, or on the tenant's own questions and
+/// their candidates (`queries`, from `corpus` or the configured store), each with its
+/// context; `context` replaces every call's.
+pub async fn bench(
+    settings: &sluice_app::Settings,
+    file: &Path,
+    runs: usize,
+    context: Option<&str>,
+    data: Option<(&Path, Option<&Path>, &Tenant)>,
+) -> Result<()> {
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
+    let context = match context {
+        Some(text) => {
+            let value: Value = serde_json::from_str(text).context(
+                "--context is not JSON; write an object, such as '{\"plan\": \"premium\"}'",
+            )?;
+            Some(RerankContext::parse(&value).map_err(|e| anyhow::anyhow!("--context: {e}"))?)
+        }
+        None => None,
+    };
     let sandbox = sandbox(settings)?;
     let prepared = sandbox
         .compile(&bytes)
@@ -372,24 +419,58 @@ pub fn bench(settings: &sluice_app::Settings, file: &Path, runs: usize) -> Resul
         bytes.len(),
         prepared.world()
     );
-    let context = [ContextEntry {
-        key: "plan".into(),
-        value: "pro".into(),
-    }];
+    // (what, query, context, candidates) per row.
+    let mut rows: Vec<(String, String, RerankContext, Vec<Candidate>)> = Vec::new();
+    match data {
+        None => {
+            let context = context.unwrap_or_else(|| {
+                let pro = serde_json::json!({"plan": "pro"});
+                RerankContext::parse(&pro).unwrap_or_default()
+            });
+            println!("synthetic set: {SYNTHETIC}; context {}", show(&context));
+            for n in [0, 10, 50, 200] {
+                let what = match n {
+                    0 => "instantiate + empty call".to_string(),
+                    n => format!("{n} candidates"),
+                };
+                let query = "what is the card limit".to_string();
+                rows.push((what, query, context.clone(), sample_candidates(n)));
+            }
+        }
+        Some((queries, corpus, tenant)) => {
+            let questions = questions(queries)?;
+            let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(&settings.config)?);
+            let retrieved = retrieve(settings, &questions, corpus, tenant, &embedder).await?;
+            let max = settings.rerank.max_text_bytes;
+            for (i, (q, (_, hits))) in questions.iter().zip(retrieved).enumerate() {
+                let context = context.clone().unwrap_or_else(|| q.context.clone());
+                println!(
+                    "q{}: {} — {} candidates, context {}",
+                    i + 1,
+                    q.query,
+                    hits.len(),
+                    show(&context)
+                );
+                let what = format!("q{} ({} candidates)", i + 1, hits.len());
+                rows.push((
+                    what,
+                    q.query.clone(),
+                    context,
+                    sluice_sandbox::candidates(&hits, max),
+                ));
+            }
+        }
+    }
     let mut failed = false;
     let us = |d: Duration| d.as_secs_f64() * 1e6;
-    for n in [0, 10, 50, 200] {
-        let candidates = sample_candidates(n);
+    for (what, query, context, candidates) in &rows {
+        let entries = sluice_sandbox::context_entries(context);
         let call = Call {
-            query: "what is the card limit",
-            context: &context,
-            candidates: &candidates,
+            query,
+            context: &entries,
+            candidates,
         };
         let m = measure(&sandbox, &prepared, &call, runs);
-        let what = match n {
-            0 => "instantiate + empty call".to_string(),
-            n => format!("{n} candidates"),
-        };
         println!(
             "  {what:<26} p50 {:>8.1} µs  p99 {:>8.1} µs  fuel p50 {:>10} p99 {:>10}{}",
             us(m.wall.0),
@@ -404,6 +485,16 @@ pub fn bench(settings: &sluice_app::Settings, file: &Path, runs: usize) -> Resul
     }
     ensure!(!failed, "the component failed under the limits");
     Ok(())
+}
+
+/// A context as `key=value, …` (`none` when empty).
+fn show(context: &RerankContext) -> String {
+    let pairs: Vec<String> = context.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    if pairs.is_empty() {
+        "none".into()
+    } else {
+        pairs.join(", ")
+    }
 }
 
 #[derive(Subcommand)]
@@ -434,14 +525,30 @@ pub enum ComponentCommand {
         #[arg(long)]
         tenant: Option<String>,
     },
-    /// Measure a component's instantiate and call cost on 10, 50 and 200 candidates with
-    /// metadata, under the configured limits.
+    /// Measure a component's instantiate and call cost under the configured limits: on a
+    /// synthetic set at 10, 50 and 200 candidates (what it holds is printed), or with
+    /// --queries on the tenant's own questions and candidates.
     Bench {
         /// The `.component.wasm`.
         file: PathBuf,
-        /// Calls per size.
+        /// Calls per row.
         #[arg(long, default_value_t = 1000)]
         runs: usize,
+        /// The rerank context of every call: a JSON object of strings (default: each
+        /// question's own; `{"plan": "pro"}` on the synthetic set).
+        #[arg(long, value_name = "JSON")]
+        context: Option<String>,
+        /// Questions (as `test` reads them): benchmark on their candidates instead.
+        #[arg(long)]
+        queries: Option<PathBuf>,
+        /// With --queries: ingest this folder into a scratch store (default: the configured
+        /// store).
+        #[arg(long, requires = "queries")]
+        corpus: Option<PathBuf>,
+        /// With --queries: tenant whose documents are searched (default:
+        /// SLUICE_DEFAULT_TENANT).
+        #[arg(long, requires = "queries")]
+        tenant: Option<String>,
     },
 }
 
@@ -469,6 +576,20 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             };
             test(settings, &file, &queries, corpus.as_deref(), &tenant).await
         }
-        ComponentCommand::Bench { file, runs } => bench(settings, &file, runs),
+        ComponentCommand::Bench {
+            file,
+            runs,
+            context,
+            queries,
+            corpus,
+            tenant,
+        } => {
+            let tenant = match tenant.as_deref() {
+                Some(t) => Tenant::new(t)?,
+                None => settings.config.auth.default_tenant.clone(),
+            };
+            let data = queries.as_deref().map(|q| (q, corpus.as_deref(), &tenant));
+            bench(settings, &file, runs, context.as_deref(), data).await
+        }
     }
 }

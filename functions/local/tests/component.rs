@@ -79,6 +79,13 @@ fn a_new_component_builds_and_is_measured() {
     let (ok, stdout, all) = run(&["component", "bench", wasm.to_str().unwrap(), "--runs", "20"]);
     assert!(ok, "{all}");
     assert!(stdout.contains("sluice:rerank/reranker@0.2.0"), "{stdout}");
+    // What the synthetic set holds is said, with the context it runs under.
+    assert!(
+        stdout.contains("synthetic set: query")
+            && stdout.contains("audience")
+            && stdout.contains("context plan=pro"),
+        "{stdout}"
+    );
     for line in [
         "instantiate + empty call",
         "10 candidates",
@@ -207,4 +214,66 @@ fn a_component_is_tested_on_questions_over_a_corpus_without_a_server() {
         "{all}"
     );
     assert!(all.contains("2 of 2 calls failed"), "{all}");
+    // The benchmark on the same questions and corpus: a row per question, under its own
+    // context, or under --context for all.
+    let bench = |extra: &[&str]| {
+        let out = sluice()
+            .args([
+                "component",
+                "bench",
+                policy.to_str().unwrap(),
+                "--runs",
+                "5",
+            ])
+            .args([
+                "--queries",
+                queries.to_str().unwrap(),
+                "--corpus",
+                docs.to_str().unwrap(),
+            ])
+            .args(extra)
+            .env("SLUICE_DATA_DIR", tmp.path().join("data"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let own = bench(&[]);
+    assert!(
+        own.contains("what is the daily card limit — 4 candidates, context plan=pro"),
+        "{own}"
+    );
+    assert!(own.contains("context none"), "{own}");
+    for row in ["q1 (4 candidates)", "q2 ("] {
+        let line = own
+            .lines()
+            .find(|l| l.contains(row))
+            .unwrap_or_else(|| panic!("{row}: {own}"));
+        assert!(
+            line.contains("fuel p50") && !line.contains("FAILED"),
+            "{line}"
+        );
+    }
+    let forced = bench(&["--context", r#"{"plan": "enterprise"}"#]);
+    assert_eq!(
+        forced.matches("context plan=enterprise").count(),
+        2,
+        "{forced}"
+    );
+    // A context that is not one is refused, saying why.
+    let out = sluice()
+        .args([
+            "component",
+            "bench",
+            policy.to_str().unwrap(),
+            "--context",
+            r#"{"plan": 3}"#,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && text(&out).contains("--context"),
+        "{}",
+        text(&out)
+    );
 }

@@ -45,7 +45,7 @@ mod registry;
 
 pub use config::RerankConfig;
 use registry::truncate;
-pub use registry::{Disk, ModelHost, Registry, UploadHost, limits};
+pub use registry::{Disk, ModelHost, Registry, UploadHost, candidates, context_entries, limits};
 
 // Generated from the WIT; its docs live in `wit/rerank-0.2/rerank.wit`. Host functions may
 // trap (`trappable`): that is how a call over its host budget is stopped where the WIT gives

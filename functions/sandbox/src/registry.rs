@@ -457,25 +457,8 @@ impl ActiveComponent for Active {
     }
 
     fn rerank(&self, input: &RerankInput<'_>) -> RerankCall {
-        let max = self.sandbox.limits().max_text_bytes;
-        let candidates: Vec<Candidate> = input
-            .hits
-            .iter()
-            .map(|h| Candidate {
-                id: h.document.id.clone(),
-                title: h.document.title.clone(),
-                text: truncate(&h.text, max).to_string(),
-                score: h.score,
-                chunk: u32::try_from(h.chunk).unwrap_or(u32::MAX),
-                metadata: metadata(&h.document.metadata),
-            })
-            .collect();
-        let context: Vec<ContextEntry> = (input.context.iter())
-            .map(|(key, value)| ContextEntry {
-                key: key.to_string(),
-                value: value.to_string(),
-            })
-            .collect();
+        let candidates = candidates(input.hits, self.sandbox.limits().max_text_bytes);
+        let context = context_entries(input.context);
         let mut known: HashMap<String, Vec<f32>> = candidates
             .iter()
             .zip(input.hits)
@@ -499,6 +482,31 @@ impl ActiveComponent for Active {
             wall: cost.wall,
         }
     }
+}
+
+/// Retrieved chunks as a component is given them: each text cut at `max_text_bytes`, the
+/// document's metadata sorted by key.
+pub fn candidates(hits: &[sluice_contract::stages::Hit], max_text_bytes: usize) -> Vec<Candidate> {
+    (hits.iter())
+        .map(|h| Candidate {
+            id: h.document.id.clone(),
+            title: h.document.title.clone(),
+            text: truncate(&h.text, max_text_bytes).to_string(),
+            score: h.score,
+            chunk: u32::try_from(h.chunk).unwrap_or(u32::MAX),
+            metadata: metadata(&h.document.metadata),
+        })
+        .collect()
+}
+
+/// A request's `rerank_context` as a component is given it.
+pub fn context_entries(context: &sluice_contract::stages::RerankContext) -> Vec<ContextEntry> {
+    (context.iter())
+        .map(|(key, value)| ContextEntry {
+            key: key.to_string(),
+            value: value.to_string(),
+        })
+        .collect()
 }
 
 /// A document's metadata as a 0.2 component reads it, sorted by key.
