@@ -1,6 +1,7 @@
 //! `sluice component`: a tenant's local loop for a rerank component — start a crate from the
-//! SDK (`new`), run it on questions over a corpus without a server (`test`), and measure what
-//! it costs (`bench`). `test` runs the component as the answer path does (the registry, the
+//! SDK (`new`, in a workspace of its own anywhere: the SDK and the WIT come from this binary),
+//! build it into a component (`build`), run it on questions over a corpus without a server
+//! (`test`), and measure what it costs (`bench`). `test` runs the component as the answer path does (the registry, the
 //! same limits, the same candidates with their metadata); `bench` runs it in the sandbox
 //! alone, on synthetic candidates.
 
@@ -22,7 +23,7 @@ use sluice_sandbox::{Call, Candidate, Sandbox, UploadHost};
 /// the places to put a tenant's rules marked.
 const TEMPLATE_LIB: &str = r#"//! NAME: a Sluice rerank component (sluice:rerank@0.2.0).
 //!
-//! Build: `scripts/build-components.sh components/NAME`
+//! Build: `sluice component build` (in this folder)
 //! Try:   `sluice component test <the .component.wasm> --queries questions.txt --corpus DOCS`
 //! Cost:  `sluice component bench <the .component.wasm>`
 
@@ -61,9 +62,45 @@ crate-type = ["cdylib"]
 sluice-rerank-sdk.workspace = true
 "#;
 
-/// `sluice component new NAME`: a component crate in `dir` (the components workspace, whose
-/// members are every folder in it).
-pub fn new(name: &str, dir: &Path) -> Result<PathBuf> {
+/// The SDK and the world `sluice component new` writes into a workspace of its own: the ones
+/// this binary was built with, so a component built from them fits the host that runs it.
+const SDK_LIB: &str = include_str!("../../../components/sdk/src/lib.rs");
+const SDK_MANIFEST: &str = include_str!("../../../components/sdk/Cargo.toml");
+const WORLD: &str = include_str!("../../../wit/rerank-0.2/rerank.wit");
+/// The components workspace's manifest: where the SDK's `wit-bindgen` is pinned.
+const COMPONENTS_MANIFEST: &str = include_str!("../../../components/Cargo.toml");
+
+/// A workspace of one component: the crate, the SDK under `vendor/` (which reads the WIT at
+/// `../../wit/rerank-0.2`, as in Sluice's own tree) and the release profile components need.
+const STANDALONE_MANIFEST: &str = r#"# A Sluice rerank component for the sluice:rerank@0.2.0 world, made by `sluice component new`
+# (Sluice VERSION, whose SDK and WIT are in vendor/ and wit/). Build: `sluice component build`.
+[package]
+name = "NAME"
+description = "A Sluice rerank component."
+version = "0.1.0"
+edition = "2024"
+publish = false
+
+[lib]
+crate-type = ["cdylib"]
+
+[dependencies]
+sluice-rerank-sdk = { path = "vendor/sluice-rerank-sdk" }
+
+[workspace]
+
+[profile.release]
+opt-level = "s"
+lto = true
+codegen-units = 1
+panic = "abort"
+strip = true
+"#;
+
+/// `sluice component new NAME`: a component crate — in `dir` when that is a components
+/// workspace (Sluice's own `components/`), else a workspace of its own at `dir/NAME` (default
+/// `dir`: `components/` when it is one, else the current folder).
+pub fn new(name: &str, dir: Option<&Path>) -> Result<PathBuf> {
     let valid = name.len() <= 40
         && name.starts_with(|c: char| c.is_ascii_lowercase())
         && name
@@ -75,26 +112,193 @@ pub fn new(name: &str, dir: &Path) -> Result<PathBuf> {
         "{name:?} is not a crate name for a component: lowercase ASCII letters, digits and -, \
          starting with a letter, at most 40 characters (and not `sdk`)"
     );
-    let workspace = std::fs::read_to_string(dir.join("Cargo.toml")).with_context(|| {
+    let is_workspace = |dir: &Path| {
+        std::fs::read_to_string(dir.join("Cargo.toml"))
+            .is_ok_and(|m| m.contains("[workspace]") && m.contains("sluice-rerank-sdk"))
+    };
+    let dir = match dir {
+        Some(dir) => dir.to_path_buf(),
+        None if is_workspace(Path::new("components")) => PathBuf::from("components"),
+        None => PathBuf::from("."),
+    };
+    let root = dir.join(name);
+    ensure!(!root.exists(), "{} already exists", root.display());
+    let write = |path: &Path, text: &str| -> Result<()> {
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent)
+                .with_context(|| format!("creating {}", parent.display()))?;
+        }
+        std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+    };
+    write(
+        &root.join("src/lib.rs"),
+        &TEMPLATE_LIB.replace("NAME", name),
+    )?;
+    if is_workspace(&dir) {
+        write(
+            &root.join("Cargo.toml"),
+            &TEMPLATE_MANIFEST.replace("NAME", name),
+        )?;
+        return Ok(root);
+    }
+    let version = env!("CARGO_PKG_VERSION");
+    let manifest = STANDALONE_MANIFEST
+        .replace("NAME", name)
+        .replace("VERSION", version);
+    write(&root.join("Cargo.toml"), &manifest)?;
+    write(&root.join("vendor/sluice-rerank-sdk/src/lib.rs"), SDK_LIB)?;
+    write(
+        &root.join("vendor/sluice-rerank-sdk/Cargo.toml"),
+        &standalone_sdk_manifest(version)?,
+    )?;
+    write(&root.join("wit/rerank-0.2/rerank.wit"), WORLD)?;
+    write(&root.join(".gitignore"), "/target\n")?;
+    Ok(root)
+}
+
+/// The SDK's manifest outside Sluice's workspace: its own version (Sluice's) and the
+/// `wit-bindgen` pin of the components workspace, written out.
+fn standalone_sdk_manifest(version: &str) -> Result<String> {
+    let bindgen = (COMPONENTS_MANIFEST.lines())
+        .find(|l| l.starts_with("wit-bindgen = "))
+        .context("the components workspace pins no wit-bindgen")?;
+    let mut out = String::new();
+    for line in SDK_MANIFEST.lines() {
+        let line = match line {
+            "version.workspace = true" => format!("version = \"{version}\""),
+            "edition.workspace = true" => "edition = \"2024\"".into(),
+            "license.workspace = true" => "license = \"Apache-2.0\"".into(),
+            "publish.workspace = true" => "publish = false".into(),
+            "wit-bindgen.workspace = true" => bindgen.to_string(),
+            other => other.to_string(),
+        };
+        out.push_str(&line);
+        out.push('\n');
+    }
+    ensure!(
+        !out.contains(".workspace = true"),
+        "the SDK's manifest has a workspace key this writer does not know:\n{SDK_MANIFEST}"
+    );
+    Ok(out)
+}
+
+/// How this machine builds for `wasm32-unknown-unknown`.
+enum Toolchain {
+    /// A toolchain whose sysroot has the target's standard library (rustup's
+    /// `rustup target add wasm32-unknown-unknown`).
+    Installed,
+    /// Debian's `rustc-web` with the standard library's sources (`rust-web-src`) and LLVM's
+    /// linker (`lld-22`): the standard library is built with the component.
+    DebianSources,
+}
+
+fn toolchain() -> Result<Toolchain> {
+    let sysroot = std::process::Command::new("rustc")
+        .args(["--print", "sysroot"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| PathBuf::from(String::from_utf8_lossy(&o.stdout).trim()));
+    if sysroot.is_some_and(|s| s.join("lib/rustlib/wasm32-unknown-unknown/lib").is_dir()) {
+        return Ok(Toolchain::Installed);
+    }
+    if Path::new("/usr/bin/rustc").is_file()
+        && Path::new("/usr/lib/rustlib/src/rust").is_dir()
+        && Path::new("/usr/bin/wasm-ld-22").is_file()
+    {
+        return Ok(Toolchain::DebianSources);
+    }
+    bail!(
+        "no Rust toolchain here builds for wasm32-unknown-unknown. With rustup: \
+         `rustup target add wasm32-unknown-unknown`; on Debian or Ubuntu: \
+         `apt-get install rustc-web cargo-web rust-web-src lld-22`"
+    )
+}
+
+/// `sluice component build [DIR]`: the component crate in `dir` built for
+/// `wasm32-unknown-unknown` (release) and made a component in-process; returns the path of the
+/// `.component.wasm`, written beside the build's output (`<target dir>/NAME.component.wasm`).
+pub fn build(dir: &Path) -> Result<PathBuf> {
+    let manifest = dir.join("Cargo.toml");
+    let text = std::fs::read_to_string(&manifest).with_context(|| {
         format!(
-            "{} is not the components workspace (no Cargo.toml); pass --dir",
+            "{} is not a component crate (no Cargo.toml); start one with `sluice component new NAME`",
             dir.display()
         )
     })?;
+    let name = (text.lines())
+        .skip_while(|l| l.trim() != "[package]")
+        .find_map(|l| {
+            let (key, value) = l.split_once('=')?;
+            (key.trim() == "name").then(|| value.trim().trim_matches('"').to_string())
+        })
+        .with_context(|| format!("{} has no [package] name", manifest.display()))?;
+    let toolchain = toolchain()?;
+    let cargo = |args: &[&str]| {
+        let mut command = match toolchain {
+            Toolchain::Installed => std::process::Command::new("cargo"),
+            Toolchain::DebianSources => {
+                let mut c = std::process::Command::new("/usr/bin/cargo");
+                // RUSTC_BOOTSTRAP lets the stable toolchain build the standard library
+                // (-Zbuild-std); Debian ships no rust-lld, hence the linker.
+                c.env("RUSTC", "/usr/bin/rustc")
+                    .env("RUSTC_BOOTSTRAP", "1")
+                    .env("CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_LINKER", "wasm-ld-22");
+                c
+            }
+        };
+        // A wrapper of the host toolchain (clippy's, sccache) must not wrap this one.
+        command
+            .env_remove("RUSTC_WRAPPER")
+            .env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .arg(args[0])
+            .arg("--manifest-path")
+            .arg(&manifest)
+            .args(&args[1..]);
+        command
+    };
+    let metadata = cargo(&["metadata", "--format-version", "1", "--no-deps"])
+        .output()
+        .context("running cargo")?;
     ensure!(
-        workspace.contains("sluice-rerank-sdk"),
-        "{}/Cargo.toml is not the components workspace (no sluice-rerank-sdk); pass --dir",
-        dir.display()
+        metadata.status.success(),
+        "cargo metadata failed: {}",
+        String::from_utf8_lossy(&metadata.stderr)
     );
-    let root = dir.join(name);
-    ensure!(!root.exists(), "{} already exists", root.display());
-    std::fs::create_dir_all(root.join("src"))?;
-    std::fs::write(
-        root.join("Cargo.toml"),
-        TEMPLATE_MANIFEST.replace("NAME", name),
-    )?;
-    std::fs::write(root.join("src/lib.rs"), TEMPLATE_LIB.replace("NAME", name))?;
-    Ok(root)
+    let metadata: Value = serde_json::from_slice(&metadata.stdout)?;
+    let target = PathBuf::from(
+        metadata["target_directory"]
+            .as_str()
+            .context("cargo metadata names no target directory")?,
+    );
+    let mut args = vec![
+        "build",
+        "--release",
+        "--target",
+        "wasm32-unknown-unknown",
+        "-p",
+        &name,
+    ];
+    if let Toolchain::DebianSources = toolchain {
+        args.push("-Zbuild-std=std,panic_abort");
+    }
+    let status = cargo(&args).status().context("running cargo build")?;
+    ensure!(
+        status.success(),
+        "cargo build failed (its errors are above)"
+    );
+    let core_path = target
+        .join("wasm32-unknown-unknown/release")
+        .join(format!("{}.wasm", name.replace('-', "_")));
+    let core = std::fs::read(&core_path)
+        .with_context(|| format!("reading the built module {}", core_path.display()))?;
+    let component = wit_component::ComponentEncoder::default()
+        .module(&core)
+        .and_then(|e| e.validate(true).encode())
+        .map_err(|e| anyhow::anyhow!("making {} a component: {e:#}", core_path.display()))?;
+    let out = target.join(format!("{name}.component.wasm"));
+    std::fs::write(&out, component).with_context(|| format!("writing {}", out.display()))?;
+    Ok(out)
 }
 
 /// One question of `--queries`: a line of text, or a JSON object
@@ -499,13 +703,22 @@ fn show(context: &RerankContext) -> String {
 
 #[derive(Subcommand)]
 pub enum ComponentCommand {
-    /// Create a component crate from the SDK (0.2 world) in the components workspace; build
-    /// it with `scripts/build-components.sh DIR/NAME`.
+    /// Create a component crate from the SDK (0.2 world): a workspace of its own at DIR/NAME,
+    /// with the SDK and the WIT this binary carries (in Sluice's `components/` workspace, a
+    /// crate of it).
     New {
         /// Crate name: lowercase letters, digits and -.
         name: String,
-        /// The components workspace.
-        #[arg(long, default_value = "components")]
+        /// Where [default: `components/` when it is Sluice's components workspace, else the
+        /// current folder].
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Build a component crate into a `.component.wasm` (release, wasm32-unknown-unknown,
+    /// made a component in-process); prints its path.
+    Build {
+        /// The crate's folder.
+        #[arg(default_value = ".")]
         dir: PathBuf,
     },
     /// Run a component on questions over a corpus, without a server: the fused order and the
@@ -556,12 +769,16 @@ pub enum ComponentCommand {
 pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand) -> Result<()> {
     match command {
         ComponentCommand::New { name, dir } => {
-            let root = new(&name, &dir)?;
+            let root = new(&name, dir.as_deref())?;
             println!("created {}", root.display());
-            println!("build it:  scripts/build-components.sh {}", root.display());
+            println!("build it:  sluice component build {}", root.display());
             println!(
-                "try it:    sluice component test ~/.cache/sluice/components/{name}.component.wasm --queries FILE --corpus DIR"
+                "try it:    sluice component test <the .component.wasm it prints> --queries FILE --corpus DIR"
             );
+            Ok(())
+        }
+        ComponentCommand::Build { dir } => {
+            println!("{}", build(&dir)?.display());
             Ok(())
         }
         ComponentCommand::Test {

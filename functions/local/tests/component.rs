@@ -1,5 +1,7 @@
-//! `sluice component`, a tenant's local loop, as a user runs it: `new` writes a crate that
-//! `scripts/build-components.sh` builds into a 0.2 component; `bench` measures it; `test`
+//! `sluice component`, a tenant's local loop, as a user runs it: in an empty folder outside
+//! the repository, `new` writes a workspace of its own (the SDK and the WIT from the binary)
+//! that `build` makes a 0.2 component; `test` and `bench` run it on the tenant's documents and
+//! contexts; uploaded to `sluice serve`, it changes premium callers' answers. `test`
 //! runs the example `policy` component on questions over a corpus folder with the real model
 //! (orders side by side, what was dropped, cost per call) and exits non-zero for a component
 //! that fails on real requests.
@@ -7,101 +9,203 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use common::*;
 
-fn repo() -> PathBuf {
-    sluice_tests::repo()
+/// What a tenant writes: premium callers see the documents meant for them first.
+const PREMIUM_BOOST: &str = r#"use sluice_rerank_sdk::{Candidate, Context, Guest, Ranking, context, export_reranker, scores};
+
+struct PremiumBoost;
+
+impl Guest for PremiumBoost {
+    fn rerank(_query: String, ctx: Context, candidates: Vec<Candidate>) -> Result<Ranking, String> {
+        let premium = context(&ctx, "plan") == Some("premium");
+        Ok(scores(candidates.iter().map(|c: &Candidate| {
+            let for_premium = c.strings("audience").is_some_and(|a| a.iter().any(|x| x == "premium"));
+            if premium && for_premium { c.score + 1.0 } else { c.score }
+        })))
+    }
 }
 
-fn run(args: &[&str]) -> (bool, String, String) {
-    let out = sluice().args(args).output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).to_string(),
-        text(&out),
-    )
+export_reranker!(PremiumBoost);
+"#;
+
+/// The first row of a `component test` block: (fused first, component's first).
+fn firsts(block: &str) -> (String, String) {
+    let row = (block.lines())
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap_or_else(|| panic!("no first row: {block}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    (cells[1].to_string(), cells[3].to_string())
 }
 
 #[test]
-fn a_new_component_builds_and_is_measured() {
-    sluice_testkit::needs!(Components);
-    // A copy of the components workspace (its manifest, lock file and SDK, and the WIT the
-    // SDK reads), so that the repository's own is not touched.
+fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_answers() {
+    sluice_testkit::needs!(Components, Llm, Model);
+    // An empty folder outside the repository, and nothing read from the repository: the SDK
+    // and the WIT come from the binary.
     let tmp = tempfile::tempdir().unwrap();
-    let ws = tmp.path().join("components");
-    std::fs::create_dir_all(ws.join("sdk/src")).unwrap();
+    let target = sluice_testkit::services::sluice_home().join("components-target");
+    let run = |args: &[&str]| {
+        let out = sluice()
+            .args(args)
+            .current_dir(tmp.path())
+            // Shares the standard library built for the target with the other builds.
+            .env("CARGO_TARGET_DIR", &target)
+            .env("SLUICE_DATA_DIR", tmp.path().join("data"))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        (out.status.success(), stdout, text(&out))
+    };
+    let (ok, stdout, all) = run(&["component", "new", "premium-boost"]);
+    assert!(ok, "{all}");
+    assert!(stdout.contains("sluice component build"), "{stdout}");
+    let crate_dir = tmp.path().join("premium-boost");
     for file in [
         "Cargo.toml",
-        "Cargo.lock",
-        "sdk/Cargo.toml",
-        "sdk/src/lib.rs",
+        "src/lib.rs",
+        "vendor/sluice-rerank-sdk/Cargo.toml",
+        "vendor/sluice-rerank-sdk/src/lib.rs",
+        "wit/rerank-0.2/rerank.wit",
     ] {
-        std::fs::copy(repo().join("components").join(file), ws.join(file)).unwrap();
+        assert!(crate_dir.join(file).is_file(), "{file}");
     }
-    std::fs::create_dir_all(tmp.path().join("wit/rerank-0.2")).unwrap();
-    std::fs::copy(
-        repo().join("wit/rerank-0.2/rerank.wit"),
-        tmp.path().join("wit/rerank-0.2/rerank.wit"),
+    // Refused with the reason: it exists; a bad name.
+    let (ok, _, all) = run(&["component", "new", "premium-boost"]);
+    assert!(!ok && all.contains("already exists"), "{all}");
+    let (ok, _, all) = run(&["component", "new", "Premium_Boost"]);
+    assert!(!ok && all.contains("not a crate name"), "{all}");
+    // As written, the template builds; then the tenant's rule.
+    let (ok, stdout, all) = run(&["component", "build", "premium-boost"]);
+    assert!(ok, "{all}");
+    std::fs::write(crate_dir.join("src/lib.rs"), PREMIUM_BOOST).unwrap();
+    let (ok, stdout_after, all) = run(&["component", "build", "premium-boost"]);
+    assert!(ok, "{all}");
+    assert_eq!(stdout, stdout_after, "the same place");
+    let wasm = PathBuf::from(stdout_after.trim());
+    assert!(
+        wasm.is_file()
+            && wasm
+                .to_string_lossy()
+                .ends_with("premium-boost.component.wasm"),
+        "{stdout_after}"
+    );
+    let wasm = wasm.to_str().unwrap();
+
+    // The tenant's own documents and questions.
+    let docs = tmp.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(
+        docs.join("limits.jsonl"),
+        [
+            r#"{"id": "limits-standard", "title": "Standard card limits", "text": "What is the daily card limit? The daily card limit is one thousand dollars a day.", "metadata": {"audience": ["standard"]}}"#,
+            r#"{"id": "limits-premium", "title": "Premium card limits", "text": "Premium accounts may spend up to five thousand dollars abroad.", "metadata": {"audience": "premium"}}"#,
+            r#"{"id": "branches", "title": "Branch hours", "text": "Branches open at nine and close at five on weekdays.", "metadata": {"audience": ["standard", "premium"]}}"#,
+        ]
+        .join("\n"),
     )
     .unwrap();
-    let dir = ws.to_str().unwrap();
-
-    let (ok, stdout, all) = run(&["component", "new", "my-rules", "--dir", dir]);
+    let queries = tmp.path().join("questions.jsonl");
+    std::fs::write(
+        &queries,
+        "{\"query\": \"what is the daily card limit\", \"rerank_context\": {\"plan\": \"premium\"}, \"k\": 3}\n\
+         what is the daily card limit\n",
+    )
+    .unwrap();
+    let (q, d) = (queries.to_str().unwrap(), docs.to_str().unwrap());
+    let (ok, stdout, all) = run(&["component", "test", wasm, "--queries", q, "--corpus", d]);
     assert!(ok, "{all}");
-    assert!(stdout.contains("my-rules"), "{stdout}");
-    assert!(ws.join("my-rules/src/lib.rs").is_file());
-    // Refused with the reason: it exists; a bad name; not the components workspace.
-    let (ok, _, all) = run(&["component", "new", "my-rules", "--dir", dir]);
-    assert!(!ok && all.contains("already exists"), "{all}");
-    let (ok, _, all) = run(&["component", "new", "My_Rules", "--dir", dir]);
-    assert!(!ok && all.contains("not a crate name"), "{all}");
-    let (ok, _, all) = run(&[
+    let block = |marker: &str| -> String {
+        (stdout.split("\n\n"))
+            .find(|b| b.contains(marker))
+            .unwrap_or_else(|| panic!("{marker}: {stdout}"))
+            .to_string()
+    };
+    let (fused, component) = firsts(&block("[plan=premium]"));
+    assert_ne!(fused, "limits-premium#0", "the premise: {stdout}");
+    assert_eq!(component, "limits-premium#0", "{stdout}");
+    let (fused, component) = firsts(&block("what is the daily card limit\n  "));
+    assert_eq!(fused, component, "no plan, no change: {stdout}");
+    let (ok, stdout, all) = run(&[
         "component",
-        "new",
-        "x",
-        "--dir",
-        tmp.path().to_str().unwrap(),
+        "bench",
+        wasm,
+        "--runs",
+        "5",
+        "--queries",
+        q,
+        "--corpus",
+        d,
+        "--context",
+        r#"{"plan": "premium"}"#,
     ]);
-    assert!(!ok && all.contains("not the components workspace"), "{all}");
-
-    let out_dir = tmp.path().join("built");
-    let built = Command::new(repo().join("scripts/build-components.sh"))
-        .arg(ws.join("my-rules"))
-        .env("SLUICE_COMPONENTS_DIR", &out_dir)
-        .output()
-        .unwrap();
-    assert!(built.status.success(), "{}", text(&built));
-    let wasm = out_dir.join("my-rules.component.wasm");
-    assert!(wasm.is_file(), "{}", text(&built));
-
-    let (ok, stdout, all) = run(&["component", "bench", wasm.to_str().unwrap(), "--runs", "20"]);
     assert!(ok, "{all}");
-    assert!(stdout.contains("sluice:rerank/reranker@0.2.0"), "{stdout}");
-    // What the synthetic set holds is said, with the context it runs under.
-    assert!(
-        stdout.contains("synthetic set: query")
-            && stdout.contains("audience")
-            && stdout.contains("context plan=pro"),
+    assert_eq!(
+        stdout.matches("context plan=premium").count(),
+        2,
         "{stdout}"
     );
+    let (ok, stdout, all) = run(&["component", "bench", wasm, "--runs", "20"]);
+    assert!(ok, "{all}");
     for line in [
         "instantiate + empty call",
         "10 candidates",
         "50 candidates",
         "200 candidates",
     ] {
-        let row = stdout
-            .lines()
+        let row = (stdout.lines())
             .find(|l| l.contains(line))
             .unwrap_or_else(|| panic!("{line}: {stdout}"));
         assert!(
-            row.contains("p50") && row.contains("p99") && row.contains("fuel"),
+            row.contains("p50") && row.contains("fuel") && !row.contains("FAILED"),
             "{row}"
         );
-        assert!(!row.contains("FAILED"), "{row}");
     }
+
+    // On a server: ingested, uploaded, activated; premium callers' answers change.
+    let server = serve();
+    let (ok, _, all) = run(&["ingest", "--url", &server.url, d]);
+    assert!(ok, "{all}");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let http = reqwest::Client::new();
+        let uploaded: serde_json::Value = http
+            .put(format!("{}/v1/components/rerank", server.url))
+            .header("content-type", "application/wasm")
+            .body(std::fs::read(wasm).unwrap())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let version = uploaded["version"].as_str().expect("a version").to_string();
+        let activated = http
+            .post(format!("{}/v1/components/rerank/activate", server.url))
+            .json(&serde_json::json!({ "version": version }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(activated.status(), 200);
+    });
+    let first_source = |extra: &[&str]| {
+        let mut args = vec!["ask", "--url", server.url.as_str(), "-k", "3"];
+        args.extend_from_slice(extra);
+        args.push("what is the daily card limit");
+        let (ok, stdout, all) = run(&args);
+        assert!(ok, "{all}");
+        stdout
+            .lines()
+            .find(|l| l.starts_with("[1] "))
+            .unwrap_or_else(|| panic!("no sources: {stdout}"))
+            .to_string()
+    };
+    assert!(
+        first_source(&["--rerank-context", r#"{"plan": "premium"}"#])
+            .contains("Premium card limits")
+    );
+    assert!(!first_source(&[]).contains("Premium card limits"));
 }
 
 /// A corpus of four documents with audiences, and questions with and without a plan.
