@@ -176,22 +176,97 @@ struct Active {
     sandbox: Arc<Sandbox>,
     /// Its version's record in this process, kept by the registry across activations.
     stats: Arc<VersionStats>,
+    /// Where its failures go to be stored (see [`FailureWriter`]), with its tenant.
+    failures: FailureWriter,
+    tenant: Tenant,
 }
 
 impl Active {
     fn new(
-        version: &str,
+        (tenant, version): (&Tenant, &str),
         prepared: Prepared,
         sandbox: Arc<Sandbox>,
         stats: Arc<VersionStats>,
+        failures: FailureWriter,
     ) -> Arc<Self> {
         Arc::new(Self {
             version: version.to_string(),
             prepared,
             sandbox,
             stats,
+            failures,
+            tenant: tenant.clone(),
         })
     }
+}
+
+/// The key of a version's stored failures: its last [`ComponentVersion::MAX_FAILURES`], newest
+/// first, as JSON, beside its upload — so the process that lists versions (on Lambda, the
+/// registry function) shows what the processes that run them (the answer function) saw.
+fn failures_key(tenant: &Tenant, version: &str) -> String {
+    format!("{tenant}/{version}.failures.json")
+}
+
+/// Stores failures off the request path: one thread per registry takes them from a bounded
+/// queue and adds each to its version's record (read, prepend, cut, write). A full queue
+/// drops the failure (a storm of them needs no more than the last ten); two processes adding
+/// at once may lose one of the two — the record is advice for the tenant, not an audit log.
+#[derive(Clone)]
+struct FailureWriter(std::sync::mpsc::SyncSender<(Tenant, String, ComponentFailure)>);
+
+impl FailureWriter {
+    const QUEUE: usize = 64;
+
+    fn start(storage: Arc<dyn Storage>) -> Self {
+        let (send, receive) =
+            std::sync::mpsc::sync_channel::<(Tenant, String, ComponentFailure)>(Self::QUEUE);
+        let spawned = std::thread::Builder::new()
+            .name("component-failures".into())
+            .spawn(move || {
+                // Ends when the registry (every sender) is gone.
+                while let Ok((tenant, version, failure)) = receive.recv() {
+                    if let Err(e) = store_failure(storage.as_ref(), &tenant, &version, failure) {
+                        tracing::warn!(%tenant, %version, error = %e, "storing a component failure failed");
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "no thread to store component failures: they stay in this process");
+        }
+        Self(send)
+    }
+
+    fn send(&self, tenant: &Tenant, version: &str, failure: ComponentFailure) {
+        let _ = (self.0).try_send((tenant.clone(), version.to_string(), failure));
+    }
+}
+
+/// Adds `failure` to the version's stored record.
+fn store_failure(
+    storage: &dyn Storage,
+    tenant: &Tenant,
+    version: &str,
+    failure: ComponentFailure,
+) -> Result<(), ComponentError> {
+    let key = failures_key(tenant, version);
+    let mut record = stored_failures(storage, tenant, version)?;
+    record.insert(0, failure);
+    record.truncate(ComponentVersion::MAX_FAILURES);
+    let bytes = serde_json::to_vec(&record).map_err(|e| ComponentError::Storage(e.to_string()))?;
+    storage.put(&key, &bytes)
+}
+
+/// A version's stored failures, newest first (none when there is no record; a record that
+/// does not parse counts as none, and is replaced by the next failure).
+fn stored_failures(
+    storage: &dyn Storage,
+    tenant: &Tenant,
+    version: &str,
+) -> Result<Vec<ComponentFailure>, ComponentError> {
+    Ok(storage
+        .get(&failures_key(tenant, version))?
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+        .unwrap_or_default())
 }
 
 /// What this process saw of a version's calls: kept per tenant and version, not per load, so
@@ -206,12 +281,13 @@ struct VersionStats {
 }
 
 impl VersionStats {
+    /// Records a call; a failure is returned stamped, for the stored record as well.
     fn record(
         &self,
         fuel: u64,
         wall: Duration,
         failed: Option<&sluice_contract::stages::RerankFailure>,
-    ) {
+    ) -> Option<ComponentFailure> {
         let mut recent = lock(&self.recent);
         if recent.len() == CallCosts::WINDOW {
             recent.pop_front();
@@ -222,15 +298,18 @@ impl VersionStats {
             let at_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);
+            let stamped = ComponentFailure {
+                at_ms,
+                failure: failure.clone(),
+            };
             let mut failures = lock(&self.failures);
             if failures.len() == ComponentVersion::MAX_FAILURES {
                 failures.pop_front();
             }
-            failures.push_back(ComponentFailure {
-                at_ms,
-                failure: failure.clone(),
-            });
+            failures.push_back(stamped.clone());
+            return Some(stamped);
         }
+        None
     }
 
     fn costs(&self) -> Option<CallCosts> {
@@ -270,6 +349,7 @@ struct Inner {
     /// Each version's record, by tenant and version (versions are few per tenant: what it
     /// uploaded).
     stats: Mutex<HashMap<(Tenant, String), Arc<VersionStats>>>,
+    failures: FailureWriter,
 }
 
 fn is_version(v: &str) -> bool {
@@ -320,11 +400,12 @@ impl Registry {
         Self {
             inner: Arc::new(Inner {
                 sandbox: Arc::new(sandbox),
-                storage,
                 refresh,
                 known: Mutex::new(HashMap::new()),
                 loading: Mutex::new(HashMap::new()),
                 stats: Mutex::new(HashMap::new()),
+                failures: FailureWriter::start(Arc::clone(&storage)),
+                storage,
             }),
         }
     }
@@ -352,7 +433,11 @@ impl Inner {
                 .entry((tenant.clone(), version.to_string()))
                 .or_default(),
         );
-        let active = |prepared| Active::new(version, prepared, Arc::clone(&self.sandbox), stats);
+        let active = |prepared| {
+            let failures = self.failures.clone();
+            let sandbox = Arc::clone(&self.sandbox);
+            Active::new((tenant, version), prepared, sandbox, stats, failures)
+        };
         if let Some(bytes) = self.storage.get(&artefact)?
             && let Ok(prepared) = self.sandbox.load(&bytes)
         {
@@ -475,7 +560,9 @@ impl ActiveComponent for Active {
         };
         let (order, cost) = self.sandbox.rerank_costed(&self.prepared, &call, known);
         let order = order.map_err(|e| e.failure());
-        (self.stats).record(cost.fuel, cost.wall, order.as_ref().err());
+        if let Some(failure) = (self.stats).record(cost.fuel, cost.wall, order.as_ref().err()) {
+            self.failures.send(&self.tenant, &self.version, failure);
+        }
         RerankCall {
             order,
             fuel: cost.fuel,
@@ -628,10 +715,13 @@ impl Components for Registry {
             .into_iter()
             .map(|(version, size)| {
                 let seen = stats.get(&(tenant.clone(), version.clone()));
+                // What every process stored; this process's own when the record cannot be read.
+                let failures = stored_failures(self.inner.storage.as_ref(), tenant, &version)
+                    .unwrap_or_else(|_| seen.map(|s| s.failures()).unwrap_or_default());
                 ComponentVersion {
                     active: active.as_deref() == Some(version.as_str()),
                     cost: seen.and_then(|s| s.costs()),
-                    failures: seen.map(|s| s.failures()).unwrap_or_default(),
+                    failures,
                     version,
                     size,
                 }

@@ -177,6 +177,27 @@ async fn call(registry: &Arc<Registry>, name: &str) {
     .unwrap();
 }
 
+/// The tenant's versions as `registry` lists them, once `done` holds (failures are stored in
+/// the background), within 10 s.
+async fn listed_once(
+    registry: &Arc<Registry>,
+    name: &str,
+    done: impl Fn(&[sluice_core::stages::ComponentVersion]) -> bool,
+) -> Vec<sluice_core::stages::ComponentVersion> {
+    let by = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r = Arc::clone(registry);
+        let tenant = tenant(name);
+        let listed = tokio::task::spawn_blocking(move || r.list(&tenant).unwrap())
+            .await
+            .unwrap();
+        if done(&listed) || Instant::now() > by {
+            return listed;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn each_version_keeps_its_costs_and_last_failures_across_a_rollback() {
     let dir = tempfile::tempdir().unwrap();
@@ -200,38 +221,55 @@ async fn each_version_keeps_its_costs_and_last_failures_across_a_rollback() {
         .unwrap();
     call(&registry, "acme").await;
 
-    let r = Arc::clone(&registry);
-    let listed = tokio::task::spawn_blocking(move || r.list(&tenant("acme")).unwrap())
-        .await
-        .unwrap();
+    let failures_of = |listed: &[sluice_core::stages::ComponentVersion], v: &str| {
+        listed
+            .iter()
+            .find(|c| c.version == v)
+            .map_or(0, |c| c.failures.len())
+    };
+    let listed = listed_once(&registry, "acme", |l| failures_of(l, &bad) == 4).await;
     let version = |v: &str| listed.iter().find(|c| c.version == v).unwrap().clone();
-    let (bad, good) = (version(&bad), version(&good));
-    assert!(bad.active && !good.active);
-    assert_eq!(bad.cost.map(|c| c.calls), Some(4), "{bad:?}");
+    let (bad_v, good_v) = (version(&bad), version(&good));
+    assert!(bad_v.active && !good_v.active);
+    assert_eq!(bad_v.cost.map(|c| c.calls), Some(4), "{bad_v:?}");
     assert_eq!(
-        good.cost.map(|c| c.calls),
+        good_v.cost.map(|c| c.calls),
         Some(1),
         "no longer active, still shown"
     );
-    assert!(good.failures.is_empty(), "{good:?}");
-    assert_eq!(bad.failures.len(), 4, "{bad:?}");
-    for f in &bad.failures {
+    assert!(good_v.failures.is_empty(), "{good_v:?}");
+    assert_eq!(bad_v.failures.len(), 4, "{bad_v:?}");
+    for f in &bad_v.failures {
         assert_eq!(f.failure.kind.as_str(), "trap");
         assert!(f.failure.message.contains("unreachable"), "{f:?}");
     }
     assert!(
-        bad.failures.windows(2).all(|w| w[0].at_ms >= w[1].at_ms),
+        bad_v.failures.windows(2).all(|w| w[0].at_ms >= w[1].at_ms),
         "newest first"
     );
+    // Another process over the same storage — the registry function, which runs no
+    // answers — lists the same failures (its costs are its own: none).
+    let other = registry_over(dir.path());
+    let seen = listed_once(&other, "acme", |l| failures_of(l, &bad) == 4).await;
+    let bad_there = seen.iter().find(|c| c.version == bad).unwrap();
+    assert_eq!(bad_there.failures, bad_v.failures);
+    assert_eq!(bad_there.cost, None);
     // At most the last ten are kept.
     for _ in 0..12 {
         call(&registry, "acme").await;
     }
-    let r = Arc::clone(&registry);
-    let listed = tokio::task::spawn_blocking(move || r.list(&tenant("acme")).unwrap())
-        .await
-        .unwrap();
-    let bad = listed.iter().find(|c| c.active).unwrap();
-    assert_eq!(bad.failures.len(), 10);
-    assert_eq!(bad.cost.map(|c| c.calls), Some(16));
+    let listed = listed_once(&registry, "acme", |l| {
+        l.iter()
+            .any(|c| c.active && c.cost.is_some_and(|c| c.calls == 16))
+            && failures_of(l, &bad) == 10
+    })
+    .await;
+    let bad_v = listed.iter().find(|c| c.active).unwrap();
+    assert_eq!(bad_v.failures.len(), 10);
+    assert_eq!(bad_v.cost.map(|c| c.calls), Some(16));
+}
+
+/// A registry of another process over the folder `dir`.
+fn registry_over(dir: &std::path::Path) -> Arc<Registry> {
+    registry(Arc::new(Disk::open(dir).unwrap()), Duration::ZERO)
 }

@@ -1024,6 +1024,16 @@ fn over_several_regions_keys_components_and_usage_are_global_and_cache_and_corpu
             "{method}"
         );
     }
+    // The answer function may write a version's failure record, and no other object.
+    let answer = statements(&t, "AnswerPolicy");
+    let writes: Vec<&Value> = (answer.iter())
+        .filter(|s| s["Action"] == "s3:PutObject")
+        .collect();
+    assert_eq!(writes.len(), 1, "{answer:?}");
+    assert_eq!(
+        writes[0]["Resource"]["Fn::Sub"],
+        "${ComponentBucket.Arn}/*.failures.json"
+    );
     // With the methods open to the network, every /v1 request needs a Sluice key.
     let env = &resource("AnswerFunction")["Properties"]["Environment"]["Variables"];
     assert!(env.get("SLUICE_API_KEYS_TABLE").is_some());
