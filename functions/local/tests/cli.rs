@@ -114,10 +114,11 @@ fn serve_ingest_ask_and_doctor() {
             .output()
             .unwrap()
     };
+    // The source lines (`[n] title (source) score s`), not the model's own `[n]`s in its prose.
     let sources = |out: &std::process::Output| -> Vec<String> {
         String::from_utf8_lossy(&out.stdout)
             .lines()
-            .filter(|l| l.starts_with('['))
+            .filter(|l| l.starts_with('[') && l.contains(") score "))
             .map(str::to_string)
             .collect()
     };

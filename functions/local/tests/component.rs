@@ -197,7 +197,8 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
         assert!(ok, "{all}");
         stdout
             .lines()
-            .find(|l| l.starts_with("[1] "))
+            // The first source line, not a `[1]` of the model's prose.
+            .find(|l| l.starts_with("[1] ") && l.contains(") score "))
             .unwrap_or_else(|| panic!("no sources: {stdout}"))
             .to_string()
     };
