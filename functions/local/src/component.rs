@@ -765,6 +765,14 @@ pub enum ComponentCommand {
     },
 }
 
+/// `--tenant`, else `SLUICE_DEFAULT_TENANT`.
+fn tenant_or_default(settings: &sluice_app::Settings, tenant: Option<&str>) -> Result<Tenant> {
+    Ok(match tenant {
+        Some(t) => Tenant::new(t)?,
+        None => settings.config.auth.default_tenant.clone(),
+    })
+}
+
 /// `sluice component …`.
 pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand) -> Result<()> {
     match command {
@@ -787,10 +795,7 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             corpus,
             tenant,
         } => {
-            let tenant = match tenant.as_deref() {
-                Some(t) => Tenant::new(t)?,
-                None => settings.config.auth.default_tenant.clone(),
-            };
+            let tenant = tenant_or_default(settings, tenant.as_deref())?;
             test(settings, &file, &queries, corpus.as_deref(), &tenant).await
         }
         ComponentCommand::Bench {
@@ -801,10 +806,7 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             corpus,
             tenant,
         } => {
-            let tenant = match tenant.as_deref() {
-                Some(t) => Tenant::new(t)?,
-                None => settings.config.auth.default_tenant.clone(),
-            };
+            let tenant = tenant_or_default(settings, tenant.as_deref())?;
             let data = queries.as_deref().map(|q| (q, corpus.as_deref(), &tenant));
             bench(settings, &file, runs, context.as_deref(), data).await
         }

@@ -30,6 +30,24 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
     tokio::task::spawn_blocking(f).await.unwrap()
 }
 
+/// The order `component` gives `hits` (no context), on the blocking pool.
+async fn order_of(
+    component: Arc<dyn sluice_core::stages::ActiveComponent>,
+    hits: Vec<sluice_core::stages::Hit>,
+) -> Vec<usize> {
+    let call = blocking(move || {
+        component.rerank(&sluice_core::stages::RerankInput {
+            query: "q",
+            query_vector: &[],
+            hits: &hits,
+            context: &Default::default(),
+        })
+    })
+    .await;
+    assert!(call.fuel > 0, "{call:?}");
+    (call.order.unwrap().iter()).map(|&(i, _)| i).collect()
+}
+
 fn registry(storage: Arc<S3Components>, refresh: Duration) -> Arc<Registry> {
     let sandbox = Sandbox::new(
         Limits::default(),
@@ -121,28 +139,11 @@ async fn what_one_registry_compiles_another_loads_and_an_activation_is_seen_afte
         Some(version.as_str())
     );
     // And runs it: the reverse component turns the order around.
-    let hits = [hit("a", 0.3), hit("b", 0.2), hit("c", 0.1)];
+    let hits = vec![hit("a", 0.3), hit("b", 0.2), hit("c", 0.1)];
     let by = tokio::time::Instant::now() + Duration::from_secs(30);
     let component = reader.active(&tenant("acme"), by).await.unwrap().unwrap();
-    let call = blocking(move || {
-        component.rerank(&sluice_core::stages::RerankInput {
-            query: "q",
-            query_vector: &[],
-            hits: &hits,
-            context: &Default::default(),
-        })
-    })
-    .await;
-    let order: Vec<usize> = call
-        .order
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|&(i, _)| i)
-        .collect();
-    assert_eq!(order, vec![2, 1, 0]);
-    // What the call burnt is reported (what the tenant's usage counts).
-    assert!(call.fuel > 0, "{call:?}");
+    // (What the call burnt is reported, what the tenant's usage counts: `order_of` checks.)
+    assert_eq!(order_of(component, hits).await, vec![2, 1, 0]);
     // Other tenants are untouched.
     assert_eq!(active(&reader, "globex").await, None);
 
@@ -380,24 +381,8 @@ async fn over_two_regions_an_upload_reaches_both_buckets_before_its_version_is_r
     );
     let by = tokio::time::Instant::now() + Duration::from_secs(30);
     let component = reader.active(&tenant("acme"), by).await.unwrap().unwrap();
-    let hits = [hit("a", 0.3), hit("b", 0.2)];
-    let call = blocking(move || {
-        component.rerank(&sluice_core::stages::RerankInput {
-            query: "q",
-            query_vector: &[],
-            hits: &hits,
-            context: &Default::default(),
-        })
-    })
-    .await;
-    let order: Vec<usize> = call
-        .order
-        .as_ref()
-        .unwrap()
-        .iter()
-        .map(|&(i, _)| i)
-        .collect();
-    assert_eq!(order, vec![1, 0]);
+    let hits = vec![hit("a", 0.3), hit("b", 0.2)];
+    assert_eq!(order_of(component, hits).await, vec![1, 0]);
 
     // A region that cannot take the bytes fails the upload, which then records nothing: no
     // region's table can name a version whose bytes a region lacks.
