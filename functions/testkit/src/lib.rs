@@ -55,19 +55,24 @@ pub fn tenant(name: &str) -> Tenant {
     Tenant::new(name).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// A document `id`, titled and sourced `id`, without metadata.
+pub fn document(id: &str) -> sluice_core::stages::DocumentInfo {
+    sluice_core::stages::DocumentInfo {
+        format: None,
+        id: id.into(),
+        title: id.into(),
+        source: id.into(),
+        metadata: Default::default(),
+        origin: None,
+    }
+}
+
 /// A retrieved chunk of a document `id` (its title and source too), with `score` and no
 /// vector or metadata: a candidate for a rerank call.
 pub fn hit(id: &str, score: f32) -> sluice_core::stages::Hit {
     sluice_core::stages::Hit {
         place: Default::default(),
-        document: sluice_core::stages::DocumentInfo {
-            format: None,
-            id: id.into(),
-            title: id.into(),
-            source: id.into(),
-            metadata: Default::default(),
-            origin: None,
-        },
+        document: document(id),
         chunk: 0,
         text: format!("text of {id}"),
         tokens: 4,

@@ -302,17 +302,6 @@ mod tests {
         }
     }
 
-    fn info(id: &str) -> DocumentInfo {
-        DocumentInfo {
-            format: None,
-            id: id.into(),
-            title: id.into(),
-            source: id.into(),
-            metadata: Default::default(),
-            origin: None,
-        }
-    }
-
     #[tokio::test]
     async fn the_matching_chunk_comes_first_and_tenants_are_apart() {
         let e = HashEmbedder::new();
@@ -321,11 +310,11 @@ mod tests {
         let cards = vec![chunk(&e, 0, "a lost card is replaced in five days")];
         let fees = vec![chunk(&e, 0, "the monthly fee is two dollars")];
         store
-            .replace_document(&acme, &info("cards"), cards)
+            .replace_document(&acme, &crate::document("cards"), cards)
             .await
             .unwrap();
         store
-            .replace_document(&acme, &info("fees"), fees)
+            .replace_document(&acme, &crate::document("fees"), fees)
             .await
             .unwrap();
         let q = "how long until a lost card is replaced";
