@@ -7,16 +7,17 @@
 
 use std::time::Duration;
 
+use sluice_contract::cancel::Cancel;
 use sluice_convert::{Format, Limits, convert_contained};
 
 pub fn run(format: Format, known: &[u8], expected: &str, data: &[u8]) {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         std::panic::set_hook(Box::new(|_| {}));
-        let converted = convert_contained(format, known.to_vec(), &limits()).expect("the known file converts");
+        let converted = convert_contained(format, known.to_vec(), &limits(), &Cancel::new()).expect("the known file converts");
         assert!(converted.text().contains(expected), "{:?}", converted.text());
     });
-    if let Ok(converted) = convert_contained(format, data.to_vec(), &limits()) {
+    if let Ok(converted) = convert_contained(format, data.to_vec(), &limits(), &Cancel::new()) {
         for section in &converted.sections {
             assert!(!section.text.trim().is_empty(), "an empty section");
         }

@@ -9,6 +9,7 @@
 //! - [`metadata`] and [`filter`]: what a document says about itself, and which documents an
 //!   answer may use;
 //! - [`fusion`]: how the dense and BM25 halves of a search are fused, per tenant;
+//! - [`cancel`]: how CPU work on other threads stops when its request ends;
 //! - [`settings`]: how each owner of a configuration section reads and checks its variables;
 //! - [`cache`], [`auth`] and [`usage`]: the storage boundaries of the answer cache, the API
 //!   keys and usage — what a backend keeps and answers (the rules over them are the engine's).
@@ -20,6 +21,7 @@
 
 pub mod auth;
 pub mod cache;
+pub mod cancel;
 pub mod codes;
 pub mod error;
 pub mod filter;

@@ -11,8 +11,17 @@
 use dom_query::Document;
 use encoding_rs::Encoding;
 
+use std::cell::{Cell, RefCell};
+
+use html5ever::tendril::StrTendril;
+use html5ever::tokenizer::{
+    BufferQueue, TagKind, Token, TokenSink, TokenSinkResult, Tokenizer, TokenizerOpts,
+    states::RawKind,
+};
+use sluice_contract::cancel::Cancel;
+
 use crate::markdown;
-use crate::{ConvertError, Converted, Limits, TextBudget};
+use crate::{ConvertError, Converted, Limits, TextBudget, stopped};
 
 /// Elements that are never the page's content.
 const NEVER_CONTENT: &str = "head, script, style, noscript, template, nav, header, footer, aside, \
@@ -23,15 +32,17 @@ pub fn convert(
     bytes: &[u8],
     limits: &Limits,
     budget: &mut TextBudget,
+    cancel: &Cancel,
 ) -> Result<Converted, ConvertError> {
     let html = decode(bytes);
+    // Checked while tokenising, before the tree is built: html5ever's tree builder walks its
+    // stack of open elements on every tag, so a page nested 100,000 deep costs it minutes
+    // (quadratic); the tokenizer is linear and stops at the cap.
+    prescan(&html, limits, budget.left(), cancel)?;
     let document = Document::from(html.as_str());
     let depth = depth(&document);
     if depth > limits.max_html_depth {
-        return Err(ConvertError::TooLarge(format!(
-            "its elements nest {depth} deep; the limit is {} (SLUICE_MAX_HTML_DEPTH)",
-            limits.max_html_depth
-        )));
+        return Err(too_deep(depth, limits));
     }
     let title = {
         let t = document.select("head title").text();
@@ -80,6 +91,119 @@ fn meta_charset(head: &[u8]) -> Option<&'static Encoding> {
     Encoding::for_label(label.as_bytes()).map(|e| e.output_encoding())
 }
 
+/// Input fed to the tokenizer between two checks of the caps and of `cancel`.
+const PRESCAN_CHUNK: usize = 64 << 10;
+
+/// Elements that never hold others (no end tag).
+const VOID: &[&str] = &[
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
+    "wbr", "param", "keygen",
+];
+
+/// Elements whose end tag is optional: a start tag of one closes an open one of its kind
+/// (`<p>a<p>b`, `<li>`…), as the tree builder would, so that sloppy pages are not counted as
+/// deep.
+const SELF_CLOSING_SIBLINGS: &[&str] = &[
+    "p", "li", "dt", "dd", "option", "optgroup", "tr", "td", "th", "thead", "tbody", "tfoot", "rt",
+    "rp",
+];
+
+/// What the tokenizer has seen: the open elements (an upper bound of the tree's nesting) and
+/// the text so far.
+#[derive(Default)]
+struct Nesting {
+    open: RefCell<Vec<String>>,
+    deepest: Cell<usize>,
+    text: Cell<usize>,
+}
+
+impl TokenSink for Nesting {
+    type Handle = ();
+
+    fn process_token(&self, token: Token, _line: u64) -> TokenSinkResult<()> {
+        match token {
+            Token::TagToken(tag) => {
+                let name: &str = &tag.name;
+                let mut open = self.open.borrow_mut();
+                match tag.kind {
+                    TagKind::StartTag if tag.self_closing || VOID.contains(&name) => {}
+                    TagKind::StartTag => {
+                        if SELF_CLOSING_SIBLINGS.contains(&name)
+                            && let Some(at) = open.iter().rposition(|n| n == name)
+                        {
+                            open.truncate(at);
+                        }
+                        open.push(name.to_string());
+                        self.deepest.set(self.deepest.get().max(open.len()));
+                        // Their content is text, not tags (as the tree builder tells the
+                        // tokenizer), so that `<script>` holding "<div>" counts nothing.
+                        let raw = match name {
+                            "script" => Some(RawKind::ScriptData),
+                            "style" | "xmp" | "iframe" | "noembed" | "noframes" => {
+                                Some(RawKind::Rawtext)
+                            }
+                            "textarea" | "title" => Some(RawKind::Rcdata),
+                            _ => None,
+                        };
+                        if let Some(raw) = raw {
+                            open.pop();
+                            return TokenSinkResult::RawData(raw);
+                        }
+                    }
+                    TagKind::EndTag => {
+                        if let Some(at) = open.iter().rposition(|n| n == name) {
+                            open.truncate(at);
+                        }
+                    }
+                }
+            }
+            Token::CharacterTokens(text) => self.text.set(self.text.get() + text.len()),
+            _ => {}
+        }
+        TokenSinkResult::Continue
+    }
+}
+
+/// Tokenises the page (linear time) and refuses it as soon as its elements nest deeper than
+/// `SLUICE_MAX_HTML_DEPTH` or its text passes `text_left` bytes, or when `cancel` says so.
+fn prescan(
+    html: &str,
+    limits: &Limits,
+    text_left: usize,
+    cancel: &Cancel,
+) -> Result<(), ConvertError> {
+    let tokenizer = Tokenizer::new(Nesting::default(), TokenizerOpts::default());
+    let queue = BufferQueue::default();
+    let mut rest = html;
+    while !rest.is_empty() {
+        let mut at = rest.len().min(PRESCAN_CHUNK);
+        while !rest.is_char_boundary(at) {
+            at += 1;
+        }
+        let (chunk, after) = rest.split_at(at);
+        rest = after;
+        queue.push_back(StrTendril::from_slice(chunk));
+        let _ = tokenizer.feed(&queue);
+        let sink = &tokenizer.sink;
+        if sink.deepest.get() > limits.max_html_depth {
+            return Err(too_deep(sink.deepest.get(), limits));
+        }
+        if sink.text.get() > text_left {
+            return Err(TextBudget::new(text_left).exceeded());
+        }
+        cancel.check().map_err(|s| stopped(s, limits))?;
+    }
+    tokenizer.end();
+    Ok(())
+}
+
+fn too_deep(depth: usize, limits: &Limits) -> ConvertError {
+    ConvertError::TooLarge(format!(
+        "its elements nest more than {} deep (SLUICE_MAX_HTML_DEPTH); {depth} levels were read before it was refused",
+        limits.max_html_depth
+    ))
+}
+
 /// How deep the elements nest, walked without recursion.
 fn depth(document: &Document) -> usize {
     let mut deepest = 0;
@@ -100,7 +224,13 @@ mod tests {
     use super::*;
 
     fn convert_html(html: &[u8]) -> Converted {
-        convert(html, &Limits::default(), &mut TextBudget::new(1 << 20)).unwrap()
+        convert(
+            html,
+            &Limits::default(),
+            &mut TextBudget::new(1 << 20),
+            &Cancel::new(),
+        )
+        .unwrap()
     }
 
     const PAGE: &str = r#"<!doctype html><html><head><meta charset="utf-8"><title>Card help</title>
@@ -155,15 +285,66 @@ the back of any other card. We send a replacement within five working days &amp;
         assert!(convert_html(&page).text().contains("naïve"));
     }
 
+    fn refusal(html: &str) -> ConvertError {
+        let limits = Limits::default();
+        prescan(html, &limits, 1 << 20, &Cancel::new()).unwrap_err()
+    }
+
     #[test]
-    fn nesting_past_the_cap_is_refused() {
+    fn nesting_past_the_cap_is_refused_while_tokenising() {
         let deep = "<div>".repeat(400) + "x";
         let e = convert(
             deep.as_bytes(),
             &Limits::default(),
             &mut TextBudget::new(1 << 20),
+            &Cancel::new(),
         )
         .unwrap_err();
         assert!(e.to_string().contains("SLUICE_MAX_HTML_DEPTH"), "{e}");
+        // Refused in the first chunk fed to the tokenizer, not after reading a million tags.
+        let e = refusal(&"<div>".repeat(1_000_000));
+        let read: usize = (e.to_string().split(' '))
+            .find_map(|w| w.parse().ok().filter(|&n| n > 256))
+            .unwrap_or_else(|| panic!("{e}"));
+        assert!(read <= PRESCAN_CHUNK / "<div>".len(), "{read} levels: {e}");
+        // Text is counted as it comes.
+        let e = prescan(
+            &"x".repeat(200_000),
+            &Limits::default(),
+            100_000,
+            &Cancel::new(),
+        );
+        assert!(e.unwrap_err().to_string().contains("SLUICE_MAX_TEXT_BYTES"));
+    }
+
+    #[test]
+    fn sloppy_but_shallow_pages_pass_the_prescan() {
+        let limits = Limits::default();
+        let ok = |html: &str| prescan(html, &limits, 1 << 24, &Cancel::new());
+        // Paragraphs and list items that close each other, void elements, self-closing tags.
+        ok(&"<p>para".repeat(1000)).unwrap();
+        ok(&format!(
+            "<ul>{}</ul>",
+            "<li>item<br><img src=x>".repeat(1000)
+        ))
+        .unwrap();
+        ok(&"<span/>".repeat(1000)).unwrap();
+        // Tags inside scripts and styles are text.
+        ok(&format!(
+            "<script>{}</script><p>x",
+            "var s = '<div>';".repeat(1000)
+        ))
+        .unwrap();
+        ok(&format!("<style>{}</style>", "<div>".repeat(1000))).unwrap();
+        // Closed elements do not add up.
+        ok(&"<div><section>x</section></div>".repeat(1000)).unwrap();
+    }
+
+    #[test]
+    fn a_cancelled_prescan_stops() {
+        let cancel = Cancel::new();
+        cancel.cancel();
+        let e = prescan("<p>x</p>", &Limits::default(), 1 << 20, &cancel).unwrap_err();
+        assert!(matches!(e, ConvertError::Cancelled), "{e}");
     }
 }

@@ -15,6 +15,7 @@ mod pdf;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use sluice_contract::cancel::{Cancel, Stopped};
 use sluice_contract::settings::{ConfigError, millis, ranged};
 
 /// A file format Sluice reads.
@@ -162,9 +163,16 @@ pub enum ConvertError {
         "conversion took longer than {0:?} (SLUICE_CONVERT_TIMEOUT_MS); the file is too complex or malformed"
     )]
     TimedOut(Duration),
-    /// The parser failed on the file (a panic in it, contained).
-    #[error("the parser failed on this file ({0})")]
-    Crashed(String),
+    /// Its request ended (the client left) before the conversion did: it stopped.
+    #[error("the conversion stopped: its request ended")]
+    Cancelled,
+    /// The parser failed on the file (a panic in it, contained). What the parser said is for
+    /// the operator's log ([`ConvertError::Crashed::detail`]), not for the client.
+    #[error("the file is malformed: its parser could not read it")]
+    Crashed {
+        /// The parser's own words (a panic message), logged.
+        detail: String,
+    },
 }
 
 /// Caps on what one file may make a conversion do; each is a setting.
@@ -175,8 +183,15 @@ pub struct Limits {
     /// `SLUICE_MAX_DOCX_BYTES`: the decompressed size of one `.docx` package (and of any
     /// part of it), so that a zip bomb is refused while it is read, not expanded.
     pub max_docx_bytes: usize,
-    /// `SLUICE_MAX_HTML_DEPTH`: how deep an HTML page's elements may nest.
+    /// `SLUICE_MAX_HTML_DEPTH`: how deep an HTML page's elements may nest (checked while the
+    /// page is tokenised, before its tree is built).
     pub max_html_depth: usize,
+    /// `SLUICE_MAX_PDF_STREAM_BYTES`: what one compressed stream of a PDF may inflate to,
+    /// checked while inflating, before the parser inflates it.
+    pub max_pdf_stream_bytes: usize,
+    /// `SLUICE_MAX_PDF_INFLATED_BYTES`: what all of one PDF's compressed streams may inflate
+    /// to together.
+    pub max_pdf_inflated_bytes: usize,
     /// `SLUICE_MAX_TEXT_BYTES`: text extracted from one file.
     pub max_text_bytes: usize,
     /// `SLUICE_CONVERT_TIMEOUT_MS`: time budget of one file's conversion.
@@ -199,6 +214,20 @@ impl Limits {
             max_pdf_pages: ranged(get, "SLUICE_MAX_PDF_PAGES", 2000, 1, 100_000)?,
             max_docx_bytes: ranged(get, "SLUICE_MAX_DOCX_BYTES", 256 << 20, 1 << 10, 4 << 30)?,
             max_html_depth: ranged(get, "SLUICE_MAX_HTML_DEPTH", 256, 8, 10_000)?,
+            max_pdf_stream_bytes: ranged(
+                get,
+                "SLUICE_MAX_PDF_STREAM_BYTES",
+                64 << 20,
+                1 << 10,
+                4 << 30,
+            )?,
+            max_pdf_inflated_bytes: ranged(
+                get,
+                "SLUICE_MAX_PDF_INFLATED_BYTES",
+                256 << 20,
+                1 << 10,
+                16 << 30,
+            )?,
             max_text_bytes: ranged(get, "SLUICE_MAX_TEXT_BYTES", 32 << 20, 1 << 10, 1 << 30)?,
             timeout: millis(get, "SLUICE_CONVERT_TIMEOUT_MS", 60_000, 100)?,
             threads: ranged(get, "SLUICE_CONVERT_THREADS", default_threads(), 1, 64)?,
@@ -251,6 +280,17 @@ impl TextBudget {
 /// Converts `bytes` of a structured `format` (Markdown, HTML, PDF, Word) on this thread.
 /// Plain text and JSON are the caller's: they have no structure to find.
 pub fn convert(format: Format, bytes: &[u8], limits: &Limits) -> Result<Converted, ConvertError> {
+    convert_until(format, bytes, limits, &Cancel::new())
+}
+
+/// [`convert`], stopping between steps of bounded cost (a chunk of HTML tokenised, a PDF's
+/// page) once `cancel` says so.
+pub fn convert_until(
+    format: Format,
+    bytes: &[u8],
+    limits: &Limits,
+    cancel: &Cancel,
+) -> Result<Converted, ConvertError> {
     let mut budget = TextBudget::new(limits.max_text_bytes);
     match format {
         Format::Markdown => {
@@ -258,8 +298,8 @@ pub fn convert(format: Format, bytes: &[u8], limits: &Limits) -> Result<Converte
                 .map_err(|e| ConvertError::Malformed(format!("not UTF-8 text ({e})")))?;
             markdown::convert(text, &mut budget)
         }
-        Format::Html => html::convert(bytes, limits, &mut budget),
-        Format::Pdf => pdf::convert(bytes, limits, &mut budget),
+        Format::Html => html::convert(bytes, limits, &mut budget, cancel),
+        Format::Pdf => pdf::convert(bytes, limits, &mut budget, cancel),
         Format::Docx => docx::convert(bytes, limits, &mut budget),
         Format::Text | Format::Json | Format::Jsonl => Err(ConvertError::Malformed(format!(
             "{} has no structure to convert",
@@ -268,33 +308,50 @@ pub fn convert(format: Format, bytes: &[u8], limits: &Limits) -> Result<Converte
     }
 }
 
+/// What stopped a conversion, as its error.
+pub(crate) fn stopped(why: Stopped, limits: &Limits) -> ConvertError {
+    match why {
+        Stopped::Cancelled => ConvertError::Cancelled,
+        Stopped::TimedOut => ConvertError::TimedOut(limits.timeout),
+    }
+}
+
 /// [`convert`] on a thread of its own, within `limits.timeout`, with a panic in a parser
-/// caught: the file fails, the caller does not. A parser past its budget is left to finish
-/// on its thread (Rust cannot stop a thread) while the caller moves on; the caps on pages,
-/// package size and text bound how long that can be.
+/// caught: the file fails, the caller does not. Rust cannot stop a thread, so the work checks
+/// `cancel` (and the time budget) between steps of bounded cost — a chunk of HTML tokenised,
+/// a PDF's page — and stops there: when the caller gives up, the work ends too. What a step
+/// may cost is bounded by the caps ([`Limits`]) checked before it: nesting while tokenising,
+/// inflated bytes before a PDF is parsed, a package's size while it is unzipped.
 pub fn convert_contained(
     format: Format,
     bytes: Vec<u8>,
     limits: &Limits,
+    cancel: &Cancel,
 ) -> Result<Converted, ConvertError> {
     let (send, receive) = std::sync::mpsc::sync_channel(1);
     let thread_limits = limits.clone();
+    let thread_cancel = cancel.with_deadline(std::time::Instant::now() + limits.timeout);
     std::thread::Builder::new()
         .name("sluice-convert".into())
         // Parsers recurse on nesting; the default 2 MiB of a spawned thread is too little
         // for a deep (but allowed) document.
         .stack_size(16 << 20)
         .spawn(move || {
-            let result = std::panic::catch_unwind(|| convert(format, &bytes, &thread_limits))
-                .unwrap_or_else(|panic| {
-                    let why = (panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "a panic".into());
-                    Err(ConvertError::Crashed(why))
-                });
+            let result = std::panic::catch_unwind(|| {
+                convert_until(format, &bytes, &thread_limits, &thread_cancel)
+            })
+            .unwrap_or_else(|panic| {
+                let detail = (panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic".into());
+                Err(ConvertError::Crashed { detail })
+            });
             let _ = send.send(result);
         })
-        .map_err(|e| ConvertError::Crashed(format!("no thread to convert on: {e}")))?;
+        .map_err(|e| ConvertError::Crashed {
+            detail: format!("no thread to convert on: {e}"),
+        })?;
+    // Past the budget the worker stops at its next check, against the same deadline.
     receive
         .recv_timeout(limits.timeout)
         .unwrap_or(Err(ConvertError::TimedOut(limits.timeout)))

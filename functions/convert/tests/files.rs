@@ -1,6 +1,7 @@
 //! Each format converted from a file made for the test (tests/../testkit/src/files.rs): the
 //! text, the sections, the pages, and the refusals, as a client would meet them.
 
+use sluice_contract::cancel::Cancel;
 use sluice_convert::{ConvertError, Converted, Format, Limits, convert, convert_contained};
 use sluice_testkit::files::{PdfOptions, docx, pdf};
 
@@ -230,8 +231,13 @@ fn a_parser_panic_is_contained() {
             threads,
             ..Limits::default()
         };
-        let e = convert_contained(Format::Pdf, file, &limits).unwrap_err();
-        assert!(matches!(e, ConvertError::Crashed(_)), "{e}");
+        let e = convert_contained(Format::Pdf, file, &limits, &Cancel::new()).unwrap_err();
+        assert!(matches!(e, ConvertError::Crashed { .. }), "{e}");
+        // What the parser said is for the log; the client reads a sentence.
+        assert_eq!(
+            e.to_string(),
+            "the file is malformed: its parser could not read it"
+        );
     }
 }
 
@@ -269,13 +275,18 @@ fn a_docx_that_decompresses_past_the_cap_is_refused() {
 
 #[test]
 fn garbage_in_each_format_is_an_error_not_a_panic() {
-    for format in [Format::Pdf, Format::Docx, Format::Html, Format::Markdown] {
-        let result = convert_contained(format, b"\x00\x01garbage\xff".to_vec(), &Limits::default());
+    let garbage = b"\x00\x01garbage\xff".to_vec();
+    for format in [Format::Pdf, Format::Docx, Format::Markdown] {
+        let result = convert_contained(format, garbage.clone(), &Limits::default(), &Cancel::new());
         assert!(
-            !matches!(result, Err(ConvertError::Crashed(_))),
+            matches!(result, Err(ConvertError::Malformed(_))),
             "{format:?}: {result:?}"
         );
     }
+    // Any bytes are an HTML page (browsers show them too): its text is read.
+    let page =
+        convert_contained(Format::Html, garbage, &Limits::default(), &Cancel::new()).unwrap();
+    assert!(page.text().contains("garbage"), "{page:?}");
 }
 
 /// An outline that is not a tree (an entry its own first child, or the last entry's `Next`
@@ -327,7 +338,7 @@ fn a_pdf_whose_outline_leads_back_to_itself_converts_without_it() {
             .set(cycle, lopdf::Object::Reference(to));
         let mut bytes = Vec::new();
         doc.save_to(&mut bytes).unwrap();
-        let c = convert_contained(Format::Pdf, bytes, &Limits::default()).unwrap();
+        let c = convert_contained(Format::Pdf, bytes, &Limits::default(), &Cancel::new()).unwrap();
         assert_eq!(
             paths(&c),
             [
@@ -337,4 +348,165 @@ fn a_pdf_whose_outline_leads_back_to_itself_converts_without_it() {
             "{cycle}"
         );
     }
+}
+
+/// A PDF of `pages` pages, each of whose content streams is `inflated` spaces, deflated: a
+/// decompression bomb when `inflated` is large (a gibibyte of spaces deflates to about a
+/// megabyte).
+fn bomb(pages: usize, inflated: usize) -> Vec<u8> {
+    use std::io::Write;
+    let page: &[(f32, &str)] = &[(BODY, "text")];
+    let file = pdf(&vec![page; pages], PdfOptions::default());
+    let mut doc = lopdf::Document::load_mem(&file).unwrap();
+    let spaces = vec![b' '; 1 << 20];
+    let ids: Vec<_> = doc.get_pages().into_values().collect();
+    for page in ids {
+        let content = doc.get_page_contents(page)[0];
+        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+        let mut left = inflated;
+        while left > 0 {
+            let n = left.min(spaces.len());
+            z.write_all(&spaces[..n]).unwrap();
+            left -= n;
+        }
+        let stream = lopdf::Stream::new(
+            lopdf::dictionary! {"Filter" => "FlateDecode"},
+            z.finish().unwrap(),
+        )
+        .with_compression(false);
+        doc.objects.insert(content, lopdf::Object::Stream(stream));
+    }
+    let mut bytes = Vec::new();
+    doc.save_to(&mut bytes).unwrap();
+    bytes
+}
+
+/// A PDF whose streams inflate past the caps is refused while they are inflated — into a
+/// small buffer, counting — before the parser inflates anything whole: per stream, and for
+/// the file in all.
+#[test]
+fn a_pdf_whose_streams_inflate_past_the_caps_is_refused_while_inflating() {
+    // The audit's file: about a megabyte that inflates to a gibibyte, under the default caps.
+    let file = bomb(1, 1 << 30);
+    assert!(file.len() < 2 << 20, "{} bytes", file.len());
+    let e = convert(Format::Pdf, &file, &Limits::default()).unwrap_err();
+    assert!(matches!(e, ConvertError::TooLarge(_)), "{e}");
+    assert!(e.to_string().contains("SLUICE_MAX_PDF_STREAM_BYTES"), "{e}");
+    let limits = Limits {
+        max_pdf_stream_bytes: 3 << 20,
+        max_pdf_inflated_bytes: 4 << 20,
+        ..Limits::default()
+    };
+    // Each stream under its cap, the two over the file's together.
+    let e = convert(Format::Pdf, &bomb(2, 5 << 19), &limits).unwrap_err();
+    assert!(
+        e.to_string().contains("SLUICE_MAX_PDF_INFLATED_BYTES"),
+        "{e}"
+    );
+    // Under both, the file is read (its pages hold only spaces: no text).
+    let e = convert(Format::Pdf, &bomb(1, 5 << 19), &limits).unwrap_err();
+    assert!(matches!(e, ConvertError::NoTextLayer { .. }), "{e}");
+}
+
+/// The threads converting files that are alive now.
+fn converting_threads() -> usize {
+    let tasks = std::fs::read_dir("/proc/self/task").expect("Linux's /proc");
+    (tasks.flatten())
+        .filter(|t| {
+            std::fs::read_to_string(t.path().join("comm"))
+                .is_ok_and(|name| name.trim() == "sluice-convert")
+        })
+        .count()
+}
+
+/// Work ends with its conversion: ten pages nested a million deep are each refused while
+/// tokenised, and a conversion stopped by its time limit (or by its caller) stops between
+/// pages — no converting thread outlives its answer for long. Waited on by watching the
+/// threads end (they must, within a minute however busy the machine; before, a PDF's pages
+/// were all read to the end on a thread nobody waited for).
+#[test]
+fn no_conversion_outlives_its_request() {
+    let deep = "<div>".repeat(1_000_000).into_bytes();
+    for _ in 0..10 {
+        let e = convert_contained(
+            Format::Html,
+            deep.clone(),
+            &Limits::default(),
+            &Cancel::new(),
+        );
+        assert!(e.unwrap_err().to_string().contains("SLUICE_MAX_HTML_DEPTH"));
+    }
+    let page: &[(f32, &str)] = &[(BODY, "Cards are replaced within five days. ")];
+    let long = pdf(&vec![page; 2000], PdfOptions::default());
+    let hurried = Limits {
+        timeout: std::time::Duration::from_millis(1),
+        threads: 1,
+        ..Limits::default()
+    };
+    let e = convert_contained(Format::Pdf, long.clone(), &hurried, &Cancel::new()).unwrap_err();
+    assert!(matches!(e, ConvertError::TimedOut(_)), "{e}");
+    // Cancelled by its caller (the client left) rather than by time.
+    let cancel = Cancel::new();
+    let caller = cancel.clone();
+    let worker = std::thread::spawn(move || {
+        convert_contained(Format::Pdf, long, &Limits::default(), &caller)
+    });
+    cancel.cancel();
+    let e = worker.join().unwrap().unwrap_err();
+    assert!(matches!(e, ConvertError::Cancelled), "{e}");
+    let waited = std::time::Instant::now();
+    while converting_threads() > 0 {
+        assert!(
+            waited.elapsed() < std::time::Duration::from_secs(60),
+            "a conversion thread is still running"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
+/// The outline is read only while it is a small enough tree: about 10,000 entries and 64
+/// levels. Past either, the PDF converts with its headings from font sizes instead. Told
+/// apart here by the outline setting "Loans" under "Cards", where the font sizes (both 16
+/// pt) make them siblings.
+#[test]
+fn an_outline_past_its_limits_is_not_read() {
+    let pages: [&[(f32, &str)]; 2] = [
+        &[(16.0, "Cards"), (BODY, "Debit cards are free.")],
+        &[(16.0, "Loans"), (BODY, "Loans are priced by risk.")],
+    ];
+    let paths_with = |extra: &[(u32, String, u32)]| {
+        let mut outline: Vec<(u32, &str, u32)> = vec![(1, "Cards", 1), (2, "Loans", 2)];
+        outline.extend(extra.iter().map(|(l, t, p)| (*l, t.as_str(), *p)));
+        let file = pdf(
+            &pages,
+            PdfOptions {
+                outline: &outline,
+                ..Default::default()
+            },
+        );
+        let c = convert(Format::Pdf, &file, &Limits::default()).unwrap();
+        c.sections
+            .iter()
+            .map(|s| s.path.join(" › "))
+            .collect::<Vec<_>>()
+    };
+    let from_outline = ["Cards", "Cards › Loans"];
+    let from_sizes = ["Cards", "Loans"];
+    assert_eq!(paths_with(&[]), from_outline);
+    // Entries: 2 + 9,997 fillers is within; 2 + 9,999 is not.
+    let fillers = |n: usize| {
+        (0..n)
+            .map(|i| (1, format!("filler {i}"), 2))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(paths_with(&fillers(9_997)), from_outline);
+    assert_eq!(paths_with(&fillers(9_999)), from_sizes);
+    // Levels: a chain nested to level 64 is within; to 65 is not.
+    let chain = |deepest: u32| {
+        (3..=deepest)
+            .map(|l| (l, format!("level {l}"), 2))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(paths_with(&chain(64)), from_outline);
+    assert_eq!(paths_with(&chain(65)), from_sizes);
 }

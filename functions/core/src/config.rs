@@ -107,6 +107,12 @@ pub struct Limits {
     pub tenant_burst: u32,
     /// `SLUICE_TENANT_MAX_STREAMS`: answers one tenant may have streaming at once (0 = no limit).
     pub tenant_max_streams: usize,
+    /// `SLUICE_HEADER_READ_TIMEOUT_MS`: how long `sluice serve` waits for a request's head
+    /// (its line and headers) before it closes the connection.
+    pub header_timeout: Duration,
+    /// `SLUICE_BODY_READ_TIMEOUT_MS`: how long a request's body may take to arrive, whole
+    /// (408 `body_timeout` past it).
+    pub body_timeout: Duration,
 }
 
 /// How the pipeline makes an answer.
@@ -142,6 +148,10 @@ pub struct IngestConfig {
     pub max_documents: usize,
     /// `SLUICE_MAX_CHUNKS`: chunks one ingest request may produce.
     pub max_chunks: usize,
+    /// `SLUICE_INGEST_TIMEOUT_MS`: how long one request's chunking and embedding may take;
+    /// past it the request is refused and nothing is stored (default 100 s, inside the
+    /// Lambda functions' time limits).
+    pub timeout: Duration,
     /// `SLUICE_CONTEXT_HEADER`: give retrieval each chunk with its document's title and
     /// section path before it (the embedding and BM25 read both; the prompt quotes the text).
     pub context_header: bool,
@@ -335,6 +345,8 @@ fn limits_section(get: &impl Fn(&str) -> Option<String>) -> Result<Limits, Confi
         tenant_rate,
         tenant_burst: ranged(get, "SLUICE_TENANT_BURST", 100, 1, 1_000_000)? as u32,
         tenant_max_streams: ranged(get, "SLUICE_TENANT_MAX_STREAMS", 64, 0, 1_000_000)?,
+        header_timeout: millis(get, "SLUICE_HEADER_READ_TIMEOUT_MS", 10_000, 100)?,
+        body_timeout: millis(get, "SLUICE_BODY_READ_TIMEOUT_MS", 30_000, 100)?,
     })
 }
 
@@ -344,6 +356,7 @@ fn ingest_section(get: &impl Fn(&str) -> Option<String>) -> Result<IngestConfig,
         chunk_overlap_tokens: ranged(get, "SLUICE_CHUNK_OVERLAP_TOKENS", 32, 0, 256)?,
         max_documents: ranged(get, "SLUICE_MAX_DOCUMENTS", 1000, 1, 1_000_000)?,
         max_chunks: ranged(get, "SLUICE_MAX_CHUNKS", 20_000, 1, 10_000_000)?,
+        timeout: millis(get, "SLUICE_INGEST_TIMEOUT_MS", 100_000, 100)?,
         context_header: parse(get, "SLUICE_CONTEXT_HEADER", "true", "true or false")?,
         pack_sections: parse(get, "SLUICE_PACK_SECTIONS", "false", "true or false")?,
         convert: sluice_convert::Limits::from_lookup(get)?,

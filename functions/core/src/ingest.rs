@@ -9,6 +9,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
+use sluice_contract::cancel::{Cancel, Stopped};
 use sluice_convert::ConvertError;
 pub use sluice_convert::{Format, Limits, Section};
 
@@ -96,6 +97,10 @@ pub struct DeleteReport {
     pub corpus_version: u64,
 }
 
+/// Texts embedded between two checks of whether the ingest may go on: big enough to keep the
+/// embedder's threads busy, small enough that a stop is heard within a second or so.
+const EMBED_BATCH: usize = 32;
+
 /// Reads documents from a file's bytes; `name` (a path) picks the format by its extension
 /// and becomes the id and source of a converted file (and its title when the file names
 /// none). Conversion runs within `limits` ([`sluice_convert::convert_contained`]).
@@ -115,6 +120,17 @@ pub fn parse_as(
     name: &str,
     bytes: &[u8],
     limits: &Limits,
+) -> Result<Vec<Document>, IngestError> {
+    parse_until(format, name, bytes, limits, &Cancel::new())
+}
+
+/// [`parse_as`], whose conversion stops once `cancel` says so.
+pub fn parse_until(
+    format: Format,
+    name: &str,
+    bytes: &[u8],
+    limits: &Limits,
+    cancel: &Cancel,
 ) -> Result<Vec<Document>, IngestError> {
     let utf8 = || {
         std::str::from_utf8(bytes)
@@ -140,7 +156,7 @@ pub fn parse_as(
         )]),
         Format::Markdown => {
             let (mut metadata, body) = front_matter(name, utf8()?)?;
-            let converted = sluice_convert::convert(format, body.as_bytes(), limits)
+            let converted = sluice_convert::convert_until(format, body.as_bytes(), limits, cancel)
                 .map_err(|e| convert_error(name, e))?;
             let title = match metadata.remove("title") {
                 Some(serde_json::Value::String(t)) => Some(t),
@@ -159,8 +175,9 @@ pub fn parse_as(
             )])
         }
         Format::Html | Format::Pdf | Format::Docx => {
-            let converted = sluice_convert::convert_contained(format, bytes.to_vec(), limits)
-                .map_err(|e| convert_error(name, e))?;
+            let converted =
+                sluice_convert::convert_contained(format, bytes.to_vec(), limits, cancel)
+                    .map_err(|e| convert_error(name, e))?;
             Ok(vec![document(
                 converted.title,
                 String::new(),
@@ -200,7 +217,8 @@ pub fn parse_as(
 }
 
 /// [`parse_as`] off the async threads (a conversion is CPU work and may take seconds): what
-/// the server and the ingest function run on an upload.
+/// the server and the ingest function run on an upload. The conversion ends with this
+/// future: dropped (its client left), it stops at its next check.
 pub async fn parse_upload(
     format: Format,
     name: String,
@@ -208,9 +226,14 @@ pub async fn parse_upload(
     limits: Limits,
 ) -> Result<Vec<Document>, IngestError> {
     let failed = format!("{name}: the conversion failed");
-    tokio::task::spawn_blocking(move || parse_as(format, &name, &bytes, &limits))
-        .await
-        .map_err(|e| IngestError::Unreadable(format!("{failed} ({e})")))?
+    let cancel = Cancel::new();
+    let guard = cancel.on_drop();
+    let parsed =
+        tokio::task::spawn_blocking(move || parse_until(format, &name, &bytes, &limits, &cancel))
+            .await
+            .map_err(|e| IngestError::Unreadable(format!("{failed} ({e})")))?;
+    guard.disarm();
+    parsed
 }
 
 /// A conversion's failure as an ingest error naming the file.
@@ -221,7 +244,12 @@ fn convert_error(name: &str, e: ConvertError) -> IngestError {
         ConvertError::Encrypted => IngestError::Encrypted(message),
         ConvertError::TooLarge(_) => IngestError::TooLarge(message),
         ConvertError::Malformed(_) => IngestError::Invalid(message),
-        ConvertError::TimedOut(_) | ConvertError::Crashed(_) => IngestError::Unreadable(message),
+        ConvertError::Crashed { detail } => {
+            // The parser's words are the operator's; the client reads the error's sentence.
+            tracing::warn!(file = name, %detail, "a parser failed on an upload");
+            IngestError::Unreadable(message)
+        }
+        ConvertError::TimedOut(_) | ConvertError::Cancelled => IngestError::Unreadable(message),
     }
 }
 
@@ -415,6 +443,20 @@ impl Ingest {
         scope: Option<&Filter>,
     ) -> Result<IngestReport, IngestError> {
         validate(&documents)?;
+        // The request's work ends with it: past its time budget, or when this future is
+        // dropped (the client left), the chunking and embedding stop at their next batch and
+        // nothing is stored (every write comes after them).
+        let cancel = Cancel::new().with_deadline(std::time::Instant::now() + self.config.timeout);
+        let _stop_when_dropped = cancel.on_drop();
+        let stopped = |why: Stopped| match why {
+            Stopped::TimedOut => IngestError::TooLarge(format!(
+                "these documents took longer than {:?} to chunk and embed (SLUICE_INGEST_TIMEOUT_MS); nothing was stored: send fewer per request",
+                self.config.timeout
+            )),
+            Stopped::Cancelled => {
+                IngestError::Invalid("the request ended before the ingest did".into())
+            }
+        };
         let limit = self.config.max_documents;
         if documents.len() > limit {
             return Err(IngestError::TooLarge(format!(
@@ -430,11 +472,13 @@ impl Ingest {
         let (size, overlap) = (self.config.chunk_tokens, self.config.chunk_overlap_tokens);
         let (headers, pack) = (self.config.context_header, self.config.pack_sections);
         // Chunking counts tokens: CPU work, off the async threads.
+        let chunking = cancel.clone();
         let chunked = tokio::task::spawn_blocking(move || {
             let counter = |t: &str| embedder.count_tokens(t);
             documents
                 .into_iter()
                 .map(|mut doc| {
+                    chunking.check()?;
                     if doc.sections.is_empty() {
                         let text = std::mem::take(&mut doc.text);
                         doc.sections = vec![Section {
@@ -447,12 +491,13 @@ impl Ingest {
                     let title = (doc.title.as_deref()).filter(|t| headers && !t.trim().is_empty());
                     let chunks =
                         chunk_sections(&doc.sections, title, pack, size, overlap, &counter);
-                    (doc, chunks)
+                    Ok((doc, chunks))
                 })
-                .collect::<Vec<_>>()
+                .collect::<Result<Vec<_>, Stopped>>()
         })
         .await
-        .map_err(|e| EmbedError::Inference(e.to_string()))?;
+        .map_err(|e| EmbedError::Inference(e.to_string()))?
+        .map_err(stopped)?;
         let total: usize = chunked.iter().map(|(_, c)| c.len()).sum();
         let ids: HashSet<String> = chunked.iter().map(|(d, _)| d.id.clone()).collect();
         let limit = self.config.max_chunks;
@@ -465,6 +510,7 @@ impl Ingest {
         // over the cores it is given (a document is often one or two chunks), then each
         // document replaced in the store with its own.
         let embedder = Arc::clone(&self.embedder);
+        let embedding = cancel.clone();
         let (chunked, vectors) = tokio::task::spawn_blocking(move || {
             let texts: Vec<Cow<str>> = (chunked.iter())
                 .flat_map(|(_, chunks)| {
@@ -472,12 +518,21 @@ impl Ingest {
                 })
                 .collect();
             let texts: Vec<&str> = texts.iter().map(|t| t.as_ref()).collect();
-            let vectors = embedder.embed(&texts);
-            (chunked, vectors.map(Vec::into_iter))
+            let mut vectors = Vec::with_capacity(texts.len());
+            for batch in texts.chunks(EMBED_BATCH) {
+                if let Err(why) = embedding.check() {
+                    return (chunked, Ok(Err(why)));
+                }
+                match embedder.embed(batch) {
+                    Ok(v) => vectors.extend(v),
+                    Err(e) => return (chunked, Err(e)),
+                }
+            }
+            (chunked, Ok(Ok(vectors.into_iter())))
         })
         .await
         .map_err(|e| EmbedError::Inference(e.to_string()))?;
-        let mut vectors = vectors?;
+        let mut vectors = vectors?.map_err(stopped)?;
         for (doc, chunks) in chunked {
             // Checked by `validate` above.
             let metadata = Metadata::from_json(&doc.metadata).map_err(IngestError::Invalid)?;
