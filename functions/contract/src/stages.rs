@@ -528,6 +528,21 @@ impl RerankFailure {
         };
         Self { kind, message }
     }
+
+    /// The failure as a caller that may not read every document the failing call saw is
+    /// shown it: its kind, and no message (a component's message can quote any candidate's
+    /// text, and the call may have been another key's, over documents outside this caller's
+    /// filter).
+    pub fn redacted(&self) -> Self {
+        Self {
+            kind: self.kind,
+            message: Self::REDACTED.into(),
+        }
+    }
+
+    /// The message of a [`redacted`](Self::redacted) failure.
+    pub const REDACTED: &'static str =
+        "hidden from keys bound to a filter: the failing call may have seen documents outside it";
 }
 
 impl std::fmt::Display for RerankFailure {
@@ -623,6 +638,12 @@ pub enum ComponentError {
     /// The upload is over the size limit (413).
     #[error("{0}")]
     TooLarge(String),
+    /// The upload's code is too big to compile within the limits (422).
+    #[error("{0}")]
+    TooComplex(String),
+    /// Its request ended (the client left) before the upload was stored: nothing was.
+    #[error("the upload's request ended before it was stored; nothing was stored")]
+    Abandoned,
     /// No such version for this tenant (404).
     #[error("{0}")]
     NotFound(String),
@@ -633,8 +654,14 @@ pub enum ComponentError {
 
 /// Tenant-scoped registry of rerank components: upload, activate, list, deactivate.
 pub trait Components: Send + Sync {
-    /// Validates, compiles and stores `bytes` for `tenant`; returns the version (not active yet).
-    fn upload(&self, tenant: &Tenant, bytes: &[u8]) -> Result<ComponentVersion, ComponentError>;
+    /// Validates, compiles and stores `bytes` for `tenant`; returns the version (not active
+    /// yet). Nothing is stored once `cancel` says the request has ended.
+    fn upload(
+        &self,
+        tenant: &Tenant,
+        bytes: &[u8],
+        cancel: &crate::cancel::Cancel,
+    ) -> Result<ComponentVersion, ComponentError>;
     /// Makes `version` the tenant's active component (an older one: a rollback).
     fn activate(&self, tenant: &Tenant, version: &str) -> Result<ComponentVersion, ComponentError>;
     /// The tenant's versions, oldest first.

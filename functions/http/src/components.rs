@@ -10,6 +10,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
+use sluice_contract::cancel::Cancel;
 use sluice_core::auth::Permission;
 use sluice_core::codes::Code;
 use sluice_core::stages::{ComponentError, Components};
@@ -52,8 +53,12 @@ pub(crate) async fn upload_component(
     let tenant = admit(&server, &headers, Permission::Components)
         .await?
         .tenant;
-    let bytes = read_body(body, MAX_COMPONENT_BYTES).await?;
-    let version = registry(&server, move |r| r.upload(&tenant, &bytes)).await?;
+    let bytes = read_body(body, MAX_COMPONENT_BYTES, server.limits.body_timeout).await?;
+    // A client that leaves while its component compiles gets nothing stored.
+    let cancel = Cancel::new();
+    let guard = cancel.on_drop();
+    let version = registry(&server, move |r| r.upload(&tenant, &bytes, &cancel)).await?;
+    guard.disarm();
     Ok((StatusCode::CREATED, Json(version)).into_response())
 }
 
@@ -71,7 +76,12 @@ pub(crate) async fn activate_component(
     let tenant = admit(&server, &headers, Permission::Components)
         .await?
         .tenant;
-    let bytes = read_body(body, server.limits.max_body_bytes).await?;
+    let bytes = read_body(
+        body,
+        server.limits.max_body_bytes,
+        server.limits.body_timeout,
+    )
+    .await?;
     let body: ActivateBody = parse_json(&bytes)?;
     let version = registry(&server, move |r| r.activate(&tenant, &body.version)).await?;
     Ok(Json(version).into_response())
@@ -81,10 +91,16 @@ pub(crate) async fn list_components(
     State(server): State<Arc<Server>>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let tenant = admit(&server, &headers, Permission::Components)
-        .await?
-        .tenant;
-    let versions = registry(&server, move |r| r.list(&tenant)).await?;
+    let caller = admit(&server, &headers, Permission::Components).await?;
+    let tenant = caller.tenant;
+    let mut versions = registry(&server, move |r| r.list(&tenant)).await?;
+    // Other keys' calls failed over their documents: a key bound to a filter (even one made
+    // tenant-wide) is not shown what those calls' messages may quote.
+    if caller.filter.is_some() {
+        for failure in versions.iter_mut().flat_map(|v| v.failures.iter_mut()) {
+            failure.failure = failure.failure.redacted();
+        }
+    }
     let active = versions
         .iter()
         .find(|v| v.active)

@@ -105,6 +105,9 @@ impl From<ComponentError> for ApiError {
         match e {
             ComponentError::Invalid(m) => ApiError::new(Code::InvalidComponent, m),
             ComponentError::TooLarge(m) => ApiError::new(Code::BodyTooLarge, m),
+            ComponentError::TooComplex(m) => ApiError::new(Code::ComponentTooComplex, m),
+            // Nobody is left to read it.
+            e @ ComponentError::Abandoned => ApiError::new(Code::InvalidComponent, e.to_string()),
             ComponentError::NotFound(m) => ApiError::new(Code::UnknownVersion, m),
             ComponentError::Storage(m) => {
                 tracing::error!(error = %m, "component storage failed");

@@ -467,7 +467,7 @@ pub async fn test(
     let disk = sluice_sandbox::Disk::open(&scratch.path().join("components"))?;
     let registry = sluice_app::registry(&settings.rerank, Arc::clone(&embedder), Arc::new(disk))?;
     let version = registry
-        .upload(tenant, &bytes)
+        .upload(tenant, &bytes, &sluice_contract::cancel::Cancel::new())
         .map_err(|e| anyhow::anyhow!("{}: refused at upload: {e}", file.display()))?;
     registry.activate(tenant, &version.version)?;
     let by = tokio::time::Instant::now() + Duration::from_secs(60);

@@ -21,6 +21,9 @@ pub struct RerankConfig {
     /// `SLUICE_COMPONENT_REFRESH_MS`: how long a process trusts the active component it
     /// knows before reading the pointer again (another process may have activated one).
     pub refresh: Duration,
+    /// `SLUICE_COMPONENT_MAX_COMPILE_WORK`: what an upload's code may ask of the compiler
+    /// ([`crate::Complexity::max_work`]); the default keeps any upload near 2 s of CPU.
+    pub max_compile_work: u64,
 }
 
 impl RerankConfig {
@@ -33,6 +36,13 @@ impl RerankConfig {
             max_candidates: ranged(get, "SLUICE_RERANK_MAX_CANDIDATES", 200, MAX_K, 10_000)?,
             max_text_bytes: ranged(get, "SLUICE_RERANK_MAX_TEXT_BYTES", 8192, 64, 1 << 20)?,
             refresh: millis(get, "SLUICE_COMPONENT_REFRESH_MS", 5000, 0)?,
+            max_compile_work: ranged(
+                get,
+                "SLUICE_COMPONENT_MAX_COMPILE_WORK",
+                crate::Complexity::default().max_work as usize,
+                1_000,
+                100_000_000,
+            )? as u64,
         })
     }
 }

@@ -39,10 +39,12 @@ use wasmtime::{
     StoreLimitsBuilder, Trap,
 };
 
+pub mod complexity;
 pub mod config;
 pub mod measure;
 mod registry;
 
+pub use complexity::Complexity;
 pub use config::RerankConfig;
 use registry::truncate;
 pub use registry::{Disk, ModelHost, Registry, UploadHost, candidates, context_entries, limits};
@@ -181,6 +183,8 @@ pub struct Limits {
     pub max_host_copy_bytes: usize,
     /// Largest component accepted at upload.
     pub max_component_bytes: usize,
+    /// What an upload's functions may ask of the compiler ([`complexity`]).
+    pub complexity: Complexity,
 }
 
 impl Default for Limits {
@@ -204,6 +208,7 @@ impl Default for Limits {
             // Every candidate's text passed back to `embed` once (200 × 8 KiB) fits.
             max_host_copy_bytes: 2 << 20,
             max_component_bytes: 2 << 20,
+            complexity: Complexity::default(),
         }
     }
 }
@@ -227,6 +232,10 @@ pub enum UploadError {
         /// The limit.
         limit: usize,
     },
+    /// Its functions are bigger than the compiler may be asked to compile
+    /// ([`Limits::complexity`]).
+    #[error("component is too complex to compile: {0}")]
+    TooComplex(String),
     /// Not a WebAssembly component (a core module, or not wasm at all).
     #[error("not a WebAssembly component: {0}")]
     NotAComponent(String),
@@ -644,7 +653,13 @@ impl Sandbox {
                     .into(),
             ));
         }
-        let component = Component::new(&self.engine, bytes)
+        // The text format (which wasmtime also takes) as the binary it stands for, so that
+        // what is measured below is what would be compiled.
+        let binary =
+            wat::parse_bytes(bytes).map_err(|e| UploadError::NotAComponent(format!("{e:#}")))?;
+        // Before Cranelift, whose cost grows faster than the bytes and cannot be stopped.
+        complexity::check(&binary, &self.limits.complexity).map_err(UploadError::TooComplex)?;
+        let component = Component::new(&self.engine, &binary)
             .map_err(|e| UploadError::NotAComponent(format!("{e:#}")))?;
         let pre = self.prepare(&component)?;
         let artifact = component

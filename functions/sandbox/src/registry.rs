@@ -24,6 +24,7 @@ use crate::config::RerankConfig;
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use sluice_contract::Tenant;
+use sluice_contract::cancel::Cancel;
 use sluice_contract::metadata::{MetaValue as Value, Metadata};
 use sluice_contract::stages::{
     ActiveComponent, CallCosts, ComponentError, ComponentFailure, ComponentStorage as Storage,
@@ -371,6 +372,10 @@ pub fn limits(config: &RerankConfig) -> Limits {
         max_host_copy_bytes: (config.max_candidates * (config.max_text_bytes + 8))
             .min(config.memory_mb << 20)
             .max(Limits::default().max_host_copy_bytes),
+        complexity: crate::Complexity {
+            max_work: config.max_compile_work,
+            ..crate::Complexity::default()
+        },
         ..Limits::default()
     }
 }
@@ -648,11 +653,22 @@ impl Reranker for Registry {
 }
 
 impl Components for Registry {
-    fn upload(&self, tenant: &Tenant, bytes: &[u8]) -> Result<ComponentVersion, ComponentError> {
+    fn upload(
+        &self,
+        tenant: &Tenant,
+        bytes: &[u8],
+        cancel: &Cancel,
+    ) -> Result<ComponentVersion, ComponentError> {
         let prepared = self.inner.sandbox.compile(bytes).map_err(|e| match e {
             UploadError::TooLarge { .. } => ComponentError::TooLarge(e.to_string()),
+            UploadError::TooComplex(_) => ComponentError::TooComplex(e.to_string()),
             other => ComponentError::Invalid(other.to_string()),
         })?;
+        // The compile cannot be stopped, but what it made is kept only for a request that is
+        // still there.
+        if cancel.is_cancelled() {
+            return Err(ComponentError::Abandoned);
+        }
         let version = format!("{:x}", Sha256::digest(bytes));
         self.inner
             .storage
@@ -760,6 +776,23 @@ mod tests {
         fn count_tokens(&self, _: &str) -> u32 {
             0
         }
+    }
+
+    /// A candidate's text reaches a component cut to `max_text_bytes`, on a character
+    /// boundary; a shorter one whole.
+    #[test]
+    fn candidate_texts_are_cut_to_the_limit() {
+        let limit = Limits::default().max_text_bytes;
+        assert_eq!(limit, 8 << 10);
+        let mut long = sluice_testkit::hit("long", 1.0);
+        long.text = "é".repeat(limit) + "x";
+        let mut odd = sluice_testkit::hit("odd", 0.5);
+        odd.text = format!("x{}", "é".repeat(limit));
+        let short = sluice_testkit::hit("short", 0.1);
+        let given = candidates(&[long, odd, short.clone()], limit);
+        assert_eq!(given[0].text.len(), limit);
+        assert_eq!(given[1].text.len(), limit - 1, "not inside a character");
+        assert_eq!(given[2].text, short.text);
     }
 
     #[test]

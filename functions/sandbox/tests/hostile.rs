@@ -181,6 +181,15 @@ fn a_component_error_is_passed_on() {
                    (i32.store (i32.const 260) (i32.const 1024)) (i32.store (i32.const 264) (i32.const 4)) (i32.const 256)";
     let err = run_hostile(&sandbox(Limits::default()), hostile);
     assert_eq!(err, RerankError::Guest("nope".into()));
+    // err("x" × 5,000): the first 1,024 characters are kept.
+    let long = "(memory.fill (i32.const 40000) (i32.const 120) (i32.const 5000)) \
+                (i32.store8 (i32.const 256) (i32.const 1)) (i32.store (i32.const 260) (i32.const 40000)) \
+                (i32.store (i32.const 264) (i32.const 5000)) (i32.const 256)";
+    let message = match run_hostile(&sandbox(Limits::default()), long) {
+        RerankError::Guest(message) => message,
+        other => panic!("a component error, not {other:?}"),
+    };
+    assert_eq!(message, "x".repeat(1024));
 }
 
 #[test]
@@ -825,4 +834,51 @@ fn nothing_a_call_writes_to_memory_is_seen_by_the_next() {
         _ => "madvise",
     };
     assert_eq!(reset, expected, "kernel {}", release.trim());
+}
+
+/// A component with one function of `locals` locals and `blocks` `block`/`br_if`s, nested
+/// or one after another: what Cranelift's compile costs grows with.
+fn costly(locals: usize, blocks: usize, nested: bool) -> String {
+    let body = match nested {
+        true => format!(
+            "{}{}",
+            "(block local.get 0 br_if 0 ".repeat(blocks),
+            ")".repeat(blocks)
+        ),
+        false => "(block local.get 0 br_if 0) ".repeat(blocks),
+    };
+    format!(
+        "(component (core module (func (param i32) {} {body})))",
+        "(local i32)".repeat(locals)
+    )
+}
+
+/// The audit's upload — a 2 MB component text with one function of 2,000 locals and 16,000
+/// nested blocks, which took 34 s of CPU and 2.5 GB to compile — is refused before it is
+/// compiled, with its own error; the refusal costs a parse, not a compile.
+#[test]
+fn a_component_too_costly_to_compile_is_refused_before_compiling() {
+    let sandbox = sandbox(Limits::default());
+    let wat = costly(2_000, 16_000, true);
+    let e = sandbox.compile(wat.as_bytes()).err().expect("refused");
+    assert!(matches!(e, UploadError::TooComplex(_)), "{e}");
+    assert!(e.to_string().contains("too complex to compile"), "{e}");
+    // Each dimension alone, past its limit.
+    for (locals, blocks, nested, says) in [
+        (20_000, 1, true, "locals"),
+        (1, 1_001, true, "deep"),
+        (1, 10_001, false, "blocks"),
+    ] {
+        let e = sandbox
+            .compile(costly(locals, blocks, nested).as_bytes())
+            .err()
+            .expect("refused");
+        assert!(e.to_string().contains(says), "{e}");
+    }
+    // A small function of the same shape passes this check (and fails later, for the world).
+    let e = sandbox
+        .compile(costly(10, 10, true).as_bytes())
+        .err()
+        .expect("not a reranker");
+    assert!(!matches!(e, UploadError::TooComplex(_)), "{e}");
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use sluice_contract::cancel::Cancel;
 use sluice_core::stages::{ComponentStorage, Components, RerankInput, Reranker};
 use sluice_sandbox::{Disk, HostServices, Limits, Registry, Sandbox};
 use sluice_testkit::{SlowComponents, hit, tenant};
@@ -77,7 +78,10 @@ async fn activate(registry: &Arc<Registry>, name: &str, wat: String) -> String {
     let r = Arc::clone(registry);
     let tenant = tenant(name);
     tokio::task::spawn_blocking(move || {
-        let v = r.upload(&tenant, wat.as_bytes()).unwrap().version;
+        let v = r
+            .upload(&tenant, wat.as_bytes(), &Cancel::new())
+            .unwrap()
+            .version;
         r.activate(&tenant, &v).unwrap();
         v
     })
@@ -272,4 +276,29 @@ async fn each_version_keeps_its_costs_and_last_failures_across_a_rollback() {
 /// A registry of another process over the folder `dir`.
 fn registry_over(dir: &std::path::Path) -> Arc<Registry> {
     registry(Arc::new(Disk::open(dir).unwrap()), Duration::ZERO)
+}
+
+/// An upload whose request ended while it compiled stores nothing: no version is listed and
+/// no bytes are kept.
+#[test]
+fn an_abandoned_upload_stores_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let storage: Arc<dyn ComponentStorage> = Arc::new(Disk::open(dir.path()).unwrap());
+    let registry = registry(Arc::clone(&storage), Duration::from_secs(60));
+    let gone = Cancel::new();
+    gone.cancel();
+    let e = registry
+        .upload(&tenant("acme"), REVERSE.as_bytes(), &gone)
+        .unwrap_err();
+    assert!(
+        matches!(e, sluice_core::stages::ComponentError::Abandoned),
+        "{e}"
+    );
+    assert!(registry.list(&tenant("acme")).unwrap().is_empty());
+    assert!(storage.versions(&tenant("acme")).unwrap().is_empty());
+    // The same upload by a request that is still there is stored.
+    registry
+        .upload(&tenant("acme"), REVERSE.as_bytes(), &Cancel::new())
+        .unwrap();
+    assert_eq!(registry.list(&tenant("acme")).unwrap().len(), 1);
 }
