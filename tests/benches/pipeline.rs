@@ -233,9 +233,11 @@ fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
         let shutdown = async {
             let _ = stopped.await;
         };
+        let header_timeout = server.limits.header_timeout;
         let server = tokio::spawn(sluice_http::serve(
             listener,
             sluice_http::router(Arc::new(server)),
+            header_timeout,
             shutdown,
         ));
         (url, server)

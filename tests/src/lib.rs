@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Value, json};
+use sluice_contract::cancel::Cancel;
 use sluice_core::cache::CacheStore;
 use sluice_core::stages::Store;
 use sluice_core::{Config, Pipeline, Tenant};
@@ -290,13 +291,15 @@ async fn serve(server: Server, data: tempfile::TempDir) -> TestServer {
         .expect("bind");
     let url = format!("http://{}", listener.local_addr().expect("addr"));
     let serving = Arc::clone(&server);
+    let header_timeout = server.limits.header_timeout;
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(async move {
         // The data folder lives in the server task, declared first so that it is deleted
         // last: when the runtime drops this task, the store is dropped (and flushes its
         // files) while its folder still exists.
         let _data = data;
-        let _ = sluice_http::serve(listener, sluice_http::router(serving), async move {
+        let router = sluice_http::router(serving);
+        let _ = sluice_http::serve(listener, router, header_timeout, async move {
             let _ = stopped.await;
         })
         .await;
@@ -490,6 +493,17 @@ pub async fn answer_at(base: &str, tenant: Option<&str>, body: &Value) -> Answer
 
 /// [`answer_at`] with any request headers (`authorization` for a server with auth on).
 pub async fn answer_with_headers(base: &str, headers: &[(&str, &str)], body: &Value) -> Answer {
+    answer_reporting(base, headers, body, None).await
+}
+
+/// [`answer_with_headers`], telling `report` each event's name as it arrives: a test waits on
+/// that (tokens have reached the client) instead of guessing how long it takes.
+pub async fn answer_reporting(
+    base: &str,
+    headers: &[(&str, &str)],
+    body: &Value,
+    report: Option<tokio::sync::mpsc::UnboundedSender<String>>,
+) -> Answer {
     let sent = Instant::now();
     let mut request = http().post(format!("{base}/v1/answer")).json(body);
     for (name, value) in headers {
@@ -517,6 +531,9 @@ pub async fn answer_with_headers(base: &str, headers: &[(&str, &str)], body: &Va
     while let Some(e) = stream.next().await {
         let e = e.expect("well-formed SSE");
         let data: Value = serde_json::from_str(&e.data).expect("every data line is JSON");
+        if let Some(report) = &report {
+            let _ = report.send(e.event.clone());
+        }
         events.push(Received {
             name: e.event,
             data,
@@ -599,7 +616,10 @@ impl TestServer {
         let registry = self.server.components.clone().expect("components");
         let tenant = sluice_core::Tenant::new(tenant).expect("a tenant");
         tokio::task::spawn_blocking(move || {
-            let version = registry.upload(&tenant, &bytes).expect("upload").version;
+            let version = registry
+                .upload(&tenant, &bytes, &Cancel::new())
+                .expect("upload")
+                .version;
             registry.activate(&tenant, &version).expect("activate");
             version
         })

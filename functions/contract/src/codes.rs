@@ -107,6 +107,9 @@ wire_names! {
         InvalidTenant = "invalid_tenant",
         /// An upload that is not an acceptable rerank component.
         InvalidComponent = "invalid_component",
+        /// A component whose code is too big to compile within the limits (locals, blocks,
+        /// nesting per function; see docs/security.md).
+        ComponentTooComplex = "component_too_complex",
         /// A chat completion asking for `n` other than 1.
         InvalidN = "invalid_n",
         /// A chat completion's `max_tokens` (or `max_completion_tokens`) not a whole number
@@ -114,6 +117,13 @@ wire_names! {
         InvalidMaxTokens = "invalid_max_tokens",
         /// The request body could not be read.
         UnreadableBody = "unreadable_body",
+        /// The request body did not arrive within `SLUICE_BODY_READ_TIMEOUT_MS`.
+        BodyTimeout = "body_timeout",
+        /// The request's headers are too many or too large (hyper's cap, about 400 KiB or 100
+        /// headers).
+        HeadersTooLarge = "headers_too_large",
+        /// The request's URI is longer than the server reads.
+        UriTooLong = "uri_too_long",
         /// Auth on and no API key.
         MissingApiKey = "missing_api_key",
         /// An API key that is not valid.
@@ -202,8 +212,11 @@ impl Code {
             NotFound | UnknownVersion | UnknownDocument | CacheDisabled | ComponentsDisabled
             | UsageDisabled => 404,
             MethodNotAllowed => 405,
+            BodyTimeout => 408,
+            UriTooLong => 414,
+            HeadersTooLarge => 431,
             UnsupportedFormat => 415,
-            NoTextLayer | EncryptedDocument | UnreadableDocument => 422,
+            NoTextLayer | EncryptedDocument | UnreadableDocument | ComponentTooComplex => 422,
             BodyTooLarge | IngestTooLarge | ConversationTooLong => 413,
             RateLimited | TooManyStreams | BudgetExceeded => 429,
             IngestFailed | StorageFailed | Internal => 500,

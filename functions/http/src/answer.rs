@@ -34,14 +34,30 @@ const MAX_SESSION_ID_CHARS: usize = 128;
 const MAX_DEADLINE_MS: u64 = 60_000;
 
 /// Reads the whole body, refusing (413) more than `limit` bytes.
-pub(crate) async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+pub(crate) async fn read_body(
+    body: Body,
+    limit: usize,
+    within: std::time::Duration,
+) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::new(
             Code::BodyTooLarge,
             format!("request body is larger than {limit} bytes"),
         )
     };
-    axum::body::to_bytes(body, limit).await.map_err(|e| {
+    // A client that sends its body a byte at a time holds a task and a connection: the
+    // whole body has `within` to arrive.
+    let read = tokio::time::timeout(within, axum::body::to_bytes(body, limit))
+        .await
+        .map_err(|_| {
+            ApiError::new(
+                Code::BodyTimeout,
+                format!(
+                    "the request body did not arrive within {within:?} (SLUICE_BODY_READ_TIMEOUT_MS)"
+                ),
+            )
+        })?;
+    read.map_err(|e| {
         let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
         while let Some(s) = source {
             if s.is::<http_body_util::LengthLimitError>() {
@@ -222,7 +238,12 @@ pub(crate) async fn answer(
     let received = Instant::now();
     let caller = admit(&server, &headers, Permission::Answer).await?;
     let pipeline = server.answers("POST", "/v1/answer")?;
-    let bytes = read_body(body, server.limits.max_body_bytes).await?;
+    let bytes = read_body(
+        body,
+        server.limits.max_body_bytes,
+        server.limits.body_timeout,
+    )
+    .await?;
     let request = answer_request(
         &pipeline.config,
         caller.tenant.clone(),

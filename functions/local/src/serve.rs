@@ -61,6 +61,7 @@ pub async fn run(settings: sluice_app::Settings) -> Result<()> {
     }
     let llm_url = settings.llm.urls.join(",");
     let drain_timeout = config.server.drain_timeout;
+    let header_timeout = config.limits.header_timeout;
     let server = Arc::new(sluice_app::server(settings, sluice_app::Role::All).await?);
     let listener = tokio::net::TcpListener::bind(addr)
         .await
@@ -83,7 +84,7 @@ pub async fn run(settings: sluice_app::Settings) -> Result<()> {
     };
     let usage = server.usage.clone();
     let router = sluice_http::only_hosts(router(server), hosts);
-    sluice_http::serve(listener, router, signalled).await?;
+    sluice_http::serve(listener, router, header_timeout, signalled).await?;
     // Every stream writes its usage as it ends; a stream the client dropped left its counts
     // to a task, which may not have run yet.
     if let Some(meter) = usage {

@@ -42,7 +42,12 @@ async fn recording_llm() -> (String, Arc<Mutex<Vec<Option<String>>>>) {
         .await
         .expect("bind");
     let url = format!("http://{}/v1", listener.local_addr().expect("addr"));
-    tokio::spawn(serve(listener, app, std::future::pending()));
+    tokio::spawn(serve(
+        listener,
+        app,
+        std::time::Duration::from_secs(10),
+        std::future::pending(),
+    ));
     (url, seen)
 }
 

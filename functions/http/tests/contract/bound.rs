@@ -9,7 +9,9 @@ use axum::http::Method;
 use serde_json::{Value, json};
 use sluice_core::auth::{Permission, Principal};
 use sluice_core::filter::Filter;
-use sluice_core::stages::Store;
+use sluice_core::stages::{
+    ComponentError, ComponentFailure, ComponentVersion, FailureKind, RerankFailure, Store,
+};
 use sluice_testkit::MemoryKeys;
 
 use crate::kit::{App, Kit, Reply};
@@ -343,4 +345,88 @@ async fn a_bound_key_sees_its_own_usage_and_no_other_keys() {
         .send(&t.admin, Method::GET, "/v1/usage", &Value::Null)
         .await;
     assert_eq!(reply.body["total"]["answers"], 2, "{}", reply.raw);
+}
+
+/// A registry whose one version failed on some key's call, its message quoting a document.
+struct FailedOnce;
+
+impl sluice_core::stages::Components for FailedOnce {
+    fn upload(
+        &self,
+        _: &sluice_core::Tenant,
+        _: &[u8],
+        _: &sluice_contract::cancel::Cancel,
+    ) -> Result<ComponentVersion, ComponentError> {
+        Err(ComponentError::Invalid("not in this test".into()))
+    }
+    fn activate(
+        &self,
+        _: &sluice_core::Tenant,
+        _: &str,
+    ) -> Result<ComponentVersion, ComponentError> {
+        Err(ComponentError::Invalid("not in this test".into()))
+    }
+    fn list(&self, _: &sluice_core::Tenant) -> Result<Vec<ComponentVersion>, ComponentError> {
+        Ok(vec![ComponentVersion {
+            version: "v1".into(),
+            size: 1,
+            active: true,
+            cost: None,
+            failures: vec![ComponentFailure {
+                at_ms: 1,
+                failure: RerankFailure::new(FailureKind::ComponentError, "team b: salaries 100k"),
+            }],
+        }])
+    }
+    fn deactivate(&self, _: &sluice_core::Tenant) -> Result<(), ComponentError> {
+        Ok(())
+    }
+}
+
+/// A failure's message can quote any candidate the failing call saw, and that call may have
+/// been another key's: a key bound to a filter — even one made tenant-wide to manage the
+/// components — sees each failure's kind and time, never its message.
+#[tokio::test]
+async fn failures_quote_documents_only_to_keys_that_may_read_every_document() {
+    let keys = Arc::new(MemoryKeys::default());
+    let admin = format!("Bearer {}", keys.add("acme", &Permission::ALL));
+    let wide = format!(
+        "Bearer {}",
+        keys.add_principal(Principal {
+            tenant: sluice_testkit::tenant("acme"),
+            permissions: Permission::ALL.to_vec(),
+            filter: Some(team_a()),
+            token_budget: None,
+            tenant_wide: true,
+        })
+    );
+    let mut kit = Kit::new(&[]).keys(keys);
+    kit.parts.components = Some(Arc::new(FailedOnce));
+    let app = kit.app();
+    let list = |key: String| {
+        let app = &app;
+        async move {
+            let reply = app
+                .send(
+                    Method::GET,
+                    "/v1/components/rerank",
+                    &[("authorization", &key)],
+                    String::new(),
+                )
+                .await;
+            assert_eq!(reply.status, 200, "{}", reply.raw);
+            reply
+        }
+    };
+    let seen = list(admin).await;
+    assert_eq!(
+        seen.body["versions"][0]["failures"][0]["message"],
+        "team b: salaries 100k"
+    );
+    let hidden = list(wide).await;
+    let failure = &hidden.body["versions"][0]["failures"][0];
+    assert_eq!(failure["kind"], "component_error");
+    assert_eq!(failure["at_ms"], 1);
+    assert_eq!(failure["message"], RerankFailure::REDACTED);
+    assert!(!hidden.raw.contains("salaries"), "{}", hidden.raw);
 }

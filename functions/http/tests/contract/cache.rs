@@ -273,3 +273,60 @@ async fn a_learning_tenant_compares_a_candidate_with_the_llms_answer_and_reports
     assert_eq!(other["learning"], serde_json::Value::Null);
     assert_eq!(other["threshold"], 0.9);
 }
+
+/// Only a whole answer is cached: one that ended in an `error` is not, and neither is one
+/// whose client left before its end (its stream was let go of mid-answer). Waited on by the
+/// LLM's streams ending, not by time.
+#[tokio::test]
+async fn answers_that_end_in_an_error_or_whose_client_left_are_not_cached() {
+    use http_body_util::BodyExt;
+    use sluice_core::error::LlmError;
+    use sluice_testkit::{Reply, ScriptedLlm};
+    let words = |s: &str| {
+        s.split_inclusive(' ')
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let broken = Reply::BreakAfter(words("Cards arrive "), LlmError::Stream("cut".into()));
+    let llm = ScriptedLlm::new(broken).gap(Duration::from_millis(20));
+    let app = Kit::with_llm(&[], llm).ingested("acme").await.app();
+    let ask = json!({"query": QUESTION});
+    let failed = app.answer_as("acme", &ask).await;
+    assert_eq!(failed.names().last(), Some(&"error"));
+    // The next answer is whole, but its client leaves after the first token.
+    app.llm.reply_with(Reply::Tokens(words(
+        &"Cards arrive in five days. ".repeat(20),
+    )));
+    let request = crate::kit::request(
+        Method::POST,
+        "/v1/answer",
+        &[("x-sluice-tenant", "acme")],
+        ask.to_string(),
+    );
+    let mut body = app.open(request).await.into_body();
+    let mut seen = String::new();
+    while !seen.contains("event: token") {
+        let frame = body.frame().await.expect("a frame").expect("a body");
+        if let Some(data) = frame.data_ref() {
+            seen.push_str(&String::from_utf8_lossy(data));
+        }
+    }
+    drop(body);
+    let waited = std::time::Instant::now();
+    while app.llm.streams_ended() < 2 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the stream was never let go of"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    app.llm
+        .reply_with(Reply::text("Cards arrive in five days."));
+    let next = app.answer_as("acme", &ask).await;
+    assert_eq!(
+        next.meta()["cache"],
+        "miss",
+        "a broken or left answer was cached"
+    );
+    assert_eq!(app.answer_as("acme", &ask).await.meta()["cache"], "hit");
+}

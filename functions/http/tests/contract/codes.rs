@@ -33,7 +33,12 @@ impl FailingComponents {
 }
 
 impl Components for FailingComponents {
-    fn upload(&self, _: &Tenant, _: &[u8]) -> Result<ComponentVersion, ComponentError> {
+    fn upload(
+        &self,
+        _: &Tenant,
+        _: &[u8],
+        _: &sluice_contract::cancel::Cancel,
+    ) -> Result<ComponentVersion, ComponentError> {
         Err(self.fail())
     }
     fn activate(&self, _: &Tenant, _: &str) -> Result<ComponentVersion, ComponentError> {
@@ -170,6 +175,46 @@ async fn provoke(code: Code) -> Seen {
                 .post_as("no spaces allowed", "/v1/answer", &ask)
                 .await,
         ),
+        Code::ComponentTooComplex => {
+            let app = components_app(Some(|| {
+                ComponentError::TooComplex(
+                    "function 0 declares 20000 locals; the limit is 10000".into(),
+                )
+            }));
+            Seen::Refused(
+                app.send(Method::PUT, "/v1/components/rerank", &[], "(component)")
+                    .await,
+            )
+        }
+        Code::BodyTimeout => {
+            // A body that stops coming after its first bytes.
+            let app = Kit::new(&[("SLUICE_BODY_READ_TIMEOUT_MS", "100")]).app();
+            let first: Result<&'static [u8], std::io::Error> = Ok(br#"{"query": "#);
+            let stalls = futures::StreamExt::chain(
+                futures::stream::iter([first]),
+                futures::stream::pending(),
+            );
+            let body = Body::from_stream(stalls);
+            Seen::Refused(
+                app.call(kit::request(Method::POST, "/v1/answer", &[], body))
+                    .await,
+            )
+        }
+        Code::HeadersTooLarge => {
+            let mut head = b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n".to_vec();
+            for i in 0..200 {
+                head.extend(format!("x-filler-{i}: yes\r\n").as_bytes());
+            }
+            head.extend(b"\r\n");
+            Seen::Refused(crate::serve::over_the_wire(&head).await)
+        }
+        Code::UriTooLong => {
+            let line = format!(
+                "GET /{} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+                "a".repeat(70_000)
+            );
+            Seen::Refused(crate::serve::over_the_wire(line.as_bytes()).await)
+        }
         Code::InvalidComponent => {
             let app = components_app(Some(|| ComponentError::Invalid("not a component".into())));
             Seen::Refused(

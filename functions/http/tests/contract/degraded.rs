@@ -42,7 +42,7 @@ impl Embedder for SlowToCount {
     }
     fn count_tokens(&self, text: &str) -> usize {
         if text.contains(self.0) {
-            std::thread::sleep(Duration::from_millis(1500));
+            std::thread::sleep(Duration::from_millis(5000));
         }
         sluice_testkit::HashEmbedder::new().count_tokens(text)
     }
@@ -112,7 +112,7 @@ async fn provoke(reason: Degraded) -> Stream {
             Stream::from_chat(&reply.raw)
         }
         Degraded::PromptTimeout => {
-            // Counting the tokens of one earlier turn takes 1.5 s, against a 100 ms deadline:
+            // Counting the tokens of one earlier turn takes 5 s, against a 100 ms deadline:
             // the answer goes on with the question alone when the deadline passes (the count
             // runs off the async workers: on this one-thread runtime it would otherwise hold
             // the timer too).
@@ -131,7 +131,7 @@ async fn provoke(reason: Degraded) -> Stream {
             let reply = app.post("/v1/chat/completions", &body).await;
             assert_eq!(reply.status, 200, "{}", reply.raw);
             assert!(
-                started.elapsed() < Duration::from_millis(1400),
+                started.elapsed() < Duration::from_millis(4500),
                 "the answer waited for the count: {:?}",
                 started.elapsed()
             );
@@ -177,12 +177,20 @@ async fn every_degraded_reason_is_reported_and_the_answer_still_streams() {
         assert_eq!(answer.names().last(), Some(&"done"), "{reason}");
         assert!(answer.text().len() > 1, "{reason}: tokens still stream");
         // The reason, and only it — but an open breaker stands in front of the whole store,
-        // so the corpus version is not read either.
+        // so the corpus version is not read either; and once retrieval has run out of time
+        // the prompt has its 25 ms floor, which a loaded machine can miss too (either way the
+        // question goes to the LLM without sources).
         let expected = match reason {
             Degraded::RetrievalCircuitOpen => vec!["corpus_version_failed", reason.as_str()],
             _ => vec![reason.as_str()],
         };
-        assert_eq!(answer.degraded(), expected, "{reason}");
+        let degraded = answer.degraded();
+        let late_prompt = reason == Degraded::RetrievalTimeout
+            && degraded == [reason.as_str(), Degraded::PromptTimeout.as_str()];
+        assert!(
+            degraded == expected || late_prompt,
+            "{reason}: {degraded:?}"
+        );
         let meta = answer.meta();
         let sources = answer.sources();
         match reason {

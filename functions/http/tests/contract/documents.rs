@@ -489,3 +489,204 @@ async fn a_chunk_is_embedded_under_its_title_and_section_and_quoted_without_them
         assert_eq!(hits[0].place.section, "Lost cards", "{setting}");
     }
 }
+
+/// An embedder that counts its calls, says when one starts, and holds each until the test
+/// lets them all go.
+struct Gated {
+    inner: sluice_testkit::HashEmbedder,
+    calls: std::sync::atomic::AtomicUsize,
+    entered: std::sync::Mutex<std::sync::mpsc::Sender<()>>,
+    gate: std::sync::Mutex<std::sync::mpsc::Receiver<()>>,
+}
+
+impl sluice_core::stages::Embedder for Gated {
+    fn model_id(&self) -> &str {
+        self.inner.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, sluice_core::error::EmbedError> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.entered.lock().unwrap().send(());
+        // Held until the test drops the gate's sender (then every wait ends at once).
+        let _ = self.gate.lock().unwrap().recv();
+        self.inner.embed(texts)
+    }
+    fn count_tokens(&self, text: &str) -> usize {
+        self.inner.count_tokens(text)
+    }
+}
+
+/// A client that leaves while its documents are embedded takes the work with it: the
+/// embedding stops at the next batch and nothing is stored. Not timed: the first batch is
+/// held until the request has been dropped, and dropping the runtime waits for the blocking
+/// work to end, so the calls made are counted once nothing can make another.
+#[test]
+fn an_ingest_whose_client_leaves_stops_embedding_and_stores_nothing() {
+    let runtime = || {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap()
+    };
+    let (entered, started) = std::sync::mpsc::channel();
+    let (release, gate) = std::sync::mpsc::channel::<()>();
+    let embedder = Arc::new(Gated {
+        inner: sluice_testkit::HashEmbedder::new(),
+        calls: Default::default(),
+        entered: std::sync::Mutex::new(entered),
+        gate: std::sync::Mutex::new(gate),
+    });
+    let mut kit = Kit::new(&[]);
+    kit.parts.embedder = Some(embedder.clone());
+    let store = kit.store();
+    let app = kit.app();
+    // 200 one-chunk documents: several batches of texts to embed.
+    let documents: Vec<Value> = (0..200)
+        .map(|i| json!({"id": format!("d{i}"), "text": format!("Document {i} is about cards.")}))
+        .collect();
+    let body = json!({ "documents": documents }).to_string();
+    let server = runtime();
+    let request = server.spawn(async move {
+        app.send(
+            Method::POST,
+            "/v1/documents",
+            &[("x-sluice-tenant", "acme")],
+            body,
+        )
+        .await
+    });
+    started
+        .recv_timeout(std::time::Duration::from_secs(120))
+        .expect("the first batch is being embedded");
+    request.abort();
+    let ended = server.block_on(request);
+    assert!(
+        ended.unwrap_err().is_cancelled(),
+        "the client's request was dropped"
+    );
+    drop(release);
+    drop(server);
+    assert_eq!(
+        embedder.calls.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "no batch is embedded after the client left"
+    );
+    let version = runtime().block_on(store.corpus_version(&sluice_testkit::tenant("acme")));
+    assert_eq!(version.unwrap(), 0, "nothing was written");
+}
+
+/// An ingest that takes longer than `SLUICE_INGEST_TIMEOUT_MS` is refused, naming the limit,
+/// with nothing stored.
+#[tokio::test]
+async fn an_ingest_past_its_time_limit_is_refused_and_stores_nothing() {
+    let (entered, _started) = std::sync::mpsc::channel();
+    let (release, gate) = std::sync::mpsc::channel::<()>();
+    let embedder = Arc::new(Gated {
+        inner: sluice_testkit::HashEmbedder::new(),
+        calls: Default::default(),
+        entered: std::sync::Mutex::new(entered),
+        gate: std::sync::Mutex::new(gate),
+    });
+    let mut kit = Kit::new(&[("SLUICE_INGEST_TIMEOUT_MS", "300")]);
+    kit.parts.embedder = Some(embedder.clone());
+    let store = kit.store();
+    let app = kit.app();
+    let documents: Vec<Value> = (0..100)
+        .map(|i| json!({"id": format!("d{i}"), "text": format!("Document {i} is about cards.")}))
+        .collect();
+    // Each batch is held until the time limit has passed, so the next check refuses.
+    let letting_go = std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_millis(600));
+        drop(release);
+    });
+    let reply = app
+        .send(
+            Method::POST,
+            "/v1/documents",
+            &[("x-sluice-tenant", "acme")],
+            json!({ "documents": documents }).to_string(),
+        )
+        .await;
+    letting_go.join().unwrap();
+    assert_eq!(reply.status, 413, "{}", reply.raw);
+    assert_eq!(reply.code(), "ingest_too_large");
+    assert!(
+        reply.raw.contains("SLUICE_INGEST_TIMEOUT_MS"),
+        "{}",
+        reply.raw
+    );
+    assert_eq!(embedder.calls.load(std::sync::atomic::Ordering::SeqCst), 1);
+    let version = store.corpus_version(&sluice_testkit::tenant("acme")).await;
+    assert_eq!(version.unwrap(), 0, "nothing was written");
+}
+
+/// One deletion removes at most `MAX_DELETE` documents and says `"more": true` when more
+/// matched; the next call takes the rest.
+#[tokio::test]
+async fn a_deletion_takes_at_most_its_page_and_says_when_more_match() {
+    use sluice_core::ingest::MAX_DELETE;
+    let app = Kit::new(&[("SLUICE_MAX_DOCUMENTS", "2000")]).app();
+    let documents: Vec<Value> = (0..=MAX_DELETE)
+        .map(|i| json!({"id": format!("d{i}"), "text": "old", "metadata": {"year": 2020}}))
+        .collect();
+    let reply = app
+        .send(
+            Method::POST,
+            "/v1/documents",
+            &[("x-sluice-tenant", "acme")],
+            json!({ "documents": documents }).to_string(),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let delete_old = || {
+        delete(
+            &app,
+            "/v1/documents",
+            &[],
+            json!({"filter": {"year": 2020}, "confirm": true}),
+        )
+    };
+    let first = delete_old().await;
+    assert_eq!(first.status, 200, "{}", first.raw);
+    assert_eq!(first.body["deleted"], MAX_DELETE);
+    assert_eq!(first.body["more"], true);
+    let second = delete_old().await;
+    assert_eq!(second.body["deleted"], 1);
+    assert_eq!(second.body["more"], false);
+    assert!(all_pages(&app, 100, &[]).await.is_empty());
+}
+
+/// A file whose conversion runs past `SLUICE_CONVERT_TIMEOUT_MS` is 422
+/// `unreadable_document`, naming the file and the setting, with nothing stored.
+#[tokio::test]
+async fn a_conversion_past_its_time_limit_is_unreadable() {
+    let app = Kit::new(&[("SLUICE_CONVERT_TIMEOUT_MS", "100")]).app();
+    let page: &[(f32, &str)] = &[(10.0, "Cards are replaced within five days. ")];
+    let file = sluice_testkit::files::pdf(
+        &vec![page; 2000],
+        sluice_testkit::files::PdfOptions::default(),
+    );
+    let reply = app
+        .send(
+            Method::POST,
+            "/v1/documents?filename=long.pdf",
+            &[("x-sluice-tenant", "acme")],
+            file,
+        )
+        .await;
+    assert_eq!(
+        (reply.status, reply.code()),
+        (422, "unreadable_document"),
+        "{}",
+        reply.raw
+    );
+    let message = reply.body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("long.pdf") && message.contains("SLUICE_CONVERT_TIMEOUT_MS"),
+        "{message}"
+    );
+    assert!(all_pages(&app, 100, &[]).await.is_empty());
+}

@@ -191,6 +191,27 @@ async fn invalid_filters_are_a_400_invalid_filter_naming_the_problem() {
         assert!(message.starts_with("\"filter\": "), "{message}");
         assert!(message.contains(says), "{filter}: {message}");
     }
+    // A list of more than MAX_IN_VALUES values is refused; one of exactly that many is not.
+    let max = sluice_core::filter::MAX_IN_VALUES;
+    let values = |n: usize| (0..n).map(|i| json!(format!("g{i}"))).collect::<Vec<_>>();
+    for op in ["$in", "$nin"] {
+        let over = json!({"groups": {op: values(max + 1)}});
+        let reply = app.post("/v1/answer", &ask(over)).await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (400, "invalid_filter"),
+            "{}",
+            reply.raw
+        );
+        assert!(
+            reply.raw.contains(&format!("at most {max}")),
+            "{}",
+            reply.raw
+        );
+        let at = json!({"groups": {op: values(max)}});
+        let reply = app.post("/v1/answer", &ask(at)).await;
+        assert_eq!(reply.status, 200, "{op} with {max} values: {}", reply.raw);
+    }
     // The chat route checks its `sluice.filter` the same way (OpenAI's error shape).
     let body = json!({"messages": [{"role": "user", "content": "refunds?"}],
                       "sluice": {"filter": {"year": {"$near": 1}}}});

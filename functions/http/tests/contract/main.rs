@@ -18,5 +18,6 @@ mod fusion;
 mod kit;
 mod openai;
 mod rerank;
+mod serve;
 mod stream;
 mod usage;

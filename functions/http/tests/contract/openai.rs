@@ -380,3 +380,81 @@ async fn max_tokens_is_honoured_up_to_the_servers_cap() {
         assert_eq!(reply.body["error"]["code"], "invalid_max_tokens", "{bad}");
     }
 }
+
+/// An embedder whose token counting must never run.
+struct NeverCounts;
+
+impl sluice_core::stages::Embedder for NeverCounts {
+    fn model_id(&self) -> &str {
+        "never-counts"
+    }
+    fn dim(&self) -> usize {
+        sluice_testkit::HashEmbedder::DIM
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, sluice_core::error::EmbedError> {
+        sluice_testkit::HashEmbedder::new().embed(texts)
+    }
+    fn count_tokens(&self, text: &str) -> usize {
+        panic!(
+            "tokenised {} bytes of a conversation that is over its caps",
+            text.len()
+        )
+    }
+}
+
+/// A conversation of more than `MAX_MESSAGES` messages (or more than
+/// `MAX_CONVERSATION_BYTES` of earlier turns) is refused before any of it is tokenised: the
+/// embedder here panics if asked to count. One of exactly that many messages is answered.
+#[tokio::test]
+async fn a_conversation_over_its_caps_is_refused_before_any_tokenising() {
+    use sluice_core::config::{MAX_CONVERSATION_BYTES, MAX_MESSAGES};
+    let mut kit = Kit::new(&[]);
+    kit.parts.embedder = Some(std::sync::Arc::new(NeverCounts));
+    let app = kit.app();
+    let turns = |n: usize| -> Vec<Value> {
+        (0..n)
+            .map(|i| {
+                let role = if i % 2 == 0 { "user" } else { "assistant" };
+                json!({"role": role, "content": format!("turn {i}")})
+            })
+            .collect()
+    };
+    let over = json!({"model": "m", "messages": turns(MAX_MESSAGES + 1)});
+    let reply = app.post("/v1/chat/completions", &over).await;
+    assert_eq!(
+        (reply.status, reply.code()),
+        (413, "conversation_too_long"),
+        "{}",
+        reply.raw
+    );
+    assert!(
+        reply.raw.contains(&MAX_MESSAGES.to_string()),
+        "{}",
+        reply.raw
+    );
+    let long = json!({"model": "m", "messages": [
+        {"role": "user", "content": "x".repeat(MAX_CONVERSATION_BYTES + 1)},
+        {"role": "assistant", "content": "ok"},
+        {"role": "user", "content": "and now?"},
+    ]});
+    let reply = app.post("/v1/chat/completions", &long).await;
+    assert_eq!(
+        (reply.status, reply.code()),
+        (413, "conversation_too_long"),
+        "{}",
+        reply.raw
+    );
+    // At the cap the request goes on (to the counting, here).
+    let mut at = Kit::new(&[]);
+    at.parts.embedder = Some(std::sync::Arc::new(sluice_testkit::HashEmbedder::new()));
+    let mut messages = turns(MAX_MESSAGES - 1);
+    messages.push(json!({"role": "user", "content": "and now?"}));
+    let reply = at
+        .app()
+        .post(
+            "/v1/chat/completions",
+            &json!({"model": "m", "messages": messages}),
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+}
