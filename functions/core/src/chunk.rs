@@ -272,7 +272,9 @@ fn sentences(text: &str) -> Vec<&str> {
     out
 }
 
-/// Cuts an over-long sentence between words into pieces of at most `max_tokens`.
+/// Cuts an over-long sentence between words into pieces of at most `max_tokens`; a word
+/// longer than that on its own (a run without spaces: a hash, base64, or a hostile
+/// document's one-megabyte "word") is cut inside itself.
 fn split_long(
     sentence: &str,
     max_tokens: usize,
@@ -283,6 +285,17 @@ fn split_long(
     let mut used = 0;
     for word in sentence.split_whitespace() {
         let n = count(word).max(1);
+        if n > max_tokens {
+            if !words.is_empty() {
+                out.push((words.join(" "), used));
+                words.clear();
+                used = 0;
+            }
+            // A token is at least a byte to any tokenizer the count stands for, so a cut of
+            // `max_tokens` bytes is within the budget.
+            out.extend(cut_bytes(word, max_tokens).map(|cut| (cut.to_string(), count(cut).max(1))));
+            continue;
+        }
         if used + n > max_tokens && !words.is_empty() {
             out.push((words.join(" "), used));
             words.clear();
@@ -295,6 +308,26 @@ fn split_long(
         out.push((words.join(" "), used));
     }
     out
+}
+
+/// `word` in consecutive cuts of at most `max_bytes` bytes (at least a character each).
+fn cut_bytes(word: &str, max_bytes: usize) -> impl Iterator<Item = &str> {
+    let mut rest = word;
+    std::iter::from_fn(move || {
+        if rest.is_empty() {
+            return None;
+        }
+        let mut at = rest.len().min(max_bytes.max(1));
+        while !rest.is_char_boundary(at) {
+            at -= 1;
+        }
+        if at == 0 {
+            at = rest.chars().next().map_or(rest.len(), char::len_utf8);
+        }
+        let (cut, after) = rest.split_at(at);
+        rest = after;
+        Some(cut)
+    })
 }
 
 #[cfg(test)]
@@ -374,6 +407,31 @@ mod tests {
         assert_eq!(chunks.len(), 4);
         assert!(chunks.iter().all(|c| words(c) <= 30));
         assert_eq!(chunks.join(" "), text);
+    }
+
+    /// A run without spaces counts (as the embedder counts it) up to a token per byte; such a
+    /// run past the chunk size is cut inside itself, so that no chunk is over the budget and
+    /// none is a megabyte that the prompt would send whole.
+    #[test]
+    fn a_word_longer_than_a_chunk_is_cut_inside_itself() {
+        let bytes_when_long = |s: &str| -> usize {
+            (s.split_whitespace())
+                .map(|w| if w.len() > 100 { w.len() } else { 1 })
+                .sum()
+        };
+        let text = format!("Before it. {} After it.", "x".repeat(10_000));
+        let chunks = chunk_text(&text, 256, 32, &bytes_when_long);
+        for c in &chunks {
+            assert!(c.tokens <= 256, "{} tokens", c.tokens);
+            assert!(c.text.len() <= 256 + 64, "{} bytes", c.text.len());
+        }
+        let kept: usize = chunks.iter().map(|c| c.text.matches('x').count()).sum();
+        assert!(kept >= 10_000, "every byte is kept (with overlaps): {kept}");
+        // Cut at character boundaries.
+        let accents = "é".repeat(100);
+        let wide: Vec<&str> = cut_bytes(&accents, 7).collect();
+        assert!(wide.iter().all(|c| c.len() <= 7 && !c.is_empty()));
+        assert_eq!(wide.concat(), accents);
     }
 
     #[test]

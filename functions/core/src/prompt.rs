@@ -54,6 +54,10 @@ pub fn input_budget(context_tokens: usize, max_output: usize) -> usize {
         .saturating_sub(context_tokens / 10)
 }
 
+/// More bytes per counted token than any text WordPiece splits gives (whole long words give
+/// about 10): a stored count above it is not trusted.
+const MAX_BYTES_PER_TOKEN: usize = 16;
+
 /// Tokens of the framing around each source (`[n]`, line breaks).
 const PER_SOURCE_FRAMING: usize = 4;
 /// Tokens of `Sources:` and `Question:`.
@@ -81,7 +85,9 @@ pub fn assemble(
     let costs: Vec<usize> = hits
         .iter()
         .map(|h| {
-            let text = if h.tokens > 0 {
+            // Counted at ingest, unless that count cannot be right for this many bytes (a
+            // chunk stored before long runs were counted a token per byte): then again.
+            let text = if h.tokens > 0 && h.text.len() <= h.tokens * MAX_BYTES_PER_TOKEN {
                 h.tokens
             } else {
                 count(&h.text)
@@ -284,6 +290,21 @@ mod tests {
         let b = user.find("[2] Title b").unwrap();
         assert!(a < b && user.ends_with("Question: why?"), "{user}");
         assert_eq!(p.dropped, 0);
+    }
+
+    /// A source whose stored count is far below its bytes (a chunk of one long run, counted
+    /// as one token before such runs were counted by the byte) is counted again: the budget
+    /// holds for every byte sent.
+    #[test]
+    fn a_stored_count_that_cannot_be_right_is_recounted() {
+        let bytes = |s: &str| s.len();
+        let mut long = hit("long", 1);
+        long.text = "x".repeat(1 << 20);
+        let p = assemble("q", &none(), vec![hit("a", 3), long], 2000, &bytes);
+        assert_eq!(p.dropped, 1, "the megabyte source is over the budget");
+        assert!(p.estimated_tokens <= 2000);
+        let sent: usize = p.messages.iter().map(|m| m.content.len()).sum();
+        assert!(sent < 2000, "{sent} bytes sent");
     }
 
     #[test]

@@ -192,6 +192,8 @@ pub fn prepare(dir: &Path) -> Result<PathBuf, EmbedError> {
 /// model takes most of a cold start.
 pub struct Tokens {
     tokenizer: Tokenizer,
+    /// `[UNK]`: what WordPiece makes of a word it cannot split (over 100 characters long).
+    unknown: Option<u32>,
 }
 
 impl Tokens {
@@ -212,16 +214,26 @@ impl Tokens {
         tokenizer
             .with_truncation(None)
             .map_err(|e| EmbedError::Load(format!("tokenizer: {e}")))?;
-        Ok(Self { tokenizer })
+        let unknown = tokenizer.token_to_id("[UNK]");
+        Ok(Self { tokenizer, unknown })
     }
 
-    /// Tokens in `text`, special tokens not counted (a whitespace count if it cannot be
-    /// tokenised).
+    /// Tokens in `text`, special tokens not counted, as a bound the LLM's own count stays
+    /// under. WordPiece makes one `[UNK]` of a word it cannot split — any run of more than
+    /// 100 characters without a space or punctuation, `'x'` a million times included — where
+    /// the LLM's byte-level tokenizer spends up to a token per byte: so an unknown token
+    /// counts one per byte it covers. A text that cannot be tokenised counts a token per byte.
     pub fn count(&self, text: &str) -> usize {
-        self.tokenizer
-            .encode(text, false)
-            .map(|e| e.len())
-            .unwrap_or_else(|_| text.split_whitespace().count())
+        match self.tokenizer.encode(text, false) {
+            Ok(encoding) => (encoding.get_ids().iter())
+                .zip(encoding.get_offsets())
+                .map(|(&id, &(from, to))| match Some(id) == self.unknown {
+                    true => to.saturating_sub(from).max(1),
+                    false => 1,
+                })
+                .sum(),
+            Err(_) => text.len(),
+        }
     }
 }
 

@@ -186,6 +186,22 @@ fn token_count_excludes_special_tokens() {
     assert_eq!(model().count_tokens(""), 0);
 }
 
+/// WordPiece reads a run of more than 100 characters as one unknown token; the LLM's
+/// byte-level tokenizer may spend a token per byte on it. The count is the bound: no fewer
+/// tokens than bytes in such a run, wherever it stands, while ordinary words count as before.
+#[test]
+fn a_long_run_without_spaces_counts_a_token_per_byte() {
+    sluice_testkit::needs!(Model);
+    let run = "x".repeat(1 << 20);
+    assert_eq!(model().count_tokens(&run), 1 << 20);
+    let words = "The card arrives in five days.";
+    let within = format!("{words} {} {words}", "é".repeat(300));
+    assert_eq!(
+        model().count_tokens(&within),
+        2 * model().count_tokens(words) + "é".repeat(300).len()
+    );
+}
+
 /// A folder with links to the shared model's ONNX graph and tokenizer, and nothing else.
 fn linked_model_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
