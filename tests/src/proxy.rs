@@ -5,6 +5,7 @@
 //! protocol.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::{Body, Bytes};
@@ -37,21 +38,31 @@ pub async fn delaying(upstream: &str, delay: Duration) -> String {
 }
 
 /// Starts an HTTP proxy to `upstream` (`http://host:port`) that holds each request whose body
-/// contains `needle` for `delay` and passes every other on at once; its URL. For a dependency
+/// contains `needle` for `delay` and passes every other on at once; its URL, and a notice
+/// given as each such request starts being held. For a dependency
 /// slow for one caller only (one API key's lookup in the key table), which a connection-level
 /// delay cannot show: the client pools its connections. It runs until the runtime stops.
-pub async fn delaying_requests(upstream: &str, needle: &str, delay: Duration) -> String {
+pub async fn delaying_requests(
+    upstream: &str,
+    needle: &str,
+    delay: Duration,
+) -> (String, Arc<tokio::sync::Notify>) {
     let needle = needle.to_string();
-    http_proxy(upstream, move |parts, body| {
+    let holding = Arc::new(tokio::sync::Notify::new());
+    let told = Arc::clone(&holding);
+    let url = http_proxy(upstream, move |parts, body| {
         let held = String::from_utf8_lossy(&body).contains(&needle);
+        let told = Arc::clone(&told);
         async move {
             if held {
+                told.notify_one();
                 tokio::time::sleep(delay).await;
             }
             Ok((parts, body))
         }
     })
-    .await
+    .await;
+    (url, holding)
 }
 
 /// Starts a stand-in for CloudFront in front of a Lambda function URL with origin access

@@ -311,7 +311,14 @@ async fn a_slow_component_fetch_does_not_hold_the_first_token() {
     tokio::task::spawn_blocking(move || {
         let wat = include_str!("../../sandbox/tests/reverse.wat");
         let acme = sluice_tests::tenant("acme");
-        let version = registry.upload(&acme, wat.as_bytes()).unwrap().version;
+        let version = registry
+            .upload(
+                &acme,
+                wat.as_bytes(),
+                &sluice_contract::cancel::Cancel::new(),
+            )
+            .unwrap()
+            .version;
         registry.activate(&acme, &version).unwrap();
     })
     .await
@@ -595,30 +602,33 @@ async fn at_shutdown_every_open_answer_ends_with_a_retryable_error_and_the_funct
         ],
         8,
     );
+    let (seen, mut arrived) = tokio::sync::mpsc::unbounded_channel();
     let answers: Vec<_> = (0..OPEN)
         .map(|i| {
             let base = function.url();
+            let seen = seen.clone();
             tokio::spawn(async move {
-                sluice_tests::answer_at(
-                    &base,
-                    Some(&format!("open-{i}")),
-                    &json!({"query": QUESTION}),
-                )
-                .await
+                let tenant = format!("open-{i}");
+                let headers = [("x-sluice-tenant", tenant.as_str())];
+                let body = json!({"query": QUESTION});
+                sluice_tests::answer_reporting(&base, &headers, &body, Some(seen)).await
             })
         })
         .collect();
-    // Every answer has reached the LLM (after its `meta`), and its tokens have had time to
-    // arrive.
-    let started = std::time::Instant::now();
-    while traces.lock().unwrap().len() < OPEN {
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the answers never reached the LLM"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+    // Every answer's two tokens have reached its client.
+    let mut tokens = 0;
+    while tokens < 2 * OPEN {
+        let name = tokio::time::timeout(Duration::from_secs(60), arrived.recv())
+            .await
+            .expect("the answers' tokens arrive")
+            .expect("an answer is still open");
+        tokens += usize::from(name == "token");
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        traces.lock().unwrap().len(),
+        OPEN,
+        "each answer reached the LLM once"
+    );
     let status = function.terminate(Duration::from_secs(5)).await;
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
     for answer in answers {
@@ -727,7 +737,7 @@ async fn one_invocations_slow_start_does_not_hold_the_environments_others() {
     let (known_key, known) = answer_key("acme");
     let (table, _) = key_table("slow", &[late.clone(), known]).await;
     let dynamodb = std::env::var("AWS_ENDPOINT_URL_DYNAMODB").expect("emulator");
-    let slow = sluice_tests::proxy::delaying_requests(&dynamodb, &late.hash, LATE).await;
+    let (slow, holding) = sluice_tests::proxy::delaying_requests(&dynamodb, &late.hash, LATE).await;
     let data = tempfile::tempdir().unwrap();
     let llm = stand_in::llm(Llm::Paced(2, Duration::from_millis(20))).await;
     let function = Function::start_concurrent(
@@ -758,7 +768,10 @@ async fn one_invocations_slow_start_does_not_hold_the_environments_others() {
             (answer.first("meta").at, answer)
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The others are sent once the late lookup is being held.
+    tokio::time::timeout(Duration::from_secs(60), holding.notified())
+        .await
+        .expect("the late key's lookup reaches the table");
     let mut others = Vec::new();
     for _ in 0..4 {
         let (base, body, auth) = (base.clone(), body.clone(), known_auth.clone());

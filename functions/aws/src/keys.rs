@@ -211,14 +211,21 @@ impl DynamoKeys {
 
     fn recall(&self, hash: &str) -> Option<Option<Principal>> {
         let remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
-        let (principal, at) = remembered.get(hash)?;
-        let ttl = if principal.is_some() {
-            FOUND_TTL
-        } else {
-            MISSING_TTL
-        };
-        (at.elapsed() < ttl).then(|| principal.clone())
+        still_known(remembered.get(hash)?, Instant::now())
     }
+}
+
+/// What a remembered lookup (`principal`, looked up `at`) still says at `now`: a found key for
+/// [`FOUND_TTL`], an unknown one for [`MISSING_TTL`]; `None` once it must be asked again.
+fn still_known(
+    (principal, at): &(Option<Principal>, Instant),
+    now: Instant,
+) -> Option<Option<Principal>> {
+    let ttl = match principal {
+        Some(_) => FOUND_TTL,
+        None => MISSING_TTL,
+    };
+    (now.saturating_duration_since(*at) < ttl).then(|| principal.clone())
 }
 
 #[async_trait::async_trait]
@@ -234,5 +241,36 @@ impl KeyStore for DynamoKeys {
         }
         remembered.insert(hash.to_string(), (found.clone(), Instant::now()));
         Ok(found)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn principal() -> Principal {
+        Principal {
+            tenant: Tenant::new("acme").unwrap(),
+            permissions: vec![Permission::Answer],
+            filter: None,
+            token_budget: None,
+            tenant_wide: false,
+        }
+    }
+
+    /// A found key is trusted for 60 s and an unknown one refused for 5 s without asking the
+    /// table; then each is looked up again (a revoked key stops working, a new one starts).
+    #[test]
+    fn found_keys_are_remembered_a_minute_and_unknown_ones_five_seconds() {
+        assert_eq!(FOUND_TTL, Duration::from_secs(60));
+        assert_eq!(MISSING_TTL, Duration::from_secs(5));
+        let at = Instant::now();
+        let after = |secs: f64| at + Duration::from_secs_f64(secs);
+        let found = (Some(principal()), at);
+        assert_eq!(still_known(&found, after(59.9)), Some(Some(principal())));
+        assert_eq!(still_known(&found, after(60.0)), None);
+        let unknown = (None, at);
+        assert_eq!(still_known(&unknown, after(4.9)), Some(None));
+        assert_eq!(still_known(&unknown, after(5.0)), None);
     }
 }

@@ -1186,15 +1186,19 @@ mod tests {
 
     #[tokio::test]
     async fn a_stream_still_running_when_it_must_stop_ends_with_the_stops_error() {
-        // Two tokens, then an upstream that never answers again.
-        let events = futures::stream::iter([token(0), token(1)]).chain(futures::stream::pending());
-        let stop = async {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        // Two tokens, then an upstream that never answers again; the stop comes once both
+        // tokens are out (ordered by the event, not by time).
+        let (fire, fired) = tokio::sync::oneshot::channel();
+        let silence = futures::stream::once(async move {
+            let _ = fire.send(());
+            futures::future::pending::<Event>().await
+        });
+        let events = futures::stream::iter([token(0), token(1)]).chain(silence);
+        let stop = async move {
+            let _ = fired.await;
             ErrorEvent::new(Code::DeadlineExceeded, "time is up")
         };
-        let started = Instant::now();
         let out: Vec<Event> = until(events, stop).collect().await;
-        assert!(started.elapsed() < Duration::from_secs(2));
         assert_eq!(names(&out), ["token", "token", "error"]);
         match &out[2] {
             Event::Error(e) => {
@@ -1212,16 +1216,19 @@ mod tests {
         // during which the stop comes: the work finishes and no second ending is sent.
         let finished = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = Arc::clone(&finished);
+        let (fire, fired) = tokio::sync::oneshot::channel();
         let events = futures::stream::iter([token(0), closing_event]).chain(
             futures::stream::once(async move {
-                tokio::time::sleep(Duration::from_millis(100)).await;
+                // The stop is ready from here on; the work goes on past it.
+                let _ = fire.send(());
+                tokio::task::yield_now().await;
                 flag.store(true, std::sync::atomic::Ordering::SeqCst);
                 None
             })
             .filter_map(futures::future::ready),
         );
-        let stop = async {
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        let stop = async move {
+            let _ = fired.await;
             ErrorEvent::new(Code::ShuttingDown, "bye")
         };
         let out: Vec<Event> = until(events, stop).collect().await;
@@ -1232,6 +1239,7 @@ mod tests {
         assert!(finished.load(std::sync::atomic::Ordering::SeqCst));
     }
 
+    /// Time is what is tested here: a read that is not ready by its deadline is given up.
     #[tokio::test]
     async fn a_late_read_is_abandoned_and_a_ready_one_answers_even_past_the_deadline() {
         let past = Deadline::now() - Duration::from_millis(1);
@@ -1245,15 +1253,17 @@ mod tests {
 
     #[tokio::test]
     async fn beside_drives_the_side_read_while_the_main_one_runs() {
+        // The main read can end only once the side read has run: driven beside it.
+        let (ran, side_ran) = tokio::sync::oneshot::channel();
         let mut side = maybe_done(
-            async {
-                tokio::time::sleep(Duration::from_millis(10)).await;
+            async move {
+                let _ = ran.send(());
                 Read::Got(3)
             }
             .boxed(),
         );
-        let main = async {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+        let main = async move {
+            let _ = side_ran.await;
             1
         };
         assert_eq!(beside(main, &mut side).await, 1);

@@ -601,6 +601,30 @@ impl Drop for Moto {
     }
 }
 
+/// A cache table that cannot be reached at start does not stop the server: it starts, says
+/// so in its log, and answers (every lookup a miss) — where a missing table stops it (below).
+#[test]
+fn a_cache_table_unreachable_at_start_only_warns() {
+    sluice_testkit::needs!(Llm, Model);
+    // Port 9 (discard): nothing listens there on the test machines.
+    let server = serve_with(&[
+        ("AWS_ENDPOINT_URL_DYNAMODB", "http://127.0.0.1:9"),
+        ("AWS_REGION", "us-east-1"),
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("SLUICE_CACHE", "dynamodb"),
+        ("SLUICE_CACHE_TABLE", "sluice-unreachable"),
+    ]);
+    let out = sluice()
+        .args(["ask", "--url", &server.url, "How do I reset my password?"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("| cache miss |"), "{}", text(&out));
+    let log = std::fs::read_to_string(server._data.path().join("serve.log")).unwrap();
+    assert!(log.contains("DynamoDB unreachable at start"), "{log}");
+}
+
 #[test]
 fn answers_keep_streaming_when_dynamodb_dies() {
     sluice_testkit::needs!(Llm, Aws, Model);

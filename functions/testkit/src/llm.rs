@@ -51,6 +51,17 @@ pub struct ScriptedLlm {
     first_token_after: Duration,
     gap: Duration,
     calls: Mutex<Vec<LlmCall>>,
+    /// Streams dropped so far: read to the end, or let go of by the pipeline.
+    ended: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Counts a stream as ended when it is dropped.
+struct EndsWith(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+impl Drop for EndsWith {
+    fn drop(&mut self) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
 }
 
 impl ScriptedLlm {
@@ -62,6 +73,7 @@ impl ScriptedLlm {
             first_token_after: Duration::ZERO,
             gap: Duration::ZERO,
             calls: Mutex::new(Vec::new()),
+            ended: Default::default(),
         }
     }
 
@@ -90,6 +102,12 @@ impl ScriptedLlm {
     /// The calls so far, oldest first.
     pub fn calls(&self) -> Vec<LlmCall> {
         self.calls.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// How many of the streams it gave (one per call it did not refuse) are over: read to
+    /// their end, or dropped by the pipeline (a client that left).
+    pub fn streams_ended(&self) -> usize {
+        self.ended.load(std::sync::atomic::Ordering::SeqCst)
     }
 }
 
@@ -129,6 +147,7 @@ impl Llm for ScriptedLlm {
             Reply::StallAfter(tokens) => (tokens, None),
         };
         let (first, gap) = (self.first_token_after, self.gap);
+        let ends = EndsWith(std::sync::Arc::clone(&self.ended));
         let stalls = end.is_none();
         let events = futures::stream::iter(
             tokens
@@ -142,6 +161,10 @@ impl Llm for ScriptedLlm {
             if !wait.is_zero() {
                 tokio::time::sleep(wait).await;
             }
+            event
+        })
+        .map(move |event| {
+            let _counted_when_dropped = &ends;
             event
         });
         Ok(match stalls {

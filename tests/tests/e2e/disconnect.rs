@@ -104,14 +104,24 @@ async fn a_client_that_disconnects_mid_answer_cancels_the_upstream_request() {
         if let Some(at) = *upstream.dropped_at.lock().unwrap() {
             break at;
         }
+        // How soon is `make bench`'s to say (printed below); this holds on a busy machine.
         assert!(
-            gone.elapsed() < Duration::from_secs(2),
-            "the upstream request was still streaming 2 s after the client left"
+            gone.elapsed() < Duration::from_secs(30),
+            "the upstream request was still streaming 30 s after the client left"
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     let after = upstream.chunks_sent.load(Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The answer's stream has ended on the server too (its guard is dropped): nothing of
+    // that answer runs any more, so a retry or another chunk would have been asked for by now.
+    let ending = Instant::now();
+    while server.server.metrics.active_streams() > 0 {
+        assert!(
+            ending.elapsed() < Duration::from_secs(60),
+            "the answer's stream never ended on the server"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     assert_eq!(
         upstream.chunks_sent.load(Ordering::SeqCst),
         after,

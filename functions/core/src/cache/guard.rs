@@ -780,6 +780,31 @@ x bought buy
         one
     }
 
+    /// However well each differing word stands for its counterpart, more than four of them
+    /// make another question.
+    #[test]
+    fn at_most_four_words_may_differ() {
+        let lexicon = Lexicon::parse(
+            "s card plastic\ns fee charge\ns limit cap\ns branch office\ns abroad overseas\n",
+        )
+        .expect("table");
+        let conflict = |a: &str, b: &str| {
+            let (a, b) = (Guard::of(&normalise(a)), Guard::of(&normalise(b)));
+            a.conflict(&b, &lexicon)
+        };
+        let four = ("card fee limit branch", "plastic charge cap office");
+        assert_eq!(conflict(four.0, four.1), None);
+        let five = (
+            "card fee limit branch abroad",
+            "plastic charge cap office overseas",
+        );
+        assert!(conflict(five.0, five.1).is_some());
+        // Each of the five pairs alone stands for the other.
+        for (a, b) in five.0.split(' ').zip(five.1.split(' ')) {
+            assert_eq!(conflict(a, b), None, "{a} / {b}");
+        }
+    }
+
     #[test]
     fn words_the_lexicon_relates_stand_for_one_another() {
         for (a, b) in [

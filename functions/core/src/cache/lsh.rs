@@ -117,32 +117,43 @@ mod tests {
         assert!(buckets.iter().all(|&s| s < 1 << BITS));
     }
 
+    /// At each cosine of the module's table, the share of pairs that meet in a bucket is the
+    /// table's odds, within four standard errors of 2,000 pairs; and the table's odds are
+    /// the formula's.
     #[test]
-    fn near_vectors_share_a_bucket_and_far_ones_rarely_do() {
+    fn pairs_share_a_bucket_at_the_odds_the_table_states() {
         let lsh = Lsh::new(384);
         let mut state = 11;
-        let trials = 400;
-        let (mut near, mut far) = (0, 0);
-        for _ in 0..trials {
-            let base = random_unit(&mut state, 384);
-            let other = random_unit(&mut state, 384);
-            let shares = |v: &[f32]| {
-                lsh.buckets(&base)
-                    .iter()
-                    .zip(lsh.buckets(v))
-                    .any(|(a, b)| *a == b)
-            };
-            near += usize::from(shares(&at_cosine(&base, &other, 0.95)));
-            far += usize::from(shares(&at_cosine(&base, &other, 0.2)));
+        let trials = 2000;
+        let table = [
+            (0.97, 0.997),
+            (0.95, 0.985),
+            (0.90, 0.91),
+            (0.85, 0.79),
+            (0.50, 0.16),
+            (0.20, 0.032),
+        ];
+        for (cosine, stated) in table {
+            let p = 1.0 - f64::acos(cosine) / std::f64::consts::PI;
+            let odds = 1.0 - (1.0 - p.powi(BITS as i32)).powi(BANDS as i32);
+            assert!(
+                (odds - stated).abs() < 0.006,
+                "cosine {cosine}: {odds:.3} stated {stated}"
+            );
+            let mut met = 0;
+            for _ in 0..trials {
+                let base = random_unit(&mut state, 384);
+                let other = random_unit(&mut state, 384);
+                let v = at_cosine(&base, &other, cosine as f32);
+                let (a, b) = (lsh.buckets(&base), lsh.buckets(&v));
+                met += usize::from(a.iter().zip(&b).any(|(x, y)| x == y));
+            }
+            let seen = met as f64 / trials as f64;
+            let error = (odds * (1.0 - odds) / trials as f64).sqrt();
+            assert!(
+                (seen - odds).abs() <= 4.0 * error + 0.005,
+                "cosine {cosine}: {met}/{trials} pairs met, {odds:.3} expected"
+            );
         }
-        // Expected 98.5 % and 3.2 % (table in the module docs).
-        assert!(
-            near >= trials * 95 / 100,
-            "near pairs sharing a bucket: {near}/{trials}"
-        );
-        assert!(
-            far <= trials * 7 / 100,
-            "far pairs sharing a bucket: {far}/{trials}"
-        );
     }
 }

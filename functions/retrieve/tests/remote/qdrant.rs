@@ -702,3 +702,29 @@ async fn listings_and_deletions_validate_against_the_official_document() {
         );
     }
 }
+
+/// A document sent again is replaced new chunks first: the upsert (waited for) goes before
+/// the deletion of the chunks past the new end, so a reader never finds the document
+/// missing while it is replaced.
+#[tokio::test]
+async fn a_resent_document_is_written_before_its_stale_chunks_are_deleted() {
+    let (stand_in, config) = stand_in(&[]).await;
+    let store = QdrantStore::from_config(&config).unwrap();
+    for texts in [&["one", "two", "three"][..], &["one only"]] {
+        stand_in.clear();
+        let chunks = (texts.iter().enumerate())
+            .map(|(i, t)| chunk(i, t))
+            .collect();
+        store
+            .replace_document(&tenant("acme"), &doc(), chunks)
+            .await
+            .unwrap();
+        let paths: Vec<String> = (stand_in.requests().into_iter())
+            .map(|r| r.path)
+            .filter(|p| p.contains("/points?wait=true") || p.contains("/points/delete"))
+            .collect();
+        assert_eq!(paths.len(), 2, "{paths:?}");
+        assert!(paths[0].ends_with("/points?wait=true"), "{paths:?}");
+        assert!(paths[1].ends_with("/points/delete?wait=true"), "{paths:?}");
+    }
+}
