@@ -25,6 +25,9 @@ fn a_steady_load_leaves_no_errors_and_flat_memory_and_descriptors() {
         ("SLUICE_LLM_URL", &upstream.url),
         ("SLUICE_MAX_TOKENS", "32"),
         ("SLUICE_CACHE", "off"),
+        // Nothing may fail or degrade; a deadline late answers could miss on a busy machine
+        // would make `degraded` measure the machine instead (speed is `make load`'s).
+        ("SLUICE_RETRIEVAL_DEADLINE_MS", "30000"),
     ]);
     ingest(&server);
     let out_dir = tempfile::tempdir().expect("temp dir");
