@@ -20,6 +20,15 @@ fn section<'a>(c: &'a Converted, path: &str) -> &'a str {
 
 const BODY: f32 = 10.0;
 
+/// A PDF of `pages` with `outline` (level, title, page), converted.
+fn outlined(pages: &[&[(f32, &str)]], outline: &[(u32, &str, u32)]) -> Converted {
+    let options = PdfOptions {
+        outline,
+        ..Default::default()
+    };
+    convert(Format::Pdf, &pdf(pages, options), &Limits::default()).unwrap()
+}
+
 /// A PDF of `pages` with no outline or password, converted.
 fn plain_pdf(pages: &[&[(f32, &str)]]) -> Converted {
     convert(
@@ -51,14 +60,7 @@ fn pdf_pages_in_order_with_outline_sections() {
         ],
     ];
     let outline = [(1, "Cards", 1), (2, "Lost or stolen", 2), (1, "Loans", 3)];
-    let file = pdf(
-        &pages,
-        PdfOptions {
-            outline: &outline,
-            ..Default::default()
-        },
-    );
-    let c = convert(Format::Pdf, &file, &Limits::default()).unwrap();
+    let c = outlined(&pages, &outline);
     assert_eq!(
         paths(&c),
         [
@@ -477,15 +479,8 @@ fn an_outline_past_its_limits_is_not_read() {
     let paths_with = |extra: &[(u32, String, u32)]| {
         let mut outline: Vec<(u32, &str, u32)> = vec![(1, "Cards", 1), (2, "Loans", 2)];
         outline.extend(extra.iter().map(|(l, t, p)| (*l, t.as_str(), *p)));
-        let file = pdf(
-            &pages,
-            PdfOptions {
-                outline: &outline,
-                ..Default::default()
-            },
-        );
-        let c = convert(Format::Pdf, &file, &Limits::default()).unwrap();
-        c.sections
+        outlined(&pages, &outline)
+            .sections
             .iter()
             .map(|s| s.path.join(" › "))
             .collect::<Vec<_>>()

@@ -74,6 +74,68 @@ impl Embedder for HashEmbedder {
     }
 }
 
+/// A hook run before a call of [`Hooked`]: it may hold the call, or fail it.
+type EmbedHook = Box<dyn Fn(&[&str]) -> Result<(), EmbedError> + Send + Sync>;
+/// A hook run before a token count of [`Hooked`].
+type CountHook = Box<dyn Fn(&str) + Send + Sync>;
+
+/// The [`HashEmbedder`] with hooks run before each embedding and each token count: a double
+/// that watches, holds or fails what passes, the hooks being the test's own code.
+pub struct Hooked {
+    inner: HashEmbedder,
+    before_embed: EmbedHook,
+    before_count: CountHook,
+}
+
+impl Hooked {
+    /// Hooks that do nothing.
+    pub fn new() -> Self {
+        Self {
+            inner: HashEmbedder::new(),
+            before_embed: Box::new(|_| Ok(())),
+            before_count: Box::new(|_| {}),
+        }
+    }
+
+    /// Runs `hook` before each embedding; its error is the call's.
+    pub fn on_embed(
+        mut self,
+        hook: impl Fn(&[&str]) -> Result<(), EmbedError> + Send + Sync + 'static,
+    ) -> Self {
+        self.before_embed = Box::new(hook);
+        self
+    }
+
+    /// Runs `hook` before each token count.
+    pub fn on_count(mut self, hook: impl Fn(&str) + Send + Sync + 'static) -> Self {
+        self.before_count = Box::new(hook);
+        self
+    }
+}
+
+impl Default for Hooked {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Embedder for Hooked {
+    fn model_id(&self) -> &str {
+        self.inner.model_id()
+    }
+    fn dim(&self) -> usize {
+        self.inner.dim()
+    }
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError> {
+        (self.before_embed)(texts)?;
+        self.inner.embed(texts)
+    }
+    fn count_tokens(&self, text: &str) -> usize {
+        (self.before_count)(text);
+        self.inner.count_tokens(text)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -31,7 +31,7 @@ mod rerank;
 pub mod services;
 mod store;
 
-pub use embed::HashEmbedder;
+pub use embed::{HashEmbedder, Hooked};
 pub use llm::{LlmCall, Reply, ScriptedLlm};
 pub use rerank::{SCRIPTED_FUEL_PER_HIT, ScriptedReranker, Verdict};
 pub use store::{MemoryStore, Troubled};

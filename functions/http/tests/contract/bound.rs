@@ -41,6 +41,21 @@ fn team_a() -> Filter {
     Filter::parse(&json!({"team": "a"})).unwrap()
 }
 
+/// A key of `acme` bound to `{"team": "a"}` with every permission, made tenant-wide: its
+/// `authorization` header.
+fn wide_key(keys: &MemoryKeys) -> String {
+    format!(
+        "Bearer {}",
+        keys.add_principal(Principal {
+            tenant: sluice_testkit::tenant("acme"),
+            permissions: Permission::ALL.to_vec(),
+            filter: Some(team_a()),
+            token_budget: None,
+            tenant_wide: true,
+        })
+    )
+}
+
 /// Tenant `acme` with team b's document `b1` and team a's `a1`, written by the admin.
 async fn team() -> Team {
     let keys = Arc::new(MemoryKeys::default());
@@ -53,16 +68,7 @@ async fn team() -> Team {
         "Bearer {}",
         keys.add_filtered("acme", &Permission::ALL, Some(team_a()))
     );
-    let a_wide = format!(
-        "Bearer {}",
-        keys.add_principal(Principal {
-            tenant: sluice_testkit::tenant("acme"),
-            permissions: Permission::ALL.to_vec(),
-            filter: Some(team_a()),
-            token_budget: None,
-            tenant_wide: true,
-        })
-    );
+    let a_wide = wide_key(&keys);
     let kit = Kit::new(&[]).keys(keys);
     let store = kit.store();
     let t = Team {
@@ -390,16 +396,7 @@ impl sluice_core::stages::Components for FailedOnce {
 async fn failures_quote_documents_only_to_keys_that_may_read_every_document() {
     let keys = Arc::new(MemoryKeys::default());
     let admin = format!("Bearer {}", keys.add("acme", &Permission::ALL));
-    let wide = format!(
-        "Bearer {}",
-        keys.add_principal(Principal {
-            tenant: sluice_testkit::tenant("acme"),
-            permissions: Permission::ALL.to_vec(),
-            filter: Some(team_a()),
-            token_budget: None,
-            tenant_wide: true,
-        })
-    );
+    let wide = wide_key(&keys);
     let mut kit = Kit::new(&[]).keys(keys);
     kit.parts.components = Some(Arc::new(FailedOnce));
     let app = kit.app();

@@ -8,7 +8,6 @@ use std::time::Duration;
 use serde_json::json;
 use sluice_core::breaker::{Breaker, GuardedStore};
 use sluice_core::codes::Degraded;
-use sluice_core::stages::Embedder;
 use sluice_testkit::{ScriptedReranker, Troubled, Verdict};
 
 use crate::kit::{App, Kit, Stream};
@@ -24,29 +23,8 @@ async fn troubled(overrides: &[(&str, &str)], set: impl FnOnce(&mut Troubled)) -
     kit.app()
 }
 
-/// Marks the text whose token count is slow ([`SlowToCount`]).
+/// Marks the text whose token count is slow.
 const SLOW_TURN: &str = "slow-to-count";
-
-/// The test embedder, taking 1.5 s to count the tokens of a text holding its marker.
-struct SlowToCount(&'static str);
-
-impl Embedder for SlowToCount {
-    fn model_id(&self) -> &str {
-        "hash-embedder"
-    }
-    fn dim(&self) -> usize {
-        sluice_testkit::HashEmbedder::DIM
-    }
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, sluice_core::error::EmbedError> {
-        sluice_testkit::HashEmbedder::new().embed(texts)
-    }
-    fn count_tokens(&self, text: &str) -> usize {
-        if text.contains(self.0) {
-            std::thread::sleep(Duration::from_millis(5000));
-        }
-        sluice_testkit::HashEmbedder::new().count_tokens(text)
-    }
-}
 
 /// An app whose tenants' components are scripted by `reranker`.
 async fn reranked(reranker: ScriptedReranker) -> App {
@@ -119,7 +97,13 @@ async fn provoke(reason: Degraded) -> Stream {
             let mut kit = Kit::new(&[("SLUICE_RETRIEVAL_DEADLINE_MS", "100")])
                 .ingested("default")
                 .await;
-            kit.parts.embedder = Some(Arc::new(SlowToCount(SLOW_TURN)));
+            // Counting a text holding the marker takes 5 s.
+            let slow = sluice_testkit::Hooked::new().on_count(|text| {
+                if text.contains(SLOW_TURN) {
+                    std::thread::sleep(Duration::from_millis(5000));
+                }
+            });
+            kit.parts.embedder = Some(Arc::new(slow));
             let app = kit.app();
             let messages = json!([
                 {"role": "user", "content": "Hello"},

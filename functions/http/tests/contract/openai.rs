@@ -381,27 +381,6 @@ async fn max_tokens_is_honoured_up_to_the_servers_cap() {
     }
 }
 
-/// An embedder whose token counting must never run.
-struct NeverCounts;
-
-impl sluice_core::stages::Embedder for NeverCounts {
-    fn model_id(&self) -> &str {
-        "never-counts"
-    }
-    fn dim(&self) -> usize {
-        sluice_testkit::HashEmbedder::DIM
-    }
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, sluice_core::error::EmbedError> {
-        sluice_testkit::HashEmbedder::new().embed(texts)
-    }
-    fn count_tokens(&self, text: &str) -> usize {
-        panic!(
-            "tokenised {} bytes of a conversation that is over its caps",
-            text.len()
-        )
-    }
-}
-
 /// A conversation of more than `MAX_MESSAGES` messages (or more than
 /// `MAX_CONVERSATION_BYTES` of earlier turns) is refused before any of it is tokenised: the
 /// embedder here panics if asked to count. One of exactly that many messages is answered.
@@ -409,7 +388,13 @@ impl sluice_core::stages::Embedder for NeverCounts {
 async fn a_conversation_over_its_caps_is_refused_before_any_tokenising() {
     use sluice_core::config::{MAX_CONVERSATION_BYTES, MAX_MESSAGES};
     let mut kit = Kit::new(&[]);
-    kit.parts.embedder = Some(std::sync::Arc::new(NeverCounts));
+    let never_counts = sluice_testkit::Hooked::new().on_count(|text| {
+        panic!(
+            "tokenised {} bytes of a conversation over its caps",
+            text.len()
+        )
+    });
+    kit.parts.embedder = Some(std::sync::Arc::new(never_counts));
     let app = kit.app();
     let turns = |n: usize| -> Vec<Value> {
         (0..n)
