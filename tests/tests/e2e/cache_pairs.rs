@@ -58,10 +58,14 @@ const DEFAULT: Guard = Guard {
     lexicon: true,
 };
 
-/// Least share of the hand-written paraphrases answered from the cache with the defaults.
-/// Measured 27 of 60 (docs/cache.md); this floor catches a regression.
+/// Least share of the hand-written paraphrases answered from the cache with the defaults: a
+/// regression floor, not the goal (90 %, not met: docs/cache.md). Measured 27 of 60 (0.45);
+/// the floor sits three pairs under it, so that a change losing paraphrase hits fails while
+/// the last digits of the model's vectors on another CPU (which move a pair or two across the
+/// threshold) do not. What it protects: the guard and the lexicon letting paraphrases through.
 const MIN_PARAPHRASE_HIT_RATE: f64 = 0.4;
-/// The same for the held-out half of the templated pairs (measured 41 of 50).
+/// The same for the templated pairs set aside for reporting (measured 41 of 50, 0.82; the
+/// floor two pairs under it, for the same reason). No false hit is allowed on either set.
 const MIN_HELD_OUT_PARAPHRASE_HIT_RATE: f64 = 0.78;
 
 struct Pair {
@@ -554,6 +558,10 @@ async fn the_same_answer_judgement_on_labelled_answer_pairs() {
         other_wrong.is_empty(),
         "differing answers judged the same: {other_wrong:#?}"
     );
+    // What it protects: the judgement still calls rewordings the same (a learning tenant
+    // compares its candidates with it). The floor is half, not what was measured: missing a
+    // rewording costs a tenant a hit, judging a differing answer the same (asserted above, with
+    // no tolerance) would cost it a wrong one.
     assert!(
         same_right * 2 >= same,
         "{same_right} of {same} rewordings judged the same"

@@ -581,12 +581,7 @@ async fn an_ingest_past_its_time_limit_is_refused_and_stores_nothing() {
         drop(release);
     });
     let reply = app
-        .send(
-            Method::POST,
-            "/v1/documents",
-            &[("x-sluice-tenant", "acme")],
-            json!({ "documents": documents }).to_string(),
-        )
+        .post_as("acme", "/v1/documents", &json!({ "documents": documents }))
         .await;
     letting_go.join().unwrap();
     assert_eq!(reply.status, 413, "{}", reply.raw);
@@ -611,12 +606,7 @@ async fn a_deletion_takes_at_most_its_page_and_says_when_more_match() {
         .map(|i| json!({"id": format!("d{i}"), "text": "old", "metadata": {"year": 2020}}))
         .collect();
     let reply = app
-        .send(
-            Method::POST,
-            "/v1/documents",
-            &[("x-sluice-tenant", "acme")],
-            json!({ "documents": documents }).to_string(),
-        )
+        .post_as("acme", "/v1/documents", &json!({ "documents": documents }))
         .await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
     let delete_old = || {
