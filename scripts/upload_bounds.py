@@ -9,8 +9,8 @@ the time to the response.
 The files are made here: a PDF of about a megabyte whose one content stream inflates to a
 gibibyte of spaces, HTML nested a million deep (sent ten times in a row), a component with one
 function of 2,000 locals and 16,000 nested blocks, a megabyte of text sent by a client that
-gives up after 3 s, and one "word" of a million characters. The record of a run is in
-docs/measurements/."""
+gives up after 3 s, and one "word" of a million characters; then /healthz's latency while a
+megabyte of text is ingested. The record of a run is in docs/measurements/."""
 
 import argparse
 import http.client
@@ -151,6 +151,45 @@ def run_case(sluice, name, requests):
         server.wait()
 
 
+def healthz_during_ingest(sluice):
+    """/healthz polled every 20 ms while a 1 MiB text is ingested: its latency percentiles."""
+    import threading
+    data = tempfile.mkdtemp()
+    port = free_port()
+    env = dict(os.environ, SLUICE_ADDR=f"127.0.0.1:{port}", SLUICE_DATA_DIR=data,
+               SLUICE_LLM_URL="http://127.0.0.1:9/v1", RUST_LOG="error")
+    server = subprocess.Popen([sluice, "serve"], env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(600):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        time.sleep(1.0)
+        done = threading.Event()
+        def ingest():
+            send(port, "POST", "/v1/documents?filename=words.txt", words(1 << 20), "text/plain", 600)
+            done.set()
+        threading.Thread(target=ingest, daemon=True).start()
+        times = []
+        while not done.is_set():
+            status, _, took = send(port, "GET", "/healthz", None, "text/plain", 30)
+            if status == 200:
+                times.append(took * 1000)
+            time.sleep(0.02)
+        times.sort()
+        pick = lambda q: round(times[min(len(times) - 1, int(q * len(times)))], 1) if times else None
+        row = {"case": "/healthz during a 1 MiB ingest", "probes": len(times),
+               "p50_ms": pick(0.5), "p99_ms": pick(0.99), "max_ms": round(times[-1], 1) if times else None}
+        print(json.dumps(row), flush=True)
+        return row
+    finally:
+        server.terminate()
+        server.wait()
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     home = os.environ.get("SLUICE_HOME", os.path.expanduser("~/.cache/sluice"))
@@ -165,6 +204,7 @@ def main():
         ("one word of 2^20 characters", [("POST", "/v1/documents?filename=word.txt", b"x" * (1 << 20), "text/plain", 120)]),
     ]
     rows = [run_case(args.sluice, name, requests) for name, requests in cases]
+    rows.append(healthz_during_ingest(args.sluice))
     if args.out:
         json.dump(rows, open(args.out, "w"), indent=1)
 
