@@ -506,9 +506,9 @@ impl Ingest {
                 "these documents make {total} chunks; the limit is {limit} per request (SLUICE_MAX_CHUNKS)"
             )));
         }
-        // Every chunk of the request embedded in one batch, which the embedder may spread
-        // over the cores it is given (a document is often one or two chunks), then each
-        // document replaced in the store with its own.
+        // The request's chunks embedded together in batches of EMBED_BATCH, each of which the
+        // embedder may spread over the cores it is given (a document is often one or two
+        // chunks), then each document replaced in the store with its own.
         let embedder = Arc::clone(&self.embedder);
         let embedding = cancel.clone();
         let (chunked, vectors) = tokio::task::spawn_blocking(move || {

@@ -431,7 +431,7 @@ impl sluice_core::stages::Embedder for Batches {
 }
 
 #[tokio::test]
-async fn an_ingest_embeds_every_chunk_in_one_batch_and_stores_nothing_if_embedding_fails() {
+async fn an_ingest_embeds_its_chunks_in_batches_and_stores_nothing_if_embedding_fails() {
     use sluice_core::ingest::Document;
     let (embedder, store, ingest) = Batches::ingest(&[
         ("SLUICE_CHUNK_TOKENS", "16"),
