@@ -116,21 +116,26 @@ def quiet(pid: int, limit: float = 600.0) -> float:
     return cpu(pid)
 
 
-def run_case(sluice, name, requests):
-    data = tempfile.mkdtemp()
+def start(sluice):
+    """A `sluice serve` of its own (a fresh data folder, no LLM), listening: it and its port."""
     port = free_port()
-    env = dict(os.environ, SLUICE_ADDR=f"127.0.0.1:{port}", SLUICE_DATA_DIR=data,
+    env = dict(os.environ, SLUICE_ADDR=f"127.0.0.1:{port}", SLUICE_DATA_DIR=tempfile.mkdtemp(),
                SLUICE_LLM_URL="http://127.0.0.1:9/v1", RUST_LOG="error")
     server = subprocess.Popen([sluice, "serve"], env=env, stdout=subprocess.DEVNULL,
                               stderr=subprocess.DEVNULL)
+    for _ in range(600):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            time.sleep(0.1)
+    time.sleep(1.0)
+    return server, port
+
+
+def run_case(sluice, name, requests):
+    server, port = start(sluice)
     try:
-        for _ in range(600):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        time.sleep(1.0)
         quiet(server.pid)
         cpu0, rss0 = cpu(server.pid), rss_mb(server.pid)
         replies = [send(port, *r) for r in requests]
@@ -154,20 +159,8 @@ def run_case(sluice, name, requests):
 def healthz_during_ingest(sluice):
     """/healthz polled every 20 ms while a 1 MiB text is ingested: its latency percentiles."""
     import threading
-    data = tempfile.mkdtemp()
-    port = free_port()
-    env = dict(os.environ, SLUICE_ADDR=f"127.0.0.1:{port}", SLUICE_DATA_DIR=data,
-               SLUICE_LLM_URL="http://127.0.0.1:9/v1", RUST_LOG="error")
-    server = subprocess.Popen([sluice, "serve"], env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
+    server, port = start(sluice)
     try:
-        for _ in range(600):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                time.sleep(0.1)
-        time.sleep(1.0)
         done = threading.Event()
         def ingest():
             send(port, "POST", "/v1/documents?filename=words.txt", words(1 << 20), "text/plain", 600)
