@@ -62,9 +62,10 @@ impl Cancel {
         }
     }
 
-    /// A guard that raises the flag when it is dropped, unless [`CancelOnDrop::disarm`]ed.
+    /// A guard that raises the flag when it is dropped: held by the request for as long as
+    /// its work runs. Dropped after the work has ended, it changes nothing.
     pub fn on_drop(&self) -> CancelOnDrop {
-        CancelOnDrop(Some(self.clone()))
+        CancelOnDrop(self.clone())
     }
 }
 
@@ -72,20 +73,11 @@ impl Cancel {
 /// started stops when the future is dropped before the work is done.
 #[derive(Debug)]
 #[must_use = "the guard cancels when it is dropped"]
-pub struct CancelOnDrop(Option<Cancel>);
-
-impl CancelOnDrop {
-    /// The work finished: dropping the guard cancels nothing.
-    pub fn disarm(mut self) {
-        self.0 = None;
-    }
-}
+pub struct CancelOnDrop(Cancel);
 
 impl Drop for CancelOnDrop {
     fn drop(&mut self) {
-        if let Some(cancel) = &self.0 {
-            cancel.cancel();
-        }
+        self.0.cancel();
     }
 }
 
@@ -95,13 +87,12 @@ mod tests {
     use std::time::Duration;
 
     #[test]
-    fn a_dropped_guard_cancels_every_clone_and_a_disarmed_one_does_not() {
+    fn a_dropped_guard_cancels_every_clone() {
         let cancel = Cancel::new();
         let worker = cancel.clone();
+        let guard = cancel.on_drop();
         assert_eq!(worker.check(), Ok(()));
-        cancel.on_drop().disarm();
-        assert_eq!(worker.check(), Ok(()));
-        drop(cancel.on_drop());
+        drop(guard);
         assert_eq!(worker.check(), Err(Stopped::Cancelled));
     }
 

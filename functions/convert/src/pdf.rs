@@ -41,10 +41,9 @@ pub fn convert(
     // pdf-extract every content stream it reads, each whole into memory with no cap: a 1 MB
     // file can inflate to gigabytes. Every stream is inflated here first, counting, into a
     // small buffer, and the file refused at the cap.
-    let mut inflation = Inflation::new(limits);
+    let mut inflation = Inflation::new(limits, cancel);
     for at in stream_starts(bytes) {
-        let lzw = declares_lzw(&bytes[..at]);
-        inflation.count(&bytes[at..], lzw, cancel, limits)?;
+        inflation.count(&bytes[at..], declares_lzw(&bytes[..at]))?;
     }
     let mut document = lopdf::Document::load_mem(bytes)
         .map_err(|e| ConvertError::Malformed(format!("not a readable PDF ({e})")))?;
@@ -54,15 +53,12 @@ pub fn convert(
             return Err(ConvertError::Encrypted);
         }
         // Its streams were ciphertext to the scan above: counted again now they are not.
-        let mut inflation = Inflation::new(limits);
-        for object in document.objects.values() {
-            if let Ok(stream) = object.as_stream() {
-                let lzw = (stream.filters().unwrap_or_default().iter()).any(|f| f == b"LZWDecode");
-                let flate =
-                    (stream.filters().unwrap_or_default().iter()).any(|f| f == b"FlateDecode");
-                if lzw || flate {
-                    inflation.count(&stream.content, lzw, cancel, limits)?;
-                }
+        let mut inflation = Inflation::new(limits, cancel);
+        for stream in document.objects.values().filter_map(|o| o.as_stream().ok()) {
+            let filters = stream.filters().unwrap_or_default();
+            let lzw = filters.iter().any(|f| f == b"LZWDecode");
+            if lzw || filters.iter().any(|f| f == b"FlateDecode") {
+                inflation.count(&stream.content, lzw)?;
             }
         }
     }
@@ -145,17 +141,21 @@ pub fn convert(
 }
 
 /// What a file's streams may still inflate to, per stream and in all.
-struct Inflation {
+struct Inflation<'a> {
     left: usize,
+    limits: &'a Limits,
+    cancel: &'a Cancel,
 }
 
 /// Bytes inflated between two checks of `cancel`.
 const INFLATE_STEP: usize = 1 << 20;
 
-impl Inflation {
-    fn new(limits: &Limits) -> Self {
+impl<'a> Inflation<'a> {
+    fn new(limits: &'a Limits, cancel: &'a Cancel) -> Self {
         Self {
             left: limits.max_pdf_inflated_bytes,
+            limits,
+            cancel,
         }
     }
 
@@ -163,13 +163,8 @@ impl Inflation {
     /// zlib stream (lopdf falls back to the raw deflate data after the two-byte header, so
     /// that is what is inflated here), or LZW when its dictionary says so. Data that does not
     /// inflate counts what it gave before it failed.
-    fn count(
-        &mut self,
-        data: &[u8],
-        lzw: bool,
-        cancel: &Cancel,
-        limits: &Limits,
-    ) -> Result<(), ConvertError> {
+    fn count(&mut self, data: &[u8], lzw: bool) -> Result<(), ConvertError> {
+        let (limits, cancel) = (self.limits, self.cancel);
         let cap = limits.max_pdf_stream_bytes.min(self.left);
         let mut buffer = vec![0u8; 64 << 10];
         let mut total = 0usize;

@@ -101,6 +101,19 @@ pub struct DeleteReport {
 /// embedder's threads busy, small enough that a stop is heard within a second or so.
 const EMBED_BATCH: usize = 32;
 
+/// Why an ingest stopped before it wrote anything: past `timeout` (a refusal that says what to
+/// do), or its request ended (nobody reads that one).
+fn stopped(why: Stopped, timeout: std::time::Duration) -> IngestError {
+    match why {
+        Stopped::TimedOut => IngestError::TooLarge(format!(
+            "these documents took longer than {timeout:?} to chunk and embed (SLUICE_INGEST_TIMEOUT_MS); nothing was stored: send fewer per request"
+        )),
+        Stopped::Cancelled => {
+            IngestError::Invalid("the request ended before the ingest did".into())
+        }
+    }
+}
+
 /// Reads documents from a file's bytes; `name` (a path) picks the format by its extension
 /// and becomes the id and source of a converted file (and its title when the file names
 /// none). Conversion runs within `limits` ([`sluice_convert::convert_contained`]).
@@ -227,13 +240,10 @@ pub async fn parse_upload(
 ) -> Result<Vec<Document>, IngestError> {
     let failed = format!("{name}: the conversion failed");
     let cancel = Cancel::new();
-    let guard = cancel.on_drop();
-    let parsed =
-        tokio::task::spawn_blocking(move || parse_until(format, &name, &bytes, &limits, &cancel))
-            .await
-            .map_err(|e| IngestError::Unreadable(format!("{failed} ({e})")))?;
-    guard.disarm();
-    parsed
+    let _stop_when_dropped = cancel.on_drop();
+    tokio::task::spawn_blocking(move || parse_until(format, &name, &bytes, &limits, &cancel))
+        .await
+        .map_err(|e| IngestError::Unreadable(format!("{failed} ({e})")))?
 }
 
 /// A conversion's failure as an ingest error naming the file.
@@ -446,17 +456,9 @@ impl Ingest {
         // The request's work ends with it: past its time budget, or when this future is
         // dropped (the client left), the chunking and embedding stop at their next batch and
         // nothing is stored (every write comes after them).
-        let cancel = Cancel::new().with_deadline(std::time::Instant::now() + self.config.timeout);
+        let timeout = self.config.timeout;
+        let cancel = Cancel::new().with_deadline(std::time::Instant::now() + timeout);
         let _stop_when_dropped = cancel.on_drop();
-        let stopped = |why: Stopped| match why {
-            Stopped::TimedOut => IngestError::TooLarge(format!(
-                "these documents took longer than {:?} to chunk and embed (SLUICE_INGEST_TIMEOUT_MS); nothing was stored: send fewer per request",
-                self.config.timeout
-            )),
-            Stopped::Cancelled => {
-                IngestError::Invalid("the request ended before the ingest did".into())
-            }
-        };
         let limit = self.config.max_documents;
         if documents.len() > limit {
             return Err(IngestError::TooLarge(format!(
@@ -478,7 +480,7 @@ impl Ingest {
             documents
                 .into_iter()
                 .map(|mut doc| {
-                    chunking.check()?;
+                    chunking.check().map_err(|why| stopped(why, timeout))?;
                     if doc.sections.is_empty() {
                         let text = std::mem::take(&mut doc.text);
                         doc.sections = vec![Section {
@@ -493,11 +495,10 @@ impl Ingest {
                         chunk_sections(&doc.sections, title, pack, size, overlap, &counter);
                     Ok((doc, chunks))
                 })
-                .collect::<Result<Vec<_>, Stopped>>()
+                .collect::<Result<Vec<_>, IngestError>>()
         })
         .await
-        .map_err(|e| EmbedError::Inference(e.to_string()))?
-        .map_err(stopped)?;
+        .map_err(|e| EmbedError::Inference(e.to_string()))??;
         let total: usize = chunked.iter().map(|(_, c)| c.len()).sum();
         let ids: HashSet<String> = chunked.iter().map(|(d, _)| d.id.clone()).collect();
         let limit = self.config.max_chunks;
@@ -518,21 +519,20 @@ impl Ingest {
                 })
                 .collect();
             let texts: Vec<&str> = texts.iter().map(|t| t.as_ref()).collect();
-            let mut vectors = Vec::with_capacity(texts.len());
-            for batch in texts.chunks(EMBED_BATCH) {
-                if let Err(why) = embedding.check() {
-                    return (chunked, Ok(Err(why)));
+            let embed_all = || -> Result<Vec<Vec<f32>>, IngestError> {
+                let mut vectors = Vec::with_capacity(texts.len());
+                for batch in texts.chunks(EMBED_BATCH) {
+                    embedding.check().map_err(|why| stopped(why, timeout))?;
+                    vectors.extend(embedder.embed(batch)?);
                 }
-                match embedder.embed(batch) {
-                    Ok(v) => vectors.extend(v),
-                    Err(e) => return (chunked, Err(e)),
-                }
-            }
-            (chunked, Ok(Ok(vectors.into_iter())))
+                Ok(vectors)
+            };
+            let vectors = embed_all();
+            (chunked, vectors)
         })
         .await
         .map_err(|e| EmbedError::Inference(e.to_string()))?;
-        let mut vectors = vectors?.map_err(stopped)?;
+        let mut vectors = vectors?.into_iter();
         for (doc, chunks) in chunked {
             // Checked by `validate` above.
             let metadata = Metadata::from_json(&doc.metadata).map_err(IngestError::Invalid)?;

@@ -35,10 +35,11 @@ const MAX_DEADLINE_MS: u64 = 60_000;
 
 /// Reads the whole body, refusing (413) more than `limit` bytes.
 pub(crate) async fn read_body(
+    server: &Server,
     body: Body,
     limit: usize,
-    within: std::time::Duration,
 ) -> Result<Bytes, ApiError> {
+    let within = server.limits.body_timeout;
     let too_large = || {
         ApiError::new(
             Code::BodyTooLarge,
@@ -238,12 +239,7 @@ pub(crate) async fn answer(
     let received = Instant::now();
     let caller = admit(&server, &headers, Permission::Answer).await?;
     let pipeline = server.answers("POST", "/v1/answer")?;
-    let bytes = read_body(
-        body,
-        server.limits.max_body_bytes,
-        server.limits.body_timeout,
-    )
-    .await?;
+    let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
     let request = answer_request(
         &pipeline.config,
         caller.tenant.clone(),

@@ -53,12 +53,11 @@ pub(crate) async fn upload_component(
     let tenant = admit(&server, &headers, Permission::Components)
         .await?
         .tenant;
-    let bytes = read_body(body, MAX_COMPONENT_BYTES, server.limits.body_timeout).await?;
+    let bytes = read_body(&server, body, MAX_COMPONENT_BYTES).await?;
     // A client that leaves while its component compiles gets nothing stored.
     let cancel = Cancel::new();
-    let guard = cancel.on_drop();
+    let _stop_when_dropped = cancel.on_drop();
     let version = registry(&server, move |r| r.upload(&tenant, &bytes, &cancel)).await?;
-    guard.disarm();
     Ok((StatusCode::CREATED, Json(version)).into_response())
 }
 
@@ -76,12 +75,7 @@ pub(crate) async fn activate_component(
     let tenant = admit(&server, &headers, Permission::Components)
         .await?
         .tenant;
-    let bytes = read_body(
-        body,
-        server.limits.max_body_bytes,
-        server.limits.body_timeout,
-    )
-    .await?;
+    let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
     let body: ActivateBody = parse_json(&bytes)?;
     let version = registry(&server, move |r| r.activate(&tenant, &body.version)).await?;
     Ok(Json(version).into_response())

@@ -52,12 +52,7 @@ pub(crate) async fn documents(
     let Query(query) = query?;
     let tenant = caller.tenant;
     let ingest = server.ingest()?;
-    let bytes = read_body(
-        body,
-        server.limits.max_ingest_bytes,
-        server.limits.body_timeout,
-    )
-    .await?;
+    let bytes = read_body(&server, body, server.limits.max_ingest_bytes).await?;
     let content_type =
         (headers.get(axum::http::header::CONTENT_TYPE)).and_then(|v| v.to_str().ok());
     // A file by its name, or by a Content-Type that names a file format; JSON (and text,
@@ -270,12 +265,7 @@ pub(crate) async fn delete_documents(
 ) -> Result<Response, ApiError> {
     let caller = admit(&server, &headers, Permission::DocumentsDelete).await?;
     let ingest = server.ingest()?;
-    let bytes = read_body(
-        body,
-        server.limits.max_body_bytes,
-        server.limits.body_timeout,
-    )
-    .await?;
+    let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
     let body: DeleteBody = parse_json(&bytes)?;
     let sent = match (&body.filter, body.all) {
         (Some(filter), false) => Some(parse_filter(filter)?),

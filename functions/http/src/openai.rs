@@ -314,12 +314,7 @@ pub(crate) async fn chat_completions(
     let received = Instant::now();
     let caller = admit(&server, &headers, Permission::Answer).await?;
     let pipeline = server.answers("POST", "/v1/chat/completions")?;
-    let bytes = read_body(
-        body,
-        server.limits.max_body_bytes,
-        server.limits.body_timeout,
-    )
-    .await?;
+    let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
     let (chat, answer) = answer_body(&bytes)?;
     let parts = chat_parts(&chat)?;
     let mut request = checked_request(

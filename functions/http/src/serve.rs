@@ -9,8 +9,6 @@
 
 use std::io;
 use std::pin::Pin;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -35,9 +33,9 @@ pub async fn serve(
     header_timeout: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    // Every connection holds a receiver of `stop` until it has ended: the sender then knows
+    // when all have.
     let (stop, stopped) = tokio::sync::watch::channel(false);
-    let open = Arc::new(AtomicUsize::new(0));
-    let (all_closed, mut closed) = tokio::sync::watch::channel(());
     tokio::pin!(shutdown);
     loop {
         let (tcp, _) = tokio::select! {
@@ -57,8 +55,6 @@ pub async fn serve(
         }
         let service = TowerToHyperService::new(router.clone());
         let mut stopped = stopped.clone();
-        let (open, all_closed) = (Arc::clone(&open), all_closed.clone());
-        open.fetch_add(1, Ordering::SeqCst);
         tokio::spawn(async move {
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -80,17 +76,11 @@ pub async fn serve(
                     let _ = connection.await;
                 }
             }
-            if open.fetch_sub(1, Ordering::SeqCst) == 1 {
-                let _ = all_closed.send(());
-            }
         });
     }
+    drop(stopped);
     let _ = stop.send(true);
-    while open.load(Ordering::SeqCst) > 0 {
-        if closed.changed().await.is_err() {
-            break;
-        }
-    }
+    stop.closed().await;
     Ok(())
 }
 
