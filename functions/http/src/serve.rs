@@ -33,8 +33,8 @@ pub async fn serve(
     header_timeout: Duration,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
-    // Every connection holds a receiver of `stop` until it has ended: the sender then knows
-    // when all have.
+    // Every connection holds a receiver of `stop` until it has ended, its last response
+    // written: the sender then knows when all have.
     let (stop, stopped) = tokio::sync::watch::channel(false);
     tokio::pin!(shutdown);
     loop {
@@ -56,6 +56,9 @@ pub async fn serve(
         let service = TowerToHyperService::new(router.clone());
         let mut stopped = stopped.clone();
         tokio::spawn(async move {
+            // Held until the connection has ended (the receiver below is let go of as soon as
+            // the stop is seen): `stop.closed()` waits for this one.
+            let _open = stopped.clone();
             let connection = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout)
