@@ -156,7 +156,9 @@ pub struct IngestConfig {
     /// section path before it (the embedding and BM25 read both; the prompt quotes the text).
     pub context_header: bool,
     /// `SLUICE_PACK_SECTIONS`: let whole sections that fit share a chunk (each under its
-    /// heading line; the chunk cites the path they share) instead of one path per chunk.
+    /// heading line; the chunk cites the path they share) instead of one path per chunk. On
+    /// by default: better recall where sections are short, no worse where they are long
+    /// (docs/ingestion.md says what was measured).
     pub pack_sections: bool,
     /// Caps and the time budget of converting one file (PDF, HTML, Word), read by their
     /// owner ([`sluice_convert::Limits`]).
@@ -358,7 +360,7 @@ fn ingest_section(get: &impl Fn(&str) -> Option<String>) -> Result<IngestConfig,
         max_chunks: ranged(get, "SLUICE_MAX_CHUNKS", 20_000, 1, 10_000_000)?,
         timeout: millis(get, "SLUICE_INGEST_TIMEOUT_MS", 100_000, 100)?,
         context_header: parse(get, "SLUICE_CONTEXT_HEADER", "true", "true or false")?,
-        pack_sections: parse(get, "SLUICE_PACK_SECTIONS", "false", "true or false")?,
+        pack_sections: parse(get, "SLUICE_PACK_SECTIONS", "true", "true or false")?,
         convert: sluice_convert::Limits::from_lookup(get)?,
     };
     if ingest.chunk_overlap_tokens >= ingest.chunk_tokens / 2 {

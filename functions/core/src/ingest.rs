@@ -40,8 +40,9 @@ pub struct Document {
     #[serde(default, alias = "content")]
     pub text: String,
     /// The text in sections, with their heading paths and pages: what a converted file
-    /// (PDF, HTML, Word, Markdown) holds. Chunks never straddle two paths (unless
-    /// `SLUICE_PACK_SECTIONS`) and cite theirs.
+    /// (PDF, HTML, Word, Markdown) holds. A section is cut only when it does not fit a
+    /// chunk; whole sections share one while they fit (`SLUICE_PACK_SECTIONS`), which cites
+    /// the path they share.
     /// When present, `text` is not chunked.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sections: Vec<Section>,

@@ -60,6 +60,8 @@ async fn uploads_and_posted_documents_are_ingested_with_settings_from_the_secret
             ("SLUICE_DATA_DIR", data.path().display().to_string()),
             ("SLUICE_SECRETS_ARN", secret),
             ("SLUICE_CHUNK_TOKENS", "256".into()),
+            // One heading path per chunk, so that a converted file's sections show as chunks.
+            ("SLUICE_PACK_SECTIONS", "false".into()),
         ],
     );
 

@@ -191,8 +191,10 @@ fn the_page_eval_cites_the_page_an_answer_is_on_and_refuses_a_label_on_no_page()
         data.path().to_str().unwrap().to_string(),
         questions.to_str().unwrap().to_string(),
     );
+    // One heading path per chunk: each page a chunk of its own (packed, each file's short
+    // pages would be one chunk).
     let (_out, _, report) = eval(
-        &[],
+        &[("SLUICE_PACK_SECTIONS", "false")],
         &["pages", "--data", &data_dir, "--questions", &questions_file],
     );
     assert_eq!(report["files"], 2, "{report}");

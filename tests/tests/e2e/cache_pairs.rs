@@ -8,7 +8,9 @@
 //! - `tests/fixtures/cache_guard_pairs.jsonl`: 317 pairs from systematic templates
 //!   (`scripts/guard_pairs.py`: question frames × antonyms, entities and roles, products,
 //!   places, dates, amounts, negation, quantifiers, and true paraphrases), half kept for tuning
-//!   the guard and half held out; the held-out half is the figure the README reports.
+//!   the guard and half (split `held-out` in the file) set aside for reporting: the figure the
+//!   README reports. Its figures were read while the guard was designed, so it is not an
+//!   independent estimate (docs/cache.md).
 //!
 //! Every `cached` question of a set is stored for one tenant, then every `asked` question is
 //! looked up. A paraphrase should find its own `cached` question; any other pair must find

@@ -56,9 +56,11 @@ fn handbook() -> Vec<u8> {
     )
 }
 
+/// One heading path per chunk (`SLUICE_PACK_SECTIONS=false`): the answer's source names its
+/// section and its one page.
 #[tokio::test]
 async fn a_pdf_is_cited_by_section_and_page() {
-    let app = Kit::new(&[]).app();
+    let app = Kit::new(&[("SLUICE_PACK_SECTIONS", "false")]).app();
     let reply = upload(&app, "?filename=policies/handbook.pdf", &[], handbook()).await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
     assert_eq!(reply.body["documents"], 1);
@@ -76,6 +78,37 @@ async fn a_pdf_is_cited_by_section_and_page() {
     assert!(
         source.get("pages").is_none(),
         "one page: no range, {source}"
+    );
+}
+
+/// By default whole sections share a chunk while they fit: the handbook's three short
+/// sections are one chunk, which cites the pages it spans and no section (they share no
+/// heading), and quotes each section under its heading line.
+#[tokio::test]
+async fn by_default_short_sections_share_a_chunk_citing_the_pages_it_spans() {
+    let app = Kit::new(&[]).app();
+    let reply = upload(&app, "?filename=handbook.pdf", &[], handbook()).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let answer = app
+        .answer(&json!({"query": "When does the replacement for a stolen card arrive?", "k": 3}))
+        .await;
+    let sources = answer.meta()["documents"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert_eq!(sources.len(), 1, "one chunk: {sources:?}");
+    let source = &sources[0];
+    assert!(source.get("section").is_none(), "{source}");
+    assert_eq!(source["page"], 1, "{source}");
+    assert_eq!(source["pages"], json!([1, 3]), "{source}");
+    let text = source["snippet"].as_str().unwrap_or_default();
+    let order: Vec<Option<usize>> = ["Lost or stolen", "five working days", "Loans"]
+        .iter()
+        .map(|needle| text.find(needle))
+        .collect();
+    assert!(
+        order.iter().all(Option::is_some) && order.is_sorted(),
+        "{source}"
     );
 }
 
