@@ -1,0 +1,132 @@
+//! Generate: tokens streamed from the LLM, then `done` with the counts and timings; a
+//! complete answer is recorded in the cache behind `done` (see [`Pipeline::record`]).
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use futures::{Stream, StreamExt};
+use tracing::{info, warn};
+
+use super::cache::CacheWrite;
+use super::flow::ms;
+use super::{AnswerRequest, Pipeline, Progress};
+use crate::cache::CachedAnswer;
+use crate::codes::Code;
+use crate::error::LlmError;
+use crate::prompt::Prompt;
+use crate::sse::{Done, ErrorEvent, Event, SourceDoc, Token};
+use crate::stages::LlmEvent;
+
+impl Pipeline {
+    /// The answer's tokens and its ending, for `prompt`; `write` (with the query vector) is
+    /// where the cache round said a complete answer goes.
+    pub(super) fn generate(
+        self: Arc<Self>,
+        request: AnswerRequest,
+        prompt: Prompt,
+        mut progress: Progress,
+        documents: Vec<SourceDoc>,
+        write: Option<(CacheWrite, Vec<f32>)>,
+    ) -> impl Stream<Item = Event> + Send + 'static {
+        let this = self;
+        async_stream::stream! {
+            let llm_start = Instant::now();
+            let traceparent = request.trace.header();
+            let max_tokens = request.max_tokens.map_or(this.config.max_tokens, |n| n.min(this.config.max_tokens));
+            let estimated_prompt_tokens = prompt.estimated_tokens as u64;
+            let mut upstream = match this.llm.stream(prompt.messages, max_tokens, &traceparent).await {
+                Ok(s) => s,
+                Err(e) => {
+                    warn!(error = %e, "LLM request failed");
+                    yield Event::Error(llm_error(&e, false));
+                    return;
+                }
+            };
+            let mut tokens: Vec<String> = Vec::new();
+            let mut first_token_at = None;
+            let mut finish = None;
+            while let Some(item) = upstream.next().await {
+                match item {
+                    Ok(LlmEvent::Token(text)) => {
+                        if first_token_at.is_none() {
+                            first_token_at = Some(Instant::now());
+                            progress.timings.llm_ttft_ms = Some(ms(llm_start.elapsed()));
+                            progress.timings.ttft_ms = Some(ms(request.received.elapsed()));
+                        }
+                        let index = tokens.len() as u64;
+                        tokens.push(text.clone());
+                        yield Event::Token(Token { text, index });
+                    }
+                    Ok(LlmEvent::Finish { finish_reason, completion_tokens, prompt_tokens }) => {
+                        finish = Some((finish_reason, completion_tokens, prompt_tokens));
+                        break;
+                    }
+                    Err(e) => {
+                        warn!(error = %e, tokens = tokens.len(), "LLM stream failed");
+                        yield Event::Error(llm_error(&e, !tokens.is_empty()));
+                        return;
+                    }
+                }
+            }
+            let Some((finish_reason, usage_tokens, prompt_tokens)) = finish else {
+                let e = LlmError::Stream("the upstream closed the stream before it finished".into());
+                warn!(tokens = tokens.len(), "LLM stream ended without a finish reason");
+                yield Event::Error(llm_error(&e, !tokens.is_empty()));
+                return;
+            };
+
+            let (token_count, source) = match usage_tokens {
+                Some(n) => (n, "usage"),
+                None => (tokens.len() as u64, "events"),
+            };
+            let generating = first_token_at.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
+            progress.timings.total_ms = Some(ms(request.received.elapsed()));
+            info!(
+                tokens = token_count, ttft_ms = progress.timings.ttft_ms,
+                total_ms = progress.timings.total_ms, degraded = ?progress.degraded, "answered"
+            );
+            let answer = CachedAnswer {
+                tokens,
+                sources: documents,
+                finish_reason: finish_reason.clone(),
+                token_count,
+                token_count_source: source.into(),
+            };
+            let recording = match write {
+                Some((write, vector)) => this.record(&request, &progress, write, vector, answer),
+                None => Vec::new(),
+            };
+            yield Event::Done(Box::new(Done {
+                request_id: progress.request_id,
+                session_id: progress.session_id,
+                replica_id: this.replica_id.clone(),
+                model_id: this.llm.model_id().to_string(),
+                k: request.k,
+                token_count,
+                token_count_source: source.into(),
+                tokens_per_sec: if generating > 0.0 { token_count as f64 / generating } else { 0.0 },
+                prompt_tokens: prompt_tokens.unwrap_or(estimated_prompt_tokens),
+                finish_reason,
+                cached: false,
+                timings: progress.timings,
+            }));
+            for work in recording {
+                // A failed write was logged by its task; a panicked one needs no more.
+                let _ = work.await;
+            }
+        }
+    }
+}
+
+/// The `error` event for an LLM failure; `mid_stream` when tokens were already sent.
+fn llm_error(e: &LlmError, mid_stream: bool) -> ErrorEvent {
+    let code = match e {
+        _ if mid_stream => Code::LlmStreamFailed,
+        LlmError::Unavailable(_) => Code::LlmUnavailable,
+        LlmError::Status { status, .. } if *status == 429 || *status >= 500 => Code::LlmUnavailable,
+        LlmError::Status { .. } => Code::LlmRejected,
+        LlmError::Timeout(_) => Code::LlmTimeout,
+        LlmError::Stream(_) => Code::LlmStreamFailed,
+    };
+    ErrorEvent::new(code, e.to_string())
+}

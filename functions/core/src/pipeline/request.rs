@@ -1,0 +1,110 @@
+//! The request as the pipeline takes it, validated by the entry point.
+
+use std::time::{Duration, Instant};
+
+use tokio::time::Instant as Deadline;
+
+use crate::Tenant;
+use crate::filter::Filter;
+use crate::fusion::Fusion;
+use crate::prompt::Conversation;
+use crate::stages::RerankContext;
+use crate::trace::TraceContext;
+
+/// A validated answer request.
+#[derive(Debug, Clone)]
+pub struct AnswerRequest {
+    /// Tenant whose documents are searched.
+    pub tenant: Tenant,
+    /// The question.
+    pub query: String,
+    /// Number of sources to retrieve.
+    pub k: usize,
+    /// Which documents the answer may use: the key's mandatory filter ANDed with the one the
+    /// request sent ([`Filter::and`]); `None` for all of the tenant's.
+    pub filter: Option<Filter>,
+    /// The conversation before the question (chat route): its earlier user and assistant
+    /// turns, oldest first, and the client's own system message. Empty for `/v1/answer`.
+    pub conversation: Conversation,
+    /// The most tokens to generate, when the client asked for fewer than
+    /// `SLUICE_MAX_TOKENS` (which caps every answer).
+    pub max_tokens: Option<u32>,
+    /// What the caller sent for the tenant's rerank component (`rerank_context`).
+    pub rerank_context: RerankContext,
+    /// [`Filter::digest`] of the filter the caller's key is bound to (`None`: a key bound to
+    /// none, or auth off). Answers cached for a bound key carry it, so that the key's
+    /// `DELETE /v1/cache` forgets those and nothing else of the tenant's.
+    pub binding: Option<String>,
+    /// The client's session, if it sent one.
+    pub session_id: Option<String>,
+    /// Budget of everything before the LLM call, from `received`.
+    pub retrieval_deadline: Duration,
+    /// When the request arrived: all timings count from here.
+    pub received: Instant,
+    /// Neither read nor write the cache (`"cache": "bypass"`, `Cache-Control: no-cache`).
+    pub bypass_cache: bool,
+    /// The W3C trace context (from the request's `traceparent`, or a new trace).
+    pub trace: TraceContext,
+    /// Put the LLM request in `meta.prompt` (`"include_prompt": true`).
+    pub include_prompt: bool,
+    /// When the stream must have ended, for an entry point that is stopped at a fixed time
+    /// (on Lambda: the invocation's deadline less a margin); `None` for none. A stream still
+    /// running then ends with a retryable `deadline_exceeded` error instead of being cut off
+    /// with no ending, and the upstream LLM request is dropped.
+    pub ends_by: Option<Deadline>,
+    /// Whether `meta.rerank_error` may say why the tenant's component failed: the caller
+    /// manages the tenant's components (whose authors see no server log).
+    pub show_rerank_failure: bool,
+}
+
+/// How many earlier user turns a follow-up's retrieval reads besides the question (newest
+/// first, after it): enough for "and for premium accounts?" to find what it refers to,
+/// few enough that a change of subject is still retrieved mostly by its own words.
+pub const FOLLOW_UP_TURNS: usize = 1;
+
+impl AnswerRequest {
+    /// What retrieval (embedding, BM25, rerank) reads: the question, then the last
+    /// [`FOLLOW_UP_TURNS`] earlier user turns, newest first — so that a follow-up is found by
+    /// what it refers to, and a question too long for the embedding window loses the oldest
+    /// context, not itself.
+    pub fn retrieval_text(&self) -> std::borrow::Cow<'_, str> {
+        let earlier: Vec<&str> = (self.conversation.history.iter().rev())
+            .filter(|m| m.role == "user")
+            .take(FOLLOW_UP_TURNS)
+            .map(|m| m.content.as_str())
+            .collect();
+        if earlier.is_empty() {
+            return std::borrow::Cow::Borrowed(&self.query);
+        }
+        let mut text = self.query.clone();
+        for turn in earlier {
+            text.push('\n');
+            text.push_str(turn);
+        }
+        std::borrow::Cow::Owned(text)
+    }
+
+    /// Digest of what else shapes this answer besides the question and the scope's fields —
+    /// the effective filter, the conversation, a `max_tokens` below the server's, a fusion
+    /// other than the built-in one (`fusion`, the tenant's), the rerank context — or `None`
+    /// when nothing does. Cached answers are keyed and scoped by it: one made under one
+    /// filter, conversation, length, fusion or context never answers another.
+    pub fn variant(&self, fusion: &Fusion) -> Option<String> {
+        let fusion = (*fusion != Fusion::default()).then(|| fusion.to_string());
+        let plain = self.filter.is_none()
+            && self.conversation == Conversation::default()
+            && self.max_tokens.is_none()
+            && fusion.is_none()
+            && self.rerank_context.is_empty();
+        (!plain).then(|| {
+            let what = serde_json::json!({
+                "filter": self.filter.as_ref().map(Filter::digest),
+                "conversation": self.conversation,
+                "max_tokens": self.max_tokens,
+                "fusion": fusion,
+                "rerank_context": self.rerank_context,
+            });
+            crate::sha256_hex(what.to_string().as_bytes())
+        })
+    }
+}

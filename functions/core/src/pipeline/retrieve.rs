@@ -1,0 +1,50 @@
+//! Retrieve: the hybrid search (dense + BM25, fused by the tenant's rule), by the deadline,
+//! with the component read driven beside it.
+
+use std::time::Instant;
+
+use tracing::warn;
+
+use super::flow::{beside, bounded, ms};
+use super::scope::{Component, ScopeRead};
+use super::{AnswerRequest, Pipeline, Progress};
+use crate::codes::Degraded;
+use crate::error::StoreError;
+use crate::stages::{Hit, Search};
+
+impl Pipeline {
+    /// Searches the store by the deadline, driving `component` (read beside the search when
+    /// the cache did not need it first); the hits in one order for every backend. When the
+    /// search fails or is late, the reason.
+    pub(super) async fn retrieve(
+        &self,
+        request: &AnswerRequest,
+        vector: &[f32],
+        component: &mut ScopeRead<Component>,
+        progress: &mut Progress,
+    ) -> Result<Vec<Hit>, Degraded> {
+        let started = Instant::now();
+        let text = request.retrieval_text();
+        let search = Search::new(&text, vector, request.k)
+            .filter(request.filter.as_ref())
+            .fusion(progress.fusion);
+        let search = self.store.search(&request.tenant, &search);
+        let mut hits = match bounded(progress.deadline, beside(search, component)).await {
+            Some(Ok(hits)) => hits,
+            Some(Err(StoreError::CircuitOpen)) => return Err(Degraded::RetrievalCircuitOpen),
+            Some(Err(e)) => {
+                warn!(error = %e, "retrieval failed; answering without context");
+                return Err(Degraded::RetrievalFailed);
+            }
+            None => {
+                warn!(deadline = ?request.retrieval_deadline, "retrieval deadline passed; answering without context");
+                return Err(Degraded::RetrievalTimeout);
+            }
+        };
+        progress.timings.retrieve_ms = Some(ms(started.elapsed()));
+        // Every backend's list in one order, equal scores included (a rerank's ties then keep
+        // it: its sort is stable).
+        hits.sort_by(Hit::rank_order);
+        Ok(hits)
+    }
+}
