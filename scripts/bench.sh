@@ -7,10 +7,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 cache=${SLUICE_HOME:-$HOME/.cache/sluice}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
+# Cargo's target directory: the repository's target/ unless CARGO_TARGET_DIR says (CI shares one).
+target=${CARGO_TARGET_DIR:-$PWD/target}
 export SLUICE_MODEL_DIR=${SLUICE_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}
-# The test build's configuration: the benches reuse what `make test` compiled.
-source scripts/cargo-env.sh
+# The benches reuse what `make test` compiled (one build configuration: .cargo/config.toml).
 scripts/setup.sh model
 scripts/build-components.sh >/dev/null
 aws_port=${SLUICE_BENCH_AWS_PORT:-18083}
@@ -18,7 +18,7 @@ aws_pid=$(scripts/aws.sh "$aws_port" --detach)
 trap 'kill "$aws_pid" 2>/dev/null || true' EXIT
 export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$aws_port"
 export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
-crit=$CARGO_TARGET_DIR/criterion
+crit=$target/criterion
 log=$(mktemp)
 
 # onnxruntime's batched baseline needs the encoder with an attention mask.
@@ -38,7 +38,7 @@ scripts/setup.sh docs
 cargo bench --profile dev --workspace --bench convert 2>&1 | tee -a "$log"
 # Whether answers over those PDFs cite the page the answer is on (hit@1, hit@3).
 cargo test --workspace --all-targets --no-run --quiet 2>/dev/null
-"$CARGO_TARGET_DIR/debug/sluice" eval pages --out "$cache/eval-pages" 2>&1 | tee -a "$log"
+"$target/debug/sluice" eval pages --out "$cache/eval-pages" 2>&1 | tee -a "$log"
 
 median() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['median']['point_estimate'])" "$1"; }
 echo

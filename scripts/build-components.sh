@@ -24,8 +24,10 @@ if [ ! -x "$jco" ]; then
 fi
 
 # The guests build with Debian's toolchain: a compiler wrapper of the host toolchain (clippy's,
-# set by `make test`, or a user's) must not wrap it.
-unset RUSTC_WRAPPER RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+# named by the repository's .cargo/config.toml, or a user's) must not wrap it. An empty
+# variable overrides the config file.
+unset RUSTC_WRAPPER CLIPPY_ARGS
+export RUSTC_WORKSPACE_WRAPPER=
 crates=("$@")
 [ ${#crates[@]} -gt 0 ] || crates=($(cd "$here/components" && ls -d */ | tr -d / | grep -v '^sdk$' | sed "s|^|$here/components/|"))
 for crate in "${crates[@]}"; do

@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
-# `make check`: the loop to run after each change. Formatting, clippy's lints (-D warnings,
-# enforced by the build through the same wrapper as `make test`, so neither rebuilds the
-# other's work) and the in-process tests: every crate's unit tests, the API contract on test
-# doubles, the sandbox's hostile-component and registry tests, the stores on a real Qdrant
-# Edge shard and on stand-ins, and the docs held to the code. Needs no service, model or
-# network; `make test` runs these and everything else.
+# `make check`: the loop to run after each change. Formatting, clippy's lints (every warning
+# denied, enforced by the build itself: .cargo/config.toml, so neither this nor `make test`
+# rebuilds the other's work) and the in-process tests: every crate's unit tests and every
+# integration test target that needs no service. The rule: a test that needs a service, the
+# model, a built binary or an emulator says so with `sluice_testkit::needs!`; a target none of
+# whose files does is in-process and runs here. Needs no service, model or network; `make
+# test` runs these and everything else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-${SLUICE_HOME:-$HOME/.cache/sluice}/target}
-source scripts/cargo-env.sh
 cargo fmt --all --check
-cargo test --workspace --no-fail-fast --lib --bins \
-  --test contract --test hostile --test registry --test store --test remote --test files \
+# Each test target's files (its file, or its folder when it is a `main.rs`), kept when none
+# of them calls `needs!`.
+targets=$(cargo metadata --no-deps --format-version 1 --offline | python3 -c '
+import json, os, subprocess, sys
+for package in json.load(sys.stdin)["packages"]:
+    for target in package["targets"]:
+        if target["kind"] != ["test"]:
+            continue
+        path = target["src_path"]
+        files = os.path.dirname(path) if os.path.basename(path) == "main.rs" else path
+        if subprocess.run(["grep", "-rqF", "needs!", files]).returncode != 0:
+            print("--test", target["name"])
+')
+# shellcheck disable=SC2086 # one word per argument
+cargo test --workspace --no-fail-fast --lib --bins $targets \
   2>&1 | tee /dev/stderr | awk '
     /^test result:/ { passed += $4; failed += $6; ignored += $8 }
     END { printf "check: %d passed, %d failed, %d ignored\n", passed, failed, ignored > "/dev/stderr"; exit (failed > 0) }'

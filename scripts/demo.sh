@@ -5,18 +5,18 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 cache=${SLUICE_HOME:-$HOME/.cache/sluice}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
+# Cargo's target directory: the repository's target/ unless CARGO_TARGET_DIR says (CI shares one).
+target=${CARGO_TARGET_DIR:-$PWD/target}
 export SLUICE_DATA_DIR=${SLUICE_DATA_DIR:-$cache/demo-data}
 export SLUICE_ADDR=${SLUICE_ADDR:-127.0.0.1:8080}
 
 scripts/setup.sh demo
-# The test build's configuration (scripts/cargo-env.sh) and the whole workspace's binaries:
-# the same compiled libraries as `make test`, so whichever runs first, the other compiles
-# only what is its own (a plain `cargo build -p sluice` unifies features differently and
-# compiled most of the tree a second time).
-source scripts/cargo-env.sh
+# The whole workspace's binaries, in the one build configuration (.cargo/config.toml): the
+# same compiled libraries as `make test`, so whichever runs first, the other compiles only
+# what is its own (a plain `cargo build -p sluice` unifies features differently and compiled
+# most of the tree a second time).
 cargo build --workspace --bins
-sluice=$CARGO_TARGET_DIR/debug/sluice
+sluice=$target/debug/sluice
 
 pids=()
 trap 'kill "${pids[@]}" 2>/dev/null || true' EXIT

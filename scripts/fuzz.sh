@@ -16,8 +16,10 @@ cache=${SLUICE_HOME:-$HOME/.cache/sluice}
 secs=${1:-20}
 export PATH="$cache/tools/bin:$PATH"
 command -v cargo-fuzz >/dev/null || scripts/setup.sh cargo-tools
-# The fuzz build is nightly's own: no clippy wrapper (a stable tool), its own target dir.
-unset RUSTC_WORKSPACE_WRAPPER CLIPPY_ARGS
+# The fuzz build is nightly's own: no clippy wrapper (an empty variable overrides
+# .cargo/config.toml's), its own target dir.
+unset CLIPPY_ARGS
+export RUSTC_WORKSPACE_WRAPPER=
 export CARGO_TARGET_DIR=$cache/fuzz-target
 targets=(request upstream_sse chunker rerank_output convert_pdf convert_html convert_docx)
 

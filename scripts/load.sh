@@ -18,14 +18,14 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 cache=${SLUICE_HOME:-$HOME/.cache/sluice}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
+# Cargo's target directory: the repository's target/ unless CARGO_TARGET_DIR says (CI shares one).
+target=${CARGO_TARGET_DIR:-$PWD/target}
 export SLUICE_MODEL_DIR=${SLUICE_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}
 scripts/setup.sh model
-# The build `make test` makes (every target, same features and wrapper): nothing to compile
-# after it. A plain `cargo build` would unify features differently and recompile half the tree.
-source scripts/cargo-env.sh
+# The build `make test` makes (every target, same features): nothing to compile after it. A
+# plain `cargo build` would unify features differently and recompile half the tree.
 cargo test --workspace --all-targets --no-run --quiet 2>/dev/null
-sluice=$CARGO_TARGET_DIR/debug/sluice
+sluice=$target/debug/sluice
 llm_port=${SLUICE_LOAD_LLM_PORT:-18095}
 port=${SLUICE_LOAD_PORT:-18096}
 out=$cache/load
@@ -83,7 +83,7 @@ if [ -n "$lambda" ]; then
     AWS_LAMBDA_FUNCTION_MEMORY_SIZE=2048 AWS_LAMBDA_MAX_CONCURRENCY=$lambda \
     SLUICE_DATA_DIR=$data SLUICE_LLM_URL=http://127.0.0.1:$llm_port/v1 SLUICE_TENANT_RATE=0 \
     SLUICE_TENANT_MAX_STREAMS=0 SLUICE_CACHE=off SLUICE_MAX_TOKENS=${TOKENS:-256} RUST_LOG=${RUST_LOG:-warn} \
-    "$CARGO_TARGET_DIR/debug/answer" >"$data/answer.log" 2>&1 &
+    "$target/debug/answer" >"$data/answer.log" 2>&1 &
   server=$!
   url=http://127.0.0.1:$port/lambda-url/_
 fi

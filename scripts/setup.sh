@@ -271,10 +271,11 @@ cargo_tools() {
   for spec in "${CARGO_TOOLS[@]}"; do
     if [ ! -x "$cache/tools/bin/${spec%@*}" ]; then
       log "installing $spec (crates.io) into $cache/tools"
-      # Its own target dir: the workspace's build settings (clippy wrapper) must not apply.
+      # Its own target dir, and not the workspace's build settings (an empty variable
+      # overrides .cargo/config.toml's clippy wrapper, which cargo reads from here too).
       # Unoptimised: cargo-deny's own release profile (fat LTO, one codegen unit) costs 2.4
       # times the CPU to build, to save two seconds of a check that runs once per `make test`.
-      env -u RUSTC_WORKSPACE_WRAPPER -u CARGO_TARGET_DIR CARGO_PROFILE_RELEASE_OPT_LEVEL=0 \
+      env -u CARGO_TARGET_DIR RUSTC_WORKSPACE_WRAPPER= CARGO_PROFILE_RELEASE_OPT_LEVEL=0 \
         CARGO_PROFILE_RELEASE_LTO=false CARGO_PROFILE_RELEASE_CODEGEN_UNITS=16 \
         cargo install -q --locked --root "$cache/tools" --target-dir "$cache/tools/target" "$spec"
     fi

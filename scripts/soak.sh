@@ -6,8 +6,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cache=${SLUICE_HOME:-$HOME/.cache/sluice}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
 export SLUICE_MODEL_DIR=${SLUICE_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}
 export SLUICE_SOAK_ROUNDS=${1:-14}
-source scripts/cargo-env.sh
 cargo test -p sluice --test soak -- --nocapture

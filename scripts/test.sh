@@ -6,7 +6,6 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 cache=${SLUICE_HOME:-$HOME/.cache/sluice}
-export CARGO_TARGET_DIR=${CARGO_TARGET_DIR:-$cache/target}
 
 # The example components (Debian's rustc-web and jco from npm on first use), before the
 # background steps below so that no two apt-get runs contend for dpkg's lock.
@@ -45,7 +44,6 @@ export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 export SLUICE_TEST_MOTO_SERVER="$cache/venv/bin/moto_server"
 export SLUICE_MODEL_DIR=${SLUICE_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}
 export RUST_LOG=${RUST_LOG:-warn}
-source scripts/cargo-env.sh
 log=$(mktemp)
 set +e
 # Every target (benches and examples too, as `make lint` checks them), then the tests.

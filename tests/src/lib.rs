@@ -75,8 +75,8 @@ pub fn model() -> Arc<MiniLm> {
         .clone()
 }
 
-/// The repository's root, found when the test runs rather than when it was compiled: every
-/// clone shares one target directory (`~/.cache/sluice/target`) and Cargo does not rebuild a
+/// The repository's root, found when the test runs rather than when it was compiled: clones
+/// may share one target directory (CI's `~/.cache/sluice/target`) and Cargo does not rebuild a
 /// test whose workspace moved, so a path compiled in can name another clone's files. Cargo and
 /// nextest set `CARGO_MANIFEST_DIR` for the test they run; the root is the nearest folder at or
 /// above it holding `Cargo.lock`. A test binary started by hand falls back to where it was built.

@@ -1,58 +1,11 @@
-//! The build scripts' promises: `make test` (and `.ci/run`, `make load`, `make bench`) compile
-//! the workspace through clippy's driver, so a build without it would silently drop the lints
-//! `.ci/run` promises — it is refused instead; and `make demo`'s build and `make test`'s
-//! resolve every library with the same features, so that they share one compile.
+//! The build's promises: every cargo invocation in the repository — `make check`, `make
+//! test`, an editor, a plain `cargo build` — compiles the workspace through clippy's driver with
+//! every warning denied (`.cargo/config.toml` and `[workspace.lints]`), so no build drops the
+//! lints `.ci/run` promises; `make check` runs every test target that needs no service; and
+//! `make demo`'s build and `make test`'s resolve every library with the same features, so that
+//! they share one compile.
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 use std::process::Command;
-
-/// Runs `script` in bash, in the repository root, with a `rustup` on the PATH that names a
-/// cargo in `toolchain` (where a `clippy-driver` may or may not be).
-fn with_toolchain(toolchain: &Path, script: &str) -> std::process::Output {
-    let bin = toolchain.join("shims");
-    std::fs::create_dir_all(&bin).unwrap();
-    let rustup = bin.join("rustup");
-    std::fs::write(
-        &rustup,
-        format!("#!/bin/sh\necho {}/cargo\n", toolchain.display()),
-    )
-    .unwrap();
-    std::fs::set_permissions(&rustup, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
-    Command::new("bash")
-        .args(["-c", script])
-        .current_dir(sluice_tests::repo())
-        .env("PATH", path)
-        .output()
-        .unwrap()
-}
-
-#[test]
-fn a_build_without_clippy_driver_is_refused() {
-    let toolchain = tempfile::tempdir().unwrap();
-    let script = "set -e; source scripts/cargo-env.sh; echo \"wrapper=$RUSTC_WORKSPACE_WRAPPER\"";
-    let out = with_toolchain(toolchain.path(), script);
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "built without lints: {out:?}");
-    assert!(stderr.contains("clippy-driver not found"), "{stderr}");
-    assert!(!String::from_utf8_lossy(&out.stdout).contains("wrapper="));
-
-    // With the driver beside cargo, the build goes through it.
-    let driver = toolchain.path().join("clippy-driver");
-    std::fs::write(&driver, "#!/bin/sh\n").unwrap();
-    std::fs::set_permissions(&driver, std::fs::Permissions::from_mode(0o755)).unwrap();
-    let out = with_toolchain(toolchain.path(), script);
-    assert!(out.status.success(), "{out:?}");
-    assert_eq!(
-        String::from_utf8_lossy(&out.stdout).trim(),
-        format!("wrapper={}", driver.display())
-    );
-}
 
 /// Every package of the workspace's graph with its features, as `cargo tree` resolves them
 /// for Linux with the dependency kinds `edges`: `name version [features]` lines.
@@ -96,15 +49,32 @@ fn the_demo_build_and_the_test_build_resolve_the_same_features() {
 }
 
 #[test]
-fn the_real_build_configuration_fails_a_crate_that_breaks_a_lint() {
-    // A scratch crate built as `make test` builds (scripts/cargo-env.sh, the real
-    // clippy-driver): with a lint broken it does not compile; without, it does.
+fn a_plain_cargo_build_with_the_repositorys_configuration_fails_a_crate_that_breaks_a_lint() {
+    // A scratch workspace with the repository's `.cargo/config.toml` and its
+    // `[workspace.lints]` tables, built by a plain `cargo build` (no wrapper in the
+    // environment): with a lint broken it does not compile; without, it does.
+    let repo = sluice_tests::repo();
+    let manifest = std::fs::read_to_string(repo.join("Cargo.toml")).unwrap();
+    let lints: String = manifest
+        .split("\n[")
+        .filter(|table| table.starts_with("workspace.lints"))
+        .map(|table| format!("[{table}\n"))
+        .collect();
+    assert!(lints.contains("warnings = \"deny\""), "{lints}");
     let scratch = tempfile::tempdir().unwrap();
     let dir = scratch.path();
     std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::create_dir_all(dir.join(".cargo")).unwrap();
+    std::fs::copy(
+        repo.join(".cargo/config.toml"),
+        dir.join(".cargo/config.toml"),
+    )
+    .unwrap();
     std::fs::write(
         dir.join("Cargo.toml"),
-        "[package]\nname = \"scratch\"\nversion = \"0.1.0\"\nedition = \"2024\"\n[workspace]\n",
+        format!(
+            "[package]\nname = \"scratch\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n[lints]\nworkspace = true\n\n[workspace]\n\n{lints}"
+        ),
     )
     .unwrap();
     let build = |body: &str| {
@@ -113,23 +83,49 @@ fn the_real_build_configuration_fails_a_crate_that_breaks_a_lint() {
             format!("pub fn twice(x: u32) -> u32 {{ {body} }}\n"),
         )
         .unwrap();
-        let script = format!(
-            "set -e; source scripts/cargo-env.sh; CARGO_TARGET_DIR={0}/target cargo build --offline --quiet --manifest-path {0}/Cargo.toml",
-            dir.display()
-        );
-        Command::new("bash")
-            .args(["-c", &script])
-            .current_dir(sluice_tests::repo())
+        Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+            .args(["build", "--offline", "--quiet"])
+            .current_dir(dir)
+            .env("CARGO_TARGET_DIR", dir.join("target"))
             .env_remove("RUSTC_WORKSPACE_WRAPPER")
+            .env_remove("RUSTC_WRAPPER")
             .env_remove("CLIPPY_ARGS")
             .output()
             .unwrap()
     };
-    // clippy::needless_return, a warning made an error by -D warnings.
+    // clippy::needless_return, a warning made an error by `warnings = "deny"`.
     let linted = build("return x * 2;");
     assert!(!linted.status.success(), "a lint passed the build");
     let stderr = String::from_utf8_lossy(&linted.stderr);
     assert!(stderr.contains("needless_return"), "{stderr}");
     let clean = build("x * 2");
     assert!(clean.status.success(), "{clean:?}");
+}
+
+#[test]
+fn make_check_runs_every_test_target_that_needs_no_service() {
+    // The rule scripts/check.sh applies, read from its own output: every integration test
+    // target whose files never call `needs!` — the API contract, the stores, the sandbox's
+    // hostile components — and none of those that do.
+    let script = std::fs::read_to_string(sluice_tests::repo().join("scripts/check.sh")).unwrap();
+    let rule = script
+        .split("targets=$(")
+        .nth(1)
+        .and_then(|rest| rest.split("\n')\n").next())
+        .expect("check.sh computes its targets")
+        .to_string()
+        + "\n'";
+    let out = Command::new("bash")
+        .args(["-c", &rule])
+        .current_dir(sluice_tests::repo())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let chosen = String::from_utf8_lossy(&out.stdout);
+    for inside in ["contract", "store", "remote", "hostile", "registry", "files"] {
+        assert!(chosen.contains(&format!("--test {inside}\n")), "{inside}: {chosen}");
+    }
+    for outside in ["e2e", "soak", "lambda", "browser", "cli"] {
+        assert!(!chosen.contains(&format!("--test {outside}\n")), "{outside}: {chosen}");
+    }
 }
