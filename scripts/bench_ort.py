@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""onnxruntime beside tract in the embedding benchmark (functions/embed/benches/embed.rs),
+"""onnxruntime beside tract in the embedding benchmark (crates/embed/benches/embed.rs),
 which starts this script and sends it work between its own rounds, so that both engines meet
 the same noise. One JSON request per line on stdin, one JSON answer per line on stdout:
 
@@ -17,12 +17,12 @@ Both sessions have onnxruntime's graph optimisations all on (ORT_ENABLE_ALL): it
 Usage: bench_ort.py MODEL_DIR
 
        bench_ort.py --profile MODEL_DIR
-           onnxruntime's side of functions/embed/examples/profile.rs: for a query of 12, 64
+           onnxruntime's side of crates/embed/examples/profile.rs: for a query of 12, 64
            and 128 tokens (the same text), p50 of the whole run and the time per operator
            type per run from onnxruntime's own profiler (its nodes after its fusions).
 
        bench_ort.py --matmul THREADS
-           onnxruntime's side of functions/embed/examples/matmul.rs: each of the encoder's
+           onnxruntime's side of crates/embed/examples/matmul.rs: each of the encoder's
            dense projections alone (x[T,K]·W[K,M], W a constant, the example's values), p50
            per length on THREADS threads."""
 import json

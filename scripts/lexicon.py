@@ -5,7 +5,7 @@ Usage: lexicon.py WORDNET_DIR OUT [MIN_SHARE]
 
 WordNet's dictionary files are 28 MB; the guard needs only which words can stand for one
 another, which are opposites, and which words are joined phrases. The table written here is
-what `functions/core/src/cache/lexicon.rs` reads, one relation per line:
+what `crates/core/src/cache/lexicon.rs` reads, one relation per line:
 
     s word word ...   the members of one synset (numbered from 0 in file order) that are
                       common in that sense (below)

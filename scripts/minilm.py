@@ -14,7 +14,7 @@
   minilm.py export-unfused WEIGHTS_DIR OUT.onnx
                                                the same graph with the attention written out
                                                (MatMul, Softmax, MatMul per layer): what
-                                               functions/embed/examples/attention.rs compares
+                                               crates/embed/examples/attention.rs compares
                                                Sluice's attention operator against, and
                                                onnxruntime's query baseline (its faster form)
   minilm.py export-batched WEIGHTS_DIR OUT.onnx

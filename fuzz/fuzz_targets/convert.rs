@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use sluice_contract::cancel::Cancel;
-use sluice_convert::{Format, Limits, convert_contained};
+use sluice_convert::{Format, ConvertLimits, convert_contained};
 
 pub fn run(format: Format, known: &[u8], expected: &str, data: &[u8]) {
     static ONCE: std::sync::Once = std::sync::Once::new();
@@ -24,11 +24,11 @@ pub fn run(format: Format, known: &[u8], expected: &str, data: &[u8]) {
     }
 }
 
-fn limits() -> Limits {
-    Limits {
+fn limits() -> ConvertLimits {
+    ConvertLimits {
         timeout: Duration::from_secs(5),
         max_text_bytes: 1 << 20,
         max_docx_bytes: 16 << 20,
-        ..Limits::default()
+        ..ConvertLimits::default()
     }
 }

@@ -33,15 +33,19 @@ pub fn llm_url() -> String {
 
 /// A fresh DynamoDB cache table on the emulator `make test` starts (named by the standard
 /// `AWS_ENDPOINT_URL_DYNAMODB`), for `config`'s `SLUICE_CACHE_TABLE`.
-pub async fn dynamodb(config: &sluice_core::config::CacheConfig) -> sluice_cache::DynamoCache {
+pub async fn dynamodb(
+    config: &sluice_core::config::CacheConfig,
+) -> sluice_cache_dynamodb::DynamoCache {
     assert!(
         std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_some(),
         "AWS_ENDPOINT_URL_DYNAMODB is not set: run the tests with `make test`, which starts the DynamoDB emulator"
     );
-    let table =
-        sluice_cache::DynamoCache::connect(&config.table, config.tenant_role_arn.as_deref())
-            .await
-            .expect("DynamoDB client");
+    let table = sluice_cache_dynamodb::DynamoCache::connect(
+        &config.table,
+        config.tenant_role_arn.as_deref(),
+    )
+    .await
+    .expect("DynamoDB client");
     table.create_table().await.expect("cache table");
     table
 }
@@ -98,9 +102,9 @@ pub fn samples_dir() -> PathBuf {
     repo().join("samples")
 }
 
-/// The sandbox's well-behaved test component (`functions/sandbox/tests/reverse.wat`): it
+/// The sandbox's well-behaved test component (`crates/rerank/tests/reverse.wat`): it
 /// reverses the fused order.
-pub const REVERSE: &str = include_str!("../../functions/sandbox/tests/reverse.wat");
+pub const REVERSE: &str = include_str!("../../crates/rerank/tests/reverse.wat");
 
 /// `method {base}{path}` with `headers` and `body`: status, response headers and the JSON
 /// body (Null when it is not JSON).
@@ -633,9 +637,9 @@ impl TestServer {
 pub fn registry_over(
     parts: &Parts,
     storage: Arc<dyn sluice_core::stages::ComponentStorage>,
-) -> Arc<sluice_sandbox::Registry> {
+) -> Arc<sluice_rerank::Registry> {
     let embedder = parts.embedder.clone().expect("the model");
-    let limits = sluice_sandbox::RerankConfig::from_lookup(&|_: &str| None).expect("limits");
+    let limits = sluice_rerank::RerankConfig::from_lookup(&|_: &str| None).expect("limits");
     Arc::new(sluice_app::registry(&limits, embedder, storage).expect("registry"))
 }
 
@@ -650,7 +654,7 @@ pub fn use_registry(parts: &mut Parts, storage: Arc<dyn sluice_core::stages::Com
 /// The folder the harness keeps a server's components in (`<data>/components`), as storage.
 pub fn component_folder(parts: &Parts) -> Arc<dyn sluice_core::stages::ComponentStorage> {
     Arc::new(
-        sluice_sandbox::Disk::open(&parts.config.data_dir.join("components"))
+        sluice_rerank::Disk::open(&parts.config.data_dir.join("components"))
             .expect("component folder"),
     )
 }

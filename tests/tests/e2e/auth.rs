@@ -1,7 +1,7 @@
 //! Tenant isolation in the real stages, with auth on (`SLUICE_API_KEYS_FILE`): a key never
 //! reaches another tenant's documents in the Qdrant Edge store, its ingests, or its components
 //! in the sandbox. (Keys, permissions, rates and open streams are contract tests:
-//! `functions/http/tests/contract/access.rs`.)
+//! `crates/http/tests/contract/access.rs`.)
 
 use sluice_testkit::tenant;
 

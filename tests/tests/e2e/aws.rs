@@ -11,7 +11,7 @@ use serde_json::json;
 use sluice_aws::components::S3Components;
 use sluice_contract::cancel::Cancel;
 use sluice_core::stages::{ComponentStorage, Components, Reranker};
-use sluice_sandbox::{Limits, ModelHost, Registry, Sandbox};
+use sluice_rerank::{ComponentLimits, ModelHost, Registry, Sandbox};
 use sluice_tests::aws;
 
 use sluice_tests::REVERSE;
@@ -51,7 +51,7 @@ async fn order_of(
 
 fn registry(storage: Arc<S3Components>, refresh: Duration) -> Arc<Registry> {
     let sandbox = Sandbox::new(
-        Limits::default(),
+        ComponentLimits::default(),
         Arc::new(ModelHost(sluice_tests::model())),
     )
     .unwrap();

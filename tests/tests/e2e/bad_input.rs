@@ -1,6 +1,6 @@
 //! A request body that breaks off mid-way, over a real socket: hyper's error becomes a clear
 //! JSON 400 (`unreadable_body`), and nothing hangs. (Every other bad input is a contract
-//! test: `functions/http/tests/contract/codes.rs`.)
+//! test: `crates/http/tests/contract/codes.rs`.)
 
 use sluice_tests::start;
 

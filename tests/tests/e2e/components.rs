@@ -99,7 +99,7 @@ async fn versions_can_be_listed_rolled_back_and_deactivated() {
     let boost = upload(
         &server,
         "acme",
-        &sluice_sandbox::built_component("keyword-boost").unwrap(),
+        &sluice_rerank::built_component("keyword-boost").unwrap(),
     )
     .await;
     assert_ne!(reverse, boost);
@@ -219,7 +219,7 @@ async fn mmr_runs_on_the_stored_vectors() {
     let server = start(&[("SLUICE_RERANK_DEADLINE_MS", "10000")]).await;
     server.ingest_samples_as("acme").await;
     let (fused, _, _) = ids(&server, "acme").await;
-    let mmr = sluice_sandbox::built_component("mmr").unwrap();
+    let mmr = sluice_rerank::built_component("mmr").unwrap();
     let version = upload(&server, "acme", &mmr).await;
     assert_eq!(activate(&server, "acme", &version).await.0, 200);
     let (order, meta, done) = ids(&server, "acme").await;
@@ -256,13 +256,13 @@ const WORST_HOST_CPU: std::time::Duration = std::time::Duration::from_millis(300
 #[test]
 fn a_component_flooding_the_host_costs_the_host_little() {
     sluice_testkit::needs!(Model);
-    use sluice_sandbox::{Candidate, Limits, ModelHost, Sandbox};
+    use sluice_rerank::{Candidate, ComponentLimits, ModelHost, Sandbox};
     let sandbox = Sandbox::new(
-        Limits::default(),
+        ComponentLimits::default(),
         std::sync::Arc::new(ModelHost(sluice_tests::model())),
     )
     .unwrap();
-    let template = include_str!("../../../functions/sandbox/tests/host_calls.wat");
+    let template = include_str!("../../../crates/rerank/tests/host_calls.wat");
     let candidates: Vec<Candidate> = (0..5)
         .map(|i| Candidate {
             id: format!("doc{i}"),
@@ -276,15 +276,15 @@ fn a_component_flooding_the_host_costs_the_host_little() {
     for (name, flood) in [
         (
             "count-tokens of 8 MiB × 10",
-            include_str!("../../../functions/sandbox/tests/floods/count_tokens.wat"),
+            include_str!("../../../crates/rerank/tests/floods/count_tokens.wat"),
         ),
         (
             "embed 64 × 8 KiB, then 8 × 8,000 B × 8",
-            include_str!("../../../functions/sandbox/tests/floods/embed.wat"),
+            include_str!("../../../crates/rerank/tests/floods/embed.wat"),
         ),
         (
             "log 100,000 × 1 KiB",
-            include_str!("../../../functions/sandbox/tests/floods/log.wat"),
+            include_str!("../../../crates/rerank/tests/floods/log.wat"),
         ),
     ] {
         let wat = template.replace("(nop) ;; flood", flood);
@@ -292,7 +292,7 @@ fn a_component_flooding_the_host_costs_the_host_little() {
             .compile(wat.as_bytes())
             .expect("passes the smoke run");
         let before = thread_cpu();
-        let call = sluice_sandbox::Call {
+        let call = sluice_rerank::Call {
             query: "q",
             context: &[],
             candidates: &candidates,
@@ -368,7 +368,7 @@ async fn a_policy_component_drops_by_plan_and_lifts_recent_documents_over_http()
     let fused = sources(&fused.first("meta").data);
     assert_eq!(fused.len(), 4, "{fused:?}");
 
-    let policy = sluice_sandbox::built_component("policy").unwrap();
+    let policy = sluice_rerank::built_component("policy").unwrap();
     let version = upload(&server, "acme", &policy).await;
     assert_eq!(activate(&server, "acme", &version).await.0, 200);
 

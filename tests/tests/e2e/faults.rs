@@ -8,7 +8,7 @@
 //! just stops.
 //!
 //! Elsewhere: the client going away cancels the upstream request (`disconnect.rs`), DynamoDB
-//! dying under a running `sluice serve` (`functions/local/tests/cli.rs`), a failing rerank
+//! dying under a running `sluice serve` (`crates/cli/tests/cli.rs`), a failing rerank
 //! component (`components.rs`), the stream deadline and shutdown (`endings.rs`).
 
 use sluice_testkit::tenant;
@@ -152,7 +152,7 @@ fn slow_components(pointer: Duration, fetch: Duration) -> impl FnOnce(&mut Parts
 
 /// `host_calls.wat` (the sandbox's host-call component) with `flood` run on real requests.
 fn host_calls(flood: &str) -> String {
-    let template = include_str!("../../../functions/sandbox/tests/host_calls.wat");
+    let template = include_str!("../../../crates/rerank/tests/host_calls.wat");
     template.replace("(nop) ;; flood", flood)
 }
 
@@ -312,11 +312,11 @@ async fn faults() -> Vec<Fault> {
     ]
 }
 
-/// The host-call floods of the rerank faults (`functions/sandbox/tests/hostile.rs` runs the
+/// The host-call floods of the rerank faults (`crates/rerank/tests/hostile.rs` runs the
 /// same on the sandbox alone).
-const COUNT_FLOOD: &str = include_str!("../../../functions/sandbox/tests/floods/count_tokens.wat");
-const EMBED_FLOOD: &str = include_str!("../../../functions/sandbox/tests/floods/embed.wat");
-const LOG_FLOOD: &str = include_str!("../../../functions/sandbox/tests/floods/log.wat");
+const COUNT_FLOOD: &str = include_str!("../../../crates/rerank/tests/floods/count_tokens.wat");
+const EMBED_FLOOD: &str = include_str!("../../../crates/rerank/tests/floods/embed.wat");
+const LOG_FLOOD: &str = include_str!("../../../crates/rerank/tests/floods/log.wat");
 
 /// Runs one fault; what was timed against the limit, and when it came (from sending the
 /// request), or `Err` with how the answer failed the contract.

@@ -429,7 +429,7 @@ fn cache_items_are_reached_only_through_the_tenant_role_and_its_leading_keys() {
             "${aws:PrincipalTag/sluice-tenant}#*"
         ])
     );
-    assert_eq!(sluice_cache::TENANT_TAG, "sluice-tenant");
+    assert_eq!(sluice_cache_dynamodb::TENANT_TAG, "sluice-tenant");
     // The functions' own roles: no item call on the cache table at all.
     for role in ["AnswerPolicy", "IngestFunctionRole", "RegistryFunctionRole"] {
         for s in statements(role) {

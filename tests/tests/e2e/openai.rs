@@ -1,7 +1,7 @@
 //! The OpenAI-compatible routes (`POST /v1/chat/completions`, `GET /v1/models`): through the
 //! official `openai` Python client from PyPI (`tests/openai/client.py`, in its own venv made
 //! by `scripts/setup.sh tools`). (Their shapes and errors are contract tests:
-//! `functions/http/tests/contract/openai.rs`.)
+//! `crates/http/tests/contract/openai.rs`.)
 
 use sluice_testkit::tenant;
 use std::time::Duration;

@@ -39,7 +39,7 @@ fn the_demo_build_and_the_test_build_resolve_the_same_features() {
     let differing: Vec<&String> = demo.difference(&test).collect();
     assert!(
         differing.is_empty(),
-        "features that only the test build turns on (add them in functions/app/Cargo.toml): {:#?}",
+        "features that only the test build turns on (add them in crates/app/Cargo.toml): {:#?}",
         test.difference(&demo)
             .filter(|t| differing
                 .iter()
@@ -122,10 +122,18 @@ fn make_check_runs_every_test_target_that_needs_no_service() {
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     let chosen = String::from_utf8_lossy(&out.stdout);
-    for inside in ["contract", "store", "remote", "hostile", "registry", "files"] {
-        assert!(chosen.contains(&format!("--test {inside}\n")), "{inside}: {chosen}");
+    for inside in [
+        "contract", "store", "remote", "hostile", "registry", "files",
+    ] {
+        assert!(
+            chosen.contains(&format!("--test {inside}\n")),
+            "{inside}: {chosen}"
+        );
     }
     for outside in ["e2e", "soak", "lambda", "browser", "cli"] {
-        assert!(!chosen.contains(&format!("--test {outside}\n")), "{outside}: {chosen}");
+        assert!(
+            !chosen.contains(&format!("--test {outside}\n")),
+            "{outside}: {chosen}"
+        );
     }
 }

@@ -1,0 +1,464 @@
+//! What every entry point serves — `sluice serve` and the Lambda functions — wired once from
+//! the configuration: the one place where backends are chosen (the store, the cache, the
+//! component storage, the key store) and where each process builds only the parts its
+//! [`Role`] needs (the embedding model, the vector store, the LLM pool, the rerank sandbox,
+//! the answer cache). Everything heavy happens here, at start (on Lambda: in the init phase,
+//! not on the first request).
+#![warn(missing_docs)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use sluice_cache_dynamodb::DynamoCache;
+use sluice_core::Config;
+use sluice_core::auth::KeyStore;
+use sluice_core::breaker::{Breaker, GuardedStore};
+use sluice_core::cache::lexicon::LexiconError;
+use sluice_core::cache::memory::MemoryCache;
+use sluice_core::cache::{CacheSettings, CacheStore, SemanticCache};
+use sluice_core::config::{AuthConfig, CacheBackend, CacheConfig, ConfigError, UsageBackend};
+use sluice_core::error::{CacheError, EmbedError, LlmError, StoreError};
+use sluice_core::stages::{ComponentError, ComponentStorage, Embedder, Llm, Store};
+use sluice_core::usage::{LocalUsage, UsageStore};
+use sluice_embed::{MiniLm, Tokens};
+use sluice_http::Server;
+pub use sluice_http::{Parts, Role};
+use sluice_llm::{LlmConfig, OpenAiClient};
+use sluice_rerank::{Disk, HostServices, ModelHost, Registry, RerankConfig, UploadHost};
+use sluice_retrieve::StoreConfig;
+use tracing::{info, warn};
+
+/// A part of the pipeline that could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum AppError {
+    /// The embedding model did not load.
+    #[error("loading the embedding model: {0}")]
+    Model(#[from] EmbedError),
+    /// The vector store did not open.
+    #[error("opening the vector store: {0}")]
+    Store(#[from] StoreError),
+    /// The LLM client could not be built.
+    #[error("building the LLM client: {0}")]
+    Llm(#[from] LlmError),
+    /// The rerank sandbox or the component storage failed.
+    #[error("rerank components: {0:?}")]
+    Components(ComponentError),
+    /// The answer cache could not be set up.
+    #[error("setting up the answer cache: {0}")]
+    Cache(#[from] CacheError),
+    /// The cache guard's lexicon could not be read.
+    #[error("setting up the answer cache: {0}")]
+    Lexicon(#[from] LexiconError),
+    /// The usage file could not be read.
+    #[error("{0}")]
+    Usage(#[from] sluice_core::usage::UsageError),
+    /// The API keys could not be read.
+    #[error("{0}")]
+    Auth(#[from] sluice_core::auth::AuthError),
+    /// The configuration is invalid.
+    #[error("configuration: {0}")]
+    Config(#[from] ConfigError),
+    /// An AWS client or call needed at start failed (secrets, component storage).
+    #[error("{0}")]
+    Aws(#[from] sluice_aws::AwsError),
+    /// The blocking task that loads the model died.
+    #[error("start-up task failed: {0}")]
+    Task(String),
+}
+
+/// Everything a process reads from its environment, one section per owner: the engine's and
+/// the wire's (`sluice-core`'s [`Config`]), and each adapter's own, which that adapter reads
+/// and checks.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The pipeline's, the wire's, the cache's rules, keys, usage and component storage.
+    pub config: Config,
+    /// The LLM client's (`sluice-llm`).
+    pub llm: LlmConfig,
+    /// The vector store's (`sluice-retrieve`).
+    pub store: StoreConfig,
+    /// The rerank sandbox's (`sluice-rerank`).
+    pub rerank: RerankConfig,
+}
+
+impl Settings {
+    /// Reads every section through `lookup` (the environment, or a map in tests); a blank
+    /// value counts as unset.
+    pub fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+        let config = Config::from_lookup(get)?;
+        Ok(Settings {
+            llm: LlmConfig::from_lookup(&get)?,
+            store: StoreConfig::from_lookup(&get, &config.data_dir)?,
+            rerank: RerankConfig::from_lookup(&get)?,
+            config,
+        })
+    }
+
+    /// Reads the process environment.
+    pub fn from_env() -> Result<Self, ConfigError> {
+        Self::from_lookup(|name| std::env::var(name).ok())
+    }
+}
+
+/// The settings from the environment, where `SLUICE_SECRETS_ARN` (when set) names a Secrets
+/// Manager secret whose `SLUICE_*` values take the place of environment variables.
+pub async fn settings() -> Result<Settings, AppError> {
+    let secret = match std::env::var("SLUICE_SECRETS_ARN") {
+        Ok(arn) if !arn.trim().is_empty() => {
+            let settings = sluice_aws::secrets::settings(arn.trim()).await?;
+            info!(
+                settings = settings.len(),
+                "settings read from Secrets Manager"
+            );
+            settings
+        }
+        _ => HashMap::new(),
+    };
+    Ok(Settings::from_lookup(|name| {
+        secret
+            .get(name)
+            .cloned()
+            .or_else(|| std::env::var(name).ok())
+    })?)
+}
+
+/// Builds what `role` needs as `settings` describe: the one place where backends are chosen.
+/// The model load — most of a cold start — begins first, on the blocking pool, and the rest
+/// is set up beside it: the store, the cache (which may call DynamoDB, `SLUICE_CACHE=dynamodb`),
+/// the component storage (S3 clients with `SLUICE_COMPONENT_BUCKET`) and the keys; then the
+/// LLM pool and the rerank sandbox. `model`, when given, is used instead of loading one
+/// (tests share one).
+pub async fn parts(
+    settings: Settings,
+    role: Role,
+    model: Option<Arc<dyn Embedder>>,
+) -> Result<Parts, AppError> {
+    let Settings {
+        config,
+        llm,
+        store,
+        rerank,
+    } = settings;
+    let joined = |e: tokio::task::JoinError| AppError::Task(e.to_string());
+    let uses_model = role.answers() || role.documents();
+    let loading = match (uses_model, &model) {
+        (true, None) => Some(load_model(&config)),
+        _ => None,
+    };
+    let store = uses_model.then(|| tokio::task::spawn_blocking(move || self::store(&store)));
+    let cache = match role.answers() {
+        true => {
+            let cache = cache(&config.cache, sluice_embed::DIM).await?;
+            match &cache {
+                Some(c) => info!(backend = c.backend(), "answer cache ready"),
+                None => info!("answer cache off"),
+            }
+            cache
+        }
+        false => None,
+    };
+    let storage = match role.answers() || role.components() {
+        true => Some(component_storage(&config).await?),
+        false => None,
+    };
+    let keys = keys(&config.auth).await?;
+    let usage = match role.answers() || role.documents() {
+        true => usage_store(&config).await?,
+        false => None,
+    };
+    let llm: Option<Arc<dyn Llm>> = match role.answers() {
+        true => Some(Arc::new(OpenAiClient::from_config(&llm)?)),
+        false => None,
+    };
+    let store = match store {
+        Some(store) => Some(store.await.map_err(joined)??),
+        None => None,
+    };
+    let embedder = match loading {
+        Some(loading) => Some(loading.await.map_err(joined)??),
+        None => model.filter(|_| uses_model),
+    };
+    let mut parts = Parts {
+        role,
+        embedder,
+        store,
+        llm,
+        cache,
+        reranker: None,
+        components: None,
+        keys,
+        usage,
+        config,
+    };
+    if let Some(storage) = storage {
+        add_registry(&mut parts, &rerank, storage)?;
+    }
+    Ok(parts)
+}
+
+/// Adds the rerank registry over `storage`: with the model lent to components where answers
+/// are served, else (the registry function) with the tokenizer alone.
+fn add_registry(
+    parts: &mut Parts,
+    rerank: &RerankConfig,
+    storage: Arc<dyn ComponentStorage>,
+) -> Result<(), AppError> {
+    let config = &parts.config;
+    let host: Arc<dyn HostServices> = match &parts.embedder {
+        Some(embedder) => Arc::new(ModelHost(Arc::clone(embedder))),
+        None => {
+            if config.components.bucket.is_none() {
+                // The components would stay in this process's own folder (a function's
+                // /tmp), which no other function sees: almost certainly a mistake.
+                warn!(
+                    "SLUICE_COMPONENT_BUCKET is not set: components are kept in SLUICE_DATA_DIR, \
+                         which the answer function cannot read"
+                );
+            }
+            let started = Instant::now();
+            let tokens = Tokens::load(&config.model_dir)?;
+            info!(
+                ms = started.elapsed().as_millis() as u64,
+                "tokenizer loaded (no model: uploads are smoke-run with made-up vectors)"
+            );
+            Arc::new(UploadHost(Box::new(move |text: &str| tokens.count(text))))
+        }
+    };
+    let registry =
+        Arc::new(Registry::from_config(rerank, host, storage).map_err(AppError::Components)?);
+    if parts.role.answers() {
+        parts.reranker = Some(registry.clone());
+    }
+    if parts.role.components() {
+        parts.components = Some(registry);
+    }
+    Ok(())
+}
+
+/// Builds what `role` serves as `settings` describe, and the wire around it.
+pub async fn server(settings: Settings, role: Role) -> Result<Server, AppError> {
+    Ok(parts(settings, role, None).await?.into_server())
+}
+
+/// The embedding model as the configuration sets it up (its folder, windows per text,
+/// threads): what every process and tool that embeds loads.
+pub fn model(config: &Config) -> Result<MiniLm, AppError> {
+    let started = Instant::now();
+    let model = MiniLm::load(&config.model_dir)?
+        .with_max_windows(config.embed_windows)
+        .with_threads(config.embed_threads);
+    info!(model = %model.source().display(), ms = started.elapsed().as_millis() as u64, "embedding model loaded");
+    Ok(model)
+}
+
+/// Starts loading the embedding model on the blocking pool.
+fn load_model(config: &Config) -> tokio::task::JoinHandle<Result<Arc<dyn Embedder>, AppError>> {
+    let config = config.clone();
+    tokio::task::spawn_blocking(move || Ok(Arc::new(model(&config)?) as Arc<dyn Embedder>))
+}
+
+/// The configured vector store, opened (blocking: Qdrant Edge loads its shard). A store over
+/// the network is read behind a circuit breaker, so that one that is down costs requests
+/// nothing once it has failed a few times in a row.
+pub fn store(store: &StoreConfig) -> Result<Arc<dyn Store>, AppError> {
+    let opened = sluice_retrieve::open(store, sluice_embed::DIM)?;
+    info!(store = ?store.backend, "vector store open");
+    Ok(match sluice_retrieve::is_remote(store) {
+        true => Arc::new(GuardedStore::new(
+            opened,
+            Breaker::new(store.breaker_failures, store.breaker_cool_down),
+        )),
+        false => opened,
+    })
+}
+
+/// A rerank registry over `storage` whose components may call `model` (the answer path's
+/// `embed` and `count-tokens`), under the configured limits.
+pub fn registry(
+    rerank: &RerankConfig,
+    model: Arc<dyn Embedder>,
+    storage: Arc<dyn ComponentStorage>,
+) -> Result<Registry, AppError> {
+    Registry::from_config(rerank, Arc::new(ModelHost(model)), storage).map_err(AppError::Components)
+}
+
+/// The answer cache `config` asks for (`SLUICE_CACHE`), for query vectors of `dim`
+/// components; `None` when it is off. For DynamoDB the client is built and the table checked
+/// (and created, with `SLUICE_CACHE_CREATE_TABLE=true`) here, once per process.
+pub async fn cache(
+    config: &CacheConfig,
+    dim: usize,
+) -> Result<Option<Arc<SemanticCache>>, AppError> {
+    let store: Arc<dyn CacheStore> = match config.backend {
+        CacheBackend::Off => return Ok(None),
+        CacheBackend::Memory => Arc::new(MemoryCache::new(config.max_entries)),
+        CacheBackend::Dynamodb => {
+            let table =
+                DynamoCache::connect(&config.table, config.tenant_role_arn.as_deref()).await?;
+            table.prepare(config.create_table).await?;
+            Arc::new(table)
+        }
+    };
+    let settings = CacheSettings::from_config(config);
+    let cache = SemanticCache::new(store, settings, dim);
+    Ok(Some(Arc::new(match &config.lexicon {
+        Some(path) => {
+            // Checked now, so that a missing table stops the start; read in the background.
+            std::fs::metadata(path).map_err(|source| LexiconError::Read {
+                path: path.display().to_string(),
+                source,
+            })?;
+            cache.with_lexicon_from(path.clone())
+        }
+        None => cache,
+    })))
+}
+
+/// Where tenants' components are kept: S3 and DynamoDB with `SLUICE_COMPONENT_BUCKET`, else
+/// `SLUICE_DATA_DIR/components`.
+async fn component_storage(config: &Config) -> Result<Arc<dyn ComponentStorage>, AppError> {
+    Ok(match &config.components.bucket {
+        Some(bucket) => {
+            let s3 =
+                sluice_aws::components::S3Components::connect(bucket, &config.components.table)
+                    .await?
+                    .with_replicas(&config.components.replicas)
+                    .await?;
+            info!(
+                bucket = %bucket,
+                table = %s3.table(),
+                replicas = config.components.replicas.len(),
+                "components in S3 and DynamoDB"
+            );
+            Arc::new(s3)
+        }
+        None => {
+            Arc::new(Disk::open(&config.data_dir.join("components")).map_err(AppError::Components)?)
+        }
+    })
+}
+
+/// Where usage is counted (`SLUICE_USAGE`): a DynamoDB table, the data folder's file, or
+/// nowhere.
+pub async fn usage_store(config: &Config) -> Result<Option<Arc<dyn UsageStore>>, AppError> {
+    let usage = &config.usage;
+    Ok(match usage.backend {
+        UsageBackend::Off => {
+            info!("usage not counted (SLUICE_USAGE=off)");
+            None
+        }
+        UsageBackend::File => {
+            let store = LocalUsage::open(&usage.file)?;
+            info!(file = %usage.file.display(), "usage counted in a file");
+            Some(Arc::new(store))
+        }
+        UsageBackend::Dynamodb => {
+            let store = sluice_aws::usage::DynamoUsage::connect(&usage.table).await?;
+            info!(table = %store.table(), "usage counted in DynamoDB");
+            Some(Arc::new(store))
+        }
+    })
+}
+
+/// The API keys: a DynamoDB table, a key file, or none (auth off).
+async fn keys(config: &AuthConfig) -> Result<Option<Arc<dyn KeyStore>>, AppError> {
+    if let Some(table) = &config.api_keys_table {
+        info!(%table, "auth on: API keys in DynamoDB");
+        return Ok(Some(Arc::new(
+            sluice_aws::keys::DynamoKeys::connect(table).await?,
+        )));
+    }
+    Ok(match sluice_core::auth::file_keys(config)? {
+        Some(keys) => {
+            info!(keys = keys.len(), file = ?config.api_keys_file, "auth on: API keys from the key file");
+            Some(Arc::new(keys))
+        }
+        None => {
+            warn!(
+                "auth is off (no SLUICE_API_KEYS_FILE or SLUICE_API_KEYS_TABLE): the x-sluice-tenant header is trusted"
+            );
+            None
+        }
+    })
+}
+
+/// What every Lambda function does in its init phase: JSON log lines (CloudWatch keeps one
+/// event per line, queryable by field), the configuration (with the secret's settings), and
+/// the pipeline with CloudWatch EMF metrics; the time it took is logged as `init_ms`.
+pub async fn function(name: &'static str, role: Role) -> Result<Arc<Server>, AppError> {
+    tracing_subscriber::fmt()
+        .json()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        // The answer's span (request id, tenant, trace id) on each of its lines.
+        .with_current_span(true)
+        .with_span_list(false)
+        .without_time()
+        .init();
+    let started = Instant::now();
+    let mut server = server(settings().await?, role).await?;
+    // Nothing scrapes a Lambda process: each answer's metrics go out as an EMF log line.
+    let function = std::env::var("AWS_LAMBDA_FUNCTION_NAME").unwrap_or_else(|_| name.into());
+    server.metrics = sluice_http::metrics::Metrics::with_emf(&function);
+    info!(
+        function = name,
+        ?role,
+        init_ms = started.elapsed().as_millis() as u64,
+        "function ready"
+    );
+    Ok(Arc::new(server))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn with(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
+        Settings::from_lookup(sluice_core::settings::pairs(vars))
+    }
+
+    #[test]
+    fn every_section_is_read_and_checked_by_its_owner() {
+        let s = with(&[
+            ("SLUICE_TOP_K", "7"),
+            ("SLUICE_LLM_URL", "http://10.0.0.5:8000/v1/"),
+            ("SLUICE_STORE", "qdrant"),
+            ("SLUICE_RERANK_FUEL", "123456"),
+        ])
+        .unwrap();
+        assert_eq!(s.config.answer.top_k, 7);
+        assert_eq!(s.llm.urls, ["http://10.0.0.5:8000/v1"]);
+        assert!(sluice_retrieve::is_remote(&s.store));
+        assert_eq!(s.rerank.fuel, 123_456);
+        // A blank value is unset in every section, not only the engine's.
+        let s = with(&[("SLUICE_LLM_URL", " "), ("SLUICE_STORE", "")]).unwrap();
+        assert_eq!(s.llm.urls, ["http://127.0.0.1:8081/v1"]);
+        assert!(!sluice_retrieve::is_remote(&s.store));
+        // Each owner's check stops start-up with the variable's name.
+        for (name, value) in [
+            ("SLUICE_TOP_K", "0"),
+            ("SLUICE_LLM_URL", "127.0.0.1:8081"),
+            ("SLUICE_STORE", "redis"),
+            ("SLUICE_RERANK_DEADLINE_MS", "0"),
+        ] {
+            assert_eq!(with(&[(name, value)]).unwrap_err().name, name);
+        }
+    }
+
+    #[test]
+    fn secrets_are_redacted_in_debug_output() {
+        let s = with(&[
+            ("SLUICE_LLM_API_KEY", "sk-llm-secret"),
+            ("SLUICE_STORE", "pinecone"),
+            ("SLUICE_PINECONE_API_KEY", "pc-secret"),
+        ])
+        .unwrap();
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("sk-llm-secret"), "{shown}");
+        assert!(!shown.contains("pc-secret"), "{shown}");
+        assert!(shown.contains("<redacted>"));
+    }
+}

@@ -1,0 +1,573 @@
+//! The client side of `sluice ingest`, `sluice ask`, `sluice documents` and `sluice cache
+//! clear`: plain HTTP to a running server.
+
+use clap::Subcommand;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use eventsource_stream::Eventsource;
+use futures::StreamExt;
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
+use sluice_core::ingest::{ConvertLimits, Document, Format, parse_file};
+use sluice_http::escape;
+
+/// Documents per POST, and bytes per POST (under the server's default 16 MiB cap).
+const BATCH_DOCS: usize = 32;
+const BATCH_BYTES: usize = 4 << 20;
+
+fn http() -> Result<reqwest::Client> {
+    Ok(reqwest::Client::builder()
+        .default_headers(sluice_http::client_headers())
+        .connect_timeout(Duration::from_secs(3))
+        // Between two reads of a response (a slow model may pause between tokens).
+        .read_timeout(Duration::from_secs(120))
+        .build()?)
+}
+
+/// Supported files under `paths`, sorted, folders searched recursively.
+fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
+    fn walk(p: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
+        if p.is_dir() {
+            for entry in std::fs::read_dir(p).with_context(|| format!("reading {}", p.display()))? {
+                walk(&entry?.path(), out)?;
+            }
+        } else if p.is_file() {
+            if Format::from_name(&p.display().to_string()).is_some() {
+                out.push(p.to_path_buf());
+            }
+        } else {
+            bail!("{} does not exist", p.display());
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    for p in paths {
+        walk(p, &mut out)?;
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Errors from the server are `{"error": {"code", "message"}}`: show them as such.
+async fn fail(response: reqwest::Response) -> anyhow::Error {
+    let status = response.status();
+    let body: Value = response.json().await.unwrap_or(Value::Null);
+    match body["error"]["message"].as_str() {
+        Some(m) => anyhow::anyhow!(
+            "server answered {status}: {m} ({})",
+            body["error"]["code"].as_str().unwrap_or("?")
+        ),
+        None => anyhow::anyhow!("server answered {status}"),
+    }
+}
+
+/// The documents of every supported file under `paths`, converted (PDF, HTML, Word and
+/// Markdown into sections, under the conversion caps this process's settings give), parsed
+/// and validated (errors name the file), and the number of files; `progress` hears of each
+/// file read.
+pub fn read_documents(
+    paths: &[PathBuf],
+    limits: &ConvertLimits,
+    progress: &dyn Fn(&Path),
+) -> Result<(Vec<Document>, usize)> {
+    let files = collect(paths)?;
+    if files.is_empty() {
+        bail!("no {} files under the given paths", Format::EXTENSIONS);
+    }
+    let mut documents: Vec<Document> = Vec::new();
+    for f in &files {
+        progress(f);
+        let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
+        documents.extend(parse_file(&f.display().to_string(), &bytes, limits)?);
+    }
+    sluice_core::ingest::validate(&documents)?;
+    Ok((documents, files.len()))
+}
+
+/// `sluice ingest`: convert and parse every file here (errors name the file), then send in
+/// batches.
+pub async fn ingest(url: &str, paths: &[PathBuf], limits: &ConvertLimits) -> Result<()> {
+    let reading = ProgressBar::new_spinner();
+    let (documents, files) = read_documents(paths, limits, &|f| {
+        reading.set_message(format!("reading {}", f.display()));
+        reading.tick();
+    })?;
+    reading.finish_and_clear();
+
+    let client = http()?;
+    let bar = ProgressBar::new(documents.len() as u64);
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:40} {pos}/{len} documents, {msg} [{elapsed}]",
+    )?);
+    let started = Instant::now();
+    let (mut chunks, mut version) = (0u64, 0u64);
+    let mut batch: Vec<Document> = Vec::new();
+    let mut batch_bytes = 0;
+    let mut pending = documents.into_iter().peekable();
+    while let Some(doc) = pending.next() {
+        batch_bytes += doc.text.len() + doc.sections.iter().map(|s| s.text.len()).sum::<usize>();
+        batch.push(doc);
+        if batch.len() < BATCH_DOCS && batch_bytes < BATCH_BYTES && pending.peek().is_some() {
+            continue;
+        }
+        let (headers, bytes) = sluice_http::client_json(&json!({ "documents": batch }));
+        let response = client
+            .post(format!("{url}/v1/documents"))
+            .timeout(Duration::from_secs(600))
+            .headers(headers)
+            .body(bytes)
+            .send()
+            .await
+            .with_context(|| format!("sending documents to {url} (is `sluice serve` running?)"))?;
+        if !response.status().is_success() {
+            bar.abandon();
+            return Err(fail(response).await);
+        }
+        let report: Value = response.json().await?;
+        chunks += report["chunks"].as_u64().unwrap_or(0);
+        version = report["corpus_version"].as_u64().unwrap_or(version);
+        bar.inc(batch.len() as u64);
+        bar.set_message(format!("{chunks} chunks"));
+        batch.clear();
+        batch_bytes = 0;
+    }
+    bar.finish();
+    println!(
+        "ingested {} documents from {} files as {chunks} chunks in {:.1} s; corpus version {version}",
+        bar.length().unwrap_or(0),
+        files,
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// What `sluice ask` sends beside the question.
+#[derive(Debug, Default)]
+pub struct Ask<'a> {
+    /// `k`: how many sources.
+    pub k: Option<usize>,
+    /// `retrieval_deadline_ms`.
+    pub deadline_ms: Option<u64>,
+    /// `cache: bypass`.
+    pub no_cache: bool,
+    /// `filter`, as the user typed it (JSON).
+    pub filter: Option<&'a str>,
+    /// `rerank_context`, as the user typed it (JSON).
+    pub rerank_context: Option<&'a str>,
+    /// `x-sluice-tenant`.
+    pub tenant: Option<&'a str>,
+}
+
+impl Ask<'_> {
+    /// The request body for `query`. A flag that is not a JSON object is refused here, with
+    /// what it should look like; what the server makes of a well-formed one (an unknown
+    /// operator, a value too long) comes back as its 400.
+    pub fn body(&self, query: &str) -> Result<Value> {
+        let mut body = json!({ "query": query });
+        if self.no_cache {
+            body["cache"] = json!("bypass");
+        }
+        if let Some(k) = self.k {
+            body["k"] = json!(k);
+        }
+        if let Some(d) = self.deadline_ms {
+            body["retrieval_deadline_ms"] = json!(d);
+        }
+        let object = |flag: &str, text: &str, example: &str| -> Result<Value> {
+            match serde_json::from_str::<Value>(text) {
+                Ok(v) if v.is_object() => Ok(v),
+                Ok(_) => bail!("{flag} must be a JSON object, such as {example}"),
+                Err(e) => bail!("{flag} is not JSON ({e}); write a JSON object, such as {example}"),
+            }
+        };
+        if let Some(f) = self.filter {
+            body["filter"] = object("--filter", f, r#"'{"year": {"$gte": 2025}}'"#)?;
+        }
+        if let Some(c) = self.rerank_context {
+            body["rerank_context"] = object("--rerank-context", c, r#"'{"plan": "premium"}'"#)?;
+        }
+        Ok(body)
+    }
+}
+
+/// `sluice ask`: stream the answer, then sources and timings (client-measured TTFT first).
+pub async fn ask(url: &str, query: &str, ask: &Ask<'_>) -> Result<()> {
+    let body = ask.body(query)?;
+    let (headers, bytes) = sluice_http::client_json(&body);
+    let sent = Instant::now();
+    let mut request = http()?.post(format!("{url}/v1/answer"));
+    if let Some(tenant) = ask.tenant {
+        request = request.header("x-sluice-tenant", tenant);
+    }
+    let response = request
+        .headers(headers)
+        .body(bytes)
+        .send()
+        .await
+        .with_context(|| format!("connecting to {url} (is `sluice serve` running?)"))?;
+    if !response.status().is_success() {
+        return Err(fail(response).await);
+    }
+    let mut events = response.bytes_stream().eventsource();
+    let mut ttft = None;
+    let mut meta = Value::Null;
+    let mut out = std::io::stdout();
+    while let Some(event) = events.next().await {
+        let event = event.context("reading the event stream")?;
+        let data: Value = serde_json::from_str(&event.data).context("an event that is not JSON")?;
+        match event.event.as_str() {
+            "meta" => meta = data,
+            "token" => {
+                ttft.get_or_insert_with(|| sent.elapsed());
+                write!(out, "{}", data["text"].as_str().unwrap_or(""))?;
+                out.flush()?;
+            }
+            "done" => {
+                println!("\n");
+                print_sources(&meta);
+                let t = &data["timings"];
+                let f = |k: &str| t[k].as_f64().map_or("-".to_string(), |v| format!("{v:.1}"));
+                println!(
+                    "client ttft {:.1} ms | cache {} | server: cache {} embed {} retrieve {} rerank {} prompt {} llm_ttft {} ttft {} total {} ms | {} tokens, {:.1} tok/s",
+                    ttft.unwrap_or_default().as_secs_f64() * 1e3,
+                    meta["cache"].as_str().unwrap_or("?"),
+                    f("cache_ms"),
+                    f("embed_ms"),
+                    f("retrieve_ms"),
+                    f("rerank_ms"),
+                    f("prompt_ms"),
+                    f("llm_ttft_ms"),
+                    f("ttft_ms"),
+                    f("total_ms"),
+                    data["token_count"],
+                    data["tokens_per_sec"].as_f64().unwrap_or(0.0),
+                );
+                return Ok(());
+            }
+            "error" => {
+                println!();
+                bail!(
+                    "{} ({})",
+                    data["message"].as_str().unwrap_or("error"),
+                    data["code"].as_str().unwrap_or("?")
+                );
+            }
+            _ => {}
+        }
+    }
+    bail!("the stream ended without a done or error event")
+}
+
+fn print_sources(meta: &Value) {
+    if let Some(reasons) = meta["degraded"].as_array().filter(|r| !r.is_empty()) {
+        println!(
+            "degraded: {}",
+            reasons
+                .iter()
+                .filter_map(Value::as_str)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
+    for (i, d) in meta["documents"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        println!(
+            "[{}] {} ({}) score {:.3}",
+            i + 1,
+            d["title"].as_str().unwrap_or(""),
+            d["source"].as_str().unwrap_or(""),
+            d["score"].as_f64().unwrap_or(0.0)
+        );
+    }
+}
+
+/// `sluice cache clear`: `DELETE /v1/cache` for `tenant`.
+pub async fn clear_cache(url: &str, tenant: &str) -> Result<()> {
+    let response = http()?
+        .delete(format!("{url}/v1/cache"))
+        .header("x-sluice-tenant", tenant)
+        .timeout(Duration::from_secs(60))
+        .send()
+        .await
+        .with_context(|| format!("connecting to {url} (is `sluice serve` running?)"))?;
+    if !response.status().is_success() {
+        return Err(fail(response).await);
+    }
+    let report: Value = response.json().await?;
+    println!(
+        "deleted {} cached answers of tenant {tenant}",
+        report["deleted"].as_u64().unwrap_or(0)
+    );
+    Ok(())
+}
+
+/// Sends `request` (for `tenant`, when named), failing with the server's error.
+async fn send(request: reqwest::RequestBuilder, url: &str, tenant: Option<&str>) -> Result<Value> {
+    let request = match tenant {
+        Some(t) => request.header("x-sluice-tenant", t),
+        None => request,
+    };
+    let response = (request.timeout(Duration::from_secs(120)).send().await)
+        .with_context(|| format!("connecting to {url} (is `sluice serve` running?)"))?;
+    if !response.status().is_success() {
+        return Err(fail(response).await);
+    }
+    Ok(response.json().await?)
+}
+
+/// One line of a listing: id, chunks, when, title.
+fn document_line(d: &Value) -> String {
+    let or_dash = |v: &Value| match v {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    format!(
+        "{}\t{}\t{}\t{}",
+        or_dash(&d["id"]),
+        or_dash(&d["chunks"]),
+        or_dash(&d["ingested_at"]),
+        or_dash(&d["title"])
+    )
+}
+
+/// `sluice documents list`: every page of the tenant's documents (under `filter`, a JSON
+/// text), a line each (`--json`: the documents as JSON lines).
+pub async fn list_documents(
+    url: &str,
+    tenant: Option<&str>,
+    filter: Option<&str>,
+    json_lines: bool,
+) -> Result<()> {
+    if let Some(f) = filter {
+        serde_json::from_str::<Value>(f).context("--filter is not JSON")?;
+    }
+    let client = http()?;
+    let mut cursor: Option<String> = None;
+    let mut count = 0;
+    if !json_lines {
+        println!("id\tchunks\tingested_at\ttitle");
+    }
+    loop {
+        let mut query = "limit=1000".to_string();
+        if let Some(f) = filter {
+            query += &format!("&filter={}", escape(f));
+        }
+        if let Some(c) = &cursor {
+            query += &format!("&cursor={}", escape(c));
+        }
+        let request = client.get(format!("{url}/v1/documents?{query}"));
+        let page = send(request, url, tenant).await?;
+        for d in page["documents"].as_array().into_iter().flatten() {
+            count += 1;
+            if json_lines {
+                println!("{d}");
+            } else {
+                println!("{}", document_line(d));
+            }
+        }
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_string()),
+            None => break,
+        }
+    }
+    eprintln!("{count} documents");
+    Ok(())
+}
+
+/// `sluice documents get ID`: the document as JSON.
+pub async fn get_document(url: &str, tenant: Option<&str>, id: &str) -> Result<()> {
+    let request = http()?.get(format!("{url}/v1/documents/{}", escape(id)));
+    println!("{:#}", send(request, url, tenant).await?);
+    Ok(())
+}
+
+/// What `sluice documents delete` removes.
+pub enum Deletion<'a> {
+    /// One document.
+    Id(&'a str),
+    /// The documents matching a filter (JSON text).
+    Filter(&'a str),
+    /// Every document of the tenant.
+    All,
+}
+
+/// `sluice documents delete`: one document, or all matching (a thousand per call, called
+/// until none is left, with the count so far shown).
+pub async fn delete_documents(url: &str, tenant: Option<&str>, what: Deletion<'_>) -> Result<()> {
+    let client = http()?;
+    let body = match what {
+        Deletion::Id(id) => {
+            let request = client.delete(format!("{url}/v1/documents/{}", escape(id)));
+            let report = send(request, url, tenant).await?;
+            println!("deleted {id}; corpus version {}", report["corpus_version"]);
+            return Ok(());
+        }
+        Deletion::Filter(f) => {
+            let filter: Value = serde_json::from_str(f).context("--filter is not JSON")?;
+            json!({"filter": filter, "confirm": true})
+        }
+        Deletion::All => json!({"all": true, "confirm": true}),
+    };
+    let (headers, bytes) = sluice_http::client_json(&body);
+    let mut total = 0;
+    loop {
+        let request = client
+            .delete(format!("{url}/v1/documents"))
+            .headers(headers.clone())
+            .body(bytes.clone());
+        let report = send(request, url, tenant).await?;
+        total += report["deleted"].as_u64().unwrap_or(0);
+        if report["more"] != true {
+            println!(
+                "deleted {total} documents; corpus version {}",
+                report["corpus_version"]
+            );
+            return Ok(());
+        }
+        eprintln!("deleted {total} documents so far…");
+    }
+}
+
+/// `sluice usage`: the tenant's usage per day from `from` to `to` (`YYYY-MM-DD`; the server's
+/// default is this month so far), a line a day and a total (`--json`: the server's answer);
+/// with `keys`, per API key as well.
+pub async fn usage(
+    url: &str,
+    tenant: Option<&str>,
+    from: Option<&str>,
+    to: Option<&str>,
+    keys: bool,
+    json: bool,
+) -> Result<()> {
+    let mut query = vec![];
+    if let Some(from) = from {
+        query.push(format!("from={}", escape(from)));
+    }
+    if let Some(to) = to {
+        query.push(format!("to={}", escape(to)));
+    }
+    if keys {
+        query.push("keys=true".to_string());
+    }
+    let request = http()?.get(format!("{url}/v1/usage?{}", query.join("&")));
+    let usage = send(request, url, tenant).await?;
+    if json {
+        println!("{usage:#}");
+        return Ok(());
+    }
+    let columns = [
+        "answers",
+        "cache_hits",
+        "prompt_tokens",
+        "completion_tokens",
+        "component_calls",
+        "component_fuel",
+        "documents",
+        "chunks",
+    ];
+    let line = |label: &str, row: &Value| {
+        let cells: Vec<String> = columns
+            .iter()
+            .map(|c| row[*c].as_u64().unwrap_or(0).to_string())
+            .collect();
+        format!("{label}\t{}", cells.join("\t"))
+    };
+    let table = |label: &str, block: &Value| {
+        println!("{label}\t{}", columns.join("\t"));
+        for day in block["days"].as_array().into_iter().flatten() {
+            println!("{}", line(day["day"].as_str().unwrap_or("?"), day));
+        }
+        println!("{}", line("total", &block["total"]));
+    };
+    println!(
+        "tenant {} from {} to {}",
+        usage["tenant"].as_str().unwrap_or("?"),
+        usage["from"].as_str().unwrap_or("?"),
+        usage["to"].as_str().unwrap_or("?")
+    );
+    table("day", &usage);
+    for key in usage["keys"].as_array().into_iter().flatten() {
+        println!();
+        table(
+            &format!("key {}", key["key"].as_str().unwrap_or("(none)")),
+            key,
+        );
+    }
+    let budgets = &usage["budgets"];
+    for whose in ["tenant", "key"] {
+        if let Some(budget) = budgets[whose].as_u64() {
+            eprintln!(
+                "{whose} budget: {budget} tokens a month (starts again on {})",
+                budgets["resets_on"].as_str().unwrap_or("?")
+            );
+        }
+    }
+    Ok(())
+}
+
+#[derive(Subcommand)]
+pub enum DocumentsCommand {
+    /// Every document (id, chunks, when ingested, title), all pages.
+    List {
+        /// Only documents whose metadata passes this filter (JSON, as in /v1/answer).
+        #[arg(long)]
+        filter: Option<String>,
+        /// The documents as JSON lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// One document, as JSON.
+    Get {
+        /// The document's id.
+        id: String,
+    },
+    /// Delete one document, those matching --filter, or --all (with --yes).
+    Delete {
+        /// The document's id.
+        #[arg(conflicts_with_all = ["filter", "all"], required_unless_present_any = ["filter", "all"])]
+        id: Option<String>,
+        /// Every document whose metadata passes this filter (JSON).
+        #[arg(long, conflicts_with = "all", requires = "yes")]
+        filter: Option<String>,
+        /// Every document of the tenant.
+        #[arg(long, requires = "yes")]
+        all: bool,
+        /// Confirm a deletion by --filter or --all.
+        #[arg(long)]
+        yes: bool,
+    },
+}
+
+/// `sluice documents …` against the server at `url`.
+pub async fn documents(url: &str, tenant: Option<&str>, command: DocumentsCommand) -> Result<()> {
+    match command {
+        DocumentsCommand::List { filter, json } => {
+            list_documents(url, tenant, filter.as_deref(), json).await
+        }
+        DocumentsCommand::Get { id } => get_document(url, tenant, &id).await,
+        DocumentsCommand::Delete {
+            id, filter, all, ..
+        } => {
+            let what = match (&id, &filter) {
+                (Some(id), _) => Deletion::Id(id),
+                (None, Some(f)) => Deletion::Filter(f),
+                (None, None) if all => Deletion::All,
+                (None, None) => bail!("name a document, --filter or --all"),
+            };
+            delete_documents(url, tenant, what).await
+        }
+    }
+}
+
+/// The server a client command talks to: `url` when given, else `http://$SLUICE_ADDR`.
+pub fn base_url(config: &sluice_core::Config, url: Option<String>) -> String {
+    url.unwrap_or_else(|| format!("http://{}", config.server.addr))
+}

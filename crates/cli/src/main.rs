@@ -1,0 +1,340 @@
+//! `sluice`: run the Sluice pipeline locally and talk to it.
+//!
+//! - `sluice serve`: the HTTP routes of the Lambda functions, on `SLUICE_ADDR`.
+//! - `sluice ingest PATH…`: send .txt/.md/.json/.jsonl files to a running server.
+//! - `sluice ask "question"`: stream an answer to the terminal, then the stage timings.
+//! - `sluice documents list|get|delete`: a tenant's documents on a running server.
+//! - `sluice usage`: a tenant's usage per day (and per key) on a running server.
+//! - `sluice doctor`: say which parts are ready and what is missing.
+//! - `sluice cache create-table`: create the DynamoDB cache table (`SLUICE_CACHE_TABLE`).
+//! - `sluice store create-collection`: create the Qdrant collection or the Pinecone indexes
+//!   (`SLUICE_STORE=qdrant|pinecone`).
+//! - `sluice keys create`: a new API key for a tenant (its digest into `SLUICE_API_KEYS_FILE`,
+//!   or the DynamoDB table `SLUICE_API_KEYS_TABLE`); the key is printed once.
+//! - `sluice model prepare`: store the embedding model's graph in the form that loads fastest.
+//! - `sluice bench run`: load-test a running server → report.json, report.csv, report.html.
+//! - `sluice bench cost`: a report and unit prices → $ per 1,000 answers (docs/cost.md).
+//! - `sluice eval retrieval`: recall, nDCG and MRR of dense, BM25, hybrid under each fusion
+//!   and hybrid + rerank on held-out questions (τ²-bench's banking_knowledge by default).
+//! - `sluice eval tune`: a tenant's best fusion on labelled questions, as a
+//!   `SLUICE_FUSION_TENANTS` line.
+//! - `sluice fixture llm`: a synthetic OpenAI-compatible upstream for load tests (not a model).
+
+mod bench;
+mod client;
+mod component;
+#[cfg(test)]
+mod docs;
+mod doctor;
+mod eval;
+mod eval_pages;
+mod keys;
+mod serve;
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use bench::{BenchCommand, FixtureCommand};
+use clap::{Parser, Subcommand};
+use client::DocumentsCommand;
+use component::ComponentCommand;
+use eval::EvalCommand;
+use keys::KeysCommand;
+
+#[derive(Parser)]
+#[command(
+    name = "sluice",
+    version,
+    about = "Streaming RAG answers over your own documents"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve the HTTP API (configuration from SLUICE_* variables; see docs/configuration.md).
+    Serve,
+    /// Ingest files or folders (.txt, .md, .json, .jsonl) through a running server.
+    Ingest {
+        /// Files or folders (searched recursively).
+        #[arg(required = true)]
+        paths: Vec<PathBuf>,
+        /// Server base URL [default: http://$SLUICE_ADDR]
+        #[arg(long, env = "SLUICE_URL")]
+        url: Option<String>,
+    },
+    /// Ask a question and stream the answer.
+    Ask {
+        /// The question.
+        query: String,
+        /// Number of sources.
+        #[arg(short, long)]
+        k: Option<usize>,
+        /// Retrieval deadline for this request, in milliseconds.
+        #[arg(long)]
+        deadline_ms: Option<u64>,
+        /// Neither read nor write the answer cache.
+        #[arg(long)]
+        no_cache: bool,
+        /// Only sources whose document metadata passes this filter: a JSON object, as the
+        /// API's `filter` (e.g. '{"year": {"$gte": 2025}}').
+        #[arg(long, value_name = "JSON")]
+        filter: Option<String>,
+        /// What the tenant's rerank component is told about the caller: a JSON object of
+        /// strings, as the API's `rerank_context` (e.g. '{"plan": "premium"}').
+        #[arg(long, value_name = "JSON")]
+        rerank_context: Option<String>,
+        /// Tenant (with auth off; with a key, the key's) [default: SLUICE_DEFAULT_TENANT]
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Server base URL [default: http://$SLUICE_ADDR]
+        #[arg(long, env = "SLUICE_URL")]
+        url: Option<String>,
+    },
+    /// List, read or delete a tenant's documents on a running server.
+    Documents {
+        #[command(subcommand)]
+        command: DocumentsCommand,
+        /// Tenant (with auth off; with a key, the key's) [default: SLUICE_DEFAULT_TENANT]
+        #[arg(long, global = true)]
+        tenant: Option<String>,
+        /// Server base URL [default: http://$SLUICE_ADDR]
+        #[arg(long, env = "SLUICE_URL", global = true)]
+        url: Option<String>,
+    },
+    /// Show the tenant's usage per day (answers, tokens, component fuel, documents) from a
+    /// running server.
+    Usage {
+        /// First day, YYYY-MM-DD (UTC) [default: the first of this month]
+        #[arg(long)]
+        from: Option<String>,
+        /// Last day, YYYY-MM-DD (UTC) [default: today]
+        #[arg(long)]
+        to: Option<String>,
+        /// Also per API key (needs the usage:keys permission).
+        #[arg(long)]
+        keys: bool,
+        /// Print the server's JSON.
+        #[arg(long)]
+        json: bool,
+        /// Tenant (with auth off; with a key, the key's) [default: SLUICE_DEFAULT_TENANT]
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Server base URL [default: http://$SLUICE_ADDR]
+        #[arg(long, env = "SLUICE_URL")]
+        url: Option<String>,
+    },
+    /// Check the model, the data folder, the LLM and the server.
+    Doctor {
+        /// Check the server running at this URL (its /readyz) instead of this environment.
+        #[arg(long, env = "SLUICE_URL")]
+        url: Option<String>,
+    },
+    /// Manage a remote vector store.
+    Store {
+        #[command(subcommand)]
+        command: StoreCommand,
+    },
+    /// Manage the answer cache.
+    Cache {
+        #[command(subcommand)]
+        command: CacheCommand,
+    },
+    /// Manage API keys (auth).
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+    /// Manage the embedding model.
+    Model {
+        #[command(subcommand)]
+        command: ModelCommand,
+    },
+    /// Load-test a running server, or price a benchmark's answers.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+    /// Evaluate retrieval quality on a labelled dataset.
+    Eval {
+        #[command(subcommand)]
+        command: EvalCommand,
+    },
+    /// Build, test and measure a tenant rerank component locally.
+    Component {
+        #[command(subcommand)]
+        command: ComponentCommand,
+    },
+    /// Benchmark fixtures.
+    Fixture {
+        #[command(subcommand)]
+        command: FixtureCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum ModelCommand {
+    /// Write model.nnef.tar beside model.onnx: the graph after tract's analysis and
+    /// decluttering, which loads in about two thirds of the time (the same vectors). Run it
+    /// wherever the model is installed; the Lambda model layer is built with it.
+    Prepare {
+        /// Model folder [default: SLUICE_MODEL_DIR]
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+}
+
+#[derive(Subcommand)]
+enum StoreCommand {
+    /// Create what SLUICE_STORE needs (idempotent): for qdrant, the collection
+    /// SLUICE_QDRANT_COLLECTION (dense cosine + BM25 sparse with IDF, payload indexes) and its
+    /// corpus-version collection; for pinecone, the serverless indexes SLUICE_PINECONE_INDEX
+    /// (dense, cosine) and <index>-bm25 (sparse), waiting until ready and printing their hosts.
+    CreateCollection,
+}
+
+#[derive(Subcommand)]
+enum CacheCommand {
+    /// Create the DynamoDB table SLUICE_CACHE_TABLE with its indexes and TTL (idempotent;
+    /// AWS_REGION, credentials and AWS_ENDPOINT_URL_DYNAMODB from the environment).
+    CreateTable,
+    /// Forget the cached answers of a tenant on a running server (DELETE /v1/cache).
+    Clear {
+        /// Tenant [default: SLUICE_DEFAULT_TENANT]
+        #[arg(long)]
+        tenant: Option<String>,
+        /// Server base URL [default: http://$SLUICE_ADDR]
+        #[arg(long, env = "SLUICE_URL")]
+        url: Option<String>,
+    },
+}
+
+/// Runs the command; an error is printed as its message and the causes under it on one line
+/// (`error: …: …`) and exits 1 — never a backtrace, whatever `RUST_BACKTRACE` says: what a
+/// user gets wrong needs the message and the fix, not the stack.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> Result<()> {
+    // Qdrant Edge logs start-up notices meant for its own developers at warn level.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,qdrant_edge=error".into());
+    let logs = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match std::env::var("SLUICE_LOG_FORMAT").as_deref() {
+        Err(_) | Ok("text") => logs.init(),
+        // One JSON object per line; an answer's lines carry its span (request id, tenant,
+        // trace id).
+        Ok("json") => logs
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+        Ok(other) => anyhow::bail!("SLUICE_LOG_FORMAT is {other:?}; it must be text or json"),
+    }
+    let cli = Cli::parse();
+    let settings = sluice_app::Settings::from_env()?;
+    let config = &settings.config;
+    let url = |u: Option<String>| client::base_url(config, u);
+    let runtime = tokio::runtime::Runtime::new()?;
+    match cli.command {
+        Command::Serve => runtime.block_on(serve::run(settings)),
+        Command::Ingest { paths, url: u } => {
+            runtime.block_on(client::ingest(&url(u), &paths, &config.ingest.convert))
+        }
+        Command::Ask {
+            query,
+            k,
+            deadline_ms,
+            no_cache,
+            filter,
+            rerank_context,
+            tenant,
+            url: u,
+        } => {
+            let ask = client::Ask {
+                k,
+                deadline_ms,
+                no_cache,
+                filter: filter.as_deref(),
+                rerank_context: rerank_context.as_deref(),
+                tenant: tenant.as_deref(),
+            };
+            runtime.block_on(client::ask(&url(u), &query, &ask))
+        }
+        Command::Documents {
+            command,
+            tenant,
+            url: u,
+        } => runtime.block_on(client::documents(&url(u), tenant.as_deref(), command)),
+        Command::Usage {
+            from,
+            to,
+            keys,
+            json,
+            tenant,
+            url: u,
+        } => runtime.block_on(client::usage(
+            &url(u),
+            tenant.as_deref(),
+            from.as_deref(),
+            to.as_deref(),
+            keys,
+            json,
+        )),
+        Command::Doctor { url } => runtime.block_on(doctor::run(&settings, url.as_deref())),
+        Command::Store {
+            command: StoreCommand::CreateCollection,
+        } => runtime.block_on(async {
+            for line in sluice_retrieve::create(&settings.store, sluice_embed::DIM).await? {
+                println!("{line}");
+            }
+            Ok(())
+        }),
+        Command::Cache {
+            command: CacheCommand::CreateTable,
+        } => runtime.block_on(async {
+            let table = sluice_cache_dynamodb::DynamoCache::connect(
+                &config.cache.table,
+                config.cache.tenant_role_arn.as_deref(),
+            )
+            .await?;
+            let created = table.create_table().await?;
+            println!(
+                "table {} {}",
+                table.table(),
+                if created { "created" } else { "already exists" }
+            );
+            Ok(())
+        }),
+        Command::Keys { command } => runtime.block_on(keys::command(config, command)),
+        Command::Eval { command } => runtime.block_on(eval::command(&settings, command)),
+        Command::Component { command } => runtime.block_on(component::command(&settings, command)),
+        Command::Model {
+            command: ModelCommand::Prepare { dir },
+        } => {
+            let dir = dir.unwrap_or_else(|| config.model_dir.clone());
+            let path = sluice_embed::prepare(&dir)?;
+            println!("wrote {}", path.display());
+            Ok(())
+        }
+        Command::Fixture { command } => runtime.block_on(bench::fixture(command)),
+        Command::Bench { command } => runtime.block_on(bench::command(config, command)),
+        Command::Cache {
+            command: CacheCommand::Clear { tenant, url: u },
+        } => {
+            let tenant = tenant.unwrap_or_else(|| config.auth.default_tenant.to_string());
+            runtime.block_on(client::clear_cache(&url(u), &tenant))
+        }
+    }
+}

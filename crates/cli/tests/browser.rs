@@ -1,0 +1,248 @@
+//! The web page at `/` in a real browser: `sluice serve` in front of the synthetic upstream
+//! (a benchmark fixture streaming 16 tokens at 20 per second, so that the answer is visibly
+//! in flight for most of a second), driven by Chromium through playwright-core
+//! (`crates/cli/tests/browser/ask.cjs`). Both come from `scripts/setup.sh browser`.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use serde_json::Value;
+use sluice_tests::sluice_home;
+
+/// playwright-core's `node_modules` and Chromium, as `scripts/setup.sh browser` installs them.
+fn browser() -> (PathBuf, &'static str) {
+    let modules = sluice_home().join("browser/node_modules");
+    assert!(
+        modules.join("playwright-core").is_dir(),
+        "{} has no playwright-core: run `scripts/setup.sh browser`",
+        modules.display()
+    );
+    let chromium = ["/usr/bin/chromium", "/usr/bin/chromium-browser"]
+        .into_iter()
+        .find(|p| std::path::Path::new(p).is_file())
+        .expect("Chromium is not installed: run `scripts/setup.sh browser`");
+    (modules, chromium)
+}
+
+#[test]
+fn ask_in_the_browser_and_watch_the_answer_stream_in() {
+    sluice_testkit::needs!(Llm, Model, Browser);
+    let (modules, chromium) = browser();
+
+    let upstream = fixture(20, 16);
+    let server = serve_with(&[("SLUICE_LLM_URL", &upstream.url)]);
+
+    let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("browser");
+    std::fs::create_dir_all(&out_dir).expect("output folder");
+    let screenshot = out_dir.join("answer.png");
+    let _ = std::fs::remove_file(&screenshot);
+    // A PDF beside the samples: the page takes the formats the server converts.
+    let handbook = out_dir.join("handbook.pdf");
+    let page: &[(f32, &str)] = &[(16.0, "Handbook"), (10.0, "Branches open at nine.")];
+    let pdf = sluice_testkit::files::pdf(&[page], Default::default());
+    std::fs::write(&handbook, pdf).expect("the PDF is written");
+    let mut uploads = ["lost-card.md", "password-reset.md", "support.jsonl"]
+        .map(|f| samples().join(f).display().to_string())
+        .to_vec();
+    uploads.push(handbook.display().to_string());
+    let uploads = uploads.join(":");
+    let script = sluice_tests::repo().join("crates/cli/tests/browser/ask.cjs");
+    let out = output_within(
+        Command::new("node")
+            .arg(&script)
+            .env("NODE_PATH", &modules)
+            .env("CHROMIUM", chromium)
+            .env("SLUICE_URL", &server.url)
+            .env("UPLOAD_FILES", &uploads)
+            .env("SCREENSHOT", &screenshot),
+        Duration::from_secs(120),
+    );
+    drop(upstream);
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("the script's summary is not JSON ({e}): {stdout}"));
+
+    assert_eq!(seen["title"], "Sluice");
+    assert_eq!(seen["problems"], serde_json::json!([]), "no script errors");
+    // Every upload and question carried its body's SHA-256, as an edge in front of a function
+    // URL needs.
+    let posts = seen["hashed"].as_array().unwrap();
+    for path in ["/v1/documents", "/v1/answer"] {
+        assert!(
+            posts.iter().any(|p| p["path"] == path),
+            "no POST to {path}: {posts:?}"
+        );
+    }
+    assert!(
+        posts
+            .iter()
+            .all(|p| p["ok"] == true && p["bytes"].as_u64() > Some(0)),
+        "{posts:?}"
+    );
+    assert!(
+        seen["uploaded"]
+            .as_str()
+            .is_some_and(|s| s.starts_with("Added 4 file(s)")),
+        "{}",
+        seen["uploaded"]
+    );
+
+    // Tokens were on the page while the answer was still streaming …
+    let early = &seen["early"];
+    assert!(!early["answer"].as_str().unwrap_or("").is_empty());
+    assert_eq!(early["total"], "–", "the answer had not ended yet");
+    assert_eq!(early["busy"], "true");
+    let done = &seen["done"];
+    let (first, last) = (
+        early["answer"].as_str().unwrap_or(""),
+        done["answer"].as_str().unwrap_or(""),
+    );
+    assert!(
+        last.len() > first.len() && last.starts_with(first),
+        "{first:?} then {last:?}"
+    );
+    // … the fixture's 16 tokens in the end, with the client-measured TTFT and total.
+    assert_eq!(done["tokens"], "16");
+    assert_eq!(last.split_whitespace().count(), 16, "{last}");
+    for key in ["ttft", "total"] {
+        let shown = done[key].as_str().unwrap_or("");
+        let ms: f64 = shown
+            .strip_suffix(" ms")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} shows {shown:?}"));
+        assert!(ms > 0.0 && ms < 30_000.0, "{key} {ms}");
+    }
+    assert_eq!(done["busy"], "false");
+    assert_eq!(done["status"], "Done.");
+    // The sources, with the uploaded lost-card page among them and a snippet each.
+    let sources = done["sources"].as_array().expect("sources");
+    assert!(!sources.is_empty());
+    assert!(
+        sources.iter().any(|s| s
+            .as_str()
+            .is_some_and(|t| t.contains("Lost or stolen cards"))),
+        "{sources:?}"
+    );
+    let stages: Vec<&str> = done["stages"]
+        .as_array()
+        .expect("stages")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for stage in ["embed", "retrieve", "prompt", "llm_ttft", "ttft", "total"] {
+        assert!(stages.contains(&stage), "{stage} missing from {stages:?}");
+    }
+    // With a metadata filter: bad JSON refused in the page, then only the documents whose
+    // front matter passes it, their metadata shown.
+    assert!(
+        seen["badFilter"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("The filter is not JSON")),
+        "{}",
+        seen["badFilter"]
+    );
+    let filtered = &seen["filtered"];
+    assert_eq!(filtered["error"], "");
+    let sources = filtered["sources"].as_array().expect("sources");
+    assert!(!sources.is_empty());
+    for source in sources {
+        assert!(
+            source
+                .as_str()
+                .is_some_and(|t| t.contains("Resetting your online banking password")),
+            "{sources:?}"
+        );
+    }
+    let shown = filtered["metadata"].as_array().expect("metadata");
+    assert_eq!(shown.len(), sources.len());
+    for metadata in shown {
+        assert_eq!(metadata, "topic: accounts · updated_at: 2024-11-20");
+    }
+    // The documents section: the uploads listed (support.jsonl's several, the two pages),
+    // one deleted through its button, gone when listed again, the rest kept.
+    let documents = &seen["documents"];
+    let ids = |key: &str| -> Vec<String> {
+        let mut v: Vec<String> = (documents[key].as_array().expect("ids").iter())
+            .map(|id| id.as_str().unwrap_or_default().to_string())
+            .collect();
+        v.sort();
+        v
+    };
+    let (listed, after) = (ids("listed"), ids("after"));
+    assert!(listed.len() >= 5, "{listed:?}");
+    assert!(
+        listed.iter().any(|id| id.ends_with("handbook.pdf")),
+        "{listed:?}"
+    );
+    let deleted = documents["deleted"].as_str().expect("a deleted id");
+    assert!(deleted.ends_with("lost-card.md"), "{deleted}");
+    let kept: Vec<String> = listed.iter().filter(|id| *id != deleted).cloned().collect();
+    assert_eq!(after, kept);
+    let png = std::fs::read(&screenshot).expect("screenshot");
+    assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+    eprintln!("screenshot: {}", screenshot.display());
+}
+
+#[test]
+fn no_web_page_can_drive_the_server() {
+    sluice_testkit::needs!(Llm, Model, Browser);
+    let (modules, chromium) = browser();
+    let upstream = fixture(200, 8);
+    let server = serve_with(&[("SLUICE_LLM_URL", &upstream.url)]);
+    let script = sluice_tests::repo().join("crates/cli/tests/browser/cross_site.cjs");
+    let out = output_within(
+        Command::new("node")
+            .arg(&script)
+            .env("NODE_PATH", &modules)
+            .env("CHROMIUM", chromium)
+            .env("SLUICE_URL", &server.url),
+        Duration::from_secs(120),
+    );
+    assert!(out.status.success(), "{}", text(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let seen: Value = serde_json::from_str(stdout.lines().last().unwrap_or(""))
+        .unwrap_or_else(|e| panic!("the script's summary is not JSON ({e}): {stdout}"));
+
+    // The form was posted and both fetches were sent; none was served.
+    let cross = &seen["crossSite"];
+    assert_eq!(cross["form"], "posted", "{seen}");
+    assert!(
+        cross["read"] == "blocked"
+            || cross["read"]
+                .as_str()
+                .is_some_and(|t| t.contains("cross_origin")),
+        "{seen}"
+    );
+    // The rebinding page: the server refused its name, for the page and for the API.
+    assert_eq!(seen["landing"], 403, "{seen}");
+    assert_eq!(seen["rebound"]["status"], 403, "{seen}");
+    assert!(
+        seen["rebound"]["body"]
+            .as_str()
+            .is_some_and(|b| b.contains("forbidden_host")),
+        "{seen}"
+    );
+    // Nothing written, nothing answered: the server's own count of what it did.
+    let (_, metrics) = get_as_host(server.port(), "127.0.0.1", "/metrics");
+    for line in metrics.lines() {
+        if line.starts_with("sluice_http_requests_total{") && line.contains("/v1/") {
+            assert!(
+                line.contains("status=\"403\""),
+                "a /v1 request was served: {line}"
+            );
+        }
+    }
+    assert!(
+        metrics.contains("route=\"/v1/documents\",status=\"403\""),
+        "the form reached the server and was refused: {metrics}"
+    );
+    assert!(
+        !metrics.contains("sluice_answers_total{"),
+        "an answer was started: {metrics}"
+    );
+}

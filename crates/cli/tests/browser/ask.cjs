@@ -1,0 +1,109 @@
+// The web page in a real browser (Chromium, headless, driven by playwright-core): upload
+// documents, ask, watch the answer stream in, read what the page shows, save a screenshot.
+// Run by crates/cli/tests/browser.rs, which starts the server; prints one JSON line.
+"use strict";
+const { chromium } = require("playwright-core");
+
+const url = process.env.SLUICE_URL;
+const files = process.env.UPLOAD_FILES.split(":");
+const screenshot = process.env.SCREENSHOT;
+const question = "What should I do if I lose my card?";
+
+(async () => {
+  const browser = await chromium.launch({
+    executablePath: process.env.CHROMIUM,
+    headless: true,
+    // No sandbox (containers run as root); nothing in the background that could reach out.
+    args: ["--no-sandbox", "--disable-background-networking", "--disable-component-update",
+           "--disable-default-apps", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"],
+  });
+  try {
+    const page = await browser.newPage({ viewport: { width: 1100, height: 1400 } });
+    const problems = [];
+    page.on("pageerror", (e) => problems.push(`page error: ${e}`));
+    page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
+    // Each POST: whether it carried its body's SHA-256 (what CloudFront's origin access
+    // control needs in front of a function URL).
+    const hashed = [];
+    page.on("request", (r) => {
+      if (r.method() !== "POST") return;
+      const body = r.postDataBuffer() || Buffer.alloc(0);
+      const sent = r.headers()["x-amz-content-sha256"];
+      const want = require("crypto").createHash("sha256").update(body).digest("hex");
+      hashed.push({ path: new URL(r.url()).pathname, ok: sent === want, bytes: body.length });
+    });
+    await page.goto(url);
+    const title = await page.title();
+
+    await page.setInputFiles("#files", files);
+    await page.click("#upload");
+    await page.waitForFunction(
+      () => document.getElementById("upload-status").textContent.startsWith("Added"),
+      null, { timeout: 60000 });
+    const uploaded = await page.textContent("#upload-status");
+
+    // Typed, then Enter (the keyboard path).
+    await page.fill("#question", question);
+    await page.press("#question", "Enter");
+    await page.waitForFunction(() => document.getElementById("answer").textContent.length > 0,
+      null, { timeout: 30000 });
+    const early = await page.evaluate(() => ({
+      answer: document.getElementById("answer").textContent,
+      total: document.getElementById("total").textContent,
+      ttft: document.getElementById("ttft").textContent,
+      busy: document.getElementById("answer").getAttribute("aria-busy"),
+    }));
+    await page.waitForFunction(() => document.getElementById("total").textContent !== "–",
+      null, { timeout: 60000 });
+    const done = await page.evaluate(() => ({
+      answer: document.getElementById("answer").textContent,
+      ttft: document.getElementById("ttft").textContent,
+      total: document.getElementById("total").textContent,
+      tokens: document.getElementById("tokens").textContent,
+      cache: document.getElementById("cache").textContent,
+      status: document.getElementById("status").textContent,
+      sources: [...document.querySelectorAll("#sources li")].map((li) => li.textContent),
+      stages: [...document.querySelectorAll("#timings tbody td:first-child")].map((td) => td.textContent),
+      busy: document.getElementById("answer").getAttribute("aria-busy"),
+    }));
+    await page.screenshot({ path: screenshot, fullPage: true });
+
+    // A metadata filter typed in the page: not JSON is refused there; JSON goes with the
+    // question, and the sources show their metadata.
+    await page.fill("#filter", "{topic: accounts");
+    await page.click("#ask");
+    await page.waitForFunction(() => document.getElementById("error").textContent.length > 0,
+      null, { timeout: 10000 });
+    const badFilter = await page.textContent("#error");
+    await page.fill("#filter", '{"topic": "accounts"}');
+    await page.fill("#question", "How do I reset my password?");
+    await page.click("#ask");
+    await page.waitForFunction(() => document.getElementById("total").textContent !== "–",
+      null, { timeout: 60000 });
+    const filtered = await page.evaluate(() => ({
+      error: document.getElementById("error").textContent,
+      sources: [...document.querySelectorAll("#sources li")].map((li) => li.textContent),
+      metadata: [...document.querySelectorAll("#sources .metadata")].map((m) => m.textContent),
+    }));
+
+    // The documents, listed; one deleted (its confirmation accepted), then listed again.
+    const rows = () => page.evaluate(() =>
+      [...document.querySelectorAll("#documents tbody tr")].map((tr) => tr.dataset.id || ""));
+    await page.click("#list-documents");
+    await page.waitForFunction(() => document.getElementById("documents-status").textContent.includes("shown"),
+      null, { timeout: 10000 });
+    const listed = await rows();
+    const victim = listed.find((id) => id.endsWith("lost-card.md"));
+    page.once("dialog", (d) => d.accept());
+    await page.click(`#documents tr[data-id="${victim}"] button`);
+    await page.waitForFunction(() => document.getElementById("documents-status").textContent.startsWith("Deleted"),
+      null, { timeout: 10000 });
+    await page.click("#list-documents");
+    await page.waitForFunction(() => document.getElementById("documents-status").textContent.includes("shown"),
+      null, { timeout: 10000 });
+    const documents = { listed, deleted: victim, after: await rows() };
+    console.log(JSON.stringify({ title, uploaded, early, done, badFilter, filtered, documents, problems, hashed }));
+  } finally {
+    await browser.close();
+  }
+})().catch((e) => { console.error(e); process.exit(1); });

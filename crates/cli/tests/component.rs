@@ -1,0 +1,384 @@
+//! `sluice component`, a tenant's local loop, as a user runs it: in an empty folder outside
+//! the repository, `new` writes a workspace of its own (the SDK and the WIT from the binary)
+//! that `build` makes a 0.2 component; `test` and `bench` run it on the tenant's documents and
+//! contexts; uploaded to `sluice serve`, it changes premium callers' answers. `test`
+//! runs the example `policy` component on questions over a corpus folder with the real model
+//! (orders side by side, what was dropped, cost per call) and exits non-zero for a component
+//! that fails on real requests.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+
+/// What a tenant writes: premium callers see the documents meant for them first.
+const PREMIUM_BOOST: &str = r#"use sluice_rerank_sdk::{Candidate, Context, Guest, Ranking, context, export_reranker, scores};
+
+struct PremiumBoost;
+
+impl Guest for PremiumBoost {
+    fn rerank(_query: String, ctx: Context, candidates: Vec<Candidate>) -> Result<Ranking, String> {
+        let premium = context(&ctx, "plan") == Some("premium");
+        Ok(scores(candidates.iter().map(|c: &Candidate| {
+            let for_premium = c.strings("audience").is_some_and(|a| a.iter().any(|x| x == "premium"));
+            if premium && for_premium { c.score + 1.0 } else { c.score }
+        })))
+    }
+}
+
+export_reranker!(PremiumBoost);
+"#;
+
+/// The first row of a `component test` block: (fused first, component's first).
+fn firsts(block: &str) -> (String, String) {
+    let row = (block.lines())
+        .find(|l| l.trim_start().starts_with("1 "))
+        .unwrap_or_else(|| panic!("no first row: {block}"));
+    let cells: Vec<&str> = row.split_whitespace().collect();
+    (cells[1].to_string(), cells[3].to_string())
+}
+
+#[test]
+fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_answers() {
+    sluice_testkit::needs!(Components, Llm, Model);
+    // An empty folder outside the repository, and nothing read from the repository: the SDK
+    // and the WIT come from the binary.
+    let tmp = tempfile::tempdir().unwrap();
+    let target = sluice_testkit::services::sluice_home().join("components-target");
+    let run = |args: &[&str]| {
+        let out = sluice()
+            .args(args)
+            .current_dir(tmp.path())
+            // Shares the standard library built for the target with the other builds.
+            .env("CARGO_TARGET_DIR", &target)
+            .env("SLUICE_DATA_DIR", tmp.path().join("data"))
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        (out.status.success(), stdout, text(&out))
+    };
+    let (ok, stdout, all) = run(&["component", "new", "premium-boost"]);
+    assert!(ok, "{all}");
+    assert!(stdout.contains("sluice component build"), "{stdout}");
+    let crate_dir = tmp.path().join("premium-boost");
+    for file in [
+        "Cargo.toml",
+        "src/lib.rs",
+        "vendor/sluice-rerank-sdk/Cargo.toml",
+        "vendor/sluice-rerank-sdk/src/lib.rs",
+        "wit/rerank-0.2/rerank.wit",
+    ] {
+        assert!(crate_dir.join(file).is_file(), "{file}");
+    }
+    // Refused with the reason: it exists; a bad name.
+    let (ok, _, all) = run(&["component", "new", "premium-boost"]);
+    assert!(!ok && all.contains("already exists"), "{all}");
+    let (ok, _, all) = run(&["component", "new", "Premium_Boost"]);
+    assert!(!ok && all.contains("not a crate name"), "{all}");
+    // As written, the template builds; then the tenant's rule.
+    let (ok, stdout, all) = run(&["component", "build", "premium-boost"]);
+    assert!(ok, "{all}");
+    std::fs::write(crate_dir.join("src/lib.rs"), PREMIUM_BOOST).unwrap();
+    let (ok, stdout_after, all) = run(&["component", "build", "premium-boost"]);
+    assert!(ok, "{all}");
+    assert_eq!(stdout, stdout_after, "the same place");
+    let wasm = PathBuf::from(stdout_after.trim());
+    assert!(
+        wasm.is_file()
+            && wasm
+                .to_string_lossy()
+                .ends_with("premium-boost.component.wasm"),
+        "{stdout_after}"
+    );
+    let wasm = wasm.to_str().unwrap();
+
+    // The tenant's own documents and questions.
+    let docs = tmp.path().join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    std::fs::write(
+        docs.join("limits.jsonl"),
+        [
+            r#"{"id": "limits-standard", "title": "Standard card limits", "text": "What is the daily card limit? The daily card limit is one thousand dollars a day.", "metadata": {"audience": ["standard"]}}"#,
+            r#"{"id": "limits-premium", "title": "Premium card limits", "text": "Premium accounts may spend up to five thousand dollars abroad.", "metadata": {"audience": "premium"}}"#,
+            r#"{"id": "branches", "title": "Branch hours", "text": "Branches open at nine and close at five on weekdays.", "metadata": {"audience": ["standard", "premium"]}}"#,
+        ]
+        .join("\n"),
+    )
+    .unwrap();
+    let queries = tmp.path().join("questions.jsonl");
+    std::fs::write(
+        &queries,
+        "{\"query\": \"what is the daily card limit\", \"rerank_context\": {\"plan\": \"premium\"}, \"k\": 3}\n\
+         what is the daily card limit\n",
+    )
+    .unwrap();
+    let (q, d) = (queries.to_str().unwrap(), docs.to_str().unwrap());
+    let (ok, stdout, all) = run(&["component", "test", wasm, "--queries", q, "--corpus", d]);
+    assert!(ok, "{all}");
+    let block = |marker: &str| -> String {
+        (stdout.split("\n\n"))
+            .find(|b| b.contains(marker))
+            .unwrap_or_else(|| panic!("{marker}: {stdout}"))
+            .to_string()
+    };
+    let (fused, component) = firsts(&block("[plan=premium]"));
+    assert_ne!(fused, "limits-premium#0", "the premise: {stdout}");
+    assert_eq!(component, "limits-premium#0", "{stdout}");
+    let (fused, component) = firsts(&block("what is the daily card limit\n  "));
+    assert_eq!(fused, component, "no plan, no change: {stdout}");
+    let (ok, stdout, all) = run(&[
+        "component",
+        "bench",
+        wasm,
+        "--runs",
+        "5",
+        "--queries",
+        q,
+        "--corpus",
+        d,
+        "--context",
+        r#"{"plan": "premium"}"#,
+    ]);
+    assert!(ok, "{all}");
+    assert_eq!(
+        stdout.matches("context plan=premium").count(),
+        2,
+        "{stdout}"
+    );
+    let (ok, stdout, all) = run(&["component", "bench", wasm, "--runs", "20"]);
+    assert!(ok, "{all}");
+    for line in [
+        "instantiate + empty call",
+        "10 candidates",
+        "50 candidates",
+        "200 candidates",
+    ] {
+        let row = (stdout.lines())
+            .find(|l| l.contains(line))
+            .unwrap_or_else(|| panic!("{line}: {stdout}"));
+        assert!(
+            row.contains("p50") && row.contains("fuel") && !row.contains("FAILED"),
+            "{row}"
+        );
+    }
+
+    // On a server: ingested, uploaded, activated; premium callers' answers change.
+    let server = serve();
+    let (ok, _, all) = run(&["ingest", "--url", &server.url, d]);
+    assert!(ok, "{all}");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        let http = reqwest::Client::new();
+        let uploaded: serde_json::Value = http
+            .put(format!("{}/v1/components/rerank", server.url))
+            .header("content-type", "application/wasm")
+            .body(std::fs::read(wasm).unwrap())
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let version = uploaded["version"].as_str().expect("a version").to_string();
+        let activated = http
+            .post(format!("{}/v1/components/rerank/activate", server.url))
+            .json(&serde_json::json!({ "version": version }))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(activated.status(), 200);
+    });
+    let first_source = |extra: &[&str]| {
+        let mut args = vec!["ask", "--url", server.url.as_str(), "-k", "3"];
+        args.extend_from_slice(extra);
+        args.push("what is the daily card limit");
+        let (ok, stdout, all) = run(&args);
+        assert!(ok, "{all}");
+        stdout
+            .lines()
+            // The first source line, not a `[1]` of the model's prose.
+            .find(|l| l.starts_with("[1] ") && l.contains(") score "))
+            .unwrap_or_else(|| panic!("no sources: {stdout}"))
+            .to_string()
+    };
+    assert!(
+        first_source(&["--rerank-context", r#"{"plan": "premium"}"#])
+            .contains("Premium card limits")
+    );
+    assert!(!first_source(&[]).contains("Premium card limits"));
+}
+
+/// A corpus of four documents with audiences, and questions with and without a plan.
+fn corpus(dir: &Path) -> (PathBuf, PathBuf) {
+    let docs = dir.join("docs");
+    std::fs::create_dir_all(&docs).unwrap();
+    let line = |id: &str, audience: &str| {
+        format!(
+            "{{\"id\": \"{id}\", \"title\": \"Card limits\", \"text\": \"Card limits ({id}): the daily card limit is one thousand dollars.\", \"metadata\": {{\"audience\": {audience}}}}}\n"
+        )
+    };
+    let jsonl = [
+        line("limits-pro", r#"["pro"]"#),
+        line("limits-enterprise", r#"["enterprise"]"#),
+        line("limits-all", r#"["free", "pro", "enterprise"]"#),
+        line("limits-free", r#""free""#),
+    ]
+    .concat();
+    std::fs::write(docs.join("limits.jsonl"), jsonl).unwrap();
+    let queries = dir.join("questions.jsonl");
+    std::fs::write(
+        &queries,
+        "# a comment\n\
+         {\"query\": \"what is the daily card limit\", \"rerank_context\": {\"plan\": \"pro\"}, \"k\": 4}\n\
+         what is the daily card limit\n",
+    )
+    .unwrap();
+    (docs, queries)
+}
+
+#[test]
+fn a_component_is_tested_on_questions_over_a_corpus_without_a_server() {
+    sluice_testkit::needs!(Components);
+    let tmp = tempfile::tempdir().unwrap();
+    let (docs, queries) = corpus(tmp.path());
+    let policy = tmp.path().join("policy.component.wasm");
+    std::fs::write(&policy, sluice_rerank::built_component("policy").unwrap()).unwrap();
+    let args = |file: &str| {
+        vec![
+            "component".to_string(),
+            "test".into(),
+            file.into(),
+            "--queries".into(),
+            queries.to_str().unwrap().into(),
+            "--corpus".into(),
+            docs.to_str().unwrap().into(),
+        ]
+    };
+    let out = sluice()
+        .args(args(policy.to_str().unwrap()))
+        .env("SLUICE_DATA_DIR", tmp.path().join("data"))
+        .output()
+        .unwrap();
+    let (stdout, all) = (String::from_utf8_lossy(&out.stdout).to_string(), text(&out));
+    assert!(out.status.success(), "{all}");
+    assert!(all.contains("sluice:rerank/reranker@0.2.0"), "{all}");
+    // The pro question: the enterprise and free-only pages dropped, both named.
+    let pro = stdout
+        .split("\n\n")
+        .find(|b| b.contains("[plan=pro]"))
+        .expect(&stdout);
+    assert!(pro.contains("fused") && pro.contains("component"), "{pro}");
+    // Each list with its own scores: a row holds the fused pick and its fused score, then
+    // the component's pick and the score the component gave it (two kept here).
+    let rows: Vec<&str> = (pro.lines())
+        .filter(|l| l.trim_start().starts_with(|c: char| c.is_ascii_digit()))
+        .collect();
+    assert_eq!(rows.len(), 4, "{pro}");
+    let decimals = |row: &str| {
+        (row.split_whitespace())
+            .filter(|w| w.contains('.') && w.parse::<f64>().is_ok())
+            .count()
+    };
+    assert!(rows[..2].iter().all(|r| decimals(r) == 2), "{pro}");
+    assert!(rows[2..].iter().all(|r| decimals(r) == 1), "{pro}");
+    let dropped = pro.lines().find(|l| l.contains("dropped:")).expect(pro);
+    assert!(
+        dropped.contains("limits-enterprise#0") && dropped.contains("limits-free#0"),
+        "{dropped}"
+    );
+    assert!(
+        !dropped.contains("limits-pro") && !dropped.contains("limits-all"),
+        "{dropped}"
+    );
+    // Without a plan only documents without an audience are kept: here none.
+    let plain = stdout
+        .split("\n\n")
+        .find(|b| b.starts_with("what is the daily card limit\n"))
+        .expect(&stdout);
+    let dropped = plain.lines().find(|l| l.contains("dropped:")).expect(plain);
+    assert_eq!(dropped.matches('#').count(), 4, "{dropped}");
+    assert!(stdout.contains("2 calls, 0 failed; fuel p50"), "{stdout}");
+
+    // A component that passes its smoke run and traps on real requests: reported, exit 1.
+    let trapping = include_str!("../../rerank/tests/keep.wat").replace(
+        "(call $rank (local.get $n)) ;; misbehaviour",
+        "(unreachable)",
+    );
+    let bad = tmp.path().join("trapping.wat");
+    std::fs::write(&bad, trapping).unwrap();
+    let out = sluice()
+        .args(args(bad.to_str().unwrap()))
+        .env("SLUICE_DATA_DIR", tmp.path().join("data"))
+        .output()
+        .unwrap();
+    let all = text(&out);
+    assert!(!out.status.success(), "{all}");
+    assert!(
+        all.contains("FAILED") && all.contains("unreachable"),
+        "{all}"
+    );
+    assert!(all.contains("2 of 2 calls failed"), "{all}");
+    // The benchmark on the same questions and corpus: a row per question, under its own
+    // context, or under --context for all.
+    let bench = |extra: &[&str]| {
+        let out = sluice()
+            .args([
+                "component",
+                "bench",
+                policy.to_str().unwrap(),
+                "--runs",
+                "5",
+            ])
+            .args([
+                "--queries",
+                queries.to_str().unwrap(),
+                "--corpus",
+                docs.to_str().unwrap(),
+            ])
+            .args(extra)
+            .env("SLUICE_DATA_DIR", tmp.path().join("data"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let own = bench(&[]);
+    assert!(
+        own.contains("what is the daily card limit — 4 candidates, context plan=pro"),
+        "{own}"
+    );
+    assert!(own.contains("context none"), "{own}");
+    for row in ["q1 (4 candidates)", "q2 ("] {
+        let line = own
+            .lines()
+            .find(|l| l.contains(row))
+            .unwrap_or_else(|| panic!("{row}: {own}"));
+        assert!(
+            line.contains("fuel p50") && !line.contains("FAILED"),
+            "{line}"
+        );
+    }
+    let forced = bench(&["--context", r#"{"plan": "enterprise"}"#]);
+    assert_eq!(
+        forced.matches("context plan=enterprise").count(),
+        2,
+        "{forced}"
+    );
+    // A context that is not one is refused, saying why.
+    let out = sluice()
+        .args([
+            "component",
+            "bench",
+            policy.to_str().unwrap(),
+            "--context",
+            r#"{"plan": 3}"#,
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        !out.status.success() && text(&out).contains("--context"),
+        "{}",
+        text(&out)
+    );
+}

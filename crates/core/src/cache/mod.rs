@@ -1,0 +1,615 @@
+//! Stage 1: the semantic answer cache.
+//!
+//! A cached answer is found in two ways, both inside the request's tenant:
+//!
+//! 1. **exact**: the SHA-256 of the [normalised](guard::normalise) question, one key read;
+//! 2. **similar**: the [LSH buckets](lsh) of the query embedding, read in one parallel round;
+//!    the most similar candidate counts when its cosine reaches the tenant's threshold.
+//!
+//! In-process backends are read by exact key before the query is embedded (an exact hit
+//! costs microseconds); remote ones once, after the embedding, both ways in one round.
+//!
+//! Either way an entry answers only when it is **fresh** — same corpus version (every ingest
+//! bumps it), LLM, embedding model, prompt version, `k` and rerank component, and its `ttl`
+//! not passed (checked
+//! here: emulators and DynamoDB itself delete expired items late) — and when the
+//! [guard](guard::Guard) finds the two questions made of the same content words.
+//!
+//! Every lookup runs under its own small budget; late, failed or doubtful is a miss. Entries
+//! are written after `done`, only for complete answers that were not degraded.
+//!
+//! Backends implement [`CacheStore`]: [`memory::MemoryCache`] (the local default) here, and
+//! DynamoDB in the `sluice-cache-dynamodb` crate. They store and find; every decision is made here.
+
+pub mod guard;
+pub mod learn;
+pub mod lexicon;
+pub mod lsh;
+pub mod memory;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use crate::Tenant;
+use crate::config::CacheConfig;
+use crate::error::CacheError;
+pub use sluice_contract::cache::{CacheEntry, CacheStore, CachedAnswer, Scope};
+
+use guard::Guard;
+use learn::{Estimate, Observations};
+use lexicon::Lexicon;
+use lsh::Lsh;
+
+/// The question as the cache sees it, computed once per request.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    /// [`guard::normalise`]d text.
+    pub normalised: String,
+    /// The exact key: hex SHA-256 of `normalised` (and of the variant, when there is one).
+    pub key: String,
+    guard: Guard,
+}
+
+impl Probe {
+    /// Normalises `query` and derives its key and guard features.
+    pub fn new(query: &str) -> Self {
+        Self::scoped(query, None)
+    }
+
+    /// The probe of `query` asked under `variant` ([`Scope::variant`]): its exact key covers
+    /// the variant too, so that the answers of one question under two filters (or
+    /// conversations) are two entries; the scope is what keeps one from answering the other.
+    pub fn scoped(query: &str, variant: Option<&str>) -> Self {
+        let normalised = guard::normalise(query);
+        let key = match variant {
+            None => crate::sha256_hex(normalised.as_bytes()),
+            Some(digest) => crate::sha256_hex(format!("{normalised}\u{1f}{digest}").as_bytes()),
+        };
+        let guard = Guard::of(&normalised);
+        Self {
+            normalised,
+            key,
+            guard,
+        }
+    }
+}
+
+/// A lookup's outcome.
+#[derive(Debug)]
+pub enum Lookup {
+    /// A fresh entry that answers this question; `similarity` is 1 for an exact key match.
+    Hit {
+        /// The entry.
+        entry: Box<CacheEntry>,
+        /// Cosine between the two questions' embeddings (1.0 for exact).
+        similarity: f32,
+    },
+    /// Nothing usable.
+    Miss,
+    /// The backend failed or did not answer within the budget (a miss, with the reason).
+    Failed(String),
+    /// A miss sampled for learning the tenant's threshold: the LLM answers, and its answer is
+    /// compared with this candidate's ([`SemanticCache::observe`]). The candidate may be past
+    /// the threshold (an explored hit: an LLM call the cache would have saved) or under it.
+    Compare {
+        /// The candidate.
+        entry: Box<CacheEntry>,
+        /// Cosine between the two questions' embeddings.
+        similarity: f32,
+    },
+}
+
+/// Cache settings, from [`Config`].
+#[derive(Debug, Clone)]
+pub struct CacheSettings {
+    /// Default cosine threshold for a similar match.
+    pub threshold: f32,
+    /// Thresholds of tenants that set their own.
+    pub tenant_thresholds: HashMap<Tenant, f32>,
+    /// Lifetime of an entry.
+    pub ttl: Duration,
+    /// Budget of one lookup round; past it the lookup is a miss.
+    pub budget: Duration,
+    /// Tenants that learn their threshold, with the share of candidates they compare.
+    pub explore: HashMap<Tenant, f64>,
+    /// The false-hit rate a learned threshold keeps under (95 % confidence).
+    pub error_bound: f64,
+}
+
+impl CacheSettings {
+    /// The rules of the cache section.
+    pub fn from_config(config: &CacheConfig) -> Self {
+        Self {
+            threshold: config.threshold,
+            tenant_thresholds: config.tenant_thresholds.clone(),
+            ttl: config.ttl,
+            budget: config.budget,
+            explore: config.explore.clone(),
+            error_bound: config.error_bound,
+        }
+    }
+}
+
+/// The cache stage: matching rules over a [`CacheStore`].
+pub struct SemanticCache {
+    store: Arc<dyn CacheStore>,
+    settings: CacheSettings,
+    lsh: Lsh,
+    /// What the guard knows of words; until it is set, any differing word is another question.
+    lexicon: Arc<std::sync::OnceLock<Arc<Lexicon>>>,
+    /// The comparisons of tenants that learn their threshold, in this process.
+    learned: std::sync::Mutex<HashMap<Tenant, Observations>>,
+}
+
+impl SemanticCache {
+    /// A cache over `store` for query vectors of `dim` components.
+    pub fn new(store: Arc<dyn CacheStore>, settings: CacheSettings, dim: usize) -> Self {
+        Self {
+            store,
+            settings,
+            lsh: Lsh::new(dim),
+            lexicon: Arc::default(),
+            learned: Default::default(),
+        }
+    }
+
+    /// The cache with the guard reading `lexicon` (WordNet) for words that may stand for
+    /// one another; without one, any differing word is another question.
+    pub fn with_lexicon(self, lexicon: Arc<Lexicon>) -> Self {
+        let _ = self.lexicon.set(lexicon);
+        self
+    }
+
+    /// The cache, with the lexicon at `path` read on a thread of its own: reading it takes
+    /// about 0.1 s, which no cold start should wait for. Until it is read, and if it cannot
+    /// be, the guard substitutes no word (fewer hits, never a wrong one).
+    pub fn with_lexicon_from(self, path: std::path::PathBuf) -> Self {
+        let slot = self.lexicon.clone();
+        std::thread::spawn(move || match Lexicon::load(&path) {
+            Ok(lexicon) => {
+                let _ = slot.set(Arc::new(lexicon));
+            }
+            Err(e) => tracing::error!("{e}"),
+        });
+        self
+    }
+
+    /// The backend's name.
+    pub fn backend(&self) -> &'static str {
+        self.store.backend()
+    }
+
+    /// Whether the backend is read without a network round trip.
+    pub fn in_process(&self) -> bool {
+        self.store.in_process()
+    }
+
+    /// The cosine a similar question of `tenant` needs to reach.
+    pub fn threshold(&self, tenant: &Tenant) -> f32 {
+        match self.estimate(tenant) {
+            Some(estimate) => estimate.threshold as f32,
+            None => self.configured_threshold(tenant),
+        }
+    }
+
+    /// The threshold the configuration gives the tenant.
+    fn configured_threshold(&self, tenant: &Tenant) -> f32 {
+        self.settings
+            .tenant_thresholds
+            .get(tenant)
+            .copied()
+            .unwrap_or(self.settings.threshold)
+    }
+
+    /// For a tenant that learns its threshold: the threshold its comparisons give and what
+    /// they say of its false-hit rate.
+    pub fn estimate(&self, tenant: &Tenant) -> Option<Estimate> {
+        self.settings.explore.get(tenant)?;
+        let (configured, bound) = (self.configured_threshold(tenant), self.settings.error_bound);
+        let learned = self.learned.lock().unwrap_or_else(|e| e.into_inner());
+        Some(match learned.get(tenant) {
+            Some(observations) => observations.estimate(configured, bound),
+            None => Observations::default().estimate(configured, bound),
+        })
+    }
+
+    /// What the guard knows of words: nothing until the lexicon is read.
+    fn lexicon(&self) -> &Lexicon {
+        static NONE: std::sync::LazyLock<Lexicon> = std::sync::LazyLock::new(Lexicon::default);
+        self.lexicon.get().map_or(&NONE, |l| l.as_ref())
+    }
+
+    /// Whether two answers state the same facts as far as words (and the lexicon's antonyms)
+    /// tell: [`guard::same_facts`].
+    pub fn same_facts(&self, a: &str, b: &str) -> bool {
+        guard::same_facts(a, b, self.lexicon())
+    }
+
+    /// The tenants that learn their threshold (`SLUICE_CACHE_EXPLORE`).
+    pub fn learning_tenants(&self) -> impl Iterator<Item = &Tenant> {
+        self.settings.explore.keys()
+    }
+
+    /// Records a comparison of a [`Lookup::Compare`] candidate's answer with the LLM's.
+    pub fn observe(&self, tenant: &Tenant, similarity: f32, same: bool) {
+        if self.settings.explore.contains_key(tenant) {
+            let mut learned = self.learned.lock().unwrap_or_else(|e| e.into_inner());
+            learned
+                .entry(tenant.clone())
+                .or_default()
+                .record(similarity, same);
+        }
+    }
+
+    /// The entry under the probe's exact key, if it is fresh.
+    pub async fn exact(&self, tenant: &Tenant, probe: &Probe, scope: &Scope) -> Lookup {
+        let found = tokio::time::timeout(self.settings.budget, self.store.get(tenant, &probe.key));
+        match found.await {
+            Err(_) => Lookup::Failed(self.late()),
+            Ok(Err(e)) => Lookup::Failed(e.to_string()),
+            Ok(Ok(Some(entry)))
+                if entry.query == probe.normalised && fresh(&entry, tenant, scope, now()) =>
+            {
+                Lookup::Hit {
+                    entry: Box::new(entry),
+                    similarity: 1.0,
+                }
+            }
+            Ok(Ok(_)) => Lookup::Miss,
+        }
+    }
+
+    /// The most similar fresh entry that the guard allows, if it reaches the threshold.
+    pub async fn similar(
+        &self,
+        tenant: &Tenant,
+        probe: &Probe,
+        vector: &[f32],
+        scope: &Scope,
+    ) -> Lookup {
+        let buckets = self.lsh.buckets(vector);
+        let found = tokio::time::timeout(
+            self.settings.budget,
+            self.store.candidates(tenant, &buckets),
+        );
+        let candidates = match found.await {
+            Err(_) => return Lookup::Failed(self.late()),
+            Ok(Err(e)) => return Lookup::Failed(e.to_string()),
+            Ok(Ok(candidates)) => candidates,
+        };
+        let threshold = self.threshold(tenant);
+        let explore = self.settings.explore.get(tenant).copied().unwrap_or(0.0);
+        // A tenant that learns compares candidates down to the learner's floor.
+        let least = if explore > 0.0 {
+            threshold.min(learn::FLOOR)
+        } else {
+            threshold
+        };
+        let lexicon = self.lexicon();
+        let now = now();
+        candidates
+            .into_iter()
+            .filter(|e| fresh(e, tenant, scope, now))
+            .map(|e| (cosine(vector, &e.vector), e))
+            .filter(|(similarity, _)| *similarity >= least)
+            .filter(|(_, e)| {
+                probe
+                    .guard
+                    .conflict(&Guard::of(&e.query), lexicon)
+                    .is_none()
+            })
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .map_or(Lookup::Miss, |(similarity, entry)| {
+                let entry = Box::new(entry);
+                if explore > 0.0 && learn::sampled(explore) {
+                    Lookup::Compare { entry, similarity }
+                } else if similarity >= threshold {
+                    Lookup::Hit { entry, similarity }
+                } else {
+                    Lookup::Miss
+                }
+            })
+    }
+
+    /// [`exact`](Self::exact) and [`similar`](Self::similar) at once (one parallel round for
+    /// a remote backend); an exact hit wins.
+    pub async fn lookup(
+        &self,
+        tenant: &Tenant,
+        probe: &Probe,
+        vector: &[f32],
+        scope: &Scope,
+    ) -> Lookup {
+        let (exact, similar) = tokio::join!(
+            self.exact(tenant, probe, scope),
+            self.similar(tenant, probe, vector, scope)
+        );
+        match (exact, similar) {
+            (hit @ Lookup::Hit { .. }, _) | (_, hit @ Lookup::Hit { .. }) => hit,
+            (_, compare @ Lookup::Compare { .. }) => compare,
+            (failed @ Lookup::Failed(_), _) | (_, failed @ Lookup::Failed(_)) => failed,
+            _ => Lookup::Miss,
+        }
+    }
+
+    /// An entry for `answer` to the probed question, expiring after the configured TTL.
+    pub fn entry(
+        &self,
+        tenant: &Tenant,
+        probe: &Probe,
+        vector: Vec<f32>,
+        scope: Scope,
+        answer: CachedAnswer,
+    ) -> CacheEntry {
+        CacheEntry {
+            tenant: tenant.clone(),
+            key: probe.key.clone(),
+            query: probe.normalised.clone(),
+            buckets: self.lsh.buckets(&vector),
+            vector,
+            scope,
+            expires_at: now() + self.settings.ttl.as_secs(),
+            answer,
+        }
+    }
+
+    /// Stores an entry.
+    pub async fn put(&self, entry: &CacheEntry) -> Result<(), CacheError> {
+        self.store.put(entry).await
+    }
+
+    /// Deletes the entries of `tenant` (only those made for keys bound to `binding`, when it
+    /// is given); returns how many.
+    pub async fn clear(&self, tenant: &Tenant, binding: Option<&str>) -> Result<usize, CacheError> {
+        self.store.clear(tenant, binding).await
+    }
+
+    fn late(&self) -> String {
+        format!(
+            "no answer within the {} ms cache budget",
+            self.settings.budget.as_millis()
+        )
+    }
+}
+
+/// Whether `entry` may answer a request of `tenant` made under `scope` at `now`.
+fn fresh(entry: &CacheEntry, tenant: &Tenant, scope: &Scope, now: u64) -> bool {
+    entry.tenant == *tenant && entry.scope == *scope && entry.expires_at > now
+}
+
+/// Cosine similarity (the stored vector may have lost precision, so both are normalised).
+pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
+    if a.len() != b.len() {
+        return 0.0;
+    }
+    let (mut dot, mut na, mut nb) = (0.0f32, 0.0f32, 0.0f32);
+    for (x, y) in a.iter().zip(b) {
+        dot += x * y;
+        na += x * x;
+        nb += y * y;
+    }
+    if na == 0.0 || nb == 0.0 {
+        0.0
+    } else {
+        dot / (na.sqrt() * nb.sqrt())
+    }
+}
+
+/// Unix time in seconds.
+pub fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use memory::MemoryCache;
+
+    fn scope(corpus_version: u64) -> Scope {
+        Scope {
+            corpus_version,
+            llm_model: "llm".into(),
+            embed_model: "minilm".into(),
+            prompt_version: 1,
+            k: 5,
+            rerank: None,
+            variant: None,
+            binding: None,
+        }
+    }
+
+    fn answer(text: &str) -> CachedAnswer {
+        CachedAnswer {
+            tokens: vec![text.into()],
+            sources: vec![],
+            finish_reason: "stop".into(),
+            token_count: 1,
+            token_count_source: "usage".into(),
+        }
+    }
+
+    fn cache(threshold: f32) -> SemanticCache {
+        let settings = CacheSettings {
+            threshold,
+            tenant_thresholds: HashMap::from([(Tenant::new("strict").unwrap(), 0.999)]),
+            ttl: Duration::from_secs(60),
+            budget: Duration::from_millis(100),
+            explore: HashMap::from([(Tenant::new("learner").unwrap(), 1.0)]),
+            error_bound: 0.01,
+        };
+        SemanticCache::new(Arc::new(MemoryCache::new(100)), settings, 4)
+    }
+
+    /// A unit vector at cosine `c` from (1, 0, 0, 0).
+    fn near(c: f32) -> Vec<f32> {
+        vec![c, (1.0 - c * c).sqrt(), 0.0, 0.0]
+    }
+
+    fn t(name: &str) -> Tenant {
+        Tenant::new(name).unwrap()
+    }
+
+    async fn store(cache: &SemanticCache, tenant: &str, query: &str, v: Vec<f32>, s: Scope) {
+        let entry = cache.entry(&t(tenant), &Probe::new(query), v, s, answer(query));
+        cache.put(&entry).await.unwrap();
+    }
+
+    fn hit(l: &Lookup) -> Option<&str> {
+        match l {
+            Lookup::Hit { entry, .. } => Some(entry.answer.tokens[0].as_str()),
+            _ => None,
+        }
+    }
+
+    #[tokio::test]
+    async fn exact_key_ignores_case_and_punctuation() {
+        let c = cache(0.95);
+        store(&c, "acme", "What is the fee?", near(1.0), scope(1)).await;
+        let l = c
+            .exact(&t("acme"), &Probe::new("what is the FEE"), &scope(1))
+            .await;
+        assert_eq!(hit(&l), Some("What is the fee?"));
+        let l = c
+            .exact(&t("acme"), &Probe::new("what is a fee"), &scope(1))
+            .await;
+        assert!(matches!(l, Lookup::Miss), "{l:?}");
+    }
+
+    #[tokio::test]
+    async fn similar_needs_the_threshold_and_the_guard() {
+        let c = cache(0.95);
+        store(&c, "acme", "how do I turn on alerts", near(1.0), scope(1)).await;
+        let on = Probe::new("how can I turn alerts on");
+        let off = Probe::new("how can I turn alerts off");
+        assert!(hit(&c.similar(&t("acme"), &on, &near(0.97), &scope(1)).await).is_some());
+        assert!(hit(&c.similar(&t("acme"), &on, &near(0.90), &scope(1)).await).is_none());
+        assert!(hit(&c.similar(&t("acme"), &off, &near(0.99), &scope(1)).await).is_none());
+        // A tenant's own threshold.
+        store(&c, "strict", "how do I turn on alerts", near(1.0), scope(1)).await;
+        let on = Probe::new("how do I turn on alerts?");
+        assert!(hit(&c.similar(&t("strict"), &on, &near(0.97), &scope(1)).await).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_learning_tenant_compares_candidates_and_its_threshold_follows_them() {
+        let c = cache(0.95);
+        // Not learning: no comparison, no estimate.
+        store(&c, "acme", "how do I turn on alerts", near(1.0), scope(1)).await;
+        let on = Probe::new("how can I turn alerts on");
+        let found = c.similar(&t("acme"), &on, &near(0.9), &scope(1)).await;
+        assert!(matches!(found, Lookup::Miss), "{found:?}");
+        assert_eq!(c.estimate(&t("acme")), None);
+        // Learning at rate 1: a candidate the guard passes, under the threshold but over the
+        // floor, is handed over for comparison; one the guard refuses is not.
+        store(
+            &c,
+            "learner",
+            "how do I turn on alerts",
+            near(1.0),
+            scope(1),
+        )
+        .await;
+        let found = c.similar(&t("learner"), &on, &near(0.9), &scope(1)).await;
+        assert!(matches!(found, Lookup::Compare { .. }), "{found:?}");
+        let off = Probe::new("how can I turn alerts off");
+        let found = c.similar(&t("learner"), &off, &near(0.99), &scope(1)).await;
+        assert!(matches!(found, Lookup::Miss), "{found:?}");
+        // Enough same answers at 0.9 and the threshold comes down to them.
+        for _ in 0..400 {
+            c.observe(&t("learner"), 0.9, true);
+        }
+        let estimate = c.estimate(&t("learner")).expect("learning");
+        assert!(estimate.learned && (c.threshold(&t("learner")) - 0.9).abs() < 0.006);
+        // Comparisons of a tenant that does not learn are not kept.
+        c.observe(&t("acme"), 0.9, true);
+        assert_eq!(c.threshold(&t("acme")), 0.95);
+    }
+
+    #[tokio::test]
+    async fn entries_of_another_tenant_scope_or_age_do_not_answer() {
+        let c = cache(0.95);
+        store(&c, "acme", "q", near(1.0), scope(1)).await;
+        let p = Probe::new("q");
+        assert!(hit(&c.exact(&t("globex"), &p, &scope(1)).await).is_none());
+        assert!(hit(&c.similar(&t("globex"), &p, &near(1.0), &scope(1)).await).is_none());
+        assert!(
+            hit(&c.exact(&t("acme"), &p, &scope(2)).await).is_none(),
+            "corpus version"
+        );
+        let other_k = Scope { k: 3, ..scope(1) };
+        assert!(hit(&c.exact(&t("acme"), &p, &other_k).await).is_none(), "k");
+        let reranked = Scope {
+            rerank: Some("v2".into()),
+            ..scope(1)
+        };
+        assert!(
+            hit(&c.exact(&t("acme"), &p, &reranked).await).is_none(),
+            "rerank component"
+        );
+        // Under a filter: another key and another scope, so neither answers the other.
+        let filtered = Scope {
+            variant: Some("f1".into()),
+            ..scope(1)
+        };
+        let under = Probe::scoped("q", Some("f1"));
+        assert_ne!(under.key, p.key);
+        assert!(hit(&c.exact(&t("acme"), &under, &filtered).await).is_none());
+        assert!(
+            hit(&c.similar(&t("acme"), &under, &near(1.0), &filtered).await).is_none(),
+            "a similar entry made without the filter"
+        );
+        let entry = c.entry(&t("acme"), &under, near(1.0), filtered.clone(), answer("q"));
+        c.put(&entry).await.unwrap();
+        assert!(hit(&c.exact(&t("acme"), &under, &filtered).await).is_some());
+        let other = Scope {
+            variant: Some("f2".into()),
+            ..scope(1)
+        };
+        assert!(
+            hit(&c
+                .similar(
+                    &t("acme"),
+                    &Probe::scoped("q", Some("f2")),
+                    &near(1.0),
+                    &other
+                )
+                .await)
+            .is_none(),
+            "another filter"
+        );
+        assert!(hit(&c.exact(&t("acme"), &p, &scope(1)).await).is_some());
+        let mut old = c.entry(&t("acme"), &p, near(1.0), scope(1), answer("old"));
+        old.expires_at = now() - 1;
+        c.put(&old).await.unwrap();
+        assert!(
+            hit(&c.exact(&t("acme"), &p, &scope(1)).await).is_none(),
+            "expired"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_best_candidate_wins() {
+        let c = cache(0.9);
+        store(&c, "acme", "reset my password", near(0.93), scope(1)).await;
+        store(&c, "acme", "reset the password", near(0.99), scope(1)).await;
+        let l = c
+            .similar(
+                &t("acme"),
+                &Probe::new("reset password"),
+                &near(1.0),
+                &scope(1),
+            )
+            .await;
+        assert_eq!(hit(&l), Some("reset the password"));
+    }
+
+    #[test]
+    fn cosine_of_scaled_and_mismatched_vectors() {
+        assert!((cosine(&[2.0, 0.0], &[0.5, 0.0]) - 1.0).abs() < 1e-6);
+        assert_eq!(cosine(&[1.0], &[1.0, 0.0]), 0.0);
+        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), 0.0);
+    }
+}

@@ -1,0 +1,323 @@
+//! Cache: an in-process cache read by exact key before the embedding, then by similar
+//! question (and a remote cache's exact key) after it; a hit replayed as events; a complete
+//! answer recorded behind `done`, and compared with a candidate it was checked against.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::future::FutureExt;
+use tokio::time::Instant as Deadline;
+use tracing::{info, warn};
+
+use super::flow::{add_ms, bounded, ms};
+use super::scope::{COMPONENT_READ, Read, ScopeReads, VERSION_READ, output, resolved, take};
+use super::{AnswerRequest, Pipeline, Progress};
+use crate::Tenant;
+use crate::cache::{CachedAnswer, Lookup, Probe, Scope, SemanticCache};
+use crate::codes::Degraded;
+use crate::prompt;
+use crate::sse::{CacheState, Done, Event, Meta, Token};
+use crate::stages::ActiveComponent;
+
+/// Where the cache stands for an answer after its lookup: what a complete answer is written
+/// under, if anything.
+pub(super) struct CacheWrite {
+    cache: Arc<SemanticCache>,
+    probe: Probe,
+    scope: Scope,
+    /// A candidate whose answer the LLM's is compared with, for the tenant's threshold.
+    compare: Option<(Box<crate::cache::CacheEntry>, f32)>,
+}
+
+/// What the exact read before the embedding gave: whether it ran, and a hit's events.
+#[derive(Default)]
+pub(super) struct ExactRead {
+    pub(super) exact_read: bool,
+    pub(super) replay: Option<Vec<Event>>,
+}
+
+/// How the cache round after the embedding ended.
+pub(super) enum Round {
+    /// The cached answer's events.
+    Hit(Vec<Event>),
+    /// Nothing fit: a complete answer is written under this.
+    Miss(Box<CacheWrite>),
+    /// The scope was not known in time: the cache is neither read nor written.
+    Skipped,
+}
+
+impl Pipeline {
+    /// Stage 1 before the embedding: an in-process cache read by exact key, when the scope
+    /// reads answered at once (an exact hit then costs microseconds and no embedding).
+    pub(super) async fn exact_in_memory(
+        &self,
+        request: &AnswerRequest,
+        cache: Option<&Arc<SemanticCache>>,
+        reads: &mut ScopeReads,
+        progress: &mut Progress,
+    ) -> ExactRead {
+        let Some(cache) = cache.filter(|c| c.in_process()) else {
+            return ExactRead::default();
+        };
+        let _ = futures::poll!(&mut reads.version);
+        let _ = futures::poll!(&mut reads.component);
+        let (Some(Read::Got(Some(v))), Some(Read::Got(c))) =
+            (output(&mut reads.version), output(&mut reads.component))
+        else {
+            return ExactRead::default();
+        };
+        let scope = self.scope(request, *v, c.as_ref(), progress);
+        let probe = Probe::scoped(&request.query, progress.variant.as_deref());
+        let started = Instant::now();
+        let found = bounded(
+            progress.deadline,
+            cache.exact(&request.tenant, &probe, &scope),
+        )
+        .await
+        .unwrap_or(Lookup::Miss);
+        add_ms(&mut progress.timings.cache_ms, started.elapsed());
+        ExactRead {
+            exact_read: true,
+            replay: self.replay(request, progress, found),
+        }
+    }
+
+    /// Stage 1 after the embedding: what the cache needs is awaited (one cache budget more,
+    /// never past the deadline), then the similar-question lookup; a remote cache reads the
+    /// exact key in the same round. The component is resolved here for the rerank stage: a
+    /// late or failed look-up keeps the fused order.
+    pub(super) async fn cache_round(
+        &self,
+        request: &AnswerRequest,
+        cache: &Arc<SemanticCache>,
+        vector: &Result<(Vec<f32>, Duration), Degraded>,
+        exact_read: bool,
+        reads: &mut ScopeReads,
+        progress: &mut Progress,
+    ) -> Round {
+        let cache_by = progress
+            .deadline
+            .min(Deadline::now() + self.config.scope_budget);
+        let _ = bounded(cache_by, reads.both()).await;
+        let version = take(&mut reads.version, VERSION_READ, &mut progress.degraded).flatten();
+        let active = take(&mut reads.component, COMPONENT_READ, &mut progress.degraded);
+        reads.component = resolved(active.clone().flatten());
+        let (Some(version), Some(active)) = (version, active) else {
+            return Round::Skipped;
+        };
+        let scope = self.scope(request, version, active.as_ref(), progress);
+        let probe = Probe::scoped(&request.query, progress.variant.as_deref());
+        let started = Instant::now();
+        let found = match (vector, cache.in_process()) {
+            (Ok((v, _)), true) if exact_read => {
+                cache.similar(&request.tenant, &probe, v, &scope).boxed()
+            }
+            (Ok((v, _)), _) => cache.lookup(&request.tenant, &probe, v, &scope).boxed(),
+            (Err(_), false) => cache.exact(&request.tenant, &probe, &scope).boxed(),
+            (Err(_), true) => async { Lookup::Miss }.boxed(),
+        };
+        let found = bounded(progress.deadline, found)
+            .await
+            .unwrap_or(Lookup::Miss);
+        add_ms(&mut progress.timings.cache_ms, started.elapsed());
+        let (found, compare) = match found {
+            Lookup::Compare { entry, similarity } => (Lookup::Miss, Some((entry, similarity))),
+            found => (found, None),
+        };
+        match self.replay(request, progress, found) {
+            Some(events) => Round::Hit(events),
+            None => Round::Miss(Box::new(CacheWrite {
+                cache: Arc::clone(cache),
+                probe,
+                scope,
+                compare,
+            })),
+        }
+    }
+
+    /// Judges, on a blocking thread, whether `fresh` is the answer `candidate` gave — the
+    /// same documents among the sources, the same facts as far as words tell, and the two
+    /// texts' embeddings at cosine [`SAME_ANSWER`](crate::cache::learn::SAME_ANSWER) or more —
+    /// and records the judgement for the tenant's learned threshold. An embedding that fails
+    /// records nothing.
+    fn compare(
+        &self,
+        tenant: &Tenant,
+        cache: &Arc<SemanticCache>,
+        candidate: &crate::cache::CacheEntry,
+        similarity: f32,
+        fresh: &CachedAnswer,
+    ) -> tokio::task::JoinHandle<()> {
+        let documents = |a: &CachedAnswer| {
+            let mut ids: Vec<String> = a.sources.iter().map(|s| s.id.clone()).collect();
+            ids.sort();
+            ids.dedup();
+            ids
+        };
+        let texts = [candidate.answer.tokens.concat(), fresh.tokens.concat()];
+        let same_so_far = documents(&candidate.answer) == documents(fresh)
+            && cache.same_facts(&texts[0], &texts[1]);
+        let (embedder, cache, tenant) = (
+            Arc::clone(&self.embedder),
+            Arc::clone(cache),
+            tenant.clone(),
+        );
+        tokio::task::spawn_blocking(move || {
+            let Ok(vectors) = embedder.embed(&[&texts[0], &texts[1]]) else {
+                return;
+            };
+            let close = match vectors.as_slice() {
+                [a, b] => crate::cache::cosine(a, b) >= crate::cache::learn::SAME_ANSWER,
+                _ => return,
+            };
+            cache.observe(&tenant, similarity, same_so_far && close);
+        })
+    }
+
+    /// The scope an entry must have been made under to answer this request.
+    fn scope(
+        &self,
+        request: &AnswerRequest,
+        corpus_version: u64,
+        component: Option<&Arc<dyn ActiveComponent>>,
+        progress: &Progress,
+    ) -> Scope {
+        Scope {
+            rerank: component.map(|c| c.version().to_string()),
+            corpus_version,
+            llm_model: self.llm.model_id().to_string(),
+            embed_model: self.embedder.model_id().to_string(),
+            prompt_version: prompt::PROMPT_VERSION,
+            k: request.k,
+            variant: progress.variant.clone(),
+            binding: request.binding.clone(),
+        }
+    }
+
+    /// The events of a cache hit (`meta`, the cached tokens, `done`), or `None` on a miss.
+    fn replay(
+        &self,
+        request: &AnswerRequest,
+        progress: &mut Progress,
+        found: Lookup,
+    ) -> Option<Vec<Event>> {
+        let (entry, similarity) = match found {
+            Lookup::Hit { entry, similarity } => (entry, similarity),
+            // A candidate to compare was taken aside by the cache round.
+            Lookup::Miss | Lookup::Compare { .. } => return None,
+            Lookup::Failed(e) => {
+                warn!(error = %e, "cache lookup failed; treated as a miss");
+                return None;
+            }
+        };
+        info!(similarity, "answered from the cache");
+        let answer = entry.answer;
+        let timings = &mut progress.timings;
+        timings.ttft_ms = Some(ms(request.received.elapsed()));
+        let mut events = Vec::with_capacity(answer.tokens.len() + 2);
+        events.push(Event::Meta(Box::new(Meta {
+            request_id: progress.request_id.clone(),
+            session_id: progress.session_id.clone(),
+            tenant: request.tenant.clone(),
+            model_id: self.llm.model_id().to_string(),
+            k: request.k,
+            documents: answer.sources,
+            cache: CacheState::Hit,
+            degraded: Vec::new(),
+            timings: timings.clone(),
+            trace_id: request.trace.trace_id.clone(),
+            prompt: None,
+            rerank_dropped: None,
+            rerank_error: None,
+            prompt_tokens: None,
+        })));
+        events.extend(answer.tokens.into_iter().enumerate().map(|(i, text)| {
+            Event::Token(Token {
+                text,
+                index: i as u64,
+            })
+        }));
+        timings.total_ms = Some(ms(request.received.elapsed()));
+        events.push(Event::Done(Box::new(Done {
+            request_id: progress.request_id.clone(),
+            session_id: progress.session_id.clone(),
+            replica_id: self.replica_id.clone(),
+            model_id: self.llm.model_id().to_string(),
+            k: request.k,
+            token_count: answer.token_count,
+            token_count_source: answer.token_count_source,
+            tokens_per_sec: 0.0,
+            // No prompt was sent: a cached answer costs the LLM nothing.
+            prompt_tokens: 0,
+            finish_reason: answer.finish_reason,
+            cached: true,
+            timings: timings.clone(),
+        })));
+        Some(events)
+    }
+
+    /// Record: a complete answer (the model stopped, or reached the configured max_tokens,
+    /// as it would again) that was not degraded is written to the cache, and compared with
+    /// the candidate it was checked against. Both start now and never delay `done`; the
+    /// stream awaits them after it, since on Lambda the invocation ends with the response
+    /// stream and work still in flight would be frozen with the environment (and lost).
+    pub(super) fn record(
+        &self,
+        request: &AnswerRequest,
+        progress: &Progress,
+        write: CacheWrite,
+        vector: Vec<f32>,
+        answer: CachedAnswer,
+    ) -> Vec<tokio::task::JoinHandle<()>> {
+        if !progress.degraded.is_empty()
+            || !matches!(answer.finish_reason.as_str(), "stop" | "length")
+            || !self.settled(&request.tenant, write.scope.corpus_version)
+        {
+            return Vec::new();
+        }
+        let mut work = Vec::with_capacity(2);
+        if let Some((candidate, similarity)) = &write.compare {
+            work.push(self.compare(
+                &request.tenant,
+                &write.cache,
+                candidate,
+                *similarity,
+                &answer,
+            ));
+        }
+        let entry = write
+            .cache
+            .entry(&request.tenant, &write.probe, vector, write.scope, answer);
+        work.push(tokio::spawn(async move {
+            if let Err(e) = write.cache.put(&entry).await {
+                warn!(tenant = %entry.tenant, error = %e, "answer not cached");
+            }
+        }));
+        work
+    }
+
+    /// Whether an answer made under the tenant's corpus `version` may be cached: always with
+    /// a store that reads its own writes; with one whose reads lag its writes
+    /// ([`Store::lag`]), only once this process has known the version for that long — until
+    /// then retrieval may still have returned a document the change deleted, and such an
+    /// answer must not outlive the request. A version is met no earlier than it was made, so
+    /// holding from the first meeting covers every process. (A tenant forgotten to keep the
+    /// table bounded is met again: its writes are held again, never let through early.)
+    fn settled(&self, tenant: &Tenant, version: u64) -> bool {
+        let lag = self.store.lag();
+        if lag.is_zero() {
+            return true;
+        }
+        let mut seen = self.versions_seen.lock().unwrap_or_else(|p| p.into_inner());
+        if seen.len() >= crate::REMEMBERED_TENANTS && !seen.contains_key(tenant) {
+            seen.clear();
+        }
+        match seen.get(tenant) {
+            Some((v, since)) if *v == version => since.elapsed() >= lag,
+            _ => {
+                seen.insert(tenant.clone(), (version, Instant::now()));
+                false
+            }
+        }
+    }
+}

@@ -1,0 +1,396 @@
+//! The wire: the HTTP surface the pipeline is served through, shared by `sluice serve` and the
+//! Lambda functions (`sluice-app` builds the [`Server`] each one needs):
+//!
+//! | route | what |
+//! |---|---|
+//! | `POST /v1/answer` | `{"query", "k"?, "session_id"?, "retrieval_deadline_ms"?, "cache"?, "include_prompt"?}` → `text/event-stream` |
+//! | `POST /v1/documents` | `{"documents": [{"id", "text", "title"?, "source"?}]}`, or a file's bytes with `?filename=` → ingest report |
+//! | `PUT /v1/components/rerank` | upload a rerank component (bytes) → its version |
+//! | `POST /v1/components/rerank/activate` | `{"version"}` → make it the tenant's active one |
+//! | `GET /v1/components/rerank` | the tenant's versions and the active one |
+//! | `DELETE /v1/components/rerank` | back to the built-in default (fused order) |
+//! | `DELETE /v1/cache` | forget the tenant's cached answers → `{"deleted": n}` |
+//! | `GET /v1/cache` | the tenant's similarity threshold now, and what its learning says |
+//! | `GET /v1/usage` | the tenant's usage per day (`?from&to`, `&keys=true` per key) ([`usage`]) |
+//! | `POST /v1/chat/completions`, `GET /v1/models` | OpenAI-compatible ([`openai`]) |
+//! | `GET /healthz` | the process is up |
+//! | `GET /readyz` | model loaded, store open, LLM reachable (503 otherwise) |
+//!
+//! Every error is JSON: `{"error": {"code", "message"}}` with a 4xx/5xx status.
+//!
+//! **Auth.** With a key store (`SLUICE_API_KEYS_FILE`, `SLUICE_API_KEYS_TABLE`) every `/v1`
+//! request needs `Authorization: Bearer <key>` (or `x-api-key: <key>`, for callers whose
+//! `Authorization` carries a SigV4 signature): the key's tenant is the request's tenant.
+//! No key or an unknown one is a 401; an `x-sluice-tenant` header naming another tenant, or a
+//! route the key has no [`Permission`] for, a 403. Without a key store auth is off and the
+//! tenant is the `x-sluice-tenant` header, or `SLUICE_DEFAULT_TENANT` without it: that trusts
+//! the network in front of the server. A browser's request from a page of another origin is
+//! refused on every `/v1` route ([`admit`]). Then each tenant's request rate and open streams
+//! are limited ([`quota`]): over a limit is a 429 with `Retry-After`.
+//!
+//! A `traceparent` header (W3C) is continued into the LLM call. Every response is counted by
+//! route and status, and every answer by how it ended, in the [`metrics`] — read from the
+//! pipeline's events as they pass, so the pipeline knows nothing of them.
+#![warn(missing_docs)]
+
+pub mod admit;
+pub mod answer;
+mod components;
+mod documents;
+pub mod error;
+pub mod metrics;
+pub mod openai;
+mod parts;
+pub mod quota;
+mod serve;
+mod usage;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Json;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use serde_json::json;
+use sluice_core::auth::{KeyStore, Permission};
+use sluice_core::codes::Code;
+use sluice_core::config::{AuthConfig, RequestLimits, ServerConfig};
+use sluice_core::stages::Components;
+use sluice_core::usage::Meter;
+use sluice_core::{Ingest, Pipeline, Tenant};
+
+pub use admit::{CONTENT_SHA256_HEADER, client_headers, client_json};
+pub use answer::answer_request;
+pub use documents::escape;
+pub use error::ApiError;
+use metrics::Metrics;
+pub use parts::{Parts, Role};
+use quota::Quotas;
+pub use serve::serve;
+
+/// How long `/readyz` waits for the LLM.
+const READY_LLM_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// What the routes serve, built once at start: the parts of Sluice this process runs, and what
+/// the wire adds around them. A Lambda function holds only the parts its routes need; the
+/// routes of a part it lacks answer 404 (`not_found`, or `components_disabled`).
+pub struct Server {
+    /// The answer path: `/v1/answer`, the OpenAI routes and `DELETE /v1/cache`.
+    pub answers: Option<Arc<Pipeline>>,
+    /// The document path: `/v1/documents`.
+    pub ingest: Option<Arc<Ingest>>,
+    /// The registry behind `/v1/components/rerank`.
+    pub components: Option<Arc<dyn Components>>,
+    /// API keys; `None` while auth is off (the tenant is then the `x-sluice-tenant` header).
+    pub keys: Option<Arc<dyn KeyStore>>,
+    /// Per-tenant request rate and open streams.
+    pub quotas: Arc<Quotas>,
+    /// Counters and histograms of requests and answers (`/metrics`; EMF lines on Lambda).
+    pub metrics: Metrics,
+    /// Request body caps.
+    pub limits: RequestLimits,
+    /// After this long without an event, a stream sends an SSE comment line (0: never).
+    pub sse_keepalive: Duration,
+    /// The tenant of a request without `x-sluice-tenant` while auth is off.
+    pub default_tenant: Tenant,
+    /// Counts each answer's and ingest's usage, and checks budgets; `None` with
+    /// `SLUICE_USAGE=off`.
+    pub usage: Option<Arc<Meter>>,
+}
+
+impl Server {
+    /// The wire alone — tenant limits, body caps, keep-alive, the default tenant — with no
+    /// part to serve yet, and auth off.
+    pub fn new(limits: &RequestLimits, server: &ServerConfig, auth: &AuthConfig) -> Self {
+        Self {
+            answers: None,
+            ingest: None,
+            components: None,
+            keys: None,
+            quotas: Arc::new(Quotas::new(
+                limits.tenant_rate,
+                limits.tenant_burst,
+                limits.tenant_max_streams,
+            )),
+            metrics: Metrics::default(),
+            limits: limits.clone(),
+            sse_keepalive: server.sse_keepalive,
+            default_tenant: auth.default_tenant.clone(),
+            usage: None,
+        }
+    }
+
+    /// Serves answers from `pipeline`.
+    pub fn with_answers(mut self, pipeline: Arc<Pipeline>) -> Self {
+        if let Some(cache) = &pipeline.cache {
+            self.metrics.watch_cache(Arc::clone(cache));
+        }
+        self.answers = Some(pipeline);
+        self
+    }
+
+    /// Serves document ingestion through `ingest`.
+    pub fn with_ingest(mut self, ingest: Arc<Ingest>) -> Self {
+        self.ingest = Some(ingest);
+        self
+    }
+
+    /// Serves the component registry.
+    pub fn with_components(mut self, components: Arc<dyn Components>) -> Self {
+        self.components = Some(components);
+        self
+    }
+
+    /// Turns auth on: every `/v1` request needs a key from `keys`.
+    pub fn with_keys(mut self, keys: Arc<dyn KeyStore>) -> Self {
+        self.keys = Some(keys);
+        self
+    }
+
+    /// The answer path, or the 404 of a process that serves no answers.
+    pub(crate) fn answers(&self, method: &str, path: &str) -> Result<&Arc<Pipeline>, ApiError> {
+        self.answers
+            .as_ref()
+            .ok_or_else(|| not_served(method, path, "answers"))
+    }
+
+    /// The document path, or the 404 of a process that serves no documents.
+    pub(crate) fn ingest(&self) -> Result<&Arc<Ingest>, ApiError> {
+        self.ingest
+            .as_ref()
+            .ok_or_else(|| not_served("POST", "/v1/documents", "documents"))
+    }
+}
+
+/// The 404 of a route whose part this process does not run (another function serves it).
+fn not_served(method: &str, path: &str, part: &str) -> ApiError {
+    ApiError::new(
+        Code::NotFound,
+        format!("no route for {method} {path}: this process does not serve {part}"),
+    )
+}
+
+/// The point an answer stream must have ended by, set as a request extension by an entry
+/// point that is killed at a fixed time (on Lambda: the invocation's deadline less a margin);
+/// `sluice serve` sets none. It becomes the answer's
+/// [`AnswerRequest::ends_by`](sluice_core::pipeline::AnswerRequest::ends_by).
+#[derive(Debug, Clone, Copy)]
+pub struct StreamDeadline(pub tokio::time::Instant);
+
+/// The routes over `server`.
+pub fn router(server: Arc<Server>) -> Router {
+    Router::new()
+        .route("/v1/answer", post(answer::answer))
+        .route(
+            "/v1/documents",
+            post(documents::documents)
+                .get(documents::list_documents)
+                .delete(documents::delete_documents),
+        )
+        .route(
+            "/v1/documents/{*id}",
+            get(documents::get_document).delete(documents::delete_document),
+        )
+        .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
+        .route("/readyz", get(ready))
+        .route(
+            "/v1/components/rerank",
+            get(components::list_components)
+                .put(components::upload_component)
+                .delete(components::deactivate_component),
+        )
+        .route(
+            "/v1/components/rerank/activate",
+            post(components::activate_component),
+        )
+        .route("/v1/cache", delete(clear_cache).get(cache_state))
+        .route("/v1/usage", get(usage::usage))
+        .route("/v1/chat/completions", post(openai::chat_completions))
+        .route("/v1/models", get(openai::models))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&server),
+            count_request,
+        ))
+        .with_state(server)
+}
+
+/// `router`, answering only requests whose `Host` names one of `hosts` (lower-case names or
+/// addresses without a port, IPv6 in brackets; `*` for any): 403 `forbidden_host` otherwise.
+/// For a server on a private address (`sluice serve`): a DNS-rebinding page — a site whose
+/// name the attacker points at 127.0.0.1 after the page has loaded — reaches the server as
+/// that name, same-origin to the browser, and is refused here. A request without `Host`
+/// (HTTP/1.0) is no browser's.
+pub fn only_hosts(router: Router, hosts: Vec<String>) -> Router {
+    if hosts.iter().any(|h| h == "*") {
+        return router;
+    }
+    let hosts = Arc::new(hosts);
+    router.layer(axum::middleware::from_fn(
+        move |request: axum::extract::Request, next: axum::middleware::Next| {
+            let hosts = Arc::clone(&hosts);
+            async move {
+                let named = request
+                    .headers()
+                    .get(header::HOST)
+                    .map(|h| h.to_str().map(host_name).unwrap_or_default());
+                match named {
+                    Some(name) if !hosts.contains(&name) => {
+                        tracing::warn!(host = %name, "a request for another host name was refused");
+                        ApiError::new(
+                            Code::ForbiddenHost,
+                            format!(
+                                "this server answers to {} (SLUICE_ALLOWED_HOSTS), not {name:?}",
+                                hosts.join(", ")
+                            ),
+                        )
+                        .into_response()
+                    }
+                    _ => next.run(request).await,
+                }
+            }
+        },
+    ))
+}
+
+/// The host part of a `Host` header (`name:port`, `[::1]:port`), lower-cased.
+fn host_name(host: &str) -> String {
+    let host = host.trim().to_ascii_lowercase();
+    match host.rsplit_once(':') {
+        Some((name, port)) if !port.contains(']') && port.bytes().all(|b| b.is_ascii_digit()) => {
+            name.to_string()
+        }
+        _ => host,
+    }
+}
+
+/// Counts each response by its route pattern (`/v1/answer`, not the raw path: unknown paths
+/// are all `unmatched`, so that a scan cannot grow the series without bound) and status.
+async fn count_request(
+    State(server): State<Arc<Server>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let route = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map_or("unmatched", |p| p.as_str())
+        .to_string();
+    let response = next.run(request).await;
+    server.metrics.request(&route, response.status().as_u16());
+    response
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        Code::NotFound,
+        format!("no route for {method} {}", uri.path()),
+    )
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        Code::MethodNotAllowed,
+        format!("{method} is not allowed on {}", uri.path()),
+    )
+}
+
+/// Whether each part this process runs can work now: the embedding model (loaded before the
+/// router exists: its presence is the check), the store, the LLM; 503 when one cannot.
+async fn ready(State(server): State<Arc<Server>>) -> Response {
+    let mut checks = serde_json::Map::new();
+    let parts = server
+        .answers
+        .as_ref()
+        .map(|p| (&p.embedder, &p.store))
+        .or(server.ingest.as_ref().map(|i| (&i.embedder, &i.store)));
+    if let Some((embedder, store)) = parts {
+        checks.insert(
+            "model".into(),
+            json!({"ok": true, "id": embedder.model_id()}),
+        );
+        let counted = store.count(&server.default_tenant).await;
+        checks.insert("store".into(), check(counted.map(|_| ())));
+    }
+    if let Some(pipeline) = &server.answers {
+        let llm = match tokio::time::timeout(READY_LLM_TIMEOUT, pipeline.llm.ready()).await {
+            Ok(r) => r.map_err(|e| e.to_string()),
+            Err(_) => Err(format!("no answer within {READY_LLM_TIMEOUT:?}")),
+        };
+        checks.insert("llm".into(), check(llm));
+    }
+    let ok = checks.values().all(|c| c["ok"] == true);
+    let status = if ok {
+        axum::http::StatusCode::OK
+    } else {
+        axum::http::StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(json!({"ready": ok, "checks": checks}))).into_response()
+}
+
+/// One `/readyz` check: `{"ok": true}`, or `{"ok": false, "error"}`.
+fn check<E: std::fmt::Display>(result: Result<(), E>) -> serde_json::Value {
+    match result {
+        Ok(()) => json!({"ok": true}),
+        Err(e) => json!({"ok": false, "error": e.to_string()}),
+    }
+}
+
+/// The answer path's cache, for `method` on `/v1/cache`; 404 `cache_disabled` without one.
+fn answer_cache(
+    server: &Server,
+    method: &'static str,
+) -> Result<Arc<sluice_core::cache::SemanticCache>, ApiError> {
+    server
+        .answers(method, "/v1/cache")?
+        .cache
+        .clone()
+        .ok_or_else(|| {
+            ApiError::new(
+                Code::CacheDisabled,
+                "this server runs without an answer cache (SLUICE_CACHE=off)",
+            )
+        })
+}
+
+/// `GET /v1/cache`: the threshold the tenant's lookups use now and, for a tenant that learns
+/// it (`SLUICE_CACHE_EXPLORE`), what its comparisons say: the estimated false-hit rate at that
+/// threshold and its 95 % upper bound, from this process's comparisons.
+async fn cache_state(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = admit::admit(&server, &headers, Permission::Usage).await?;
+    let cache = answer_cache(&server, "GET")?;
+    Ok(Json(json!({
+        "threshold": sluice_core::cache::learn::rounded(cache.threshold(&caller.tenant)),
+        "learning": cache.estimate(&caller.tenant),
+    }))
+    .into_response())
+}
+
+async fn clear_cache(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = admit::admit(&server, &headers, Permission::Cache).await?;
+    let tenant = caller.tenant;
+    // A key bound to a filter forgets only the answers made for keys bound to that filter:
+    // the rest of the tenant's cache is other keys' to keep.
+    let binding = caller
+        .filter
+        .as_ref()
+        .map(sluice_core::filter::Filter::digest);
+    let cache = answer_cache(&server, "DELETE")?;
+    match cache.clear(&tenant, binding.as_deref()).await {
+        Ok(deleted) => Ok(Json(json!({ "deleted": deleted })).into_response()),
+        Err(e) => {
+            tracing::error!(%tenant, error = %e, "clearing the cache failed");
+            Err(ApiError::new(Code::CacheUnavailable, e.to_string()))
+        }
+    }
+}
