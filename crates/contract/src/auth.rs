@@ -15,6 +15,13 @@ use thiserror::Error;
 /// Every key starts with this, so that a leaked one is recognisable (secret scanners).
 pub const KEY_PREFIX: &str = "sk-sluice-";
 
+/// A new random key. Shown once to whoever made it; only its [`digest`] is kept.
+pub fn new_key() -> String {
+    let a = uuid::Uuid::new_v4().simple().to_string();
+    let b = uuid::Uuid::new_v4().simple().to_string();
+    format!("{KEY_PREFIX}{a}{b}")
+}
+
 /// What a key may do. Routes need one each; reading the assembled prompt back
 /// (`"include_prompt": true`) needs [`Permission::Prompt`] on top of [`Permission::Answer`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

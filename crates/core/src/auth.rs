@@ -17,13 +17,6 @@ use std::path::Path;
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
-/// A new random key. Shown once to whoever made it; only its [`digest`] is kept.
-pub fn new_key() -> String {
-    let a = uuid::Uuid::new_v4().simple().to_string();
-    let b = uuid::Uuid::new_v4().simple().to_string();
-    format!("{KEY_PREFIX}{a}{b}")
-}
-
 /// The key file of `sluice serve`: `{"keys": [{"hash", "tenant", "permissions", "name"?}]}`,
 /// read once at start (`sluice keys create` appends to it; restart to pick up new keys).
 #[derive(Debug, Default)]

@@ -19,7 +19,7 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use sluice_core::stages::Embedder;
+use sluice_contract::stages::Embedder;
 use sluice_embed::MiniLm;
 
 const ROUNDS: usize = 8;
@@ -56,7 +56,7 @@ fn text_of(model: &MiniLm, tokens: usize) -> String {
 /// The nearest-rank median (the definition every benchmark here reports).
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
-    sluice_core::stages::nearest_rank(&v, 0.5)
+    sluice_contract::stages::nearest_rank(&v, 0.5)
 }
 
 /// `scripts/bench_ort.py`, answering one JSON line per request.
@@ -115,7 +115,7 @@ fn ms(d: Duration) -> f64 {
 
 fn main() {
     // `cargo bench` passes filters and `--bench`; this harness runs everything.
-    let dir = sluice_core::Config::from_env().expect("config").model_dir;
+    let dir = sluice_testkit::services::model_dir();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let model = MiniLm::load(&dir).expect("model (run scripts/setup.sh model)");
     let threaded = MiniLm::load(&dir).expect("model").with_threads(cores);

@@ -5,13 +5,11 @@ use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use serde_json::Value;
-use sluice_core::stages::Embedder;
+use sluice_contract::stages::Embedder;
 use sluice_embed::MiniLm;
 
 fn model_dir() -> PathBuf {
-    sluice_core::Config::from_env()
-        .expect("SLUICE_* configuration")
-        .model_dir
+    sluice_testkit::services::model_dir()
 }
 
 fn model() -> &'static MiniLm {

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use sluice_core::error::LlmError;
-use sluice_core::stages::{ChatMessage, Llm, LlmEvent};
+use sluice_contract::error::LlmError;
+use sluice_contract::stages::{ChatMessage, Llm, LlmEvent};
 use sluice_llm::{OpenAiClient, Timeouts};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;

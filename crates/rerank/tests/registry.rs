@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use sluice_contract::cancel::Cancel;
-use sluice_core::stages::{ComponentStorage, Components, RerankInput, Reranker};
+use sluice_contract::stages::{ComponentStorage, Components, RerankInput, Reranker};
 use sluice_rerank::{ComponentLimits, Disk, HostServices, Registry, Sandbox};
 use sluice_testkit::{SlowComponents, hit, tenant};
 
@@ -186,8 +186,8 @@ async fn call(registry: &Arc<Registry>, name: &str) {
 async fn listed_once(
     registry: &Arc<Registry>,
     name: &str,
-    done: impl Fn(&[sluice_core::stages::ComponentVersion]) -> bool,
-) -> Vec<sluice_core::stages::ComponentVersion> {
+    done: impl Fn(&[sluice_contract::stages::ComponentVersion]) -> bool,
+) -> Vec<sluice_contract::stages::ComponentVersion> {
     let by = Instant::now() + Duration::from_secs(10);
     loop {
         let r = Arc::clone(registry);
@@ -225,7 +225,7 @@ async fn each_version_keeps_its_costs_and_last_failures_across_a_rollback() {
         .unwrap();
     call(&registry, "acme").await;
 
-    let failures_of = |listed: &[sluice_core::stages::ComponentVersion], v: &str| {
+    let failures_of = |listed: &[sluice_contract::stages::ComponentVersion], v: &str| {
         listed
             .iter()
             .find(|c| c.version == v)
@@ -291,7 +291,7 @@ fn an_abandoned_upload_stores_nothing() {
         .upload(&tenant("acme"), REVERSE.as_bytes(), &gone)
         .unwrap_err();
     assert!(
-        matches!(e, sluice_core::stages::ComponentError::Abandoned),
+        matches!(e, sluice_contract::stages::ComponentError::Abandoned),
         "{e}"
     );
     assert!(registry.list(&tenant("acme")).unwrap().is_empty());

@@ -8,9 +8,9 @@
 //! RRF (computed by the engine) and a convex fusion (two engine queries, fused in Sluice).
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sluice_core::filter::Filter;
-use sluice_core::fusion::Fusion;
-use sluice_core::stages::{DocumentInfo, Search, Store, StoredChunk};
+use sluice_contract::filter::Filter;
+use sluice_contract::fusion::Fusion;
+use sluice_contract::stages::{DocumentInfo, Search, Store, StoredChunk};
 use sluice_retrieve::EdgeStore;
 use sluice_testkit::tenant;
 

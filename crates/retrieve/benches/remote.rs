@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
-use sluice_core::stages::{Search, Store};
+use sluice_contract::stages::{Search, Store};
 use sluice_retrieve::StoreConfig;
 use sluice_retrieve::pinecone::PineconeStore;
 use sluice_retrieve::qdrant::QdrantStore;

@@ -2,8 +2,8 @@
 //! persistence, on a real shard in a temporary folder. Vectors are synthetic (deterministic
 //! unit vectors): these tests are about the store, not the model.
 
-use sluice_core::error::StoreError;
-use sluice_core::stages::{DocumentInfo, Hit, Search, Store, StoredChunk};
+use sluice_contract::error::StoreError;
+use sluice_contract::stages::{DocumentInfo, Hit, Search, Store, StoredChunk};
 use sluice_retrieve::EdgeStore;
 use sluice_testkit::tenant;
 
@@ -313,7 +313,7 @@ async fn a_selective_filter_still_returns_k_chunks() {
             .unwrap();
     }
     let filter =
-        sluice_core::filter::Filter::parse(&serde_json::json!({"region": "emea"})).unwrap();
+        sluice_contract::filter::Filter::parse(&serde_json::json!({"region": "emea"})).unwrap();
     let hits = store
         .search(
             &tenant("t"),
@@ -345,7 +345,8 @@ async fn metadata_indexes_are_created_once_and_survive_a_reopen() {
     ] {
         assert!(indexed.iter().any(|f| f == field), "{field} in {indexed:?}");
     }
-    let filter = sluice_core::filter::Filter::parse(&serde_json::json!({"groups": "hr"})).unwrap();
+    let filter =
+        sluice_contract::filter::Filter::parse(&serde_json::json!({"groups": "hr"})).unwrap();
     let hits = store
         .search(
             &tenant("globex"),
@@ -388,7 +389,7 @@ async fn fusion_corpus(dir: &std::path::Path) -> EdgeStore {
 
 /// A ranking as (chunk, score) pairs sorted by score then chunk: two fusions of the same
 /// lists agree on it whatever order they leave equal scores in.
-fn ranked(hits: &[sluice_core::stages::Hit]) -> Vec<(String, i64)> {
+fn ranked(hits: &[sluice_contract::stages::Hit]) -> Vec<(String, i64)> {
     let mut v: Vec<(String, i64)> = hits
         .iter()
         .map(|h| (h.document.id.clone(), (h.score as f64 * 1e7).round() as i64))
@@ -399,7 +400,7 @@ fn ranked(hits: &[sluice_core::stages::Hit]) -> Vec<(String, i64)> {
 
 #[tokio::test]
 async fn the_engines_weighted_rrf_is_sluices_fusion_of_the_two_halves() {
-    use sluice_core::fusion::Fusion;
+    use sluice_contract::fusion::Fusion;
     use sluice_retrieve::{Retrieval, prefetch_limit};
     let dir = tempfile::tempdir().unwrap();
     let store = fusion_corpus(dir.path()).await;
@@ -452,7 +453,7 @@ async fn the_engines_weighted_rrf_is_sluices_fusion_of_the_two_halves() {
                 .collect()
         };
         let here: Vec<Hit> =
-            sluice_core::fusion::rrf(vec![(wd, ids(dense)), (wb, ids(bm25))], rrf_k, k)
+            sluice_contract::fusion::rrf(vec![(wd, ids(dense)), (wb, ids(bm25))], rrf_k, k)
                 .into_iter()
                 .map(|(score, hit)| Hit { score, ..hit })
                 .collect();
@@ -490,7 +491,7 @@ async fn the_engines_weighted_rrf_is_sluices_fusion_of_the_two_halves() {
 
 #[tokio::test]
 async fn a_convex_fusion_weighs_normalised_scores_and_keeps_the_filter() {
-    use sluice_core::fusion::Fusion;
+    use sluice_contract::fusion::Fusion;
     use sluice_retrieve::Retrieval;
     let dir = tempfile::tempdir().unwrap();
     let store = fusion_corpus(dir.path()).await;
@@ -531,7 +532,8 @@ async fn a_convex_fusion_weighs_normalised_scores_and_keeps_the_filter() {
             .all(|h| (0.0..=1.0 + 1e-6).contains(&h.score))
     );
     // A filter holds in both halves: the three documents it lets through, and no other.
-    let filter = sluice_core::filter::Filter::parse(&serde_json::json!({"group": "a"})).unwrap();
+    let filter =
+        sluice_contract::filter::Filter::parse(&serde_json::json!({"group": "a"})).unwrap();
     let search = Search::new(text, &query, 5)
         .filter(Some(&filter))
         .fusion(Fusion::Convex { dense: 0.5 });
@@ -545,10 +547,10 @@ async fn a_convex_fusion_weighs_normalised_scores_and_keeps_the_filter() {
 async fn listed(
     store: &EdgeStore,
     tenant: &str,
-    selection: &sluice_core::stages::Selection<'_>,
+    selection: &sluice_contract::stages::Selection<'_>,
     limit: usize,
-) -> Vec<sluice_core::stages::StoredDocument> {
-    use sluice_core::stages::Page;
+) -> Vec<sluice_contract::stages::StoredDocument> {
+    use sluice_contract::stages::Page;
     let mut all = Vec::new();
     let mut cursor: Option<String> = None;
     loop {
@@ -572,8 +574,8 @@ async fn listed(
 
 #[tokio::test]
 async fn documents_are_listed_once_each_with_their_chunks_and_deleted_whole() {
-    use sluice_core::filter::Filter;
-    use sluice_core::stages::{Page, Selection};
+    use sluice_contract::filter::Filter;
+    use sluice_contract::stages::{Page, Selection};
     let dir = tempfile::tempdir().unwrap();
     let store = EdgeStore::open(dir.path(), DIM).unwrap();
     // 25 documents of 1 to 3 chunks for acme (the odd ones from one upload), one for globex.

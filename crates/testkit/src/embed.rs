@@ -1,7 +1,7 @@
 //! A deterministic embedder: no model, same text same vector.
 
-use sluice_core::error::EmbedError;
-use sluice_core::stages::Embedder;
+use sluice_contract::error::EmbedError;
+use sluice_contract::stages::Embedder;
 
 /// Vectors made by hashing each word of a text (lower-cased, split at anything that is not a
 /// letter or digit) into one of `dim` components, then L2-normalised: texts that share words

@@ -5,8 +5,8 @@
 //! [`Filter::matches`], the reference meaning, is held to the same answers (the test below).
 
 use serde_json::{Value, json};
-use sluice_core::filter::Filter;
-use sluice_core::metadata::Metadata;
+use sluice_contract::filter::Filter;
+use sluice_contract::metadata::Metadata;
 
 /// The corpus: (document id, metadata).
 pub fn corpus() -> Vec<(&'static str, Metadata)> {
@@ -42,7 +42,7 @@ pub fn metadata(value: Value) -> Metadata {
 }
 
 /// The filters, as a client would send them, each with the corpus documents it lets through
-/// (in corpus order), written out by hand from the meaning in `sluice_core::filter`'s docs —
+/// (in corpus order), written out by hand from the meaning in `sluice_contract::filter`'s docs —
 /// not computed by the code under test.
 pub fn cases() -> Vec<(Value, Vec<&'static str>)> {
     vec![

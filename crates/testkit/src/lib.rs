@@ -42,13 +42,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sluice_core::Tenant;
-use sluice_core::auth::{AuthError, KeyStore, Permission, Principal, digest, new_key};
-use sluice_core::cache::{CacheEntry, CacheStore};
-use sluice_core::error::CacheError;
-use sluice_core::filter::Filter;
-use sluice_core::stages::{ComponentError, ComponentStorage};
-use sluice_core::usage::{Date, Row, Unwritten, UsageError, UsageStore};
+use sluice_contract::Tenant;
+use sluice_contract::auth::{AuthError, KeyStore, Permission, Principal, digest, new_key};
+use sluice_contract::cache::{CacheEntry, CacheStore};
+use sluice_contract::error::CacheError;
+use sluice_contract::filter::Filter;
+use sluice_contract::stages::{ComponentError, ComponentStorage};
+use sluice_contract::usage::{Date, Row, Unwritten, UsageError, UsageStore};
 
 /// `name` as a tenant; panics when it is not a valid one (test data is).
 pub fn tenant(name: &str) -> Tenant {
@@ -56,8 +56,8 @@ pub fn tenant(name: &str) -> Tenant {
 }
 
 /// A document `id`, titled and sourced `id`, without metadata.
-pub fn document(id: &str) -> sluice_core::stages::DocumentInfo {
-    sluice_core::stages::DocumentInfo {
+pub fn document(id: &str) -> sluice_contract::stages::DocumentInfo {
+    sluice_contract::stages::DocumentInfo {
         format: None,
         id: id.into(),
         title: id.into(),
@@ -69,8 +69,8 @@ pub fn document(id: &str) -> sluice_core::stages::DocumentInfo {
 
 /// A retrieved chunk of a document `id` (its title and source too), with `score` and no
 /// vector or metadata: a candidate for a rerank call.
-pub fn hit(id: &str, score: f32) -> sluice_core::stages::Hit {
-    sluice_core::stages::Hit {
+pub fn hit(id: &str, score: f32) -> sluice_contract::stages::Hit {
+    sluice_contract::stages::Hit {
         place: Default::default(),
         document: document(id),
         chunk: 0,

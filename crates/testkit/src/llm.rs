@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use sluice_core::error::LlmError;
-use sluice_core::stages::{ChatMessage, Llm, LlmEvent, LlmStream};
+use sluice_contract::error::LlmError;
+use sluice_contract::stages::{ChatMessage, Llm, LlmEvent, LlmStream};
 
 /// What every call of a [`ScriptedLlm`] gets.
 #[derive(Debug, Clone)]

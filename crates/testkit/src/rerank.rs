@@ -4,9 +4,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sluice_core::Tenant;
-use sluice_core::metadata::MetaValue;
-use sluice_core::stages::{ActiveComponent, RerankCall, RerankInput, Reranker};
+use sluice_contract::Tenant;
+use sluice_contract::metadata::MetaValue;
+use sluice_contract::stages::{ActiveComponent, RerankCall, RerankInput, Reranker};
 
 /// The fuel a scripted component reports burning per candidate, so that usage tests can
 /// predict it.
@@ -98,8 +98,8 @@ impl ActiveComponent for Scripted {
         };
         let order = match &self.verdict {
             Verdict::Reverse => Ok(scored((0..hits.len()).rev().collect())),
-            Verdict::Fail(why) => Err(sluice_core::stages::RerankFailure::new(
-                sluice_core::stages::FailureKind::ComponentError,
+            Verdict::Fail(why) => Err(sluice_contract::stages::RerankFailure::new(
+                sluice_contract::stages::FailureKind::ComponentError,
                 why.clone(),
             )),
             Verdict::KeepWhereContext { key, field } => {

@@ -161,12 +161,12 @@ pub fn sluice_home() -> PathBuf {
         })
 }
 
-/// The embedding model's folder, as the configuration names it.
-fn model_dir() -> PathBuf {
-    sluice_core::Config::from_env().map_or_else(
-        |_| sluice_home().join("models/all-MiniLM-L6-v2"),
-        |config| config.model_dir,
-    )
+/// The embedding model's folder, as the configuration names it: `SLUICE_MODEL_DIR`, else
+/// `models/all-MiniLM-L6-v2` under [`sluice_home`] (docs/configuration.md).
+pub fn model_dir() -> PathBuf {
+    std::env::var_os("SLUICE_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| sluice_home().join("models/all-MiniLM-L6-v2"))
 }
 
 /// Whether something accepts connections at `url`'s host and port (within a second).

@@ -5,9 +5,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use sluice_core::Tenant;
-use sluice_core::error::StoreError;
-use sluice_core::stages::{
+use sluice_contract::Tenant;
+use sluice_contract::error::StoreError;
+use sluice_contract::stages::{
     DocumentInfo, DocumentPage, Hit, Page, Search, Selection, Store, StoredChunk, StoredDocument,
 };
 
@@ -289,7 +289,7 @@ impl Store for Troubled {
 mod tests {
     use super::*;
     use crate::tenant;
-    use sluice_core::stages::Embedder;
+    use sluice_contract::stages::Embedder;
 
     fn chunk(e: &HashEmbedder, index: usize, text: &str) -> StoredChunk {
         StoredChunk {

@@ -13,8 +13,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode, Uri};
 use axum::response::IntoResponse;
 use serde_json::{Value, json};
-use sluice_core::filter::Filter;
-use sluice_core::stages::{DocumentInfo, Search, Store, StoredChunk};
+use sluice_contract::filter::Filter;
+use sluice_contract::stages::{DocumentInfo, Search, Store, StoredChunk};
 use sluice_retrieve::StoreConfig;
 use sluice_testkit::tenant;
 

@@ -18,9 +18,9 @@ use std::time::Duration;
 use crate::common::{Request, StandIn, chunk, doc, ingest_filter_corpus, search_filtered, spec};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use sluice_core::error::StoreError;
-use sluice_core::fusion::Fusion;
-use sluice_core::stages::{Search, Store};
+use sluice_contract::error::StoreError;
+use sluice_contract::fusion::Fusion;
+use sluice_contract::stages::{Search, Store};
 use sluice_retrieve::StoreConfig;
 use sluice_retrieve::pinecone::{PineconeStore, create_indexes, parse_query_response};
 
@@ -185,7 +185,7 @@ async fn setup(overrides: &[(&str, &str)]) -> Setup {
     }
 }
 
-fn ids(hits: &[sluice_core::stages::Hit]) -> Vec<&str> {
+fn ids(hits: &[sluice_contract::stages::Hit]) -> Vec<&str> {
     hits.iter().map(|h| h.document.id.as_str()).collect()
 }
 
@@ -795,8 +795,8 @@ async fn filtered_queries_and_metadata_validate_against_the_official_documents()
 )]
 #[tokio::test]
 async fn listings_and_deletions_validate_against_the_official_documents() {
-    use sluice_core::filter::Filter;
-    use sluice_core::stages::{Page, Selection};
+    use sluice_contract::filter::Filter;
+    use sluice_contract::stages::{Page, Selection};
     let data = spec(DATA);
     let s = setup(&[]).await;
     let store = PineconeStore::from_config(&s.config).unwrap();
@@ -901,7 +901,7 @@ async fn listings_and_deletions_validate_against_the_official_documents() {
 
 #[tokio::test]
 async fn the_listing_and_deletion_filters_select_what_the_selection_means() {
-    use sluice_core::stages::{DocumentInfo, Page, Selection};
+    use sluice_contract::stages::{DocumentInfo, Page, Selection};
     let s = setup(&[]).await;
     let store = PineconeStore::from_config(&s.config).unwrap();
     ingest_filter_corpus(&store, &["acme"]).await;
