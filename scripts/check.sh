@@ -4,24 +4,12 @@
 # rebuilds the other's work) and the in-process tests: every crate's unit tests and every
 # integration test target that needs no service. The rule: a test that needs a service, the
 # model, a built binary or an emulator says so with `sluice_testkit::needs!`; a target none of
-# whose files does is in-process and runs here. Needs no service, model or network; `make
+# whose files does is in-process and runs here (scripts/in-process-tests.sh lists them). Needs no service, model or network; `make
 # test` runs these and everything else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all --check
-# Each test target's files (its file, or its folder when it is a `main.rs`), kept when none
-# of them calls `needs!`.
-targets=$(cargo metadata --no-deps --format-version 1 --offline | python3 -c '
-import json, os, subprocess, sys
-for package in json.load(sys.stdin)["packages"]:
-    for target in package["targets"]:
-        if target["kind"] != ["test"]:
-            continue
-        path = target["src_path"]
-        files = os.path.dirname(path) if os.path.basename(path) == "main.rs" else path
-        if subprocess.run(["grep", "-rqF", "needs!", files]).returncode != 0:
-            print("--test", target["name"])
-')
+targets=$(scripts/in-process-tests.sh)
 # shellcheck disable=SC2086 # one word per argument
 cargo test --workspace --no-fail-fast --lib --bins $targets \
   2>&1 | tee /dev/stderr | awk '

@@ -572,8 +572,9 @@ fn choose(tried: &[(Fusion, Vec<(f64, f64)>)], metric: Metric, seed: u64) -> Tun
             }
         }
     }
+    // With fewer than two folds nothing is scored out of fold, and an empty difference never
+    // beats the default.
     let (wins, difference, interval) = beats(&tuned_out_of_fold, &default_out_of_fold, seed);
-    let wins = wins && folds >= 2;
     let (fusion, tuning_score) = match wins || top == default {
         true => (top, top_score),
         false => (default, best(&|f| *f == default, &all).1),
