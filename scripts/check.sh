@@ -10,8 +10,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all --check
 targets=$(scripts/in-process-tests.sh)
-# shellcheck disable=SC2086 # one word per argument
-cargo test --workspace --no-fail-fast --lib --bins $targets \
-  2>&1 | tee /dev/stderr | awk '
+{
+  # shellcheck disable=SC2086 # one word per argument
+  cargo test --workspace --no-fail-fast --lib --bins $targets
+  # The component template `sluice component new` writes, its rules tested on this machine
+  # (scripts/build-components.sh builds the same crate into a component with the others).
+  cargo test --manifest-path components/Cargo.toml -p template
+} 2>&1 | tee /dev/stderr | awk '
     /^test result:/ { passed += $4; failed += $6; ignored += $8 }
     END { printf "check: %d passed, %d failed, %d ignored\n", passed, failed, ignored > "/dev/stderr"; exit (failed > 0) }'

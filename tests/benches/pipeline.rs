@@ -16,12 +16,14 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures::StreamExt;
+use sluice_contract::error::LlmError;
+use sluice_contract::sse::{Event, Timings};
+use sluice_contract::{
+    stages::ChatMessage, stages::Llm, stages::LlmEvent, stages::LlmStream, stages::Store,
+};
 use sluice_core::cache::memory::MemoryCache;
 use sluice_core::cache::{CacheSettings, SemanticCache};
-use sluice_core::error::LlmError;
 use sluice_core::pipeline::AnswerRequest;
-use sluice_core::sse::{Event, Timings};
-use sluice_core::stages::{ChatMessage, Llm, LlmEvent, LlmStream, Store};
 use sluice_core::{Config, Pipeline};
 use sluice_retrieve::EdgeStore;
 
@@ -85,12 +87,8 @@ fn bench(c: &mut Criterion) {
             let p = entry.unwrap().path();
             let name = p.display().to_string();
             docs.extend(
-                sluice_core::ingest::parse_file(
-                    &name,
-                    &std::fs::read(&p).unwrap(),
-                    &Default::default(),
-                )
-                .unwrap(),
+                sluice_convert::parse_file(&name, &std::fs::read(&p).unwrap(), &Default::default())
+                    .unwrap(),
             );
         }
         let mut all = Vec::new();
@@ -219,12 +217,8 @@ fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
             let p = entry.unwrap().path();
             let name = p.display().to_string();
             docs.extend(
-                sluice_core::ingest::parse_file(
-                    &name,
-                    &std::fs::read(&p).unwrap(),
-                    &Default::default(),
-                )
-                .unwrap(),
+                sluice_convert::parse_file(&name, &std::fs::read(&p).unwrap(), &Default::default())
+                    .unwrap(),
             );
         }
         ingest.ingest(&tenant("default"), docs).await.unwrap();
@@ -308,7 +302,8 @@ fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
 /// an answer's counts, and one flush to the local file after a stream ends — with a year of
 /// rows already in the file for 100 tenants × 5 keys — printed as percentiles.
 fn usage_costs(runtime: &tokio::runtime::Runtime) {
-    use sluice_core::usage::{Counts, LocalUsage, Meter, MeterSettings, UsageKey, UsageStore};
+    use sluice_contract::{usage::Counts, usage::UsageKey, usage::UsageStore};
+    use sluice_core::{usage::LocalUsage, usage::Meter, usage::MeterSettings};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("usage.json");
     let store = Arc::new(LocalUsage::open(&path).unwrap());

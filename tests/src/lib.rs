@@ -10,10 +10,11 @@ use std::time::{Duration, Instant};
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde_json::{Value, json};
+use sluice_contract::Tenant;
+use sluice_contract::cache::CacheStore;
 use sluice_contract::cancel::Cancel;
-use sluice_core::cache::CacheStore;
-use sluice_core::stages::Store;
-use sluice_core::{Config, Pipeline, Tenant};
+use sluice_contract::stages::Store;
+use sluice_core::{Config, Pipeline};
 use sluice_embed::MiniLm;
 use sluice_http::Server;
 
@@ -33,16 +34,14 @@ pub fn llm_url() -> String {
 
 /// A fresh DynamoDB cache table on the emulator `make test` starts (named by the standard
 /// `AWS_ENDPOINT_URL_DYNAMODB`), for `config`'s `SLUICE_CACHE_TABLE`.
-pub async fn dynamodb(
-    config: &sluice_core::config::CacheConfig,
-) -> sluice_cache_dynamodb::DynamoCache {
+pub async fn dynamodb(config: &sluice_aws::AwsConfig) -> sluice_cache_dynamodb::DynamoCache {
     assert!(
         std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_some(),
         "AWS_ENDPOINT_URL_DYNAMODB is not set: run the tests with `make test`, which starts the DynamoDB emulator"
     );
     let table = sluice_cache_dynamodb::DynamoCache::connect(
-        &config.table,
-        config.tenant_role_arn.as_deref(),
+        &config.cache_table,
+        config.cache_tenant_role_arn.as_deref(),
     )
     .await
     .expect("DynamoDB client");
@@ -73,7 +72,7 @@ pub fn model() -> Arc<MiniLm> {
     static MODEL: OnceLock<Arc<MiniLm>> = OnceLock::new();
     MODEL
         .get_or_init(|| {
-            let dir = Config::from_env().expect("configuration").model_dir;
+            let dir = sluice_testkit::services::model_dir();
             Arc::new(MiniLm::load(&dir).expect("embedding model (run `scripts/setup.sh model`)"))
         })
         .clone()
@@ -133,7 +132,7 @@ pub fn error_code(body: &Value) -> &str {
 }
 
 /// The documents of `samples/`, ids `samples/<file name>`.
-pub fn sample_documents() -> Vec<sluice_core::ingest::Document> {
+pub fn sample_documents() -> Vec<sluice_contract::document::Document> {
     let mut documents = Vec::new();
     let mut paths: Vec<_> = std::fs::read_dir(samples_dir())
         .expect("samples")
@@ -147,8 +146,7 @@ pub fn sample_documents() -> Vec<sluice_core::ingest::Document> {
             p.file_name().and_then(|n| n.to_str()).expect("name")
         );
         documents.extend(
-            sluice_core::ingest::parse_file(&name, &bytes, &Default::default())
-                .expect("sample parses"),
+            sluice_convert::parse_file(&name, &bytes, &Default::default()).expect("sample parses"),
         );
     }
     documents
@@ -157,9 +155,10 @@ pub fn sample_documents() -> Vec<sluice_core::ingest::Document> {
 /// A key file (auth on with `SLUICE_API_KEYS_FILE`) with one new key per `(tenant,
 /// permissions)`: the folder holding it (deleted when dropped), its path and the keys in order.
 pub fn key_file(
-    entries: &[(&str, &[sluice_core::auth::Permission])],
+    entries: &[(&str, &[sluice_contract::auth::Permission])],
 ) -> (tempfile::TempDir, String, Vec<String>) {
-    use sluice_core::auth::{KeyRecord, Principal, append_to_file, digest, new_key};
+    use sluice_contract::{auth::KeyRecord, auth::Principal, auth::digest, auth::new_key};
+    use sluice_core::auth::append_to_file;
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("keys.json");
     let keys = entries
@@ -269,7 +268,7 @@ pub async fn start_adjusted(
 pub async fn ingest_into(
     data: &std::path::Path,
     tenant: &str,
-    documents: Vec<sluice_core::ingest::Document>,
+    documents: Vec<sluice_contract::document::Document>,
 ) {
     let parts = sluice_app::parts(
         settings(data, &[]),
@@ -368,7 +367,7 @@ pub fn http() -> reqwest::Client {
 impl TestServer {
     /// Fails unless `tenant` has no chunks and a corpus version of 0: nothing was ingested.
     pub async fn assert_nothing_written(&self, tenant: &str) {
-        let tenant = &sluice_core::Tenant::new(tenant).expect("a tenant");
+        let tenant = &sluice_contract::Tenant::new(tenant).expect("a tenant");
         let store = &self.pipeline.store;
         assert_eq!(
             store.count(tenant).await.expect("count"),
@@ -535,6 +534,11 @@ pub async fn answer_reporting(
     while let Some(e) = stream.next().await {
         let e = e.expect("well-formed SSE");
         let data: Value = serde_json::from_str(&e.data).expect("every data line is JSON");
+        // Every event a client can decode as the contract's (what `sluice ask` and the load
+        // generator read), not only as JSON.
+        if let Err(broken) = sluice_client::decode(&e.event, &e.data) {
+            panic!("{broken}");
+        }
         if let Some(report) = &report {
             let _ = report.send(e.event.clone());
         }
@@ -618,7 +622,7 @@ impl TestServer {
     /// registry (as `PUT` then `POST …/activate` would); its version.
     pub async fn activate_component(&self, tenant: &Tenant, bytes: Vec<u8>) -> String {
         let registry = self.server.components.clone().expect("components");
-        let tenant = sluice_core::Tenant::new(tenant).expect("a tenant");
+        let tenant = sluice_contract::Tenant::new(tenant).expect("a tenant");
         tokio::task::spawn_blocking(move || {
             let version = registry
                 .upload(&tenant, &bytes, &Cancel::new())
@@ -636,7 +640,7 @@ impl TestServer {
 /// (built by `sluice_app::registry`, over another storage).
 pub fn registry_over(
     parts: &Parts,
-    storage: Arc<dyn sluice_core::stages::ComponentStorage>,
+    storage: Arc<dyn sluice_contract::stages::ComponentStorage>,
 ) -> Arc<sluice_rerank::Registry> {
     let embedder = parts.embedder.clone().expect("the model");
     let limits = sluice_rerank::RerankConfig::from_lookup(&|_: &str| None).expect("limits");
@@ -645,14 +649,17 @@ pub fn registry_over(
 
 /// [`registry_over`] `storage`, as the parts' rerank stage and component routes (in place of
 /// the ones built).
-pub fn use_registry(parts: &mut Parts, storage: Arc<dyn sluice_core::stages::ComponentStorage>) {
+pub fn use_registry(
+    parts: &mut Parts,
+    storage: Arc<dyn sluice_contract::stages::ComponentStorage>,
+) {
     let registry = registry_over(parts, storage);
     parts.reranker = Some(registry.clone());
     parts.components = Some(registry);
 }
 
 /// The folder the harness keeps a server's components in (`<data>/components`), as storage.
-pub fn component_folder(parts: &Parts) -> Arc<dyn sluice_core::stages::ComponentStorage> {
+pub fn component_folder(parts: &Parts) -> Arc<dyn sluice_contract::stages::ComponentStorage> {
     Arc::new(
         sluice_rerank::Disk::open(&parts.config.data_dir.join("components"))
             .expect("component folder"),

@@ -75,7 +75,7 @@ pub async fn signing_edge(upstream: &str) -> String {
     http_proxy(upstream, |mut parts, body| async move {
         let hashed = matches!(parts.method.as_str(), "POST" | "PUT" | "PATCH");
         let sent = parts.headers.get("x-amz-content-sha256");
-        if hashed && sent.and_then(|v| v.to_str().ok()) != Some(&sluice_core::sha256_hex(&body)) {
+        if hashed && sent.and_then(|v| v.to_str().ok()) != Some(&sluice_contract::sha256_hex(&body)) {
             let refusal = axum::http::Response::builder()
                 .status(403)
                 .header("content-type", "application/json")

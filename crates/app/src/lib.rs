@@ -10,18 +10,26 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use sluice_aws::{AwsConfig, ComponentsConfig};
 use sluice_cache_dynamodb::DynamoCache;
+use sluice_contract::auth::KeyStore;
+use sluice_contract::cache::CacheStore;
+use sluice_contract::settings::ConfigError;
+use sluice_contract::usage::UsageStore;
+use sluice_contract::{error::CacheError, error::EmbedError, error::LlmError, error::StoreError};
+use sluice_contract::{
+    stages::ComponentError, stages::ComponentStorage, stages::Embedder, stages::Llm, stages::Store,
+};
+use sluice_convert::ConvertLimits;
 use sluice_core::Config;
-use sluice_core::auth::KeyStore;
-use sluice_core::breaker::{Breaker, GuardedStore};
 use sluice_core::cache::lexicon::LexiconError;
 use sluice_core::cache::memory::MemoryCache;
-use sluice_core::cache::{CacheSettings, CacheStore, SemanticCache};
-use sluice_core::config::{AuthConfig, CacheBackend, CacheConfig, ConfigError, UsageBackend};
-use sluice_core::error::{CacheError, EmbedError, LlmError, StoreError};
-use sluice_core::stages::{ComponentError, ComponentStorage, Embedder, Llm, Store};
-use sluice_core::usage::{LocalUsage, UsageStore};
-use sluice_embed::{MiniLm, Tokens};
+use sluice_core::usage::LocalUsage;
+use sluice_core::{cache::CacheSettings, cache::SemanticCache};
+use sluice_core::{
+    config::AuthConfig, config::CacheBackend, config::CacheConfig, config::UsageBackend,
+};
+use sluice_embed::{EmbedConfig, MiniLm, Tokens};
 use sluice_http::Server;
 pub use sluice_http::{Parts, Role};
 use sluice_llm::{LlmConfig, OpenAiClient};
@@ -52,10 +60,10 @@ pub enum AppError {
     Lexicon(#[from] LexiconError),
     /// The usage file could not be read.
     #[error("{0}")]
-    Usage(#[from] sluice_core::usage::UsageError),
+    Usage(#[from] sluice_contract::usage::UsageError),
     /// The API keys could not be read.
     #[error("{0}")]
-    Auth(#[from] sluice_core::auth::AuthError),
+    Auth(#[from] sluice_contract::auth::AuthError),
     /// The configuration is invalid.
     #[error("configuration: {0}")]
     Config(#[from] ConfigError),
@@ -72,7 +80,7 @@ pub enum AppError {
 /// and checks.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The pipeline's, the wire's, the cache's rules, keys, usage and component storage.
+    /// The pipeline's and the wire's: the cache's rules, keys, usage.
     pub config: Config,
     /// The LLM client's (`sluice-llm`).
     pub llm: LlmConfig,
@@ -80,6 +88,12 @@ pub struct Settings {
     pub store: StoreConfig,
     /// The rerank sandbox's (`sluice-rerank`).
     pub rerank: RerankConfig,
+    /// The embedding model's (`sluice-embed`).
+    pub embed: EmbedConfig,
+    /// The deployment's AWS names (`sluice-aws`).
+    pub aws: AwsConfig,
+    /// File conversion's caps (`sluice-convert`).
+    pub convert: ConvertLimits,
 }
 
 impl Settings {
@@ -92,6 +106,9 @@ impl Settings {
             llm: LlmConfig::from_lookup(&get)?,
             store: StoreConfig::from_lookup(&get, &config.data_dir)?,
             rerank: RerankConfig::from_lookup(&get)?,
+            embed: EmbedConfig::from_lookup(&get)?,
+            aws: AwsConfig::from_lookup(&get)?,
+            convert: ConvertLimits::from_lookup(&get)?,
             config,
         })
     }
@@ -140,17 +157,20 @@ pub async fn parts(
         llm,
         store,
         rerank,
+        embed,
+        aws,
+        convert,
     } = settings;
     let joined = |e: tokio::task::JoinError| AppError::Task(e.to_string());
     let uses_model = role.answers() || role.documents();
     let loading = match (uses_model, &model) {
-        (true, None) => Some(load_model(&config)),
+        (true, None) => Some(load_model(&embed)),
         _ => None,
     };
     let store = uses_model.then(|| tokio::task::spawn_blocking(move || self::store(&store)));
     let cache = match role.answers() {
         true => {
-            let cache = cache(&config.cache, sluice_embed::DIM).await?;
+            let cache = cache(&config.cache, &aws, sluice_embed::DIM).await?;
             match &cache {
                 Some(c) => info!(backend = c.backend(), "answer cache ready"),
                 None => info!("answer cache off"),
@@ -160,12 +180,12 @@ pub async fn parts(
         false => None,
     };
     let storage = match role.answers() || role.components() {
-        true => Some(component_storage(&config).await?),
+        true => Some(component_storage(&config, &aws.components).await?),
         false => None,
     };
-    let keys = keys(&config.auth).await?;
+    let keys = keys(&config.auth, &aws).await?;
     let usage = match role.answers() || role.documents() {
-        true => usage_store(&config).await?,
+        true => usage_store(&config, &aws).await?,
         false => None,
     };
     let llm: Option<Arc<dyn Llm>> = match role.answers() {
@@ -191,9 +211,10 @@ pub async fn parts(
         keys,
         usage,
         config,
+        convert,
     };
     if let Some(storage) = storage {
-        add_registry(&mut parts, &rerank, storage)?;
+        add_registry(&mut parts, &rerank, &embed, &aws, storage)?;
     }
     Ok(parts)
 }
@@ -203,13 +224,14 @@ pub async fn parts(
 fn add_registry(
     parts: &mut Parts,
     rerank: &RerankConfig,
+    embed: &EmbedConfig,
+    aws: &AwsConfig,
     storage: Arc<dyn ComponentStorage>,
 ) -> Result<(), AppError> {
-    let config = &parts.config;
     let host: Arc<dyn HostServices> = match &parts.embedder {
         Some(embedder) => Arc::new(ModelHost(Arc::clone(embedder))),
         None => {
-            if config.components.bucket.is_none() {
+            if aws.components.bucket.is_none() {
                 // The components would stay in this process's own folder (a function's
                 // /tmp), which no other function sees: almost certainly a mistake.
                 warn!(
@@ -218,7 +240,7 @@ fn add_registry(
                 );
             }
             let started = Instant::now();
-            let tokens = Tokens::load(&config.model_dir)?;
+            let tokens = Tokens::load(&embed.model_dir)?;
             info!(
                 ms = started.elapsed().as_millis() as u64,
                 "tokenizer loaded (no model: uploads are smoke-run with made-up vectors)"
@@ -244,34 +266,29 @@ pub async fn server(settings: Settings, role: Role) -> Result<Server, AppError> 
 
 /// The embedding model as the configuration sets it up (its folder, windows per text,
 /// threads): what every process and tool that embeds loads.
-pub fn model(config: &Config) -> Result<MiniLm, AppError> {
+pub fn model(config: &EmbedConfig) -> Result<MiniLm, AppError> {
     let started = Instant::now();
     let model = MiniLm::load(&config.model_dir)?
-        .with_max_windows(config.embed_windows)
-        .with_threads(config.embed_threads);
+        .with_max_windows(config.windows)
+        .with_threads(config.threads);
     info!(model = %model.source().display(), ms = started.elapsed().as_millis() as u64, "embedding model loaded");
     Ok(model)
 }
 
 /// Starts loading the embedding model on the blocking pool.
-fn load_model(config: &Config) -> tokio::task::JoinHandle<Result<Arc<dyn Embedder>, AppError>> {
+fn load_model(
+    config: &EmbedConfig,
+) -> tokio::task::JoinHandle<Result<Arc<dyn Embedder>, AppError>> {
     let config = config.clone();
     tokio::task::spawn_blocking(move || Ok(Arc::new(model(&config)?) as Arc<dyn Embedder>))
 }
 
-/// The configured vector store, opened (blocking: Qdrant Edge loads its shard). A store over
-/// the network is read behind a circuit breaker, so that one that is down costs requests
-/// nothing once it has failed a few times in a row.
+/// The configured vector store, opened (blocking: Qdrant Edge loads its shard); a store over
+/// the network comes behind its circuit breaker.
 pub fn store(store: &StoreConfig) -> Result<Arc<dyn Store>, AppError> {
     let opened = sluice_retrieve::open(store, sluice_embed::DIM)?;
     info!(store = ?store.backend, "vector store open");
-    Ok(match sluice_retrieve::is_remote(store) {
-        true => Arc::new(GuardedStore::new(
-            opened,
-            Breaker::new(store.breaker_failures, store.breaker_cool_down),
-        )),
-        false => opened,
-    })
+    Ok(opened)
 }
 
 /// A rerank registry over `storage` whose components may call `model` (the answer path's
@@ -289,6 +306,7 @@ pub fn registry(
 /// (and created, with `SLUICE_CACHE_CREATE_TABLE=true`) here, once per process.
 pub async fn cache(
     config: &CacheConfig,
+    aws: &AwsConfig,
     dim: usize,
 ) -> Result<Option<Arc<SemanticCache>>, AppError> {
     let store: Arc<dyn CacheStore> = match config.backend {
@@ -296,8 +314,9 @@ pub async fn cache(
         CacheBackend::Memory => Arc::new(MemoryCache::new(config.max_entries)),
         CacheBackend::Dynamodb => {
             let table =
-                DynamoCache::connect(&config.table, config.tenant_role_arn.as_deref()).await?;
-            table.prepare(config.create_table).await?;
+                DynamoCache::connect(&aws.cache_table, aws.cache_tenant_role_arn.as_deref())
+                    .await?;
+            table.prepare(aws.cache_create_table).await?;
             Arc::new(table)
         }
     };
@@ -318,18 +337,20 @@ pub async fn cache(
 
 /// Where tenants' components are kept: S3 and DynamoDB with `SLUICE_COMPONENT_BUCKET`, else
 /// `SLUICE_DATA_DIR/components`.
-async fn component_storage(config: &Config) -> Result<Arc<dyn ComponentStorage>, AppError> {
-    Ok(match &config.components.bucket {
+async fn component_storage(
+    config: &Config,
+    components: &ComponentsConfig,
+) -> Result<Arc<dyn ComponentStorage>, AppError> {
+    Ok(match &components.bucket {
         Some(bucket) => {
-            let s3 =
-                sluice_aws::components::S3Components::connect(bucket, &config.components.table)
-                    .await?
-                    .with_replicas(&config.components.replicas)
-                    .await?;
+            let s3 = sluice_aws::components::S3Components::connect(bucket, &components.table)
+                .await?
+                .with_replicas(&components.replicas)
+                .await?;
             info!(
                 bucket = %bucket,
                 table = %s3.table(),
-                replicas = config.components.replicas.len(),
+                replicas = components.replicas.len(),
                 "components in S3 and DynamoDB"
             );
             Arc::new(s3)
@@ -342,7 +363,10 @@ async fn component_storage(config: &Config) -> Result<Arc<dyn ComponentStorage>,
 
 /// Where usage is counted (`SLUICE_USAGE`): a DynamoDB table, the data folder's file, or
 /// nowhere.
-pub async fn usage_store(config: &Config) -> Result<Option<Arc<dyn UsageStore>>, AppError> {
+pub async fn usage_store(
+    config: &Config,
+    aws: &AwsConfig,
+) -> Result<Option<Arc<dyn UsageStore>>, AppError> {
     let usage = &config.usage;
     Ok(match usage.backend {
         UsageBackend::Off => {
@@ -355,7 +379,7 @@ pub async fn usage_store(config: &Config) -> Result<Option<Arc<dyn UsageStore>>,
             Some(Arc::new(store))
         }
         UsageBackend::Dynamodb => {
-            let store = sluice_aws::usage::DynamoUsage::connect(&usage.table).await?;
+            let store = sluice_aws::usage::DynamoUsage::connect(&aws.usage_table).await?;
             info!(table = %store.table(), "usage counted in DynamoDB");
             Some(Arc::new(store))
         }
@@ -363,8 +387,8 @@ pub async fn usage_store(config: &Config) -> Result<Option<Arc<dyn UsageStore>>,
 }
 
 /// The API keys: a DynamoDB table, a key file, or none (auth off).
-async fn keys(config: &AuthConfig) -> Result<Option<Arc<dyn KeyStore>>, AppError> {
-    if let Some(table) = &config.api_keys_table {
+async fn keys(config: &AuthConfig, aws: &AwsConfig) -> Result<Option<Arc<dyn KeyStore>>, AppError> {
+    if let Some(table) = &aws.api_keys_table {
         info!(%table, "auth on: API keys in DynamoDB");
         return Ok(Some(Arc::new(
             sluice_aws::keys::DynamoKeys::connect(table).await?,
@@ -417,7 +441,7 @@ mod tests {
     use super::*;
 
     fn with(vars: &[(&str, &str)]) -> Result<Settings, ConfigError> {
-        Settings::from_lookup(sluice_core::settings::pairs(vars))
+        Settings::from_lookup(sluice_contract::settings::pairs(vars))
     }
 
     #[test]

@@ -10,13 +10,19 @@
 //! - [`secrets::settings`]: `SLUICE_*` settings (the vector store's API key) from a Secrets
 //!   Manager secret, read once at start.
 //!
+//! - [`AwsConfig`]: the deployment's AWS names (tables, buckets, the cache's tenant role),
+//!   read and checked at start.
+//!
 //! Every client comes from [`sdk_config_with`]: the standard AWS environment (region, credentials,
 //! `AWS_ENDPOINT_URL_<SERVICE>` for an emulator) with bounded timeouts and one retry.
 #![warn(missing_docs)]
 
 use std::time::Duration;
 
+pub use config::{AwsConfig, ComponentsConfig};
+
 pub mod components;
+mod config;
 pub mod documents;
 pub mod keys;
 pub mod secrets;

@@ -13,7 +13,7 @@ use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use sluice_core::sse::{PromptEcho, Timings};
+use sluice_contract::sse::{Event, PromptEcho, Timings};
 use tokio::task::JoinSet;
 
 use crate::BenchError;
@@ -305,8 +305,8 @@ async fn measure(
             // SLUICE_API_KEY for a server with auth on; read once, sent to Sluice only.
             static AUTH: std::sync::OnceLock<reqwest::header::HeaderMap> =
                 std::sync::OnceLock::new();
-            let auth = AUTH.get_or_init(sluice_http::client_headers).clone();
-            let (headers, bytes) = sluice_http::client_json(&body);
+            let auth = AUTH.get_or_init(sluice_client::key_headers).clone();
+            let (headers, bytes) = sluice_client::json_body(&body);
             let request = client
                 .post(format!("{url}/v1/answer"))
                 .headers(auth)
@@ -367,28 +367,22 @@ async fn measure(
     Ok(sample)
 }
 
-/// Reads one Sluice event into `sample`; returns the number of tokens it carried.
+/// Reads one Sluice event into `sample` (decoded as the contract's, so that a server that
+/// breaks it fails the run); returns the number of tokens it carried.
 fn read_sluice_event(name: &str, data: &str, sample: &mut Sample) -> Result<u64, String> {
-    let value: Value = serde_json::from_str(data).map_err(|e| format!("event data: {e}"))?;
-    match name {
-        "meta" => {
-            sample.cache = value["cache"].as_str().map(str::to_string);
-            sample.degraded = value["degraded"].as_array().is_some_and(|d| !d.is_empty());
-            sample.prompt = serde_json::from_value(value["prompt"].clone()).ok();
+    match sluice_client::decode(name, data).map_err(|e| e.to_string())? {
+        Some(Event::Meta(meta)) => {
+            sample.cache = Some(meta.cache.as_str().to_string());
+            sample.degraded = !meta.degraded.is_empty();
+            sample.prompt = meta.prompt;
         }
-        "token" => return Ok(1),
-        "done" => {
+        Some(Event::Token(_)) => return Ok(1),
+        Some(Event::Done(done)) => {
             sample.ok = true;
-            sample.server = serde_json::from_value(value["timings"].clone()).ok();
+            sample.server = Some(done.timings);
         }
-        "error" => {
-            sample.error = Some(format!(
-                "{}: {}",
-                value["code"].as_str().unwrap_or("error"),
-                value["message"].as_str().unwrap_or("")
-            ));
-        }
-        _ => {}
+        Some(Event::Error(e)) => sample.error = Some(format!("{}: {}", e.code, e.message)),
+        None => {}
     }
     Ok(0)
 }
@@ -483,7 +477,9 @@ mod tests {
     #[test]
     fn sluice_events_fill_the_sample() {
         let mut s = Sample::default();
-        let meta = json!({"cache": "miss", "degraded": ["retrieval_timeout"],
+        let meta = json!({"request_id": "r", "session_id": "s", "tenant": "acme",
+            "model_id": "m", "k": 5, "documents": [], "cache": "miss",
+            "degraded": ["retrieval_timeout"], "timings": {},
             "prompt": {"messages": [{"role": "user", "content": "q"}], "max_tokens": 8}});
         assert_eq!(read_sluice_event("meta", &meta.to_string(), &mut s), Ok(0));
         assert_eq!(s.cache.as_deref(), Some("miss"));
@@ -493,8 +489,11 @@ mod tests {
             read_sluice_event("token", r#"{"text":"x","index":0}"#, &mut s),
             Ok(1)
         );
-        let done = json!({"timings": {"embed_ms": 2.5, "ttft_ms": 9.0}});
-        read_sluice_event("done", &done.to_string(), &mut s).ok();
+        let done = json!({"request_id": "r", "session_id": "s", "replica_id": "p",
+            "model_id": "m", "k": 5, "token_count": 1, "token_count_source": "events",
+            "tokens_per_sec": 1.0, "finish_reason": "stop", "cached": false,
+            "timings": {"embed_ms": 2.5, "ttft_ms": 9.0}});
+        assert_eq!(read_sluice_event("done", &done.to_string(), &mut s), Ok(0));
         assert!(s.ok);
         assert_eq!(s.server.as_ref().and_then(|t| t.embed_ms), Some(2.5));
         let mut failed = Sample::default();
@@ -505,5 +504,7 @@ mod tests {
         )
         .ok();
         assert_eq!(failed.error.as_deref(), Some("llm_unavailable: down"));
+        // An event that is not the contract's fails the sample instead of counting wrong.
+        assert!(read_sluice_event("done", r#"{"timings": {}}"#, &mut s).is_err());
     }
 }

@@ -241,7 +241,7 @@ pub fn stages(level: &Level) -> Stages {
         .filter(|s| s.ok)
         .filter_map(|s| s.server.as_ref())
         .collect();
-    let of = |f: fn(&sluice_core::sse::Timings) -> Option<f64>| {
+    let of = |f: fn(&sluice_contract::sse::Timings) -> Option<f64>| {
         Stats::of(timings.iter().filter_map(|t| f(t)).collect())
     };
     Stages {

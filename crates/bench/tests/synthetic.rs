@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use sluice_bench::synthetic::{MODEL_ID, Settings, serve};
-use sluice_core::stages::{ChatMessage, Llm, LlmEvent};
+use sluice_contract::{stages::ChatMessage, stages::Llm, stages::LlmEvent};
 use sluice_llm::{OpenAiClient, Timeouts};
 
 async fn fixture(settings: Settings) -> String {

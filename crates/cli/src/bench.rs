@@ -273,7 +273,7 @@ pub async fn command(config: &sluice_core::Config, command: BenchCommand) -> Res
                 bail!("--warmup-s must be zero or more seconds");
             }
             let plan = sluice_bench::Plan {
-                url: crate::client::base_url(config, url),
+                url: crate::server_url(config, url),
                 tenant,
                 k,
                 use_cache,

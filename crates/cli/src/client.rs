@@ -4,28 +4,20 @@
 use clap::Subcommand;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
-use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
-use sluice_core::ingest::{ConvertLimits, Document, Format, parse_file};
-use sluice_http::escape;
+use sluice_client::{Client, escape};
+use sluice_contract::document::Document;
+use sluice_contract::sse::{Event, Meta};
+use sluice_convert::{ConvertLimits, Format, parse_file};
 
 /// Documents per POST, and bytes per POST (under the server's default 16 MiB cap).
 const BATCH_DOCS: usize = 32;
 const BATCH_BYTES: usize = 4 << 20;
-
-fn http() -> Result<reqwest::Client> {
-    Ok(reqwest::Client::builder()
-        .default_headers(sluice_http::client_headers())
-        .connect_timeout(Duration::from_secs(3))
-        // Between two reads of a response (a slow model may pause between tokens).
-        .read_timeout(Duration::from_secs(120))
-        .build()?)
-}
 
 /// Supported files under `paths`, sorted, folders searched recursively.
 fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
@@ -51,19 +43,6 @@ fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
     Ok(out)
 }
 
-/// Errors from the server are `{"error": {"code", "message"}}`: show them as such.
-async fn fail(response: reqwest::Response) -> anyhow::Error {
-    let status = response.status();
-    let body: Value = response.json().await.unwrap_or(Value::Null);
-    match body["error"]["message"].as_str() {
-        Some(m) => anyhow::anyhow!(
-            "server answered {status}: {m} ({})",
-            body["error"]["code"].as_str().unwrap_or("?")
-        ),
-        None => anyhow::anyhow!("server answered {status}"),
-    }
-}
-
 /// The documents of every supported file under `paths`, converted (PDF, HTML, Word and
 /// Markdown into sections, under the conversion caps this process's settings give), parsed
 /// and validated (errors name the file), and the number of files; `progress` hears of each
@@ -83,13 +62,13 @@ pub fn read_documents(
         let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
         documents.extend(parse_file(&f.display().to_string(), &bytes, limits)?);
     }
-    sluice_core::ingest::validate(&documents)?;
+    sluice_contract::document::validate(&documents)?;
     Ok((documents, files.len()))
 }
 
 /// `sluice ingest`: convert and parse every file here (errors name the file), then send in
 /// batches.
-pub async fn ingest(url: &str, paths: &[PathBuf], limits: &ConvertLimits) -> Result<()> {
+pub async fn ingest(client: &Client, paths: &[PathBuf], limits: &ConvertLimits) -> Result<()> {
     let reading = ProgressBar::new_spinner();
     let (documents, files) = read_documents(paths, limits, &|f| {
         reading.set_message(format!("reading {}", f.display()));
@@ -97,7 +76,6 @@ pub async fn ingest(url: &str, paths: &[PathBuf], limits: &ConvertLimits) -> Res
     })?;
     reading.finish_and_clear();
 
-    let client = http()?;
     let bar = ProgressBar::new(documents.len() as u64);
     bar.set_style(ProgressStyle::with_template(
         "{bar:40} {pos}/{len} documents, {msg} [{elapsed}]",
@@ -113,22 +91,15 @@ pub async fn ingest(url: &str, paths: &[PathBuf], limits: &ConvertLimits) -> Res
         if batch.len() < BATCH_DOCS && batch_bytes < BATCH_BYTES && pending.peek().is_some() {
             continue;
         }
-        let (headers, bytes) = sluice_http::client_json(&json!({ "documents": batch }));
-        let response = client
-            .post(format!("{url}/v1/documents"))
-            .timeout(Duration::from_secs(600))
-            .headers(headers)
-            .body(bytes)
-            .send()
-            .await
-            .with_context(|| format!("sending documents to {url} (is `sluice serve` running?)"))?;
-        if !response.status().is_success() {
-            bar.abandon();
-            return Err(fail(response).await);
-        }
-        let report: Value = response.json().await?;
-        chunks += report["chunks"].as_u64().unwrap_or(0);
-        version = report["corpus_version"].as_u64().unwrap_or(version);
+        let report = match client.ingest(&batch).await {
+            Ok(report) => report,
+            Err(e) => {
+                bar.abandon();
+                return Err(e.into());
+            }
+        };
+        chunks += report.chunks as u64;
+        version = report.corpus_version;
         bar.inc(batch.len() as u64);
         bar.set_message(format!("{chunks} chunks"));
         batch.clear();
@@ -157,8 +128,6 @@ pub struct Ask<'a> {
     pub filter: Option<&'a str>,
     /// `rerank_context`, as the user typed it (JSON).
     pub rerank_context: Option<&'a str>,
-    /// `x-sluice-tenant`.
-    pub tenant: Option<&'a str>,
 }
 
 impl Ask<'_> {
@@ -194,132 +163,78 @@ impl Ask<'_> {
 }
 
 /// `sluice ask`: stream the answer, then sources and timings (client-measured TTFT first).
-pub async fn ask(url: &str, query: &str, ask: &Ask<'_>) -> Result<()> {
+pub async fn ask(client: &Client, query: &str, ask: &Ask<'_>) -> Result<()> {
     let body = ask.body(query)?;
-    let (headers, bytes) = sluice_http::client_json(&body);
     let sent = Instant::now();
-    let mut request = http()?.post(format!("{url}/v1/answer"));
-    if let Some(tenant) = ask.tenant {
-        request = request.header("x-sluice-tenant", tenant);
-    }
-    let response = request
-        .headers(headers)
-        .body(bytes)
-        .send()
-        .await
-        .with_context(|| format!("connecting to {url} (is `sluice serve` running?)"))?;
-    if !response.status().is_success() {
-        return Err(fail(response).await);
-    }
-    let mut events = response.bytes_stream().eventsource();
+    let mut events = client.answer(&body).await?;
     let mut ttft = None;
-    let mut meta = Value::Null;
+    let mut meta = None;
     let mut out = std::io::stdout();
     while let Some(event) = events.next().await {
-        let event = event.context("reading the event stream")?;
-        let data: Value = serde_json::from_str(&event.data).context("an event that is not JSON")?;
-        match event.event.as_str() {
-            "meta" => meta = data,
-            "token" => {
+        match event? {
+            Event::Meta(m) => meta = Some(m),
+            Event::Token(token) => {
                 ttft.get_or_insert_with(|| sent.elapsed());
-                write!(out, "{}", data["text"].as_str().unwrap_or(""))?;
+                write!(out, "{}", token.text)?;
                 out.flush()?;
             }
-            "done" => {
+            Event::Done(done) => {
                 println!("\n");
-                print_sources(&meta);
-                let t = &data["timings"];
-                let f = |k: &str| t[k].as_f64().map_or("-".to_string(), |v| format!("{v:.1}"));
+                if let Some(meta) = &meta {
+                    print_sources(meta);
+                }
+                let t = &done.timings;
+                let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
                 println!(
                     "client ttft {:.1} ms | cache {} | server: cache {} embed {} retrieve {} rerank {} prompt {} llm_ttft {} ttft {} total {} ms | {} tokens, {:.1} tok/s",
                     ttft.unwrap_or_default().as_secs_f64() * 1e3,
-                    meta["cache"].as_str().unwrap_or("?"),
-                    f("cache_ms"),
-                    f("embed_ms"),
-                    f("retrieve_ms"),
-                    f("rerank_ms"),
-                    f("prompt_ms"),
-                    f("llm_ttft_ms"),
-                    f("ttft_ms"),
-                    f("total_ms"),
-                    data["token_count"],
-                    data["tokens_per_sec"].as_f64().unwrap_or(0.0),
+                    meta.as_ref().map_or("?", |m| m.cache.as_str()),
+                    f(t.cache_ms),
+                    f(t.embed_ms),
+                    f(t.retrieve_ms),
+                    f(t.rerank_ms),
+                    f(t.prompt_ms),
+                    f(t.llm_ttft_ms),
+                    f(t.ttft_ms),
+                    f(t.total_ms),
+                    done.token_count,
+                    done.tokens_per_sec,
                 );
                 return Ok(());
             }
-            "error" => {
+            Event::Error(e) => {
                 println!();
-                bail!(
-                    "{} ({})",
-                    data["message"].as_str().unwrap_or("error"),
-                    data["code"].as_str().unwrap_or("?")
-                );
+                bail!("{} ({})", e.message, e.code);
             }
-            _ => {}
         }
     }
     bail!("the stream ended without a done or error event")
 }
 
-fn print_sources(meta: &Value) {
-    if let Some(reasons) = meta["degraded"].as_array().filter(|r| !r.is_empty()) {
-        println!(
-            "degraded: {}",
-            reasons
-                .iter()
-                .filter_map(Value::as_str)
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
+fn print_sources(meta: &Meta) {
+    if !meta.degraded.is_empty() {
+        let reasons: Vec<String> = meta.degraded.iter().map(|d| d.to_string()).collect();
+        println!("degraded: {}", reasons.join(", "));
     }
-    for (i, d) in meta["documents"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .enumerate()
-    {
+    for (i, d) in meta.documents.iter().enumerate() {
         println!(
             "[{}] {} ({}) score {:.3}",
             i + 1,
-            d["title"].as_str().unwrap_or(""),
-            d["source"].as_str().unwrap_or(""),
-            d["score"].as_f64().unwrap_or(0.0)
+            d.title,
+            d.source,
+            d.score
         );
     }
 }
 
-/// `sluice cache clear`: `DELETE /v1/cache` for `tenant`.
-pub async fn clear_cache(url: &str, tenant: &str) -> Result<()> {
-    let response = http()?
-        .delete(format!("{url}/v1/cache"))
-        .header("x-sluice-tenant", tenant)
-        .timeout(Duration::from_secs(60))
-        .send()
-        .await
-        .with_context(|| format!("connecting to {url} (is `sluice serve` running?)"))?;
-    if !response.status().is_success() {
-        return Err(fail(response).await);
-    }
-    let report: Value = response.json().await?;
+/// `sluice cache clear`: `DELETE /v1/cache` for the client's tenant.
+pub async fn clear_cache(client: &Client, tenant: &str) -> Result<()> {
+    let report = client.delete("/v1/cache", None).await?;
     println!(
         "deleted {} cached answers of tenant {tenant}",
         report["deleted"].as_u64().unwrap_or(0)
     );
     Ok(())
-}
-
-/// Sends `request` (for `tenant`, when named), failing with the server's error.
-async fn send(request: reqwest::RequestBuilder, url: &str, tenant: Option<&str>) -> Result<Value> {
-    let request = match tenant {
-        Some(t) => request.header("x-sluice-tenant", t),
-        None => request,
-    };
-    let response = (request.timeout(Duration::from_secs(120)).send().await)
-        .with_context(|| format!("connecting to {url} (is `sluice serve` running?)"))?;
-    if !response.status().is_success() {
-        return Err(fail(response).await);
-    }
-    Ok(response.json().await?)
 }
 
 /// One line of a listing: id, chunks, when, title.
@@ -340,16 +255,10 @@ fn document_line(d: &Value) -> String {
 
 /// `sluice documents list`: every page of the tenant's documents (under `filter`, a JSON
 /// text), a line each (`--json`: the documents as JSON lines).
-pub async fn list_documents(
-    url: &str,
-    tenant: Option<&str>,
-    filter: Option<&str>,
-    json_lines: bool,
-) -> Result<()> {
+pub async fn list_documents(client: &Client, filter: Option<&str>, json_lines: bool) -> Result<()> {
     if let Some(f) = filter {
         serde_json::from_str::<Value>(f).context("--filter is not JSON")?;
     }
-    let client = http()?;
     let mut cursor: Option<String> = None;
     let mut count = 0;
     if !json_lines {
@@ -363,8 +272,7 @@ pub async fn list_documents(
         if let Some(c) = &cursor {
             query += &format!("&cursor={}", escape(c));
         }
-        let request = client.get(format!("{url}/v1/documents?{query}"));
-        let page = send(request, url, tenant).await?;
+        let page = client.get(&format!("/v1/documents?{query}")).await?;
         for d in page["documents"].as_array().into_iter().flatten() {
             count += 1;
             if json_lines {
@@ -383,9 +291,9 @@ pub async fn list_documents(
 }
 
 /// `sluice documents get ID`: the document as JSON.
-pub async fn get_document(url: &str, tenant: Option<&str>, id: &str) -> Result<()> {
-    let request = http()?.get(format!("{url}/v1/documents/{}", escape(id)));
-    println!("{:#}", send(request, url, tenant).await?);
+pub async fn get_document(client: &Client, id: &str) -> Result<()> {
+    let document = client.get(&format!("/v1/documents/{}", escape(id))).await?;
+    println!("{document:#}");
     Ok(())
 }
 
@@ -401,12 +309,11 @@ pub enum Deletion<'a> {
 
 /// `sluice documents delete`: one document, or all matching (a thousand per call, called
 /// until none is left, with the count so far shown).
-pub async fn delete_documents(url: &str, tenant: Option<&str>, what: Deletion<'_>) -> Result<()> {
-    let client = http()?;
+pub async fn delete_documents(client: &Client, what: Deletion<'_>) -> Result<()> {
     let body = match what {
         Deletion::Id(id) => {
-            let request = client.delete(format!("{url}/v1/documents/{}", escape(id)));
-            let report = send(request, url, tenant).await?;
+            let path = format!("/v1/documents/{}", escape(id));
+            let report = client.delete(&path, None).await?;
             println!("deleted {id}; corpus version {}", report["corpus_version"]);
             return Ok(());
         }
@@ -416,14 +323,9 @@ pub async fn delete_documents(url: &str, tenant: Option<&str>, what: Deletion<'_
         }
         Deletion::All => json!({"all": true, "confirm": true}),
     };
-    let (headers, bytes) = sluice_http::client_json(&body);
     let mut total = 0;
     loop {
-        let request = client
-            .delete(format!("{url}/v1/documents"))
-            .headers(headers.clone())
-            .body(bytes.clone());
-        let report = send(request, url, tenant).await?;
+        let report = client.delete("/v1/documents", Some(&body)).await?;
         total += report["deleted"].as_u64().unwrap_or(0);
         if report["more"] != true {
             println!(
@@ -440,8 +342,7 @@ pub async fn delete_documents(url: &str, tenant: Option<&str>, what: Deletion<'_
 /// default is this month so far), a line a day and a total (`--json`: the server's answer);
 /// with `keys`, per API key as well.
 pub async fn usage(
-    url: &str,
-    tenant: Option<&str>,
+    client: &Client,
     from: Option<&str>,
     to: Option<&str>,
     keys: bool,
@@ -457,8 +358,9 @@ pub async fn usage(
     if keys {
         query.push("keys=true".to_string());
     }
-    let request = http()?.get(format!("{url}/v1/usage?{}", query.join("&")));
-    let usage = send(request, url, tenant).await?;
+    let usage = client
+        .get(&format!("/v1/usage?{}", query.join("&")))
+        .await?;
     if json {
         println!("{usage:#}");
         return Ok(());
@@ -547,12 +449,12 @@ pub enum DocumentsCommand {
 }
 
 /// `sluice documents …` against the server at `url`.
-pub async fn documents(url: &str, tenant: Option<&str>, command: DocumentsCommand) -> Result<()> {
+pub async fn documents(client: &Client, command: DocumentsCommand) -> Result<()> {
     match command {
         DocumentsCommand::List { filter, json } => {
-            list_documents(url, tenant, filter.as_deref(), json).await
+            list_documents(client, filter.as_deref(), json).await
         }
-        DocumentsCommand::Get { id } => get_document(url, tenant, &id).await,
+        DocumentsCommand::Get { id } => get_document(client, &id).await,
         DocumentsCommand::Delete {
             id, filter, all, ..
         } => {
@@ -562,12 +464,7 @@ pub async fn documents(url: &str, tenant: Option<&str>, command: DocumentsComman
                 (None, None) if all => Deletion::All,
                 (None, None) => bail!("name a document, --filter or --all"),
             };
-            delete_documents(url, tenant, what).await
+            delete_documents(client, what).await
         }
     }
-}
-
-/// The server a client command talks to: `url` when given, else `http://$SLUICE_ADDR`.
-pub fn base_url(config: &sluice_core::Config, url: Option<String>) -> String {
-    url.unwrap_or_else(|| format!("http://{}", config.server.addr))
 }

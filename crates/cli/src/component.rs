@@ -12,55 +12,22 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail, ensure};
 use serde_json::Value;
-use sluice_core::stages::{
-    CallCosts, Components, Embedder, Hit, RerankContext, RerankInput, Reranker, Search, Store,
+use sluice_contract::Tenant;
+use sluice_contract::{
+    stages::CallCosts, stages::Components, stages::Embedder, stages::Hit, stages::RerankContext,
+    stages::RerankInput, stages::Reranker, stages::Search, stages::Store,
 };
-use sluice_core::{Ingest, Tenant};
+use sluice_core::Ingest;
 use sluice_rerank::measure::{measure, sample_candidates};
 use sluice_rerank::{Call, Candidate, Sandbox, UploadHost};
 
-/// The crate `sluice component new` writes: a 0.2 component that keeps the fused order, with
-/// the places to put a tenant's rules marked.
-const TEMPLATE_LIB: &str = r#"//! NAME: a Sluice rerank component (sluice:rerank@0.2.0).
-//!
-//! Build: `sluice component build` (in this folder)
-//! Try:   `sluice component test <the .component.wasm> --queries questions.txt --corpus DOCS`
-//! Cost:  `sluice component bench <the .component.wasm>`
-
-use sluice_rerank_sdk::{Candidate, Context, Guest, Ranking, context, export_reranker, ranking};
-
-struct Component;
-
-impl Guest for Component {
-    fn rerank(_query: String, ctx: Context, candidates: Vec<Candidate>) -> Result<Ranking, String> {
-        // The caller's `rerank_context`, e.g. {"plan": "pro"}.
-        let _plan = context(&ctx, "plan");
-        Ok(ranking(candidates.iter().map(|c| {
-            // Each candidate's document metadata: c.text_meta("topic"), c.number("year"),
-            // c.flag("draft"), c.date("updated_at") (seconds), c.strings("audience").
-            // `None` drops the candidate; `Some(score)` keeps it (higher is better).
-            Some(c.score)
-        })))
-    }
-}
-
-export_reranker!(Component);
-"#;
-
-const TEMPLATE_MANIFEST: &str = r#"[package]
-name = "NAME"
-description = "A Sluice rerank component."
-version.workspace = true
-edition.workspace = true
-license.workspace = true
-publish.workspace = true
-
-[lib]
-crate-type = ["cdylib"]
-
-[dependencies]
-sluice-rerank-sdk.workspace = true
-"#;
+/// The crate `sluice component new` writes (`components/template`, built and tested with the
+/// other components): a 0.2 component that keeps the fused order, with the places to put a
+/// tenant's rules marked; its name is the template's.
+const TEMPLATE_LIB: &str = include_str!("../../../components/template/src/lib.rs");
+const TEMPLATE_MANIFEST: &str = include_str!("../../../components/template/Cargo.toml");
+/// What the template is called in its files.
+const TEMPLATE_NAME: &str = "template";
 
 /// The SDK and the world `sluice component new` writes into a workspace of its own: the ones
 /// this binary was built with, so a component built from them fits the host that runs it.
@@ -71,31 +38,9 @@ const WORLD: &str = include_str!("../../../wit/rerank-0.2/rerank.wit");
 const COMPONENTS_MANIFEST: &str = include_str!("../../../components/Cargo.toml");
 
 /// A workspace of one component: the crate, the SDK under `vendor/` (which reads the WIT at
-/// `../../wit/rerank-0.2`, as in Sluice's own tree) and the release profile components need.
-const STANDALONE_MANIFEST: &str = r#"# A Sluice rerank component for the sluice:rerank@0.2.0 world, made by `sluice component new`
-# (Sluice VERSION, whose SDK and WIT are in vendor/ and wit/). Build: `sluice component build`.
-[package]
-name = "NAME"
-description = "A Sluice rerank component."
-version = "0.1.0"
-edition = "2024"
-publish = false
-
-[lib]
-crate-type = ["cdylib"]
-
-[dependencies]
-sluice-rerank-sdk = { path = "vendor/sluice-rerank-sdk" }
-
-[workspace]
-
-[profile.release]
-opt-level = "s"
-lto = true
-codegen-units = 1
-panic = "abort"
-strip = true
-"#;
+/// `../../wit/rerank-0.2`, as in Sluice's own tree) and the release profile components need
+/// (`NAME` and `VERSION` filled in).
+const STANDALONE_MANIFEST: &str = include_str!("../../../components/template/standalone.toml");
 
 /// `sluice component new NAME`: a component crate — in `dir` when that is a components
 /// workspace (Sluice's own `components/`), else a workspace of its own at `dir/NAME` (default
@@ -132,12 +77,16 @@ pub fn new(name: &str, dir: Option<&Path>) -> Result<PathBuf> {
     };
     write(
         &root.join("src/lib.rs"),
-        &TEMPLATE_LIB.replace("NAME", name),
+        &TEMPLATE_LIB.replacen(TEMPLATE_NAME, name, 1),
     )?;
     if is_workspace(&dir) {
         write(
             &root.join("Cargo.toml"),
-            &TEMPLATE_MANIFEST.replace("NAME", name),
+            &TEMPLATE_MANIFEST.replacen(
+                &format!("name = \"{TEMPLATE_NAME}\""),
+                &format!("name = \"{name}\""),
+                1,
+            ),
         )?;
         return Ok(root);
     }
@@ -343,12 +292,12 @@ pub fn questions(path: &Path) -> Result<Vec<Question>> {
             None => None,
             Some(k) => Some(
                 k.as_u64()
-                    .filter(|k| (1..=sluice_core::config::MAX_K as u64).contains(k))
+                    .filter(|k| (1..=sluice_contract::stages::MAX_K as u64).contains(k))
                     .with_context(|| {
                         format!(
                             "{}: \"k\" must be 1 to {}",
                             at(),
-                            sluice_core::config::MAX_K
+                            sluice_contract::stages::MAX_K
                         )
                     })? as usize,
             ),
@@ -391,11 +340,8 @@ async fn retrieve(
     let scratch = tempfile::tempdir()?;
     let store: Arc<dyn Store> = match corpus {
         Some(dir) => {
-            let (documents, _) = crate::client::read_documents(
-                &[dir.to_path_buf()],
-                &config.ingest.convert,
-                &|_| {},
-            )?;
+            let (documents, _) =
+                crate::client::read_documents(&[dir.to_path_buf()], &settings.convert, &|_| {})?;
             let store: Arc<dyn Store> = Arc::new(sluice_retrieve::EdgeStore::open(
                 &scratch.path().join("store"),
                 sluice_embed::DIM,
@@ -451,10 +397,9 @@ pub async fn test(
     corpus: Option<&Path>,
     tenant: &Tenant,
 ) -> Result<()> {
-    let config = &settings.config;
     let bytes = std::fs::read(file).with_context(|| format!("reading {}", file.display()))?;
     let questions = questions(queries)?;
-    let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(config)?);
+    let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(&settings.embed)?);
     let retrieved = retrieve(settings, &questions, corpus, tenant, &embedder).await?;
 
     // The component as the answer path runs it: uploaded to a registry (validated, compiled,
@@ -643,7 +588,7 @@ pub async fn bench(
         }
         Some((queries, corpus, tenant)) => {
             let questions = questions(queries)?;
-            let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(&settings.config)?);
+            let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(&settings.embed)?);
             let retrieved = retrieve(settings, &questions, corpus, tenant, &embedder).await?;
             let max = settings.rerank.max_text_bytes;
             for (i, (q, (_, hits))) in questions.iter().zip(retrieved).enumerate() {

@@ -6,8 +6,8 @@
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
+use sluice_contract::{stages::Embedder, stages::Llm};
 use sluice_core::config::CacheBackend;
-use sluice_core::stages::{Embedder, Llm};
 use sluice_llm::OpenAiClient;
 
 fn report(ok: bool, what: &str, detail: &str) -> bool {
@@ -34,8 +34,8 @@ async fn environment(settings: &sluice_app::Settings) -> Result<()> {
     let mut ok = true;
 
     let started = Instant::now();
-    let loaded =
-        sluice_app::model(config).and_then(|m| Ok(m.embed(&["doctor"]).map(|v| (m, v))?));
+    let loaded = sluice_app::model(&settings.embed)
+        .and_then(|m| Ok(m.embed(&["doctor"]).map(|v| (m, v))?));
     ok &= match loaded {
         Ok((m, v)) => report(
             true,
@@ -43,7 +43,7 @@ async fn environment(settings: &sluice_app::Settings) -> Result<()> {
             &format!(
                 "{} in {} ({}-d, loaded and ran in {} ms)",
                 m.model_id(),
-                config.model_dir.display(),
+                settings.embed.model_dir.display(),
                 v[0].len(),
                 started.elapsed().as_millis()
             ),
@@ -124,8 +124,8 @@ async fn environment(settings: &sluice_app::Settings) -> Result<()> {
         ),
         CacheBackend::Dynamodb => {
             let checked = match sluice_cache_dynamodb::DynamoCache::connect(
-                &config.cache.table,
-                config.cache.tenant_role_arn.as_deref(),
+                &settings.aws.cache_table,
+                settings.aws.cache_tenant_role_arn.as_deref(),
             )
             .await
             {

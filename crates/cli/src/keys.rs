@@ -2,16 +2,18 @@
 
 use anyhow::{Context, Result, bail};
 use clap::Subcommand;
-use sluice_core::Config;
-use sluice_core::Tenant;
-use sluice_core::auth::{self, KeyRecord, Permission, Principal};
-use sluice_core::filter::Filter;
+use sluice_app::Settings;
+use sluice_contract::Tenant;
+use sluice_contract::auth::{check_grant, digest, key_id, new_key};
+use sluice_contract::filter::Filter;
+use sluice_contract::{auth::KeyRecord, auth::Permission, auth::Principal};
+use sluice_core::auth::append_to_file;
 
-/// Makes a key, stores its digest where `config` says, and prints the key. A key bound to a
+/// Makes a key, stores its digest where `settings` say, and prints the key. A key bound to a
 /// `filter` gets only `answer` unless told otherwise, and a permission that acts on the whole
-/// tenant only with `tenant_wide` ([`auth::check_grant`]).
+/// tenant only with `tenant_wide` ([`check_grant`]).
 pub async fn create(
-    config: &Config,
+    settings: &Settings,
     tenant: String,
     permissions: Option<&[String]>,
     name: Option<String>,
@@ -43,11 +45,11 @@ pub async fn create(
             })
             .collect::<Result<Vec<_>>>()?,
     };
-    auth::check_grant(&permissions, filter.as_ref(), tenant_wide)
+    check_grant(&permissions, filter.as_ref(), tenant_wide)
         .map_err(|e| anyhow::anyhow!("--permissions: {e}"))?;
-    let key = auth::new_key();
+    let key = new_key();
     let record = KeyRecord {
-        hash: auth::digest(&key),
+        hash: digest(&key),
         principal: Principal {
             tenant: tenant.clone(),
             permissions,
@@ -57,10 +59,13 @@ pub async fn create(
         },
         name,
     };
-    let id = auth::key_id(&record.hash);
-    let place = match (&config.auth.api_keys_file, &config.auth.api_keys_table) {
+    let id = key_id(&record.hash);
+    let place = match (
+        &settings.config.auth.api_keys_file,
+        &settings.aws.api_keys_table,
+    ) {
         (Some(file), _) => {
-            auth::append_to_file(file, record)?;
+            append_to_file(file, record)?;
             format!("{} (restart sluice serve to use it)", file.display())
         }
         (None, Some(table)) => {
@@ -80,8 +85,8 @@ pub async fn create(
 }
 
 /// Creates the DynamoDB key table.
-pub async fn create_table(config: &Config) -> Result<()> {
-    let Some(table) = &config.auth.api_keys_table else {
+pub async fn create_table(settings: &Settings) -> Result<()> {
+    let Some(table) = &settings.aws.api_keys_table else {
         bail!("SLUICE_API_KEYS_TABLE is not set: name the table to create");
     };
     let keys = sluice_aws::keys::DynamoKeys::connect(table).await?;
@@ -127,7 +132,7 @@ pub enum KeysCommand {
 }
 
 /// `sluice keys …`.
-pub async fn command(config: &Config, command: KeysCommand) -> Result<()> {
+pub async fn command(settings: &Settings, command: KeysCommand) -> Result<()> {
     match command {
         KeysCommand::Create {
             tenant,
@@ -138,7 +143,7 @@ pub async fn command(config: &Config, command: KeysCommand) -> Result<()> {
             tenant_wide,
         } => {
             create(
-                config,
+                settings,
                 tenant,
                 permissions.as_deref(),
                 name,
@@ -148,6 +153,6 @@ pub async fn command(config: &Config, command: KeysCommand) -> Result<()> {
             )
             .await
         }
-        KeysCommand::CreateTable => create_table(config).await,
+        KeysCommand::CreateTable => create_table(settings).await,
     }
 }

@@ -27,7 +27,6 @@ mod component;
 mod docs;
 mod doctor;
 mod eval;
-mod eval_pages;
 mod keys;
 mod serve;
 
@@ -245,12 +244,15 @@ fn run() -> Result<()> {
     let cli = Cli::parse();
     let settings = sluice_app::Settings::from_env()?;
     let config = &settings.config;
-    let url = |u: Option<String>| client::base_url(config, u);
+    let server = |url: Option<String>, tenant: Option<&str>| {
+        let client = sluice_client::Client::new(&server_url(config, url))?;
+        Ok::<_, anyhow::Error>(client.for_tenant(tenant))
+    };
     let runtime = tokio::runtime::Runtime::new()?;
     match cli.command {
         Command::Serve => runtime.block_on(serve::run(settings)),
         Command::Ingest { paths, url: u } => {
-            runtime.block_on(client::ingest(&url(u), &paths, &config.ingest.convert))
+            runtime.block_on(client::ingest(&server(u, None)?, &paths, &settings.convert))
         }
         Command::Ask {
             query,
@@ -268,15 +270,15 @@ fn run() -> Result<()> {
                 no_cache,
                 filter: filter.as_deref(),
                 rerank_context: rerank_context.as_deref(),
-                tenant: tenant.as_deref(),
             };
-            runtime.block_on(client::ask(&url(u), &query, &ask))
+            let client = server(u, tenant.as_deref())?;
+            runtime.block_on(client::ask(&client, &query, &ask))
         }
         Command::Documents {
             command,
             tenant,
             url: u,
-        } => runtime.block_on(client::documents(&url(u), tenant.as_deref(), command)),
+        } => runtime.block_on(client::documents(&server(u, tenant.as_deref())?, command)),
         Command::Usage {
             from,
             to,
@@ -285,8 +287,7 @@ fn run() -> Result<()> {
             tenant,
             url: u,
         } => runtime.block_on(client::usage(
-            &url(u),
-            tenant.as_deref(),
+            &server(u, tenant.as_deref())?,
             from.as_deref(),
             to.as_deref(),
             keys,
@@ -305,8 +306,8 @@ fn run() -> Result<()> {
             command: CacheCommand::CreateTable,
         } => runtime.block_on(async {
             let table = sluice_cache_dynamodb::DynamoCache::connect(
-                &config.cache.table,
-                config.cache.tenant_role_arn.as_deref(),
+                &settings.aws.cache_table,
+                settings.aws.cache_tenant_role_arn.as_deref(),
             )
             .await?;
             let created = table.create_table().await?;
@@ -317,13 +318,13 @@ fn run() -> Result<()> {
             );
             Ok(())
         }),
-        Command::Keys { command } => runtime.block_on(keys::command(config, command)),
+        Command::Keys { command } => runtime.block_on(keys::command(&settings, command)),
         Command::Eval { command } => runtime.block_on(eval::command(&settings, command)),
         Command::Component { command } => runtime.block_on(component::command(&settings, command)),
         Command::Model {
             command: ModelCommand::Prepare { dir },
         } => {
-            let dir = dir.unwrap_or_else(|| config.model_dir.clone());
+            let dir = dir.unwrap_or_else(|| settings.embed.model_dir.clone());
             let path = sluice_embed::prepare(&dir)?;
             println!("wrote {}", path.display());
             Ok(())
@@ -334,7 +335,12 @@ fn run() -> Result<()> {
             command: CacheCommand::Clear { tenant, url: u },
         } => {
             let tenant = tenant.unwrap_or_else(|| config.auth.default_tenant.to_string());
-            runtime.block_on(client::clear_cache(&url(u), &tenant))
+            runtime.block_on(client::clear_cache(&server(u, Some(&tenant))?, &tenant))
         }
     }
+}
+
+/// The server a client command talks to: `--url`, else `http://$SLUICE_ADDR`.
+fn server_url(config: &sluice_core::Config, url: Option<String>) -> String {
+    url.unwrap_or_else(|| format!("http://{}", config.server.addr))
 }

@@ -48,7 +48,7 @@ pub fn router(server: Arc<Server>) -> axum::Router {
 pub async fn run(settings: sluice_app::Settings) -> Result<()> {
     let config = &settings.config;
     let addr = config.server.addr;
-    let auth = config.auth.api_keys_file.is_some() || config.auth.api_keys_table.is_some();
+    let auth = config.auth.api_keys_file.is_some() || settings.aws.api_keys_table.is_some();
     if !auth && !addr.ip().is_loopback() && !config.server.allow_unauthenticated {
         anyhow::bail!(
             "refusing to listen on {addr} with auth off: anyone who can reach it could read and change every tenant's documents. \

@@ -725,7 +725,7 @@ fn answers_keep_streaming_when_dynamodb_dies() {
 #[test]
 fn model_prepare_writes_the_fast_loading_graph_and_says_where() {
     let dir = tempfile::tempdir().unwrap();
-    let model = sluice_core::Config::from_env().unwrap().model_dir;
+    let model = sluice_testkit::services::model_dir();
     for file in ["model.onnx", "tokenizer.json", "word_embeddings.f32"] {
         std::os::unix::fs::symlink(model.join(file), dir.path().join(file)).unwrap();
     }

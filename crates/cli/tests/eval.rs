@@ -46,7 +46,7 @@ fn the_retrieval_eval_runs_on_a_slice_and_beats_random_by_far() {
     // What tuning chose is a setting the server reads, and one of the settings it tried.
     let tuned = &report["tuned"];
     let fusion = tuned["fusion"].as_str().unwrap();
-    fusion.parse::<sluice_core::fusion::Fusion>().unwrap();
+    fusion.parse::<sluice_contract::fusion::Fusion>().unwrap();
     let tried = tuned["tried"].as_array().unwrap();
     assert_eq!(tried.len() as u64, tuned["settings"].as_u64().unwrap());
     assert!(tried.iter().any(|t| t[0] == fusion));
@@ -126,12 +126,12 @@ fn tune_writes_the_tenants_setting_keeping_the_others() {
     let env = std::fs::read_to_string(out.path().join("fusion.env")).unwrap();
     let value = env.trim().strip_prefix("SLUICE_FUSION_TENANTS=").unwrap();
     // What the server reads back: acme's tuned rule, globex's kept.
-    let tenants = sluice_core::fusion::FusionConfig::parse_tenants(value).unwrap();
-    let t = |n: &str| sluice_core::Tenant::new(n).unwrap();
+    let tenants = sluice_contract::fusion::FusionConfig::parse_tenants(value).unwrap();
+    let t = |n: &str| sluice_contract::Tenant::new(n).unwrap();
     assert_eq!(tenants[&t("acme")], fusion.parse().unwrap());
     assert_eq!(
         tenants[&t("globex")],
-        sluice_core::fusion::Fusion::Convex { dense: 0.9 }
+        sluice_contract::fusion::Fusion::Convex { dense: 0.9 }
     );
     assert!(said.contains(value), "{said}");
 }

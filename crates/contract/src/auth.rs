@@ -15,6 +15,9 @@ use thiserror::Error;
 /// Every key starts with this, so that a leaked one is recognisable (secret scanners).
 pub const KEY_PREFIX: &str = "sk-sluice-";
 
+/// The request header a client sends its key in (`Authorization: Bearer` is read too).
+pub const KEY_HEADER: &str = "x-api-key";
+
 /// A new random key. Shown once to whoever made it; only its [`digest`] is kept.
 pub fn new_key() -> String {
     let a = uuid::Uuid::new_v4().simple().to_string();

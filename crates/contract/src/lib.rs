@@ -5,6 +5,7 @@
 //!   `Reranker`, `ComponentStorage`) and the values passed between them;
 //! - [`error`]: each stage's error type;
 //! - [`codes`]: every error code and degraded reason a client can see, with its status;
+//! - [`document`]: documents as clients send them, and what ingesting or deleting reports;
 //! - [`tenant`]: the tenant name, checked where it comes in;
 //! - [`metadata`] and [`filter`]: what a document says about itself, and which documents an
 //!   answer may use;
@@ -23,11 +24,13 @@ pub mod auth;
 pub mod cache;
 pub mod cancel;
 pub mod codes;
+pub mod document;
 pub mod error;
 pub mod filter;
 pub mod fusion;
 pub mod metadata;
 pub mod settings;
+pub mod sse;
 pub mod stages;
 pub mod tenant;
 pub mod usage;

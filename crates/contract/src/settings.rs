@@ -4,6 +4,7 @@
 //! (`get`: the environment, or a map in tests) that treats a blank value as unset.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use thiserror::Error;
@@ -50,6 +51,22 @@ pub fn pairs<'a>(vars: &'a [(&str, &str)]) -> impl Fn(&str) -> Option<String> + 
             .find(|(n, _)| *n == name)
             .map(|(_, v)| v.to_string())
     }
+}
+
+/// `SLUICE_HOME`: where setup puts downloads, models and tools (default `~/.cache/sluice`).
+pub fn home(get: &impl Fn(&str) -> Option<String>) -> PathBuf {
+    get("SLUICE_HOME").map(PathBuf::from).unwrap_or_else(|| {
+        PathBuf::from(get("HOME").unwrap_or_else(|| ".".into())).join(".cache/sluice")
+    })
+}
+
+/// `SLUICE_MODEL_DIR`: the embedding model's package — the model and its tokenizer
+/// (`sluice-embed`), and the cache guard's lexicon beside them (default
+/// `models/all-MiniLM-L6-v2` under [`home`]).
+pub fn model_dir(get: &impl Fn(&str) -> Option<String>) -> PathBuf {
+    get("SLUICE_MODEL_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| home(get).join("models/all-MiniLM-L6-v2"))
 }
 
 /// Whether `url` is an http:// or https:// URL.

@@ -13,6 +13,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use thiserror::Error;
 
+/// The request header that names the tenant (a key bound to one tenant need not send it).
+pub const TENANT_HEADER: &str = "x-sluice-tenant";
+
 /// Longest tenant name.
 pub const MAX_TENANT_CHARS: usize = 64;
 

@@ -8,14 +8,17 @@
 //! runs past its time budget fails that file, never the process.
 
 mod docx;
+mod files;
 mod html;
 mod markdown;
 mod pdf;
 
+pub use files::{parse_as, parse_file, parse_until, parse_upload};
+
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use sluice_contract::cancel::{Cancel, Stopped};
+use sluice_contract::document::Section;
 use sluice_contract::settings::{ConfigError, millis, ranged};
 
 /// A file format Sluice reads.
@@ -106,20 +109,6 @@ impl Format {
 
     /// The extensions [`from_name`](Self::from_name) reads, for messages.
     pub const EXTENSIONS: &'static str = ".txt, .md, .html, .pdf, .docx, .json or .jsonl";
-}
-
-/// A run of a document's text under one heading path (and, in a PDF, on one page).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct Section {
-    /// The headings above it, outermost first (empty before the first heading).
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub path: Vec<String>,
-    /// The page it is on, from 1 (PDF).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub page: Option<u32>,
-    /// Its text.
-    pub text: String,
 }
 
 /// What a file holds, converted.
@@ -390,5 +379,8 @@ mod tests {
         let get = sluice_contract::settings::pairs(&[("SLUICE_MAX_PDF_PAGES", "0")]);
         let e = ConvertLimits::from_lookup(&get).unwrap_err();
         assert_eq!(e.name, "SLUICE_MAX_PDF_PAGES");
+        let get = sluice_contract::settings::pairs(&[("SLUICE_CONVERT_THREADS", "0")]);
+        let e = ConvertLimits::from_lookup(&get).unwrap_err();
+        assert_eq!(e.name, "SLUICE_CONVERT_THREADS");
     }
 }

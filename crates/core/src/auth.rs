@@ -9,7 +9,7 @@
 //! The HTTP layer hashes the bearer token of each request and asks the [`KeyStore`]; no key
 //! (or an unknown one) is a 401, a key used for another tenant or beyond its permissions a 403.
 
-pub use sluice_contract::auth::*;
+use sluice_contract::auth::*;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -102,9 +102,6 @@ impl KeyStore for FileKeys {
     }
 }
 
-/// The variable the `sluice` commands (ask, ingest, bench, cache clear) read their key from.
-pub const CLIENT_KEY_VAR: &str = "SLUICE_API_KEY";
-
 /// The key store `config` names for `sluice serve` (`SLUICE_API_KEYS_FILE`); `None` when it
 /// names none. The DynamoDB store of the Lambda functions is built by `sluice-app`.
 pub fn file_keys(config: &crate::config::AuthConfig) -> Result<Option<FileKeys>, AuthError> {
@@ -118,7 +115,7 @@ pub fn file_keys(config: &crate::config::AuthConfig) -> Result<Option<FileKeys>,
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Tenant;
+    use sluice_contract::Tenant;
 
     fn record(key: &str, tenant: &str, permissions: &[Permission]) -> KeyRecord {
         KeyRecord {

@@ -1,45 +1,33 @@
-//! Sluice core: the pipeline and its rules, stage by stage, with no web framework, cloud or
-//! engine in it.
+//! Sluice core: the engine — the pipeline and its rules, stage by stage, with no web
+//! framework, cloud, engine or file parser in it.
 //!
 //! - [`pipeline`]: the answer path — the scope reads, [`cache`] lookup, embedding, retrieval
-//!   and rerank under one deadline, [`prompt`], generation — as a stream of [`sse`] events that
-//!   always ends with exactly one `done` or `error`; complete answers are written to the cache
-//!   after `done`.
-//! - [`ingest`]: the document path — parse, [`chunk`], embed, replace in the store — which
-//!   needs no LLM.
-//! - the contract between the stages — [`stages`], [`error`], [`codes`], [`tenant`],
-//!   [`metadata`], [`filter`], [`fusion`] — is the crate `sluice-contract`, re-exported here;
-//!   [`auth`]: API keys and what they allow;
-//!   [`breaker`]: the circuit breaker of remote stores; [`trace`]: W3C trace context;
-//!   [`config`]: the environment, read and checked once, in one section per owner;
-//!   [`usage`]: what each tenant and
-//!   key used, and the monthly token budgets.
+//!   and rerank under one deadline, [`prompt`], generation — as a stream of the contract's
+//!   events (`sluice_contract::sse`) that always ends with exactly one `done` or `error`;
+//!   complete answers are written to the cache after `done`.
+//! - [`ingest`]: the document path — validate, [`chunk`], embed, replace in the store — which
+//!   needs no LLM (files become documents before: `sluice-convert`).
+//! - [`auth`]: the key file of `sluice serve`; [`trace`]: W3C trace context; [`config`]: the
+//!   engine's and the wire's sections of the environment; [`usage`]: what each tenant and key
+//!   used, and the monthly token budgets.
 //!
-//! The heavy work lives in adapter crates that implement the traits in [`stages`]:
-//! `sluice-embed` (tract + tokenizers), `sluice-retrieve` (Qdrant Edge, Qdrant, Pinecone),
-//! `sluice-llm` (OpenAI-compatible streaming), `sluice-cache-dynamodb`, `sluice-rerank`
-//! (wasmtime). The wire — routes, auth, quotas, the OpenAI surface, SSE framing, metrics — is
-//! `sluice-http`.
+//! What passes between the stages — traits, errors, codes, tenants, documents, the stream's
+//! events — is the crate `sluice-contract`, used under its own paths. The heavy work lives in
+//! adapter crates that implement its traits: `sluice-embed` (tract + tokenizers),
+//! `sluice-retrieve` (Qdrant Edge, Qdrant, Pinecone), `sluice-llm` (OpenAI-compatible
+//! streaming), `sluice-cache-dynamodb`, `sluice-rerank` (wasmtime). The wire — routes, auth,
+//! quotas, the OpenAI surface, SSE framing, metrics — is `sluice-http`.
 #![warn(missing_docs)]
 
 pub mod auth;
-pub mod breaker;
 pub mod cache;
 pub mod chunk;
 pub mod config;
 pub mod ingest;
 pub mod pipeline;
 pub mod prompt;
-pub mod sse;
 pub mod trace;
 pub mod usage;
-
-// The contract between the stages lives in its own crate (adapters depend on it alone); the
-// engine uses it under the same paths.
-pub use sluice_contract::{
-    REMEMBERED_TENANTS, Tenant, codes, error, filter, fusion, metadata, settings, sha256_hex,
-    stages, tenant,
-};
 
 pub use config::Config;
 

@@ -1,7 +1,7 @@
 //! Prompt assembly: numbered sources `[1]..[k]`, under a token budget derived from the LLM's
 //! context window, lowest-ranked sources dropped first.
 
-use crate::stages::{ChatMessage, Hit};
+use sluice_contract::{stages::ChatMessage, stages::Hit};
 
 /// What a chat client sent besides its last question.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
@@ -172,7 +172,7 @@ fn messages(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stages::DocumentInfo;
+    use sluice_contract::stages::DocumentInfo;
 
     fn hit(id: &str, words: usize) -> Hit {
         Hit {

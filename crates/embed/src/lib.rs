@@ -25,6 +25,9 @@
 #![warn(missing_docs)]
 
 pub mod attention;
+mod config;
+
+pub use config::EmbedConfig;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -5,20 +5,15 @@
 use std::time::Duration;
 
 use axum::http::{HeaderMap, header};
-use sluice_core::Tenant;
-use sluice_core::auth::{CLIENT_KEY_VAR, Permission, digest, key_id};
-use sluice_core::codes::Code;
-use sluice_core::filter::Filter;
-use sluice_core::tenant::TENANT_RULE;
+use sluice_contract::Tenant;
+use sluice_contract::auth::{KEY_HEADER, Permission, digest, key_id};
+use sluice_contract::codes::Code;
+use sluice_contract::filter::Filter;
+use sluice_contract::tenant::{TENANT_HEADER, TENANT_RULE};
 
 use crate::Server;
 use crate::error::ApiError;
 use crate::quota::Limited;
-
-/// The API key's header when `Authorization` is taken by a SigV4 signature.
-const KEY_HEADER: &str = "x-api-key";
-/// The header naming the tenant (with auth on, it must name the key's own).
-pub const TENANT_HEADER: &str = "x-sluice-tenant";
 
 /// Who is asking: the tenant, and what its key allows and is bound to.
 pub(crate) struct Caller {
@@ -233,41 +228,4 @@ fn same_origin(origin: &str, host: &str) -> bool {
 pub(crate) fn limited(tenant: &str, l: Limited) -> ApiError {
     tracing::warn!(%tenant, code = %l.code, retry_after_s = l.retry_after.as_secs(), "request over a tenant limit");
     ApiError::from(l)
-}
-
-/// Headers for a client of a Sluice server (the CLI, the load generator): the key of
-/// `$SLUICE_API_KEY` in `x-api-key` when the variable is set (and a valid header value), none
-/// otherwise. Not `Authorization`: in front of a function URL, CloudFront's origin access
-/// control puts its own signature there.
-pub fn client_headers() -> HeaderMap {
-    let mut headers = HeaderMap::new();
-    if let Ok(key) = std::env::var(CLIENT_KEY_VAR)
-        && let Ok(mut value) = axum::http::HeaderValue::from_str(key.trim())
-        && !value.is_empty()
-    {
-        value.set_sensitive(true);
-        headers.insert(KEY_HEADER, value);
-    }
-    headers
-}
-
-/// The header that carries a request body's SHA-256 (lowercase hex). CloudFront's origin
-/// access control signs a POST to a Lambda function URL only when the viewer sends it (the
-/// function URL accepts no unsigned payload); Sluice itself does not read it.
-pub const CONTENT_SHA256_HEADER: &str = "x-amz-content-sha256";
-
-/// A JSON body as Sluice's clients send it: the bytes and their headers (`content-type`, and
-/// the body's SHA-256 in [`CONTENT_SHA256_HEADER`]), so that a deployment behind CloudFront
-/// takes it as it is.
-pub fn client_json(body: &serde_json::Value) -> (HeaderMap, Vec<u8>) {
-    let bytes = body.to_string().into_bytes();
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        header::CONTENT_TYPE,
-        axum::http::HeaderValue::from_static("application/json"),
-    );
-    if let Ok(hash) = axum::http::HeaderValue::from_str(&sluice_core::sha256_hex(&bytes)) {
-        headers.insert(CONTENT_SHA256_HEADER, hash);
-    }
-    (headers, bytes)
 }

@@ -12,21 +12,27 @@ use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::Response;
 use futures::StreamExt;
 use serde::Deserialize;
-use sluice_core::auth::Permission;
-use sluice_core::codes::Code;
-use sluice_core::config::{AnswerConfig, MAX_K, MAX_QUERY_CHARS};
-use sluice_core::filter::Filter;
+use sluice_contract::Tenant;
+use sluice_contract::auth::Permission;
+use sluice_contract::codes::Code;
+use sluice_contract::filter::Filter;
+use sluice_contract::sse::Event;
+use sluice_contract::stages::MAX_K;
+use sluice_contract::stages::RerankContext;
+use sluice_contract::usage::day_string;
+use sluice_core::Pipeline;
+use sluice_core::config::AnswerConfig;
 use sluice_core::pipeline::AnswerRequest;
 use sluice_core::prompt::Conversation;
-use sluice_core::sse::Event;
-use sluice_core::stages::RerankContext;
 use sluice_core::trace::TraceContext;
-use sluice_core::usage::{Hold, OverBudget, day_string};
-use sluice_core::{Pipeline, Tenant};
+use sluice_core::{usage::Hold, usage::OverBudget};
 
 use crate::admit::{Caller, admit, limited};
 use crate::error::ApiError;
 use crate::{Server, StreamDeadline};
+
+/// Longest query accepted, in characters.
+pub const MAX_QUERY_CHARS: usize = 4096;
 
 /// Longest accepted `session_id`.
 const MAX_SESSION_ID_CHARS: usize = 128;
@@ -412,7 +418,7 @@ fn kept_alive(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use sluice_core::sse::{ErrorEvent, Token};
+    use sluice_contract::sse::{ErrorEvent, Token};
 
     #[test]
     fn an_event_is_one_event_line_one_json_data_line_and_a_blank_line() {

@@ -10,10 +10,10 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
+use sluice_contract::auth::Permission;
 use sluice_contract::cancel::Cancel;
-use sluice_core::auth::Permission;
-use sluice_core::codes::Code;
-use sluice_core::stages::{ComponentError, Components};
+use sluice_contract::codes::Code;
+use sluice_contract::{stages::ComponentError, stages::Components};
 
 use crate::Server;
 use crate::admit::admit;

@@ -15,12 +15,12 @@ use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
-use sluice_core::auth::Permission;
-use sluice_core::codes::Code;
-use sluice_core::error::{IngestError, StoreError};
-use sluice_core::filter::Filter;
-use sluice_core::ingest::Format;
-use sluice_core::ingest::{DEFAULT_PAGE, Document, MAX_PAGE};
+use sluice_contract::auth::Permission;
+use sluice_contract::codes::Code;
+use sluice_contract::filter::Filter;
+use sluice_contract::{document::DEFAULT_PAGE, document::Document, document::MAX_PAGE};
+use sluice_contract::{error::IngestError, error::StoreError};
+use sluice_convert::Format;
 
 use crate::Server;
 use crate::admit::admit;
@@ -76,11 +76,11 @@ pub(crate) async fn documents(
             // Without a name, the content names the document: the same file sent again
             // replaces it.
             let name = name.unwrap_or_else(|| {
-                let digest = sluice_core::sha256_hex(&bytes);
+                let digest = sluice_contract::sha256_hex(&bytes);
                 format!("upload-{}.{}", &digest[..16], format.extension())
             });
-            let limits = ingest.config.convert.clone();
-            sluice_core::ingest::parse_upload(format, name, bytes.to_vec(), limits)
+            let limits = server.convert.clone();
+            sluice_convert::parse_upload(format, name, bytes.to_vec(), limits)
                 .await
                 .map_err(ingest_refusal)?
         }
@@ -127,7 +127,7 @@ fn ingest_refusal(e: IngestError) -> ApiError {
 }
 
 /// What went wrong in a listing or a deletion, as clients see it.
-fn store_error(tenant: &sluice_core::Tenant, e: IngestError) -> ApiError {
+fn store_error(tenant: &sluice_contract::Tenant, e: IngestError) -> ApiError {
     match e {
         IngestError::Invalid(m) | IngestError::Store(StoreError::Invalid(m)) => {
             ApiError::new(Code::InvalidPage, m)
@@ -296,18 +296,4 @@ pub(crate) async fn delete_documents(
         .map_err(|e| store_error(&caller.tenant, e))?;
     tracing::info!(tenant = %caller.tenant, deleted = report.deleted, "documents deleted by filter");
     Ok(Json(report).into_response())
-}
-
-/// `text` percent-encoded for a client of these routes: every byte outside the unreserved set
-/// escaped, `/` too (a document id as the path's tail — an id such as a file's absolute path
-/// begins with one, which a path would lose — or a `filter` or `cursor` value).
-pub fn escape(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

@@ -6,8 +6,8 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use sluice_core::codes::Code;
-use sluice_core::stages::ComponentError;
+use sluice_contract::codes::Code;
+use sluice_contract::stages::ComponentError;
 
 use crate::quota::Limited;
 

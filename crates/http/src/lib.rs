@@ -55,16 +55,16 @@ use axum::http::{HeaderMap, Method, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde_json::json;
-use sluice_core::auth::{KeyStore, Permission};
-use sluice_core::codes::Code;
+use sluice_contract::Tenant;
+use sluice_contract::codes::Code;
+use sluice_contract::stages::Components;
+use sluice_contract::{auth::KeyStore, auth::Permission};
+use sluice_convert::ConvertLimits;
 use sluice_core::config::{AuthConfig, RequestLimits, ServerConfig};
-use sluice_core::stages::Components;
 use sluice_core::usage::Meter;
-use sluice_core::{Ingest, Pipeline, Tenant};
+use sluice_core::{Ingest, Pipeline};
 
-pub use admit::{CONTENT_SHA256_HEADER, client_headers, client_json};
 pub use answer::answer_request;
-pub use documents::escape;
 pub use error::ApiError;
 use metrics::Metrics;
 pub use parts::{Parts, Role};
@@ -99,6 +99,8 @@ pub struct Server {
     /// Counts each answer's and ingest's usage, and checks budgets; `None` with
     /// `SLUICE_USAGE=off`.
     pub usage: Option<Arc<Meter>>,
+    /// Caps and the time budget of converting one uploaded file (`sluice-convert`).
+    pub convert: ConvertLimits,
 }
 
 impl Server {
@@ -120,6 +122,7 @@ impl Server {
             sse_keepalive: server.sse_keepalive,
             default_tenant: auth.default_tenant.clone(),
             usage: None,
+            convert: ConvertLimits::default(),
         }
     }
 
@@ -384,7 +387,7 @@ async fn clear_cache(
     let binding = caller
         .filter
         .as_ref()
-        .map(sluice_core::filter::Filter::digest);
+        .map(sluice_contract::filter::Filter::digest);
     let cache = answer_cache(&server, "DELETE")?;
     match cache.clear(&tenant, binding.as_deref()).await {
         Ok(deleted) => Ok(Json(json!({ "deleted": deleted })).into_response()),

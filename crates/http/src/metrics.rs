@@ -25,11 +25,12 @@ use prometheus_client::registry::{Registry, Unit};
 use serde_json::{Map, Value, json};
 
 use futures::{Stream, StreamExt};
-use sluice_core::Tenant;
+use sluice_contract::Tenant;
+use sluice_contract::sse::{CacheState, Event, Timings};
+use sluice_contract::usage::Counts;
+use sluice_contract::{codes::Code, codes::Degraded};
 use sluice_core::cache::SemanticCache;
-use sluice_core::codes::{Code, Degraded};
-use sluice_core::sse::{CacheState, Event, Timings};
-use sluice_core::usage::{Counts, Hold, Meter};
+use sluice_core::{usage::Hold, usage::Meter};
 
 /// The content type of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -35,17 +35,24 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use sluice_core::auth::Permission;
-use sluice_core::codes::Code;
-use sluice_core::config::{MAX_CONVERSATION_BYTES, MAX_MESSAGES};
+use sluice_contract::auth::Permission;
+use sluice_contract::codes::Code;
+use sluice_contract::sse::{Done, ErrorEvent, Event, Meta};
+use sluice_contract::stages::ChatMessage;
 use sluice_core::prompt::Conversation;
-use sluice_core::sse::{Done, ErrorEvent, Event, Meta};
-use sluice_core::stages::ChatMessage;
 
 use crate::admit::admit;
 use crate::answer::{AnswerBody, checked_request, open_answer, read_body, sse_response};
 use crate::error::ApiError;
 use crate::{Server, StreamDeadline};
+
+/// Longest conversation a chat request may send besides its question: the bytes of its
+/// earlier turns and system messages together. Four times what fits the largest usual window
+/// (32k tokens of English); what does not fit the model's window is left out, oldest turns
+/// first (`history_truncated`), but every byte sent is tokenised, so this bounds that work.
+pub const MAX_CONVERSATION_BYTES: usize = 512 << 10;
+/// Most messages one chat request may send.
+pub const MAX_MESSAGES: usize = 512;
 
 /// An error in OpenAI's shape, with the status and headers (`Retry-After`,
 /// `WWW-Authenticate`) of the Sluice error it stands for.

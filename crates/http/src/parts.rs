@@ -4,11 +4,15 @@
 
 use std::sync::Arc;
 
-use sluice_core::auth::KeyStore;
+use sluice_contract::auth::KeyStore;
+use sluice_contract::usage::UsageStore;
+use sluice_contract::{
+    stages::Components, stages::Embedder, stages::Llm, stages::Reranker, stages::Store,
+};
+use sluice_convert::ConvertLimits;
 use sluice_core::cache::SemanticCache;
-use sluice_core::stages::{Components, Embedder, Llm, Reranker, Store};
-use sluice_core::usage::{Meter, MeterSettings, UsageStore};
 use sluice_core::{Config, Ingest, Pipeline};
+use sluice_core::{usage::Meter, usage::MeterSettings};
 
 use crate::Server;
 
@@ -49,6 +53,8 @@ impl Role {
 pub struct Parts {
     /// What the parts were built from.
     pub config: Config,
+    /// Caps and the time budget of converting one uploaded file.
+    pub convert: ConvertLimits,
     /// What the process serves.
     pub role: Role,
     /// The embedding model (answers, documents).
@@ -94,6 +100,7 @@ impl Parts {
             pipeline.cache = self.cache;
             server = server.with_answers(Arc::new(pipeline));
         }
+        server.convert = self.convert;
         server.components = self.components;
         server.keys = self.keys;
         server.usage = self

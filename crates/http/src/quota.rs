@@ -8,10 +8,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use sluice_core::codes::Code;
+use sluice_contract::codes::Code;
 
 /// Past this many tenants in the table, idle ones (full bucket, no stream) are forgotten.
-const PRUNE_ABOVE: usize = sluice_core::REMEMBERED_TENANTS;
+const PRUNE_ABOVE: usize = sluice_contract::REMEMBERED_TENANTS;
 
 /// A request refused by a limit: answered 429 with `Retry-After`.
 #[derive(Debug, Clone, PartialEq, Eq)]

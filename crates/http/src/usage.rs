@@ -12,11 +12,12 @@ use axum::extract::{Query, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use serde_json::{Value, json};
-use sluice_core::auth::Permission;
-use sluice_core::codes::Code;
-use sluice_core::usage::{
-    Counts, Date, Row, day_string, month_start, next_month, parse_day, per_day,
+use sluice_contract::auth::Permission;
+use sluice_contract::codes::Code;
+use sluice_contract::{
+    usage::Counts, usage::Date, usage::Row, usage::day_string, usage::parse_day,
 };
+use sluice_core::{usage::month_start, usage::next_month, usage::per_day};
 
 use crate::Server;
 use crate::admit::admit;
@@ -93,7 +94,7 @@ pub(crate) async fn usage(
     }
     if by_key && !caller.may_see_keys {
         let message = if caller.confined {
-            sluice_core::auth::confined_message(Permission::UsageKeys)
+            sluice_contract::auth::confined_message(Permission::UsageKeys)
         } else {
             "usage per key (keys=true) needs an API key with the \"usage:keys\" permission".into()
         };

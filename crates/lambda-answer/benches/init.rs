@@ -91,9 +91,7 @@ fn start_once(function: &str, model_dir: &std::path::Path) -> (Duration, Duratio
 /// cache guard's lexicon (which ships beside the model, and without which a function with a
 /// cache does not start).
 fn linked_model_dir() -> tempfile::TempDir {
-    let model = sluice_core::Config::from_env()
-        .expect("configuration")
-        .model_dir;
+    let model = sluice_testkit::services::model_dir();
     let dir = tempfile::tempdir().expect("temp dir");
     for file in [
         "model.onnx",

@@ -162,8 +162,9 @@ mod tests {
     }
 
     /// A server whose LLM sends one token and then stalls, its usage counted in memory.
-    fn stalling_server() -> (Arc<Server>, Arc<dyn sluice_core::usage::UsageStore>) {
-        use sluice_core::usage::{LocalUsage, UsageStore};
+    fn stalling_server() -> (Arc<Server>, Arc<dyn sluice_contract::usage::UsageStore>) {
+        use sluice_contract::usage::UsageStore;
+        use sluice_core::usage::LocalUsage;
         use sluice_testkit::{HashEmbedder, MemoryStore, ScriptedLlm};
         let vars = std::collections::HashMap::from([
             ("SLUICE_DATA_DIR", "/nonexistent/sluice-answer"),
@@ -175,6 +176,7 @@ mod tests {
         let llm = ScriptedLlm::answering("one two").gap(Duration::from_secs(600));
         let parts = sluice_http::Parts {
             config,
+            convert: Default::default(),
             role: sluice_http::Role::Answers,
             embedder: Some(Arc::new(HashEmbedder::new())),
             store: Some(Arc::new(MemoryStore::new())),

@@ -75,8 +75,10 @@ async fn the_function_url_streams_an_answer_token_by_token() {
 }
 
 /// A new API key that may ask for answers as `tenant`, and its record.
-fn answer_key(tenant: &str) -> (String, sluice_core::auth::KeyRecord) {
-    use sluice_core::auth::{KeyRecord, Permission, Principal, digest, new_key};
+fn answer_key(tenant: &str) -> (String, sluice_contract::auth::KeyRecord) {
+    use sluice_contract::{
+        auth::KeyRecord, auth::Permission, auth::Principal, auth::digest, auth::new_key,
+    };
     let key = new_key();
     let record = KeyRecord {
         hash: digest(&key),
@@ -95,7 +97,7 @@ fn answer_key(tenant: &str) -> (String, sluice_core::auth::KeyRecord) {
 /// A fresh key table on the emulator holding `records`: its name, and a client of it.
 async fn key_table(
     name: &str,
-    records: &[sluice_core::auth::KeyRecord],
+    records: &[sluice_contract::auth::KeyRecord],
 ) -> (String, sluice_aws::keys::DynamoKeys) {
     let table = format!("sluice-keys-{name}-{}", std::process::id());
     let keys = sluice_aws::keys::DynamoKeys::connect(&table).await.unwrap();
@@ -110,8 +112,9 @@ async fn key_table(
 async fn with_keys_and_usage_in_dynamodb_the_function_url_needs_a_key_counts_it_and_never_logs_it()
 {
     sluice_testkit::needs!(Llm, Aws, Model, Lambda);
-    use sluice_core::auth::{digest, key_id, new_key};
-    use sluice_core::usage::{UsageStore, today};
+    use sluice_contract::usage::UsageStore;
+    use sluice_contract::{auth::digest, auth::key_id, auth::new_key};
+    use sluice_core::usage::today;
     // A fresh key table and usage table on the emulator, with one key of acme's whose
     // monthly budget one answer spends.
     let usage_table = format!("sluice-usage-{}", std::process::id());
@@ -120,11 +123,7 @@ async fn with_keys_and_usage_in_dynamodb_the_function_url_needs_a_key_counts_it_
     let (table, keys) = key_table("budget", std::slice::from_ref(&record)).await;
     // The same digest twice is refused.
     assert!(keys.put(&record).await.is_err());
-    let config = sluice_core::Config::from_lookup(|name| {
-        (name == "SLUICE_USAGE_TABLE").then(|| usage_table.clone())
-    })
-    .unwrap();
-    let usage = sluice_aws::usage::DynamoUsage::connect(&config.usage.table)
+    let usage = sluice_aws::usage::DynamoUsage::connect(&usage_table)
         .await
         .unwrap();
     usage.create_table().await.unwrap();
@@ -288,7 +287,7 @@ async fn a_slow_component_pointer_read_does_not_hold_the_first_token() {
 #[tokio::test]
 async fn a_slow_component_fetch_does_not_hold_the_first_token() {
     sluice_testkit::needs!(Llm, Aws, Model, Lambda);
-    use sluice_core::stages::Components;
+    use sluice_contract::stages::Components;
     // acme has an active component; S3 (its upload and compiled artefact) answers 5 s late.
     let (bucket, table) = component_storage().await;
     let data = tempfile::tempdir().unwrap();

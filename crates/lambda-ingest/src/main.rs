@@ -23,9 +23,10 @@ use lambda_http::tower::{Service, ServiceExt};
 use serde::Serialize;
 use serde_json::Value;
 use sluice_aws::documents::{self, Documents, ReadError};
+use sluice_contract::error::IngestError;
+use sluice_convert::Format;
+use sluice_convert::{ConvertLimits, parse_upload};
 use sluice_core::Ingest;
-use sluice_core::error::IngestError;
-use sluice_core::ingest::{Format, parse_upload};
 use sluice_core::usage::Meter;
 use tracing::{info, warn};
 
@@ -68,6 +69,7 @@ async fn ingest_uploads(
     ingest: &Ingest,
     usage: Option<&Meter>,
     max_bytes: usize,
+    convert: &ConvertLimits,
     documents: &Documents,
     event: S3Event,
 ) -> anyhow::Result<S3Report> {
@@ -138,7 +140,7 @@ async fn ingest_uploads(
             ));
             continue;
         };
-        let limits = ingest.config.convert.clone();
+        let limits = convert.clone();
         let parsed = match parse_upload(format, upload.name.clone(), object.bytes, limits).await {
             Ok(d) => d,
             Err(e) => {
@@ -190,19 +192,27 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         .context("building the ingest path")?;
     let ingest = Arc::clone(server.ingest.as_ref().context("the ingest path")?);
     let max_bytes = server.limits.max_ingest_bytes;
+    let convert = server.convert.clone();
     let documents = Arc::new(Documents::connect().await.context("S3 client")?);
     let usage = server.usage.clone();
     let router = sluice_http::router(server);
     let handler = lambda_runtime::service_fn(move |event: LambdaEvent<Value>| {
         let (ingest, documents, router) = (ingest.clone(), documents.clone(), router.clone());
-        let usage = usage.clone();
+        let (usage, convert) = (usage.clone(), convert.clone());
         async move {
             let LambdaEvent { payload, context } = event;
             // An S3 notification has `Records`; anything else is an HTTP event.
             if payload.get("Records").is_some() {
                 let event: S3Event = serde_json::from_value(payload).context("S3 event")?;
-                let report =
-                    ingest_uploads(&ingest, usage.as_deref(), max_bytes, &documents, event).await?;
+                let report = ingest_uploads(
+                    &ingest,
+                    usage.as_deref(),
+                    max_bytes,
+                    &convert,
+                    &documents,
+                    event,
+                )
+                .await?;
                 return Ok::<Value, lambda_runtime::Error>(serde_json::to_value(report)?);
             }
             let request: LambdaRequest =

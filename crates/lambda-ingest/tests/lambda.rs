@@ -5,8 +5,8 @@
 use std::path::Path;
 
 use serde_json::{Value, json};
-use sluice_core::filter::Filter;
-use sluice_core::stages::{Search, Store};
+use sluice_contract::filter::Filter;
+use sluice_contract::{stages::Search, stages::Store};
 use sluice_tests::aws;
 use sluice_tests::lambda::Function;
 

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use serde_json::{Value, json};
-use sluice_core::ingest::Document;
+use sluice_contract::document::Document;
 use sluice_tests::aws;
 use sluice_tests::lambda::Function;
 

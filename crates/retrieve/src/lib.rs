@@ -8,6 +8,7 @@
 //! tenant and every read filters on it.
 #![warn(missing_docs)]
 
+pub mod breaker;
 pub mod config;
 pub mod pinecone;
 pub mod qdrant;
@@ -16,13 +17,20 @@ mod rest;
 pub use config::{PineconeConfig, QdrantConfig, StoreBackend, StoreConfig};
 
 /// The store `SLUICE_STORE` names, for `dim`-d vectors: Qdrant Edge in `SLUICE_DATA_DIR`, or
-/// a remote store (which the composition root puts behind a circuit breaker: [`is_remote`]).
+/// a remote store behind its circuit breaker ([`breaker`]), so that one that is down costs
+/// requests nothing once it has failed a few times in a row.
 pub fn open(config: &StoreConfig, dim: usize) -> Result<Arc<dyn Store>, StoreError> {
+    let guarded = |store: Arc<dyn Store>| -> Arc<dyn Store> {
+        let breaker = Breaker::new(config.breaker_failures, config.breaker_cool_down);
+        Arc::new(GuardedStore::new(store, breaker))
+    };
     Ok(match &config.backend {
         StoreBackend::Edge { dir } => Arc::new(EdgeStore::open(dir, dim)?),
-        StoreBackend::Qdrant(qdrant) => Arc::new(qdrant::QdrantStore::new(config, qdrant)?),
+        StoreBackend::Qdrant(qdrant) => {
+            guarded(Arc::new(qdrant::QdrantStore::new(config, qdrant)?))
+        }
         StoreBackend::Pinecone(pinecone) => {
-            Arc::new(pinecone::PineconeStore::new(config, pinecone)?)
+            guarded(Arc::new(pinecone::PineconeStore::new(config, pinecone)?))
         }
     })
 }
@@ -70,6 +78,7 @@ pub async fn create(config: &StoreConfig, dim: usize) -> Result<Vec<String>, Sto
     })
 }
 
+use breaker::{Breaker, GuardedStore};
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

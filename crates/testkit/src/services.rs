@@ -152,21 +152,19 @@ macro_rules! needs {
     };
 }
 
-/// Where setup puts what it installs: `SLUICE_HOME`, default `~/.cache/sluice`.
-pub fn sluice_home() -> PathBuf {
-    std::env::var_os("SLUICE_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/sluice")
-        })
+/// The environment as the configuration reads it (a blank value is unset).
+fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
-/// The embedding model's folder, as the configuration names it: `SLUICE_MODEL_DIR`, else
-/// `models/all-MiniLM-L6-v2` under [`sluice_home`] (docs/configuration.md).
+/// Where setup puts what it installs, as the configuration names it (`SLUICE_HOME`).
+pub fn sluice_home() -> PathBuf {
+    sluice_contract::settings::home(&env)
+}
+
+/// The embedding model's folder, as the configuration names it (`SLUICE_MODEL_DIR`).
 pub fn model_dir() -> PathBuf {
-    std::env::var_os("SLUICE_MODEL_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| sluice_home().join("models/all-MiniLM-L6-v2"))
+    sluice_contract::settings::model_dir(&env)
 }
 
 /// Whether something accepts connections at `url`'s host and port (within a second).

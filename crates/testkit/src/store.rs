@@ -173,6 +173,9 @@ pub struct Troubled {
     pub delay: Duration,
     /// Every search and listing fails (after the delay).
     pub fail: bool,
+    /// Every search and corpus-version read fails at once, as the answer path's reads of a
+    /// remote store behind an open circuit breaker do.
+    pub open_circuit: bool,
     /// Added before every corpus-version read.
     pub version_delay: Duration,
     /// Every corpus-version read fails (after its delay).
@@ -197,6 +200,7 @@ impl Troubled {
             inner,
             delay: Duration::ZERO,
             fail: false,
+            open_circuit: false,
             version_delay: Duration::ZERO,
             fail_versions: false,
             fail_writes: false,
@@ -211,6 +215,9 @@ impl Troubled {
 #[async_trait]
 impl Store for Troubled {
     async fn search(&self, tenant: &Tenant, search: &Search<'_>) -> Result<Vec<Hit>, StoreError> {
+        if self.open_circuit {
+            return Err(StoreError::CircuitOpen);
+        }
         tokio::time::sleep(self.delay).await;
         if self.fail {
             return Err(StoreError::Backend("injected failure".into()));
@@ -266,6 +273,9 @@ impl Store for Troubled {
         self.inner.bump_corpus_version(tenant).await
     }
     async fn corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError> {
+        if self.open_circuit {
+            return Err(StoreError::CircuitOpen);
+        }
         tokio::time::sleep(self.version_delay).await;
         if self.fail_versions {
             return Err(StoreError::Backend("injected version failure".into()));

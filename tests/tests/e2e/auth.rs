@@ -7,7 +7,7 @@ use sluice_testkit::tenant;
 
 use reqwest::Method;
 use serde_json::{Value, json};
-use sluice_core::auth::Permission;
+use sluice_contract::auth::Permission;
 use sluice_tests::{Answer, TestServer, answer_with_headers, error_code as code, key_file, start};
 
 use sluice_tests::REVERSE;

@@ -10,7 +10,7 @@ use std::time::Duration;
 use serde_json::json;
 use sluice_aws::components::S3Components;
 use sluice_contract::cancel::Cancel;
-use sluice_core::stages::{ComponentStorage, Components, Reranker};
+use sluice_contract::{stages::ComponentStorage, stages::Components, stages::Reranker};
 use sluice_rerank::{ComponentLimits, ModelHost, Registry, Sandbox};
 use sluice_tests::aws;
 
@@ -33,11 +33,11 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> T + Send + 'static) -> 
 
 /// The order `component` gives `hits` (no context), on the blocking pool.
 async fn order_of(
-    component: Arc<dyn sluice_core::stages::ActiveComponent>,
-    hits: Vec<sluice_core::stages::Hit>,
+    component: Arc<dyn sluice_contract::stages::ActiveComponent>,
+    hits: Vec<sluice_contract::stages::Hit>,
 ) -> Vec<usize> {
     let call = blocking(move || {
-        component.rerank(&sluice_core::stages::RerankInput {
+        component.rerank(&sluice_contract::stages::RerankInput {
             query: "q",
             query_vector: &[],
             hits: &hits,
@@ -195,7 +195,8 @@ async fn settings_come_from_a_secret_of_sluice_values() {
 #[tokio::test]
 async fn usage_from_many_environments_adds_up_in_dynamodb_and_reads_back_by_tenant_and_days() {
     sluice_testkit::needs!(Llm, Aws);
-    use sluice_core::usage::{Counts, Meter, MeterSettings, UsageStore, day_string, parse_day};
+    use sluice_contract::{usage::Counts, usage::UsageStore, usage::day_string, usage::parse_day};
+    use sluice_core::{usage::Meter, usage::MeterSettings};
     let dir = tempfile::tempdir().unwrap();
     let table = format!("usage-{}", uuid::Uuid::new_v4().simple());
     let settings = sluice_tests::settings(
@@ -206,7 +207,7 @@ async fn usage_from_many_environments_adds_up_in_dynamodb_and_reads_back_by_tena
         ],
     );
     let usage = Arc::new(
-        sluice_aws::usage::DynamoUsage::connect(&settings.config.usage.table)
+        sluice_aws::usage::DynamoUsage::connect(&settings.aws.usage_table)
             .await
             .unwrap(),
     );
@@ -286,7 +287,8 @@ async fn usage_from_many_environments_adds_up_in_dynamodb_and_reads_back_by_tena
 async fn two_regions_adding_to_one_global_usage_table_write_their_own_items_and_read_the_sum() {
     sluice_testkit::needs!(Llm, Aws);
     use aws_sdk_dynamodb::types::AttributeValue;
-    use sluice_core::usage::{Counts, UsageKey, UsageStore, today};
+    use sluice_contract::{usage::Counts, usage::UsageKey, usage::UsageStore};
+    use sluice_core::usage::today;
     // A global table settles concurrent writes to one item by last writer wins, so two
     // regions must never add to the same item. The emulator has no replication; what is
     // checked here is the part Sluice owns: each region's writes land in items of its own

@@ -6,8 +6,8 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sluice_core::cache::{CacheEntry, CacheStore};
-use sluice_core::error::CacheError;
+use sluice_contract::error::CacheError;
+use sluice_contract::{cache::CacheEntry, cache::CacheStore};
 use sluice_tests::{Answer, TestServer, start, start_with_cache};
 
 const QUESTION: &str = "How long does a replacement card take to arrive?";
@@ -75,14 +75,14 @@ impl CacheStore for SlowWrites {
     }
     async fn get(
         &self,
-        tenant: &sluice_core::Tenant,
+        tenant: &sluice_contract::Tenant,
         key: &str,
     ) -> Result<Option<CacheEntry>, CacheError> {
         self.inner.get(tenant, key).await
     }
     async fn candidates(
         &self,
-        tenant: &sluice_core::Tenant,
+        tenant: &sluice_contract::Tenant,
         buckets: &[u32],
     ) -> Result<Vec<CacheEntry>, CacheError> {
         self.inner.candidates(tenant, buckets).await
@@ -95,7 +95,7 @@ impl CacheStore for SlowWrites {
     }
     async fn clear(
         &self,
-        tenant: &sluice_core::Tenant,
+        tenant: &sluice_contract::Tenant,
         binding: Option<&str>,
     ) -> Result<usize, CacheError> {
         self.inner.clear(tenant, binding).await

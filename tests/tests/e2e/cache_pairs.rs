@@ -27,14 +27,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::Value;
+use sluice_contract::stages::Embedder;
+use sluice_contract::{cache::CacheStore, cache::CachedAnswer, cache::Scope};
 use sluice_core::cache::guard::same_facts;
 use sluice_core::cache::learn::{FLOOR, Observations, SAME_ANSWER};
 use sluice_core::cache::lexicon::Lexicon;
 use sluice_core::cache::memory::MemoryCache;
-use sluice_core::cache::{
-    CacheSettings, CacheStore, CachedAnswer, Lookup, Probe, Scope, SemanticCache, cosine,
+use sluice_core::{
+    cache::CacheSettings, cache::Lookup, cache::Probe, cache::SemanticCache, cache::cosine,
 };
-use sluice_core::stages::Embedder;
 use sluice_tests::model;
 
 /// How a run guards: the cosine threshold, and whether the guard reads the lexicon.
@@ -311,7 +312,7 @@ async fn labelled_pairs_on_dynamodb() {
         data.path(),
         &[("SLUICE_CACHE", "dynamodb"), ("SLUICE_CACHE_TABLE", &table)],
     );
-    let store = sluice_tests::dynamodb(&settings.config.cache).await;
+    let store = sluice_tests::dynamodb(&settings.aws).await;
     hand_written(Arc::new(store)).await;
 }
 

@@ -338,7 +338,7 @@ async fn inject(fault: Fault) -> Result<(&'static str, Duration), String> {
             // Stored (and activated) in the server's folder before the server starts, through
             // a registry of its own: the server's registry has not seen the tenant yet.
             let writer = sluice_tests::registry_over(p, component_folder(p));
-            let version = sluice_core::stages::Components::upload(
+            let version = sluice_contract::stages::Components::upload(
                 writer.as_ref(),
                 &tenant("default"),
                 component.as_bytes(),
@@ -346,7 +346,7 @@ async fn inject(fault: Fault) -> Result<(&'static str, Duration), String> {
             )
             .expect("upload")
             .version;
-            sluice_core::stages::Components::activate(
+            sluice_contract::stages::Components::activate(
                 writer.as_ref(),
                 &tenant("default"),
                 &version,

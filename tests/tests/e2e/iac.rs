@@ -239,7 +239,7 @@ fn the_cache_table_is_the_one_the_code_creates() {
             )
         })
         .collect();
-    let expected: Vec<(String, String)> = (0..sluice_core::cache::lsh::BANDS)
+    let expected: Vec<(String, String)> = (0..sluice_contract::cache::BANDS)
         .map(|b| (format!("lsh{b}"), format!("b{b}")))
         .collect();
     assert_eq!(indexes, expected);
@@ -977,7 +977,7 @@ fn over_several_regions_keys_components_and_usage_are_global_and_cache_and_corpu
         .replace("${ThirdRegion}", "ap-southeast-2")
         .replace("${AWS::StackName}", "sluice")
         .replace("${AWS::AccountId}", "123456789012");
-    let config = sluice_core::Config::from_lookup(|name| match name {
+    let config = sluice_aws::AwsConfig::from_lookup(&|name: &str| match name {
         "SLUICE_COMPONENT_BUCKET" => Some("sluice-components-123456789012-eu-west-1".into()),
         "SLUICE_COMPONENT_REPLICAS" => Some(example.clone()),
         _ => None,

@@ -12,6 +12,7 @@ mod cache;
 mod cache_pairs;
 mod components;
 mod disconnect;
+mod dynamodb_cache;
 mod faults;
 mod iac;
 mod observability;

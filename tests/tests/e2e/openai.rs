@@ -7,7 +7,7 @@ use sluice_testkit::tenant;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use sluice_core::auth::Permission;
+use sluice_contract::auth::Permission;
 use sluice_tests::{key_file, sample_documents, start, venv_tool};
 
 /// Runs `tests/openai/NAME.py` with `args` in the openai venv, within `secs`; what it printed.

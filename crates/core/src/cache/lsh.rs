@@ -23,7 +23,7 @@
 //! outlive processes in DynamoDB), so they come from a fixed seed through integer
 //! arithmetic only: no platform math library is involved.
 
-pub use sluice_contract::cache::BANDS;
+use sluice_contract::cache::BANDS;
 /// Bits per band: each band has 2^BITS buckets.
 pub const BITS: usize = 10;
 /// Changing the seed, [`BANDS`] or [`BITS`] orphans existing entries' buckets (they still

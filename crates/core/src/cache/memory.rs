@@ -1,14 +1,14 @@
 //! The in-process cache backend: the local default. Bounded (the oldest entry goes first
 //! when full), lost on restart, private to one process.
 
-use crate::Tenant;
+use sluice_contract::Tenant;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 
 use async_trait::async_trait;
 
-use super::{CacheEntry, CacheStore, lsh::BANDS};
-use crate::error::CacheError;
+use sluice_contract::cache::{BANDS, CacheEntry, CacheStore};
+use sluice_contract::error::CacheError;
 
 /// Entries in memory, indexed by exact key and by LSH bucket.
 pub struct MemoryCache {
@@ -151,7 +151,8 @@ impl CacheStore for MemoryCache {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cache::{CachedAnswer, Scope, now};
+    use crate::cache::now;
+    use sluice_contract::{cache::CachedAnswer, cache::Scope};
 
     fn t(name: &str) -> Tenant {
         Tenant::new(name).unwrap()

@@ -31,10 +31,10 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::Tenant;
 use crate::config::CacheConfig;
-use crate::error::CacheError;
-pub use sluice_contract::cache::{CacheEntry, CacheStore, CachedAnswer, Scope};
+use sluice_contract::Tenant;
+use sluice_contract::cache::{CacheEntry, CacheStore, CachedAnswer, Scope};
+use sluice_contract::error::CacheError;
 
 use guard::Guard;
 use learn::{Estimate, Observations};
@@ -63,8 +63,10 @@ impl Probe {
     pub fn scoped(query: &str, variant: Option<&str>) -> Self {
         let normalised = guard::normalise(query);
         let key = match variant {
-            None => crate::sha256_hex(normalised.as_bytes()),
-            Some(digest) => crate::sha256_hex(format!("{normalised}\u{1f}{digest}").as_bytes()),
+            None => sluice_contract::sha256_hex(normalised.as_bytes()),
+            Some(digest) => {
+                sluice_contract::sha256_hex(format!("{normalised}\u{1f}{digest}").as_bytes())
+            }
         };
         let guard = Guard::of(&normalised);
         Self {
@@ -404,212 +406,4 @@ pub fn now() -> u64 {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use memory::MemoryCache;
-
-    fn scope(corpus_version: u64) -> Scope {
-        Scope {
-            corpus_version,
-            llm_model: "llm".into(),
-            embed_model: "minilm".into(),
-            prompt_version: 1,
-            k: 5,
-            rerank: None,
-            variant: None,
-            binding: None,
-        }
-    }
-
-    fn answer(text: &str) -> CachedAnswer {
-        CachedAnswer {
-            tokens: vec![text.into()],
-            sources: vec![],
-            finish_reason: "stop".into(),
-            token_count: 1,
-            token_count_source: "usage".into(),
-        }
-    }
-
-    fn cache(threshold: f32) -> SemanticCache {
-        let settings = CacheSettings {
-            threshold,
-            tenant_thresholds: HashMap::from([(Tenant::new("strict").unwrap(), 0.999)]),
-            ttl: Duration::from_secs(60),
-            budget: Duration::from_millis(100),
-            explore: HashMap::from([(Tenant::new("learner").unwrap(), 1.0)]),
-            error_bound: 0.01,
-        };
-        SemanticCache::new(Arc::new(MemoryCache::new(100)), settings, 4)
-    }
-
-    /// A unit vector at cosine `c` from (1, 0, 0, 0).
-    fn near(c: f32) -> Vec<f32> {
-        vec![c, (1.0 - c * c).sqrt(), 0.0, 0.0]
-    }
-
-    fn t(name: &str) -> Tenant {
-        Tenant::new(name).unwrap()
-    }
-
-    async fn store(cache: &SemanticCache, tenant: &str, query: &str, v: Vec<f32>, s: Scope) {
-        let entry = cache.entry(&t(tenant), &Probe::new(query), v, s, answer(query));
-        cache.put(&entry).await.unwrap();
-    }
-
-    fn hit(l: &Lookup) -> Option<&str> {
-        match l {
-            Lookup::Hit { entry, .. } => Some(entry.answer.tokens[0].as_str()),
-            _ => None,
-        }
-    }
-
-    #[tokio::test]
-    async fn exact_key_ignores_case_and_punctuation() {
-        let c = cache(0.95);
-        store(&c, "acme", "What is the fee?", near(1.0), scope(1)).await;
-        let l = c
-            .exact(&t("acme"), &Probe::new("what is the FEE"), &scope(1))
-            .await;
-        assert_eq!(hit(&l), Some("What is the fee?"));
-        let l = c
-            .exact(&t("acme"), &Probe::new("what is a fee"), &scope(1))
-            .await;
-        assert!(matches!(l, Lookup::Miss), "{l:?}");
-    }
-
-    #[tokio::test]
-    async fn similar_needs_the_threshold_and_the_guard() {
-        let c = cache(0.95);
-        store(&c, "acme", "how do I turn on alerts", near(1.0), scope(1)).await;
-        let on = Probe::new("how can I turn alerts on");
-        let off = Probe::new("how can I turn alerts off");
-        assert!(hit(&c.similar(&t("acme"), &on, &near(0.97), &scope(1)).await).is_some());
-        assert!(hit(&c.similar(&t("acme"), &on, &near(0.90), &scope(1)).await).is_none());
-        assert!(hit(&c.similar(&t("acme"), &off, &near(0.99), &scope(1)).await).is_none());
-        // A tenant's own threshold.
-        store(&c, "strict", "how do I turn on alerts", near(1.0), scope(1)).await;
-        let on = Probe::new("how do I turn on alerts?");
-        assert!(hit(&c.similar(&t("strict"), &on, &near(0.97), &scope(1)).await).is_none());
-    }
-
-    #[tokio::test]
-    async fn a_learning_tenant_compares_candidates_and_its_threshold_follows_them() {
-        let c = cache(0.95);
-        // Not learning: no comparison, no estimate.
-        store(&c, "acme", "how do I turn on alerts", near(1.0), scope(1)).await;
-        let on = Probe::new("how can I turn alerts on");
-        let found = c.similar(&t("acme"), &on, &near(0.9), &scope(1)).await;
-        assert!(matches!(found, Lookup::Miss), "{found:?}");
-        assert_eq!(c.estimate(&t("acme")), None);
-        // Learning at rate 1: a candidate the guard passes, under the threshold but over the
-        // floor, is handed over for comparison; one the guard refuses is not.
-        store(
-            &c,
-            "learner",
-            "how do I turn on alerts",
-            near(1.0),
-            scope(1),
-        )
-        .await;
-        let found = c.similar(&t("learner"), &on, &near(0.9), &scope(1)).await;
-        assert!(matches!(found, Lookup::Compare { .. }), "{found:?}");
-        let off = Probe::new("how can I turn alerts off");
-        let found = c.similar(&t("learner"), &off, &near(0.99), &scope(1)).await;
-        assert!(matches!(found, Lookup::Miss), "{found:?}");
-        // Enough same answers at 0.9 and the threshold comes down to them.
-        for _ in 0..400 {
-            c.observe(&t("learner"), 0.9, true);
-        }
-        let estimate = c.estimate(&t("learner")).expect("learning");
-        assert!(estimate.learned && (c.threshold(&t("learner")) - 0.9).abs() < 0.006);
-        // Comparisons of a tenant that does not learn are not kept.
-        c.observe(&t("acme"), 0.9, true);
-        assert_eq!(c.threshold(&t("acme")), 0.95);
-    }
-
-    #[tokio::test]
-    async fn entries_of_another_tenant_scope_or_age_do_not_answer() {
-        let c = cache(0.95);
-        store(&c, "acme", "q", near(1.0), scope(1)).await;
-        let p = Probe::new("q");
-        assert!(hit(&c.exact(&t("globex"), &p, &scope(1)).await).is_none());
-        assert!(hit(&c.similar(&t("globex"), &p, &near(1.0), &scope(1)).await).is_none());
-        assert!(
-            hit(&c.exact(&t("acme"), &p, &scope(2)).await).is_none(),
-            "corpus version"
-        );
-        let other_k = Scope { k: 3, ..scope(1) };
-        assert!(hit(&c.exact(&t("acme"), &p, &other_k).await).is_none(), "k");
-        let reranked = Scope {
-            rerank: Some("v2".into()),
-            ..scope(1)
-        };
-        assert!(
-            hit(&c.exact(&t("acme"), &p, &reranked).await).is_none(),
-            "rerank component"
-        );
-        // Under a filter: another key and another scope, so neither answers the other.
-        let filtered = Scope {
-            variant: Some("f1".into()),
-            ..scope(1)
-        };
-        let under = Probe::scoped("q", Some("f1"));
-        assert_ne!(under.key, p.key);
-        assert!(hit(&c.exact(&t("acme"), &under, &filtered).await).is_none());
-        assert!(
-            hit(&c.similar(&t("acme"), &under, &near(1.0), &filtered).await).is_none(),
-            "a similar entry made without the filter"
-        );
-        let entry = c.entry(&t("acme"), &under, near(1.0), filtered.clone(), answer("q"));
-        c.put(&entry).await.unwrap();
-        assert!(hit(&c.exact(&t("acme"), &under, &filtered).await).is_some());
-        let other = Scope {
-            variant: Some("f2".into()),
-            ..scope(1)
-        };
-        assert!(
-            hit(&c
-                .similar(
-                    &t("acme"),
-                    &Probe::scoped("q", Some("f2")),
-                    &near(1.0),
-                    &other
-                )
-                .await)
-            .is_none(),
-            "another filter"
-        );
-        assert!(hit(&c.exact(&t("acme"), &p, &scope(1)).await).is_some());
-        let mut old = c.entry(&t("acme"), &p, near(1.0), scope(1), answer("old"));
-        old.expires_at = now() - 1;
-        c.put(&old).await.unwrap();
-        assert!(
-            hit(&c.exact(&t("acme"), &p, &scope(1)).await).is_none(),
-            "expired"
-        );
-    }
-
-    #[tokio::test]
-    async fn the_best_candidate_wins() {
-        let c = cache(0.9);
-        store(&c, "acme", "reset my password", near(0.93), scope(1)).await;
-        store(&c, "acme", "reset the password", near(0.99), scope(1)).await;
-        let l = c
-            .similar(
-                &t("acme"),
-                &Probe::new("reset password"),
-                &near(1.0),
-                &scope(1),
-            )
-            .await;
-        assert_eq!(hit(&l), Some("reset the password"));
-    }
-
-    #[test]
-    fn cosine_of_scaled_and_mismatched_vectors() {
-        assert!((cosine(&[2.0, 0.0], &[0.5, 0.0]) - 1.0).abs() < 1e-6);
-        assert_eq!(cosine(&[1.0], &[1.0, 0.0]), 0.0);
-        assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), 0.0);
-    }
-}
+mod tests;

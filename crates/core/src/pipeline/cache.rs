@@ -12,12 +12,13 @@ use tracing::{info, warn};
 use super::flow::{add_ms, bounded, ms};
 use super::scope::{COMPONENT_READ, Read, ScopeReads, VERSION_READ, output, resolved, take};
 use super::{AnswerRequest, Pipeline, Progress};
-use crate::Tenant;
-use crate::cache::{CachedAnswer, Lookup, Probe, Scope, SemanticCache};
-use crate::codes::Degraded;
 use crate::prompt;
-use crate::sse::{CacheState, Done, Event, Meta, Token};
-use crate::stages::ActiveComponent;
+use crate::{cache::Lookup, cache::Probe, cache::SemanticCache};
+use sluice_contract::Tenant;
+use sluice_contract::codes::Degraded;
+use sluice_contract::sse::{CacheState, Done, Event, Meta, Token};
+use sluice_contract::stages::ActiveComponent;
+use sluice_contract::{cache::CachedAnswer, cache::Scope};
 
 /// Where the cache stands for an answer after its lookup: what a complete answer is written
 /// under, if anything.
@@ -26,7 +27,7 @@ pub(super) struct CacheWrite {
     probe: Probe,
     scope: Scope,
     /// A candidate whose answer the LLM's is compared with, for the tenant's threshold.
-    compare: Option<(Box<crate::cache::CacheEntry>, f32)>,
+    compare: Option<(Box<sluice_contract::cache::CacheEntry>, f32)>,
 }
 
 /// What the exact read before the embedding gave: whether it ran, and a hit's events.
@@ -144,7 +145,7 @@ impl Pipeline {
         &self,
         tenant: &Tenant,
         cache: &Arc<SemanticCache>,
-        candidate: &crate::cache::CacheEntry,
+        candidate: &sluice_contract::cache::CacheEntry,
         similarity: f32,
         fresh: &CachedAnswer,
     ) -> tokio::task::JoinHandle<()> {
@@ -309,7 +310,7 @@ impl Pipeline {
             return true;
         }
         let mut seen = self.versions_seen.lock().unwrap_or_else(|p| p.into_inner());
-        if seen.len() >= crate::REMEMBERED_TENANTS && !seen.contains_key(tenant) {
+        if seen.len() >= sluice_contract::REMEMBERED_TENANTS && !seen.contains_key(tenant) {
             seen.clear();
         }
         match seen.get(tenant) {

@@ -8,8 +8,8 @@ use tracing::warn;
 
 use super::flow::{bounded, ms};
 use super::{AnswerRequest, Pipeline};
-use crate::codes::Degraded;
-use crate::sse::Timings;
+use sluice_contract::codes::Degraded;
+use sluice_contract::sse::Timings;
 
 impl Pipeline {
     /// Stage 2: the query vector and the time it took, by the deadline; else the reason.

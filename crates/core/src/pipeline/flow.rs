@@ -8,7 +8,7 @@ use futures::future::maybe_done;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant as Deadline;
 
-use crate::sse::{ErrorEvent, Event};
+use sluice_contract::sse::{ErrorEvent, Event};
 
 /// `work` unless `deadline` passes first (`None`; the work is dropped). A future that is
 /// ready at once answers even past the deadline: what is in memory is never refused.
@@ -89,9 +89,9 @@ mod tests {
     use futures::future::FutureExt;
 
     use super::*;
-    use crate::codes::{Code, Degraded};
     use crate::pipeline::scope::{COMPONENT_READ, Read, ScopeRead, VERSION_READ, output, take};
-    use crate::sse::Token;
+    use sluice_contract::sse::Token;
+    use sluice_contract::{codes::Code, codes::Degraded};
 
     fn token(index: u64) -> Event {
         Event::Token(Token {

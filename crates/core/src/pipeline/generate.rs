@@ -10,12 +10,13 @@ use tracing::{info, warn};
 use super::cache::CacheWrite;
 use super::flow::ms;
 use super::{AnswerRequest, Pipeline, Progress};
-use crate::cache::CachedAnswer;
-use crate::codes::Code;
-use crate::error::LlmError;
 use crate::prompt::Prompt;
-use crate::sse::{Done, ErrorEvent, Event, SourceDoc, Token};
-use crate::stages::LlmEvent;
+use sluice_contract::cache::CachedAnswer;
+use sluice_contract::codes::Code;
+use sluice_contract::error::LlmError;
+use sluice_contract::sse::{Done, ErrorEvent, Event, Token};
+use sluice_contract::stages::LlmEvent;
+use sluice_contract::stages::SourceDoc;
 
 impl Pipeline {
     /// The answer's tokens and its ending, for `prompt`; `write` (with the query vector) is

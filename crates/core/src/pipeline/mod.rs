@@ -54,15 +54,18 @@ use tokio::time::Instant as Deadline;
 
 pub use request::{AnswerRequest, FOLLOW_UP_TURNS};
 
-use crate::Tenant;
 use crate::cache::SemanticCache;
-use crate::codes::{Code, Degraded};
 use crate::config::AnswerConfig;
-use crate::fusion::Fusion;
-use crate::sse::{CacheState, ErrorEvent, Event, SourceDoc, Timings};
-use crate::stages::{Embedder, Llm, RerankFailure, Reranker, Store};
 use cache::Round;
 use flow::{beside, in_span, until};
+use sluice_contract::Tenant;
+use sluice_contract::fusion::Fusion;
+use sluice_contract::sse::{CacheState, ErrorEvent, Event, Timings};
+use sluice_contract::stages::SourceDoc;
+use sluice_contract::{codes::Code, codes::Degraded};
+use sluice_contract::{
+    stages::Embedder, stages::Llm, stages::RerankFailure, stages::Reranker, stages::Store,
+};
 
 /// The answer path's stages, built once at start and shared by every request.
 pub struct Pipeline {

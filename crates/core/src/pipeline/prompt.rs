@@ -9,10 +9,11 @@ use tracing::warn;
 
 use super::flow::ms;
 use super::{AnswerRequest, Pipeline, Progress};
-use crate::codes::Degraded;
 use crate::prompt::{self, Conversation, Prompt};
-use crate::sse::{CacheState, Event, Meta, PromptEcho, SourceDoc};
-use crate::stages::Hit;
+use sluice_contract::codes::Degraded;
+use sluice_contract::sse::{CacheState, Event, Meta, PromptEcho};
+use sluice_contract::stages::Hit;
+use sluice_contract::stages::SourceDoc;
 
 /// The least time prompt assembly gets, even when retrieval used the whole deadline.
 const PROMPT_FLOOR: Duration = Duration::from_millis(25);

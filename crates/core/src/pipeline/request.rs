@@ -4,12 +4,12 @@ use std::time::{Duration, Instant};
 
 use tokio::time::Instant as Deadline;
 
-use crate::Tenant;
-use crate::filter::Filter;
-use crate::fusion::Fusion;
 use crate::prompt::Conversation;
-use crate::stages::RerankContext;
 use crate::trace::TraceContext;
+use sluice_contract::Tenant;
+use sluice_contract::filter::Filter;
+use sluice_contract::fusion::Fusion;
+use sluice_contract::stages::RerankContext;
 
 /// A validated answer request.
 #[derive(Debug, Clone)]
@@ -104,7 +104,7 @@ impl AnswerRequest {
                 "fusion": fusion,
                 "rerank_context": self.rerank_context,
             });
-            crate::sha256_hex(what.to_string().as_bytes())
+            sluice_contract::sha256_hex(what.to_string().as_bytes())
         })
     }
 }

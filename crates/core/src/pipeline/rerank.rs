@@ -10,8 +10,10 @@ use tracing::warn;
 use super::flow::{bounded, ms};
 use super::scope::{COMPONENT_READ, Component, ScopeRead, take};
 use super::{AnswerRequest, Pipeline, Progress};
-use crate::codes::Degraded;
-use crate::stages::{FailureKind, Hit, RerankFailure, RerankInput};
+use sluice_contract::codes::Degraded;
+use sluice_contract::{
+    stages::FailureKind, stages::Hit, stages::RerankFailure, stages::RerankInput,
+};
 
 impl Pipeline {
     /// `hits` in the order the tenant's component gives them, or as they are when it has

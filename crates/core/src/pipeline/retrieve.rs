@@ -8,9 +8,9 @@ use tracing::warn;
 use super::flow::{beside, bounded, ms};
 use super::scope::{Component, ScopeRead};
 use super::{AnswerRequest, Pipeline, Progress};
-use crate::codes::Degraded;
-use crate::error::StoreError;
-use crate::stages::{Hit, Search};
+use sluice_contract::codes::Degraded;
+use sluice_contract::error::StoreError;
+use sluice_contract::{stages::Hit, stages::Search};
 
 impl Pipeline {
     /// Searches the store by the deadline, driving `component` (read beside the search when

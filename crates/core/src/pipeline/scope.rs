@@ -11,8 +11,8 @@ use tracing::warn;
 
 use super::flow::bounded;
 use super::{AnswerRequest, Pipeline};
-use crate::codes::Degraded;
-use crate::stages::ActiveComponent;
+use sluice_contract::codes::Degraded;
+use sluice_contract::stages::ActiveComponent;
 
 /// The two scope reads of one answer.
 pub(super) struct ScopeReads {

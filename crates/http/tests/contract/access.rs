@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use axum::http::Method;
 use serde_json::json;
-use sluice_core::auth::{Permission, new_key};
+use sluice_contract::{auth::Permission, auth::new_key};
 use sluice_testkit::{MemoryKeys, Reply, ScriptedLlm, V1_ROUTES};
 
 use crate::kit::{self, App, Kit};

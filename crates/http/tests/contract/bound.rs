@@ -7,10 +7,11 @@ use std::sync::Arc;
 
 use axum::http::Method;
 use serde_json::{Value, json};
-use sluice_core::auth::{Permission, Principal};
-use sluice_core::filter::Filter;
-use sluice_core::stages::{
-    ComponentError, ComponentFailure, ComponentVersion, FailureKind, RerankFailure, Store,
+use sluice_contract::filter::Filter;
+use sluice_contract::{auth::Permission, auth::Principal};
+use sluice_contract::{
+    stages::ComponentError, stages::ComponentFailure, stages::ComponentVersion,
+    stages::FailureKind, stages::RerankFailure, stages::Store,
 };
 use sluice_testkit::MemoryKeys;
 
@@ -356,10 +357,10 @@ async fn a_bound_key_sees_its_own_usage_and_no_other_keys() {
 /// A registry whose one version failed on some key's call, its message quoting a document.
 struct FailedOnce;
 
-impl sluice_core::stages::Components for FailedOnce {
+impl sluice_contract::stages::Components for FailedOnce {
     fn upload(
         &self,
-        _: &sluice_core::Tenant,
+        _: &sluice_contract::Tenant,
         _: &[u8],
         _: &sluice_contract::cancel::Cancel,
     ) -> Result<ComponentVersion, ComponentError> {
@@ -367,12 +368,12 @@ impl sluice_core::stages::Components for FailedOnce {
     }
     fn activate(
         &self,
-        _: &sluice_core::Tenant,
+        _: &sluice_contract::Tenant,
         _: &str,
     ) -> Result<ComponentVersion, ComponentError> {
         Err(ComponentError::Invalid("not in this test".into()))
     }
-    fn list(&self, _: &sluice_core::Tenant) -> Result<Vec<ComponentVersion>, ComponentError> {
+    fn list(&self, _: &sluice_contract::Tenant) -> Result<Vec<ComponentVersion>, ComponentError> {
         Ok(vec![ComponentVersion {
             version: "v1".into(),
             size: 1,
@@ -384,7 +385,7 @@ impl sluice_core::stages::Components for FailedOnce {
             }],
         }])
     }
-    fn deactivate(&self, _: &sluice_core::Tenant) -> Result<(), ComponentError> {
+    fn deactivate(&self, _: &sluice_contract::Tenant) -> Result<(), ComponentError> {
         Ok(())
     }
 }

@@ -280,7 +280,7 @@ async fn a_learning_tenant_compares_a_candidate_with_the_llms_answer_and_reports
 #[tokio::test]
 async fn answers_that_end_in_an_error_or_whose_client_left_are_not_cached() {
     use http_body_util::BodyExt;
-    use sluice_core::error::LlmError;
+    use sluice_contract::error::LlmError;
     use sluice_testkit::{Reply, ScriptedLlm};
     let words = |s: &str| {
         s.split_inclusive(' ')

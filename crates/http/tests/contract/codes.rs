@@ -9,12 +9,12 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::Method;
 use serde_json::{Value, json};
-use sluice_core::Tenant;
-use sluice_core::auth::Permission;
-use sluice_core::codes::Code;
-use sluice_core::error::LlmError;
-use sluice_core::filter::Filter;
-use sluice_core::stages::{ComponentError, ComponentVersion, Components};
+use sluice_contract::Tenant;
+use sluice_contract::auth::Permission;
+use sluice_contract::codes::Code;
+use sluice_contract::error::LlmError;
+use sluice_contract::filter::Filter;
+use sluice_contract::{stages::ComponentError, stages::ComponentVersion, stages::Components};
 use sluice_http::StreamDeadline;
 use sluice_testkit::{BrokenCache, BrokenKeys, BrokenUsage, Reply, ScriptedLlm, Troubled};
 

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use axum::http::Method;
 use serde_json::{Value, json};
-use sluice_core::auth::Permission;
-use sluice_core::filter::Filter;
+use sluice_contract::auth::Permission;
+use sluice_contract::filter::Filter;
 use sluice_testkit::MemoryKeys;
 
 use crate::kit::{App, Kit, Reply};
@@ -125,7 +125,7 @@ async fn a_listing_pages_through_every_document_once_and_filters_by_metadata() {
     );
     // The answers' filter language, as a query parameter.
     let filter = |f: Value| {
-        let encoded: String = sluice_http::escape(&f.to_string());
+        let encoded: String = sluice_client::escape(&f.to_string());
         format!("/v1/documents?filter={encoded}")
     };
     let finance_2025 = get(
@@ -350,7 +350,7 @@ async fn a_keys_filter_bounds_what_it_lists_reads_and_deletes() {
     let finance_docs = sorted(vec!["cards/fees", "mortgage", "savings"]);
     assert_eq!(all_pages(&app, 2, &fin).await, finance_docs);
     // A listing filter narrows, never widens.
-    let widen = sluice_http::escape(&json!({"groups": {"$exists": false}}).to_string());
+    let widen = sluice_client::escape(&json!({"groups": {"$exists": false}}).to_string());
     let reply = get(&app, &format!("/v1/documents?filter={widen}"), &fin).await;
     assert_eq!(ids(&reply), Vec::<String>::new());
     // Outside the filter a document does not exist for this key: not read, not deleted.
@@ -391,7 +391,7 @@ impl Batches {
         overrides: &[(&str, &str)],
     ) -> (
         Arc<Self>,
-        Arc<dyn sluice_core::stages::Store>,
+        Arc<dyn sluice_contract::stages::Store>,
         sluice_core::ingest::Ingest,
     ) {
         let kit = Kit::new(overrides);
@@ -410,18 +410,20 @@ impl Batches {
     }
 }
 
-impl sluice_core::stages::Embedder for Batches {
+impl sluice_contract::stages::Embedder for Batches {
     fn model_id(&self) -> &str {
         self.inner.model_id()
     }
     fn dim(&self) -> usize {
         self.inner.dim()
     }
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, sluice_core::error::EmbedError> {
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, sluice_contract::error::EmbedError> {
         self.seen.lock().unwrap().push(texts.len());
         (self.read.lock().unwrap()).extend(texts.iter().map(|t| t.to_string()));
         if texts.iter().any(|t| t.contains("POISON")) {
-            return Err(sluice_core::error::EmbedError::Inference("poisoned".into()));
+            return Err(sluice_contract::error::EmbedError::Inference(
+                "poisoned".into(),
+            ));
         }
         self.inner.embed(texts)
     }
@@ -432,7 +434,7 @@ impl sluice_core::stages::Embedder for Batches {
 
 #[tokio::test]
 async fn an_ingest_embeds_its_chunks_in_batches_and_stores_nothing_if_embedding_fails() {
-    use sluice_core::ingest::Document;
+    use sluice_contract::document::Document;
     let (embedder, store, ingest) = Batches::ingest(&[
         ("SLUICE_CHUNK_TOKENS", "16"),
         ("SLUICE_CHUNK_OVERLAP_TOKENS", "0"),
@@ -464,8 +466,9 @@ async fn an_ingest_embeds_its_chunks_in_batches_and_stores_nothing_if_embedding_
 
 #[tokio::test]
 async fn a_chunk_is_embedded_under_its_title_and_section_and_quoted_without_them() {
-    use sluice_core::ingest::{ConvertLimits, parse_file};
-    use sluice_core::stages::{Embedder, Search};
+    use sluice_contract::{stages::Embedder, stages::Search};
+    use sluice_convert::ConvertLimits;
+    use sluice_convert::parse_file;
     let file = b"---\ntitle: Card policy\n---\n# Lost cards\nCall us at once.\n";
     for (setting, embedded) in [
         (
@@ -600,7 +603,7 @@ async fn an_ingest_past_its_time_limit_is_refused_and_stores_nothing() {
 /// matched; the next call takes the rest.
 #[tokio::test]
 async fn a_deletion_takes_at_most_its_page_and_says_when_more_match() {
-    use sluice_core::ingest::MAX_DELETE;
+    use sluice_contract::document::MAX_DELETE;
     let app = Kit::new(&[("SLUICE_MAX_DOCUMENTS", "2000")]).app();
     let documents: Vec<Value> = (0..=MAX_DELETE)
         .map(|i| json!({"id": format!("d{i}"), "text": "old", "metadata": {"year": 2020}}))

@@ -6,8 +6,8 @@
 
 use axum::http::Method;
 use serde_json::{Value, json};
-use sluice_core::auth::Permission;
-use sluice_core::filter::Filter;
+use sluice_contract::auth::Permission;
+use sluice_contract::filter::Filter;
 use sluice_testkit::MemoryKeys;
 use std::sync::Arc;
 
@@ -192,7 +192,7 @@ async fn invalid_filters_are_a_400_invalid_filter_naming_the_problem() {
         assert!(message.contains(says), "{filter}: {message}");
     }
     // A list of more than MAX_IN_VALUES values is refused; one of exactly that many is not.
-    let max = sluice_core::filter::MAX_IN_VALUES;
+    let max = sluice_contract::filter::MAX_IN_VALUES;
     let values = |n: usize| (0..n).map(|i| json!(format!("g{i}"))).collect::<Vec<_>>();
     for op in ["$in", "$nin"] {
         let over = json!({"groups": {op: values(max + 1)}});

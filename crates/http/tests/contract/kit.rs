@@ -8,13 +8,14 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use sluice_core::auth::Permission;
+use sluice_contract::auth::Permission;
+use sluice_contract::document::Document;
+use sluice_contract::stages::Store;
+use sluice_contract::usage::UsageStore;
 use sluice_core::cache::memory::MemoryCache;
 use sluice_core::cache::{CacheSettings, SemanticCache};
 use sluice_core::config::{CacheBackend, UsageBackend};
-use sluice_core::ingest::Document;
-use sluice_core::stages::Store;
-use sluice_core::usage::{LocalUsage, UsageStore};
+use sluice_core::usage::LocalUsage;
 use sluice_core::{Config, Ingest};
 use sluice_http::{Parts, Role, Server};
 use sluice_testkit::{HashEmbedder, MemoryKeys, MemoryStore, ScriptedLlm};
@@ -84,8 +85,13 @@ impl Kit {
             UsageBackend::Off => None,
             _ => Some(Arc::new(LocalUsage::in_memory())),
         };
+        let convert = sluice_convert::ConvertLimits::from_lookup(
+            &sluice_contract::settings::pairs(overrides),
+        )
+        .expect("conversion limits");
         let parts = Parts {
             config,
+            convert,
             role: Role::All,
             embedder: Some(Arc::new(HashEmbedder::new())),
             store: Some(Arc::new(MemoryStore::new())),

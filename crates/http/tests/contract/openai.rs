@@ -3,7 +3,7 @@
 
 use axum::http::Method;
 use serde_json::{Value, json};
-use sluice_core::error::LlmError;
+use sluice_contract::error::LlmError;
 use sluice_testkit::{Reply, ScriptedLlm};
 
 use crate::kit::{ANSWER, Kit};
@@ -386,7 +386,7 @@ async fn max_tokens_is_honoured_up_to_the_servers_cap() {
 /// embedder here panics if asked to count. One of exactly that many messages is answered.
 #[tokio::test]
 async fn a_conversation_over_its_caps_is_refused_before_any_tokenising() {
-    use sluice_core::config::{MAX_CONVERSATION_BYTES, MAX_MESSAGES};
+    use sluice_http::openai::{MAX_CONVERSATION_BYTES, MAX_MESSAGES};
     let mut kit = Kit::new(&[]);
     let never_counts = sluice_testkit::Hooked::new().on_count(|text| {
         panic!(

@@ -206,7 +206,7 @@ async fn an_answer_made_under_one_context_is_never_served_under_another() {
 
 #[tokio::test]
 async fn why_a_component_failed_is_told_to_the_callers_that_manage_components_only() {
-    use sluice_core::auth::Permission;
+    use sluice_contract::auth::Permission;
     let keys = Arc::new(sluice_testkit::MemoryKeys::default());
     let admin = keys.add("acme", &[Permission::Answer, Permission::Components]);
     let reader = keys.add("acme", &[Permission::Answer]);

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicI64, Ordering};
 
 use axum::http::Method;
 use serde_json::{Value, json};
-use sluice_core::auth::{Permission, Principal};
-use sluice_core::usage::{Date, Meter, MeterSettings, Month, day_string, today};
+use sluice_contract::{auth::Permission, auth::Principal};
+use sluice_contract::{usage::Date, usage::Month, usage::day_string};
+use sluice_core::{usage::Meter, usage::MeterSettings, usage::today};
 use sluice_testkit::{
     BrokenUsage, MemoryKeys, SCRIPTED_FUEL_PER_HIT, ScriptedReranker, Verdict, tenant,
 };
@@ -174,7 +175,7 @@ async fn usage_is_exactly_what_the_answers_and_ingests_reported_per_tenant_and_p
     // Per key: the user's answers under its id, the admin's (and the ingest) under the other.
     let keys = body["keys"].as_array().unwrap();
     assert_eq!(keys.len(), 2, "{body}");
-    let user_id = sluice_core::auth::key_id(&sluice_core::auth::digest(&user));
+    let user_id = sluice_contract::auth::key_id(&sluice_contract::auth::digest(&user));
     let user_row = keys.iter().find(|k| k["key"] == user_id.as_str()).unwrap();
     assert_eq!(Reported::of(&user_row["total"]), by_user);
     for key in keys {

@@ -16,11 +16,11 @@ use std::time::{Duration, Instant};
 use crate::common::{Request, StandIn, chunk, doc, ingest_filter_corpus, search_filtered, spec};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
-use sluice_core::breaker::{Breaker, GuardedStore};
-use sluice_core::error::StoreError;
-use sluice_core::fusion::Fusion;
-use sluice_core::stages::{Search, Store};
+use sluice_contract::error::StoreError;
+use sluice_contract::fusion::Fusion;
+use sluice_contract::{stages::Search, stages::Store};
 use sluice_retrieve::StoreConfig;
+use sluice_retrieve::breaker::{Breaker, GuardedStore};
 use sluice_retrieve::qdrant::{QdrantStore, parse_query_response};
 
 const SPEC: &str = "qdrant-1.19.0-openapi.json";
@@ -270,7 +270,7 @@ async fn query_responses_parse_into_hits() {
 async fn a_convex_search_fuses_the_batchs_two_halves_by_their_scores() {
     let (stand_in, config) = stand_in(&[]).await;
     let store = QdrantStore::from_config(&config).unwrap();
-    let filter = sluice_core::filter::Filter::parse(&json!({"year": 2025})).unwrap();
+    let filter = sluice_contract::filter::Filter::parse(&json!({"year": 2025})).unwrap();
     let search = Search::new("replacement card", &[0.0, 1.0], 3)
         .filter(Some(&filter))
         .fusion(Fusion::Convex { dense: 0.3 });
@@ -584,8 +584,8 @@ async fn metadata_writes_indexes_and_filtered_searches_validate_against_the_offi
 )]
 #[tokio::test]
 async fn listings_and_deletions_validate_against_the_official_document() {
-    use sluice_core::filter::Filter;
-    use sluice_core::stages::{Page, Selection};
+    use sluice_contract::filter::Filter;
+    use sluice_contract::{stages::Page, stages::Selection};
     let spec = spec(SPEC);
     let (stand_in, config) = stand_in(&[]).await;
     let store = QdrantStore::from_config(&config).unwrap();

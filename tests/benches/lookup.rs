@@ -14,10 +14,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
+use sluice_contract::{cache::CacheStore, cache::CachedAnswer, cache::Scope};
 use sluice_core::cache::memory::MemoryCache;
-use sluice_core::cache::{
-    CacheSettings, CacheStore, CachedAnswer, Lookup, Probe, Scope, SemanticCache,
-};
+use sluice_core::{cache::CacheSettings, cache::Lookup, cache::Probe, cache::SemanticCache};
 
 const DIM: usize = 384;
 /// Table sizes measured, in order (the table grows from one to the next).
@@ -152,14 +151,10 @@ fn bench(c: &mut Criterion) {
             std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_some(),
             "AWS_ENDPOINT_URL_DYNAMODB is not set: run `make bench`, which starts the emulator"
         );
-        let mut config = sluice_core::Config::from_env().expect("config");
-        config.cache.table = format!("sluice-bench-{}", std::process::id());
-        let table = sluice_cache_dynamodb::DynamoCache::connect(
-            &config.cache.table,
-            config.cache.tenant_role_arn.as_deref(),
-        )
-        .await
-        .expect("client");
+        let name = format!("sluice-bench-{}", std::process::id());
+        let table = sluice_cache_dynamodb::DynamoCache::connect(&name, None)
+            .await
+            .expect("client");
         table.create_table().await.expect("table");
         Arc::new(table)
     });

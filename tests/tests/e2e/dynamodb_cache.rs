@@ -1,4 +1,5 @@
-//! The DynamoDB backend against a real DynamoDB emulator (moto_server, started by
+//! The answer cache's DynamoDB backend (`sluice-cache-dynamodb`) under the engine's cache,
+//! against a real DynamoDB emulator (moto_server, started by
 //! `make test` on 127.0.0.1 and named by the standard `AWS_ENDPOINT_URL_DYNAMODB`).
 //! Each test works in its own table.
 
@@ -8,26 +9,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_cache_dynamodb::DynamoCache;
-use sluice_core::Config;
-use sluice_core::cache::{
-    CacheEntry, CacheSettings, CacheStore, CachedAnswer, Lookup, Probe, Scope, SemanticCache,
-};
-use sluice_core::error::CacheError;
-
-/// The environment with the DynamoDB backend on `table`, then `extra`.
-fn config_with(table: &str, extra: &[(&str, &str)]) -> Config {
-    assert!(
-        std::env::var_os("AWS_ENDPOINT_URL_DYNAMODB").is_some(),
-        "AWS_ENDPOINT_URL_DYNAMODB is not set: run the tests with `make test`, which starts the DynamoDB emulator"
-    );
-    let mut vars: HashMap<String, String> = std::env::vars().collect();
-    vars.insert("SLUICE_CACHE".into(), "dynamodb".into());
-    vars.insert("SLUICE_CACHE_TABLE".into(), table.into());
-    for (k, v) in extra {
-        vars.insert(k.to_string(), v.to_string());
-    }
-    Config::from_lookup(|k| vars.get(k).cloned()).expect("configuration")
-}
+use sluice_contract::error::CacheError;
+use sluice_contract::{cache::CacheEntry, cache::CacheStore, cache::CachedAnswer, cache::Scope};
+use sluice_core::{cache::CacheSettings, cache::Lookup, cache::Probe, cache::SemanticCache};
 
 async fn table(name: &str) -> DynamoCache {
     let table = format!("{name}-{}", std::process::id());
@@ -378,14 +362,16 @@ async fn with_a_tenant_role_each_tenant_calls_with_credentials_assumed_for_it() 
     // moto evaluates no IAM policy: this shows the role is assumed per tenant (through the STS
     // endpoint `make test` points at moto) and that every item call works with those
     // credentials. What the role allows is checked on the template (tests/tests/e2e/iac.rs).
-    let config = config_with(
-        &format!("tenant-role-{}", std::process::id()),
-        &[(
+    let table = format!("tenant-role-{}", std::process::id());
+    let aws = sluice_aws::AwsConfig::from_lookup(&sluice_contract::settings::pairs(&[
+        ("SLUICE_CACHE_TABLE", &table),
+        (
             "SLUICE_CACHE_TENANT_ROLE_ARN",
             "arn:aws:iam::123456789012:role/sluice-cache-tenant",
-        )],
-    );
-    let store = DynamoCache::connect(&config.cache.table, config.cache.tenant_role_arn.as_deref())
+        ),
+    ]))
+    .expect("configuration");
+    let store = DynamoCache::connect(&aws.cache_table, aws.cache_tenant_role_arn.as_deref())
         .await
         .expect("client");
     store.create_table().await.expect("create table");

@@ -11,164 +11,39 @@
 //! than the refresh interval (another process may have activated one) — in the background,
 //! with the version known so far serving until a changed one is fetched and compiled, so that
 //! no request waits on the storage for a tenant it has seen; an artefact from another engine
-//! is recompiled from the upload.
+//! is recompiled from the upload.//!
+//! - this file: [`Registry`] — what each process knows of each tenant's active component, the
+//!   pipeline's rerank stage and the component routes;
+//! - `disk`: [`Disk`], the storage of `sluice serve`;
+//! - `record`: each version's calls, costs and failures, as the registry keeps and stores them;
+//! - `candidates`: retrieved chunks and the request's context as a component is given them.
 
-use std::collections::{HashMap, VecDeque};
-use std::path::{Path, PathBuf};
+mod candidates;
+mod disk;
+mod record;
+
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, FutureExt, Shared};
 
 use crate::config::RerankConfig;
-use serde_json::json;
 use sha2::{Digest, Sha256};
 use sluice_contract::Tenant;
 use sluice_contract::cancel::Cancel;
-use sluice_contract::metadata::{MetaValue as Value, Metadata};
 use sluice_contract::stages::{
-    ActiveComponent, CallCosts, ComponentError, ComponentFailure, ComponentStorage as Storage,
-    ComponentVersion, Components, Embedder, RerankCall, RerankInput, Reranker,
+    ActiveComponent, ComponentError, ComponentStorage as Storage, ComponentVersion, Components,
+    RerankCall, RerankInput, Reranker,
 };
 
-use crate::{
-    Call, Candidate, ComponentLimits, ContextEntry, Date, HostServices, MetaField, MetaValue,
-    Prepared, Sandbox, UploadError,
-};
+use crate::{Call, ComponentLimits, HostServices, Prepared, Sandbox, UploadError};
 
-/// The host's embedding model, lent to components through `host.embed`.
-pub struct ModelHost(pub Arc<dyn Embedder>);
-
-impl HostServices for ModelHost {
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
-        self.0.embed(texts).map_err(|e| e.to_string())
-    }
-    fn count_tokens(&self, text: &str) -> u32 {
-        self.0.count_tokens(text) as u32
-    }
-}
-
-/// The host of a process that validates uploads but runs no model (the registry function):
-/// `count-tokens` counts with the model's tokenizer, and `embed` answers made-up unit vectors,
-/// as the smoke run already does for its own texts. A smoke run checks that a component runs
-/// within its limits and returns a valid order, not how well it ranks; the vectors a
-/// component gets when it reranks answers come from the model ([`ModelHost`]).
-pub struct UploadHost(pub Box<dyn Fn(&str) -> usize + Send + Sync>);
-
-impl HostServices for UploadHost {
-    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
-        use std::hash::{Hash, Hasher};
-        Ok(texts
-            .iter()
-            .map(|t| {
-                let mut h = std::collections::hash_map::DefaultHasher::new();
-                t.hash(&mut h);
-                let one = (h.finish() % crate::SMOKE_DIM as u64) as usize;
-                (0..crate::SMOKE_DIM)
-                    .map(|d| if d == one { 1.0 } else { 0.0 })
-                    .collect()
-            })
-            .collect())
-    }
-    fn count_tokens(&self, text: &str) -> u32 {
-        (self.0)(text) as u32
-    }
-}
-
-fn storage(e: impl std::fmt::Display) -> ComponentError {
-    ComponentError::Storage(e.to_string())
-}
-
-/// Components in a folder: `<tenant>/<file>` as files, plus `<tenant>/versions.json` (upload
-/// order and sizes) and `<tenant>/active`.
-pub struct Disk {
-    dir: PathBuf,
-}
-
-impl Disk {
-    /// Storage in `dir` (created when missing).
-    pub fn open(dir: &Path) -> Result<Self, ComponentError> {
-        std::fs::create_dir_all(dir).map_err(storage)?;
-        Ok(Self {
-            dir: dir.to_path_buf(),
-        })
-    }
-}
-
-impl Storage for Disk {
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ComponentError> {
-        match std::fs::read(self.dir.join(key)) {
-            Ok(bytes) => Ok(Some(bytes)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(storage(e)),
-        }
-    }
-
-    /// Writes by rename, so a crash never leaves half a file.
-    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), ComponentError> {
-        let path = self.dir.join(key);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(storage)?;
-        }
-        let tmp = path.with_extension("tmp");
-        std::fs::write(&tmp, bytes)
-            .and_then(|_| std::fs::rename(&tmp, &path))
-            .map_err(storage)
-    }
-
-    fn versions(&self, tenant: &Tenant) -> Result<Vec<(String, usize)>, ComponentError> {
-        let Some(bytes) = self.get(&format!("{tenant}/versions.json"))? else {
-            return Ok(vec![]);
-        };
-        let rows: Vec<serde_json::Value> = serde_json::from_slice(&bytes).map_err(storage)?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| {
-                Some((
-                    r["version"].as_str()?.to_string(),
-                    r["size"].as_u64()? as usize,
-                ))
-            })
-            .collect())
-    }
-
-    fn add_version(
-        &self,
-        tenant: &Tenant,
-        version: &str,
-        size: usize,
-    ) -> Result<(), ComponentError> {
-        let mut versions = self.versions(tenant)?;
-        if versions.iter().any(|(v, _)| v == version) {
-            return Ok(());
-        }
-        versions.push((version.to_string(), size));
-        let rows: Vec<_> = versions
-            .iter()
-            .map(|(v, n)| json!({"version": v, "size": n}))
-            .collect();
-        let bytes = serde_json::to_vec_pretty(&rows).map_err(storage)?;
-        self.put(&format!("{tenant}/versions.json"), &bytes)
-    }
-
-    fn active(&self, tenant: &Tenant) -> Result<Option<String>, ComponentError> {
-        Ok(self
-            .get(&format!("{tenant}/active"))?
-            .map(|v| String::from_utf8_lossy(&v).trim().to_string()))
-    }
-
-    fn set_active(&self, tenant: &Tenant, version: Option<&str>) -> Result<(), ComponentError> {
-        let key = format!("{tenant}/active");
-        match version {
-            Some(v) => self.put(&key, v.as_bytes()),
-            None => match std::fs::remove_file(self.dir.join(key)) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(storage(e)),
-            },
-        }
-    }
-}
+pub(crate) use candidates::truncate;
+pub use candidates::{candidates, context_entries};
+pub use disk::Disk;
+use disk::storage;
+use record::{FailureWriter, VersionStats, stored_failures};
 
 /// A tenant's active component, compiled, as the pipeline runs it.
 struct Active {
@@ -204,125 +79,6 @@ impl Active {
 /// The key of a version's stored failures: its last [`ComponentVersion::MAX_FAILURES`], newest
 /// first, as JSON, beside its upload — so the process that lists versions (on Lambda, the
 /// registry function) shows what the processes that run them (the answer function) saw.
-fn failures_key(tenant: &Tenant, version: &str) -> String {
-    format!("{tenant}/{version}.failures.json")
-}
-
-/// Stores failures off the request path: one thread per registry takes them from a bounded
-/// queue and adds each to its version's record (read, prepend, cut, write). A full queue
-/// drops the failure (a storm of them needs no more than the last ten); two processes adding
-/// at once may lose one of the two — the record is advice for the tenant, not an audit log.
-#[derive(Clone)]
-struct FailureWriter(std::sync::mpsc::SyncSender<(Tenant, String, ComponentFailure)>);
-
-impl FailureWriter {
-    const QUEUE: usize = 64;
-
-    fn start(storage: Arc<dyn Storage>) -> Self {
-        let (send, receive) =
-            std::sync::mpsc::sync_channel::<(Tenant, String, ComponentFailure)>(Self::QUEUE);
-        let spawned = std::thread::Builder::new()
-            .name("component-failures".into())
-            .spawn(move || {
-                // Ends when the registry (every sender) is gone.
-                while let Ok((tenant, version, failure)) = receive.recv() {
-                    if let Err(e) = store_failure(storage.as_ref(), &tenant, &version, failure) {
-                        tracing::warn!(%tenant, %version, error = %e, "storing a component failure failed");
-                    }
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::warn!(error = %e, "no thread to store component failures: they stay in this process");
-        }
-        Self(send)
-    }
-
-    fn send(&self, tenant: &Tenant, version: &str, failure: ComponentFailure) {
-        let _ = (self.0).try_send((tenant.clone(), version.to_string(), failure));
-    }
-}
-
-/// Adds `failure` to the version's stored record.
-fn store_failure(
-    storage: &dyn Storage,
-    tenant: &Tenant,
-    version: &str,
-    failure: ComponentFailure,
-) -> Result<(), ComponentError> {
-    let key = failures_key(tenant, version);
-    let mut record = stored_failures(storage, tenant, version)?;
-    record.insert(0, failure);
-    record.truncate(ComponentVersion::MAX_FAILURES);
-    let bytes = serde_json::to_vec(&record).map_err(|e| ComponentError::Storage(e.to_string()))?;
-    storage.put(&key, &bytes)
-}
-
-/// A version's stored failures, newest first (none when there is no record; a record that
-/// does not parse counts as none, and is replaced by the next failure).
-fn stored_failures(
-    storage: &dyn Storage,
-    tenant: &Tenant,
-    version: &str,
-) -> Result<Vec<ComponentFailure>, ComponentError> {
-    Ok(storage
-        .get(&failures_key(tenant, version))?
-        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-        .unwrap_or_default())
-}
-
-/// What this process saw of a version's calls: kept per tenant and version, not per load, so
-/// that a version activated again (a rollback) keeps its record, and a version no longer
-/// active still shows what it did.
-#[derive(Default)]
-struct VersionStats {
-    /// `(fuel, wall µs)` of its last [`CallCosts::WINDOW`] calls.
-    recent: Mutex<VecDeque<(u64, u64)>>,
-    /// Its last failed calls, newest last.
-    failures: Mutex<VecDeque<ComponentFailure>>,
-}
-
-impl VersionStats {
-    /// Records a call; a failure is returned stamped, for the stored record as well.
-    fn record(
-        &self,
-        fuel: u64,
-        wall: Duration,
-        failed: Option<&sluice_contract::stages::RerankFailure>,
-    ) -> Option<ComponentFailure> {
-        let mut recent = lock(&self.recent);
-        if recent.len() == CallCosts::WINDOW {
-            recent.pop_front();
-        }
-        recent.push_back((fuel, wall.as_micros() as u64));
-        drop(recent);
-        if let Some(failure) = failed {
-            let at_ms = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_millis() as u64);
-            let stamped = ComponentFailure {
-                at_ms,
-                failure: failure.clone(),
-            };
-            let mut failures = lock(&self.failures);
-            if failures.len() == ComponentVersion::MAX_FAILURES {
-                failures.pop_front();
-            }
-            failures.push_back(stamped.clone());
-            return Some(stamped);
-        }
-        None
-    }
-
-    fn costs(&self) -> Option<CallCosts> {
-        CallCosts::of(lock(&self.recent).iter().copied())
-    }
-
-    /// Newest first.
-    fn failures(&self) -> Vec<ComponentFailure> {
-        lock(&self.failures).iter().rev().cloned().collect()
-    }
-}
-
 /// What a process knows of a tenant's active component (`None`: the built-in default), since
 /// when, and when it was last asked for.
 struct Known {
@@ -577,49 +333,6 @@ impl ActiveComponent for Active {
 }
 
 /// Retrieved chunks as a component is given them: each text cut at `max_text_bytes`, the
-/// document's metadata sorted by key.
-pub fn candidates(hits: &[sluice_contract::stages::Hit], max_text_bytes: usize) -> Vec<Candidate> {
-    (hits.iter())
-        .map(|h| Candidate {
-            id: h.document.id.clone(),
-            title: h.document.title.clone(),
-            text: truncate(&h.text, max_text_bytes).to_string(),
-            score: h.score,
-            chunk: u32::try_from(h.chunk).unwrap_or(u32::MAX),
-            metadata: metadata(&h.document.metadata),
-        })
-        .collect()
-}
-
-/// A request's `rerank_context` as a component is given it.
-pub fn context_entries(context: &sluice_contract::stages::RerankContext) -> Vec<ContextEntry> {
-    (context.iter())
-        .map(|(key, value)| ContextEntry {
-            key: key.to_string(),
-            value: value.to_string(),
-        })
-        .collect()
-}
-
-/// A document's metadata as a 0.2 component reads it, sorted by key.
-fn metadata(metadata: &Metadata) -> Vec<MetaField> {
-    metadata
-        .iter()
-        .map(|(key, value)| MetaField {
-            key: key.to_string(),
-            value: match value {
-                Value::Text(t) => MetaValue::Text(t.clone()),
-                Value::Number(n) => MetaValue::Number(n.as_f64().unwrap_or(f64::NAN)),
-                Value::Bool(b) => MetaValue::Boolean(*b),
-                Value::Date { text, seconds } => MetaValue::Date(Date {
-                    text: text.clone(),
-                    seconds: *seconds,
-                }),
-                Value::List(items) => MetaValue::Strings(items.clone()),
-            },
-        })
-        .collect()
-}
 
 #[async_trait::async_trait]
 impl Reranker for Registry {
@@ -752,69 +465,5 @@ impl Components for Registry {
     }
 }
 
-/// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
-pub(crate) fn truncate(text: &str, max: usize) -> &str {
-    if text.len() <= max {
-        return text;
-    }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    struct NoHost;
-    impl crate::HostServices for NoHost {
-        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
-            Ok(texts.iter().map(|_| vec![0.0]).collect())
-        }
-        fn count_tokens(&self, _: &str) -> u32 {
-            0
-        }
-    }
-
-    /// A candidate's text reaches a component cut to `max_text_bytes`, on a character
-    /// boundary; a shorter one whole.
-    #[test]
-    fn candidate_texts_are_cut_to_the_limit() {
-        let limit = ComponentLimits::default().max_text_bytes;
-        assert_eq!(limit, 8 << 10);
-        let mut long = sluice_testkit::hit("long", 1.0);
-        long.text = "é".repeat(limit) + "x";
-        let mut odd = sluice_testkit::hit("odd", 0.5);
-        odd.text = format!("x{}", "é".repeat(limit));
-        let short = sluice_testkit::hit("short", 0.1);
-        let given = candidates(&[long, odd, short.clone()], limit);
-        assert_eq!(given[0].text.len(), limit);
-        assert_eq!(given[1].text.len(), limit - 1, "not inside a character");
-        assert_eq!(given[2].text, short.text);
-    }
-
-    #[test]
-    fn what_the_registry_remembers_stays_bounded_whatever_tenants_ask() {
-        let dir = tempfile::tempdir().unwrap();
-        let sandbox = Sandbox::new(ComponentLimits::default(), Arc::new(NoHost)).unwrap();
-        let registry = Registry::new(
-            sandbox,
-            Arc::new(Disk::open(dir.path()).unwrap()),
-            Duration::from_secs(5),
-        );
-        let max = sluice_contract::REMEMBERED_TENANTS;
-        for i in 0..max * 2 + 3 {
-            registry
-                .inner
-                .remember(&sluice_testkit::tenant(&format!("t{i}")), None);
-        }
-        let known = lock(&registry.inner.known);
-        assert!(known.len() <= max, "{}", known.len());
-        assert!(
-            known.contains_key(format!("t{}", max * 2 + 2).as_str()),
-            "the newest is kept"
-        );
-    }
-}
+mod tests;

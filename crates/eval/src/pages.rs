@@ -11,16 +11,17 @@
 //! file and spans a page that holds its answer.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
-use sluice_core::Tenant;
-use sluice_core::ingest::parse_file;
-use sluice_core::stages::{Embedder, Search, Store};
+use sluice_contract::Tenant;
+use sluice_contract::{stages::Embedder, stages::Search, stages::Store};
+use sluice_convert::parse_file;
 use sluice_retrieve::EdgeStore;
+
+use crate::{EvalError, Result};
 
 /// Chunks looked at per question: the citations of an answer with `k` = 3.
 const K: usize = 3;
@@ -98,12 +99,10 @@ fn reference_pages(folder: &Path, files: &[String]) -> Result<BTreeMap<String, V
         .iter()
         .map(|file| {
             let path = folder.join(format!("{file}.ref.txt"));
-            let text = std::fs::read_to_string(&path).with_context(|| {
-                format!(
-                    "reading {} (poppler's text of {file}: run `scripts/setup.sh docs`)",
-                    path.display()
-                )
-            })?;
+            let text = std::fs::read_to_string(&path).map_err(EvalError::io(format!(
+                "reading {} (poppler's text of {file}: run `scripts/setup.sh docs`)",
+                path.display()
+            )))?;
             Ok((file.clone(), text.split('\u{c}').map(fold).collect()))
         })
         .collect()
@@ -140,13 +139,14 @@ fn first_hit(cited: &[(String, Option<[u32; 2]>)], answers: &[PageRef]) -> Optio
 
 /// The built-in questions: 24 on Debian's documentation (the Bash reference manual, the
 /// Debian Reference, X.Org's documents), each with a phrase of its answer.
-const QUESTIONS: &str = include_str!("../eval/pdf-pages.jsonl");
+const QUESTIONS: &str = include_str!("../data/pdf-pages.jsonl");
 
 /// Reads a questions file (one [`PageQuestion`] a line), or the built-in ones.
 pub fn questions(path: Option<&Path>) -> Result<Vec<PageQuestion>> {
     let (text, name) = match path {
         Some(path) => (
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?,
+            std::fs::read_to_string(path)
+                .map_err(EvalError::io(format!("reading {}", path.display())))?,
             path.display().to_string(),
         ),
         None => (QUESTIONS.to_string(), "the built-in questions".to_string()),
@@ -154,11 +154,11 @@ pub fn questions(path: Option<&Path>) -> Result<Vec<PageQuestion>> {
     (text.lines().enumerate())
         .filter(|(_, l)| !l.trim().is_empty())
         .map(|(i, l)| {
-            serde_json::from_str(l).with_context(|| {
-                format!(
-                    "{name} line {}: expected {{\"question\", \"answer\"}}",
+            serde_json::from_str(l).map_err(|e| {
+                EvalError::Data(format!(
+                    "{name} line {}: expected {{\"question\", \"answer\"}} ({e})",
                     i + 1
-                )
+                ))
             })
         })
         .collect()
@@ -172,25 +172,31 @@ pub async fn run(
     progress: impl Fn(&str),
 ) -> Result<PageReport> {
     let mut files: Vec<String> = std::fs::read_dir(folder)
-        .with_context(|| format!("reading {} (run `scripts/setup.sh docs`)", folder.display()))?
+        .map_err(EvalError::io(format!(
+            "reading {} (run `scripts/setup.sh docs`)",
+            folder.display()
+        )))?
         .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
         .filter(|name| name.ends_with(".pdf"))
         .collect();
     files.sort();
     if files.is_empty() {
-        bail!("{}: no PDF files", folder.display());
+        return Err(EvalError::Data(format!(
+            "{}: no PDF files",
+            folder.display()
+        )));
     }
     let references = reference_pages(folder, &files)?;
     let mut labelled = Vec::with_capacity(questions.len());
     for q in questions {
         let pages = answer_pages(&references, &q.answer);
         if pages.is_empty() {
-            bail!(
+            return Err(EvalError::Data(format!(
                 "the answer of \"{}\" is on no page of the PDFs in {} (\"{}\")",
                 q.question,
                 folder.display(),
                 q.answer
-            );
+            )));
         }
         labelled.push((q, pages));
     }
@@ -200,15 +206,16 @@ pub async fn run(
     let started = Instant::now();
     let mut documents = Vec::new();
     for file in &files {
-        let bytes = std::fs::read(folder.join(file))?;
-        documents.extend(parse_file(file, &bytes, &config.ingest.convert)?);
+        let path = folder.join(file);
+        let bytes = std::fs::read(&path).map_err(EvalError::io(path.display().to_string()))?;
+        documents.extend(parse_file(file, &bytes, &settings.convert)?);
     }
     let convert_seconds = started.elapsed().as_secs_f64();
 
-    let scratch = tempfile::tempdir()?;
+    let scratch = tempfile::tempdir().map_err(EvalError::io("a scratch folder"))?;
     let mut ingest_config = config.ingest.clone();
     ingest_config.max_chunks = ingest_config.max_chunks.max(1_000_000);
-    let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(config)?);
+    let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(&settings.embed)?);
     let edge = EdgeStore::open(scratch.path(), sluice_embed::DIM)?;
     let tenant = Tenant::new("eval")?;
     let ingest =
@@ -224,7 +231,8 @@ pub async fn run(
 
     let mut results = Vec::with_capacity(labelled.len());
     for (q, answer_pages) in labelled {
-        let vector = (embedder.embed(&[q.question.as_str()])?.pop()).context("no query vector")?;
+        let vector = (embedder.embed(&[q.question.as_str()])?.pop())
+            .ok_or_else(|| EvalError::Pipeline("no query vector".into()))?;
         let hits = edge
             .search(&tenant, &Search::new(&q.question, &vector, K))
             .await?;
@@ -296,19 +304,6 @@ pub fn table(report: &PageReport) -> String {
         ));
     }
     out
-}
-
-/// `sluice eval pages`: runs it and writes report.json and report.md to `out`.
-pub async fn command(
-    settings: &sluice_app::Settings,
-    data: Option<PathBuf>,
-    questions_file: Option<PathBuf>,
-    out: PathBuf,
-) -> Result<()> {
-    let folder = data.unwrap_or_else(|| settings.config.home.join("docs-corpus/pdf"));
-    let questions = questions(questions_file.as_deref())?;
-    let report = run(settings, &folder, &questions, |line| eprintln!("{line}")).await?;
-    crate::eval::write_reports(&out, &report, &table(&report))
 }
 
 #[cfg(test)]

@@ -40,7 +40,7 @@ pub struct Timings {
     pub total_ms: Option<f64>,
 }
 
-pub use sluice_contract::stages::SourceDoc;
+use crate::stages::SourceDoc;
 
 /// Where an answer stands with the cache (`meta.cache`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -11,14 +11,17 @@
 //! A call that is abandoned (the retrieval deadline passed and its future was dropped) counts
 //! as a failure: waiting past the deadline is exactly what the breaker is for.
 
-use crate::Tenant;
+use sluice_contract::Tenant;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 
-use crate::error::StoreError;
-use crate::stages::{DocumentInfo, DocumentPage, Hit, Page, Search, Selection, Store, StoredChunk};
+use sluice_contract::error::StoreError;
+use sluice_contract::{
+    stages::DocumentInfo, stages::DocumentPage, stages::Hit, stages::Page, stages::Search,
+    stages::Selection, stages::Store, stages::StoredChunk,
+};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum State {

@@ -1,0 +1,260 @@
+//! A typed client of a Sluice server: what the CLI, the load generator and the tests send and
+//! read, in the contract's types.
+//!
+//! - [`Client`]: one server (and optionally one tenant) — answers as a stream of the
+//!   contract's events ([`sluice_contract::sse::Event`]), documents in and out, any other
+//!   route as JSON; a refusal is [`ClientError::Server`] with the server's code and message.
+//! - [`key_headers`]: the key of `$SLUICE_API_KEY`, sent in `x-api-key` — not `Authorization`,
+//!   which CloudFront's origin access control takes for its own signature in front of a
+//!   function URL.
+//! - [`json_body`]: a JSON body with its SHA-256 in `x-amz-content-sha256`, which that origin
+//!   access control needs to sign a POST (a function URL accepts no unsigned payload).
+//! - [`decode`]: one SSE event of an answer into its typed event.
+
+use std::time::Duration;
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
+use serde::Serialize;
+use serde_json::Value;
+use sluice_contract::auth::KEY_HEADER;
+use sluice_contract::document::{Document, IngestReport};
+use sluice_contract::sse::{Done, ErrorEvent, Event, Meta, Token};
+use sluice_contract::tenant::TENANT_HEADER;
+
+/// The variable a client reads its key from.
+pub const API_KEY_VAR: &str = "SLUICE_API_KEY";
+/// The header that carries a request body's SHA-256 (lowercase hex); Sluice itself does not
+/// read it.
+pub const CONTENT_SHA256_HEADER: &str = "x-amz-content-sha256";
+
+/// Connecting to a server: a local one or one in the same region.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Between two reads of a response: a slow model may pause between tokens.
+const READ_TIMEOUT: Duration = Duration::from_secs(120);
+/// A whole request that is not an answer stream.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(120);
+/// A batch of documents: embedding thousands of chunks takes minutes on a small machine.
+const INGEST_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// What went wrong talking to a server.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The HTTP client could not be built (a key that is not a header value).
+    #[error("building the HTTP client: {0}")]
+    Build(String),
+    /// No answer from the server, or the connection broke.
+    #[error("connecting to {url}: {message} (is the server running?)")]
+    Connect {
+        /// The server.
+        url: String,
+        /// What failed.
+        message: String,
+    },
+    /// The server refused: its status, and its error's code and message.
+    #[error("server answered {status}: {message} ({code})")]
+    Server {
+        /// The HTTP status.
+        status: u16,
+        /// The error's code (`?` when the body was not Sluice's error).
+        code: String,
+        /// The error's message.
+        message: String,
+    },
+    /// The answer's stream broke or carried what is not an event of the contract.
+    #[error("reading the answer stream: {0}")]
+    Stream(String),
+}
+
+/// Headers with the key of `$SLUICE_API_KEY` in `x-api-key` when the variable is set (and a
+/// valid header value), none otherwise.
+pub fn key_headers() -> HeaderMap {
+    let mut headers = HeaderMap::new();
+    if let Ok(key) = std::env::var(API_KEY_VAR)
+        && let Ok(mut value) = HeaderValue::from_str(key.trim())
+        && !value.is_empty()
+    {
+        value.set_sensitive(true);
+        headers.insert(KEY_HEADER, value);
+    }
+    headers
+}
+
+/// A JSON body as Sluice's clients send it: the bytes and their headers (`content-type`, and
+/// the body's SHA-256 in [`CONTENT_SHA256_HEADER`]), so that a deployment behind CloudFront
+/// takes it as it is.
+pub fn json_body(body: &impl Serialize) -> (HeaderMap, Vec<u8>) {
+    // A `Serialize` of the contract's types and JSON values cannot fail.
+    let bytes = serde_json::to_vec(body).unwrap_or_default();
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    if let Ok(hash) = HeaderValue::from_str(&sluice_contract::sha256_hex(&bytes)) {
+        headers.insert(CONTENT_SHA256_HEADER, hash);
+    }
+    (headers, bytes)
+}
+
+/// `text` percent-encoded for a path segment or a query value: every byte outside the
+/// unreserved set escaped, `/` too (a document id as the path's tail — an id such as a file's
+/// absolute path begins with one, which a path would lose — or a `filter` or `cursor` value).
+pub fn escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+/// One SSE event of an answer (`event:` name, `data:` text) as the contract's event; `None`
+/// for a name this client does not know (a newer server's), which a reader skips.
+pub fn decode(name: &str, data: &str) -> Result<Option<Event>, ClientError> {
+    let bad = |e: serde_json::Error| {
+        ClientError::Stream(format!("a {name} event that is not one ({e}): {data}"))
+    };
+    Ok(Some(match name {
+        "meta" => Event::Meta(Box::new(serde_json::from_str::<Meta>(data).map_err(bad)?)),
+        "token" => Event::Token(serde_json::from_str::<Token>(data).map_err(bad)?),
+        "done" => Event::Done(Box::new(serde_json::from_str::<Done>(data).map_err(bad)?)),
+        "error" => Event::Error(serde_json::from_str::<ErrorEvent>(data).map_err(bad)?),
+        _ => return Ok(None),
+    }))
+}
+
+/// A server's answer stream, decoded: ends after `done` or `error`, or with the connection.
+pub type Events = BoxStream<'static, Result<Event, ClientError>>;
+
+/// One Sluice server, as one tenant (or the key's own).
+#[derive(Debug, Clone)]
+pub struct Client {
+    base: String,
+    tenant: Option<String>,
+    http: reqwest::Client,
+}
+
+impl Client {
+    /// A client of the server at `base` (`http://127.0.0.1:8080`), with the key of
+    /// `$SLUICE_API_KEY` when set.
+    pub fn new(base: &str) -> Result<Self, ClientError> {
+        let http = reqwest::Client::builder()
+            .default_headers(key_headers())
+            .connect_timeout(CONNECT_TIMEOUT)
+            .read_timeout(READ_TIMEOUT)
+            .build()
+            .map_err(|e| ClientError::Build(e.to_string()))?;
+        Ok(Self {
+            base: base.trim_end_matches('/').to_string(),
+            tenant: None,
+            http,
+        })
+    }
+
+    /// The same client, naming `tenant` in `x-sluice-tenant` (`None`: the key's own, or the
+    /// server's default with auth off).
+    pub fn for_tenant(mut self, tenant: Option<&str>) -> Self {
+        self.tenant = tenant.map(str::to_string);
+        self
+    }
+
+    /// The server's address.
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// `POST /v1/answer` with `body`: the stream of its events, once the server has accepted
+    /// it (a refusal before the stream is [`ClientError::Server`]).
+    pub async fn answer(&self, body: &impl Serialize) -> Result<Events, ClientError> {
+        use eventsource_stream::Eventsource;
+        let (headers, bytes) = json_body(body);
+        let request = self.request(reqwest::Method::POST, "/v1/answer");
+        let response = self.send(request.headers(headers).body(bytes)).await?;
+        let events = response
+            .bytes_stream()
+            .eventsource()
+            .filter_map(|event| async move {
+                match event {
+                    Ok(event) => decode(&event.event, &event.data).transpose(),
+                    Err(e) => Some(Err(ClientError::Stream(e.to_string()))),
+                }
+            });
+        Ok(events.boxed())
+    }
+
+    /// `POST /v1/documents` with `documents`: what the server wrote.
+    pub async fn ingest(&self, documents: &[Document]) -> Result<IngestReport, ClientError> {
+        let (headers, bytes) = json_body(&serde_json::json!({ "documents": documents }));
+        let request = self.request(reqwest::Method::POST, "/v1/documents");
+        let request = request.timeout(INGEST_TIMEOUT).headers(headers).body(bytes);
+        let response = self.send(request).await?;
+        self.read(response).await
+    }
+
+    /// `GET` of `path` (with its query, values [`escape`]d): the JSON answer.
+    pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
+        let request = self
+            .request(reqwest::Method::GET, path)
+            .timeout(REQUEST_TIMEOUT);
+        let response = self.send(request).await?;
+        self.read(response).await
+    }
+
+    /// `DELETE` of `path`, with `body` when given: the JSON answer.
+    pub async fn delete(&self, path: &str, body: Option<&Value>) -> Result<Value, ClientError> {
+        let mut request = self
+            .request(reqwest::Method::DELETE, path)
+            .timeout(REQUEST_TIMEOUT);
+        if let Some(body) = body {
+            let (headers, bytes) = json_body(body);
+            request = request.headers(headers).body(bytes);
+        }
+        let response = self.send(request).await?;
+        self.read(response).await
+    }
+
+    fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let request = self.http.request(method, format!("{}{path}", self.base));
+        match &self.tenant {
+            Some(tenant) => request.header(TENANT_HEADER, tenant),
+            None => request,
+        }
+    }
+
+    /// Sends `request`; a status other than success is the server's error.
+    async fn send(
+        &self,
+        request: reqwest::RequestBuilder,
+    ) -> Result<reqwest::Response, ClientError> {
+        let response = request.send().await.map_err(|e| self.connect(e))?;
+        if response.status().is_success() {
+            return Ok(response);
+        }
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        let text = |v: &Value, or: &str| v.as_str().unwrap_or(or).to_string();
+        Err(ClientError::Server {
+            status,
+            code: text(&body["error"]["code"], "?"),
+            message: text(&body["error"]["message"], "(no Sluice error in the body)"),
+        })
+    }
+
+    async fn read<T: serde::de::DeserializeOwned>(
+        &self,
+        response: reqwest::Response,
+    ) -> Result<T, ClientError> {
+        response.json().await.map_err(|e| self.connect(e))
+    }
+
+    fn connect(&self, e: reqwest::Error) -> ClientError {
+        ClientError::Connect {
+            url: self.base.clone(),
+            message: e.to_string(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,284 @@
+//! The host calls a component may make (`embed`, `count-tokens`, `log`) and the budget of
+//! host work each call has: the first host call that is late, over the call count or over
+//! the copy budget traps, before any host work.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use thiserror::Error;
+use wasmtime::StoreLimits;
+
+use sluice_contract::stages::Embedder;
+
+use crate::registry::truncate;
+use crate::worlds::Level;
+use crate::worlds::{bindings, bindings_0_1};
+
+/// Dimension of the made-up vectors of the upload smoke run (the host model's).
+pub(crate) const SMOKE_DIM: usize = 384;
+/// What the host lends a component (the `host` interface, less `log`).
+pub trait HostServices: Send + Sync {
+    /// Unit-length embeddings of `texts`.
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String>;
+    /// Tokens in `text`.
+    fn count_tokens(&self, text: &str) -> u32;
+}
+
+/// Host work a call asked for (and what it was refused), for [`CallCost`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct HostUsage {
+    /// Texts the host model embedded (texts whose vectors were lent are not counted).
+    pub embedded_texts: usize,
+    /// Bytes of text the host tokenised (`count-tokens`, and new texts to embed).
+    pub tokenised_bytes: usize,
+    /// `log` lines written.
+    pub log_lines: usize,
+    /// Host calls refused: over a budget, or after the deadline (log lines dropped too).
+    pub refused: usize,
+}
+
+/// What one call cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CallCost {
+    /// Fuel consumed (instructions, about).
+    pub fuel: u64,
+    /// Wall time of the call, host work included.
+    pub wall: Duration,
+    /// Host work done for it.
+    pub host: HostUsage,
+}
+
+/// The error a host function returns to stop a call that is over its host budget.
+#[derive(Debug, Error)]
+#[error("{0}")]
+pub(crate) struct OverBudget(pub(crate) String);
+
+/// Per-call state: limits, host services and what is left of the host budget; never shared
+/// between calls.
+pub(crate) struct CallState {
+    pub(crate) limits: StoreLimits,
+    pub(crate) host: Arc<dyn HostServices>,
+    /// Host work left to this call.
+    pub(crate) texts_left: usize,
+    pub(crate) bytes_left: usize,
+    pub(crate) log_lines_left: usize,
+    pub(crate) log_bytes_left: usize,
+    /// Host calls, and bytes passed to the host, left to this call.
+    pub(crate) calls_left: usize,
+    pub(crate) copy_left: usize,
+    /// When the call started, and its wall-clock budget: no host work starts after it.
+    pub(crate) started: Instant,
+    pub(crate) deadline: Duration,
+    pub(crate) used: HostUsage,
+    /// Embeddings the host already has (the query's, the candidates'): `embed` of these
+    /// texts costs no model run and no budget.
+    pub(crate) known: HashMap<String, Vec<f32>>,
+}
+
+impl CallState {
+    pub(crate) fn late(&self) -> bool {
+        self.started.elapsed() >= self.deadline
+    }
+
+    /// Admits a host call that was passed `copied` bytes, or stops the component with a trap:
+    /// once the call is late, past its number of host calls, or past the bytes it may pass
+    /// to the host. Every host function starts here, before any work.
+    pub(crate) fn enter(&mut self, what: &str, copied: usize) -> wasmtime::Result<()> {
+        let why = if self.late() {
+            Some(format!(
+                "{what}: the call's deadline of {:?} has passed",
+                self.deadline
+            ))
+        } else if self.calls_left == 0 {
+            Some(format!("{what}: this call has made all its host calls"))
+        } else if copied > self.copy_left {
+            Some(format!(
+                "{what}: {copied} bytes passed to the host, {} left of this call's copy budget",
+                self.copy_left
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            return Err(wasmtime::Error::new(OverBudget(self.refuse(why))));
+        }
+        self.calls_left -= 1;
+        self.copy_left -= copied;
+        Ok(())
+    }
+
+    /// Refuses a host call: counted, and the message for the guest (or the trap).
+    pub(crate) fn refuse(&mut self, message: String) -> String {
+        self.used.refused += 1;
+        message
+    }
+
+    /// Takes `bytes` of tokenising from the budget, or says why not.
+    pub(crate) fn take_bytes(&mut self, bytes: usize, what: &str) -> Result<(), String> {
+        if self.late() {
+            return Err(self.refuse(format!(
+                "{what}: the call's deadline of {:?} has passed",
+                self.deadline
+            )));
+        }
+        if bytes > self.bytes_left {
+            let left = self.bytes_left;
+            return Err(self.refuse(format!(
+                "{what}: {bytes} bytes of text asked, {left} left in this call's host budget"
+            )));
+        }
+        self.bytes_left -= bytes;
+        self.used.tokenised_bytes += bytes;
+        Ok(())
+    }
+}
+
+impl bindings::sluice::rerank::types::Host for CallState {}
+impl bindings_0_1::sluice::rerank::types::Host for CallState {}
+
+/// The 0.1 host interface is the 0.2 one: same functions, same budgets.
+impl bindings_0_1::sluice::rerank::host::Host for CallState {
+    fn log(
+        &mut self,
+        level: bindings_0_1::sluice::rerank::host::Level,
+        message: String,
+    ) -> wasmtime::Result<()> {
+        use bindings_0_1::sluice::rerank::host::Level as Old;
+        let level = match level {
+            Old::Debug => Level::Debug,
+            Old::Info => Level::Info,
+            Old::Warn => Level::Warn,
+            Old::Error => Level::Error,
+        };
+        bindings::sluice::rerank::host::Host::log(self, level, message)
+    }
+
+    fn embed(&mut self, texts: Vec<String>) -> wasmtime::Result<Result<Vec<Vec<f32>>, String>> {
+        bindings::sluice::rerank::host::Host::embed(self, texts)
+    }
+
+    fn count_tokens(&mut self, text: String) -> wasmtime::Result<u32> {
+        bindings::sluice::rerank::host::Host::count_tokens(self, text)
+    }
+}
+
+impl bindings::sluice::rerank::host::Host for CallState {
+    fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
+        self.enter("log", message.len())?;
+        if self.log_lines_left == 0 || self.log_bytes_left == 0 {
+            self.used.refused += 1;
+            return Ok(());
+        }
+        let message = truncate(&message, self.log_bytes_left.min(1024));
+        self.log_lines_left -= 1;
+        self.log_bytes_left -= message.len();
+        self.used.log_lines += 1;
+        match level {
+            Level::Debug => tracing::debug!(target: "component", "{message}"),
+            Level::Info => tracing::info!(target: "component", "{message}"),
+            Level::Warn => tracing::warn!(target: "component", "{message}"),
+            Level::Error => tracing::error!(target: "component", "{message}"),
+        }
+        Ok(())
+    }
+
+    fn embed(&mut self, texts: Vec<String>) -> wasmtime::Result<Result<Vec<Vec<f32>>, String>> {
+        // Each text: its bytes and its (pointer, length) pair in the list.
+        let copied = texts.iter().map(|t| t.len() + 8).sum();
+        self.enter("embed", copied)?;
+        let unknown: Vec<&str> = texts
+            .iter()
+            .filter(|t| !self.known.contains_key(t.as_str()))
+            .map(String::as_str)
+            .collect();
+        if unknown.len() > self.texts_left {
+            let left = self.texts_left;
+            return Ok(Err(self.refuse(format!(
+                "embed budget exceeded: {} new texts asked, {left} left in this call",
+                unknown.len()
+            ))));
+        }
+        let bytes = unknown.iter().map(|t| t.len()).sum();
+        if let Err(e) = self.take_bytes(bytes, "embed") {
+            return Ok(Err(e));
+        }
+        self.texts_left -= unknown.len();
+        // One text at a time, so that no model run starts once the deadline has passed.
+        let mut fresh = Vec::with_capacity(unknown.len());
+        for text in &unknown {
+            if self.late() {
+                let message = format!(
+                    "embed: the call's deadline of {:?} passed after {} of {} new texts",
+                    self.deadline,
+                    fresh.len(),
+                    unknown.len()
+                );
+                return Ok(Err(self.refuse(message)));
+            }
+            match self.host.embed(&[text]) {
+                Ok(mut v) if v.len() == 1 => fresh.push(v.remove(0)),
+                Ok(_) => return Ok(Err("the host model returned no vector".to_string())),
+                Err(e) => return Ok(Err(e)),
+            }
+            self.used.embedded_texts += 1;
+        }
+        let mut fresh = fresh.into_iter();
+        Ok(texts
+            .iter()
+            .map(|t| match self.known.get(t) {
+                Some(v) => Ok(v.clone()),
+                None => fresh
+                    .next()
+                    .ok_or_else(|| "the host model returned too few vectors".to_string()),
+            })
+            .collect())
+    }
+
+    fn count_tokens(&mut self, text: String) -> wasmtime::Result<u32> {
+        self.enter("count-tokens", text.len())?;
+        match self.take_bytes(text.len(), "count-tokens") {
+            Ok(()) => Ok(self.host.count_tokens(&text)),
+            Err(e) => Err(wasmtime::Error::new(OverBudget(e))),
+        }
+    }
+}
+
+/// The host's embedding model, lent to components through `host.embed`.
+pub struct ModelHost(pub Arc<dyn Embedder>);
+
+impl HostServices for ModelHost {
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+        self.0.embed(texts).map_err(|e| e.to_string())
+    }
+    fn count_tokens(&self, text: &str) -> u32 {
+        self.0.count_tokens(text) as u32
+    }
+}
+
+/// The host of a process that validates uploads but runs no model (the registry function):
+/// `count-tokens` counts with the model's tokenizer, and `embed` answers made-up unit vectors,
+/// as the smoke run already does for its own texts. A smoke run checks that a component runs
+/// within its limits and returns a valid order, not how well it ranks; the vectors a
+/// component gets when it reranks answers come from the model ([`ModelHost`]).
+pub struct UploadHost(pub Box<dyn Fn(&str) -> usize + Send + Sync>);
+
+impl HostServices for UploadHost {
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+        use std::hash::{Hash, Hasher};
+        Ok(texts
+            .iter()
+            .map(|t| {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                t.hash(&mut h);
+                let one = (h.finish() % SMOKE_DIM as u64) as usize;
+                (0..SMOKE_DIM)
+                    .map(|d| if d == one { 1.0 } else { 0.0 })
+                    .collect()
+            })
+            .collect())
+    }
+    fn count_tokens(&self, text: &str) -> u32 {
+        (self.0)(text) as u32
+    }
+}

@@ -1,0 +1,51 @@
+//! The two worlds a component may implement — `sluice:rerank@0.2.0` and the frozen `@0.1.0`
+//! — and what a 0.1 component is given in place of 0.2's candidates.
+
+// Generated from the WIT; its docs live in `wit/rerank-0.2/rerank.wit`. Host functions may
+// trap (`trappable`): that is how a call over its host budget is stopped where the WIT gives
+// the function no error to return.
+#[allow(missing_docs)]
+pub(crate) mod bindings {
+    wasmtime::component::bindgen!({
+        world: "reranker",
+        path: "../../wit/rerank-0.2",
+        imports: { default: trappable },
+    });
+}
+
+// The frozen 0.1 world (`wit/rerank/rerank.wit`), for components built before 0.2.
+#[allow(missing_docs)]
+pub(crate) mod bindings_0_1 {
+    wasmtime::component::bindgen!({
+        world: "reranker",
+        path: "../../wit/rerank",
+        imports: { default: trappable },
+    });
+}
+
+pub use bindings::sluice::rerank::host::Level;
+pub use bindings::sluice::rerank::types::{
+    Candidate, ContextEntry, Date, MetaField, MetaValue, Ranking, Scored,
+};
+
+/// Interface names a component may import (any patch release of 0.1 or 0.2).
+pub(crate) const ALLOWED_IMPORTS: [&str; 4] = [
+    "sluice:rerank/host@0.2.",
+    "sluice:rerank/types@0.2.",
+    "sluice:rerank/host@0.1.",
+    "sluice:rerank/types@0.1.",
+];
+/// The world a component implements, as [`Prepared::world`] names it.
+pub const WORLD_0_2: &str = "sluice:rerank/reranker@0.2.0";
+/// The world of components built before 0.2.
+pub const WORLD_0_1: &str = "sluice:rerank/reranker@0.1.0";
+
+/// A candidate as a 0.1 component sees it: no chunk index, no metadata.
+pub(crate) fn candidate_0_1(c: &Candidate) -> bindings_0_1::sluice::rerank::types::Candidate {
+    bindings_0_1::sluice::rerank::types::Candidate {
+        id: c.id.clone(),
+        title: c.title.clone(),
+        text: c.text.clone(),
+        score: c.score,
+    }
+}
