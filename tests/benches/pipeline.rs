@@ -206,8 +206,8 @@ fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
     );
     let ingest =
         sluice_core::Ingest::new(config.ingest.clone(), sluice_tests::model(), store.clone());
-    let pipeline = Pipeline::new(config.answer.clone(), sluice_tests::model(), store, llm)
-        .with_cache(Arc::new(cache));
+    let mut pipeline = Pipeline::new(config.answer.clone(), sluice_tests::model(), store, llm);
+    pipeline.cache = Some(Arc::new(cache));
     let server = sluice_http::Server::new(&config.limits, &config.server, &config.auth)
         .with_answers(Arc::new(pipeline));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();

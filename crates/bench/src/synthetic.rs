@@ -72,15 +72,12 @@ pub fn router(settings: Settings) -> axum::Router {
 /// and vLLM's server set it: without it, each token written after the first waits for the
 /// client's delayed ACK, and the fixture would add 40 ms to every time to first token.
 pub async fn serve(listener: tokio::net::TcpListener, settings: Settings) -> std::io::Result<()> {
-    // The fixture's clients are the bench's own: the default head time limit.
-    let header_timeout = std::time::Duration::from_secs(10);
-    sluice_http::serve(
-        listener,
-        router(settings),
-        header_timeout,
-        std::future::pending(),
-    )
-    .await
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        // A socket that refuses the option still serves, only slower.
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, router(settings)).await
 }
 
 fn chunk(delta: serde_json::Value, finish: Option<&str>) -> String {

@@ -23,8 +23,6 @@
 mod bench;
 mod client;
 mod component;
-#[cfg(test)]
-mod docs;
 mod doctor;
 mod eval;
 mod keys;

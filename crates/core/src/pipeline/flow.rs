@@ -8,6 +8,7 @@ use futures::future::maybe_done;
 use futures::{Stream, StreamExt};
 use tokio::time::Instant as Deadline;
 
+use sluice_contract::codes::Code;
 use sluice_contract::sse::{ErrorEvent, Event};
 
 /// `work` unless `deadline` passes first (`None`; the work is dropped). A future that is
@@ -58,6 +59,31 @@ pub(super) fn until(
                     break;
                 }
             }
+        }
+    }
+}
+
+/// Resolves when an open answer must end now: with its closing `error` (the server's
+/// drain time is up, or the entry point's time).
+pub(super) fn stop(
+    drained: &tokio::sync::watch::Sender<bool>,
+    ends_by: Option<Deadline>,
+) -> impl Future<Output = ErrorEvent> + Send + 'static {
+    let mut draining = drained.subscribe();
+    async move {
+        let drained = async move {
+            let _ = draining.wait_for(|over| *over).await;
+            ErrorEvent::new(Code::ShuttingDown, "the server is shutting down; ask again")
+        };
+        let Some(at) = ends_by else {
+            return drained.await;
+        };
+        tokio::select! {
+            e = drained => e,
+            () = tokio::time::sleep_until(at) => ErrorEvent::new(
+                Code::DeadlineExceeded,
+                "the function's time limit was reached before the answer ended",
+            ),
         }
     }
 }

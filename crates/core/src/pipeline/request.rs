@@ -1,15 +1,19 @@
 //! The request as the pipeline takes it, validated by the entry point.
 
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use tokio::time::Instant as Deadline;
 
+use crate::config::AnswerConfig;
 use crate::prompt::Conversation;
 use crate::trace::TraceContext;
 use sluice_contract::Tenant;
+use sluice_contract::codes::Degraded;
 use sluice_contract::filter::Filter;
 use sluice_contract::fusion::Fusion;
-use sluice_contract::stages::RerankContext;
+use sluice_contract::sse::Timings;
+use sluice_contract::stages::{RerankContext, RerankFailure};
 
 /// A validated answer request.
 #[derive(Debug, Clone)]
@@ -106,5 +110,44 @@ impl AnswerRequest {
             });
             sluice_contract::sha256_hex(what.to_string().as_bytes())
         })
+    }
+}
+
+/// What one answer has gathered on its way: its ids, the deadline, timings and degraded
+/// reasons so far. Each stage adds to it; `meta` and `done` are made from it.
+pub(super) struct Progress {
+    pub(super) request_id: String,
+    pub(super) session_id: String,
+    pub(super) deadline: Deadline,
+    pub(super) timings: Timings,
+    pub(super) degraded: Vec<Degraded>,
+    /// How the tenant's hybrid search fuses its rankings.
+    pub(super) fusion: Fusion,
+    /// [`AnswerRequest::variant`], computed once.
+    pub(super) variant: Option<String>,
+    /// Candidates the tenant's component dropped, once it ran and its output was valid.
+    pub(super) rerank_dropped: Option<usize>,
+    /// The score the tenant's component gave each source it kept, by document id and chunk.
+    pub(super) rerank_scores: HashMap<(String, usize), f32>,
+    /// Why the tenant's component failed, for `meta` (when the caller may be told).
+    pub(super) rerank_failure: Option<RerankFailure>,
+}
+
+impl Progress {
+    pub(super) fn new(config: &AnswerConfig, request: &AnswerRequest, request_id: String) -> Self {
+        let fusion = config.fusion.for_tenant(&request.tenant);
+        Self {
+            variant: request.variant(&fusion),
+            fusion,
+            rerank_dropped: None,
+            rerank_scores: HashMap::new(),
+            rerank_failure: None,
+            request_id,
+            session_id: (request.session_id.clone())
+                .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),
+            deadline: Deadline::from_std(request.received + request.retrieval_deadline),
+            timings: Timings::default(),
+            degraded: Vec::new(),
+        }
     }
 }
