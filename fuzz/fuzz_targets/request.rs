@@ -7,9 +7,13 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use libfuzzer_sys::fuzz_target;
-use sluice_core::config::{AnswerConfig, MAX_K, MAX_QUERY_CHARS};
-use sluice_core::ingest::{MAX_ID_CHARS, parse_file, validate};
-use sluice_core::{Config, Tenant};
+use sluice_contract::Tenant;
+use sluice_contract::document::{MAX_ID_CHARS, validate};
+use sluice_contract::stages::MAX_K;
+use sluice_convert::parse_file;
+use sluice_core::Config;
+use sluice_core::config::AnswerConfig;
+use sluice_http::answer::MAX_QUERY_CHARS;
 
 fn config() -> &'static AnswerConfig {
     static CONFIG: OnceLock<AnswerConfig> = OnceLock::new();

@@ -1,11 +1,11 @@
 //! What a tenant's rerank component returns is untrusted: `(index, score)` pairs and dropped
-//! indices for `n` candidates, checked by `sluice_core::stages::rerank_order`. Accepted
+//! indices for `n` candidates, checked by `sluice_contract::stages::rerank_order`. Accepted
 //! output must order every candidate not dropped exactly once, best score first, and no
 //! dropped one.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use sluice_core::stages::rerank_order;
+use sluice_contract::stages::rerank_order;
 
 fuzz_target!(|data: &[u8]| {
     // Liveness, once: a known-good output is accepted as the order it says.

@@ -8,7 +8,7 @@
 use eventsource_stream::Eventsource;
 use futures::StreamExt;
 use libfuzzer_sys::fuzz_target;
-use sluice_core::stages::LlmEvent;
+use sluice_contract::stages::LlmEvent;
 use sluice_llm::ChunkParser;
 
 fuzz_target!(|data: &[u8]| {
