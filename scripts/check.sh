@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # `make check`: the loop to run after each change. Formatting, clippy's lints (every warning
 # denied, enforced by the build itself: .cargo/config.toml, so neither this nor `make test`
-# rebuilds the other's work) and the in-process tests: every crate's unit tests and every
-# integration test target that needs no service. The rule: a test that needs a service, the
-# model, a built binary or an emulator says so with `sluice_testkit::needs!`; a target none of
-# whose files does is in-process and runs here (scripts/in-process-tests.sh lists them). Needs no service, model or network; `make
-# test` runs these and everything else.
+# rebuilds the other's work) and the in-process tests: every library's unit tests, every
+# integration test target that needs no service, and binaries with unit tests. The rule: a test
+# that needs a service, the model, a built binary or an emulator says so with
+# `sluice_testkit::needs!`; a target none of whose files does is in-process and runs here
+# (scripts/in-process-tests.sh lists them). Needs no service, model or network; `make test`
+# runs these and everything else.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo fmt --all --check
 targets=$(scripts/in-process-tests.sh)
 {
   # shellcheck disable=SC2086 # one word per argument
-  cargo test --workspace --no-fail-fast --lib --bins $targets
+  cargo test --workspace --no-fail-fast --lib $targets
   # The component template `sluice component new` writes, its rules tested on this machine
   # (scripts/build-components.sh builds the same crate into a component with the others).
   cargo test --manifest-path components/Cargo.toml -p template

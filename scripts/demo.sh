@@ -11,11 +11,12 @@ export SLUICE_DATA_DIR=${SLUICE_DATA_DIR:-$cache/demo-data}
 export SLUICE_ADDR=${SLUICE_ADDR:-127.0.0.1:8080}
 
 scripts/setup.sh demo
-# The whole workspace's binaries, in the one build configuration (.cargo/config.toml): the
-# same compiled libraries as `make test`, so whichever runs first, the other compiles only
-# what is its own (a plain `cargo build -p sluice` unifies features differently and compiled
-# most of the tree a second time).
-cargo build --workspace --bins
+# The CLI alone, with the features the whole workspace resolves (`--workspace` picks the
+# features, `--bin` the one binary): the same compiled libraries as `make test`, so whichever
+# runs first the other compiles only what is its own, without the Lambda functions' crates and
+# links the demo does not run (a plain `cargo build -p sluice` unifies features differently and
+# compiled most of the tree a second time).
+cargo build --workspace --bin sluice
 sluice=$target/debug/sluice
 
 pids=()

@@ -1,17 +1,26 @@
 #!/usr/bin/env bash
-# Prints `--test NAME` for every integration test target that needs no service: one none of
-# whose files (its file, or its folder when it is a `main.rs`) calls `sluice_testkit::needs!`.
-# `make check` runs these; `make test` runs every target.
+# Prints the test targets `make check` runs besides every library's unit tests:
+# - `--test NAME` for every integration test target that needs no service: one none of whose
+#   files (its file, or its folder when it is a `main.rs`) calls `sluice_testkit::needs!`;
+# - `--bin NAME` for every binary with unit tests of its own (its file, or its folder when its
+#   package has no library): a binary without them would only be linked for nothing.
+# `make test` runs every target.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo metadata --no-deps --format-version 1 --offline | python3 -c '
 import json, os, subprocess, sys
+def found(text, files):
+    return subprocess.run(["grep", "-rqE", text, files]).returncode == 0
 for package in json.load(sys.stdin)["packages"]:
+    has_lib = any("lib" in t["kind"] for t in package["targets"])
     for target in package["targets"]:
-        if target["kind"] != ["test"]:
-            continue
         path = target["src_path"]
-        files = os.path.dirname(path) if os.path.basename(path) == "main.rs" else path
-        if subprocess.run(["grep", "-rqF", "needs!", files]).returncode != 0:
-            print("--test", target["name"])
+        if target["kind"] == ["test"]:
+            files = os.path.dirname(path) if os.path.basename(path) == "main.rs" else path
+            if not found("needs!", files):
+                print("--test", target["name"])
+        elif target["kind"] == ["bin"]:
+            files = path if has_lib else os.path.dirname(path)
+            if found(r"#\[(tokio::)?test", files):
+                print("--bin", target["name"])
 '

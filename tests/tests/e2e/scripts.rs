@@ -32,7 +32,8 @@ fn resolved_features(edges: &str) -> std::collections::BTreeSet<String> {
 
 #[test]
 fn the_demo_build_and_the_test_build_resolve_the_same_features() {
-    // `make demo` builds `--workspace --bins` (no dev-dependencies), `make test` every target:
+    // `make demo` builds `--workspace --bin sluice` (the workspace's features, no
+    // dev-dependencies), `make test` every target:
     // a library resolved with other features in one of them is compiled twice.
     let demo = resolved_features("normal,build");
     let test = resolved_features("normal,build,dev");
@@ -106,7 +107,7 @@ fn a_plain_cargo_build_with_the_repositorys_configuration_fails_a_crate_that_bre
 fn make_check_runs_every_test_target_that_needs_no_service() {
     // The rule scripts/check.sh applies (scripts/in-process-tests.sh): every integration test
     // target whose files never call `needs!` — the API contract, the stores, the sandbox's
-    // hostile components — and none of those that do.
+    // hostile components — and none of those that do; a binary only when it has unit tests.
     let out = Command::new("scripts/in-process-tests.sh")
         .current_dir(sluice_tests::repo())
         .output()
@@ -125,6 +126,13 @@ fn make_check_runs_every_test_target_that_needs_no_service() {
         assert!(
             !chosen.contains(&format!("--test {outside}\n")),
             "{outside}: {chosen}"
+        );
+    }
+    // No binary holds a unit test today: none is linked as a test harness for nothing.
+    for bin in ["sluice", "answer", "ingest", "registry"] {
+        assert!(
+            !chosen.contains(&format!("--bin {bin}\n")),
+            "{bin}: {chosen}"
         );
     }
 }
