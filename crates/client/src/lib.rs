@@ -159,11 +159,6 @@ impl Client {
         self
     }
 
-    /// The server's address.
-    pub fn base(&self) -> &str {
-        &self.base
-    }
-
     /// `POST /v1/answer` with `body`: the stream of its events, once the server has accepted
     /// it (a refusal before the stream is [`ClientError::Server`]).
     pub async fn answer(&self, body: &impl Serialize) -> Result<Events, ClientError> {

@@ -53,6 +53,11 @@ pub fn pairs<'a>(vars: &'a [(&str, &str)]) -> impl Fn(&str) -> Option<String> + 
     }
 }
 
+/// The process environment as every section reads it: a blank value is unset.
+pub fn env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
 /// `SLUICE_HOME`: where setup puts downloads, models and tools (default `~/.cache/sluice`).
 pub fn home(get: &impl Fn(&str) -> Option<String>) -> PathBuf {
     get("SLUICE_HOME").map(PathBuf::from).unwrap_or_else(|| {

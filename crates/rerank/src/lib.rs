@@ -60,10 +60,10 @@ pub use worlds::{
 /// `SLUICE_COMPONENTS_DIR`, else `$SLUICE_HOME/components`, else `~/.cache/sluice/components`.
 /// The error names the file and how to build it.
 pub fn built_component(name: &str) -> Result<Vec<u8>, String> {
-    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.trim().is_empty());
+    use sluice_contract::settings::{env, home};
     let dir = env("SLUICE_COMPONENTS_DIR")
         .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| sluice_contract::settings::home(&env).join("components"));
+        .unwrap_or_else(|| home(&env).join("components"));
     let path = dir.join(format!("{name}.component.wasm"));
     std::fs::read(&path).map_err(|e| {
         format!(

@@ -152,19 +152,14 @@ macro_rules! needs {
     };
 }
 
-/// The environment as the configuration reads it (a blank value is unset).
-fn env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
-}
-
 /// Where setup puts what it installs, as the configuration names it (`SLUICE_HOME`).
 pub fn sluice_home() -> PathBuf {
-    sluice_contract::settings::home(&env)
+    sluice_contract::settings::home(&sluice_contract::settings::env)
 }
 
 /// The embedding model's folder, as the configuration names it (`SLUICE_MODEL_DIR`).
 pub fn model_dir() -> PathBuf {
-    sluice_contract::settings::model_dir(&env)
+    sluice_contract::settings::model_dir(&sluice_contract::settings::env)
 }
 
 /// Whether something accepts connections at `url`'s host and port (within a second).
