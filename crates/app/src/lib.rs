@@ -12,7 +12,7 @@ use std::time::Instant;
 
 use sluice_aws::{AwsConfig, ComponentsConfig};
 use sluice_cache_dynamodb::DynamoCache;
-use sluice_contract::auth::KeyStore;
+use sluice_contract::auth::{KeyRecord, KeyStore};
 use sluice_contract::cache::CacheStore;
 use sluice_contract::settings::ConfigError;
 use sluice_contract::usage::UsageStore;
@@ -32,6 +32,8 @@ use sluice_core::{
 use sluice_embed::{EmbedConfig, MiniLm, Tokens};
 use sluice_http::Server;
 pub use sluice_http::{Parts, Role};
+
+pub mod doctor;
 use sluice_llm::{LlmConfig, OpenAiClient};
 use sluice_rerank::{Disk, HostServices, ModelHost, Registry, RerankConfig, UploadHost};
 use sluice_retrieve::StoreConfig;
@@ -73,6 +75,12 @@ pub enum AppError {
     /// The blocking task that loads the model died.
     #[error("start-up task failed: {0}")]
     Task(String),
+    /// A key was made, but no place to keep keys is configured.
+    #[error(
+        "set SLUICE_API_KEYS_FILE (sluice serve) or SLUICE_API_KEYS_TABLE (Lambda) to say where \
+         keys live"
+    )]
+    NoKeyStore,
 }
 
 /// Everything a process reads from its environment, one section per owner: the engine's and
@@ -408,20 +416,74 @@ async fn keys(config: &AuthConfig, aws: &AwsConfig) -> Result<Option<Arc<dyn Key
     })
 }
 
-/// What every Lambda function does in its init phase: JSON log lines (CloudWatch keeps one
-/// event per line, queryable by field), the configuration (with the secret's settings), and
+/// Keeps a new key's `record` where this process's settings keep keys (the keys file of
+/// `sluice serve`, else the DynamoDB table of the Lambda functions); says where, for people.
+pub async fn store_key(settings: &Settings, record: KeyRecord) -> Result<String, AppError> {
+    match (
+        &settings.config.auth.api_keys_file,
+        &settings.aws.api_keys_table,
+    ) {
+        (Some(file), _) => {
+            sluice_core::auth::append_to_file(file, record)?;
+            Ok(format!(
+                "{} (restart sluice serve to use it)",
+                file.display()
+            ))
+        }
+        (None, Some(table)) => {
+            let keys = sluice_aws::keys::DynamoKeys::connect(table).await?;
+            keys.put(&record).await?;
+            Ok(format!("DynamoDB table {table}"))
+        }
+        (None, None) => Err(AppError::NoKeyStore),
+    }
+}
+
+/// Where a process logs, and how.
+#[derive(Debug, Clone, Copy)]
+pub enum Logs {
+    /// A command in a terminal: standard error, timestamped, text or (`json`) JSON lines.
+    Terminal {
+        /// One JSON object per line (`SLUICE_LOG_FORMAT=json`).
+        json: bool,
+    },
+    /// A Lambda function: JSON lines on standard output, beside its EMF metric lines
+    /// (CloudWatch keeps one event per line, queryable by field, and stamps each itself).
+    Lambda,
+}
+
+/// Log lines at `RUST_LOG`'s levels (default `info`, Qdrant Edge's start-up notices for its
+/// own developers kept out); JSON lines carry the answer's span (request id, tenant, trace id)
+/// on each of its lines.
+pub fn logs(to: Logs) {
+    let filter = || {
+        tracing_subscriber::EnvFilter::try_from_default_env()
+            .unwrap_or_else(|_| "info,qdrant_edge=error".into())
+    };
+    let terminal = (tracing_subscriber::fmt())
+        .with_env_filter(filter())
+        .with_writer(std::io::stderr);
+    match to {
+        Logs::Terminal { json: false } => terminal.init(),
+        Logs::Terminal { json: true } => terminal
+            .json()
+            .with_current_span(true)
+            .with_span_list(false)
+            .init(),
+        Logs::Lambda => (tracing_subscriber::fmt().json())
+            .with_env_filter(filter())
+            .with_current_span(true)
+            .with_span_list(false)
+            .without_time()
+            .init(),
+    }
+}
+
+/// What every Lambda function does in its init phase: JSON log lines ([`Logs::Lambda`]), the
+/// configuration (with the secret's settings), and
 /// the pipeline with CloudWatch EMF metrics; the time it took is logged as `init_ms`.
 pub async fn function(name: &'static str, role: Role) -> Result<Arc<Server>, AppError> {
-    tracing_subscriber::fmt()
-        .json()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
-        )
-        // The answer's span (request id, tenant, trace id) on each of its lines.
-        .with_current_span(true)
-        .with_span_list(false)
-        .without_time()
-        .init();
+    logs(Logs::Lambda);
     let started = Instant::now();
     let mut server = server(settings().await?, role).await?;
     // Nothing scrapes a Lambda process: each answer's metrics go out as an EMF log line.

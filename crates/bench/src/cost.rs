@@ -340,6 +340,32 @@ fn fleet(load: Load, e2e_s: f64, prices: &Prices) -> Result<Fleet, BenchError> {
     })
 }
 
+/// The run in `report` (a `sluice bench run` report.json) priced at `level` (default: the
+/// last), its Markdown page written to `out`.
+pub fn price(
+    report: &std::path::Path,
+    level: Option<&str>,
+    prices: &Prices,
+    out: &std::path::Path,
+) -> Result<Estimate, BenchError> {
+    let text =
+        std::fs::read_to_string(report).map_err(|e| BenchError::Io(report.to_path_buf(), e))?;
+    let parsed: Report = serde_json::from_str(&text).map_err(|e| {
+        let what = format!(
+            "{} is not a `sluice bench run` report: {e}",
+            report.display()
+        );
+        BenchError::Setup(what)
+    })?;
+    let estimate = estimate(&parsed, level, prices)?;
+    let page = markdown(&parsed, &estimate, prices);
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| BenchError::Io(dir.to_path_buf(), e))?;
+    }
+    std::fs::write(out, &page).map_err(|e| BenchError::Io(out.to_path_buf(), e))?;
+    Ok(estimate)
+}
+
 /// The estimate as a Markdown page (what `sluice bench cost` writes into `docs/`).
 pub fn markdown(report: &Report, estimate: &Estimate, prices: &Prices) -> String {
     let mut out = String::new();

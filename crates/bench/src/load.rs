@@ -32,6 +32,86 @@ pub enum Load {
     Poisson(f64),
 }
 
+/// How a run's levels are read (`--load`).
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+pub enum LoadKind {
+    /// One request at a time.
+    Synchronous,
+    /// Each level is a number of requests in flight at all times.
+    Concurrent,
+    /// Each level is requests started per second, evenly spaced.
+    Constant,
+    /// Each level is a mean rate per second, with random (exponential) gaps.
+    Poisson,
+    /// Synchronous, then each level as a concurrency.
+    Sweep,
+}
+
+impl LoadKind {
+    /// The loads of `levels` read as this kind: concurrencies are whole numbers from 1 to
+    /// 100,000, rates positive numbers per second.
+    pub fn loads(self, levels: &[f64]) -> Result<Vec<Load>, BenchError> {
+        if levels.is_empty() && !matches!(self, LoadKind::Synchronous) {
+            return Err(BenchError::Setup("--levels is empty".into()));
+        }
+        let count = |v: f64| match v >= 1.0 && v.fract() == 0.0 && v <= 100_000.0 {
+            true => Ok(Load::Concurrent(v as usize)),
+            false => Err(BenchError::Setup(format!(
+                "a concurrency must be a whole number from 1 to 100000, not {v}"
+            ))),
+        };
+        let rate = |v: f64| match v > 0.0 && v.is_finite() {
+            true => Ok(v),
+            false => Err(BenchError::Setup(format!(
+                "a rate must be a positive number of requests per second, not {v}"
+            ))),
+        };
+        let each = levels.iter().copied();
+        match self {
+            LoadKind::Synchronous => Ok(vec![Load::Synchronous]),
+            LoadKind::Concurrent => each.map(count).collect(),
+            LoadKind::Constant => each.map(|v| rate(v).map(Load::Constant)).collect(),
+            LoadKind::Poisson => each.map(|v| rate(v).map(Load::Poisson)).collect(),
+            LoadKind::Sweep => std::iter::once(Ok(Load::Synchronous))
+                .chain(each.map(count))
+                .collect(),
+        }
+    }
+}
+
+/// Questions about the sample documents (`samples/`), sent when no questions file is given.
+const SAMPLE_QUERIES: &[&str] = &[
+    "How do I reset my password?",
+    "What should I do if I lose my card?",
+    "What is the daily limit on card payments?",
+    "How long does an international transfer take?",
+    "Can I overpay my mortgage without a fee?",
+    "What interest does the easy access savings account pay?",
+    "How do I contact support outside office hours?",
+    "Can I raise my contactless limit?",
+    "What fees apply to sending money abroad?",
+    "How do I freeze a card that I think is stolen?",
+    "Is there a penalty for paying off my mortgage early?",
+    "How are savings rates changed?",
+];
+
+/// The questions to send: the file's non-empty lines, or questions about the samples.
+pub fn queries(path: Option<&std::path::Path>) -> Result<Vec<String>, BenchError> {
+    let Some(path) = path else {
+        return Ok(SAMPLE_QUERIES.iter().map(|q| q.to_string()).collect());
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| BenchError::Io(path.to_path_buf(), e))?;
+    let queries: Vec<String> = (text.lines().map(str::trim))
+        .filter(|l| !l.is_empty())
+        .map(str::to_string)
+        .collect();
+    if queries.is_empty() {
+        let why = format!("{} has no questions (one per line)", path.display());
+        return Err(BenchError::Setup(why));
+    }
+    Ok(queries)
+}
+
 impl Load {
     /// The level's number for plots and tables (concurrency, or rate).
     pub fn level(&self) -> f64 {
@@ -447,6 +527,32 @@ impl SplitMix {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn levels_are_read_as_their_kind_and_bad_ones_refused() {
+        let sweep = LoadKind::Sweep.loads(&[4.0, 8.0]).unwrap();
+        assert!(matches!(
+            sweep[..],
+            [Load::Synchronous, Load::Concurrent(4), Load::Concurrent(8)]
+        ));
+        assert!(
+            matches!(LoadKind::Poisson.loads(&[2.5]).unwrap()[..], [Load::Poisson(r)] if r == 2.5)
+        );
+        assert!(matches!(
+            LoadKind::Synchronous.loads(&[]).unwrap()[..],
+            [Load::Synchronous]
+        ));
+        for (kind, levels) in [
+            (LoadKind::Concurrent, vec![1.5]),
+            (LoadKind::Concurrent, vec![0.0]),
+            (LoadKind::Sweep, vec![200_000.0]),
+            (LoadKind::Constant, vec![-1.0]),
+            (LoadKind::Poisson, vec![f64::INFINITY]),
+            (LoadKind::Constant, vec![]),
+        ] {
+            assert!(kind.loads(&levels).is_err(), "{kind:?} {levels:?}");
+        }
+    }
 
     #[test]
     fn poisson_gaps_have_the_asked_mean() {

@@ -165,6 +165,39 @@ pub struct LevelReport {
     pub samples: Vec<Sample>,
 }
 
+impl LevelReport {
+    /// The level in one line, as `sluice bench run` prints it when the level ends.
+    pub fn summary(&self) -> String {
+        let m = &self.sluice;
+        let added = (self.added_ttft_ms.as_ref()).map_or(String::new(), |a| {
+            format!(" | added ttft p50 {:.1} p99 {:.1} ms", a.p50, a.p99)
+        });
+        let rss = match (
+            self.server_rss_mb,
+            self.server_peak_rss_mb,
+            self.server_open_fds,
+        ) {
+            (Some(now), Some(peak), Some(fds)) => {
+                format!(" | server rss {now:.0} MB (peak {peak:.0}), {fds:.0} fds")
+            }
+            _ => String::new(),
+        };
+        format!(
+            "{:<18} {} ok {} errors | ttft p50 {:.1} p99 {:.1} ms | e2e p50 {:.0} ms | {:.1} req/s \
+             {:.0} tok/s | pipeline p99 {:.1} ms{added}{rss}",
+            self.label,
+            m.ok,
+            m.errors,
+            m.ttft_ms.p50,
+            m.ttft_ms.p99,
+            m.e2e_ms.p50,
+            m.requests_per_s,
+            m.output_tokens_per_s,
+            self.stages.pipeline_ms.p99,
+        )
+    }
+}
+
 /// A whole run.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {

@@ -80,6 +80,25 @@ pub async fn serve(listener: tokio::net::TcpListener, settings: Settings) -> std
     axum::serve(listener, router(settings)).await
 }
 
+/// `sluice fixture llm`: the fixture on `addr` with `settings` (checked first), until the
+/// process is stopped; says where it listens on standard error.
+pub async fn run(addr: std::net::SocketAddr, settings: Settings) -> Result<(), crate::BenchError> {
+    if !(settings.tokens_per_sec > 0.0 && settings.tokens_per_sec.is_finite()) {
+        let why = "--tokens-per-sec must be a positive number";
+        return Err(crate::BenchError::Setup(why.into()));
+    }
+    let failed = |e: std::io::Error| crate::BenchError::Setup(format!("serving on {addr}: {e}"));
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(failed)?;
+    eprintln!(
+        "synthetic LLM fixture (a benchmark fixture, not a model) on http://{}/v1: {} tokens at \
+         {} tokens/s per stream",
+        listener.local_addr().map_err(failed)?,
+        settings.tokens,
+        settings.tokens_per_sec
+    );
+    serve(listener, settings).await.map_err(failed)
+}
+
 fn chunk(delta: serde_json::Value, finish: Option<&str>) -> String {
     let body = json!({
         "id": "chatcmpl-synthetic",

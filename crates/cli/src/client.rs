@@ -3,74 +3,27 @@
 
 use clap::Subcommand;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
-use sluice_client::{Client, escape};
+use sluice_client::{AnswerOptions, Client, escape};
 use sluice_contract::document::Document;
 use sluice_contract::sse::{Event, Meta};
-use sluice_convert::{ConvertLimits, Format, parse_file};
+use sluice_convert::ConvertLimits;
 
 /// Documents per POST, and bytes per POST (under the server's default 16 MiB cap).
 const BATCH_DOCS: usize = 32;
 const BATCH_BYTES: usize = 4 << 20;
 
-/// Supported files under `paths`, sorted, folders searched recursively.
-fn collect(paths: &[PathBuf]) -> Result<Vec<PathBuf>> {
-    fn walk(p: &Path, out: &mut Vec<PathBuf>) -> Result<()> {
-        if p.is_dir() {
-            for entry in std::fs::read_dir(p).with_context(|| format!("reading {}", p.display()))? {
-                walk(&entry?.path(), out)?;
-            }
-        } else if p.is_file() {
-            if Format::from_name(&p.display().to_string()).is_some() {
-                out.push(p.to_path_buf());
-            }
-        } else {
-            bail!("{} does not exist", p.display());
-        }
-        Ok(())
-    }
-    let mut out = Vec::new();
-    for p in paths {
-        walk(p, &mut out)?;
-    }
-    out.sort();
-    Ok(out)
-}
-
-/// The documents of every supported file under `paths`, converted (PDF, HTML, Word and
-/// Markdown into sections, under the conversion caps this process's settings give), parsed
-/// and validated (errors name the file), and the number of files; `progress` hears of each
-/// file read.
-pub fn read_documents(
-    paths: &[PathBuf],
-    limits: &ConvertLimits,
-    progress: &dyn Fn(&Path),
-) -> Result<(Vec<Document>, usize)> {
-    let files = collect(paths)?;
-    if files.is_empty() {
-        bail!("no {} files under the given paths", Format::EXTENSIONS);
-    }
-    let mut documents: Vec<Document> = Vec::new();
-    for f in &files {
-        progress(f);
-        let bytes = std::fs::read(f).with_context(|| format!("reading {}", f.display()))?;
-        documents.extend(parse_file(&f.display().to_string(), &bytes, limits)?);
-    }
-    sluice_contract::document::validate(&documents)?;
-    Ok((documents, files.len()))
-}
-
 /// `sluice ingest`: convert and parse every file here (errors name the file), then send in
 /// batches.
 pub async fn ingest(client: &Client, paths: &[PathBuf], limits: &ConvertLimits) -> Result<()> {
     let reading = ProgressBar::new_spinner();
-    let (documents, files) = read_documents(paths, limits, &|f| {
+    let (documents, files) = sluice_convert::read_files(paths, limits, &|f| {
         reading.set_message(format!("reading {}", f.display()));
         reading.tick();
     })?;
@@ -115,56 +68,20 @@ pub async fn ingest(client: &Client, paths: &[PathBuf], limits: &ConvertLimits) 
     Ok(())
 }
 
-/// What `sluice ask` sends beside the question.
-#[derive(Debug, Default)]
-pub struct Ask<'a> {
-    /// `k`: how many sources.
-    pub k: Option<usize>,
-    /// `retrieval_deadline_ms`.
-    pub deadline_ms: Option<u64>,
-    /// `cache: bypass`.
-    pub no_cache: bool,
-    /// `filter`, as the user typed it (JSON).
-    pub filter: Option<&'a str>,
-    /// `rerank_context`, as the user typed it (JSON).
-    pub rerank_context: Option<&'a str>,
-}
-
-impl Ask<'_> {
-    /// The request body for `query`. A flag that is not a JSON object is refused here, with
-    /// what it should look like; what the server makes of a well-formed one (an unknown
-    /// operator, a value too long) comes back as its 400.
-    pub fn body(&self, query: &str) -> Result<Value> {
-        let mut body = json!({ "query": query });
-        if self.no_cache {
-            body["cache"] = json!("bypass");
-        }
-        if let Some(k) = self.k {
-            body["k"] = json!(k);
-        }
-        if let Some(d) = self.deadline_ms {
-            body["retrieval_deadline_ms"] = json!(d);
-        }
-        let object = |flag: &str, text: &str, example: &str| -> Result<Value> {
-            match serde_json::from_str::<Value>(text) {
-                Ok(v) if v.is_object() => Ok(v),
-                Ok(_) => bail!("{flag} must be a JSON object, such as {example}"),
-                Err(e) => bail!("{flag} is not JSON ({e}); write a JSON object, such as {example}"),
-            }
-        };
-        if let Some(f) = self.filter {
-            body["filter"] = object("--filter", f, r#"'{"year": {"$gte": 2025}}'"#)?;
-        }
-        if let Some(c) = self.rerank_context {
-            body["rerank_context"] = object("--rerank-context", c, r#"'{"plan": "premium"}'"#)?;
-        }
-        Ok(body)
+/// A JSON-object flag (`--filter`, `--rerank-context`) as the user typed it; anything else is
+/// refused here with what it should look like (what the server makes of a well-formed one,
+/// an unknown operator or a value too long, comes back as its 400).
+pub fn object_flag(flag: &str, text: &str, example: &str) -> Result<Value> {
+    match serde_json::from_str::<Value>(text) {
+        Ok(v) if v.is_object() => Ok(v),
+        Ok(_) => bail!("{flag} must be a JSON object, such as {example}"),
+        Err(e) => bail!("{flag} is not JSON ({e}); write a JSON object, such as {example}"),
     }
 }
 
 /// `sluice ask`: stream the answer, then sources and timings (client-measured TTFT first).
-pub async fn ask(client: &Client, query: &str, ask: &Ask<'_>) -> Result<()> {
-    let body = ask.body(query)?;
+pub async fn ask(client: &Client, query: &str, options: &AnswerOptions) -> Result<()> {
+    let body = options.body(query);
     let sent = Instant::now();
     let mut events = client.answer(&body).await?;
     let mut ttft = None;
@@ -265,14 +182,7 @@ pub async fn list_documents(client: &Client, filter: Option<&str>, json_lines: b
         println!("id\tchunks\tingested_at\ttitle");
     }
     loop {
-        let mut query = "limit=1000".to_string();
-        if let Some(f) = filter {
-            query += &format!("&filter={}", escape(f));
-        }
-        if let Some(c) = &cursor {
-            query += &format!("&cursor={}", escape(c));
-        }
-        let page = client.get(&format!("/v1/documents?{query}")).await?;
+        let page = client.documents(filter, cursor.as_deref()).await?;
         for d in page["documents"].as_array().into_iter().flatten() {
             count += 1;
             if json_lines {
@@ -310,7 +220,7 @@ pub enum Deletion<'a> {
 /// `sluice documents delete`: one document, or all matching (a thousand per call, called
 /// until none is left, with the count so far shown).
 pub async fn delete_documents(client: &Client, what: Deletion<'_>) -> Result<()> {
-    let body = match what {
+    let selection = match what {
         Deletion::Id(id) => {
             let path = format!("/v1/documents/{}", escape(id));
             let report = client.delete(&path, None).await?;
@@ -319,23 +229,15 @@ pub async fn delete_documents(client: &Client, what: Deletion<'_>) -> Result<()>
         }
         Deletion::Filter(f) => {
             let filter: Value = serde_json::from_str(f).context("--filter is not JSON")?;
-            json!({"filter": filter, "confirm": true})
+            json!({ "filter": filter })
         }
-        Deletion::All => json!({"all": true, "confirm": true}),
+        Deletion::All => json!({ "all": true }),
     };
-    let mut total = 0;
-    loop {
-        let report = client.delete("/v1/documents", Some(&body)).await?;
-        total += report["deleted"].as_u64().unwrap_or(0);
-        if report["more"] != true {
-            println!(
-                "deleted {total} documents; corpus version {}",
-                report["corpus_version"]
-            );
-            return Ok(());
-        }
-        eprintln!("deleted {total} documents so far…");
-    }
+    let progress = &mut |so_far| eprintln!("deleted {so_far} documents so far…");
+    let report = client.delete_documents(&selection, progress).await?;
+    let (total, version) = (&report["deleted"], &report["corpus_version"]);
+    println!("deleted {total} documents; corpus version {version}");
+    Ok(())
 }
 
 /// `sluice usage`: the tenant's usage per day from `from` to `to` (`YYYY-MM-DD`; the server's
@@ -348,19 +250,7 @@ pub async fn usage(
     keys: bool,
     json: bool,
 ) -> Result<()> {
-    let mut query = vec![];
-    if let Some(from) = from {
-        query.push(format!("from={}", escape(from)));
-    }
-    if let Some(to) = to {
-        query.push(format!("to={}", escape(to)));
-    }
-    if keys {
-        query.push("keys=true".to_string());
-    }
-    let usage = client
-        .get(&format!("/v1/usage?{}", query.join("&")))
-        .await?;
+    let usage = client.usage(from, to, keys).await?;
     if json {
         println!("{usage:#}");
         return Ok(());

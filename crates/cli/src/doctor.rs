@@ -1,14 +1,11 @@
 //! `sluice doctor`: which parts are ready, and what to do about the rest — of the environment
-//! `sluice serve` would start with here (the model folder, the data folder, the LLM and the
-//! cache its `SLUICE_*` variables name), or with `--url` of a running server (its `/readyz`:
-//! model, store, LLM). It creates nothing and asks no server it was not pointed at.
+//! `sluice serve` would start with here (`sluice_app::doctor`), or with `--url` of a running
+//! server (its `/readyz`: model, store, LLM). It creates nothing and asks no server it was
+//! not pointed at.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Result, bail};
-use sluice_contract::{stages::Embedder, stages::Llm};
-use sluice_core::config::CacheBackend;
-use sluice_llm::OpenAiClient;
 
 fn report(ok: bool, what: &str, detail: &str) -> bool {
     println!("{} {what}: {detail}", if ok { "✓" } else { "✗" });
@@ -30,127 +27,10 @@ async fn environment(settings: &sluice_app::Settings) -> Result<()> {
          `sluice doctor --url URL` checks a running server instead.\n"
     );
     println!("configuration: {settings:?}\n");
-    let config = &settings.config;
     let mut ok = true;
-
-    let started = Instant::now();
-    let loaded = sluice_app::model(&settings.embed)
-        .and_then(|m| Ok(m.embed(&["doctor"]).map(|v| (m, v))?));
-    ok &= match loaded {
-        Ok((m, v)) => report(
-            true,
-            "embedding model",
-            &format!(
-                "{} in {} ({}-d, loaded and ran in {} ms)",
-                m.model_id(),
-                settings.embed.model_dir.display(),
-                v[0].len(),
-                started.elapsed().as_millis()
-            ),
-        ),
-        Err(e) => report(
-            false,
-            "embedding model",
-            &format!("{e} — run `scripts/setup.sh model`"),
-        ),
-    };
-
-    let data = &config.data_dir;
-    ok &= if !data.exists() {
-        // Not made here: `sluice serve` makes it.
-        report(
-            true,
-            "data folder",
-            &format!(
-                "{} does not exist yet; `sluice serve` creates it (SLUICE_DATA_DIR)",
-                data.display()
-            ),
-        )
-    } else if data.is_dir() && writable(data) {
-        report(
-            true,
-            "data folder",
-            &format!(
-                "{} is writable{}",
-                data.display(),
-                if data.join("shard").is_dir() {
-                    " and holds a store"
-                } else {
-                    " (empty: ingest something)"
-                }
-            ),
-        )
-    } else {
-        report(
-            false,
-            "data folder",
-            &format!(
-                "{} is not a folder this user can write — set SLUICE_DATA_DIR",
-                data.display()
-            ),
-        )
-    };
-
-    let llm = OpenAiClient::from_config(&settings.llm)?;
-    ok &= match llm.ready().await {
-        Ok(()) => report(
-            true,
-            "LLM",
-            &format!(
-                "{} answers (model {}; SLUICE_LLM_URL)",
-                settings.llm.urls.join(", "),
-                settings.llm.model
-            ),
-        ),
-        Err(e) => report(
-            false,
-            "LLM",
-            &format!(
-                "{} (SLUICE_LLM_URL): {e} — start one with `make llm` or set SLUICE_LLM_URL",
-                settings.llm.urls.join(", ")
-            ),
-        ),
-    };
-
-    ok &= match config.cache.backend {
-        CacheBackend::Off => report(true, "answer cache", "off (SLUICE_CACHE=off)"),
-        CacheBackend::Memory => report(
-            true,
-            "answer cache",
-            &format!(
-                "in memory, up to {} entries (SLUICE_CACHE=dynamodb to share it)",
-                config.cache.max_entries
-            ),
-        ),
-        CacheBackend::Dynamodb => {
-            let checked = match sluice_cache_dynamodb::DynamoCache::connect(
-                &settings.aws.cache_table,
-                settings.aws.cache_tenant_role_arn.as_deref(),
-            )
-            .await
-            {
-                Ok(table) => table.check().await.map(|exists| (table, exists)),
-                Err(e) => Err(e),
-            };
-            match checked {
-                Ok((table, true)) => report(
-                    true,
-                    "answer cache",
-                    &format!("DynamoDB table {} is ready", table.table()),
-                ),
-                Ok((table, false)) => report(
-                    false,
-                    "answer cache",
-                    &format!(
-                        "DynamoDB table {} does not exist — run `sluice cache create-table`",
-                        table.table()
-                    ),
-                ),
-                Err(e) => report(false, "answer cache", &e.to_string()),
-            }
-        }
-    };
-
+    for check in sluice_app::doctor::checks(settings).await {
+        ok &= report(check.ok, check.part, &check.detail);
+    }
     if !ok {
         bail!("some parts are missing (see ✗ above)");
     }
@@ -202,12 +82,4 @@ async fn server(url: &str) -> Result<()> {
         bail!("the server at {url} is not ready (see ✗ above)");
     }
     Ok(())
-}
-
-/// Whether this user can write in `dir`: a probe file written and removed at once.
-fn writable(dir: &std::path::Path) -> bool {
-    let probe = dir.join(".sluice-doctor-probe");
-    let ok = std::fs::write(&probe, b"ok").is_ok();
-    let _ = std::fs::remove_file(&probe);
-    ok
 }

@@ -158,13 +158,10 @@ pub async fn command(settings: &sluice_app::Settings, command: EvalCommand) -> R
     Ok(())
 }
 
-/// Writes an evaluation's `report.json` (the report) and `report.md` (its `table`) to `out`,
-/// and prints the table.
-pub fn write_reports(out: &Path, report: &impl Serialize, table: &str) -> Result<()> {
-    std::fs::create_dir_all(out)?;
-    std::fs::write(out.join("report.json"), serde_json::to_vec_pretty(report)?)?;
-    std::fs::write(out.join("report.md"), table)?;
+/// Writes an evaluation's reports to `out` and prints the table.
+fn write_reports(out: &Path, report: &impl Serialize, table: &str) -> Result<()> {
+    let [json, md] = sluice_eval::write_reports(out, report, table)?;
     println!("{table}");
-    eprintln!("wrote {}/report.json and report.md", out.display());
+    eprintln!("wrote {} and {}", json.display(), md.display());
     Ok(())
 }

@@ -7,7 +7,6 @@ use sluice_contract::Tenant;
 use sluice_contract::auth::{check_grant, digest, key_id, new_key};
 use sluice_contract::filter::Filter;
 use sluice_contract::{auth::KeyRecord, auth::Permission, auth::Principal};
-use sluice_core::auth::append_to_file;
 
 /// Makes a key, stores its digest where `settings` say, and prints the key. A key bound to a
 /// `filter` gets only `answer` unless told otherwise, and a permission that acts on the whole
@@ -60,23 +59,7 @@ pub async fn create(
         name,
     };
     let id = key_id(&record.hash);
-    let place = match (
-        &settings.config.auth.api_keys_file,
-        &settings.aws.api_keys_table,
-    ) {
-        (Some(file), _) => {
-            append_to_file(file, record)?;
-            format!("{} (restart sluice serve to use it)", file.display())
-        }
-        (None, Some(table)) => {
-            let keys = sluice_aws::keys::DynamoKeys::connect(table).await?;
-            keys.put(&record).await?;
-            format!("DynamoDB table {table}")
-        }
-        (None, None) => bail!(
-            "set SLUICE_API_KEYS_FILE (sluice serve) or SLUICE_API_KEYS_TABLE (Lambda) to say where keys live"
-        ),
-    };
+    let place = sluice_app::store_key(settings, record).await?;
     eprintln!(
         "key {id} for tenant {tenant} stored in {place}; usage shows it as {id}; the key is shown only now:"
     );

@@ -1,24 +1,6 @@
-//! `sluice`: run the Sluice pipeline locally and talk to it.
-//!
-//! - `sluice serve`: the HTTP routes of the Lambda functions, on `SLUICE_ADDR`.
-//! - `sluice ingest PATH…`: send .txt/.md/.json/.jsonl files to a running server.
-//! - `sluice ask "question"`: stream an answer to the terminal, then the stage timings.
-//! - `sluice documents list|get|delete`: a tenant's documents on a running server.
-//! - `sluice usage`: a tenant's usage per day (and per key) on a running server.
-//! - `sluice doctor`: say which parts are ready and what is missing.
-//! - `sluice cache create-table`: create the DynamoDB cache table (`SLUICE_CACHE_TABLE`).
-//! - `sluice store create-collection`: create the Qdrant collection or the Pinecone indexes
-//!   (`SLUICE_STORE=qdrant|pinecone`).
-//! - `sluice keys create`: a new API key for a tenant (its digest into `SLUICE_API_KEYS_FILE`,
-//!   or the DynamoDB table `SLUICE_API_KEYS_TABLE`); the key is printed once.
-//! - `sluice model prepare`: store the embedding model's graph in the form that loads fastest.
-//! - `sluice bench run`: load-test a running server → report.json, report.csv, report.html.
-//! - `sluice bench cost`: a report and unit prices → $ per 1,000 answers (docs/cost.md).
-//! - `sluice eval retrieval`: recall, nDCG and MRR of dense, BM25, hybrid under each fusion
-//!   and hybrid + rerank on held-out questions (τ²-bench's banking_knowledge by default).
-//! - `sluice eval tune`: a tenant's best fusion on labelled questions, as a
-//!   `SLUICE_FUSION_TENANTS` line.
-//! - `sluice fixture llm`: a synthetic OpenAI-compatible upstream for load tests (not a model).
+//! `sluice`: serve the pipeline locally and talk to it. Arguments and dispatch only: each
+//! command's work is in the crate it names (`sluice --help` lists them; the docs tests read
+//! that list, so it is not repeated here).
 
 mod bench;
 mod client;
@@ -222,23 +204,12 @@ fn main() -> std::process::ExitCode {
 }
 
 fn run() -> Result<()> {
-    // Qdrant Edge logs start-up notices meant for its own developers at warn level.
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| "info,qdrant_edge=error".into());
-    let logs = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match std::env::var("SLUICE_LOG_FORMAT").as_deref() {
-        Err(_) | Ok("text") => logs.init(),
-        // One JSON object per line; an answer's lines carry its span (request id, tenant,
-        // trace id).
-        Ok("json") => logs
-            .json()
-            .with_current_span(true)
-            .with_span_list(false)
-            .init(),
+    let json = match std::env::var("SLUICE_LOG_FORMAT").as_deref() {
+        Err(_) | Ok("text") => false,
+        Ok("json") => true,
         Ok(other) => anyhow::bail!("SLUICE_LOG_FORMAT is {other:?}; it must be text or json"),
-    }
+    };
+    sluice_app::logs(sluice_app::Logs::Terminal { json });
     let cli = Cli::parse();
     let settings = sluice_app::Settings::from_env()?;
     let config = &settings.config;
@@ -262,15 +233,24 @@ fn run() -> Result<()> {
             tenant,
             url: u,
         } => {
-            let ask = client::Ask {
+            let flag = |flag, text: Option<String>, example| {
+                (text.as_deref())
+                    .map(|t| client::object_flag(flag, t, example))
+                    .transpose()
+            };
+            let options = sluice_client::AnswerOptions {
                 k,
                 deadline_ms,
                 no_cache,
-                filter: filter.as_deref(),
-                rerank_context: rerank_context.as_deref(),
+                filter: flag("--filter", filter, r#"'{"year": {"$gte": 2025}}'"#)?,
+                rerank_context: flag(
+                    "--rerank-context",
+                    rerank_context,
+                    r#"'{"plan": "premium"}'"#,
+                )?,
             };
             let client = server(u, tenant.as_deref())?;
-            runtime.block_on(client::ask(&client, &query, &ask))
+            runtime.block_on(client::ask(&client, &query, &options))
         }
         Command::Documents {
             command,

@@ -6,7 +6,6 @@ use std::sync::Arc;
 use anyhow::{Context, Result};
 use axum::http::header;
 use axum::routing::get;
-use sluice_core::config::ServerConfig;
 use sluice_http::Server;
 use tracing::info;
 
@@ -55,7 +54,7 @@ pub async fn run(settings: sluice_app::Settings) -> Result<()> {
              Set SLUICE_API_KEYS_FILE (see `sluice keys create`), listen on 127.0.0.1, or set SLUICE_ALLOW_UNAUTHENTICATED=true if a trusted proxy in front authenticates"
         );
     }
-    let hosts = allowed_hosts(&config.server);
+    let hosts = sluice_http::allowed_hosts(&config.server);
     if config.server.allowed_hosts.is_none() && addr.ip().is_unspecified() {
         tracing::warn!(hosts = %hosts.join(","), "listening on every address, but answering only requests for these host names: set SLUICE_ALLOWED_HOSTS to the names clients use");
     }
@@ -91,23 +90,6 @@ pub async fn run(settings: sluice_app::Settings) -> Result<()> {
         meter.flush_before_exit().await;
     }
     Ok(())
-}
-
-/// The `Host` names the server answers to: `SLUICE_ALLOWED_HOSTS`, else the loopback names and
-/// the address it listens on (when it is one address).
-fn allowed_hosts(config: &ServerConfig) -> Vec<String> {
-    if let Some(hosts) = &config.allowed_hosts {
-        return hosts.clone();
-    }
-    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"].map(String::from).into();
-    let ip = config.addr.ip();
-    if !ip.is_unspecified() && !ip.is_loopback() {
-        hosts.push(match ip {
-            std::net::IpAddr::V4(v4) => v4.to_string(),
-            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
-        });
-    }
-    hosts
 }
 
 async fn shutdown() {

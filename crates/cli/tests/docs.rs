@@ -146,6 +146,22 @@ fn the_readme_is_a_front_door_three_hops_from_the_code_of_every_crate() {
     );
 }
 
+/// The CLI holds arguments, dispatch and output; the work is in the crates it names.
+#[test]
+fn the_cli_is_thin() {
+    let mut lines = 0;
+    for entry in std::fs::read_dir(root().join("crates/cli/src")).expect("crates/cli/src") {
+        let path = entry.expect("a file").path();
+        if path.extension().is_some_and(|e| e == "rs") {
+            lines += read(&path).lines().count();
+        }
+    }
+    assert!(
+        lines <= 1500,
+        "crates/cli/src has {lines} lines of Rust (1,500 at most)"
+    );
+}
+
 #[test]
 fn the_commands_the_readme_shows_exist() {
     let readme = read(&root().join("README.md"));

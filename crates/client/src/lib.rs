@@ -127,6 +127,44 @@ pub fn decode(name: &str, data: &str) -> Result<Option<Event>, ClientError> {
 /// A server's answer stream, decoded: ends after `done` or `error`, or with the connection.
 pub type Events = BoxStream<'static, Result<Event, ClientError>>;
 
+/// What an answer request carries beside the question: `POST /v1/answer`'s optional fields.
+#[derive(Debug, Default, Clone)]
+pub struct AnswerOptions {
+    /// `k`: how many sources.
+    pub k: Option<usize>,
+    /// `retrieval_deadline_ms`.
+    pub deadline_ms: Option<u64>,
+    /// `cache: bypass`: neither read nor write the answer cache.
+    pub no_cache: bool,
+    /// `filter`: a metadata filter (a JSON object).
+    pub filter: Option<Value>,
+    /// `rerank_context`: what the tenant's component is told (a JSON object of strings).
+    pub rerank_context: Option<Value>,
+}
+
+impl AnswerOptions {
+    /// The request body asking `query` with these options.
+    pub fn body(&self, query: &str) -> Value {
+        let mut body = serde_json::json!({ "query": query });
+        if self.no_cache {
+            body["cache"] = "bypass".into();
+        }
+        if let Some(k) = self.k {
+            body["k"] = k.into();
+        }
+        if let Some(d) = self.deadline_ms {
+            body["retrieval_deadline_ms"] = d.into();
+        }
+        if let Some(f) = &self.filter {
+            body["filter"] = f.clone();
+        }
+        if let Some(c) = &self.rerank_context {
+            body["rerank_context"] = c.clone();
+        }
+        body
+    }
+}
+
 /// One Sluice server, as one tenant (or the key's own).
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -207,6 +245,67 @@ impl Client {
         }
         let response = self.send(request).await?;
         self.read(response).await
+    }
+
+    /// `GET /v1/documents`: one page of the tenant's documents (up to 1,000) passing
+    /// `filter` (JSON text, sent as the server reads it), from `cursor` on.
+    pub async fn documents(
+        &self,
+        filter: Option<&str>,
+        cursor: Option<&str>,
+    ) -> Result<Value, ClientError> {
+        let mut query = "limit=1000".to_string();
+        if let Some(f) = filter {
+            query += &format!("&filter={}", escape(f));
+        }
+        if let Some(c) = cursor {
+            query += &format!("&cursor={}", escape(c));
+        }
+        self.get(&format!("/v1/documents?{query}")).await
+    }
+
+    /// `DELETE /v1/documents` with `selection` (`{"filter": …}` or `{"all": true}`),
+    /// confirmed and called again while the server says there are `more` (a thousand per
+    /// call); `progress` hears the count so far after each call but the last. The last answer,
+    /// its `deleted` the total.
+    pub async fn delete_documents(
+        &self,
+        selection: &Value,
+        progress: &mut dyn FnMut(u64),
+    ) -> Result<Value, ClientError> {
+        let mut body = selection.clone();
+        body["confirm"] = Value::Bool(true);
+        let mut total = 0;
+        loop {
+            let mut report = self.delete("/v1/documents", Some(&body)).await?;
+            total += report["deleted"].as_u64().unwrap_or(0);
+            if report["more"] != true {
+                report["deleted"] = total.into();
+                return Ok(report);
+            }
+            progress(total);
+        }
+    }
+
+    /// `GET /v1/usage` from `from` to `to` (`YYYY-MM-DD`; the server's default: this month
+    /// so far), per key as well with `keys`.
+    pub async fn usage(
+        &self,
+        from: Option<&str>,
+        to: Option<&str>,
+        keys: bool,
+    ) -> Result<Value, ClientError> {
+        let mut query = vec![];
+        if let Some(from) = from {
+            query.push(format!("from={}", escape(from)));
+        }
+        if let Some(to) = to {
+            query.push(format!("to={}", escape(to)));
+        }
+        if keys {
+            query.push("keys=true".to_string());
+        }
+        self.get(&format!("/v1/usage?{}", query.join("&"))).await
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {

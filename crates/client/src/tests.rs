@@ -118,3 +118,95 @@ fn escape_keeps_only_unreserved_bytes() {
     assert_eq!(escape("/docs/a b.md"), "%2Fdocs%2Fa%20b.md");
     assert_eq!(escape("é~"), "%C3%A9~");
 }
+
+#[test]
+fn answer_options_become_the_requests_optional_fields() {
+    let bare = AnswerOptions::default().body("q");
+    assert_eq!(bare, json!({"query": "q"}));
+    let full = AnswerOptions {
+        k: Some(3),
+        deadline_ms: Some(250),
+        no_cache: true,
+        filter: Some(json!({"year": {"$gte": 2025}})),
+        rerank_context: Some(json!({"plan": "pro"})),
+    };
+    assert_eq!(
+        full.body("q"),
+        json!({"query": "q", "k": 3, "retrieval_deadline_ms": 250, "cache": "bypass",
+               "filter": {"year": {"$gte": 2025}}, "rerank_context": {"plan": "pro"}})
+    );
+}
+
+/// A server whose `DELETE /v1/documents` deletes `batches` documents a call, saying `more`
+/// until the last, and records each body; `GET` routes echo their query.
+async fn deleting(batches: Vec<u64>) -> (String, Arc<Mutex<Vec<serde_json::Value>>>) {
+    use axum::extract::RawQuery;
+    use axum::routing::get;
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let kept = Arc::clone(&seen);
+    let left = Arc::new(Mutex::new(batches));
+    let app = Router::new()
+        .route(
+            "/v1/documents",
+            axum::routing::delete(move |body: axum::Json<serde_json::Value>| async move {
+                kept.lock().unwrap().push(body.0);
+                let mut left = left.lock().unwrap();
+                let deleted = left.remove(0);
+                axum::Json(
+                    json!({"deleted": deleted, "more": !left.is_empty(), "corpus_version": 7}),
+                )
+            })
+            .get(|RawQuery(q): RawQuery| async move { axum::Json(json!({ "query": q })) }),
+        )
+        .route(
+            "/v1/usage",
+            get(|RawQuery(q): RawQuery| async move { axum::Json(json!({ "query": q })) }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (url, seen)
+}
+
+#[tokio::test]
+async fn deleting_by_selection_confirms_and_calls_until_none_is_left() {
+    let (url, seen) = deleting(vec![1000, 1000, 17]).await;
+    let client = Client::new(&url).unwrap();
+    let mut heard = Vec::new();
+    let selection = json!({"filter": {"topic": "cards"}});
+    let report = (client.delete_documents(&selection, &mut |n| heard.push(n)))
+        .await
+        .unwrap();
+    assert_eq!(report["deleted"], 2017);
+    assert_eq!(report["corpus_version"], 7);
+    assert_eq!(
+        heard,
+        vec![1000, 2000],
+        "progress after each call but the last"
+    );
+    let bodies = seen.lock().unwrap();
+    assert_eq!(bodies.len(), 3);
+    for body in bodies.iter() {
+        assert_eq!(
+            *body,
+            json!({"filter": {"topic": "cards"}, "confirm": true})
+        );
+    }
+}
+
+#[tokio::test]
+async fn listing_and_usage_queries_are_escaped() {
+    let (url, _) = deleting(vec![]).await;
+    let client = Client::new(&url).unwrap();
+    let page = (client.documents(Some(r#"{"a":"b c"}"#), Some("x/y")))
+        .await
+        .unwrap();
+    assert_eq!(
+        page["query"],
+        "limit=1000&filter=%7B%22a%22%3A%22b%20c%22%7D&cursor=x%2Fy"
+    );
+    let usage = client.usage(Some("2026-12-01"), None, true).await.unwrap();
+    assert_eq!(usage["query"], "from=2026-12-01&keys=true");
+    let none = client.usage(None, None, false).await.unwrap();
+    assert_eq!(none["query"].as_str().unwrap_or(""), "", "{none}");
+}

@@ -3,6 +3,8 @@
 //! converted ([`convert_contained`]) — what `POST /v1/documents` uploads, the ingest function's
 //! S3 objects and `sluice ingest` read.
 
+use std::path::{Path, PathBuf};
+
 use serde::Deserialize;
 use sluice_contract::cancel::Cancel;
 use sluice_contract::document::Document;
@@ -143,6 +145,57 @@ pub async fn parse_upload(
     tokio::task::spawn_blocking(move || parse_until(format, &name, &bytes, &limits, &cancel))
         .await
         .map_err(|e| IngestError::Unreadable(format!("{failed} ({e})")))?
+}
+
+/// The documents of every supported file under `paths` (folders searched recursively, files
+/// in name order), converted within `limits`, parsed and validated (errors name the file),
+/// and the number of files; `progress` hears of each file before it is read. What `sluice
+/// ingest` sends and `sluice component test --corpus` ingests.
+pub fn read_files(
+    paths: &[PathBuf],
+    limits: &ConvertLimits,
+    progress: &dyn Fn(&Path),
+) -> Result<(Vec<Document>, usize), IngestError> {
+    fn walk(p: &Path, out: &mut Vec<PathBuf>) -> Result<(), IngestError> {
+        if p.is_dir() {
+            let unreadable = |e: std::io::Error| {
+                IngestError::Unreadable(format!("reading {}: {e}", p.display()))
+            };
+            for entry in std::fs::read_dir(p).map_err(unreadable)? {
+                walk(&entry.map_err(unreadable)?.path(), out)?;
+            }
+        } else if p.is_file() {
+            if Format::from_name(&p.display().to_string()).is_some() {
+                out.push(p.to_path_buf());
+            }
+        } else {
+            return Err(IngestError::Invalid(format!(
+                "{} does not exist",
+                p.display()
+            )));
+        }
+        Ok(())
+    }
+    let mut files = Vec::new();
+    for p in paths {
+        walk(p, &mut files)?;
+    }
+    files.sort();
+    if files.is_empty() {
+        return Err(IngestError::Invalid(format!(
+            "no {} files under the given paths",
+            Format::EXTENSIONS
+        )));
+    }
+    let mut documents: Vec<Document> = Vec::new();
+    for f in &files {
+        progress(f);
+        let bytes = std::fs::read(f)
+            .map_err(|e| IngestError::Unreadable(format!("reading {}: {e}", f.display())))?;
+        documents.extend(parse_file(&f.display().to_string(), &bytes, limits)?);
+    }
+    sluice_contract::document::validate(&documents)?;
+    Ok((documents, files.len()))
 }
 
 /// A conversion's failure as an ingest error naming the file.
@@ -312,5 +365,42 @@ mod tests {
                 .to_string()
                 .contains("UTF-8")
         );
+    }
+
+    #[test]
+    fn files_under_folders_are_read_in_name_order_and_others_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("sub")).unwrap();
+        std::fs::write(dir.path().join("sub/b.txt"), "second").unwrap();
+        std::fs::write(dir.path().join("a.md"), "# First\nbody").unwrap();
+        std::fs::write(dir.path().join("skip.xlsx"), "PK").unwrap();
+        let seen = std::cell::RefCell::new(Vec::new());
+        let (documents, files) = read_files(
+            &[dir.path().to_path_buf()],
+            &ConvertLimits::default(),
+            &|f| seen.borrow_mut().push(f.to_path_buf()),
+        )
+        .unwrap();
+        assert_eq!(files, 2);
+        assert_eq!(documents.len(), 2);
+        assert_eq!(documents[0].title.as_deref(), Some("First"));
+        assert!(
+            documents[1].id.ends_with("sub/b.txt"),
+            "{}",
+            documents[1].id
+        );
+        assert_eq!(seen.borrow().len(), 2);
+
+        let missing = dir.path().join("nope");
+        let e = read_files(&[missing], &ConvertLimits::default(), &|_| {}).unwrap_err();
+        assert!(e.to_string().contains("does not exist"), "{e}");
+        let empty = tempfile::tempdir().unwrap();
+        let e = read_files(
+            &[empty.path().to_path_buf()],
+            &ConvertLimits::default(),
+            &|_| {},
+        )
+        .unwrap_err();
+        assert!(e.to_string().contains("no .txt"), "{e}");
     }
 }

@@ -918,6 +918,23 @@ pub async fn run(
     })
 }
 
+/// Writes an evaluation's `report.json` (the report) and `report.md` (its `table`) into the
+/// folder `out` (made if missing); returns the two paths.
+pub fn write_reports(
+    out: &Path,
+    report: &impl Serialize,
+    table: &str,
+) -> Result<[std::path::PathBuf; 2]> {
+    let made = |path: &Path| EvalError::io(format!("writing {}", path.display()));
+    std::fs::create_dir_all(out).map_err(made(out))?;
+    let (json, md) = (out.join("report.json"), out.join("report.md"));
+    let bytes = serde_json::to_vec_pretty(report)
+        .map_err(|e| EvalError::Data(format!("the report is not JSON: {e}")))?;
+    std::fs::write(&json, bytes).map_err(made(&json))?;
+    std::fs::write(&md, table).map_err(made(&md))?;
+    Ok([json, md])
+}
+
 /// The report as a Markdown table.
 pub fn table(report: &Report) -> String {
     let mut out = format!(

@@ -222,6 +222,23 @@ pub fn router(server: Arc<Server>) -> Router {
         .with_state(server)
 }
 
+/// The `Host` names the server answers to: `SLUICE_ALLOWED_HOSTS`, else the loopback names and
+/// the address it listens on (when it is one address).
+pub fn allowed_hosts(config: &sluice_core::config::ServerConfig) -> Vec<String> {
+    if let Some(hosts) = &config.allowed_hosts {
+        return hosts.clone();
+    }
+    let mut hosts: Vec<String> = ["localhost", "127.0.0.1", "[::1]"].map(String::from).into();
+    let ip = config.addr.ip();
+    if !ip.is_unspecified() && !ip.is_loopback() {
+        hosts.push(match ip {
+            std::net::IpAddr::V4(v4) => v4.to_string(),
+            std::net::IpAddr::V6(v6) => format!("[{v6}]"),
+        });
+    }
+    hosts
+}
+
 /// `router`, answering only requests whose `Host` names one of `hosts` (lower-case names or
 /// addresses without a port, IPv6 in brackets; `*` for any): 403 `forbidden_host` otherwise.
 /// For a server on a private address (`sluice serve`): a DNS-rebinding page — a site whose
@@ -395,5 +412,36 @@ async fn clear_cache(
             tracing::error!(%tenant, error = %e, "clearing the cache failed");
             Err(ApiError::new(Code::CacheUnavailable, e.to_string()))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(addr: &str, hosts: Option<&str>) -> sluice_core::config::ServerConfig {
+        let config = sluice_core::Config::from_lookup(|name| match name {
+            "SLUICE_ADDR" => Some(addr.to_string()),
+            "SLUICE_ALLOWED_HOSTS" => hosts.map(str::to_string),
+            _ => None,
+        });
+        config.expect("config").server
+    }
+
+    #[test]
+    fn the_default_host_names_are_loopback_and_the_one_address_listened_on() {
+        let loopback = ["localhost", "127.0.0.1", "[::1]"]
+            .map(String::from)
+            .to_vec();
+        assert_eq!(allowed_hosts(&server("127.0.0.1:8080", None)), loopback);
+        assert_eq!(allowed_hosts(&server("0.0.0.0:8080", None)), loopback);
+        let mut lan = loopback.clone();
+        lan.push("10.0.0.7".into());
+        assert_eq!(allowed_hosts(&server("10.0.0.7:8080", None)), lan);
+        let mut v6 = loopback;
+        v6.push("[fd00::7]".into());
+        assert_eq!(allowed_hosts(&server("[fd00::7]:8080", None)), v6);
+        let named = allowed_hosts(&server("0.0.0.0:8080", Some("sluice.internal")));
+        assert_eq!(named, vec!["sluice.internal".to_string()]);
     }
 }

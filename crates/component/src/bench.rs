@@ -1,0 +1,150 @@
+//! `bench`: a component's instantiate and call cost under the configured limits.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::Value;
+use sluice_contract::Tenant;
+use sluice_contract::stages::{Embedder, RerankContext};
+use sluice_rerank::Call;
+use sluice_rerank::Candidate;
+use sluice_rerank::measure::{measure, sample_candidates};
+
+use crate::{LoopError, Result, questions, report};
+
+/// The synthetic set [`bench`] runs on without questions, as its output and the docs
+/// describe it.
+pub const SYNTHETIC: &str = "query \"what is the card limit\"; candidates doc-0, doc-1, … \
+(title \"Document i\", a 144-word text about card limits and international transfers, fused \
+score 1/(60+i), chunk i mod 7) with metadata audience = [\"enterprise\"] for every 4th, else \
+[\"free\", \"pro\", \"enterprise\"]; draft = true for every 9th; topic = \"cards\"; \
+updated_at one day older each from 2025-03-01; year 2025, 2024, 2023 in turn";
+
+/// A context as `key=value, …` (`none` when empty).
+fn show(context: &RerankContext) -> String {
+    let pairs: Vec<String> = context.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    match pairs.is_empty() {
+        true => "none".into(),
+        false => pairs.join(", "),
+    }
+}
+
+/// The component in `file`, `runs` calls per row, under the configured limits (embeddings
+/// made up, as at upload: no model runs) — on the synthetic set ([`SYNTHETIC`]) at 10, 50 and
+/// 200 candidates, or on the tenant's own questions and their candidates (`data`: the
+/// questions file, the corpus or the configured store, the tenant), each with its context;
+/// `context` (a JSON object of strings) replaces every call's. A row per line on `out`;
+/// fails when a call failed.
+pub async fn bench(
+    settings: &sluice_app::Settings,
+    file: &Path,
+    runs: usize,
+    context: Option<&str>,
+    data: Option<(&Path, Option<&Path>, &Tenant)>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let bytes =
+        std::fs::read(file).map_err(LoopError::io(format!("reading {}", file.display())))?;
+    let context = match context {
+        Some(text) => {
+            let value: Value = serde_json::from_str(text).map_err(|_| {
+                LoopError::Invalid(
+                    "--context is not JSON; write an object, such as '{\"plan\": \"premium\"}'"
+                        .into(),
+                )
+            })?;
+            let parsed = RerankContext::parse(&value)
+                .map_err(|e| LoopError::Invalid(format!("--context: {e}")))?;
+            Some(parsed)
+        }
+        None => None,
+    };
+    let sandbox = crate::sandbox(settings)?;
+    let prepared = sandbox.compile(&bytes).map_err(|e| LoopError::Refused {
+        file: file.display().to_string(),
+        reason: e.to_string(),
+    })?;
+    writeln!(
+        out,
+        "{} ({} bytes, {}): {runs} calls each, fresh store and instance per call",
+        file.display(),
+        bytes.len(),
+        prepared.world()
+    )
+    .map_err(report)?;
+    // (what, query, context, candidates) per row.
+    let mut rows: Vec<(String, String, RerankContext, Vec<Candidate>)> = Vec::new();
+    match data {
+        None => {
+            let context = context.unwrap_or_else(|| {
+                let pro = serde_json::json!({"plan": "pro"});
+                RerankContext::parse(&pro).unwrap_or_default()
+            });
+            writeln!(
+                out,
+                "synthetic set: {SYNTHETIC}; context {}",
+                show(&context)
+            )
+            .map_err(report)?;
+            for n in [0, 10, 50, 200] {
+                let what = match n {
+                    0 => "instantiate + empty call".to_string(),
+                    n => format!("{n} candidates"),
+                };
+                let query = "what is the card limit".to_string();
+                rows.push((what, query, context.clone(), sample_candidates(n)));
+            }
+        }
+        Some((queries, corpus, tenant)) => {
+            let questions = questions(queries)?;
+            let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(&settings.embed)?);
+            let retrieved =
+                crate::test::retrieve(settings, &questions, corpus, tenant, &embedder).await?;
+            let max = settings.rerank.max_text_bytes;
+            for (i, (q, (_, hits))) in questions.iter().zip(retrieved).enumerate() {
+                let context = context.clone().unwrap_or_else(|| q.context.clone());
+                let (n, shown) = (hits.len(), show(&context));
+                writeln!(
+                    out,
+                    "q{}: {} — {n} candidates, context {shown}",
+                    i + 1,
+                    q.query
+                )
+                .map_err(report)?;
+                let what = format!("q{} ({n} candidates)", i + 1);
+                let candidates = sluice_rerank::candidates(&hits, max);
+                rows.push((what, q.query.clone(), context, candidates));
+            }
+        }
+    }
+    let mut failed = false;
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    for (what, query, context, candidates) in &rows {
+        let entries = sluice_rerank::context_entries(context);
+        let call = Call {
+            query,
+            context: &entries,
+            candidates,
+        };
+        let m = measure(&sandbox, &prepared, &call, runs);
+        writeln!(
+            out,
+            "  {what:<26} p50 {:>8.1} µs  p99 {:>8.1} µs  fuel p50 {:>10} p99 {:>10}{}",
+            us(m.wall.0),
+            us(m.wall.1),
+            m.fuel.0,
+            m.fuel.1,
+            (m.failure.as_ref()).map_or(String::new(), |e| format!("  FAILED: {e}"))
+        )
+        .map_err(report)?;
+        failed |= m.failure.is_some();
+    }
+    if failed {
+        return Err(LoopError::Failed(
+            "the component failed under the limits".into(),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,234 @@
+//! `test`: a component run on questions over a corpus as the answer path runs it.
+
+use std::io::Write;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use sluice_contract::Tenant;
+use sluice_contract::stages::{
+    CallCosts, Components, Embedder, Hit, RerankInput, Reranker, Search, Store,
+};
+use sluice_core::Ingest;
+
+use crate::{LoopError, Question, Result, questions, report};
+
+/// What happened to one question.
+struct Outcome {
+    fused: Vec<String>,
+    reranked: std::result::Result<Vec<String>, String>,
+    dropped: Vec<String>,
+    fuel: u64,
+    wall: Duration,
+}
+
+fn label(hit: &Hit) -> String {
+    format!("{}#{}", hit.document.id, hit.chunk)
+}
+
+/// Each question's query vector and candidates, retrieved as the answer path retrieves them
+/// (the tenant's fusion, `k` candidates): from `corpus` ingested into a scratch store, or from
+/// the configured store (what `sluice serve` has ingested). What was searched goes to
+/// standard error.
+pub(crate) async fn retrieve(
+    settings: &sluice_app::Settings,
+    questions: &[Question],
+    corpus: Option<&Path>,
+    tenant: &Tenant,
+    embedder: &Arc<dyn Embedder>,
+) -> Result<Vec<(Vec<f32>, Vec<Hit>)>> {
+    let config = &settings.config;
+    let embedder = Arc::clone(embedder);
+    let scratch = tempfile::tempdir().map_err(LoopError::io("making a scratch folder"))?;
+    let store: Arc<dyn Store> = match corpus {
+        Some(dir) => {
+            let (documents, _) =
+                sluice_convert::read_files(&[dir.to_path_buf()], &settings.convert, &|_| {})?;
+            let store: Arc<dyn Store> = Arc::new(sluice_retrieve::EdgeStore::open(
+                &scratch.path().join("store"),
+                sluice_embed::DIM,
+            )?);
+            let mut ingest_config = config.ingest.clone();
+            ingest_config.max_documents = ingest_config.max_documents.max(documents.len());
+            let ingest = Ingest::new(ingest_config, Arc::clone(&embedder), Arc::clone(&store));
+            let report = ingest.ingest(tenant, documents).await?;
+            eprintln!(
+                "corpus: {} documents, {} chunks from {}",
+                report.documents,
+                report.chunks,
+                dir.display()
+            );
+            store
+        }
+        None => {
+            let store = sluice_app::store(&settings.store).map_err(|e| {
+                LoopError::Pipeline(format!(
+                    "opening the configured store (the local corpus): {e}; stop `sluice serve` \
+                     or pass --corpus"
+                ))
+            })?;
+            let chunks = store.count(tenant).await?;
+            if chunks == 0 {
+                return Err(LoopError::Invalid(format!(
+                    "tenant {tenant} has no documents in the configured store; ingest some or \
+                     pass --corpus DIR"
+                )));
+            }
+            eprintln!("corpus: tenant {tenant}'s {chunks} chunks in the configured store");
+            store
+        }
+    };
+
+    let fusion = config.answer.fusion.for_tenant(tenant);
+    let mut retrieved = Vec::with_capacity(questions.len());
+    for q in questions {
+        let vector = (embedder.embed(&[q.query.as_str()])?.pop())
+            .ok_or_else(|| LoopError::Pipeline("the model returned no query vector".into()))?;
+        let k = q.k.unwrap_or(config.answer.top_k);
+        let search = Search::new(&q.query, &vector, k).fusion(fusion);
+        let hits = store.search(tenant, &search).await?;
+        retrieved.push((vector, hits));
+    }
+    Ok(retrieved)
+}
+
+/// The component in `file` on the questions in `queries`: every question retrieved as the
+/// answer path retrieves it (the tenant's fusion, `k` candidates), then reranked by the
+/// component under the configured limits. Writes the two orders side by side, what was
+/// dropped and the cost per call to `out`; fails when any call failed.
+pub async fn test(
+    settings: &sluice_app::Settings,
+    file: &Path,
+    queries: &Path,
+    corpus: Option<&Path>,
+    tenant: &Tenant,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let bytes =
+        std::fs::read(file).map_err(LoopError::io(format!("reading {}", file.display())))?;
+    let questions = questions(queries)?;
+    let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(&settings.embed)?);
+    let retrieved = retrieve(settings, &questions, corpus, tenant, &embedder).await?;
+
+    // The component as the answer path runs it: uploaded to a registry (validated, compiled,
+    // smoke-run under the limits), then called with the same candidates and context.
+    let refused = |reason: String| LoopError::Refused {
+        file: file.display().to_string(),
+        reason,
+    };
+    let world = (crate::sandbox(settings)?.compile(&bytes))
+        .map_err(|e| refused(e.to_string()))?
+        .world();
+    let scratch = tempfile::tempdir().map_err(LoopError::io("making a scratch folder"))?;
+    let disk = sluice_rerank::Disk::open(&scratch.path().join("components"))?;
+    let registry = sluice_app::registry(&settings.rerank, Arc::clone(&embedder), Arc::new(disk))?;
+    let version = registry
+        .upload(tenant, &bytes, &sluice_contract::cancel::Cancel::new())
+        .map_err(|e| refused(e.to_string()))?;
+    registry.activate(tenant, &version.version)?;
+    let by = tokio::time::Instant::now() + Duration::from_secs(60);
+    let active = (registry.active(tenant, by).await)
+        .map_err(LoopError::Pipeline)?
+        .ok_or_else(|| {
+            LoopError::Pipeline("the registry does not run the component just activated".into())
+        })?;
+    eprintln!(
+        "component: {} ({} bytes, {}), limits: fuel {}, deadline {:?}, memory {} MiB",
+        file.display(),
+        bytes.len(),
+        world,
+        settings.rerank.fuel,
+        settings.rerank.deadline,
+        settings.rerank.memory_mb
+    );
+
+    let mut outcomes = Vec::with_capacity(questions.len());
+    for (q, (vector, hits)) in questions.iter().zip(retrieved) {
+        let active = Arc::clone(&active);
+        let (query, context, candidates) = (q.query.clone(), q.context.clone(), hits.clone());
+        let call = tokio::task::spawn_blocking(move || {
+            active.rerank(&RerankInput {
+                query: &query,
+                query_vector: &vector,
+                hits: &candidates,
+                context: &context,
+            })
+        })
+        .await?;
+        let kept: Option<Vec<usize>> =
+            (call.order.as_ref().ok()).map(|order| order.iter().map(|&(i, _)| i).collect());
+        let dropped = match kept {
+            Some(order) => (0..hits.len())
+                .filter(|i| !order.contains(i))
+                .map(|i| label(&hits[i]))
+                .collect(),
+            None => Vec::new(),
+        };
+        // Each list with its own scores: the fused one's, and the component's.
+        let scored = |label: String, score: f32| format!("{label} {score:.3}");
+        outcomes.push(Outcome {
+            fused: (hits.iter()).map(|h| scored(label(h), h.score)).collect(),
+            reranked: (call.order)
+                .map(|order| {
+                    (order.iter())
+                        .map(|&(i, score)| scored(label(&hits[i]), score))
+                        .collect()
+                })
+                .map_err(|failure| failure.to_string()),
+            dropped,
+            fuel: call.fuel,
+            wall: call.wall,
+        });
+    }
+
+    let mut failed = 0;
+    for (q, o) in questions.iter().zip(&outcomes) {
+        let context: Vec<String> = q.context.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        let context = match context.is_empty() {
+            true => String::new(),
+            false => format!("  [{}]", context.join(", ")),
+        };
+        writeln!(out, "\n{}{context}", q.query).map_err(report)?;
+        match &o.reranked {
+            Ok(order) => {
+                let width = o.fused.iter().map(String::len).max().unwrap_or(5).max(5);
+                let (n, fused) = ("#", "fused (score)");
+                writeln!(out, "  {n:>3}  {fused:<width$}  component (its score)")
+                    .map_err(report)?;
+                for (i, fused) in o.fused.iter().enumerate() {
+                    let component = order.get(i).map_or("", String::as_str);
+                    writeln!(out, "  {:>3}  {fused:<width$}  {component}", i + 1)
+                        .map_err(report)?;
+                }
+                if !o.dropped.is_empty() {
+                    writeln!(out, "  dropped: {}", o.dropped.join(", ")).map_err(report)?;
+                }
+            }
+            Err(e) => {
+                failed += 1;
+                writeln!(
+                    out,
+                    "  FAILED (the answer keeps the fused order, rerank_failed): {e}"
+                )
+                .map_err(report)?;
+            }
+        }
+        let us = o.wall.as_secs_f64() * 1e6;
+        writeln!(out, "  fuel {}, {us:.0} µs", o.fuel).map_err(report)?;
+    }
+    let costs = CallCosts::of(outcomes.iter().map(|o| (o.fuel, o.wall.as_micros() as u64)))
+        .ok_or_else(|| LoopError::Invalid("no questions, so no calls".into()))?;
+    writeln!(
+        out,
+        "\n{} calls, {failed} failed; fuel p50 {} p99 {}; time p50 {} µs p99 {} µs",
+        costs.calls, costs.fuel_p50, costs.fuel_p99, costs.wall_us_p50, costs.wall_us_p99
+    )
+    .map_err(report)?;
+    if failed > 0 {
+        return Err(LoopError::Failed(format!(
+            "{failed} of {} calls failed",
+            outcomes.len()
+        )));
+    }
+    Ok(())
+}
