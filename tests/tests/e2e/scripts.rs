@@ -7,11 +7,13 @@
 
 use std::process::Command;
 
-/// Every package of the workspace's graph with its features, as `cargo tree` resolves them
-/// for Linux with the dependency kinds `edges`: `name version [features]` lines.
-fn resolved_features(edges: &str) -> std::collections::BTreeSet<String> {
+/// Every package of the graph of `packages` (`--workspace`, or `-p NAME`) with its features,
+/// as `cargo tree` resolves them for Linux with the dependency kinds `edges`: `name version
+/// [features]` lines.
+fn resolved_features(packages: &[&str], edges: &str) -> std::collections::BTreeSet<String> {
     let out = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
-        .args(["tree", "--workspace", "--offline", "--prefix", "none"])
+        .args(["tree", "--offline", "--prefix", "none"])
+        .args(packages)
         .args(["--target", "x86_64-unknown-linux-gnu", "-e", edges])
         .args(["-f", "{p} [{f}]"])
         .current_dir(sluice_tests::repo())
@@ -35,18 +37,52 @@ fn the_demo_build_and_the_test_build_resolve_the_same_features() {
     // `make demo` builds `--workspace --bin sluice` (the workspace's features, no
     // dev-dependencies), `make test` every target:
     // a library resolved with other features in one of them is compiled twice.
-    let demo = resolved_features("normal,build");
-    let test = resolved_features("normal,build,dev");
+    let demo = resolved_features(&["--workspace"], "normal,build");
+    let test = resolved_features(&["--workspace"], "normal,build,dev");
     let differing: Vec<&String> = demo.difference(&test).collect();
     assert!(
         differing.is_empty(),
-        "features that only the test build turns on (add them in crates/app/Cargo.toml): {:#?}",
+        "features that only the test build turns on (run `cargo hakari generate`): {:#?}",
         test.difference(&demo)
             .filter(|t| differing
                 .iter()
                 .any(|d| d.split(' ').next() == t.split(' ').next()))
             .collect::<Vec<_>>()
     );
+}
+
+#[test]
+fn a_build_of_one_crate_resolves_every_dependency_as_the_workspace_build_does() {
+    // Each crate depends on crates/workspace-hack, which asks every dependency for the
+    // features the whole workspace asks of it (cargo-hakari writes it): so `cargo test -p
+    // sluice-core`, an editor's build of one crate, and `make check` share one compile of
+    // each dependency instead of each resolving its own.
+    let workspace = resolved_features(&["--workspace"], "normal,build,dev");
+    let metadata = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()))
+        .args([
+            "metadata",
+            "--format-version",
+            "1",
+            "--no-deps",
+            "--offline",
+        ])
+        .current_dir(sluice_tests::repo())
+        .output()
+        .expect("cargo metadata runs");
+    let metadata: serde_json::Value = serde_json::from_slice(&metadata.stdout).unwrap();
+    let members: Vec<&str> = (metadata["packages"].as_array().unwrap().iter())
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert!(members.len() > 15, "{members:?}");
+    for member in members {
+        let alone = resolved_features(&["-p", member], "normal,build,dev");
+        let differing: Vec<&String> = alone.difference(&workspace).collect();
+        assert!(
+            differing.is_empty(),
+            "`cargo test -p {member}` resolves these otherwise than the workspace (run `cargo \
+             hakari generate` and `cargo hakari manage-deps`): {differing:#?}"
+        );
+    }
 }
 
 #[test]

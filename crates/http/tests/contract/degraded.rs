@@ -92,10 +92,14 @@ async fn provoke(reason: Degraded) -> Stream {
             let mut kit = Kit::new(&[("SLUICE_RETRIEVAL_DEADLINE_MS", "100")])
                 .ingested("default")
                 .await;
-            // Counting a text holding the marker takes 5 s.
-            let slow = sluice_testkit::Hooked::new().on_count(|text| {
+            // Counting a text holding the marker takes 5 s, or until the test has its answer
+            // (`release` dropped): the runtime's shutdown then does not wait out the count.
+            let (release, gate) = std::sync::mpsc::channel::<()>();
+            let gate = std::sync::Mutex::new(gate);
+            let slow = sluice_testkit::Hooked::new().on_count(move |text| {
                 if text.contains(SLOW_TURN) {
-                    std::thread::sleep(Duration::from_millis(5000));
+                    let gate = gate.lock().unwrap_or_else(|e| e.into_inner());
+                    let _ = gate.recv_timeout(Duration::from_millis(5000));
                 }
             });
             kit.parts.embedder = Some(Arc::new(slow));
@@ -114,6 +118,7 @@ async fn provoke(reason: Degraded) -> Stream {
                 "the answer waited for the count: {:?}",
                 started.elapsed()
             );
+            drop(release);
             Stream::from_chat(&reply.raw)
         }
         Degraded::RerankFailed => {
