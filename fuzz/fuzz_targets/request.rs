@@ -34,7 +34,7 @@ fuzz_target!(|data: &[u8]| {
         let tenant = Tenant::new("t").expect("a valid tenant");
         let headers = http::HeaderMap::new();
         let body = br#"{"query": "How long does a card take?", "k": 3}"#;
-        let r = sluice_http::answer_request(config(), tenant, None, &headers, body, Instant::now())
+        let r = sluice_http::answer_request(config(), tenant, None, &headers, body, Instant::now(), None)
             .expect("a known-good answer request");
         assert_eq!((r.query.as_str(), r.k), ("How long does a card take?", 3));
         let documents = parse_file("a.md", b"# Title\nSome text.", &Default::default())
@@ -74,6 +74,7 @@ fuzz_target!(|data: &[u8]| {
                 &headers,
                 rest,
                 Instant::now(),
+                None,
             ) {
                 assert!(!r.query.is_empty() && r.query.trim() == r.query);
                 assert!(r.query.chars().count() <= MAX_QUERY_CHARS);

@@ -121,6 +121,7 @@ fn bench(c: &mut Criterion) {
             include_prompt: false,
             ends_by: None,
             show_rerank_failure: false,
+            settings: None,
         };
         let received = request.received;
         let done = runtime.block_on(async {

@@ -16,13 +16,30 @@ pub struct Check {
     /// Whether the part is ready (or will be made by `sluice serve`).
     pub ok: bool,
     /// The part.
-    pub part: &'static str,
+    pub part: String,
     /// What was found, and what to do when it is not ready.
     pub detail: String,
 }
 
-fn check(ok: bool, part: &'static str, detail: String) -> Check {
+fn check(ok: bool, part: &str, detail: String) -> Check {
+    let part = part.to_string();
     Check { ok, part, detail }
+}
+
+/// The parts a running server's `/readyz` `report` names, each with its state.
+pub fn readiness(report: &serde_json::Value) -> Vec<Check> {
+    let parts = report["checks"].as_object().into_iter().flatten();
+    (parts.map(|(part, state)| {
+        let ok = state["ok"] == true;
+        let detail = match (ok, state["id"].as_str(), state["error"].as_str()) {
+            (true, Some(id), _) => format!("ready ({id})"),
+            (true, None, _) => "ready".to_string(),
+            (false, _, Some(error)) => error.to_string(),
+            (false, _, None) => "not ready".to_string(),
+        };
+        check(ok, part, detail)
+    }))
+    .collect()
 }
 
 /// Each part `sluice serve` needs, in order: the embedding model (loaded and run), the data

@@ -15,6 +15,7 @@ use sluice_cache_dynamodb::DynamoCache;
 use sluice_contract::auth::{KeyRecord, KeyStore};
 use sluice_contract::cache::CacheStore;
 use sluice_contract::settings::ConfigError;
+use sluice_contract::tenant_settings::SettingsStore;
 use sluice_contract::usage::UsageStore;
 use sluice_contract::{error::CacheError, error::EmbedError, error::LlmError, error::StoreError};
 use sluice_contract::{
@@ -24,6 +25,7 @@ use sluice_convert::ConvertLimits;
 use sluice_core::Config;
 use sluice_core::cache::lexicon::LexiconError;
 use sluice_core::cache::memory::MemoryCache;
+use sluice_core::tenants::FileSettings;
 use sluice_core::usage::LocalUsage;
 use sluice_core::{cache::CacheSettings, cache::SemanticCache};
 use sluice_core::{
@@ -192,6 +194,12 @@ pub async fn parts(
         false => None,
     };
     let keys = keys(&config.auth, &aws).await?;
+    // Tenants' settings: `sluice serve` keeps them in a file beside its data (the Lambda
+    // functions keep none yet: every tenant answers with the deployment's defaults there).
+    let settings: Option<Arc<dyn SettingsStore>> = match role {
+        Role::All => Some(Arc::new(FileSettings::new(&config.auth.settings_file))),
+        _ => None,
+    };
     let usage = match role.answers() || role.documents() {
         true => usage_store(&config, &aws).await?,
         false => None,
@@ -218,6 +226,7 @@ pub async fn parts(
         components: None,
         keys,
         usage,
+        settings,
         config,
         convert,
     };
@@ -414,6 +423,15 @@ async fn keys(config: &AuthConfig, aws: &AwsConfig) -> Result<Option<Arc<dyn Key
             None
         }
     })
+}
+
+/// Creates the DynamoDB answer-cache table `SLUICE_CACHE_TABLE` names (idempotent): its name,
+/// and whether it was made now.
+pub async fn create_cache_table(aws: &AwsConfig) -> Result<(String, bool), AppError> {
+    let role = aws.cache_tenant_role_arn.as_deref();
+    let table = DynamoCache::connect(&aws.cache_table, role).await?;
+    let created = table.create_table().await?;
+    Ok((table.table().to_string(), created))
 }
 
 /// Keeps a new key's `record` where this process's settings keep keys (the keys file of

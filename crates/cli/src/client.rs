@@ -207,31 +207,21 @@ pub async fn get_document(client: &Client, id: &str) -> Result<()> {
     Ok(())
 }
 
-/// What `sluice documents delete` removes.
-pub enum Deletion<'a> {
-    /// One document.
-    Id(&'a str),
-    /// The documents matching a filter (JSON text).
-    Filter(&'a str),
-    /// Every document of the tenant.
-    All,
-}
-
-/// `sluice documents delete`: one document, or all matching (a thousand per call, called
-/// until none is left, with the count so far shown).
-pub async fn delete_documents(client: &Client, what: Deletion<'_>) -> Result<()> {
-    let selection = match what {
-        Deletion::Id(id) => {
-            let path = format!("/v1/documents/{}", escape(id));
-            let report = client.delete(&path, None).await?;
+/// `sluice documents delete`: the document `id`, or those passing `filter` (JSON text), or
+/// `all` (a thousand per call, called until none is left, with the count so far shown).
+async fn delete_documents(client: &Client, id: Option<&str>, filter: Option<&str>) -> Result<()> {
+    let selection = match (id, filter) {
+        (Some(id), _) => {
+            let report = client
+                .delete(&format!("/v1/documents/{}", escape(id)), None)
+                .await?;
             println!("deleted {id}; corpus version {}", report["corpus_version"]);
             return Ok(());
         }
-        Deletion::Filter(f) => {
-            let filter: Value = serde_json::from_str(f).context("--filter is not JSON")?;
-            json!({ "filter": filter })
+        (None, Some(f)) => {
+            json!({ "filter": serde_json::from_str::<Value>(f).context("--filter is not JSON")? })
         }
-        Deletion::All => json!({ "all": true }),
+        (None, None) => json!({ "all": true }),
     };
     let progress = &mut |so_far| eprintln!("deleted {so_far} documents so far…");
     let report = client.delete_documents(&selection, progress).await?;
@@ -255,16 +245,7 @@ pub async fn usage(
         println!("{usage:#}");
         return Ok(());
     }
-    let columns = [
-        "answers",
-        "cache_hits",
-        "prompt_tokens",
-        "completion_tokens",
-        "component_calls",
-        "component_fuel",
-        "documents",
-        "chunks",
-    ];
+    let columns = sluice_contract::usage::Counts::FIELDS;
     let line = |label: &str, row: &Value| {
         let cells: Vec<String> = columns
             .iter()
@@ -348,13 +329,10 @@ pub async fn documents(client: &Client, command: DocumentsCommand) -> Result<()>
         DocumentsCommand::Delete {
             id, filter, all, ..
         } => {
-            let what = match (&id, &filter) {
-                (Some(id), _) => Deletion::Id(id),
-                (None, Some(f)) => Deletion::Filter(f),
-                (None, None) if all => Deletion::All,
-                (None, None) => bail!("name a document, --filter or --all"),
-            };
-            delete_documents(client, what).await
+            if id.is_none() && filter.is_none() && !all {
+                bail!("name a document, --filter or --all");
+            }
+            delete_documents(client, id.as_deref(), filter.as_deref()).await
         }
     }
 }

@@ -3,8 +3,6 @@
 //! server (its `/readyz`: model, store, LLM). It creates nothing and asks no server it was
 //! not pointed at.
 
-use std::time::Duration;
-
 use anyhow::{Result, bail};
 
 fn report(ok: bool, what: &str, detail: &str) -> bool {
@@ -29,7 +27,7 @@ async fn environment(settings: &sluice_app::Settings) -> Result<()> {
     println!("configuration: {settings:?}\n");
     let mut ok = true;
     for check in sluice_app::doctor::checks(settings).await {
-        ok &= report(check.ok, check.part, &check.detail);
+        ok &= report(check.ok, &check.part, &check.detail);
     }
     if !ok {
         bail!("some parts are missing (see ✗ above)");
@@ -40,43 +38,28 @@ async fn environment(settings: &sluice_app::Settings) -> Result<()> {
 /// A running server's own view of its parts: `GET /readyz`.
 async fn server(url: &str) -> Result<()> {
     println!("Checking the server at {url} (its /readyz: model, store, LLM).\n");
-    let client = reqwest::Client::builder()
-        .timeout(Duration::from_secs(5))
-        .build()?;
-    let response = match client.get(format!("{url}/readyz")).send().await {
-        Ok(r) => r,
+    let (status, body) = match sluice_client::Client::new(url)?.ready().await {
+        Ok(answer) => answer,
         Err(e) => {
             report(false, "server", &format!("nothing answers at {url} ({e})"));
             bail!("no server at {url} — start one with `sluice serve`, or check --url");
         }
     };
-    let status = response.status();
-    let body: serde_json::Value = match response.json().await {
-        Ok(body) => body,
-        Err(_) => {
-            report(
-                false,
-                "server",
-                &format!("{url}/readyz answered {status} without JSON"),
-            );
-            bail!("{url} is not a Sluice server (no /readyz report)");
-        }
+    let Some(body) = body else {
+        report(
+            false,
+            "server",
+            &format!("{url}/readyz answered {status} without JSON"),
+        );
+        bail!("{url} is not a Sluice server (no /readyz report)");
     };
-    report(
-        status.is_success(),
+    let mut ok = report(
+        (200..300).contains(&status),
         "server",
         &format!("{url} answers ({status})"),
     );
-    let mut ok = status.is_success();
-    for (part, check) in body["checks"].as_object().into_iter().flatten() {
-        let fine = check["ok"] == true;
-        let detail = match (fine, check["id"].as_str(), check["error"].as_str()) {
-            (true, Some(id), _) => format!("ready ({id})"),
-            (true, None, _) => "ready".to_string(),
-            (false, _, Some(error)) => error.to_string(),
-            (false, _, None) => "not ready".to_string(),
-        };
-        ok &= report(fine, part, &detail);
+    for check in sluice_app::doctor::readiness(&body) {
+        ok &= report(check.ok, &check.part, &check.detail);
     }
     if !ok {
         bail!("the server at {url} is not ready (see ✗ above)");

@@ -11,20 +11,20 @@ use sluice_contract::{auth::KeyRecord, auth::Permission, auth::Principal};
 /// Makes a key, stores its digest where `settings` say, and prints the key. A key bound to a
 /// `filter` gets only `answer` unless told otherwise, and a permission that acts on the whole
 /// tenant only with `tenant_wide` ([`check_grant`]).
-pub async fn create(
-    settings: &Settings,
-    tenant: String,
-    permissions: Option<&[String]>,
-    name: Option<String>,
-    filter: Option<&str>,
-    token_budget: Option<u64>,
-    tenant_wide: bool,
-) -> Result<()> {
+pub async fn create(settings: &Settings, new: NewKey) -> Result<()> {
+    let NewKey {
+        tenant,
+        permissions,
+        name,
+        filter,
+        token_budget,
+        tenant_wide,
+    } = new;
     if token_budget == Some(0) {
         bail!("--token-budget: a budget is a whole number of tokens from 1");
     }
     let tenant = Tenant::new(&tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
-    let filter = filter
+    let filter = (filter.as_deref())
         .map(|text| -> Result<Filter> {
             let value: serde_json::Value =
                 serde_json::from_str(text).context("--filter: not JSON")?;
@@ -78,38 +78,44 @@ pub async fn create_table(settings: &Settings) -> Result<()> {
     Ok(())
 }
 
+/// What `sluice keys create` is told.
+#[derive(clap::Args)]
+pub struct NewKey {
+    /// The tenant the key acts for.
+    #[arg(long)]
+    pub tenant: String,
+    /// What the key may do, comma-separated: answer, documents, documents:delete,
+    /// components, cache, usage, usage:keys (every key's usage), prompt (see the
+    /// assembled prompt), settings (the tenant's settings and prompt) [default: all but
+    /// prompt and usage:keys; with --filter: answer]
+    #[arg(long, value_delimiter = ',')]
+    pub permissions: Option<Vec<String>>,
+    /// A label for people (never used for access).
+    #[arg(long)]
+    pub name: Option<String>,
+    /// A metadata filter (JSON, the language of answers' `filter`) the key is bound to:
+    /// ANDed with every request's own, so the key only ever sees documents that pass it,
+    /// e.g. '{"groups": {"$in": ["finance"]}}'.
+    #[arg(long)]
+    pub filter: Option<String>,
+    /// Tokens (prompt + completion) the key may spend per calendar month (UTC); past them
+    /// its answers are refused with 429 budget_exceeded.
+    #[arg(long)]
+    pub token_budget: Option<u64>,
+    /// With --filter: let the bound key hold permissions that act on the whole tenant
+    /// beyond its filter (components: the rerank component that orders every key's
+    /// answers; settings: what every key's answers follow; usage:keys: every key's usage).
+    /// Refused without this flag.
+    #[arg(long, requires = "filter")]
+    pub tenant_wide: bool,
+}
+
 #[derive(Subcommand)]
 pub enum KeysCommand {
     /// Make a key for a tenant and print it (once: only its SHA-256 is stored, in
     /// SLUICE_API_KEYS_FILE, or in the DynamoDB table SLUICE_API_KEYS_TABLE). `sluice serve`
     /// reads the file at start: restart it to use the new key.
-    Create {
-        /// The tenant the key acts for.
-        #[arg(long)]
-        tenant: String,
-        /// What the key may do, comma-separated: answer, documents, documents:delete,
-        /// components, cache, usage, usage:keys (every key's usage), prompt (see the
-        /// assembled prompt) [default: all but prompt and usage:keys; with --filter: answer]
-        #[arg(long, value_delimiter = ',')]
-        permissions: Option<Vec<String>>,
-        /// A label for people (never used for access).
-        #[arg(long)]
-        name: Option<String>,
-        /// A metadata filter (JSON, the language of answers' `filter`) the key is bound to:
-        /// ANDed with every request's own, so the key only ever sees documents that pass it,
-        /// e.g. '{"groups": {"$in": ["finance"]}}'.
-        #[arg(long)]
-        filter: Option<String>,
-        /// Tokens (prompt + completion) the key may spend per calendar month (UTC); past them
-        /// its answers are refused with 429 budget_exceeded.
-        #[arg(long)]
-        token_budget: Option<u64>,
-        /// With --filter: let the bound key hold permissions that act on the whole tenant
-        /// beyond its filter (components: the rerank component that orders every key's
-        /// answers; usage:keys: every key's usage). Refused without this flag.
-        #[arg(long, requires = "filter")]
-        tenant_wide: bool,
-    },
+    Create(NewKey),
     /// Create the DynamoDB table SLUICE_API_KEYS_TABLE (the SAM template makes it in a deployment).
     CreateTable,
 }
@@ -117,25 +123,7 @@ pub enum KeysCommand {
 /// `sluice keys …`.
 pub async fn command(settings: &Settings, command: KeysCommand) -> Result<()> {
     match command {
-        KeysCommand::Create {
-            tenant,
-            permissions,
-            name,
-            filter,
-            token_budget,
-            tenant_wide,
-        } => {
-            create(
-                settings,
-                tenant,
-                permissions.as_deref(),
-                name,
-                filter.as_deref(),
-                token_budget,
-                tenant_wide,
-            )
-            .await
-        }
+        KeysCommand::Create(new) => create(settings, new).await,
         KeysCommand::CreateTable => create_table(settings).await,
     }
 }

@@ -9,6 +9,7 @@ mod doctor;
 mod eval;
 mod keys;
 mod serve;
+mod settings;
 
 use std::path::PathBuf;
 
@@ -19,6 +20,7 @@ use client::DocumentsCommand;
 use component::ComponentCommand;
 use eval::EvalCommand;
 use keys::KeysCommand;
+use settings::SettingsCommand;
 
 #[derive(Parser)]
 #[command(
@@ -40,9 +42,8 @@ enum Command {
         /// Files or folders (searched recursively).
         #[arg(required = true)]
         paths: Vec<PathBuf>,
-        /// Server base URL [default: http://$SLUICE_ADDR]
-        #[arg(long, env = "SLUICE_URL")]
-        url: Option<String>,
+        #[command(flatten)]
+        target: Target,
     },
     /// Ask a question and stream the answer.
     Ask {
@@ -65,23 +66,15 @@ enum Command {
         /// strings, as the API's `rerank_context` (e.g. '{"plan": "premium"}').
         #[arg(long, value_name = "JSON")]
         rerank_context: Option<String>,
-        /// Tenant (with auth off; with a key, the key's) [default: SLUICE_DEFAULT_TENANT]
-        #[arg(long)]
-        tenant: Option<String>,
-        /// Server base URL [default: http://$SLUICE_ADDR]
-        #[arg(long, env = "SLUICE_URL")]
-        url: Option<String>,
+        #[command(flatten)]
+        target: Target,
     },
     /// List, read or delete a tenant's documents on a running server.
     Documents {
         #[command(subcommand)]
         command: DocumentsCommand,
-        /// Tenant (with auth off; with a key, the key's) [default: SLUICE_DEFAULT_TENANT]
-        #[arg(long, global = true)]
-        tenant: Option<String>,
-        /// Server base URL [default: http://$SLUICE_ADDR]
-        #[arg(long, env = "SLUICE_URL", global = true)]
-        url: Option<String>,
+        #[command(flatten)]
+        target: Target,
     },
     /// Show the tenant's usage per day (answers, tokens, component fuel, documents) from a
     /// running server.
@@ -98,12 +91,15 @@ enum Command {
         /// Print the server's JSON.
         #[arg(long)]
         json: bool,
-        /// Tenant (with auth off; with a key, the key's) [default: SLUICE_DEFAULT_TENANT]
-        #[arg(long)]
-        tenant: Option<String>,
-        /// Server base URL [default: http://$SLUICE_ADDR]
-        #[arg(long, env = "SLUICE_URL")]
-        url: Option<String>,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// Read or change the tenant's own settings and prompt on a running server.
+    Settings {
+        #[command(subcommand)]
+        command: SettingsCommand,
+        #[command(flatten)]
+        target: Target,
     },
     /// Check the model, the data folder, the LLM and the server.
     Doctor {
@@ -153,6 +149,17 @@ enum Command {
     },
 }
 
+/// The server a client command talks to, and as which tenant.
+#[derive(clap::Args)]
+struct Target {
+    /// Tenant (with auth off; with a key, the key's) [default: SLUICE_DEFAULT_TENANT]
+    #[arg(long, global = true)]
+    tenant: Option<String>,
+    /// Server base URL [default: http://$SLUICE_ADDR]
+    #[arg(long, env = "SLUICE_URL", global = true)]
+    url: Option<String>,
+}
+
 #[derive(Subcommand)]
 enum ModelCommand {
     /// Write model.nnef.tar beside model.onnx: the graph after tract's analysis and
@@ -181,12 +188,8 @@ enum CacheCommand {
     CreateTable,
     /// Forget the cached answers of a tenant on a running server (DELETE /v1/cache).
     Clear {
-        /// Tenant [default: SLUICE_DEFAULT_TENANT]
-        #[arg(long)]
-        tenant: Option<String>,
-        /// Server base URL [default: http://$SLUICE_ADDR]
-        #[arg(long, env = "SLUICE_URL")]
-        url: Option<String>,
+        #[command(flatten)]
+        target: Target,
     },
 }
 
@@ -213,15 +216,15 @@ fn run() -> Result<()> {
     let cli = Cli::parse();
     let settings = sluice_app::Settings::from_env()?;
     let config = &settings.config;
-    let server = |url: Option<String>, tenant: Option<&str>| {
-        let client = sluice_client::Client::new(&server_url(config, url))?;
-        Ok::<_, anyhow::Error>(client.for_tenant(tenant))
+    let server = |target: Target| {
+        let client = sluice_client::Client::new(&server_url(config, target.url))?;
+        Ok::<_, anyhow::Error>(client.for_tenant(target.tenant.as_deref()))
     };
     let runtime = tokio::runtime::Runtime::new()?;
     match cli.command {
         Command::Serve => runtime.block_on(serve::run(settings)),
-        Command::Ingest { paths, url: u } => {
-            runtime.block_on(client::ingest(&server(u, None)?, &paths, &settings.convert))
+        Command::Ingest { paths, target } => {
+            runtime.block_on(client::ingest(&server(target)?, &paths, &settings.convert))
         }
         Command::Ask {
             query,
@@ -230,8 +233,7 @@ fn run() -> Result<()> {
             no_cache,
             filter,
             rerank_context,
-            tenant,
-            url: u,
+            target,
         } => {
             let flag = |flag, text: Option<String>, example| {
                 (text.as_deref())
@@ -249,28 +251,28 @@ fn run() -> Result<()> {
                     r#"'{"plan": "premium"}'"#,
                 )?,
             };
-            let client = server(u, tenant.as_deref())?;
+            let client = server(target)?;
             runtime.block_on(client::ask(&client, &query, &options))
         }
-        Command::Documents {
-            command,
-            tenant,
-            url: u,
-        } => runtime.block_on(client::documents(&server(u, tenant.as_deref())?, command)),
+        Command::Documents { command, target } => {
+            runtime.block_on(client::documents(&server(target)?, command))
+        }
         Command::Usage {
             from,
             to,
             keys,
             json,
-            tenant,
-            url: u,
+            target,
         } => runtime.block_on(client::usage(
-            &server(u, tenant.as_deref())?,
+            &server(target)?,
             from.as_deref(),
             to.as_deref(),
             keys,
             json,
         )),
+        Command::Settings { command, target } => {
+            runtime.block_on(settings::command(&server(target)?, command))
+        }
         Command::Doctor { url } => runtime.block_on(doctor::run(&settings, url.as_deref())),
         Command::Store {
             command: StoreCommand::CreateCollection,
@@ -282,20 +284,13 @@ fn run() -> Result<()> {
         }),
         Command::Cache {
             command: CacheCommand::CreateTable,
-        } => runtime.block_on(async {
-            let table = sluice_cache_dynamodb::DynamoCache::connect(
-                &settings.aws.cache_table,
-                settings.aws.cache_tenant_role_arn.as_deref(),
-            )
-            .await?;
-            let created = table.create_table().await?;
-            println!(
-                "table {} {}",
-                table.table(),
-                if created { "created" } else { "already exists" }
-            );
+        } => {
+            let (table, created) =
+                runtime.block_on(sluice_app::create_cache_table(&settings.aws))?;
+            let created = if created { "created" } else { "already exists" };
+            println!("table {table} {created}");
             Ok(())
-        }),
+        }
         Command::Keys { command } => runtime.block_on(keys::command(&settings, command)),
         Command::Eval { command } => runtime.block_on(eval::command(&settings, command)),
         Command::Component { command } => runtime.block_on(component::command(&settings, command)),
@@ -310,10 +305,12 @@ fn run() -> Result<()> {
         Command::Fixture { command } => runtime.block_on(bench::fixture(command)),
         Command::Bench { command } => runtime.block_on(bench::command(config, command)),
         Command::Cache {
-            command: CacheCommand::Clear { tenant, url: u },
+            command: CacheCommand::Clear { mut target },
         } => {
-            let tenant = tenant.unwrap_or_else(|| config.auth.default_tenant.to_string());
-            runtime.block_on(client::clear_cache(&server(u, Some(&tenant))?, &tenant))
+            let tenant =
+                (target.tenant.take()).unwrap_or_else(|| config.auth.default_tenant.to_string());
+            target.tenant = Some(tenant.clone());
+            runtime.block_on(client::clear_cache(&server(target)?, &tenant))
         }
     }
 }

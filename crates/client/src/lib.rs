@@ -308,6 +308,29 @@ impl Client {
         self.get(&format!("/v1/usage?{}", query.join("&"))).await
     }
 
+    /// `PUT /v1/settings` with `settings`: the tenant's settings as stored, with their new
+    /// version.
+    pub async fn put_settings(&self, settings: &Value) -> Result<Value, ClientError> {
+        let (headers, bytes) = json_body(settings);
+        let request = self.request(reqwest::Method::PUT, "/v1/settings");
+        let request = request
+            .timeout(REQUEST_TIMEOUT)
+            .headers(headers)
+            .body(bytes);
+        let response = self.send(request).await?;
+        self.read(response).await
+    }
+
+    /// `GET /readyz`: its HTTP status and the server's report of its parts (`None` when it
+    /// answered without JSON: not a Sluice server).
+    pub async fn ready(&self) -> Result<(u16, Option<Value>), ClientError> {
+        let request = self.request(reqwest::Method::GET, "/readyz");
+        let response =
+            (request.timeout(REQUEST_TIMEOUT).send().await).map_err(|e| self.connect(e))?;
+        let status = response.status().as_u16();
+        Ok((status, response.json().await.ok()))
+    }
+
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let request = self.http.request(method, format!("{}{path}", self.base));
         match &self.tenant {

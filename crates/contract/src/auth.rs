@@ -50,11 +50,14 @@ pub enum Permission {
     /// `GET /v1/usage?keys=true`: the usage of each of the tenant's keys (an administrator's).
     #[serde(rename = "usage:keys")]
     UsageKeys,
+    /// `GET` and `PUT /v1/settings`: the tenant's own settings and prompt, which every key's
+    /// answers follow. Keys made before it existed do not have it.
+    Settings,
 }
 
 impl Permission {
     /// Every permission, in the order the docs list them.
-    pub const ALL: [Permission; 8] = [
+    pub const ALL: [Permission; 9] = [
         Permission::Answer,
         Permission::Documents,
         Permission::DocumentsDelete,
@@ -63,29 +66,35 @@ impl Permission {
         Permission::Prompt,
         Permission::Usage,
         Permission::UsageKeys,
+        Permission::Settings,
     ];
 
     /// What a new key gets unless told otherwise: everything but [`Permission::Prompt`] and
     /// [`Permission::UsageKeys`].
-    pub const DEFAULT: [Permission; 6] = [
+    pub const DEFAULT: [Permission; 7] = [
         Permission::Answer,
         Permission::Documents,
         Permission::DocumentsDelete,
         Permission::Components,
         Permission::Cache,
         Permission::Usage,
+        Permission::Settings,
     ];
 
     /// What a key bound to a filter gets unless told otherwise: answers within its filter.
     pub const BOUND_DEFAULT: [Permission; 1] = [Permission::Answer];
 
     /// Whether `self` acts on the whole tenant, whatever a key's filter: the tenant's rerank
-    /// component reorders every key's answers, and the usage of each key names the others. A
+    /// component reorders every key's answers, its settings shape them, and the usage of each
+    /// key names the others. A
     /// key bound to a filter holds these only when it was made [`Principal::tenant_wide`].
     /// (The cache is not among them: a bound key's `DELETE /v1/cache` forgets only the
     /// answers made under its own filter.)
     pub const fn tenant_wide(self) -> bool {
-        matches!(self, Permission::Components | Permission::UsageKeys)
+        matches!(
+            self,
+            Permission::Components | Permission::UsageKeys | Permission::Settings
+        )
     }
 
     /// The name used in key files, the CLI and error messages.
@@ -99,6 +108,7 @@ impl Permission {
             Permission::Prompt => "prompt",
             Permission::Usage => "usage",
             Permission::UsageKeys => "usage:keys",
+            Permission::Settings => "settings",
         }
     }
 

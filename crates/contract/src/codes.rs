@@ -141,6 +141,9 @@ wire_names! {
         ForbiddenHost = "forbidden_host",
         /// An unknown route.
         NotFound = "not_found",
+        /// A settings document with an unknown field or a value out of range; the message
+        /// names the field.
+        InvalidSettings = "invalid_settings",
         /// A component version the tenant does not have.
         UnknownVersion = "unknown_version",
         /// A document id the tenant (or the key's filter) does not have.
@@ -151,6 +154,9 @@ wire_names! {
         UsageDisabled = "usage_disabled",
         /// This deployment runs without tenant components.
         ComponentsDisabled = "components_disabled",
+        /// This process keeps no tenant settings (a function that serves no answers, or one
+        /// without `SLUICE_SETTINGS_TABLE`).
+        SettingsDisabled = "settings_disabled",
         /// A wrong method on a known route.
         MethodNotAllowed = "method_not_allowed",
         /// A body over its cap.
@@ -176,6 +182,8 @@ wire_names! {
         Internal = "internal",
         /// The answer cache cannot be reached.
         CacheUnavailable = "cache_unavailable",
+        /// The tenant settings store could not be read or written.
+        SettingsUnavailable = "settings_unavailable",
         /// The usage store cannot be read.
         UsageUnavailable = "usage_unavailable",
         /// The API keys cannot be checked.
@@ -204,13 +212,13 @@ impl Code {
             | InvalidSessionId | InvalidCache | InvalidDocument | InvalidRequest
             | InvalidFilter | InvalidTenant | InvalidComponent | InvalidN | InvalidMaxTokens
             | UnreadableBody | InvalidPage | ConfirmationRequired | InvalidRange
-            | InvalidRerankContext => 400,
+            | InvalidRerankContext | InvalidSettings => 400,
             MissingApiKey | InvalidApiKey => 401,
             ForbiddenTenant | PermissionDenied | OutsideKeyFilter | CrossOrigin | ForbiddenHost => {
                 403
             }
             NotFound | UnknownVersion | UnknownDocument | CacheDisabled | ComponentsDisabled
-            | UsageDisabled => 404,
+            | UsageDisabled | SettingsDisabled => 404,
             MethodNotAllowed => 405,
             BodyTimeout => 408,
             UriTooLong => 414,
@@ -222,7 +230,7 @@ impl Code {
             IngestFailed | StorageFailed | Internal => 500,
             LlmRejected | LlmStreamFailed => 502,
             CacheUnavailable | AuthUnavailable | LlmUnavailable | StoreUnavailable
-            | UsageUnavailable | ShuttingDown => 503,
+            | UsageUnavailable | SettingsUnavailable | ShuttingDown => 503,
             LlmTimeout | DeadlineExceeded => 504,
         }
     }
@@ -238,6 +246,7 @@ impl Code {
                 | AuthUnavailable
                 | StoreUnavailable
                 | UsageUnavailable
+                | SettingsUnavailable
                 | LlmUnavailable
                 | LlmTimeout
                 | LlmStreamFailed

@@ -33,6 +33,7 @@ pub mod settings;
 pub mod sse;
 pub mod stages;
 pub mod tenant;
+pub mod tenant_settings;
 pub mod usage;
 
 pub use tenant::Tenant;

@@ -26,6 +26,7 @@ pub mod config;
 pub mod ingest;
 pub mod pipeline;
 pub mod prompt;
+pub mod tenants;
 pub mod trace;
 pub mod usage;
 

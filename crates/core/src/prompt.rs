@@ -1,6 +1,7 @@
 //! Prompt assembly: numbered sources `[1]..[k]`, under a token budget derived from the LLM's
 //! context window, lowest-ranked sources dropped first.
 
+use sluice_contract::tenant_settings::{Citations, PromptSettings};
 use sluice_contract::{stages::ChatMessage, stages::Hit};
 
 /// What a chat client sent besides its last question.
@@ -15,17 +16,42 @@ pub struct Conversation {
 
 /// Version of the instructions and the prompt layout below. Cached answers carry it and
 /// answer only while it is unchanged: bump it with every change to the prompt.
-pub const PROMPT_VERSION: u32 = 1;
+pub const PROMPT_VERSION: u32 = 2;
 
-/// Instruction when sources are present.
-pub const SYSTEM_WITH_SOURCES: &str = "You are Sluice, an assistant that answers questions \
-using only the numbered sources provided. Cite the sources you use inline as [n]. If the \
-sources do not contain the answer, say that you do not know. Be concise.";
+/// What an answer says when retrieval found nothing and the tenant does not answer without
+/// sources, unless the tenant's `prompt.no_answer` says otherwise.
+pub const NO_ANSWER: &str = "I could not find this in the documents.";
 
-/// Instruction when retrieval found nothing or did not finish in time.
-pub const SYSTEM_WITHOUT_SOURCES: &str = "You are Sluice, a helpful assistant. No documents \
-were available for this question: answer briefly from general knowledge, say that no sources \
-were available, and do not cite any.";
+/// The system message's instructions: the tenant's own first (who the assistant is, its
+/// language and tone), then Sluice's rules, which the pipeline and the page depend on (the
+/// sources are numbered, answers come from them and cite them as the tenant's `citations`
+/// say) — last, so that the tenant's text cannot turn them off by coming after them.
+pub fn instructions(own: &PromptSettings, with_sources: bool) -> String {
+    let rules = if with_sources {
+        let cite = match own.citations {
+            Citations::Numbers => {
+                "Cite the sources you use inline as [n], the number of the source."
+            }
+            Citations::None => "Do not put source numbers or citation marks in the answer.",
+        };
+        let no_answer = match &own.no_answer {
+            Some(text) => format!("reply: {}", text.trim()),
+            None => "say that you do not know".to_string(),
+        };
+        format!(
+            "Answer using only the numbered sources provided. {cite} If the sources do not \
+             contain the answer, {no_answer}. Be concise."
+        )
+    } else {
+        "No documents were available for this question: answer briefly from general \
+         knowledge, say that no sources were available, and do not cite any."
+            .to_string()
+    };
+    match &own.instructions {
+        Some(who) => format!("{}\n\n{rules}", who.trim()),
+        None => rules,
+    }
+}
 
 /// Tokens allowed per message for the chat template's role markers.
 const PER_MESSAGE_OVERHEAD: usize = 8;
@@ -78,6 +104,7 @@ pub fn assemble(
     conversation: &Conversation,
     hits: Vec<Hit>,
     budget: usize,
+    own: &PromptSettings,
     count: &dyn Fn(&str) -> usize,
 ) -> Prompt {
     let client_system = conversation.system.as_deref().map_or(0, count);
@@ -96,7 +123,7 @@ pub fn assemble(
         })
         .collect();
     let mut keep = hits.len();
-    let mut total = count(SYSTEM_WITH_SOURCES)
+    let mut total = count(&instructions(own, true))
         + question_tokens
         + SOURCES_FRAMING
         + costs.iter().sum::<usize>();
@@ -108,7 +135,7 @@ pub fn assemble(
     let dropped = sources.len() - keep;
     sources.truncate(keep);
     let mut estimated_tokens = if keep == 0 {
-        count(SYSTEM_WITHOUT_SOURCES) + question_tokens
+        count(&instructions(own, false)) + question_tokens
     } else {
         total
     };
@@ -124,7 +151,7 @@ pub fn assemble(
         first_kept -= 1;
     }
     Prompt {
-        messages: messages(question, conversation, &turns[first_kept..], &sources),
+        messages: messages(question, conversation, &turns[first_kept..], &sources, own),
         sources,
         dropped,
         turns_dropped: first_kept,
@@ -137,15 +164,12 @@ fn messages(
     conversation: &Conversation,
     turns: &[ChatMessage],
     sources: &[Hit],
+    own: &PromptSettings,
 ) -> Vec<ChatMessage> {
-    let instructions = if sources.is_empty() {
-        SYSTEM_WITHOUT_SOURCES
-    } else {
-        SYSTEM_WITH_SOURCES
-    };
+    let instructions = instructions(own, !sources.is_empty());
     let system = match &conversation.system {
         Some(own) => format!("{instructions}\n\n{own}"),
-        None => instructions.to_string(),
+        None => instructions,
     };
     let mut messages = Vec::with_capacity(turns.len() + 2);
     messages.push(ChatMessage::new("system", system));
@@ -217,12 +241,22 @@ mod tests {
             ],
             Some("Answer in French."),
         );
-        let p = assemble("and for premium?", &c, vec![hit("a", 3)], 1000, &words);
+        let p = assemble(
+            "and for premium?",
+            &c,
+            vec![hit("a", 3)],
+            1000,
+            &PromptSettings::default(),
+            &words,
+        );
         let roles: Vec<&str> = p.messages.iter().map(|m| m.role.as_str()).collect();
         assert_eq!(roles, ["system", "user", "assistant", "user"]);
         assert_eq!(
             p.messages[0].content,
-            format!("{SYSTEM_WITH_SOURCES}\n\nAnswer in French.")
+            format!(
+                "{}\n\nAnswer in French.",
+                instructions(&PromptSettings::default(), true)
+            )
         );
         assert_eq!(p.messages[1].content, "what is the atm limit?");
         assert!(
@@ -232,10 +266,20 @@ mod tests {
         );
         assert_eq!(p.turns_dropped, 0);
         // Without sources, the same place for the turns and the client's system message.
-        let p = assemble("and for premium?", &c, vec![], 1000, &words);
+        let p = assemble(
+            "and for premium?",
+            &c,
+            vec![],
+            1000,
+            &PromptSettings::default(),
+            &words,
+        );
         assert_eq!(
             p.messages[0].content,
-            format!("{SYSTEM_WITHOUT_SOURCES}\n\nAnswer in French.")
+            format!(
+                "{}\n\nAnswer in French.",
+                instructions(&PromptSettings::default(), false)
+            )
         );
         assert_eq!(p.messages.len(), 4);
     }
@@ -252,7 +296,14 @@ mod tests {
             .collect();
         let turns: Vec<(&str, &str)> = turns.iter().map(|(r, c)| (*r, c.as_str())).collect();
         let c = chat(&turns, None);
-        let full = assemble("q", &c, vec![hit("a", 50)], usize::MAX, &words);
+        let full = assemble(
+            "q",
+            &c,
+            vec![hit("a", 50)],
+            usize::MAX,
+            &PromptSettings::default(),
+            &words,
+        );
         assert_eq!(full.turns_dropped, 0);
         // Room for about two turns fewer: the two oldest go, the source stays.
         let p = assemble(
@@ -260,6 +311,7 @@ mod tests {
             &c,
             vec![hit("a", 50)],
             full.estimated_tokens - 40,
+            &PromptSettings::default(),
             &words,
         );
         assert_eq!((p.turns_dropped, p.dropped), (2, 0));
@@ -270,8 +322,22 @@ mod tests {
         );
         assert!(p.estimated_tokens <= full.estimated_tokens - 40);
         // No room for any turn: the question and its source still go.
-        let bare = assemble("q", &none(), vec![hit("a", 50)], usize::MAX, &words);
-        let p = assemble("q", &c, vec![hit("a", 50)], bare.estimated_tokens, &words);
+        let bare = assemble(
+            "q",
+            &none(),
+            vec![hit("a", 50)],
+            usize::MAX,
+            &PromptSettings::default(),
+            &words,
+        );
+        let p = assemble(
+            "q",
+            &c,
+            vec![hit("a", 50)],
+            bare.estimated_tokens,
+            &PromptSettings::default(),
+            &words,
+        );
         assert_eq!((p.turns_dropped, p.dropped, p.messages.len()), (6, 0, 2));
     }
 
@@ -282,9 +348,13 @@ mod tests {
             &none(),
             vec![hit("a", 3), hit("b", 3)],
             1000,
+            &PromptSettings::default(),
             &words,
         );
-        assert_eq!(p.messages[0].content, SYSTEM_WITH_SOURCES);
+        assert_eq!(
+            p.messages[0].content,
+            instructions(&PromptSettings::default(), true)
+        );
         let user = &p.messages[1].content;
         let a = user.find("[1] Title a").unwrap();
         let b = user.find("[2] Title b").unwrap();
@@ -300,7 +370,14 @@ mod tests {
         let bytes = |s: &str| s.len();
         let mut long = hit("long", 1);
         long.text = "x".repeat(1 << 20);
-        let p = assemble("q", &none(), vec![hit("a", 3), long], 2000, &bytes);
+        let p = assemble(
+            "q",
+            &none(),
+            vec![hit("a", 3), long],
+            2000,
+            &PromptSettings::default(),
+            &bytes,
+        );
         assert_eq!(p.dropped, 1, "the megabyte source is over the budget");
         assert!(p.estimated_tokens <= 2000);
         let sent: usize = p.messages.iter().map(|m| m.content.len()).sum();
@@ -310,8 +387,23 @@ mod tests {
     #[test]
     fn lowest_ranked_sources_are_dropped_to_fit() {
         let hits = vec![hit("a", 100), hit("b", 100), hit("c", 100)];
-        let full = assemble("q", &none(), hits.clone(), usize::MAX, &words).estimated_tokens;
-        let p = assemble("q", &none(), hits, full - 50, &words);
+        let full = assemble(
+            "q",
+            &none(),
+            hits.clone(),
+            usize::MAX,
+            &PromptSettings::default(),
+            &words,
+        )
+        .estimated_tokens;
+        let p = assemble(
+            "q",
+            &none(),
+            hits,
+            full - 50,
+            &PromptSettings::default(),
+            &words,
+        );
         assert_eq!(p.dropped, 1);
         assert_eq!(
             p.sources
@@ -326,14 +418,31 @@ mod tests {
 
     #[test]
     fn no_context_gets_its_own_instruction() {
-        let p = assemble("what is rust?", &none(), vec![], 1000, &words);
-        assert_eq!(p.messages[0].content, SYSTEM_WITHOUT_SOURCES);
+        let p = assemble(
+            "what is rust?",
+            &none(),
+            vec![],
+            1000,
+            &PromptSettings::default(),
+            &words,
+        );
+        assert_eq!(
+            p.messages[0].content,
+            instructions(&PromptSettings::default(), false)
+        );
         assert_eq!(p.messages[1].content, "what is rust?");
         // Everything dropped also ends in the no-context instruction.
-        let p = assemble("q", &none(), vec![hit("a", 500)], 100, &words);
+        let p = assemble(
+            "q",
+            &none(),
+            vec![hit("a", 500)],
+            100,
+            &PromptSettings::default(),
+            &words,
+        );
         assert_eq!(
             (p.dropped, p.messages[0].content.as_str()),
-            (1, SYSTEM_WITHOUT_SOURCES)
+            (1, instructions(&PromptSettings::default(), false).as_str())
         );
     }
 
@@ -344,6 +453,7 @@ mod tests {
             &none(),
             vec![hit("a", 40), hit("b", 60)],
             usize::MAX,
+            &PromptSettings::default(),
             &words,
         );
         let counted: usize = p
@@ -367,5 +477,35 @@ mod tests {
     fn budget_leaves_room_for_output_and_margin() {
         assert_eq!(input_budget(8192, 256), 8192 - 256 - 819);
         assert_eq!(input_budget(100, 500), 0);
+    }
+
+    #[test]
+    fn the_tenants_instructions_come_first_and_sluices_rules_last() {
+        let own = PromptSettings {
+            instructions: Some("You are Ada, the bank's assistant. Answer in French.".into()),
+            no_answer: Some("Je ne sais pas.".into()),
+            citations: Citations::None,
+            answer_without_sources: true,
+        };
+        let p = assemble("q", &none(), vec![hit("a", 3)], 1000, &own, &words);
+        let system = &p.messages[0].content;
+        assert!(system.starts_with("You are Ada"), "{system}");
+        let rules = system
+            .find("Answer using only the numbered sources")
+            .expect(system);
+        assert!(rules > system.find("Answer in French").unwrap(), "{system}");
+        assert!(system.contains("reply: Je ne sais pas."), "{system}");
+        assert!(system.contains("Do not put source numbers"), "{system}");
+        assert!(!system.contains("[n]"), "{system}");
+        assert!(
+            p.estimated_tokens > words(system),
+            "the instructions are counted"
+        );
+        // No name unless the tenant gives one: the built-in assistant is not "Sluice".
+        let plain = instructions(&PromptSettings::default(), true);
+        assert!(
+            !plain.contains("Sluice") && plain.contains("[n]"),
+            "{plain}"
+        );
     }
 }

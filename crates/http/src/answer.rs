@@ -19,6 +19,7 @@ use sluice_contract::filter::Filter;
 use sluice_contract::sse::Event;
 use sluice_contract::stages::MAX_K;
 use sluice_contract::stages::RerankContext;
+use sluice_contract::tenant_settings::StoredSettings;
 use sluice_contract::usage::day_string;
 use sluice_core::Pipeline;
 use sluice_core::config::AnswerConfig;
@@ -108,8 +109,8 @@ pub(crate) struct AnswerBody {
 
 /// Parses and validates the body of `POST /v1/answer` (with its `Cache-Control` and
 /// `traceparent` headers) into a pipeline request for `tenant`, whose key may bind a filter
-/// (`key_filter`, ANDed with the one the body sends); defaults from `config`. Request bodies
-/// are untrusted input: this is fuzzed (`fuzz/`).
+/// (`key_filter`, ANDed with the one the body sends); defaults from the tenant's `settings`,
+/// else from `config`. Request bodies are untrusted input: this is fuzzed (`fuzz/`).
 pub fn answer_request(
     config: &AnswerConfig,
     tenant: Tenant,
@@ -117,14 +118,18 @@ pub fn answer_request(
     headers: &HeaderMap,
     body: &[u8],
     received: Instant,
+    settings: Option<Arc<StoredSettings>>,
 ) -> Result<AnswerRequest, ApiError> {
     let body: AnswerBody = parse_json(body)?;
-    checked_request(config, tenant, key_filter, headers, body, received)
+    checked_request(
+        config, tenant, key_filter, headers, body, received, settings,
+    )
 }
 
 /// Checks an answer body already parsed (the answer route's, or a chat completion's question
 /// with its `sluice` options) into a pipeline request for `tenant`. The effective filter is
-/// the key's AND the body's: a request can narrow what its key sees, never widen it.
+/// the key's AND the body's: a request can narrow what its key sees, never widen it. What the
+/// body leaves out comes from the tenant's `settings`, else from `config`.
 pub(crate) fn checked_request(
     config: &AnswerConfig,
     tenant: Tenant,
@@ -132,7 +137,9 @@ pub(crate) fn checked_request(
     headers: &HeaderMap,
     body: AnswerBody,
     received: Instant,
+    settings: Option<Arc<StoredSettings>>,
 ) -> Result<AnswerRequest, ApiError> {
+    let own = settings.as_ref().map(|s| &s.settings);
     let query = body
         .query
         .ok_or_else(|| ApiError::new(Code::MissingQuery, "\"query\" is required"))?;
@@ -148,7 +155,7 @@ pub(crate) fn checked_request(
         ));
     }
     let k = match body.k {
-        None => config.top_k,
+        None => own.and_then(|s| s.k).unwrap_or(config.top_k),
         Some(k) => match k.as_u64() {
             Some(n) if (1..=MAX_K as u64).contains(&n) => n as usize,
             _ => {
@@ -168,7 +175,8 @@ pub(crate) fn checked_request(
         ));
     }
     let retrieval_deadline = match body.retrieval_deadline_ms {
-        None => config.retrieval_deadline,
+        None => (own.and_then(|s| s.retrieval_deadline_ms))
+            .map_or(config.retrieval_deadline, Duration::from_millis),
         Some(ms) if ms <= MAX_DEADLINE_MS => Duration::from_millis(ms),
         Some(ms) => {
             return Err(ApiError::new(
@@ -221,6 +229,7 @@ pub(crate) fn checked_request(
         include_prompt: body.include_prompt,
         ends_by: None,
         show_rerank_failure: false,
+        settings,
     })
 }
 
@@ -246,6 +255,7 @@ pub(crate) async fn answer(
     let caller = admit(&server, &headers, Permission::Answer).await?;
     let pipeline = server.answers("POST", "/v1/answer")?;
     let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
+    let settings = crate::settings::of_tenant(&server, &caller.tenant, received).await;
     let request = answer_request(
         &pipeline.config,
         caller.tenant.clone(),
@@ -253,6 +263,7 @@ pub(crate) async fn answer(
         &headers,
         &bytes,
         received,
+        settings,
     )?;
     let events = open_answer(&server, pipeline, &caller, deadline, request)?;
     Ok(sse_response(

@@ -43,6 +43,7 @@ pub mod openai;
 mod parts;
 pub mod quota;
 mod serve;
+mod settings;
 mod usage;
 
 use std::sync::Arc;
@@ -101,6 +102,9 @@ pub struct Server {
     pub usage: Option<Arc<Meter>>,
     /// Caps and the time budget of converting one uploaded file (`sluice-convert`).
     pub convert: ConvertLimits,
+    /// Each tenant's own settings (`/v1/settings`, and what its answers follow); `None` in a
+    /// process that keeps none.
+    pub tenants: Option<Arc<sluice_core::tenants::Tenants>>,
 }
 
 impl Server {
@@ -123,6 +127,7 @@ impl Server {
             default_tenant: auth.default_tenant.clone(),
             usage: None,
             convert: ConvertLimits::default(),
+            tenants: None,
         }
     }
 
@@ -211,6 +216,7 @@ pub fn router(server: Arc<Server>) -> Router {
         )
         .route("/v1/cache", delete(clear_cache).get(cache_state))
         .route("/v1/usage", get(usage::usage))
+        .route("/v1/settings", get(settings::get).put(settings::put))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models))
         .fallback(not_found)

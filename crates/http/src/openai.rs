@@ -324,6 +324,7 @@ pub(crate) async fn chat_completions(
     let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
     let (chat, answer) = answer_body(&bytes)?;
     let parts = chat_parts(&chat)?;
+    let settings = crate::settings::of_tenant(&server, &caller.tenant, received).await;
     let mut request = checked_request(
         &pipeline.config,
         caller.tenant.clone(),
@@ -331,6 +332,7 @@ pub(crate) async fn chat_completions(
         &headers,
         answer,
         received,
+        settings,
     )?;
     request.conversation = parts.conversation;
     request.max_tokens = parts.max_tokens;

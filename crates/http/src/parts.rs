@@ -5,12 +5,14 @@
 use std::sync::Arc;
 
 use sluice_contract::auth::KeyStore;
+use sluice_contract::tenant_settings::SettingsStore;
 use sluice_contract::usage::UsageStore;
 use sluice_contract::{
     stages::Components, stages::Embedder, stages::Llm, stages::Reranker, stages::Store,
 };
 use sluice_convert::ConvertLimits;
 use sluice_core::cache::SemanticCache;
+use sluice_core::tenants::Tenants;
 use sluice_core::{Config, Ingest, Pipeline};
 use sluice_core::{usage::Meter, usage::MeterSettings};
 
@@ -73,6 +75,9 @@ pub struct Parts {
     pub keys: Option<Arc<dyn KeyStore>>,
     /// Where usage is written (answers, documents); `None` with `SLUICE_USAGE=off`.
     pub usage: Option<Arc<dyn UsageStore>>,
+    /// Where tenants' settings are kept (answers); `None`: every tenant answers with the
+    /// deployment's defaults, and `/v1/settings` is 404 `settings_disabled`.
+    pub settings: Option<Arc<dyn SettingsStore>>,
 }
 
 impl Parts {
@@ -99,6 +104,8 @@ impl Parts {
             pipeline.reranker = self.reranker;
             pipeline.cache = self.cache;
             server = server.with_answers(Arc::new(pipeline));
+            server.tenants = (self.settings)
+                .map(|store| Arc::new(Tenants::new(store, config.auth.settings_fresh)));
         }
         server.convert = self.convert;
         server.components = self.components;

@@ -186,6 +186,7 @@ mod tests {
             components: None,
             keys: None,
             usage: Some(usage.clone()),
+            settings: None,
         };
         (Arc::new(parts.into_server()), usage)
     }

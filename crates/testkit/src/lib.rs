@@ -29,11 +29,13 @@ pub mod filters;
 mod llm;
 mod rerank;
 pub mod services;
+mod settings;
 mod store;
 
 pub use embed::{HashEmbedder, Hooked};
 pub use llm::{LlmCall, Reply, ScriptedLlm};
 pub use rerank::{SCRIPTED_FUEL_PER_HIT, ScriptedReranker, Verdict};
+pub use settings::MemorySettings;
 pub use store::{MemoryStore, Troubled};
 
 use std::collections::HashMap;

@@ -49,6 +49,9 @@ pub struct Probe {
     /// The exact key: hex SHA-256 of `normalised` (and of the variant, when there is one).
     pub key: String,
     guard: Guard,
+    /// The cosine a similar question must reach, when the tenant set its own
+    /// (`cache_threshold` of its settings); `None`: the configured or learned one.
+    pub threshold: Option<f32>,
 }
 
 impl Probe {
@@ -73,6 +76,7 @@ impl Probe {
             normalised,
             key,
             guard,
+            threshold: None,
         }
     }
 }
@@ -280,7 +284,7 @@ impl SemanticCache {
             Ok(Err(e)) => return Lookup::Failed(e.to_string()),
             Ok(Ok(candidates)) => candidates,
         };
-        let threshold = self.threshold(tenant);
+        let threshold = (probe.threshold).unwrap_or_else(|| self.threshold(tenant));
         let explore = self.settings.explore.get(tenant).copied().unwrap_or(0.0);
         // A tenant that learns compares candidates down to the learner's floor.
         let least = if explore > 0.0 {

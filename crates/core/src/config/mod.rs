@@ -14,6 +14,11 @@ use sluice_contract::settings::{self, ConfigError, millis, one_of, parse, ranged
 use sluice_contract::stages::MAX_K;
 use sluice_contract::tenant::{TENANT_RULE, Tenant};
 
+mod cache;
+
+use cache::cache_section;
+pub use cache::{CacheBackend, CacheConfig};
+
 /// Everything Sluice reads from its environment, in one section per owner: each adapter is
 /// given its own section, and `sluice-app` picks the backends from them.
 #[derive(Debug, Clone)]
@@ -149,42 +154,6 @@ pub struct IngestConfig {
     pub pack_sections: bool,
 }
 
-/// The answer cache: where, and its rules.
-#[derive(Debug, Clone)]
-pub struct CacheConfig {
-    /// `SLUICE_CACHE`: where answers are cached.
-    pub backend: CacheBackend,
-    /// `SLUICE_CACHE_TTL_SECS`: lifetime of a cached answer.
-    pub ttl: Duration,
-    /// `SLUICE_CACHE_THRESHOLD`: cosine a paraphrase needs to reach to be answered from cache.
-    pub threshold: f32,
-    /// `SLUICE_CACHE_TENANT_THRESHOLDS`: per-tenant thresholds, `acme=0.97,globex=0.9`.
-    pub tenant_thresholds: HashMap<Tenant, f32>,
-    /// `SLUICE_CACHE_BUDGET_MS`: budget of one cache lookup round; late is a miss.
-    pub budget: Duration,
-    /// `SLUICE_CACHE_MAX_ENTRIES`: size bound of the in-memory cache.
-    pub max_entries: usize,
-    /// `SLUICE_CACHE_EXPLORE`: tenants that learn their threshold, with the share of cache
-    /// candidates they compare with the LLM's answer, `acme=0.05`.
-    pub explore: HashMap<Tenant, f64>,
-    /// `SLUICE_CACHE_ERROR_BOUND`: the false-hit rate a learned threshold keeps under.
-    pub error_bound: f64,
-    /// `SLUICE_CACHE_LEXICON`: the guard's WordNet table (default `lexicon.txt` in
-    /// `SLUICE_MODEL_DIR`); `None` for `none`: any differing word is another question.
-    pub lexicon: Option<PathBuf>,
-}
-
-/// Where answers are cached (`SLUICE_CACHE`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheBackend {
-    /// No cache: every request reports `cache: "bypass"`.
-    Off,
-    /// In the process (the local default).
-    Memory,
-    /// A DynamoDB table, shared by every process (`SLUICE_CACHE_TABLE`).
-    Dynamodb,
-}
-
 /// Who may call: API keys, and the tenant of a request while auth is off.
 #[derive(Debug, Clone)]
 pub struct AuthConfig {
@@ -193,6 +162,12 @@ pub struct AuthConfig {
     pub default_tenant: Tenant,
     /// `SLUICE_API_KEYS_FILE`: the key file of `sluice serve` (auth on when set).
     pub api_keys_file: Option<PathBuf>,
+    /// `SLUICE_SETTINGS_FILE`: where `sluice serve` keeps each tenant's settings (default
+    /// `settings.json` in `SLUICE_DATA_DIR`).
+    pub settings_file: PathBuf,
+    /// `SLUICE_SETTINGS_FRESH_MS`: how long a process uses a tenant's settings before reading
+    /// them again: a change is in force everywhere within it.
+    pub settings_fresh: Duration,
 }
 
 impl Config {
@@ -222,7 +197,7 @@ impl Config {
                 fusion: fusion_section(&get)?,
             },
             ingest: ingest_section(&get)?,
-            auth: auth_section(&get)?,
+            auth: auth_section(&get, &data_dir)?,
             usage: usage_section(&get, &data_dir)?,
             home,
             data_dir,
@@ -314,67 +289,10 @@ fn ingest_section(get: &impl Fn(&str) -> Option<String>) -> Result<IngestConfig,
     Ok(ingest)
 }
 
-fn cache_section(
+fn auth_section(
     get: &impl Fn(&str) -> Option<String>,
-    budget: Duration,
-    model_dir: &Path,
-) -> Result<CacheConfig, ConfigError> {
-    Ok(CacheConfig {
-        backend: one_of(
-            get,
-            "SLUICE_CACHE",
-            &[
-                ("memory", CacheBackend::Memory),
-                ("dynamodb", CacheBackend::Dynamodb),
-                ("off", CacheBackend::Off),
-            ],
-        )?,
-        ttl: Duration::from_secs(
-            ranged(get, "SLUICE_CACHE_TTL_SECS", 86_400, 1, 365 * 86_400)? as u64,
-        ),
-        threshold: threshold(
-            "SLUICE_CACHE_THRESHOLD",
-            get("SLUICE_CACHE_THRESHOLD").as_deref().unwrap_or("0.9"),
-        )?,
-        tenant_thresholds: tenant_thresholds(
-            get("SLUICE_CACHE_TENANT_THRESHOLDS")
-                .as_deref()
-                .unwrap_or(""),
-        )?,
-        budget,
-        max_entries: ranged(get, "SLUICE_CACHE_MAX_ENTRIES", 10_000, 1, 10_000_000)?,
-        explore: tenant_values(
-            "SLUICE_CACHE_EXPLORE",
-            get("SLUICE_CACHE_EXPLORE").as_deref().unwrap_or(""),
-            "exploration rate",
-            "acme=0.05,globex=0.1",
-            |v| match v.parse::<f64>() {
-                Ok(r) if r > 0.0 && r <= 1.0 => Ok(r),
-                _ => Err("is not a number over 0 and at most 1".into()),
-            },
-        )?,
-        error_bound: {
-            let v = get("SLUICE_CACHE_ERROR_BOUND").unwrap_or_else(|| "0.01".into());
-            match v.trim().parse::<f64>() {
-                Ok(b) if b > 0.0 && b <= 0.5 => b,
-                _ => {
-                    return Err(ConfigError {
-                        name: "SLUICE_CACHE_ERROR_BOUND",
-                        value: v,
-                        expected: "a false-hit rate over 0 and at most 0.5 (0.01 is 1 %)".into(),
-                    });
-                }
-            }
-        },
-        lexicon: match get("SLUICE_CACHE_LEXICON") {
-            Some(v) if v == "none" => None,
-            Some(path) => Some(PathBuf::from(path)),
-            None => Some(model_dir.join("lexicon.txt")),
-        },
-    })
-}
-
-fn auth_section(get: &impl Fn(&str) -> Option<String>) -> Result<AuthConfig, ConfigError> {
+    data_dir: &Path,
+) -> Result<AuthConfig, ConfigError> {
     let default_tenant = get("SLUICE_DEFAULT_TENANT").unwrap_or_else(|| "default".into());
     Ok(AuthConfig {
         default_tenant: Tenant::new(&default_tenant).map_err(|_| ConfigError {
@@ -383,26 +301,9 @@ fn auth_section(get: &impl Fn(&str) -> Option<String>) -> Result<AuthConfig, Con
             expected: TENANT_RULE.into(),
         })?,
         api_keys_file: get("SLUICE_API_KEYS_FILE").map(PathBuf::from),
-    })
-}
-
-/// A cosine threshold: from 0.8 (looser answers paraphrases that are not) to 1.0.
-fn threshold(name: &'static str, value: &str) -> Result<f32, ConfigError> {
-    match value.trim().parse::<f32>() {
-        Ok(t) if (0.8..=1.0).contains(&t) => Ok(t),
-        _ => Err(ConfigError {
-            name,
-            value: value.to_string(),
-            expected: "a number from 0.8 to 1.0".into(),
-        }),
-    }
-}
-
-/// `tenant=threshold` pairs separated by commas.
-fn tenant_thresholds(value: &str) -> Result<HashMap<Tenant, f32>, ConfigError> {
-    const NAME: &str = "SLUICE_CACHE_TENANT_THRESHOLDS";
-    tenant_values(NAME, value, "threshold", "acme=0.97,globex=0.9", |t| {
-        threshold(NAME, t).map_err(|_| "is not from 0.8 to 1.0".to_string())
+        settings_file: (get("SLUICE_SETTINGS_FILE").map(PathBuf::from))
+            .unwrap_or_else(|| data_dir.join("settings.json")),
+        settings_fresh: millis(get, "SLUICE_SETTINGS_FRESH_MS", 5_000, 0)?,
     })
 }
 

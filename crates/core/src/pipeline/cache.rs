@@ -68,7 +68,7 @@ impl Pipeline {
             return ExactRead::default();
         };
         let scope = self.scope(request, *v, c.as_ref(), progress);
-        let probe = Probe::scoped(&request.query, progress.variant.as_deref());
+        let probe = probe(request, progress);
         let started = Instant::now();
         let found = bounded(
             progress.deadline,
@@ -107,7 +107,7 @@ impl Pipeline {
             return Round::Skipped;
         };
         let scope = self.scope(request, version, active.as_ref(), progress);
-        let probe = Probe::scoped(&request.query, progress.variant.as_deref());
+        let probe = probe(request, progress);
         let started = Instant::now();
         let found = match (vector, cache.in_process()) {
             (Ok((v, _)), true) if exact_read => {
@@ -321,4 +321,14 @@ impl Pipeline {
             }
         }
     }
+}
+
+/// The request's cache probe: its question under its variant, at the tenant's own threshold
+/// when it set one.
+fn probe(request: &AnswerRequest, progress: &Progress) -> Probe {
+    let mut probe = Probe::scoped(&request.query, progress.variant.as_deref());
+    probe.threshold = (request.settings.as_ref())
+        .and_then(|s| s.settings.cache_threshold)
+        .map(|t| t as f32);
+    probe
 }

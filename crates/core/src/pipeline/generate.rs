@@ -33,9 +33,18 @@ impl Pipeline {
         async_stream::stream! {
             let llm_start = Instant::now();
             let traceparent = request.trace.header();
-            let max_tokens = request.max_tokens.map_or(this.config.max_tokens, |n| n.min(this.config.max_tokens));
+            let max_tokens = request.max_tokens_under(this.config.max_tokens);
             let estimated_prompt_tokens = prompt.estimated_tokens as u64;
-            let mut upstream = match this.llm.stream(prompt.messages, max_tokens, &traceparent).await {
+            // A tenant that does not answer without sources gets its refusal, and the LLM is
+            // not asked.
+            let own = request.prompt_settings();
+            let refusal = (prompt.sources.is_empty() && !own.answer_without_sources)
+                .then(|| own.no_answer.clone().unwrap_or_else(|| crate::prompt::NO_ANSWER.into()));
+            let upstream = match refusal {
+                Some(text) => Ok(refuse(text)),
+                None => this.llm.stream(prompt.messages, max_tokens, &traceparent).await,
+            };
+            let mut upstream = match upstream {
                 Ok(s) => s,
                 Err(e) => {
                     warn!(error = %e, "LLM request failed");
@@ -130,4 +139,18 @@ fn llm_error(e: &LlmError, mid_stream: bool) -> ErrorEvent {
         LlmError::Stream(_) => Code::LlmStreamFailed,
     };
     ErrorEvent::new(code, e.to_string())
+}
+
+/// The answer of a tenant that does not answer without sources: its refusal as one token,
+/// then the finish (`no_sources`), as an upstream would stream it.
+fn refuse(text: String) -> sluice_contract::stages::LlmStream {
+    let events = [
+        Ok(LlmEvent::Token(text)),
+        Ok(LlmEvent::Finish {
+            finish_reason: "no_sources".into(),
+            completion_tokens: None,
+            prompt_tokens: Some(0),
+        }),
+    ];
+    futures::stream::iter(events).boxed()
 }

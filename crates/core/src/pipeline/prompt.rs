@@ -37,9 +37,10 @@ impl Pipeline {
         // request whose retrieval used the whole deadline still gets its conversation).
         let embedder = Arc::clone(&self.embedder);
         let (query, conversation) = (request.query.clone(), request.conversation.clone());
+        let own = request.prompt_settings();
         let counting = tokio::task::spawn_blocking(move || {
             let counter = |text: &str| embedder.count_tokens(text);
-            prompt::assemble(&query, &conversation, hits, budget, &counter)
+            prompt::assemble(&query, &conversation, hits, budget, &own, &counter)
         });
         let left = (request.received + request.retrieval_deadline)
             .saturating_duration_since(Instant::now())
@@ -54,7 +55,8 @@ impl Pipeline {
                 progress.degraded.push(Degraded::PromptTimeout);
                 let counter = |text: &str| self.embedder.count_tokens(text);
                 let alone = Conversation::default();
-                prompt::assemble(&request.query, &alone, Vec::new(), budget, &counter)
+                let own = request.prompt_settings();
+                prompt::assemble(&request.query, &alone, Vec::new(), budget, &own, &counter)
             }
         };
         if prompt.dropped > 0 {
@@ -93,7 +95,7 @@ impl Pipeline {
             prompt_tokens: Some(prompt.estimated_tokens as u64),
             prompt: request.include_prompt.then(|| PromptEcho {
                 messages: prompt.messages.clone(),
-                max_tokens: self.config.max_tokens,
+                max_tokens: request.max_tokens_under(self.config.max_tokens),
             }),
         }))
     }

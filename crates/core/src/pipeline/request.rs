@@ -1,6 +1,7 @@
 //! The request as the pipeline takes it, validated by the entry point.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::time::Instant as Deadline;
@@ -14,6 +15,7 @@ use sluice_contract::filter::Filter;
 use sluice_contract::fusion::Fusion;
 use sluice_contract::sse::Timings;
 use sluice_contract::stages::{RerankContext, RerankFailure};
+use sluice_contract::tenant_settings::{PromptSettings, StoredSettings};
 
 /// A validated answer request.
 #[derive(Debug, Clone)]
@@ -59,6 +61,9 @@ pub struct AnswerRequest {
     /// Whether `meta.rerank_error` may say why the tenant's component failed: the caller
     /// manages the tenant's components (whose authors see no server log).
     pub show_rerank_failure: bool,
+    /// The tenant's own settings (`None`: it has set none): its fusion, cache threshold and
+    /// prompt here; its `k`, deadline and `max_tokens` are already in the fields above.
+    pub settings: Option<Arc<StoredSettings>>,
 }
 
 /// How many earlier user turns a follow-up's retrieval reads besides the question (newest
@@ -67,6 +72,22 @@ pub struct AnswerRequest {
 pub const FOLLOW_UP_TURNS: usize = 1;
 
 impl AnswerRequest {
+    /// The most tokens this answer may generate: the deployment's `cap`, lowered by the
+    /// tenant's `max_tokens` and the client's.
+    pub fn max_tokens_under(&self, cap: u32) -> u32 {
+        let own = self.settings.as_ref().and_then(|s| s.settings.max_tokens);
+        [Some(cap), own, self.max_tokens]
+            .into_iter()
+            .flatten()
+            .min()
+            .unwrap_or(cap)
+    }
+
+    /// The tenant's prompt settings (the defaults when it has set none).
+    pub fn prompt_settings(&self) -> PromptSettings {
+        (self.settings.as_ref()).map_or_else(PromptSettings::default, |s| s.settings.prompt.clone())
+    }
+
     /// What retrieval (embedding, BM25, rerank) reads: the question, then the last
     /// [`FOLLOW_UP_TURNS`] earlier user turns, newest first — so that a follow-up is found by
     /// what it refers to, and a question too long for the embedding window loses the oldest
@@ -90,16 +111,19 @@ impl AnswerRequest {
 
     /// Digest of what else shapes this answer besides the question and the scope's fields —
     /// the effective filter, the conversation, a `max_tokens` below the server's, a fusion
-    /// other than the built-in one (`fusion`, the tenant's), the rerank context — or `None`
-    /// when nothing does. Cached answers are keyed and scoped by it: one made under one
-    /// filter, conversation, length, fusion or context never answers another.
+    /// other than the built-in one (`fusion`, the tenant's), the rerank context, the version
+    /// of the tenant's settings — or `None` when nothing does. Cached answers are keyed and
+    /// scoped by it: one made under one filter, conversation, length, fusion, context or
+    /// settings version never answers another (a changed prompt never replays an old answer).
     pub fn variant(&self, fusion: &Fusion) -> Option<String> {
         let fusion = (*fusion != Fusion::default()).then(|| fusion.to_string());
+        let settings = self.settings.as_ref().map(|s| s.version);
         let plain = self.filter.is_none()
             && self.conversation == Conversation::default()
             && self.max_tokens.is_none()
             && fusion.is_none()
-            && self.rerank_context.is_empty();
+            && self.rerank_context.is_empty()
+            && settings.is_none();
         (!plain).then(|| {
             let what = serde_json::json!({
                 "filter": self.filter.as_ref().map(Filter::digest),
@@ -107,6 +131,7 @@ impl AnswerRequest {
                 "max_tokens": self.max_tokens,
                 "fusion": fusion,
                 "rerank_context": self.rerank_context,
+                "settings": settings,
             });
             sluice_contract::sha256_hex(what.to_string().as_bytes())
         })
@@ -135,7 +160,8 @@ pub(super) struct Progress {
 
 impl Progress {
     pub(super) fn new(config: &AnswerConfig, request: &AnswerRequest, request_id: String) -> Self {
-        let fusion = config.fusion.for_tenant(&request.tenant);
+        let own = request.settings.as_ref().and_then(|s| s.settings.fusion);
+        let fusion = own.unwrap_or_else(|| config.fusion.for_tenant(&request.tenant));
         Self {
             variant: request.variant(&fusion),
             fusion,

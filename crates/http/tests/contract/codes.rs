@@ -354,6 +354,25 @@ async fn provoke(code: Code) -> Seen {
             kit.parts.usage = Some(Arc::new(BrokenUsage { hang: false }));
             Seen::Refused(kit.app().send(Method::GET, "/v1/usage", &[], "").await)
         }
+        Code::InvalidSettings => Seen::Refused(
+            plain()
+                .send(Method::PUT, "/v1/settings", &[], r#"{"k": 0}"#.to_string())
+                .await,
+        ),
+        Code::SettingsDisabled => {
+            let mut kit = Kit::new(&[]);
+            kit.parts.settings = None;
+            Seen::Refused(kit.app().send(Method::GET, "/v1/settings", &[], "").await)
+        }
+        Code::SettingsUnavailable => {
+            let mut kit = Kit::new(&[]);
+            let broken = sluice_testkit::MemorySettings::default();
+            broken
+                .failing
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            kit.parts.settings = Some(Arc::new(broken));
+            Seen::Refused(kit.app().send(Method::GET, "/v1/settings", &[], "").await)
+        }
         Code::CacheDisabled => {
             let app = Kit::new(&[("SLUICE_CACHE", "off")]).app();
             Seen::Refused(app.send(Method::DELETE, "/v1/cache", &[], "").await)

@@ -101,6 +101,7 @@ impl Kit {
             components: None,
             keys: None,
             usage,
+            settings: Some(Arc::new(sluice_testkit::MemorySettings::default())),
         };
         Self { parts, llm }
     }

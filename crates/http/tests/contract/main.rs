@@ -19,5 +19,6 @@ mod kit;
 mod openai;
 mod rerank;
 mod serve;
+mod settings;
 mod stream;
 mod usage;

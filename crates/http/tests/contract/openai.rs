@@ -238,7 +238,9 @@ async fn earlier_turns_reach_the_model_and_a_follow_up_is_retrieved_by_what_it_r
     assert_eq!(roles, ["system", "user", "assistant", "user"]);
     // Sluice's instructions first, then the client's system message, in one system message.
     assert!(
-        sent[0].content.starts_with("You are Sluice"),
+        sent[0]
+            .content
+            .starts_with("Answer using only the numbered sources"),
         "{}",
         sent[0].content
     );

@@ -1,0 +1,111 @@
+//! Each tenant's own settings as the routes read them: from a [`SettingsStore`] (the file
+//! beside `sluice serve`'s keys, [`FileSettings`]; DynamoDB on Lambda), kept in memory for
+//! `SLUICE_SETTINGS_FRESH_MS`. A change made through any process is in force in every process
+//! within that time: an entry older than it is read again before it is used (bounded by the
+//! caller's deadline; a read that fails or is late keeps the last known settings, and is tried
+//! again only after another `SLUICE_SETTINGS_FRESH_MS`, so a broken store costs one bounded
+//! read per tenant per period, never one per request). A `PUT` is in force at once in the
+//! process that took it.
+
+mod file;
+
+pub use file::{FileSettings, now};
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sluice_contract::Tenant;
+use sluice_contract::tenant_settings::{
+    SettingsError, SettingsStore, StoredSettings, TenantSettings,
+};
+use tokio::time::Instant;
+use tracing::warn;
+
+/// Tenants' settings, read through a short in-process cache.
+pub struct Tenants {
+    store: Arc<dyn SettingsStore>,
+    fresh_for: Duration,
+    known: Mutex<HashMap<Tenant, Known>>,
+}
+
+#[derive(Clone)]
+struct Known {
+    read_at: Instant,
+    stored: Option<Arc<StoredSettings>>,
+}
+
+impl Tenants {
+    /// Settings from `store`, each read kept for `fresh_for`.
+    pub fn new(store: Arc<dyn SettingsStore>, fresh_for: Duration) -> Self {
+        Self {
+            store,
+            fresh_for,
+            known: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn known(&self) -> std::sync::MutexGuard<'_, HashMap<Tenant, Known>> {
+        self.known.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The tenant's settings (`None`: it has set none), at most `fresh_for` old when the store
+    /// answers by `by`.
+    pub async fn get(&self, tenant: &Tenant, by: Instant) -> Option<Arc<StoredSettings>> {
+        let last = self.known().get(tenant).cloned();
+        if let Some(known) = &last
+            && known.read_at.elapsed() < self.fresh_for
+        {
+            return known.stored.clone();
+        }
+        let read = tokio::time::timeout_at(by, self.store.get(tenant)).await;
+        let stored = match read {
+            Ok(Ok(stored)) => stored.map(Arc::new),
+            failed => {
+                let why = match failed {
+                    Ok(Err(e)) => e.to_string(),
+                    _ => "no answer by the deadline".to_string(),
+                };
+                warn!(%tenant, error = %why, "tenant settings unread: the last known are used");
+                last.and_then(|known| known.stored)
+            }
+        };
+        let known = Known {
+            read_at: Instant::now(),
+            stored: stored.clone(),
+        };
+        self.known().insert(tenant.clone(), known);
+        stored
+    }
+
+    /// The tenant's settings as stored now (not from memory), kept for later reads: what
+    /// `GET /v1/settings` shows.
+    pub async fn read(&self, tenant: &Tenant) -> Result<Option<StoredSettings>, SettingsError> {
+        let stored = self.store.get(tenant).await?;
+        let known = Known {
+            read_at: Instant::now(),
+            stored: stored.clone().map(Arc::new),
+        };
+        self.known().insert(tenant.clone(), known);
+        Ok(stored)
+    }
+
+    /// Stores the tenant's new settings (the version one more than the last) and uses them
+    /// in this process at once.
+    pub async fn put(
+        &self,
+        tenant: &Tenant,
+        settings: TenantSettings,
+    ) -> Result<StoredSettings, SettingsError> {
+        let stored = self.store.put(tenant, settings).await?;
+        let known = Known {
+            read_at: Instant::now(),
+            stored: Some(Arc::new(stored.clone())),
+        };
+        self.known().insert(tenant.clone(), known);
+        Ok(stored)
+    }
+}
+
+#[cfg(test)]
+mod tests;
