@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+use sluice_aws::settings::DynamoSettings;
 use sluice_aws::{AwsConfig, ComponentsConfig};
 use sluice_cache_dynamodb::DynamoCache;
 use sluice_contract::auth::{KeyRecord, KeyStore};
@@ -194,11 +195,14 @@ pub async fn parts(
         false => None,
     };
     let keys = keys(&config.auth, &aws).await?;
-    // Tenants' settings: `sluice serve` keeps them in a file beside its data (the Lambda
-    // functions keep none yet: every tenant answers with the deployment's defaults there).
-    let settings: Option<Arc<dyn SettingsStore>> = match role {
-        Role::All => Some(Arc::new(FileSettings::new(&config.auth.settings_file))),
-        _ => None,
+    // Tenants' settings, where answers are served: the DynamoDB table on Lambda
+    // (`SLUICE_SETTINGS_TABLE`), else `sluice serve`'s file; a function without the table
+    // keeps none, and every tenant answers with the deployment's defaults there.
+    let settings: Option<Arc<dyn SettingsStore>> = match (&aws.settings_table, role) {
+        (_, role) if !role.answers() => None,
+        (Some(table), _) => Some(Arc::new(DynamoSettings::connect(table).await?)),
+        (None, Role::All) => Some(Arc::new(FileSettings::new(&config.auth.settings_file))),
+        (None, _) => None,
     };
     let usage = match role.answers() || role.documents() {
         true => usage_store(&config, &aws).await?,

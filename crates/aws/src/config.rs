@@ -19,6 +19,9 @@ pub struct AwsConfig {
     pub usage_table: String,
     /// `SLUICE_API_KEYS_TABLE`: the DynamoDB table of keys on Lambda (auth on when set).
     pub api_keys_table: Option<String>,
+    /// `SLUICE_SETTINGS_TABLE`: the DynamoDB table of tenants' settings on Lambda (unset: the
+    /// functions keep none, and every tenant answers with the deployment's defaults).
+    pub settings_table: Option<String>,
     /// Where tenants' rerank components are kept.
     pub components: ComponentsConfig,
 }
@@ -68,6 +71,7 @@ impl AwsConfig {
             },
             usage_table: get("SLUICE_USAGE_TABLE").unwrap_or_else(|| "sluice-usage".into()),
             api_keys_table,
+            settings_table: get("SLUICE_SETTINGS_TABLE"),
             components: components_section(get)?,
         })
     }

@@ -26,6 +26,7 @@ mod config;
 pub mod documents;
 pub mod keys;
 pub mod secrets;
+pub mod settings;
 pub mod usage;
 
 /// Connecting to an AWS endpoint (in-region, or through a VPC endpoint): well under a second.

@@ -99,7 +99,8 @@ pub async fn bench(
         }
         Some((queries, corpus, tenant)) => {
             let questions = questions(queries)?;
-            let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(&settings.embed)?);
+            let model = sluice_app::model(&settings.embed).map_err(crate::pipeline)?;
+            let embedder: Arc<dyn Embedder> = Arc::new(model);
             let retrieved =
                 crate::test::retrieve(settings, &questions, corpus, tenant, &embedder).await?;
             let max = settings.rerank.max_text_bytes;

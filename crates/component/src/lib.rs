@@ -69,24 +69,10 @@ impl LoopError {
     }
 }
 
-/// The pipeline's own errors, as the loop's.
-macro_rules! pipeline_errors {
-    ($($error:ty),*) => {$(
-        impl From<$error> for LoopError {
-            fn from(e: $error) -> Self {
-                LoopError::Pipeline(e.to_string())
-            }
-        }
-    )*};
+/// A part of the pipeline that failed, as the loop's error.
+pub(crate) fn pipeline(e: impl std::fmt::Display) -> LoopError {
+    LoopError::Pipeline(e.to_string())
 }
-pipeline_errors!(
-    sluice_contract::error::EmbedError,
-    sluice_contract::error::IngestError,
-    sluice_contract::error::StoreError,
-    sluice_contract::stages::ComponentError,
-    sluice_app::AppError,
-    tokio::task::JoinError
-);
 
 /// A sandbox under the configured limits whose host runs no model (made-up embeddings, as
 /// at upload; words counted as tokens).

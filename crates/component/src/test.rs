@@ -11,7 +11,7 @@ use sluice_contract::stages::{
 };
 use sluice_core::Ingest;
 
-use crate::{LoopError, Question, Result, questions, report};
+use crate::{LoopError, Question, Result, pipeline, questions, report};
 
 /// What happened to one question.
 struct Outcome {
@@ -43,15 +43,16 @@ pub(crate) async fn retrieve(
     let store: Arc<dyn Store> = match corpus {
         Some(dir) => {
             let (documents, _) =
-                sluice_convert::read_files(&[dir.to_path_buf()], &settings.convert, &|_| {})?;
-            let store: Arc<dyn Store> = Arc::new(sluice_retrieve::EdgeStore::open(
-                &scratch.path().join("store"),
-                sluice_embed::DIM,
-            )?);
+                sluice_convert::read_files(&[dir.to_path_buf()], &settings.convert, &|_| {})
+                    .map_err(pipeline)?;
+            let store: Arc<dyn Store> = Arc::new(
+                sluice_retrieve::EdgeStore::open(&scratch.path().join("store"), sluice_embed::DIM)
+                    .map_err(pipeline)?,
+            );
             let mut ingest_config = config.ingest.clone();
             ingest_config.max_documents = ingest_config.max_documents.max(documents.len());
             let ingest = Ingest::new(ingest_config, Arc::clone(&embedder), Arc::clone(&store));
-            let report = ingest.ingest(tenant, documents).await?;
+            let report = ingest.ingest(tenant, documents).await.map_err(pipeline)?;
             eprintln!(
                 "corpus: {} documents, {} chunks from {}",
                 report.documents,
@@ -67,7 +68,7 @@ pub(crate) async fn retrieve(
                      or pass --corpus"
                 ))
             })?;
-            let chunks = store.count(tenant).await?;
+            let chunks = store.count(tenant).await.map_err(pipeline)?;
             if chunks == 0 {
                 return Err(LoopError::Invalid(format!(
                     "tenant {tenant} has no documents in the configured store; ingest some or \
@@ -82,11 +83,11 @@ pub(crate) async fn retrieve(
     let fusion = config.answer.fusion.for_tenant(tenant);
     let mut retrieved = Vec::with_capacity(questions.len());
     for q in questions {
-        let vector = (embedder.embed(&[q.query.as_str()])?.pop())
+        let vector = (embedder.embed(&[q.query.as_str()]).map_err(pipeline)?.pop())
             .ok_or_else(|| LoopError::Pipeline("the model returned no query vector".into()))?;
         let k = q.k.unwrap_or(config.answer.top_k);
         let search = Search::new(&q.query, &vector, k).fusion(fusion);
-        let hits = store.search(tenant, &search).await?;
+        let hits = store.search(tenant, &search).await.map_err(pipeline)?;
         retrieved.push((vector, hits));
     }
     Ok(retrieved)
@@ -107,7 +108,8 @@ pub async fn test(
     let bytes =
         std::fs::read(file).map_err(LoopError::io(format!("reading {}", file.display())))?;
     let questions = questions(queries)?;
-    let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(&settings.embed)?);
+    let embedder: Arc<dyn Embedder> =
+        Arc::new(sluice_app::model(&settings.embed).map_err(pipeline)?);
     let retrieved = retrieve(settings, &questions, corpus, tenant, &embedder).await?;
 
     // The component as the answer path runs it: uploaded to a registry (validated, compiled,
@@ -120,12 +122,15 @@ pub async fn test(
         .map_err(|e| refused(e.to_string()))?
         .world();
     let scratch = tempfile::tempdir().map_err(LoopError::io("making a scratch folder"))?;
-    let disk = sluice_rerank::Disk::open(&scratch.path().join("components"))?;
-    let registry = sluice_app::registry(&settings.rerank, Arc::clone(&embedder), Arc::new(disk))?;
+    let disk = sluice_rerank::Disk::open(&scratch.path().join("components")).map_err(pipeline)?;
+    let registry = sluice_app::registry(&settings.rerank, Arc::clone(&embedder), Arc::new(disk))
+        .map_err(pipeline)?;
     let version = registry
         .upload(tenant, &bytes, &sluice_contract::cancel::Cancel::new())
         .map_err(|e| refused(e.to_string()))?;
-    registry.activate(tenant, &version.version)?;
+    registry
+        .activate(tenant, &version.version)
+        .map_err(pipeline)?;
     let by = tokio::time::Instant::now() + Duration::from_secs(60);
     let active = (registry.active(tenant, by).await)
         .map_err(LoopError::Pipeline)?
@@ -154,7 +159,8 @@ pub async fn test(
                 context: &context,
             })
         })
-        .await?;
+        .await
+        .map_err(pipeline)?;
         let kept: Option<Vec<usize>> =
             (call.order.as_ref().ok()).map(|order| order.iter().map(|&(i, _)| i).collect());
         let dropped = match kept {

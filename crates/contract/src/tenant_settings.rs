@@ -123,6 +123,12 @@ pub struct StoredSettings {
     pub updated_at: String,
 }
 
+/// Now, as RFC 3339 in UTC: a version's `updated_at`.
+pub fn now() -> String {
+    let now = time::OffsetDateTime::now_utc();
+    (now.format(&time::format_description::well_known::Rfc3339)).unwrap_or_default()
+}
+
 /// A field of a settings document that is not valid, and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {message}")]

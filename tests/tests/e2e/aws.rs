@@ -431,3 +431,48 @@ async fn over_two_regions_an_upload_reaches_both_buckets_before_its_version_is_r
     );
     assert_eq!(versions, vec![]);
 }
+
+#[tokio::test]
+async fn tenant_settings_in_dynamodb_take_one_version_per_write_and_reach_another_process_within_their_freshness()
+ {
+    sluice_testkit::needs!(Aws);
+    use sluice_aws::settings::DynamoSettings;
+    use sluice_contract::tenant_settings::{SettingsStore, TenantSettings};
+    use sluice_core::tenants::Tenants;
+    let table = format!("settings-{}", uuid::Uuid::new_v4().simple());
+    let writer = Arc::new(DynamoSettings::connect(&table).await.unwrap());
+    writer.create_table().await.unwrap();
+    // Another process: its own client, reading through the answer path's kept copy.
+    let fresh = Duration::from_millis(500);
+    let reader = Tenants::new(
+        Arc::new(DynamoSettings::connect(&table).await.unwrap()),
+        fresh,
+    );
+    let acme = tenant("acme");
+    let by = || tokio::time::Instant::now() + Duration::from_secs(5);
+    assert!(reader.get(&acme, by()).await.is_none());
+    let with_k = |k| TenantSettings {
+        k: Some(k),
+        ..TenantSettings::default()
+    };
+    assert_eq!(writer.put(&acme, with_k(1)).await.unwrap().version, 1);
+    // Writers racing: each takes a version of its own.
+    let racing = (2..=5).map(|k| {
+        let writer = Arc::clone(&writer);
+        let acme = acme.clone();
+        tokio::spawn(async move { writer.put(&acme, with_k(k)).await.unwrap().version })
+    });
+    let mut versions = Vec::new();
+    for race in racing {
+        versions.push(race.await.unwrap());
+    }
+    versions.sort();
+    assert_eq!(versions, [2, 3, 4, 5]);
+    let last = writer.get(&acme).await.unwrap().unwrap();
+    assert_eq!(last.version, 5);
+    // The reader kept "none" for its freshness; after it, the last version.
+    tokio::time::sleep(fresh + Duration::from_millis(100)).await;
+    let seen = reader.get(&acme, by()).await.expect("read again");
+    assert_eq!((seen.version, &seen.settings), (5, &last.settings));
+    assert!(writer.get(&tenant("globex")).await.unwrap().is_none());
+}

@@ -64,7 +64,7 @@ impl SettingsStore for FileSettings {
         let stored = StoredSettings {
             settings,
             version,
-            updated_at: now(),
+            updated_at: sluice_contract::tenant_settings::now(),
         };
         file.tenants.insert(tenant.to_string(), stored.clone());
         let text = serde_json::to_string_pretty(&file).map_err(|e| self.fail(e))?;
@@ -75,10 +75,4 @@ impl SettingsStore for FileSettings {
             .map_err(|e| self.fail(e))?;
         Ok(stored)
     }
-}
-
-/// Now, as RFC 3339 in UTC.
-pub fn now() -> String {
-    let now = time::OffsetDateTime::now_utc();
-    (now.format(&time::format_description::well_known::Rfc3339)).unwrap_or_default()
 }

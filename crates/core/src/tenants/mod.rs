@@ -9,7 +9,7 @@
 
 mod file;
 
-pub use file::{FileSettings, now};
+pub use file::FileSettings;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
