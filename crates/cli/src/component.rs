@@ -5,7 +5,6 @@ use clap::Subcommand;
 use std::path::PathBuf;
 
 use anyhow::Result;
-use sluice_contract::Tenant;
 
 #[derive(Subcommand)]
 pub enum ComponentCommand {
@@ -71,14 +70,6 @@ pub enum ComponentCommand {
     },
 }
 
-/// `--tenant`, else `SLUICE_DEFAULT_TENANT`.
-fn tenant_or_default(settings: &sluice_app::Settings, tenant: Option<&str>) -> Result<Tenant> {
-    Ok(match tenant {
-        Some(t) => Tenant::new(t)?,
-        None => settings.config.auth.default_tenant.clone(),
-    })
-}
-
 /// `sluice component …`.
 pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand) -> Result<()> {
     match command {
@@ -101,7 +92,7 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             corpus,
             tenant,
         } => {
-            let tenant = tenant_or_default(settings, tenant.as_deref())?;
+            let tenant = settings.config.auth.tenant_or_default(tenant.as_deref())?;
             let mut out = std::io::stdout();
             let corpus = corpus.as_deref();
             sluice_component::test(settings, &file, &queries, corpus, &tenant, &mut out).await?;
@@ -115,7 +106,7 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             corpus,
             tenant,
         } => {
-            let tenant = tenant_or_default(settings, tenant.as_deref())?;
+            let tenant = settings.config.auth.tenant_or_default(tenant.as_deref())?;
             let data = queries.as_deref().map(|q| (q, corpus.as_deref(), &tenant));
             let mut out = std::io::stdout();
             let context = context.as_deref();

@@ -6,7 +6,6 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 use clap::Subcommand;
 use serde::Serialize;
-use sluice_contract::Tenant;
 use sluice_contract::fusion::Fusion;
 use sluice_core::Config;
 use sluice_eval::{Metric, Options, run, table};
@@ -44,6 +43,10 @@ pub enum EvalCommand {
         /// The tenant whose setting is written [default: SLUICE_DEFAULT_TENANT].
         #[arg(long)]
         tenant: Option<String>,
+        /// Also store the fusion in the tenant's settings on the server at this URL (`PUT
+        /// /v1/settings`; a key with the settings permission in SLUICE_API_KEY).
+        #[arg(long, value_name = "URL")]
+        apply: Option<String>,
         /// Where the reports and fusion.env go.
         #[arg(long, default_value = "eval-tune")]
         out: PathBuf,
@@ -128,12 +131,14 @@ pub async fn command(settings: &sluice_app::Settings, command: EvalCommand) -> R
                     .await?;
             return write_reports(&out, &report, &sluice_eval::pages::table(&report));
         }
-        EvalCommand::Tune { data, out, tenant } => {
-            let tenant = match tenant {
-                Some(t) => Tenant::new(&t)?,
-                None => config.auth.default_tenant.clone(),
-            };
-            (data, Vec::new(), out, Some(tenant))
+        EvalCommand::Tune {
+            data,
+            out,
+            tenant,
+            apply,
+        } => {
+            let tenant = config.auth.tenant_or_default(tenant.as_deref())?;
+            (data, Vec::new(), out, Some((tenant, apply)))
         }
     };
     let folder = (data.data.clone()).unwrap_or_else(|| default_data(config));
@@ -142,7 +147,7 @@ pub async fn command(settings: &sluice_app::Settings, command: EvalCommand) -> R
     })
     .await?;
     write_reports(&out, &report, &table(&report))?;
-    if let Some(tenant) = tenant {
+    if let Some((tenant, apply)) = tenant {
         let fusion: Fusion = report.tuned.fusion.parse().map_err(anyhow::Error::msg)?;
         let line = format!(
             "SLUICE_FUSION_TENANTS={}",
@@ -154,6 +159,15 @@ pub async fn command(settings: &sluice_app::Settings, command: EvalCommand) -> R
             report.tuned.metric
         );
         eprintln!("wrote {}/fusion.env", out.display());
+        if let Some(url) = apply {
+            let client = sluice_client::Client::new(&url)?.for_tenant(Some(tenant.as_str()));
+            let stored =
+                (client.update_settings(|s| s["fusion"] = fusion.to_string().into())).await?;
+            println!(
+                "stored in {tenant}'s settings, version {}",
+                stored["version"]
+            );
+        }
     }
     Ok(())
 }

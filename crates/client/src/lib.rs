@@ -321,6 +321,17 @@ impl Client {
         self.read(response).await
     }
 
+    /// The tenant's settings read (`GET /v1/settings`), changed by `change`, and stored
+    /// (`PUT`): the others kept as they were. The stored settings, with their new version.
+    pub async fn update_settings(
+        &self,
+        change: impl FnOnce(&mut Value),
+    ) -> Result<Value, ClientError> {
+        let mut settings = self.get("/v1/settings").await?["settings"].take();
+        change(&mut settings);
+        self.put_settings(&settings).await
+    }
+
     /// `GET /readyz`: its HTTP status and the server's report of its parts (`None` when it
     /// answered without JSON: not a Sluice server).
     pub async fn ready(&self) -> Result<(u16, Option<Value>), ClientError> {

@@ -210,3 +210,35 @@ async fn listing_and_usage_queries_are_escaped() {
     let none = client.usage(None, None, false).await.unwrap();
     assert_eq!(none["query"].as_str().unwrap_or(""), "", "{none}");
 }
+
+#[tokio::test]
+async fn a_settings_update_keeps_the_other_fields() {
+    use axum::routing::get;
+    let stored = Arc::new(Mutex::new(
+        json!({"k": 3, "prompt": {"instructions": "Be brief."}}),
+    ));
+    let (read, written) = (Arc::clone(&stored), Arc::clone(&stored));
+    let app =
+        Router::new().route(
+            "/v1/settings",
+            get(move || async move {
+                axum::Json(json!({"version": 1, "settings": *read.lock().unwrap()}))
+            })
+            .put(move |body: axum::Json<serde_json::Value>| async move {
+                *written.lock().unwrap() = body.0.clone();
+                axum::Json(json!({"version": 2, "settings": body.0}))
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let client = Client::new(&url).unwrap();
+    let reply = (client.update_settings(|s| s["fusion"] = "convex:dense=0.7".into()))
+        .await
+        .unwrap();
+    assert_eq!(reply["version"], 2);
+    assert_eq!(
+        *stored.lock().unwrap(),
+        json!({"k": 3, "prompt": {"instructions": "Be brief."}, "fusion": "convex:dense=0.7"})
+    );
+}

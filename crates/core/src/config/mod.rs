@@ -12,7 +12,7 @@ use std::time::Duration;
 use sluice_contract::fusion::{FusionConfig, InvalidFusion};
 use sluice_contract::settings::{self, ConfigError, millis, one_of, parse, ranged};
 use sluice_contract::stages::MAX_K;
-use sluice_contract::tenant::{TENANT_RULE, Tenant};
+use sluice_contract::tenant::{InvalidTenant, TENANT_RULE, Tenant};
 
 mod cache;
 
@@ -168,6 +168,13 @@ pub struct AuthConfig {
     /// `SLUICE_SETTINGS_FRESH_MS`: how long a process uses a tenant's settings before reading
     /// them again: a change is in force everywhere within it.
     pub settings_fresh: Duration,
+}
+
+impl AuthConfig {
+    /// The tenant a command names (`--tenant`), else `SLUICE_DEFAULT_TENANT`.
+    pub fn tenant_or_default(&self, named: Option<&str>) -> Result<Tenant, InvalidTenant> {
+        named.map_or_else(|| Ok(self.default_tenant.clone()), Tenant::new)
+    }
 }
 
 impl Config {
