@@ -856,7 +856,8 @@ fn the_global_option_validates_clean() {
 }
 
 #[test]
-fn over_several_regions_keys_components_and_usage_are_global_and_cache_and_corpus_regional() {
+fn over_several_regions_keys_components_settings_and_usage_are_global_and_cache_and_corpus_regional()
+ {
     sluice_testkit::needs!(Tools);
     let (_file, t) = translate(&sam_template());
     let resource = |id: &str| &t["Resources"][id];
@@ -894,6 +895,12 @@ fn over_several_regions_keys_components_and_usage_are_global_and_cache_and_corpu
             "UsageTable",
             "usage",
             "SLUICE_USAGE_TABLE",
+        ),
+        (
+            "SettingsGlobalTable",
+            "SettingsTable",
+            "settings",
+            "SLUICE_SETTINGS_TABLE",
         ),
     ] {
         assert_eq!(resource(global)["Condition"], "IsHome", "{global}");
