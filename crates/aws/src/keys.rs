@@ -13,10 +13,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use sluice_contract::Tenant;
 use sluice_contract::auth::{AuthError, KeyRecord, KeyStore, Permission, Principal, check_record};
 use sluice_contract::filter::Filter;
@@ -70,28 +67,7 @@ impl DynamoKeys {
     /// Creates the table (on-demand billing), for `sluice keys create-table` and the tests;
     /// the SAM template creates it in a deployment.
     pub async fn create_table(&self) -> Result<(), AwsError> {
-        self.client
-            .create_table()
-            .table_name(&self.table)
-            .billing_mode(BillingMode::PayPerRequest)
-            .attribute_definitions(
-                AttributeDefinition::builder()
-                    .attribute_name("hash")
-                    .attribute_type(ScalarAttributeType::S)
-                    .build()
-                    .map_err(|e| AwsError::Malformed(e.to_string()))?,
-            )
-            .key_schema(
-                KeySchemaElement::builder()
-                    .attribute_name("hash")
-                    .key_type(KeyType::Hash)
-                    .build()
-                    .map_err(|e| AwsError::Malformed(e.to_string()))?,
-            )
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| AwsError::call("DynamoDB CreateTable", e))
+        crate::create_table(&self.client, &self.table, &["hash"]).await
     }
 
     /// Stores `record` (refusing to overwrite an existing digest).

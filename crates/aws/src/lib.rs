@@ -94,6 +94,43 @@ pub async fn sdk_config_with(
     Ok(sdk)
 }
 
+/// Creates the DynamoDB table `table` with on-demand billing, keyed by the string attributes
+/// `keys` (the partition key, then the sort key if any): for the tests and `sluice keys
+/// create-table`; the SAM template creates the tables of a deployment.
+async fn create_table(
+    client: &aws_sdk_dynamodb::Client,
+    table: &str,
+    keys: &[&str],
+) -> Result<(), AwsError> {
+    use aws_sdk_dynamodb::types::{
+        AttributeDefinition, BillingMode, KeySchemaElement, KeyType, ScalarAttributeType,
+    };
+    let malformed = |e: aws_sdk_dynamodb::error::BuildError| AwsError::Malformed(e.to_string());
+    let mut create =
+        (client.create_table().table_name(table)).billing_mode(BillingMode::PayPerRequest);
+    for (i, name) in keys.iter().enumerate() {
+        let kind = if i == 0 {
+            KeyType::Hash
+        } else {
+            KeyType::Range
+        };
+        let attribute = (AttributeDefinition::builder().attribute_name(*name))
+            .attribute_type(ScalarAttributeType::S)
+            .build()
+            .map_err(malformed)?;
+        let key = (KeySchemaElement::builder().attribute_name(*name))
+            .key_type(kind)
+            .build()
+            .map_err(malformed)?;
+        create = create.attribute_definitions(attribute).key_schema(key);
+    }
+    create
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| AwsError::call("DynamoDB CreateTable", e))
+}
+
 /// An S3 client for `sdk`. With an endpoint override (`AWS_ENDPOINT_URL_S3` or
 /// `AWS_ENDPOINT_URL`: an emulator or an S3-compatible store) it addresses buckets by path,
 /// which such endpoints expect; against AWS, by virtual host as usual.

@@ -8,10 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use sluice_contract::Tenant;
 use sluice_contract::tenant_settings::{
     SettingsError, SettingsStore, StoredSettings, TenantSettings,
@@ -51,25 +48,7 @@ impl DynamoSettings {
     /// Creates the table (on-demand billing), for the tests and a deployment without the
     /// SAM template's.
     pub async fn create_table(&self) -> Result<(), AwsError> {
-        let malformed = |e: aws_sdk_dynamodb::error::BuildError| AwsError::Malformed(e.to_string());
-        let attribute = AttributeDefinition::builder()
-            .attribute_name("tenant")
-            .attribute_type(ScalarAttributeType::S)
-            .build()
-            .map_err(malformed)?;
-        let key = KeySchemaElement::builder()
-            .attribute_name("tenant")
-            .key_type(KeyType::Hash)
-            .build()
-            .map_err(malformed)?;
-        (self.client.create_table().table_name(&self.table))
-            .billing_mode(BillingMode::PayPerRequest)
-            .attribute_definitions(attribute)
-            .key_schema(key)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| AwsError::call("DynamoDB CreateTable", e))
+        crate::create_table(&self.client, &self.table, &["tenant"]).await
     }
 }
 

@@ -17,10 +17,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use aws_sdk_dynamodb::Client;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType,
-};
+use aws_sdk_dynamodb::types::AttributeValue;
 use sluice_contract::Tenant;
 use sluice_contract::usage::{
     Counts, Date, Row, Unwritten, UsageError, UsageKey, UsageStore, day_string, parse_day,
@@ -78,32 +75,7 @@ impl DynamoUsage {
     /// Creates the table (on-demand billing), for the tests; the SAM template creates it in
     /// a deployment.
     pub async fn create_table(&self) -> Result<(), AwsError> {
-        let attribute = |name: &str| {
-            AttributeDefinition::builder()
-                .attribute_name(name)
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .map_err(|e| AwsError::Malformed(e.to_string()))
-        };
-        let key = |name: &str, kind| {
-            KeySchemaElement::builder()
-                .attribute_name(name)
-                .key_type(kind)
-                .build()
-                .map_err(|e| AwsError::Malformed(e.to_string()))
-        };
-        self.client
-            .create_table()
-            .table_name(&self.table)
-            .billing_mode(BillingMode::PayPerRequest)
-            .attribute_definitions(attribute("tenant")?)
-            .attribute_definitions(attribute("day_key")?)
-            .key_schema(key("tenant", KeyType::Hash)?)
-            .key_schema(key("day_key", KeyType::Range)?)
-            .send()
-            .await
-            .map(|_| ())
-            .map_err(|e| AwsError::call("DynamoDB CreateTable", e))
+        crate::create_table(&self.client, &self.table, &["tenant", "day_key"]).await
     }
 
     /// Adds one row's counts to its item.
