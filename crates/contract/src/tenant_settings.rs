@@ -15,9 +15,10 @@ use crate::stages::MAX_K;
 pub const MAX_INSTRUCTIONS_BYTES: usize = 4_000;
 /// The most bytes of `prompt.no_answer`.
 pub const MAX_NO_ANSWER_BYTES: usize = 500;
-/// The longest retrieval deadline a tenant may set, as a request may ask.
+/// The longest retrieval deadline a request may ask for, or a tenant set.
 pub const MAX_DEADLINE_MS: u64 = 60_000;
-/// The cache thresholds a tenant may set, as `SLUICE_CACHE_THRESHOLD` allows.
+/// The cache thresholds `SLUICE_CACHE_THRESHOLD` (and its per-tenant entries) and a tenant's
+/// settings allow.
 pub const THRESHOLDS: std::ops::RangeInclusive<f64> = 0.8..=1.0;
 
 /// A tenant's settings, as `PUT /v1/settings` takes them and `GET` returns them.

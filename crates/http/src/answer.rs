@@ -19,7 +19,7 @@ use sluice_contract::filter::Filter;
 use sluice_contract::sse::Event;
 use sluice_contract::stages::MAX_K;
 use sluice_contract::stages::RerankContext;
-use sluice_contract::tenant_settings::StoredSettings;
+use sluice_contract::tenant_settings::{MAX_DEADLINE_MS, StoredSettings};
 use sluice_contract::usage::day_string;
 use sluice_core::Pipeline;
 use sluice_core::config::AnswerConfig;
@@ -37,8 +37,6 @@ pub const MAX_QUERY_CHARS: usize = 4096;
 
 /// Longest accepted `session_id`.
 const MAX_SESSION_ID_CHARS: usize = 128;
-/// Largest accepted per-request retrieval deadline.
-const MAX_DEADLINE_MS: u64 = 60_000;
 
 /// Reads the whole body, refusing (413) more than `limit` bytes.
 pub(crate) async fn read_body(

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use sluice_contract::settings::{ConfigError, one_of, ranged};
 use sluice_contract::tenant::Tenant;
+use sluice_contract::tenant_settings::THRESHOLDS;
 
 use super::tenant_values;
 
@@ -108,7 +109,7 @@ pub(super) fn cache_section(
 /// A cosine threshold: from 0.8 (looser answers paraphrases that are not) to 1.0.
 fn threshold(name: &'static str, value: &str) -> Result<f32, ConfigError> {
     match value.trim().parse::<f32>() {
-        Ok(t) if (0.8..=1.0).contains(&t) => Ok(t),
+        Ok(t) if THRESHOLDS.contains(&f64::from(t)) => Ok(t),
         _ => Err(ConfigError {
             name,
             value: value.to_string(),
