@@ -123,10 +123,9 @@ pub fn assemble(
         })
         .collect();
     let mut keep = hits.len();
-    let mut total = count(&instructions(own, true))
-        + question_tokens
-        + SOURCES_FRAMING
-        + costs.iter().sum::<usize>();
+    let with_sources = instructions(own, true);
+    let mut total =
+        count(&with_sources) + question_tokens + SOURCES_FRAMING + costs.iter().sum::<usize>();
     while keep > 0 && total > budget {
         keep -= 1;
         total -= costs[keep];
@@ -134,10 +133,13 @@ pub fn assemble(
     let mut sources = hits;
     let dropped = sources.len() - keep;
     sources.truncate(keep);
-    let mut estimated_tokens = if keep == 0 {
-        count(&instructions(own, false)) + question_tokens
+    // The instructions as sent: those for an answer without sources when none fit.
+    let (system, mut estimated_tokens) = if keep == 0 {
+        let without = instructions(own, false);
+        let tokens = count(&without) + question_tokens;
+        (without, tokens)
     } else {
-        total
+        (with_sources, total)
     };
     // The turns that fit what is left, newest first.
     let turns = &conversation.history;
@@ -151,7 +153,13 @@ pub fn assemble(
         first_kept -= 1;
     }
     Prompt {
-        messages: messages(question, conversation, &turns[first_kept..], &sources, own),
+        messages: messages(
+            question,
+            conversation,
+            &turns[first_kept..],
+            &sources,
+            system,
+        ),
         sources,
         dropped,
         turns_dropped: first_kept,
@@ -164,9 +172,8 @@ fn messages(
     conversation: &Conversation,
     turns: &[ChatMessage],
     sources: &[Hit],
-    own: &PromptSettings,
+    instructions: String,
 ) -> Vec<ChatMessage> {
-    let instructions = instructions(own, !sources.is_empty());
     let system = match &conversation.system {
         Some(own) => format!("{instructions}\n\n{own}"),
         None => instructions,

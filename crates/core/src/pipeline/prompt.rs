@@ -37,7 +37,7 @@ impl Pipeline {
         // request whose retrieval used the whole deadline still gets its conversation).
         let embedder = Arc::clone(&self.embedder);
         let (query, conversation) = (request.query.clone(), request.conversation.clone());
-        let own = request.prompt_settings();
+        let own = request.prompt_settings().clone();
         let counting = tokio::task::spawn_blocking(move || {
             let counter = |text: &str| embedder.count_tokens(text);
             prompt::assemble(&query, &conversation, hits, budget, &own, &counter)
@@ -56,7 +56,7 @@ impl Pipeline {
                 let counter = |text: &str| self.embedder.count_tokens(text);
                 let alone = Conversation::default();
                 let own = request.prompt_settings();
-                prompt::assemble(&request.query, &alone, Vec::new(), budget, &own, &counter)
+                prompt::assemble(&request.query, &alone, Vec::new(), budget, own, &counter)
             }
         };
         if prompt.dropped > 0 {

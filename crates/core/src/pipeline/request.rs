@@ -84,8 +84,10 @@ impl AnswerRequest {
     }
 
     /// The tenant's prompt settings (the defaults when it has set none).
-    pub fn prompt_settings(&self) -> PromptSettings {
-        (self.settings.as_ref()).map_or_else(PromptSettings::default, |s| s.settings.prompt.clone())
+    pub fn prompt_settings(&self) -> &PromptSettings {
+        static DEFAULT: std::sync::LazyLock<PromptSettings> =
+            std::sync::LazyLock::new(PromptSettings::default);
+        (self.settings.as_ref()).map_or(&DEFAULT, |s| &s.settings.prompt)
     }
 
     /// What retrieval (embedding, BM25, rerank) reads: the question, then the last
