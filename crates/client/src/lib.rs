@@ -227,18 +227,23 @@ impl Client {
 
     /// `GET` of `path` (with its query, values [`escape`]d): the JSON answer.
     pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
-        let request = self
-            .request(reqwest::Method::GET, path)
-            .timeout(REQUEST_TIMEOUT);
-        let response = self.send(request).await?;
-        self.read(response).await
+        self.call(reqwest::Method::GET, path, None).await
     }
 
     /// `DELETE` of `path`, with `body` when given: the JSON answer.
     pub async fn delete(&self, path: &str, body: Option<&Value>) -> Result<Value, ClientError> {
-        let mut request = self
-            .request(reqwest::Method::DELETE, path)
-            .timeout(REQUEST_TIMEOUT);
+        self.call(reqwest::Method::DELETE, path, body).await
+    }
+
+    /// `method` on `path` with the JSON `body` when given, under the request timeout: the
+    /// JSON answer.
+    async fn call(
+        &self,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<Value, ClientError> {
+        let mut request = self.request(method, path).timeout(REQUEST_TIMEOUT);
         if let Some(body) = body {
             let (headers, bytes) = json_body(body);
             request = request.headers(headers).body(bytes);
@@ -311,14 +316,7 @@ impl Client {
     /// `PUT /v1/settings` with `settings`: the tenant's settings as stored, with their new
     /// version.
     pub async fn put_settings(&self, settings: &Value) -> Result<Value, ClientError> {
-        let (headers, bytes) = json_body(settings);
-        let request = self.request(reqwest::Method::PUT, "/v1/settings");
-        let request = request
-            .timeout(REQUEST_TIMEOUT)
-            .headers(headers)
-            .body(bytes);
-        let response = self.send(request).await?;
-        self.read(response).await
+        (self.call(reqwest::Method::PUT, "/v1/settings", Some(settings))).await
     }
 
     /// The tenant's settings read (`GET /v1/settings`), changed by `change`, and stored
