@@ -56,7 +56,13 @@ llm_pid=$(scripts/llm.sh "$port" --detach)
 aws_pid=$(scripts/aws.sh "$aws_port" --detach)
 set +e
 if [ "$status" -eq 0 ]; then
-  cargo test --workspace --no-fail-fast --color never 2>&1 | tee "$log"
+  # Every test binary, several at once (scripts/run-tests.py says why), then the doc tests.
+  (
+    rc=0
+    scripts/run-tests.py --workspace --color never || rc=$?
+    cargo test --workspace --doc --color never || rc=$?
+    exit "$rc"
+  ) 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
 fi
 await "cargo-deny, cargo-fuzz and the fuzz build" "$after_pid" "$cache/setup-after.log"

@@ -619,10 +619,15 @@ fn a_cache_table_unreachable_at_start_only_warns() {
         .args(["ask", "--url", &server.url, "How do I reset my password?"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    let log = || std::fs::read_to_string(server._data.path().join("serve.log")).unwrap();
+    assert!(
+        out.status.success(),
+        "{}\nserve.log:\n{}",
+        text(&out),
+        log()
+    );
     assert!(text(&out).contains("| cache miss |"), "{}", text(&out));
-    let log = std::fs::read_to_string(server._data.path().join("serve.log")).unwrap();
-    assert!(log.contains("DynamoDB unreachable at start"), "{log}");
+    assert!(log().contains("DynamoDB unreachable at start"), "{}", log());
 }
 
 #[test]

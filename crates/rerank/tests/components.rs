@@ -5,9 +5,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use sluice_rerank::{
-    Call, Candidate, ComponentLimits, ContextEntry, Date, HostServices, MetaField, MetaValue,
-    Sandbox, WORLD_0_1, WORLD_0_2,
+    Call, Candidate, ContextEntry, Date, HostServices, MetaField, MetaValue, Sandbox, WORLD_0_1,
+    WORLD_0_2,
 };
+
+mod common;
+use common::roomy;
 
 struct WordCount;
 
@@ -34,7 +37,7 @@ fn candidate(id: &str, text: &str, rank: usize) -> Candidate {
 #[test]
 fn keyword_boost_lifts_the_candidate_that_contains_the_query_words() {
     sluice_testkit::needs!(Components);
-    let sandbox = Sandbox::new(ComponentLimits::default(), Arc::new(WordCount)).unwrap();
+    let sandbox = Sandbox::new(roomy(), Arc::new(WordCount)).unwrap();
     let component = sandbox
         .compile(&sluice_rerank::built_component("keyword-boost").unwrap())
         .expect("the example component uploads");
@@ -59,7 +62,7 @@ fn keyword_boost_lifts_the_candidate_that_contains_the_query_words() {
 #[test]
 fn mmr_moves_a_near_duplicate_below_a_different_source() {
     sluice_testkit::needs!(Components);
-    let sandbox = Sandbox::new(ComponentLimits::default(), Arc::new(WordCount)).unwrap();
+    let sandbox = Sandbox::new(roomy(), Arc::new(WordCount)).unwrap();
     let component = sandbox
         .compile(&sluice_rerank::built_component("mmr").unwrap())
         .expect("the example component uploads");
@@ -122,7 +125,7 @@ fn plan(value: &str) -> Vec<ContextEntry> {
 #[test]
 fn policy_drops_what_the_plan_may_not_see_and_lifts_recent_documents() {
     sluice_testkit::needs!(Components);
-    let sandbox = Sandbox::new(ComponentLimits::default(), Arc::new(WordCount)).unwrap();
+    let sandbox = Sandbox::new(roomy(), Arc::new(WordCount)).unwrap();
     let component = sandbox
         .compile(&sluice_rerank::built_component("policy").unwrap())
         .expect("the example component uploads");

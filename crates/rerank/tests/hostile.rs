@@ -13,6 +13,9 @@ use sluice_rerank::{
     RerankError, Sandbox, UploadError, WORLD_0_1, WORLD_0_2,
 };
 
+mod common;
+use common::roomy;
+
 struct NoHost;
 
 impl HostServices for NoHost {
@@ -83,7 +86,7 @@ fn run_hostile(sandbox: &Sandbox, hostile: &str) -> RerankError {
 
 #[test]
 fn a_well_behaved_component_reorders_candidates() {
-    let sb = sandbox(ComponentLimits::default());
+    let sb = sandbox(roomy());
     let prepared = sb.compile(component(WELL_BEHAVED).as_bytes()).unwrap();
     assert_eq!(
         sb.rerank(&prepared, "q", &candidates(4)).unwrap(),
@@ -101,8 +104,7 @@ fn a_well_behaved_component_reorders_candidates() {
 fn an_infinite_loop_runs_out_of_fuel() {
     let sb = sandbox(ComponentLimits {
         fuel: 2_000_000,
-        deadline: Duration::from_secs(30),
-        ..ComponentLimits::default()
+        ..roomy()
     });
     let started = Instant::now();
     let err = run_hostile(&sb, "(loop $forever (br $forever)) (unreachable)");
@@ -129,7 +131,7 @@ fn an_infinite_loop_hits_the_epoch_deadline() {
 
 #[test]
 fn a_memory_bomb_is_capped() {
-    let sb = sandbox(ComponentLimits::default());
+    let sb = sandbox(roomy());
     let err = run_hostile(
         &sb,
         "(loop $grow (drop (memory.grow (i32.const 16))) (br $grow)) (unreachable)",
@@ -139,7 +141,7 @@ fn a_memory_bomb_is_capped() {
 
 #[test]
 fn a_trap_is_reported() {
-    let err = run_hostile(&sandbox(ComponentLimits::default()), "(unreachable)");
+    let err = run_hostile(&sandbox(roomy()), "(unreachable)");
     assert!(
         matches!(err, RerankError::Trap(ref m) if m.contains("unreachable")),
         "{err:?}"
@@ -151,16 +153,13 @@ fn a_huge_output_is_refused() {
     // Claims ten million scores: far past the end of its memory.
     let hostile = "(i32.store8 (i32.const 256) (i32.const 0)) (i32.store (i32.const 260) (i32.const 512)) \
                    (i32.store (i32.const 264) (i32.const 10000000)) (i32.const 256)";
-    let err = run_hostile(&sandbox(ComponentLimits::default()), hostile);
+    let err = run_hostile(&sandbox(roomy()), hostile);
     assert!(matches!(err, RerankError::Trap(_)), "{err:?}");
 }
 
 #[test]
 fn a_wrong_length_output_is_refused() {
-    let err = run_hostile(
-        &sandbox(ComponentLimits::default()),
-        "(call $reverse (i32.const 2))",
-    );
+    let err = run_hostile(&sandbox(roomy()), "(call $reverse (i32.const 2))");
     assert_eq!(
         err,
         RerankError::InvalidOutput("2 scores for 5 candidates".into())
@@ -170,7 +169,7 @@ fn a_wrong_length_output_is_refused() {
 #[test]
 fn nan_scores_are_refused() {
     let hostile = "(drop (call $reverse (local.get $n))) (f32.store (i32.const 524) (f32.const nan)) (i32.const 256)";
-    let err = run_hostile(&sandbox(ComponentLimits::default()), hostile);
+    let err = run_hostile(&sandbox(roomy()), hostile);
     assert!(
         matches!(err, RerankError::InvalidOutput(ref m) if m.contains("not finite")),
         "{err:?}"
@@ -182,13 +181,13 @@ fn a_component_error_is_passed_on() {
     // err("nope"): tag 1, then the string's pointer and length.
     let hostile = "(i32.store (i32.const 1024) (i32.const 0x65706f6e)) (i32.store8 (i32.const 256) (i32.const 1)) \
                    (i32.store (i32.const 260) (i32.const 1024)) (i32.store (i32.const 264) (i32.const 4)) (i32.const 256)";
-    let err = run_hostile(&sandbox(ComponentLimits::default()), hostile);
+    let err = run_hostile(&sandbox(roomy()), hostile);
     assert_eq!(err, RerankError::Guest("nope".into()));
     // err("x" × 5,000): the first 1,024 characters are kept.
     let long = "(memory.fill (i32.const 40000) (i32.const 120) (i32.const 5000)) \
                 (i32.store8 (i32.const 256) (i32.const 1)) (i32.store (i32.const 260) (i32.const 40000)) \
                 (i32.store (i32.const 264) (i32.const 5000)) (i32.const 256)";
-    let message = match run_hostile(&sandbox(ComponentLimits::default()), long) {
+    let message = match run_hostile(&sandbox(roomy()), long) {
         RerankError::Guest(message) => message,
         other => panic!("a component error, not {other:?}"),
     };
@@ -200,10 +199,7 @@ fn oversized_input_is_refused_before_running() {
     let sb = sandbox(ComponentLimits {
         max_candidates: 3,
         max_text_bytes: 16,
-        // Not what is tested: the upload's smoke run must not miss a 5 ms deadline on a
-        // loaded machine.
-        deadline: Duration::from_secs(30),
-        ..ComponentLimits::default()
+        ..roomy()
     });
     let good = sb.compile(component(WELL_BEHAVED).as_bytes()).unwrap();
     assert!(matches!(
@@ -222,10 +218,7 @@ fn oversized_input_is_refused_before_running() {
 fn forbidden_imports_are_refused_at_upload() {
     let wasi = "(component\n  (import \"wasi:filesystem/types@0.2.0\" (instance (export \"sync\" (func))))";
     let wat = component(WELL_BEHAVED).replacen("(component", wasi, 1);
-    let err = sandbox(ComponentLimits::default())
-        .compile(wat.as_bytes())
-        .err()
-        .unwrap();
+    let err = sandbox(roomy()).compile(wat.as_bytes()).err().unwrap();
     assert_eq!(
         err,
         UploadError::ForbiddenImport("wasi:filesystem/types@0.2.0".into())
@@ -234,7 +227,7 @@ fn forbidden_imports_are_refused_at_upload() {
 
 #[test]
 fn other_bytes_are_refused_at_upload() {
-    let sb = sandbox(ComponentLimits::default());
+    let sb = sandbox(roomy());
     assert!(matches!(
         sb.compile(b"MZ\x90\0 not wasm"),
         Err(UploadError::NotAComponent(_))
@@ -262,10 +255,7 @@ fn a_component_of_another_world_is_refused() {
   (core instance $i (instantiate $m))
   (func $f (result u32) (canon lift (core func $i "f")))
   (export "score" (func $f)))"#;
-    let err = sandbox(ComponentLimits::default())
-        .compile(wat.as_bytes())
-        .err()
-        .unwrap();
+    let err = sandbox(roomy()).compile(wat.as_bytes()).err().unwrap();
     assert!(matches!(err, UploadError::WrongWorld(_)), "{err:?}");
 }
 
@@ -273,10 +263,7 @@ fn a_component_of_another_world_is_refused() {
 fn a_component_that_fails_its_smoke_run_is_refused() {
     let wat = component("(unreachable)")
         .replace("(i32.le_u (local.get $n) (i32.const 2))", "(i32.const 0)");
-    let err = sandbox(ComponentLimits::default())
-        .compile(wat.as_bytes())
-        .err()
-        .unwrap();
+    let err = sandbox(roomy()).compile(wat.as_bytes()).err().unwrap();
     assert!(
         matches!(err, UploadError::SmokeRun(RerankError::Trap(_))),
         "{err:?}"
@@ -655,7 +642,7 @@ fn run_hostile_0_2(sandbox: &Sandbox, hostile: &str) -> Result<Vec<usize>, Reran
 
 #[test]
 fn both_worlds_run_side_by_side_and_say_which_they_are() {
-    let sb = sandbox(ComponentLimits::default());
+    let sb = sandbox(roomy());
     let old = sb.compile(component(WELL_BEHAVED).as_bytes()).unwrap();
     let new = sb.compile(component_0_2(MARK_0_2).as_bytes()).unwrap();
     assert_eq!((old.world(), new.world()), (WORLD_0_1, WORLD_0_2));
@@ -689,7 +676,7 @@ fn both_worlds_run_side_by_side_and_say_which_they_are() {
 #[test]
 fn a_dropped_candidate_leaves_the_order() {
     let order = run_hostile_0_2(
-        &sandbox(ComponentLimits::default()),
+        &sandbox(roomy()),
         "(call $drop (call $unscore_last (call $rank (local.get $n))) (i32.sub (local.get $n) (i32.const 1)))",
     );
     assert_eq!(order.unwrap(), vec![3, 2, 1, 0]);
@@ -697,17 +684,14 @@ fn a_dropped_candidate_leaves_the_order() {
 
 #[test]
 fn dropping_everything_is_a_valid_empty_order() {
-    let order = run_hostile_0_2(
-        &sandbox(ComponentLimits::default()),
-        "(call $drop_all (local.get $n))",
-    );
+    let order = run_hostile_0_2(&sandbox(roomy()), "(call $drop_all (local.get $n))");
     assert_eq!(order.unwrap(), Vec::<usize>::new());
 }
 
 #[test]
 fn dropping_an_index_out_of_range_is_refused() {
     let err = run_hostile_0_2(
-        &sandbox(ComponentLimits::default()),
+        &sandbox(roomy()),
         "(call $drop (call $unscore_last (call $rank (local.get $n))) (i32.add (local.get $n) (i32.const 5)))",
     )
     .unwrap_err();
@@ -719,7 +703,7 @@ fn dropping_an_index_out_of_range_is_refused() {
 
 #[test]
 fn dropping_twice_or_dropping_a_scored_candidate_is_refused() {
-    let sb = sandbox(ComponentLimits::default());
+    let sb = sandbox(roomy());
     let twice = "(call $drop (call $drop (call $unscore_last (call $unscore_last (call $rank (local.get $n))))
                    (i32.const 4)) (i32.const 4))";
     assert_eq!(
@@ -741,7 +725,7 @@ fn dropping_twice_or_dropping_a_scored_candidate_is_refused() {
 
 #[test]
 fn a_huge_dropped_list_is_refused() {
-    let sb = sandbox(ComponentLimits::default());
+    let sb = sandbox(roomy());
     // Three million dropped indices (12 MB), inside its (grown) memory: stopped as it is
     // copied out, past the call's 2 MiB copy budget; with a budget that holds it, lifted and
     // refused by count.
@@ -770,7 +754,7 @@ fn a_huge_dropped_list_is_refused() {
 
 #[test]
 fn context_over_the_limit_is_refused_before_running() {
-    let sb = sandbox(ComponentLimits::default());
+    let sb = sandbox(roomy());
     let good = sb.compile(component_0_2(MARK_0_2).as_bytes()).unwrap();
     let context: Vec<ContextEntry> = (0..17)
         .map(|i| ContextEntry {
@@ -854,7 +838,7 @@ fn costly(locals: usize, blocks: usize, nested: bool) -> String {
 /// compiled, with its own error; the refusal costs a parse, not a compile.
 #[test]
 fn a_component_too_costly_to_compile_is_refused_before_compiling() {
-    let sandbox = sandbox(ComponentLimits::default());
+    let sandbox = sandbox(roomy());
     let wat = costly(2_000, 16_000, true);
     let e = sandbox.compile(wat.as_bytes()).err().expect("refused");
     assert!(matches!(e, UploadError::TooComplex(_)), "{e}");

@@ -11,8 +11,11 @@ use std::time::{Duration, Instant};
 
 use sluice_contract::cancel::Cancel;
 use sluice_contract::stages::{ComponentStorage, Components, RerankInput, Reranker};
-use sluice_rerank::{ComponentLimits, Disk, HostServices, Registry, Sandbox};
+use sluice_rerank::{Disk, HostServices, Registry, Sandbox};
 use sluice_testkit::{SlowComponents, hit, tenant};
+
+mod common;
+use common::roomy;
 
 struct NoHost;
 
@@ -35,7 +38,7 @@ fn keep_order() -> String {
 }
 
 fn registry(storage: Arc<dyn ComponentStorage>, refresh: Duration) -> Arc<Registry> {
-    let sandbox = Sandbox::new(ComponentLimits::default(), Arc::new(NoHost)).expect("engine");
+    let sandbox = Sandbox::new(roomy(), Arc::new(NoHost)).expect("engine");
     Arc::new(Registry::new(sandbox, storage, refresh))
 }
 
