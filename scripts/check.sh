@@ -12,10 +12,12 @@ cd "$(dirname "$0")/.."
 cargo fmt --all --check
 targets=$(scripts/in-process-tests.sh)
 {
-  # Eight tests at a time in each binary, whatever the cores: in-process tests mostly wait on
-  # timers and channels (the contract binary: 5.7 s with two threads, 2.2 s with eight).
+  # Three binaries at once and eight tests at a time in each, whatever the cores: in-process
+  # tests mostly wait on timers and channels (the contract binary: 5.7 s with two threads,
+  # 2.2 s with eight), and none shares the local LLM that limits `make test` to two.
   # shellcheck disable=SC2086 # one word per argument
-  scripts/run-tests.py --workspace --lib $targets -- --test-threads=8
+  SLUICE_TEST_JOBS=${SLUICE_TEST_JOBS:-3} scripts/run-tests.py --workspace --lib $targets \
+    -- --test-threads=8
   # The component template `sluice component new` writes, its rules tested on this machine
   # (scripts/build-components.sh builds the same crate into a component with the others).
   cargo test --manifest-path components/Cargo.toml -p template

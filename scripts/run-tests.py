@@ -10,8 +10,10 @@ when it ends (never interleaved) with cargo's own lines around it, so a failure 
 would under `cargo test` and the summary lines of the callers count it the same way.
 
 The longest binaries start first (their last durations are kept in
-`$SLUICE_HOME/test-durations.json`); at most `SLUICE_TEST_JOBS` run at once (default 3: two
-cores, and most binaries mostly wait). Arguments after `--` go to every binary.
+`$SLUICE_HOME/test-durations.json`); at most `SLUICE_TEST_JOBS` run at once (default 2: the
+end-to-end binary is the long pole and every other fits beside it one at a time, while a third
+at once overloaded the one local LLM the tests share: a first token past its 30-s timeout).
+Arguments after `--` go to every binary.
 Exits non-zero if the build or any binary failed.
 """
 import json
@@ -94,7 +96,7 @@ def main() -> int:
                 print(f"error: test failed, to rerun pass `{' '.join(args)}` ({label})")
             sys.stdout.flush()
 
-    jobs = int(os.environ.get("SLUICE_TEST_JOBS", "3"))
+    jobs = int(os.environ.get("SLUICE_TEST_JOBS", "2"))
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         list(pool.map(run, binaries))
     os.makedirs(home, exist_ok=True)

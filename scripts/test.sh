@@ -12,13 +12,18 @@ cache=${SLUICE_HOME:-$HOME/.cache/sluice}
 scripts/build-components.sh >/dev/null
 # A fresh machine spends most of an hour here, nearly all of it compiling on every core. What
 # only the tests need is installed beside the build (downloads and venvs wait on the network,
-# not the CPU); cargo-deny, cargo-fuzz and the fuzz targets, needed only after the tests, are
-# built at the lowest CPU priority, so they take what the build and the tests leave idle. On
-# a warm machine both finish in seconds. Their output goes to logs, shown if they fail.
+# not the CPU). cargo-deny, cargo-fuzz, the fuzz targets and the short fuzz runs of every
+# target (the long form: `make fuzz`) go at the lowest CPU priority, so they take what the
+# build and the tests leave idle: on a warm machine the fuzz runs are over while the tests
+# still wait on the LLM; on a fresh one they come after the build. Each run is bounded in
+# time, not in work, so sharing the CPU costs executions, not minutes. Their output goes to
+# logs, shown if they fail.
 mkdir -p "$cache"
 scripts/setup.sh tests >"$cache/setup-tests.log" 2>&1 &
 setup_pid=$!
-(nice -n 19 scripts/setup.sh cargo-tools && nice -n 19 scripts/fuzz.sh build) \
+fuzz_log="$cache/fuzz-short.log"
+(nice -n 19 scripts/setup.sh cargo-tools && nice -n 19 scripts/fuzz.sh build &&
+  nice -n 19 scripts/fuzz.sh "${SLUICE_FUZZ_SECONDS:-8}" >"$fuzz_log") \
   >"$cache/setup-after.log" 2>&1 &
 after_pid=$!
 llm_pid= aws_pid=
@@ -65,14 +70,18 @@ if [ "$status" -eq 0 ]; then
   ) 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
 fi
-await "cargo-deny, cargo-fuzz and the fuzz build" "$after_pid" "$cache/setup-after.log"
+# The fuzz runs, over by now on a warm machine.
+fuzz=0
+wait "$after_pid" || fuzz=$?
+if [ "$fuzz" -ne 0 ]; then
+  tail -n 40 "$cache/setup-after.log" >&2
+  echo "[test] cargo-deny, cargo-fuzz or the fuzz runs failed; the whole log is $cache/setup-after.log" >&2
+fi
+cat "$fuzz_log" 2>/dev/null
 # Supply chain: licences, banned crates, sources (the advisory database is on GitHub, which
 # this machine cannot reach, so `advisories` is not checked).
 deny=0
 "$cache/tools/bin/cargo-deny" deny --log-level error check licenses bans sources || deny=$?
-# Short fuzz runs of every target (the long form: `make fuzz`).
-fuzz=0
-scripts/fuzz.sh "${SLUICE_FUZZ_SECONDS:-8}" || fuzz=$?
 set -e
 passed=$(grep -Eo '[0-9]+ passed' "$log" | awk '{s+=$1} END {print s+0}')
 failed=$(grep -Eo '[0-9]+ failed' "$log" | awk '{s+=$1} END {print s+0}')

@@ -77,8 +77,11 @@ fn a_steady_load_leaves_no_errors_and_flat_memory_and_descriptors() {
         "RSS grew from {rss0:.1} to {rss1:.1} MB"
     );
     assert!(fds0 > 0.0, "open fds read from /metrics: {fds0}");
+    // A leak grows with the answers (hundreds a round); what does not is the sockets open at
+    // the moment of each snapshot — 32 streams' client and upstream connections, some still
+    // closing or idle in a pool — which vary by a few with the machine's load.
     assert!(
-        fds1 <= fds0 + 4.0,
+        fds1 <= fds0 + 8.0,
         "open file descriptors grew from {fds0} to {fds1}"
     );
 }
