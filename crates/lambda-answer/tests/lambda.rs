@@ -799,3 +799,85 @@ async fn one_invocations_slow_start_does_not_hold_the_environments_others() {
         "the others ended at {ended:?}, the late one started at {late_meta:?}"
     );
 }
+
+/// A tenant's settings written to the table by another process (the settings route of another
+/// region's function, or an operator's script) are in force in a running function once its
+/// kept copy is older than `SLUICE_SETTINGS_FRESH_MS`: the tenant's instructions open the
+/// system message it sends, and the answer cached before the change is not replayed after it.
+#[tokio::test]
+async fn a_settings_change_in_dynamodb_reaches_a_running_function_within_its_freshness() {
+    sluice_testkit::needs!(Llm, Aws, Model, Lambda);
+    use sluice_contract::tenant_settings::{SettingsStore, TenantSettings};
+    const FRESH: Duration = Duration::from_secs(2);
+    let table = format!("sluice-settings-{}", std::process::id());
+    let store = sluice_aws::settings::DynamoSettings::connect(&table)
+        .await
+        .unwrap();
+    store.create_table().await.unwrap();
+    let data = tempfile::tempdir().unwrap();
+    sluice_tests::ingest_into(data.path(), "acme", sluice_tests::sample_documents()).await;
+    let function = Function::start(
+        Path::new(env!("CARGO_BIN_EXE_answer")),
+        &[
+            ("SLUICE_DATA_DIR", data.path().display().to_string()),
+            ("SLUICE_SETTINGS_TABLE", table.clone()),
+            ("SLUICE_SETTINGS_FRESH_MS", FRESH.as_millis().to_string()),
+            ("SLUICE_CACHE", "memory".into()),
+        ],
+    );
+    let base = function.url();
+    // One request shows the prompt and leaves the cache alone (neither read nor written), the
+    // other is cached.
+    let question = "How long does a replacement card take to arrive?";
+    let (shown, plain) = (
+        json!({"query": question, "include_prompt": true, "cache": "bypass"}),
+        json!({"query": question}),
+    );
+    let system = |answer: &sluice_tests::Answer| {
+        answer.assert_well_formed();
+        answer.first("meta").data["prompt"]["messages"][0]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    };
+    let cache = |answer: &sluice_tests::Answer| {
+        answer.assert_well_formed();
+        answer.first("meta").data["cache"].clone()
+    };
+    const OWN: &str = "You are Vega, the card desk's assistant. Answer in French.";
+    let message = system(&sluice_tests::answer_at(&base, Some("acme"), &shown).await);
+    assert!(!message.contains(OWN), "{message}");
+    // The premise: asked twice before any change, the second answer comes from the cache.
+    sluice_tests::answer_at(&base, Some("acme"), &plain).await;
+    assert_eq!(
+        cache(&sluice_tests::answer_at(&base, Some("acme"), &plain).await),
+        "hit"
+    );
+
+    let settings = TenantSettings::parse(&json!({"prompt": {"instructions": OWN}}), 256).unwrap();
+    let stored = store
+        .put(&sluice_tests::tenant("acme"), settings)
+        .await
+        .unwrap();
+    assert_eq!(stored.version, 1);
+    let changed = std::time::Instant::now();
+    loop {
+        let message = system(&sluice_tests::answer_at(&base, Some("acme"), &shown).await);
+        if message.starts_with(OWN) {
+            break;
+        }
+        // Each answer takes its own time; what counts is that none begun after the freshness
+        // (with the answer under way then) still follows the old settings.
+        assert!(
+            changed.elapsed() < FRESH + Duration::from_secs(20),
+            "still the old system message {:?} after the change: {message}",
+            changed.elapsed()
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The answer cached under the old settings is not replayed under the new ones.
+    assert_eq!(
+        cache(&sluice_tests::answer_at(&base, Some("acme"), &plain).await),
+        "miss"
+    );
+}
