@@ -329,8 +329,10 @@ fn flood_under(
 
 #[test]
 fn a_component_that_calls_the_host_within_its_budget_works() {
-    // Three texts to embed, one count and one log line: well within every budget.
-    let (err, cost, (tokenised, embedded)) = flood(
+    // Three texts to embed, one count and one log line: well within every budget (and, with
+    // room in time, not stopped by a loaded machine's clock).
+    let (err, cost, (tokenised, embedded)) = flood_under(
+        roomy(),
         "(call $fill (i32.const 65536) (i32.const 256)) (call $pairs (i32.const 3) (i32.const 100)) \
          (call $embed (i32.const 4096) (i32.const 3) (i32.const 2048)) \
          (drop (call $count (i32.const 65536) (i32.const 200))) \
@@ -397,8 +399,9 @@ fn count_tokens_stops_at_the_byte_budget() {
 #[test]
 fn an_embed_flood_gets_errors_past_its_budget_and_the_host_stops() {
     // The 64 texts of 8 KiB are refused at once (512 KiB of text); the first batch of 8 fits
-    // the 64 KiB budget; every later one is refused.
-    let (err, cost, (tokenised, embedded)) = flood(include_str!("floods/embed.wat"));
+    // the 64 KiB budget; every later one is refused (with room in time, so that a loaded
+    // machine's clock does not end the call before the budget is what refuses).
+    let (err, cost, (tokenised, embedded)) = flood_under(roomy(), include_str!("floods/embed.wat"));
     // The component ignores the errors and loops on: its own deadline or fuel ends it, or it
     // finishes; the host did at most one budget's work either way.
     assert!(
