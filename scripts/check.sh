@@ -18,9 +18,9 @@ targets=$(scripts/in-process-tests.sh)
   # shellcheck disable=SC2086 # one word per argument
   SLUICE_TEST_JOBS=${SLUICE_TEST_JOBS:-3} scripts/run-tests.py --workspace --lib $targets \
     -- --test-threads=8
-  # The component template `sluice component new` writes, its rules tested on this machine
-  # (scripts/build-components.sh builds the same crate into a component with the others).
-  cargo test --manifest-path components/Cargo.toml -p template
+  # The component templates `sluice component new` writes, their rules tested on this
+  # machine (scripts/build-components.sh builds the same crates into components).
+  cargo test --manifest-path components/Cargo.toml -p template -p prompt-template
 } 2>&1 | tee /dev/stderr | awk '
     /^test result:/ { passed += $4; failed += $6; ignored += $8 }
     END { printf "check: %d passed, %d failed, %d ignored\n", passed, failed, ignored > "/dev/stderr"; exit (failed > 0) }'

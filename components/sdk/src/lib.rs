@@ -1,4 +1,7 @@
-//! Write a Sluice rerank component in Rust, for the `sluice:rerank@0.2.0` world
+//! Write Sluice components in Rust: rerank components (this module's root) and
+//! prompt-assembly components ([`prompt`]).
+//!
+//! A rerank component, for the `sluice:rerank@0.2.0` world
 //! (`wit/rerank-0.2`): score the candidates of a question, read their documents' metadata and
 //! the caller's request context, drop the ones that do not belong.
 //!
@@ -37,6 +40,49 @@ pub mod bindings {
 pub use bindings::sluice::rerank::host::{Level, count_tokens, embed, log};
 pub use bindings::sluice::rerank::types::{Date, MetaField, MetaValue, Scored};
 pub use bindings::{Candidate, ContextEntry, Guest, Ranking, export_reranker};
+
+/// Write a Sluice prompt-assembly component, for the `sluice:prompt@0.1.0` world
+/// (`wit/prompt`): the messages the LLM is sent, from the question, the conversation, the
+/// ranked sources, the tenant's settings and the built-in messages.
+///
+/// ```ignore
+/// use sluice_rerank_sdk::prompt::{Guest, Message, PromptInput, export_assembler};
+///
+/// struct MyPrompt;
+/// impl Guest for MyPrompt {
+///     fn assemble(input: PromptInput) -> Result<Vec<Message>, String> {
+///         let mut messages = input.built_in;
+///         messages[0].content = format!("Answer in French.\n{}", messages[0].content);
+///         Ok(messages)
+///     }
+/// }
+/// export_assembler!(MyPrompt);
+/// ```
+pub mod prompt {
+    /// The generated bindings of the `assembler` world.
+    #[allow(missing_docs)]
+    pub mod bindings {
+        wit_bindgen::generate!({
+            world: "assembler",
+            path: "../../wit/prompt",
+            pub_export_macro: true,
+            export_macro_name: "export_assembler",
+            default_bindings_module: "sluice_rerank_sdk::prompt::bindings",
+        });
+    }
+
+    pub use bindings::sluice::prompt::host::{Level, count_tokens, log};
+    pub use bindings::sluice::prompt::types::{Message, PromptInput, Settings, Source, Turn};
+    pub use bindings::{Guest, export_assembler};
+
+    /// A message of `role` with `content`.
+    pub fn message(role: &str, content: impl Into<String>) -> Message {
+        Message {
+            role: role.to_string(),
+            content: content.into(),
+        }
+    }
+}
 
 /// The request context as `rerank` receives it: entries sorted by key.
 pub type Context = Vec<ContextEntry>;

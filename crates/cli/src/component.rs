@@ -1,5 +1,5 @@
-//! `sluice component`: the arguments of a tenant's local loop for a rerank component; the
-//! work is in `sluice-component`.
+//! `sluice component`: the arguments of a tenant's local loop for a rerank or prompt
+//! component; the work is in `sluice-component`.
 
 use clap::Subcommand;
 use std::path::PathBuf;
@@ -8,12 +8,14 @@ use anyhow::Result;
 
 #[derive(Subcommand)]
 pub enum ComponentCommand {
-    /// Create a component crate from the SDK (0.2 world): a workspace of its own at DIR/NAME,
-    /// with the SDK and the WIT this binary carries (in Sluice's `components/` workspace, a
-    /// crate of it).
+    /// Create a component crate from the SDK: a workspace of its own at DIR/NAME, with the SDK
+    /// and the WIT this binary carries (in Sluice's `components/` workspace, a crate of it).
     New {
         /// Crate name: lowercase letters, digits and -.
         name: String,
+        /// `rerank` (the sluice:rerank@0.2.0 world) or `prompt` (sluice:prompt@0.1.0).
+        #[arg(long, default_value = "rerank")]
+        kind: sluice_component::Kind,
         /// Where [default: `components/` when it is Sluice's components workspace, else the
         /// current folder].
         #[arg(long)]
@@ -27,8 +29,8 @@ pub enum ComponentCommand {
         dir: PathBuf,
     },
     /// Run a component on questions over a corpus, without a server: the fused order and the
-    /// component's side by side, what it dropped, fuel and time per call. Exits non-zero when
-    /// a call fails or exceeds a limit.
+    /// component's side by side, what it dropped (a prompt component: the messages it makes),
+    /// fuel and time per call. Exits non-zero when a call fails or exceeds a limit.
     Test {
         /// The `.component.wasm`.
         file: PathBuf,
@@ -73,10 +75,12 @@ pub enum ComponentCommand {
 /// `sluice component …`.
 pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand) -> Result<()> {
     match command {
-        ComponentCommand::New { name, dir } => {
-            let root = sluice_component::new(&name, dir.as_deref())?;
-            println!("created {}", root.display());
-            println!("build it:  sluice component build {}", root.display());
+        ComponentCommand::New { name, kind, dir } => {
+            let root = sluice_component::new(&name, kind, dir.as_deref())?;
+            println!(
+                "created {0}\nbuild it:  sluice component build {0}",
+                root.display()
+            );
             println!(
                 "try it:    sluice component test <the .component.wasm it prints> --queries FILE --corpus DIR"
             );

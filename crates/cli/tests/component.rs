@@ -1,7 +1,9 @@
 //! `sluice component`, a tenant's local loop, as a user runs it: in an empty folder outside
 //! the repository, `new` writes a workspace of its own (the SDK and the WIT from the binary)
 //! that `build` makes a 0.2 component; `test` and `bench` run it on the tenant's documents and
-//! contexts; uploaded to `sluice serve`, it changes premium callers' answers. `test`
+//! contexts; uploaded to `sluice serve`, it changes premium callers' answers. A prompt
+//! component goes the same way (`new --kind prompt`) and writes the messages answers are sent.
+//! `test`
 //! runs the example `policy` component on questions over a corpus folder with the real model
 //! (orders side by side, what was dropped, cost per call) and exits non-zero for a component
 //! that fails on real requests.
@@ -30,6 +32,26 @@ impl Guest for PremiumBoost {
 export_reranker!(PremiumBoost);
 "#;
 
+/// `sluice ARGS` in `dir` as a tenant runs it: (succeeded, stdout, everything it printed).
+fn run_in(dir: &Path, args: &[&str]) -> (bool, String, String) {
+    let out = sluice()
+        .args(args)
+        .current_dir(dir)
+        // Shares the standard library built for the target with the other builds.
+        .env(
+            "CARGO_TARGET_DIR",
+            sluice_testkit::services::sluice_home().join("components-target"),
+        )
+        .env("SLUICE_DATA_DIR", dir.join("data"))
+        // The limits but the deadline: 200 candidates take 2 ms of a 5-ms deadline on an idle
+        // machine and more than 5 on a loaded one, and the speed is not what is tested.
+        .env("SLUICE_RERANK_DEADLINE_MS", "1000")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    (out.status.success(), stdout, text(&out))
+}
+
 /// The first row of a `component test` block: (fused first, component's first).
 fn firsts(block: &str) -> (String, String) {
     let row = (block.lines())
@@ -45,22 +67,7 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
     // An empty folder outside the repository, and nothing read from the repository: the SDK
     // and the WIT come from the binary.
     let tmp = tempfile::tempdir().unwrap();
-    let target = sluice_testkit::services::sluice_home().join("components-target");
-    let run = |args: &[&str]| {
-        let out = sluice()
-            .args(args)
-            .current_dir(tmp.path())
-            // Shares the standard library built for the target with the other builds.
-            .env("CARGO_TARGET_DIR", &target)
-            .env("SLUICE_DATA_DIR", tmp.path().join("data"))
-            // The limits but the deadline: 200 candidates take 2 ms of a 5-ms deadline on an
-            // idle machine and more than 5 on a loaded one, and the speed is not what is tested.
-            .env("SLUICE_RERANK_DEADLINE_MS", "1000")
-            .output()
-            .unwrap();
-        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-        (out.status.success(), stdout, text(&out))
-    };
+    let run = |args: &[&str]| run_in(tmp.path(), args);
     let (ok, stdout, all) = run(&["component", "new", "premium-boost"]);
     assert!(ok, "{all}");
     assert!(stdout.contains("sluice component build"), "{stdout}");
@@ -171,27 +178,7 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
     let (ok, _, all) = run(&["ingest", "--url", &server.url, d]);
     assert!(ok, "{all}");
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    runtime.block_on(async {
-        let http = reqwest::Client::new();
-        let uploaded: serde_json::Value = http
-            .put(format!("{}/v1/components/rerank", server.url))
-            .header("content-type", "application/wasm")
-            .body(std::fs::read(wasm).unwrap())
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
-        let version = uploaded["version"].as_str().expect("a version").to_string();
-        let activated = http
-            .post(format!("{}/v1/components/rerank/activate", server.url))
-            .json(&serde_json::json!({ "version": version }))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(activated.status(), 200);
-    });
+    runtime.block_on(upload_and_activate(&server.url, "rerank", wasm));
     let first_source = |extra: &[&str]| {
         let mut args = vec!["ask", "--url", server.url.as_str(), "-k", "3"];
         args.extend_from_slice(extra);
@@ -210,6 +197,98 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
             .contains("Premium card limits")
     );
     assert!(!first_source(&[]).contains("Premium card limits"));
+}
+
+/// A prompt component from the template, through the same loop: `new --kind prompt` writes
+/// it, `build` makes it, `test` prints the messages it assembles (the caller's locale first),
+/// `bench` says it measures rerank components only; uploaded to `sluice serve`'s prompt route
+/// and activated, it writes the messages an answer is sent (`include_prompt` shows them).
+#[test]
+fn a_prompt_component_made_by_the_loop_changes_the_messages_an_answer_is_sent() {
+    sluice_testkit::needs!(Components, Llm, Model);
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| run_in(tmp.path(), args);
+    let (ok, _, all) = run(&["component", "new", "my-prompt", "--kind", "prompt"]);
+    assert!(ok, "{all}");
+    assert!(tmp.path().join("my-prompt/wit/prompt/prompt.wit").is_file());
+    let (ok, stdout, all) = run(&["component", "build", "my-prompt"]);
+    assert!(ok, "{all}");
+    let wasm = stdout.trim().to_string();
+    let (docs, _) = corpus(tmp.path());
+    let queries = tmp.path().join("prompt-questions.jsonl");
+    std::fs::write(
+        &queries,
+        "{\"query\": \"what is the daily card limit\", \"rerank_context\": {\"locale\": \"fr\"}}\n",
+    )
+    .unwrap();
+    let (q, d) = (queries.to_str().unwrap(), docs.to_str().unwrap());
+    let (ok, stdout, all) = run(&["component", "test", &wasm, "--queries", q, "--corpus", d]);
+    assert!(ok, "{all}");
+    let first = stdout.find("[system]\n    Answer in the language of the locale fr.");
+    let rules = stdout.find("[system]\n    Answer using only the numbered sources");
+    assert!(first.is_some() && first < rules, "{stdout}");
+    assert!(
+        stdout.contains("[user]") && stdout.contains("1 calls, 0 failed"),
+        "{stdout}"
+    );
+    let (ok, _, all) = run(&["component", "bench", &wasm]);
+    assert!(!ok && all.contains("measures rerank components"), "{all}");
+
+    let server = serve();
+    let (ok, _, all) = run(&["ingest", "--url", &server.url, d]);
+    assert!(ok, "{all}");
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        // The rerank route takes only rerank components.
+        let wrong = (reqwest::Client::new().put(format!("{}/v1/components/rerank", server.url)))
+            .header("content-type", "application/wasm")
+            .body(std::fs::read(&wasm).unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(wrong.status(), 400);
+        upload_and_activate(&server.url, "prompt", &wasm).await;
+        let ask = |context: serde_json::Value| {
+            serde_json::json!({"query": "what is the daily card limit", "include_prompt": true, "rerank_context": context})
+        };
+        let french = sluice_tests::answer_at(&server.url, None, &ask(serde_json::json!({"locale": "fr"}))).await;
+        french.assert_well_formed();
+        let meta = &french.first("meta").data;
+        assert_eq!(meta["degraded"], serde_json::json!([]), "{meta}");
+        let messages = &meta["prompt"]["messages"];
+        assert_eq!(
+            messages[0]["content"], "Answer in the language of the locale fr.",
+            "{messages}"
+        );
+        let plain = sluice_tests::answer_at(&server.url, None, &ask(serde_json::json!({}))).await;
+        let messages = &plain.first("meta").data["prompt"]["messages"];
+        assert!(
+            (messages[0]["content"].as_str().unwrap_or_default())
+                .starts_with("Answer using only the numbered sources"),
+            "{messages}"
+        );
+    });
+}
+
+/// Uploads the component in `wasm` to the server's `kind` route and activates it.
+async fn upload_and_activate(server: &str, kind: &str, wasm: &str) {
+    let http = reqwest::Client::new();
+    let uploaded: serde_json::Value = (http.put(format!("{server}/v1/components/{kind}")))
+        .header("content-type", "application/wasm")
+        .body(std::fs::read(wasm).unwrap())
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let version = uploaded["version"].as_str().expect("a version").to_string();
+    let activated = (http.post(format!("{server}/v1/components/{kind}/activate")))
+        .json(&serde_json::json!({ "version": version }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(activated.status(), 200);
 }
 
 /// A corpus of four documents with audiences, and questions with and without a plan.

@@ -66,6 +66,14 @@ pub async fn bench(
         file: file.display().to_string(),
         reason: e.to_string(),
     })?;
+    if prepared.is_prompt() {
+        return Err(LoopError::Invalid(format!(
+            "{} is a prompt-assembly component ({}): `bench` measures rerank components; \
+             `sluice component test` prints a prompt component's cost per call",
+            file.display(),
+            prepared.world()
+        )));
+    }
     writeln!(
         out,
         "{} ({} bytes, {}): {runs} calls each, fresh store and instance per call",

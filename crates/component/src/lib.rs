@@ -6,6 +6,7 @@
 //! metadata); `bench` runs it in the sandbox alone, on synthetic candidates or the tenant's
 //! own.
 
+mod assemble;
 mod bench;
 mod build;
 mod new;
@@ -14,7 +15,7 @@ mod test;
 
 pub use bench::{SYNTHETIC, bench};
 pub use build::build;
-pub use new::new;
+pub use new::{Kind, new};
 pub use questions::{Question, questions};
 pub use test::test;
 

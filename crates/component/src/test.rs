@@ -1,4 +1,5 @@
-//! `test`: a component run on questions over a corpus as the answer path runs it.
+//! `test`: a component run on questions over a corpus as the answer path runs it (a prompt
+//! component: `assemble`).
 
 use std::io::Write;
 use std::path::Path;
@@ -118,9 +119,15 @@ pub async fn test(
         file: file.display().to_string(),
         reason,
     };
-    let world = (crate::sandbox(settings)?.compile(&bytes))
-        .map_err(|e| refused(e.to_string()))?
-        .world();
+    let prepared =
+        (crate::sandbox(settings)?.compile(&bytes)).map_err(|e| refused(e.to_string()))?;
+    if prepared.is_prompt() {
+        return crate::assemble::test_prompt(
+            settings, &bytes, &questions, retrieved, tenant, &embedder, out,
+        )
+        .await;
+    }
+    let world = prepared.world();
     let scratch = tempfile::tempdir().map_err(LoopError::io("making a scratch folder"))?;
     let disk = sluice_rerank::Disk::open(&scratch.path().join("components")).map_err(pipeline)?;
     let registry = sluice_app::registry(&settings.rerank, Arc::clone(&embedder), Arc::new(disk))
@@ -222,7 +229,18 @@ pub async fn test(
         let us = o.wall.as_secs_f64() * 1e6;
         writeln!(out, "  fuel {}, {us:.0} µs", o.fuel).map_err(report)?;
     }
-    let costs = CallCosts::of(outcomes.iter().map(|o| (o.fuel, o.wall.as_micros() as u64)))
+    let costs = outcomes.iter().map(|o| (o.fuel, o.wall.as_micros() as u64));
+    summary(costs, failed, out)
+}
+
+/// The last lines of a `test`: the calls' cost percentiles, and a failure when any of them
+/// (`failed`) failed.
+pub(crate) fn summary(
+    costs: impl Iterator<Item = (u64, u64)>,
+    failed: usize,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let costs = CallCosts::of(costs)
         .ok_or_else(|| LoopError::Invalid("no questions, so no calls".into()))?;
     writeln!(
         out,
@@ -233,7 +251,7 @@ pub async fn test(
     if failed > 0 {
         return Err(LoopError::Failed(format!(
             "{failed} of {} calls failed",
-            outcomes.len()
+            costs.calls
         )));
     }
     Ok(())

@@ -277,6 +277,10 @@ wire_names! {
         /// The tenant's rerank component failed (trap, limit, host budget, bad output) or ran
         /// past the deadline: fused order kept.
         RerankFailed = "rerank_failed",
+        /// The tenant's prompt-assembly component failed (trap, limit, host budget, messages
+        /// of the wrong shape or over the token budget) or ran past the deadline: the built-in
+        /// prompt was sent.
+        PromptComponentFailed = "prompt_component_failed",
         /// The tenant's corpus version was not read in time: the cache was neither read nor
         /// written (no entry could be proven fresh).
         CorpusVersionTimeout = "corpus_version_timeout",

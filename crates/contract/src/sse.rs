@@ -102,6 +102,10 @@ pub struct Meta {
     /// message, for a caller that manages the tenant's components.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerank_error: Option<crate::stages::RerankFailure>,
+    /// Why the tenant's prompt component failed (`degraded` has `prompt_component_failed`),
+    /// to the same callers as `rerank_error`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_error: Option<crate::stages::RerankFailure>,
     /// Sluice's count of the prompt's tokens, as sent to the LLM (absent on a cache hit):
     /// an answer the client leaves after its first token is charged this for the prompt.
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -337,6 +337,50 @@ pub struct RerankCall {
     pub wall: std::time::Duration,
 }
 
+/// Tokens counted for each message of a prompt beside its text: the chat template's role
+/// markers. The built-in assembly and the check of a prompt component's messages count alike.
+pub const MESSAGE_OVERHEAD_TOKENS: usize = 8;
+
+/// A tenant's active prompt-assembly component, resolved for one request.
+pub trait ActivePrompt: Send + Sync {
+    /// The version (content hash): a new one makes cached answers stale.
+    fn version(&self) -> &str;
+    /// The messages the component assembles for `input`, checked (roles, the user's last,
+    /// the bytes and the token budget), and what the call cost. An `Err` says why it failed;
+    /// the pipeline then sends the built-in messages. CPU-bound and synchronous: the pipeline
+    /// runs it on the blocking pool, inside the retrieval deadline.
+    fn assemble(&self, input: &PromptInput<'_>) -> PromptCall;
+}
+
+/// What a prompt component is given: everything the built-in assembly used, and its result.
+#[derive(Debug, Clone, Copy)]
+pub struct PromptInput<'a> {
+    /// The question.
+    pub question: &'a str,
+    /// The sources the built-in prompt kept, in citation order (`[1]` first).
+    pub sources: &'a [Hit],
+    /// What the caller sent as `rerank_context` (the request's context for components).
+    pub context: &'a RerankContext,
+    /// The tenant's prompt settings.
+    pub settings: &'a crate::tenant_settings::PromptSettings,
+    /// The most tokens the messages may take, [`MESSAGE_OVERHEAD_TOKENS`] per message included.
+    pub budget: usize,
+    /// The built-in messages for the same input: the system message, the conversation's kept
+    /// turns, the user's message with the sources and the question.
+    pub built_in: &'a [ChatMessage],
+}
+
+/// What one prompt-assembly call gave, and what it cost.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PromptCall {
+    /// The messages to send, or why the component failed.
+    pub messages: Result<Vec<ChatMessage>, RerankFailure>,
+    /// Fuel consumed.
+    pub fuel: u64,
+    /// Wall time of the call inside the sandbox.
+    pub wall: std::time::Duration,
+}
+
 /// Most entries of a request's `rerank_context`.
 pub const MAX_CONTEXT_ENTRIES: usize = 16;
 /// Longest `rerank_context` value, in characters.
@@ -398,7 +442,7 @@ impl RerankContext {
     }
 }
 
-/// Finds each tenant's active rerank component.
+/// Finds each tenant's active components: rerank and prompt assembly.
 #[async_trait]
 pub trait Reranker: Send + Sync {
     /// The tenant's active component, `None` for the built-in default (fused order).
@@ -414,6 +458,18 @@ pub trait Reranker: Send + Sync {
         tenant: &Tenant,
         by: tokio::time::Instant,
     ) -> Result<Option<Arc<dyn ActiveComponent>>, String>;
+
+    /// The tenant's active prompt-assembly component, `None` for the built-in assembly; read
+    /// as [`Reranker::active`] reads the rerank component. A deployment without prompt
+    /// components has none.
+    async fn active_prompt(
+        &self,
+        tenant: &Tenant,
+        by: tokio::time::Instant,
+    ) -> Result<Option<Arc<dyn ActivePrompt>>, String> {
+        let _ = (tenant, by);
+        Ok(None)
+    }
 }
 
 /// Checks what a rerank component returned — `(index, score)` for each candidate it keeps

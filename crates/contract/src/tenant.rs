@@ -27,6 +27,9 @@ pub const TENANT_RULE: &str = "1-64 characters of letters, digits, '-' or '_'";
 #[error("tenant {0:?} is not {TENANT_RULE}")]
 pub struct InvalidTenant(pub String);
 
+/// What [`Tenant::prompt_components`] adds to a tenant's name.
+const PROMPT_SPACE: &str = ".prompt";
+
 /// A valid tenant name: 1 to 64 ASCII letters, digits, `-` or `_` — safe in keys, file names,
 /// S3 prefixes and store filters. Cheap to clone.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -43,6 +46,18 @@ impl Tenant {
             true => Ok(Self(name.into())),
             false => Err(InvalidTenant(name.to_string())),
         }
+    }
+
+    /// The name under which the tenant's prompt-assembly components are kept: `NAME.prompt`,
+    /// which no tenant can have (`.` breaks the rule), so that a store keyed by tenant keeps
+    /// them apart from its rerank components.
+    pub fn prompt_components(&self) -> Tenant {
+        Tenant(format!("{}{PROMPT_SPACE}", self.0).into())
+    }
+
+    /// Whether this is the name of a tenant's prompt components ([`Tenant::prompt_components`]).
+    pub fn is_prompt_components(&self) -> bool {
+        self.0.ends_with(PROMPT_SPACE)
     }
 
     /// The name.

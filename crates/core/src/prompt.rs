@@ -54,7 +54,7 @@ pub fn instructions(own: &PromptSettings, with_sources: bool) -> String {
 }
 
 /// Tokens allowed per message for the chat template's role markers.
-const PER_MESSAGE_OVERHEAD: usize = 8;
+use sluice_contract::stages::MESSAGE_OVERHEAD_TOKENS as PER_MESSAGE_OVERHEAD;
 
 /// An assembled prompt.
 #[derive(Debug, Clone)]

@@ -1,11 +1,13 @@
-//! `/v1/components/rerank`: a tenant's rerank components — upload, activate, list,
-//! deactivate — through the registry, on the blocking pool.
+//! `/v1/components/rerank` and `/v1/components/prompt`: a tenant's rerank components and its
+//! prompt-assembly components — upload, activate, list, deactivate — through the one
+//! registry, on the blocking pool. The prompt components are kept under the tenant's
+//! `prompt_components` name, so the two kinds never mix (each route takes only its world).
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
@@ -13,7 +15,7 @@ use serde_json::json;
 use sluice_contract::auth::Permission;
 use sluice_contract::cancel::Cancel;
 use sluice_contract::codes::Code;
-use sluice_contract::{stages::ComponentError, stages::Components};
+use sluice_contract::{Tenant, stages::ComponentError, stages::Components};
 
 use crate::Server;
 use crate::admit::admit;
@@ -28,9 +30,22 @@ fn components(server: &Server) -> Result<Arc<dyn Components>, ApiError> {
     server.components.clone().ok_or_else(|| {
         ApiError::new(
             Code::ComponentsDisabled,
-            "this server runs without tenant rerank components",
+            "this server runs without tenant components",
         )
     })
+}
+
+/// The name the registry keeps `tenant`'s components of `kind` under (the route's last
+/// segment: `rerank` or `prompt`).
+fn space(kind: &str, tenant: Tenant) -> Result<Tenant, ApiError> {
+    match kind {
+        "rerank" => Ok(tenant),
+        "prompt" => Ok(tenant.prompt_components()),
+        other => Err(ApiError::new(
+            Code::NotFound,
+            format!("no component kind {other:?}: /v1/components/rerank or /v1/components/prompt"),
+        )),
+    }
 }
 
 /// Runs registry work (compilation, file I/O) on the blocking pool.
@@ -47,12 +62,14 @@ async fn registry<T: Send + 'static>(
 
 pub(crate) async fn upload_component(
     State(server): State<Arc<Server>>,
+    Path(kind): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let tenant = admit(&server, &headers, Permission::Components)
         .await?
         .tenant;
+    let tenant = space(&kind, tenant)?;
     let bytes = read_body(&server, body, MAX_COMPONENT_BYTES).await?;
     // A client that leaves while its component compiles gets nothing stored.
     let cancel = Cancel::new();
@@ -69,12 +86,14 @@ pub(crate) struct ActivateBody {
 
 pub(crate) async fn activate_component(
     State(server): State<Arc<Server>>,
+    Path(kind): Path<String>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
     let tenant = admit(&server, &headers, Permission::Components)
         .await?
         .tenant;
+    let tenant = space(&kind, tenant)?;
     let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
     let body: ActivateBody = parse_json(&bytes)?;
     let version = registry(&server, move |r| r.activate(&tenant, &body.version)).await?;
@@ -83,10 +102,11 @@ pub(crate) async fn activate_component(
 
 pub(crate) async fn list_components(
     State(server): State<Arc<Server>>,
+    Path(kind): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let caller = admit(&server, &headers, Permission::Components).await?;
-    let tenant = caller.tenant;
+    let tenant = space(&kind, caller.tenant)?;
     let mut versions = registry(&server, move |r| r.list(&tenant)).await?;
     // Other keys' calls failed over their documents: a key bound to a filter (even one made
     // tenant-wide) is not shown what those calls' messages may quote.
@@ -104,11 +124,13 @@ pub(crate) async fn list_components(
 
 pub(crate) async fn deactivate_component(
     State(server): State<Arc<Server>>,
+    Path(kind): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let tenant = admit(&server, &headers, Permission::Components)
         .await?
         .tenant;
+    let tenant = space(&kind, tenant)?;
     registry(&server, move |r| r.deactivate(&tenant)).await?;
     Ok(Json(json!({ "active": null })).into_response())
 }

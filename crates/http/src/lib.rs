@@ -9,6 +9,7 @@
 //! | `POST /v1/components/rerank/activate` | `{"version"}` → make it the tenant's active one |
 //! | `GET /v1/components/rerank` | the tenant's versions and the active one |
 //! | `DELETE /v1/components/rerank` | back to the built-in default (fused order) |
+//! | `/v1/components/prompt` (the same four) | the tenant's prompt-assembly components |
 //! | `DELETE /v1/cache` | forget the tenant's cached answers → `{"deleted": n}` |
 //! | `GET /v1/cache` | the tenant's similarity threshold now, and what its learning says |
 //! | `GET /v1/usage` | the tenant's usage per day (`?from&to`, `&keys=true` per key) ([`usage`]) |
@@ -83,7 +84,7 @@ pub struct Server {
     pub answers: Option<Arc<Pipeline>>,
     /// The document path: `/v1/documents`.
     pub ingest: Option<Arc<Ingest>>,
-    /// The registry behind `/v1/components/rerank`.
+    /// The registry behind `/v1/components/rerank` and `/v1/components/prompt`.
     pub components: Option<Arc<dyn Components>>,
     /// API keys; `None` while auth is off (the tenant is then the `x-sluice-tenant` header).
     pub keys: Option<Arc<dyn KeyStore>>,
@@ -205,13 +206,13 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/healthz", get(|| async { Json(json!({"status": "ok"})) }))
         .route("/readyz", get(ready))
         .route(
-            "/v1/components/rerank",
+            "/v1/components/{kind}",
             get(components::list_components)
                 .put(components::upload_component)
                 .delete(components::deactivate_component),
         )
         .route(
-            "/v1/components/rerank/activate",
+            "/v1/components/{kind}/activate",
             post(components::activate_component),
         )
         .route("/v1/cache", delete(clear_cache).get(cache_state))

@@ -17,9 +17,10 @@ use crate::host::HostUsage;
 use crate::host::{CallCost, CallState, HostServices, OverBudget, SMOKE_DIM};
 use crate::limits::{ComponentLimits, EPOCH_TICK, KEEP_RESIDENT, pagemap_scan_supported};
 use crate::worlds::bindings::{Reranker, RerankerPre};
+use crate::worlds::bindings_prompt::{Assembler, AssemblerPre};
 use crate::worlds::{
-    ALLOWED_IMPORTS, Candidate, ContextEntry, Scored, WORLD_0_1, WORLD_0_2, bindings_0_1,
-    candidate_0_1,
+    ALLOWED_IMPORTS, Candidate, ContextEntry, Message, PromptInput, Scored, WORLD_0_1, WORLD_0_2,
+    WORLD_PROMPT, bindings_0_1, candidate_0_1,
 };
 use crate::worlds::{Date, MetaField, MetaValue};
 use crate::{RerankError, UploadError};
@@ -37,15 +38,22 @@ pub struct Prepared {
 enum Pre {
     V0_2(RerankerPre<CallState>),
     V0_1(bindings_0_1::RerankerPre<CallState>),
+    Prompt(AssemblerPre<CallState>),
 }
 
 impl Prepared {
-    /// The world the component implements ([`WORLD_0_2`] or [`WORLD_0_1`]).
+    /// The world the component implements ([`WORLD_0_2`], [`WORLD_0_1`] or [`WORLD_PROMPT`]).
     pub fn world(&self) -> &'static str {
         match self.pre {
             Pre::V0_2(_) => WORLD_0_2,
             Pre::V0_1(_) => WORLD_0_1,
+            Pre::Prompt(_) => WORLD_PROMPT,
         }
+    }
+
+    /// Whether it assembles prompts (else it reranks).
+    pub fn is_prompt(&self) -> bool {
+        matches!(self.pre, Pre::Prompt(_))
     }
 }
 
@@ -112,6 +120,7 @@ impl Sandbox {
             &mut linker,
             |state: &mut CallState| state,
         )?;
+        Assembler::add_to_linker::<_, HasSelf<_>>(&mut linker, |state: &mut CallState| state)?;
 
         let ticker_stop = Arc::new(AtomicBool::new(false));
         let (tick_engine, stop) = (engine.clone(), Arc::clone(&ticker_stop));
@@ -178,6 +187,12 @@ impl Sandbox {
             pre,
             artifact: Arc::new(artifact),
         };
+        if prepared.is_prompt() {
+            self.assemble_costed(&prepared, &crate::prompt::smoke_input())
+                .0
+                .map_err(UploadError::SmokeRun)?;
+            return Ok(prepared);
+        }
         // Metadata of every kind and a context entry, so that a component reading them is
         // exercised before it is accepted.
         let metadata = vec![
@@ -278,11 +293,13 @@ impl Sandbox {
             .linker
             .instantiate_pre(component)
             .map_err(|e| UploadError::WrongWorld(format!("{e:#}")))?;
-        // The export's type says which world: checked against 0.2, then 0.1.
+        // The export's type says which world: checked against rerank 0.2, then 0.1, then
+        // prompt assembly.
         match RerankerPre::new(pre.clone()) {
             Ok(current) => Ok(Pre::V0_2(current)),
-            Err(e) => bindings_0_1::RerankerPre::new(pre)
+            Err(e) => bindings_0_1::RerankerPre::new(pre.clone())
                 .map(Pre::V0_1)
+                .or_else(|_| AssemblerPre::new(pre).map(Pre::Prompt))
                 .map_err(|_| UploadError::WrongWorld(format!("{e:#}"))),
         }
     }
@@ -315,12 +332,82 @@ impl Sandbox {
         call: &Call<'_>,
         known: HashMap<String, Vec<f32>>,
     ) -> (Result<Vec<(usize, f32)>, RerankError>, CallCost) {
-        let limits = &self.limits;
         let started = Instant::now();
         let candidates = call.candidates;
         if let Err(e) = self.check_input(call) {
             return (Err(e), CallCost::default());
         }
+        let mut store = match self.store(started, known) {
+            Ok(store) => store,
+            Err(e) => return (Err(e), CallCost::default()),
+        };
+        let n = candidates.len();
+        let result = match &prepared.pre {
+            Pre::V0_2(pre) => pre.instantiate(&mut store).and_then(|r| {
+                r.call_rerank(&mut store, call.query, call.context, candidates)
+                    .map(|out| out.map(|r| order(&r.scores, &r.dropped, n)))
+            }),
+            Pre::V0_1(pre) => {
+                let old: Vec<_> = candidates.iter().map(candidate_0_1).collect();
+                pre.instantiate(&mut store).and_then(|r| {
+                    r.call_rerank(&mut store, call.query, &old).map(|out| {
+                        out.map(|scored| {
+                            let pairs: Vec<(u32, f32)> =
+                                scored.iter().map(|s| (s.index, s.score)).collect();
+                            rerank_order(&pairs, &[], n).map_err(RerankError::InvalidOutput)
+                        })
+                    })
+                })
+            }
+            Pre::Prompt(_) => Ok(Ok(Err(RerankError::Input(
+                "a prompt-assembly component does not rerank".into(),
+            )))),
+        };
+        self.finish(&store, started, result)
+    }
+
+    /// Runs a prompt-assembly component on `input` in a fresh store, under the same limits
+    /// as a rerank call, and checks what it returned ([`crate::prompt::check`]: roles, the
+    /// user's message last, the bytes, and the token budget as the host counts it): the
+    /// messages, and what the call cost, failed calls included.
+    pub fn assemble_costed(
+        &self,
+        prepared: &Prepared,
+        input: &PromptInput,
+    ) -> (Result<Vec<Message>, RerankError>, CallCost) {
+        let started = Instant::now();
+        if let Err(e) = crate::prompt::check_input(input, &self.limits) {
+            return (Err(e), CallCost::default());
+        }
+        let mut store = match self.store(started, HashMap::new()) {
+            Ok(store) => store,
+            Err(e) => return (Err(e), CallCost::default()),
+        };
+        let result = match &prepared.pre {
+            Pre::Prompt(pre) => pre.instantiate(&mut store).and_then(|a| {
+                a.call_assemble(&mut store, input).map(|out| {
+                    out.map(|messages| {
+                        let count = |text: &str| self.host.count_tokens(text) as usize;
+                        crate::prompt::check(&messages, input.budget as usize, &self.limits, &count)
+                            .map(|()| messages)
+                    })
+                })
+            }),
+            Pre::V0_2(_) | Pre::V0_1(_) => Ok(Ok(Err(RerankError::Input(
+                "a rerank component does not assemble prompts".into(),
+            )))),
+        };
+        self.finish(&store, started, result)
+    }
+
+    /// A fresh store for one call: its own memory limit, fuel, epoch deadline and host budget,
+    /// lending the component the embeddings in `known`.
+    fn store(
+        &self,
+        started: Instant,
+        known: HashMap<String, Vec<f32>>,
+    ) -> Result<Store<CallState>, RerankError> {
+        let limits = &self.limits;
         let state = CallState {
             limits: StoreLimitsBuilder::new()
                 .memory_size(limits.memory_bytes)
@@ -343,51 +430,42 @@ impl Sandbox {
         // What wasmtime may copy out of the guest for one host call (its default is 128 MiB):
         // an argument larger than the whole call's copy budget traps as it is copied.
         store.set_hostcall_fuel(limits.max_host_copy_bytes);
-        if let Err(e) = store.set_fuel(limits.fuel) {
-            return (
-                Err(RerankError::Trap(format!("{e:#}"))),
-                CallCost::default(),
-            );
-        }
+        store
+            .set_fuel(limits.fuel)
+            .map_err(|e| RerankError::Trap(format!("{e:#}")))?;
         let ticks = limits.deadline.as_millis().max(1) as u64;
         store.set_epoch_deadline(ticks);
         store.epoch_deadline_trap();
+        Ok(store)
+    }
 
-        let n = candidates.len();
-        let result = match &prepared.pre {
-            Pre::V0_2(pre) => pre.instantiate(&mut store).and_then(|r| {
-                r.call_rerank(&mut store, call.query, call.context, candidates)
-                    .map(|out| out.map(|r| order(&r.scores, &r.dropped, n)))
-            }),
-            Pre::V0_1(pre) => {
-                let old: Vec<_> = candidates.iter().map(candidate_0_1).collect();
-                pre.instantiate(&mut store).and_then(|r| {
-                    r.call_rerank(&mut store, call.query, &old).map(|out| {
-                        out.map(|scored| {
-                            let pairs: Vec<(u32, f32)> =
-                                scored.iter().map(|s| (s.index, s.score)).collect();
-                            rerank_order(&pairs, &[], n).map_err(RerankError::InvalidOutput)
-                        })
-                    })
-                })
-            }
-        };
+    /// What a call gave (wasmtime's outcome, then the component's own error, then the host's
+    /// check of its output), and what it cost.
+    fn finish<T>(
+        &self,
+        store: &Store<CallState>,
+        started: Instant,
+        result: wasmtime::Result<Result<Result<T, RerankError>, String>>,
+    ) -> (Result<T, RerankError>, CallCost) {
         let mut cost = CallCost {
-            fuel: limits.fuel.saturating_sub(store.get_fuel().unwrap_or(0)),
+            fuel: self
+                .limits
+                .fuel
+                .saturating_sub(store.get_fuel().unwrap_or(0)),
             wall: started.elapsed(),
             host: store.data().used,
         };
-        let order = match result {
-            Ok(Ok(order)) => order,
+        let out = match result {
+            Ok(Ok(out)) => out,
             Ok(Err(message)) => Err(RerankError::Guest(message.chars().take(1024).collect())),
             Err(e) => Err(self.classify(e)),
         };
         // A host call wasmtime stopped as it copied the argument never reached the host's
         // own count.
-        if matches!(order, Err(RerankError::HostBudget(_))) {
+        if matches!(out, Err(RerankError::HostBudget(_))) {
             cost.host.refused = cost.host.refused.max(1);
         }
-        (order, cost)
+        (out, cost)
     }
 
     /// Refuses a call over the input limits before anything runs.

@@ -13,7 +13,7 @@ use sluice_contract::stages::Embedder;
 
 use crate::registry::truncate;
 use crate::worlds::Level;
-use crate::worlds::{bindings, bindings_0_1};
+use crate::worlds::{bindings, bindings_0_1, bindings_prompt};
 
 /// Dimension of the made-up vectors of the upload smoke run (the host model's).
 pub(crate) const SMOKE_DIM: usize = 384;
@@ -156,6 +156,31 @@ impl bindings_0_1::sluice::rerank::host::Host for CallState {
 
     fn embed(&mut self, texts: Vec<String>) -> wasmtime::Result<Result<Vec<Vec<f32>>, String>> {
         bindings::sluice::rerank::host::Host::embed(self, texts)
+    }
+
+    fn count_tokens(&mut self, text: String) -> wasmtime::Result<u32> {
+        bindings::sluice::rerank::host::Host::count_tokens(self, text)
+    }
+}
+
+// A prompt component's host calls are the rerank world's `log` and `count-tokens`, under the
+// same budget.
+impl bindings_prompt::sluice::prompt::types::Host for CallState {}
+
+impl bindings_prompt::sluice::prompt::host::Host for CallState {
+    fn log(
+        &mut self,
+        level: bindings_prompt::sluice::prompt::host::Level,
+        message: String,
+    ) -> wasmtime::Result<()> {
+        use bindings_prompt::sluice::prompt::host::Level as Prompt;
+        let level = match level {
+            Prompt::Debug => Level::Debug,
+            Prompt::Info => Level::Info,
+            Prompt::Warn => Level::Warn,
+            Prompt::Error => Level::Error,
+        };
+        bindings::sluice::rerank::host::Host::log(self, level, message)
     }
 
     fn count_tokens(&mut self, text: String) -> wasmtime::Result<u32> {

@@ -1,5 +1,8 @@
-//! Tenant rerank components on wasmtime: the `reranker` world of `sluice:rerank@0.2.0`
-//! (`wit/rerank-0.2`) and, for components built before it, of `@0.1.0` (`wit/rerank`).
+//! Tenant components on wasmtime: the `reranker` world of `sluice:rerank@0.2.0`
+//! (`wit/rerank-0.2`) and, for components built before it, of `@0.1.0` (`wit/rerank`); and
+//! the `assembler` world of `sluice:prompt@0.1.0` (`wit/prompt`), a tenant's own prompt
+//! assembly, run under the same limits (`prompt`: its smoke input and the checks of what it
+//! returns).
 //!
 //! - Both worlds are linked: a component runs in the one it was built for (found at upload
 //!   by its export's type). The pipeline speaks 0.2; a 0.1 component gets the same
@@ -42,6 +45,7 @@ mod engine;
 mod host;
 mod limits;
 pub mod measure;
+mod prompt;
 mod registry;
 mod worlds;
 
@@ -52,8 +56,8 @@ pub use host::{CallCost, HostServices, HostUsage, ModelHost, UploadHost};
 pub use limits::{ComponentLimits, memory_reset};
 pub use registry::{Disk, Registry, candidates, context_entries, limits};
 pub use worlds::{
-    Candidate, ContextEntry, Date, Level, MetaField, MetaValue, Ranking, Scored, WORLD_0_1,
-    WORLD_0_2,
+    Candidate, ContextEntry, Date, Level, Message, MetaField, MetaValue, PromptInput,
+    PromptSettings, Ranking, Scored, Source, Turn, WORLD_0_1, WORLD_0_2, WORLD_PROMPT,
 };
 
 /// The bytes of `NAME.component.wasm` as `scripts/build-components.sh` leaves it in
@@ -93,11 +97,14 @@ pub enum UploadError {
     NotAComponent(String),
     /// It imports something other than the `sluice:rerank` host interface.
     #[error(
-        "component imports {0:?}; only sluice:rerank/host and sluice:rerank/types are allowed (no WASI)"
+        "component imports {0:?}; only sluice:rerank/host, sluice:rerank/types, sluice:prompt/host and sluice:prompt/types are allowed (no WASI)"
     )]
     ForbiddenImport(String),
-    /// It implements neither `reranker` world (0.2 nor 0.1).
-    #[error("component does not implement the sluice:rerank/reranker world (0.2.0 or 0.1.0): {0}")]
+    /// It implements none of the worlds (rerank 0.2 or 0.1, prompt 0.1), or not the one the
+    /// route it was uploaded to takes.
+    #[error(
+        "component does not implement the sluice:rerank/reranker world (0.2.0 or 0.1.0) or sluice:prompt/assembler (0.1.0): {0}"
+    )]
     WrongWorld(String),
     /// It failed its smoke run under the limits.
     #[error("component failed its smoke run: {0}")]

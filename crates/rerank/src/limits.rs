@@ -73,6 +73,10 @@ pub struct ComponentLimits {
     pub max_host_copy_bytes: usize,
     /// Largest component accepted at upload.
     pub max_component_bytes: usize,
+    /// Most bytes of text in the messages a prompt-assembly component returns (checked before
+    /// their tokens are counted, so the host never tokenises more). They were lifted out of
+    /// the guest's memory, so never more than [`ComponentLimits::memory_bytes`] to begin with.
+    pub max_prompt_bytes: usize,
     /// What an upload's functions may ask of the compiler ([`complexity`]).
     pub complexity: Complexity,
 }
@@ -98,6 +102,9 @@ impl Default for ComponentLimits {
             // Every candidate's text passed back to `embed` once (200 × 8 KiB) fits.
             max_host_copy_bytes: 2 << 20,
             max_component_bytes: 2 << 20,
+            // Eight times what a 32k-token context holds at four bytes a token: a prompt
+            // component that stays under the token budget never comes near it.
+            max_prompt_bytes: 1 << 20,
             complexity: Complexity::default(),
         }
     }

@@ -34,7 +34,7 @@ mod store;
 
 pub use embed::{HashEmbedder, Hooked};
 pub use llm::{LlmCall, Reply, ScriptedLlm};
-pub use rerank::{SCRIPTED_FUEL_PER_HIT, ScriptedReranker, Verdict};
+pub use rerank::{PromptVerdict, SCRIPTED_FUEL_PER_HIT, ScriptedReranker, Verdict};
 pub use settings::MemorySettings;
 pub use store::{MemoryStore, Troubled};
 

@@ -1,4 +1,4 @@
-//! A tenant rerank component without a sandbox.
+//! A tenant's rerank and prompt components without a sandbox.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -6,7 +6,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sluice_contract::Tenant;
 use sluice_contract::metadata::MetaValue;
-use sluice_contract::stages::{ActiveComponent, RerankCall, RerankInput, Reranker};
+use sluice_contract::stages::{
+    ActiveComponent, ActivePrompt, ChatMessage, FailureKind, PromptCall, PromptInput, RerankCall,
+    RerankFailure, RerankInput, Reranker,
+};
 
 /// The fuel a scripted component reports burning per candidate, so that usage tests can
 /// predict it.
@@ -30,11 +33,22 @@ pub enum Verdict {
     },
 }
 
+/// What the active prompt component of a [`ScriptedReranker`] does with the built-in
+/// messages.
+#[derive(Debug, Clone)]
+pub enum PromptVerdict {
+    /// Puts this line before the built-in system message's text.
+    Prefix(String),
+    /// Fails with this message.
+    Fail(String),
+}
+
 /// Tenants' rerank components as a script says: which tenants have one (all, unless
 /// [`ScriptedReranker::only_for`]), what it does, and how long finding it takes (or that
 /// finding it fails: the component storage unreachable).
 pub struct ScriptedReranker {
-    verdict: Verdict,
+    verdict: Option<Verdict>,
+    prompt: Option<PromptVerdict>,
     version: String,
     tenants: Option<Vec<Tenant>>,
     lookup_delay: Duration,
@@ -45,11 +59,21 @@ impl ScriptedReranker {
     /// Every tenant's component does `verdict`; it is found at once.
     pub fn new(verdict: Verdict) -> Self {
         Self {
-            verdict,
+            verdict: Some(verdict),
+            prompt: None,
             version: "v1".into(),
             tenants: None,
             lookup_delay: Duration::ZERO,
             lookup_fails: false,
+        }
+    }
+
+    /// Every tenant has a prompt component that does `verdict`, and no rerank component.
+    pub fn prompt_only(verdict: PromptVerdict) -> Self {
+        Self {
+            verdict: None,
+            prompt: Some(verdict),
+            ..Self::new(Verdict::Reverse)
         }
     }
 
@@ -139,9 +163,63 @@ impl Reranker for ScriptedReranker {
         if self.tenants.as_ref().is_some_and(|t| !t.contains(tenant)) {
             return Ok(None);
         }
-        Ok(Some(Arc::new(Scripted {
-            verdict: self.verdict.clone(),
-            version: self.version.clone(),
-        })))
+        Ok(self.verdict.clone().map(|verdict| {
+            Arc::new(Scripted {
+                verdict,
+                version: self.version.clone(),
+            }) as Arc<dyn ActiveComponent>
+        }))
+    }
+
+    async fn active_prompt(
+        &self,
+        tenant: &Tenant,
+        _by: tokio::time::Instant,
+    ) -> Result<Option<Arc<dyn ActivePrompt>>, String> {
+        tokio::time::sleep(self.lookup_delay).await;
+        if self.lookup_fails {
+            return Err("injected: component storage unreachable".into());
+        }
+        if self.tenants.as_ref().is_some_and(|t| !t.contains(tenant)) {
+            return Ok(None);
+        }
+        Ok(self.prompt.clone().map(|verdict| {
+            Arc::new(ScriptedPrompt {
+                verdict,
+                version: self.version.clone(),
+            }) as Arc<dyn ActivePrompt>
+        }))
+    }
+}
+
+struct ScriptedPrompt {
+    verdict: PromptVerdict,
+    version: String,
+}
+
+impl ActivePrompt for ScriptedPrompt {
+    fn version(&self) -> &str {
+        &self.version
+    }
+    fn assemble(&self, input: &PromptInput<'_>) -> PromptCall {
+        let mut messages = input.built_in.to_vec();
+        let messages = match &self.verdict {
+            PromptVerdict::Prefix(line) => {
+                if let Some(system) = messages.iter_mut().find(|m| m.role == "system") {
+                    system.content = format!("{line}\n{}", system.content);
+                } else {
+                    messages.insert(0, ChatMessage::new("system", line.clone()));
+                }
+                Ok(messages)
+            }
+            PromptVerdict::Fail(why) => {
+                Err(RerankFailure::new(FailureKind::ComponentError, why.clone()))
+            }
+        };
+        PromptCall {
+            messages,
+            fuel: SCRIPTED_FUEL_PER_HIT,
+            wall: Duration::from_micros(10),
+        }
     }
 }

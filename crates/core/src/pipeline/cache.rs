@@ -10,14 +10,15 @@ use tokio::time::Instant as Deadline;
 use tracing::{info, warn};
 
 use super::flow::{add_ms, bounded, ms};
-use super::scope::{COMPONENT_READ, Read, ScopeReads, VERSION_READ, output, resolved, take};
+use super::scope::{
+    COMPONENT_READ, Component, Read, ScopeReads, VERSION_READ, output, resolved, take,
+};
 use super::{AnswerRequest, Pipeline, Progress};
 use crate::prompt;
 use crate::{cache::Lookup, cache::Probe, cache::SemanticCache};
 use sluice_contract::Tenant;
 use sluice_contract::codes::Degraded;
 use sluice_contract::sse::{CacheState, Done, Event, Meta, Token};
-use sluice_contract::stages::ActiveComponent;
 use sluice_contract::{cache::CachedAnswer, cache::Scope};
 
 /// Where the cache stands for an answer after its lookup: what a complete answer is written
@@ -67,7 +68,7 @@ impl Pipeline {
         else {
             return ExactRead::default();
         };
-        let scope = self.scope(request, *v, c.as_ref(), progress);
+        let scope = self.scope(request, *v, c, progress);
         let probe = probe(request, progress);
         let started = Instant::now();
         let found = bounded(
@@ -102,11 +103,11 @@ impl Pipeline {
         let _ = bounded(cache_by, reads.both()).await;
         let version = take(&mut reads.version, VERSION_READ, &mut progress.degraded).flatten();
         let active = take(&mut reads.component, COMPONENT_READ, &mut progress.degraded);
-        reads.component = resolved(active.clone().flatten());
+        reads.component = resolved(active.clone().unwrap_or_default());
         let (Some(version), Some(active)) = (version, active) else {
             return Round::Skipped;
         };
-        let scope = self.scope(request, version, active.as_ref(), progress);
+        let scope = self.scope(request, version, &active, progress);
         let probe = probe(request, progress);
         let started = Instant::now();
         let found = match (vector, cache.in_process()) {
@@ -180,17 +181,25 @@ impl Pipeline {
         &self,
         request: &AnswerRequest,
         corpus_version: u64,
-        component: Option<&Arc<dyn ActiveComponent>>,
+        component: &Component,
         progress: &Progress,
     ) -> Scope {
+        // The prompt component's version shapes the answer as the settings do: it goes into
+        // the variant's digest.
+        let variant = match &component.prompt {
+            None => progress.variant.clone(),
+            Some(p) => Some(sluice_contract::sha256_hex(
+                format!("{:?} prompt {}", progress.variant, p.version()).as_bytes(),
+            )),
+        };
         Scope {
-            rerank: component.map(|c| c.version().to_string()),
+            rerank: component.rerank.as_ref().map(|c| c.version().to_string()),
             corpus_version,
             llm_model: self.llm.model_id().to_string(),
             embed_model: self.embedder.model_id().to_string(),
             prompt_version: prompt::PROMPT_VERSION,
             k: request.k,
-            variant: progress.variant.clone(),
+            variant,
             binding: request.binding.clone(),
         }
     }
@@ -230,6 +239,7 @@ impl Pipeline {
             prompt: None,
             rerank_dropped: None,
             rerank_error: None,
+            prompt_error: None,
             prompt_tokens: None,
         })));
         events.extend(answer.tokens.into_iter().enumerate().map(|(i, text)| {

@@ -1,5 +1,6 @@
 //! Prompt: the messages under the token budget, counted off the async workers and under the
-//! deadline; then the `meta` event, which quotes the sources the prompt kept.
+//! deadline — then, when the tenant has a prompt component, its messages in their place —
+//! and the `meta` event, which quotes the sources the prompt kept.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,8 +13,9 @@ use super::{AnswerRequest, Pipeline, Progress};
 use crate::prompt::{self, Conversation, Prompt};
 use sluice_contract::codes::Degraded;
 use sluice_contract::sse::{CacheState, Event, Meta, PromptEcho};
-use sluice_contract::stages::Hit;
-use sluice_contract::stages::SourceDoc;
+use sluice_contract::stages::{
+    ActivePrompt, FailureKind, Hit, MESSAGE_OVERHEAD_TOKENS, PromptInput, RerankFailure, SourceDoc,
+};
 
 /// The least time prompt assembly gets, even when retrieval used the whole deadline.
 const PROMPT_FLOOR: Duration = Duration::from_millis(25);
@@ -46,7 +48,13 @@ impl Pipeline {
             .saturating_duration_since(Instant::now())
             .max(PROMPT_FLOOR);
         let prompt = match tokio::time::timeout(left, counting).await {
-            Ok(Ok(prompt)) => prompt,
+            Ok(Ok(mut prompt)) => {
+                if let Some(assembler) = progress.assembler.clone() {
+                    self.tenant_prompt(request, assembler, &mut prompt, budget, progress)
+                        .await;
+                }
+                prompt
+            }
             late_or_died => {
                 if let Ok(Err(e)) = late_or_died {
                     warn!(error = %e, "prompt assembly died");
@@ -67,6 +75,73 @@ impl Pipeline {
         }
         progress.timings.prompt_ms = Some(ms(started.elapsed()));
         prompt
+    }
+
+    /// The tenant's prompt component, given the built-in prompt: its messages (checked by the
+    /// sandbox, the token budget included) replace the built-in ones. On the blocking pool,
+    /// by the retrieval deadline (with the prompt's floor); a failed or late call keeps the
+    /// built-in messages (`prompt_component_failed`).
+    async fn tenant_prompt(
+        &self,
+        request: &AnswerRequest,
+        assembler: Arc<dyn ActivePrompt>,
+        prompt: &mut Prompt,
+        budget: usize,
+        progress: &mut Progress,
+    ) {
+        let left = (request.received + request.retrieval_deadline)
+            .saturating_duration_since(Instant::now())
+            .max(PROMPT_FLOOR);
+        let embedder = Arc::clone(&self.embedder);
+        let (question, sources, built_in) = (
+            request.query.clone(),
+            prompt.sources.clone(),
+            prompt.messages.clone(),
+        );
+        let (context, settings) = (
+            request.rerank_context.clone(),
+            request.prompt_settings().clone(),
+        );
+        let span = tracing::Span::current();
+        let task = tokio::task::spawn_blocking(move || {
+            let _span = span.enter();
+            let call = assembler.assemble(&PromptInput {
+                question: &question,
+                sources: &sources,
+                context: &context,
+                settings: &settings,
+                budget,
+                built_in: &built_in,
+            });
+            call.messages.map(|messages| {
+                let tokens = (messages.iter())
+                    .map(|m| embedder.count_tokens(&m.content) + MESSAGE_OVERHEAD_TOKENS)
+                    .sum::<usize>();
+                (messages, tokens)
+            })
+        });
+        let outcome = match tokio::time::timeout(left, task).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(e)) => Err(RerankFailure::new(
+                FailureKind::Trap,
+                format!("the prompt task failed: {e}"),
+            )),
+            Err(_) => Err(RerankFailure::new(
+                FailureKind::Deadline,
+                "the retrieval deadline passed while it ran",
+            )),
+        };
+        match outcome {
+            Ok((messages, tokens)) => {
+                prompt.messages = messages;
+                prompt.estimated_tokens = tokens;
+            }
+            Err(e) => {
+                warn!(error = %e, "prompt component failed; sending the built-in prompt");
+                progress.degraded.push(Degraded::PromptComponentFailed);
+                progress.prompt_failure = request.show_rerank_failure.then_some(e);
+            }
+        }
     }
 
     /// The `meta` event: the sources, the cache state and what was degraded, before
@@ -92,6 +167,7 @@ impl Pipeline {
             trace_id: request.trace.trace_id.clone(),
             rerank_dropped: progress.rerank_dropped,
             rerank_error: progress.rerank_failure.clone(),
+            prompt_error: progress.prompt_failure.clone(),
             prompt_tokens: Some(prompt.estimated_tokens as u64),
             prompt: request.include_prompt.then(|| PromptEcho {
                 messages: prompt.messages.clone(),

@@ -14,7 +14,7 @@ use sluice_contract::codes::Degraded;
 use sluice_contract::filter::Filter;
 use sluice_contract::fusion::Fusion;
 use sluice_contract::sse::Timings;
-use sluice_contract::stages::{RerankContext, RerankFailure};
+use sluice_contract::stages::{ActivePrompt, RerankContext, RerankFailure};
 use sluice_contract::tenant_settings::{PromptSettings, StoredSettings};
 
 /// A validated answer request.
@@ -158,6 +158,11 @@ pub(super) struct Progress {
     pub(super) rerank_scores: HashMap<(String, usize), f32>,
     /// Why the tenant's component failed, for `meta` (when the caller may be told).
     pub(super) rerank_failure: Option<RerankFailure>,
+    /// The tenant's prompt component, once the component read has answered (the rerank stage
+    /// takes it; none when retrieval did not run).
+    pub(super) assembler: Option<Arc<dyn ActivePrompt>>,
+    /// Why the tenant's prompt component failed, for `meta` (to the same callers).
+    pub(super) prompt_failure: Option<RerankFailure>,
 }
 
 impl Progress {
@@ -170,6 +175,8 @@ impl Progress {
             rerank_dropped: None,
             rerank_scores: HashMap::new(),
             rerank_failure: None,
+            assembler: None,
+            prompt_failure: None,
             request_id,
             session_id: (request.session_id.clone())
                 .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),

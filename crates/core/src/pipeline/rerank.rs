@@ -28,8 +28,11 @@ impl Pipeline {
     ) -> Vec<Hit> {
         let deadline = progress.deadline;
         (&mut component).await;
-        let Some(Some(active)) = take(&mut component, COMPONENT_READ, &mut progress.degraded)
-        else {
+        let Some(components) = take(&mut component, COMPONENT_READ, &mut progress.degraded) else {
+            return hits;
+        };
+        progress.assembler = components.prompt;
+        let Some(active) = components.rerank else {
             return hits;
         };
         if Deadline::now() >= deadline {

@@ -12,13 +12,13 @@ use tracing::warn;
 use super::flow::bounded;
 use super::{AnswerRequest, Pipeline};
 use sluice_contract::codes::Degraded;
-use sluice_contract::stages::ActiveComponent;
+use sluice_contract::stages::{ActiveComponent, ActivePrompt};
 
 /// The two scope reads of one answer.
 pub(super) struct ScopeReads {
     /// The tenant's corpus version; `Got(None)` when the cache is not in use.
     pub(super) version: ScopeRead<Option<u64>>,
-    /// The tenant's active component; `Got(None)` without a rerank stage.
+    /// The tenant's active components; none of either without a component registry.
     pub(super) component: ScopeRead<Component>,
 }
 
@@ -59,13 +59,17 @@ impl Pipeline {
             }
         };
         let component = match self.reranker.clone() {
-            None => async { Read::Got(None) }.boxed(),
+            None => async { Read::Got(Component::default()) }.boxed(),
             Some(reranker) => {
                 let tenant = request.tenant.clone();
                 async move {
-                    match bounded(deadline, reranker.active(&tenant, check_by)).await {
-                        Some(Ok(c)) => Read::Got(c),
-                        Some(Err(e)) => Read::Failed(e),
+                    let both = futures::future::join(
+                        reranker.active(&tenant, check_by),
+                        reranker.active_prompt(&tenant, check_by),
+                    );
+                    match bounded(deadline, both).await {
+                        Some((Ok(rerank), Ok(prompt))) => Read::Got(Component { rerank, prompt }),
+                        Some((Err(e), _) | (_, Err(e))) => Read::Failed(e),
                         None => Read::Late,
                     }
                 }
@@ -92,8 +96,13 @@ pub(super) enum Read<T> {
 /// A scope read in flight (or done): polled beside other stages, awaited where it is needed.
 pub(super) type ScopeRead<T> = MaybeDone<BoxFuture<'static, Read<T>>>;
 
-/// The tenant's active component, `None` for the built-in default.
-pub(super) type Component = Option<Arc<dyn ActiveComponent>>;
+/// The tenant's active components, `None` each for the built-in default: the rerank stage's
+/// and the prompt stage's. Both are in the cache's scope.
+#[derive(Clone, Default)]
+pub(super) struct Component {
+    pub(super) rerank: Option<Arc<dyn ActiveComponent>>,
+    pub(super) prompt: Option<Arc<dyn ActivePrompt>>,
+}
 
 /// The `meta.degraded` reasons of a scope read that was late or failed, and what it is (for
 /// the log line).
@@ -106,7 +115,7 @@ pub(super) const VERSION_READ: Reasons = (
 pub(super) const COMPONENT_READ: Reasons = (
     Degraded::ComponentTimeout,
     Degraded::ComponentFailed,
-    "active rerank component",
+    "active components",
 );
 
 /// What a finished read gave, when it answered in time (`None` until it finished).

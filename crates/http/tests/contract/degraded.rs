@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use sluice_contract::codes::Degraded;
-use sluice_testkit::{ScriptedReranker, Troubled, Verdict};
+use sluice_testkit::{PromptVerdict, ScriptedReranker, Troubled, Verdict};
 
 use crate::kit::{App, Kit, Stream};
 
@@ -129,6 +129,12 @@ async fn provoke(reason: Degraded) -> Stream {
             .answer(&ask)
             .await
         }
+        Degraded::PromptComponentFailed => {
+            let failing = PromptVerdict::Fail("trap: unreachable".into());
+            (reranked(ScriptedReranker::prompt_only(failing)).await)
+                .answer(&ask)
+                .await
+        }
         Degraded::CorpusVersionTimeout => {
             let overrides = [("SLUICE_CACHE_BUDGET_MS", "50")];
             let app = troubled(&overrides, |s| s.version_delay = Duration::from_secs(5)).await;
@@ -202,6 +208,12 @@ async fn every_degraded_reason_is_reported_and_the_answer_still_streams() {
             }
             Degraded::CorpusVersionTimeout | Degraded::CorpusVersionFailed => {
                 assert_eq!(sources[0], "lost-card", "{reason}: retrieval is unharmed");
+            }
+            Degraded::PromptComponentFailed => {
+                assert_eq!(
+                    sources[0], "lost-card",
+                    "{reason}: the built-in prompt is sent"
+                );
             }
         }
         let expected_cache = match reason {

@@ -17,6 +17,7 @@ mod filters;
 mod fusion;
 mod kit;
 mod openai;
+mod prompt;
 mod rerank;
 mod serve;
 mod settings;

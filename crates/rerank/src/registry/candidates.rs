@@ -2,7 +2,11 @@
 
 use sluice_contract::metadata::{MetaValue as Value, Metadata};
 
-use crate::{Candidate, ContextEntry, Date, MetaField, MetaValue};
+use crate::{
+    Candidate, ContextEntry, Date, Message, MetaField, MetaValue, PromptInput, PromptSettings,
+    Source, Turn,
+};
+use sluice_contract::tenant_settings::Citations;
 
 /// document's metadata sorted by key.
 pub fn candidates(hits: &[sluice_contract::stages::Hit], max_text_bytes: usize) -> Vec<Candidate> {
@@ -26,6 +30,73 @@ pub fn context_entries(context: &sluice_contract::stages::RerankContext) -> Vec<
             value: value.to_string(),
         })
         .collect()
+}
+
+/// What the pipeline gives a prompt component, as the `assembler` world takes it: each
+/// source's text cut at `max_text_bytes`, its metadata values as JSON text, the conversation's
+/// turns as the built-in messages kept them (those between the system message and the user's
+/// last).
+pub(crate) fn prompt_input(
+    input: &sluice_contract::stages::PromptInput<'_>,
+    max_text_bytes: usize,
+) -> PromptInput {
+    let message = |m: &sluice_contract::stages::ChatMessage| Message {
+        role: m.role.clone(),
+        content: m.content.clone(),
+    };
+    let inner = match input.built_in {
+        [first, turns @ .., _] if first.role == "system" => turns,
+        [turns @ .., _] => turns,
+        [] => &[],
+    };
+    let settings = input.settings;
+    PromptInput {
+        question: input.question.to_string(),
+        turns: (inner.iter())
+            .map(|m| Turn {
+                role: m.role.clone(),
+                content: m.content.clone(),
+            })
+            .collect(),
+        sources: (input.sources.iter().zip(1u32..))
+            .map(|(h, number)| {
+                let (section, page, _) = h.place.citation();
+                Source {
+                    number,
+                    id: h.document.id.clone(),
+                    title: h.document.title.clone(),
+                    text: truncate(&h.text, max_text_bytes).to_string(),
+                    section: section.unwrap_or_default(),
+                    page: page.unwrap_or(0),
+                    metadata: (h.document.metadata.iter())
+                        .map(|(key, value)| (key.to_string(), json(value)))
+                        .collect(),
+                }
+            })
+            .collect(),
+        context: (input.context.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        settings: PromptSettings {
+            instructions: settings.instructions.clone().unwrap_or_default(),
+            no_answer: settings.no_answer.clone().unwrap_or_default(),
+            citations: settings.citations == Citations::Numbers,
+            answer_without_sources: settings.answer_without_sources,
+        },
+        budget: u32::try_from(input.budget).unwrap_or(u32::MAX),
+        built_in: input.built_in.iter().map(message).collect(),
+    }
+}
+
+/// A metadata value as JSON text (a date as its text).
+fn json(value: &Value) -> String {
+    match value {
+        Value::Text(t) | Value::Date { text: t, .. } => serde_json::Value::from(t.as_str()),
+        Value::Number(n) => serde_json::Value::Number(n.clone()),
+        Value::Bool(b) => serde_json::Value::Bool(*b),
+        Value::List(items) => serde_json::Value::from(items.clone()),
+    }
+    .to_string()
 }
 
 /// A document's metadata as a 0.2 component reads it, sorted by key.

@@ -33,8 +33,8 @@ use sha2::{Digest, Sha256};
 use sluice_contract::Tenant;
 use sluice_contract::cancel::Cancel;
 use sluice_contract::stages::{
-    ActiveComponent, ComponentError, ComponentStorage as Storage, ComponentVersion, Components,
-    RerankCall, RerankInput, Reranker,
+    ActiveComponent, ActivePrompt, ChatMessage, ComponentError, ComponentStorage as Storage,
+    ComponentVersion, Components, PromptCall, PromptInput, RerankCall, RerankInput, Reranker,
 };
 
 use crate::{Call, ComponentLimits, HostServices, Prepared, Sandbox, UploadError};
@@ -332,15 +332,38 @@ impl ActiveComponent for Active {
     }
 }
 
-/// Retrieved chunks as a component is given them: each text cut at `max_text_bytes`, the
+impl ActivePrompt for Active {
+    fn version(&self) -> &str {
+        &self.version
+    }
 
-#[async_trait::async_trait]
-impl Reranker for Registry {
-    async fn active(
+    fn assemble(&self, input: &PromptInput<'_>) -> PromptCall {
+        let input = candidates::prompt_input(input, self.sandbox.limits().max_text_bytes);
+        let (messages, cost) = self.sandbox.assemble_costed(&self.prepared, &input);
+        let messages = messages.map_err(|e| e.failure());
+        if let Some(failure) = (self.stats).record(cost.fuel, cost.wall, messages.as_ref().err()) {
+            self.failures.send(&self.tenant, &self.version, failure);
+        }
+        PromptCall {
+            messages: messages.map(|m| {
+                m.into_iter()
+                    .map(|m| ChatMessage::new(&m.role, m.content))
+                    .collect()
+            }),
+            fuel: cost.fuel,
+            wall: cost.wall,
+        }
+    }
+}
+
+impl Registry {
+    /// The tenant's active component of either kind (`tenant`, or its
+    /// [`Tenant::prompt_components`] name), read as [`Reranker::active`] says.
+    async fn known_or_read(
         &self,
         tenant: &Tenant,
         by: tokio::time::Instant,
-    ) -> Result<Option<Arc<dyn ActiveComponent>>, String> {
+    ) -> Result<Option<Arc<Active>>, String> {
         let inner = &self.inner;
         let known = {
             let mut known = lock(&inner.known);
@@ -349,7 +372,7 @@ impl Reranker for Registry {
                 (k.active.clone(), k.checked.elapsed() >= inner.refresh)
             })
         };
-        let active = match known {
+        Ok(match known {
             Some((active, false)) => active,
             // Due for a check: waited for until `by`, else the version known so far serves.
             Some((active, true)) => {
@@ -360,8 +383,28 @@ impl Reranker for Registry {
                 }
             }
             None => inner.read_in_background(tenant, None).await?,
-        };
+        })
+    }
+}
+
+#[async_trait::async_trait]
+impl Reranker for Registry {
+    async fn active(
+        &self,
+        tenant: &Tenant,
+        by: tokio::time::Instant,
+    ) -> Result<Option<Arc<dyn ActiveComponent>>, String> {
+        let active = self.known_or_read(tenant, by).await?;
         Ok(active.map(|a| a as Arc<dyn ActiveComponent>))
+    }
+
+    async fn active_prompt(
+        &self,
+        tenant: &Tenant,
+        by: tokio::time::Instant,
+    ) -> Result<Option<Arc<dyn ActivePrompt>>, String> {
+        let active = self.known_or_read(&tenant.prompt_components(), by).await?;
+        Ok(active.map(|a| a as Arc<dyn ActivePrompt>))
     }
 }
 
@@ -377,6 +420,18 @@ impl Components for Registry {
             UploadError::TooComplex(_) => ComponentError::TooComplex(e.to_string()),
             other => ComponentError::Invalid(other.to_string()),
         })?;
+        // A tenant's rerank components and its prompt components are kept apart (the latter
+        // under its `prompt_components` name): each route takes its own world.
+        if prepared.is_prompt() != tenant.is_prompt_components() {
+            let (is, route) = match prepared.is_prompt() {
+                true => ("a prompt-assembly component", "/v1/components/prompt"),
+                false => ("a rerank component", "/v1/components/rerank"),
+            };
+            return Err(ComponentError::Invalid(format!(
+                "this is {is} ({}); upload it to {route}",
+                prepared.world()
+            )));
+        }
         // The compile cannot be stopped, but what it made is kept only for a request that is
         // still there.
         if cancel.is_cancelled() {
