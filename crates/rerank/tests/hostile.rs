@@ -305,10 +305,11 @@ fn host_calls(flood: &str) -> String {
 
 const FLOOD: &str = "(nop) ;; flood";
 
-/// Runs `flood` on 5 candidates under the default limits with a counting host; the error (if
-/// any), what the call cost and what the host saw.
+/// Runs `flood` on 5 candidates under the default limits with room in time (the budgets, not
+/// a loaded machine's clock, must end it) with a counting host; the error (if any), what the
+/// call cost and what the host saw.
 fn flood(flood: &str) -> (Option<RerankError>, sluice_rerank::CallCost, (usize, usize)) {
-    flood_under(ComponentLimits::default(), flood)
+    flood_under(roomy(), flood)
 }
 
 /// [`flood`] under `limits`.
@@ -329,10 +330,8 @@ fn flood_under(
 
 #[test]
 fn a_component_that_calls_the_host_within_its_budget_works() {
-    // Three texts to embed, one count and one log line: well within every budget (and, with
-    // room in time, not stopped by a loaded machine's clock).
-    let (err, cost, (tokenised, embedded)) = flood_under(
-        roomy(),
+    // Three texts to embed, one count and one log line: well within every budget.
+    let (err, cost, (tokenised, embedded)) = flood(
         "(call $fill (i32.const 65536) (i32.const 256)) (call $pairs (i32.const 3) (i32.const 100)) \
          (call $embed (i32.const 4096) (i32.const 3) (i32.const 2048)) \
          (drop (call $count (i32.const 65536) (i32.const 200))) \
@@ -399,9 +398,8 @@ fn count_tokens_stops_at_the_byte_budget() {
 #[test]
 fn an_embed_flood_gets_errors_past_its_budget_and_the_host_stops() {
     // The 64 texts of 8 KiB are refused at once (512 KiB of text); the first batch of 8 fits
-    // the 64 KiB budget; every later one is refused (with room in time, so that a loaded
-    // machine's clock does not end the call before the budget is what refuses).
-    let (err, cost, (tokenised, embedded)) = flood_under(roomy(), include_str!("floods/embed.wat"));
+    // the 64 KiB budget; every later one is refused.
+    let (err, cost, (tokenised, embedded)) = flood(include_str!("floods/embed.wat"));
     // The component ignores the errors and loops on: its own deadline or fuel ends it, or it
     // finishes; the host did at most one budget's work either way.
     assert!(
@@ -737,11 +735,11 @@ fn a_huge_dropped_list_is_refused() {
         matches!(&err, RerankError::HostBudget(m) if m.contains("copied out")),
         "{err:?}"
     );
-    let roomy = sandbox(ComponentLimits {
+    let wide = sandbox(ComponentLimits {
         max_host_copy_bytes: 16 << 20,
-        ..ComponentLimits::default()
+        ..roomy()
     });
-    let err = run_hostile_0_2(&roomy, "(call $huge (local.get $n))").unwrap_err();
+    let err = run_hostile_0_2(&wide, "(call $huge (local.get $n))").unwrap_err();
     assert_eq!(
         err,
         RerankError::InvalidOutput("5 scores and 3000000 dropped for 5 candidates".into())
@@ -785,10 +783,7 @@ fn nothing_a_call_writes_to_memory_is_seen_by_the_next() {
     // a grown memory's first MiB — then leaves its own. Slots are reused (and, where the
     // kernel allows, kept resident between calls): every call must still start clean. The
     // deadline is not what is tested: a loaded machine must not fail a call on time.
-    let sb = sandbox(ComponentLimits {
-        deadline: Duration::from_secs(30),
-        ..ComponentLimits::default()
-    });
+    let sb = sandbox(roomy());
     let marking = "(if (i32.ne (i32.load (i32.const 60000)) (i32.const 0)) (then (unreachable)))
                    (i32.store (i32.const 60000) (i32.const 0xdead))
                    (drop (memory.grow (i32.const 20)))
