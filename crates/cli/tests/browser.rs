@@ -69,8 +69,8 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
 
     assert_eq!(seen["title"], "Sluice");
     assert_eq!(seen["problems"], serde_json::json!([]), "no script errors");
-    // Every upload and question carried its body's SHA-256, as an edge in front of a function
-    // URL needs.
+    // Every upload, question and settings change carried its body's SHA-256, as an edge in
+    // front of a function URL needs.
     let posts = seen["hashed"].as_array().unwrap();
     for path in ["/v1/documents", "/v1/answer"] {
         assert!(
@@ -183,6 +183,32 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
     assert!(deleted.ends_with("lost-card.md"), "{deleted}");
     let kept: Vec<String> = listed.iter().filter(|id| *id != deleted).cloned().collect();
     assert_eq!(after, kept);
+    // The settings section: none at first, saved as version 1 (the PUT carrying its hash),
+    // an unknown field refused and named by the server, version 1 still what is stored.
+    let settings = &seen["settings"];
+    let text = |v: &Value| v.as_str().unwrap_or_default().to_string();
+    assert_eq!(
+        text(&settings["before"]["status"]),
+        "None set: the deployment's defaults apply."
+    );
+    assert_eq!(text(&settings["saved"]), "Saved as version 1.");
+    let refused = text(&settings["refused"]);
+    assert!(
+        refused.contains("tone") && refused.contains("invalid_settings"),
+        "{refused}"
+    );
+    assert!(
+        text(&settings["after"]["status"]).starts_with("Version 1, saved "),
+        "{settings}"
+    );
+    let stored: Value = serde_json::from_str(&text(&settings["after"]["json"])).expect("JSON");
+    assert_eq!(stored["prompt"]["instructions"], "You are Vega.");
+    assert!(
+        posts
+            .iter()
+            .any(|p| p["method"] == "PUT" && p["path"] == "/v1/settings"),
+        "{posts:?}"
+    );
     let png = std::fs::read(&screenshot).expect("screenshot");
     assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
     eprintln!("screenshot: {}", screenshot.display());

@@ -10,7 +10,7 @@ use sluice_contract::Tenant;
 use sluice_contract::stages::{Embedder, RerankContext};
 use sluice_rerank::Call;
 use sluice_rerank::Candidate;
-use sluice_rerank::measure::{measure, sample_candidates};
+use sluice_rerank::measure::{measure, sample_candidates, sample_prompt};
 
 use crate::{LoopError, Result, questions, report};
 
@@ -21,6 +21,57 @@ pub const SYNTHETIC: &str = "query \"what is the card limit\"; candidates doc-0,
 score 1/(60+i), chunk i mod 7) with metadata audience = [\"enterprise\"] for every 4th, else \
 [\"free\", \"pro\", \"enterprise\"]; draft = true for every 9th; topic = \"cards\"; \
 updated_at one day older each from 2025-03-01; year 2025, 2024, 2023 in turn";
+
+/// The synthetic input a prompt component is measured on, as the output describes it.
+pub const SYNTHETIC_PROMPT: &str = "question \"what is the card limit\"; the sources of the \
+synthetic set as the built-in prompt numbers them ([n] title, then text), with their built-in \
+system and user messages, default settings and a budget of 7,117 tokens";
+
+/// A prompt component's cost on the synthetic input at 0, 5 and 20 sources.
+fn bench_prompt(
+    sandbox: &sluice_rerank::Sandbox,
+    prepared: &sluice_rerank::Prepared,
+    file: &Path,
+    runs: usize,
+    out: &mut dyn Write,
+) -> Result<()> {
+    writeln!(
+        out,
+        "{} ({}): {runs} calls each, fresh store and instance per call\nsynthetic input: \
+         {SYNTHETIC_PROMPT}",
+        file.display(),
+        prepared.world()
+    )
+    .map_err(report)?;
+    let mut failed = false;
+    for n in [0, 5, 20] {
+        let m = sluice_rerank::measure::measure_prompt(sandbox, prepared, &sample_prompt(n), runs);
+        failed |= row(out, &format!("{n} sources"), &m)?;
+    }
+    if failed {
+        return Err(LoopError::Failed(
+            "the component failed under the limits".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// One row of a benchmark: what was called, its wall-time and fuel percentiles, and its first
+/// failure; whether it failed.
+fn row(out: &mut dyn Write, what: &str, m: &sluice_rerank::measure::Measured) -> Result<bool> {
+    let us = |d: Duration| d.as_secs_f64() * 1e6;
+    writeln!(
+        out,
+        "  {what:<26} p50 {:>8.1} µs  p99 {:>8.1} µs  fuel p50 {:>10} p99 {:>10}{}",
+        us(m.wall.0),
+        us(m.wall.1),
+        m.fuel.0,
+        m.fuel.1,
+        (m.failure.as_ref()).map_or(String::new(), |e| format!("  FAILED: {e}"))
+    )
+    .map_err(report)?;
+    Ok(m.failure.is_some())
+}
 
 /// A context as `key=value, …` (`none` when empty).
 fn show(context: &RerankContext) -> String {
@@ -67,12 +118,15 @@ pub async fn bench(
         reason: e.to_string(),
     })?;
     if prepared.is_prompt() {
-        return Err(LoopError::Invalid(format!(
-            "{} is a prompt-assembly component ({}): `bench` measures rerank components; \
-             `sluice component test` prints a prompt component's cost per call",
-            file.display(),
-            prepared.world()
-        )));
+        if data.is_some() {
+            return Err(LoopError::Invalid(format!(
+                "{} is a prompt-assembly component ({}): it is measured on the synthetic set \
+                 (`sluice component test` prints its cost on your questions)",
+                file.display(),
+                prepared.world()
+            )));
+        }
+        return bench_prompt(&sandbox, &prepared, file, runs, out);
     }
     writeln!(
         out,
@@ -129,7 +183,6 @@ pub async fn bench(
         }
     }
     let mut failed = false;
-    let us = |d: Duration| d.as_secs_f64() * 1e6;
     for (what, query, context, candidates) in &rows {
         let entries = sluice_rerank::context_entries(context);
         let call = Call {
@@ -138,17 +191,7 @@ pub async fn bench(
             candidates,
         };
         let m = measure(&sandbox, &prepared, &call, runs);
-        writeln!(
-            out,
-            "  {what:<26} p50 {:>8.1} µs  p99 {:>8.1} µs  fuel p50 {:>10} p99 {:>10}{}",
-            us(m.wall.0),
-            us(m.wall.1),
-            m.fuel.0,
-            m.fuel.1,
-            (m.failure.as_ref()).map_or(String::new(), |e| format!("  FAILED: {e}"))
-        )
-        .map_err(report)?;
-        failed |= m.failure.is_some();
+        failed |= row(out, what, &m)?;
     }
     if failed {
         return Err(LoopError::Failed(

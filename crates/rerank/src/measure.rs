@@ -1,13 +1,16 @@
 //! What calls to a component cost, measured the same way by `make bench` and by
 //! `sluice component bench` / `sluice component test`: wall time and fuel per call, as
-//! nearest-rank percentiles.
+//! nearest-rank percentiles — for rerank calls and prompt-assembly calls alike.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use sluice_contract::stages::nearest_rank;
 
-use crate::{Call, Candidate, Date, MetaField, MetaValue, Prepared, RerankError, Sandbox};
+use crate::{
+    Call, Candidate, Date, Message, MetaField, MetaValue, Prepared, PromptInput, PromptSettings,
+    RerankError, Sandbox, Source,
+};
 
 /// Candidates like a request's: `n` chunks of about 860 bytes of text, each with five
 /// metadata fields of every kind (an audience list, a date, a topic, a year, a flag).
@@ -68,13 +71,37 @@ pub struct Measured {
 
 /// Runs `call` `runs` times (at least once), each in a fresh store as a request does.
 pub fn measure(sandbox: &Sandbox, prepared: &Prepared, call: &Call<'_>, runs: usize) -> Measured {
+    measured(runs, || {
+        let (result, cost) = sandbox.rerank_costed(prepared, call, HashMap::new());
+        (result.err(), cost)
+    })
+}
+
+/// Runs a prompt component on `input` `runs` times (at least once), each in a fresh store.
+pub fn measure_prompt(
+    sandbox: &Sandbox,
+    prepared: &Prepared,
+    input: &PromptInput,
+    runs: usize,
+) -> Measured {
+    measured(runs, || {
+        let (result, cost) = sandbox.assemble_costed(prepared, input);
+        (result.err(), cost)
+    })
+}
+
+/// `runs` calls of `call` (its failure, if any, and its cost), as percentiles.
+fn measured(
+    runs: usize,
+    mut call: impl FnMut() -> (Option<RerankError>, crate::CallCost),
+) -> Measured {
     let runs = runs.max(1);
     let mut wall = Vec::with_capacity(runs);
     let mut fuel = Vec::with_capacity(runs);
     let mut failure = None;
     for _ in 0..runs {
-        let (result, cost) = sandbox.rerank_costed(prepared, call, HashMap::new());
-        if let Err(e) = result {
+        let (error, cost) = call();
+        if let Some(e) = error {
             failure.get_or_insert(e);
         }
         wall.push(cost.wall);
@@ -87,5 +114,57 @@ pub fn measure(sandbox: &Sandbox, prepared: &Prepared, call: &Call<'_>, runs: us
         wall: (nearest_rank(&wall, 0.5), nearest_rank(&wall, 0.99)),
         fuel: (nearest_rank(&fuel, 0.5), nearest_rank(&fuel, 0.99)),
         failure,
+    }
+}
+
+/// The input of a prompt component for `n` sources like [`sample_candidates`]' (their text,
+/// title and metadata as JSON text), with the built-in messages made of them as Sluice numbers
+/// them, default settings and the default deployment's token budget (7,117: an 8,192-token
+/// window less 256 for the answer and a 10 % margin).
+pub fn sample_prompt(n: usize) -> PromptInput {
+    let question = "what is the card limit";
+    let sources: Vec<Source> = (sample_candidates(n).into_iter().zip(1u32..))
+        .map(|(c, number)| Source {
+            number,
+            id: c.id,
+            title: c.title,
+            text: c.text,
+            section: String::new(),
+            page: 0,
+            metadata: vec![("topic".into(), "\"cards\"".into())],
+        })
+        .collect();
+    let numbered: Vec<String> = (sources.iter())
+        .map(|s| format!("[{}] {}\n{}", s.number, s.title, s.text))
+        .collect();
+    let user = format!(
+        "Sources:\n{}\n\nQuestion: {question}",
+        numbered.join("\n\n")
+    );
+    let message = |role: &str, content: String| Message {
+        role: role.into(),
+        content,
+    };
+    PromptInput {
+        question: question.into(),
+        turns: Vec::new(),
+        sources,
+        context: Vec::new(),
+        settings: PromptSettings {
+            instructions: String::new(),
+            no_answer: String::new(),
+            citations: true,
+            answer_without_sources: true,
+        },
+        budget: 7_117,
+        built_in: vec![
+            message(
+                "system",
+                "Answer using only the numbered sources provided. Cite the sources you use \
+                 inline as [n], the number of the source."
+                    .into(),
+            ),
+            message("user", user),
+        ],
     }
 }

@@ -21,16 +21,23 @@ const question = "What should I do if I lose my card?";
     const page = await browser.newPage({ viewport: { width: 1100, height: 1400 } });
     const problems = [];
     page.on("pageerror", (e) => problems.push(`page error: ${e}`));
-    page.on("console", (m) => { if (m.type() === "error") problems.push(`console: ${m.text()}`); });
-    // Each POST: whether it carried its body's SHA-256 (what CloudFront's origin access
-    // control needs in front of a function URL).
+    // A 400 the test provokes on purpose (a refused settings document) is logged by the
+    // browser as a failed resource; any other error is a problem.
+    let refusing = false;
+    page.on("console", (m) => {
+      if (m.type() !== "error") return;
+      if (refusing && m.text().includes("status of 400")) return;
+      problems.push(`console: ${m.text()}`);
+    });
+    // Each POST and PUT: whether it carried its body's SHA-256 (what CloudFront's origin
+    // access control needs in front of a function URL).
     const hashed = [];
     page.on("request", (r) => {
-      if (r.method() !== "POST") return;
+      if (r.method() !== "POST" && r.method() !== "PUT") return;
       const body = r.postDataBuffer() || Buffer.alloc(0);
       const sent = r.headers()["x-amz-content-sha256"];
       const want = require("crypto").createHash("sha256").update(body).digest("hex");
-      hashed.push({ path: new URL(r.url()).pathname, ok: sent === want, bytes: body.length });
+      hashed.push({ method: r.method(), path: new URL(r.url()).pathname, ok: sent === want, bytes: body.length });
     });
     await page.goto(url);
     const title = await page.title();
@@ -102,7 +109,31 @@ const question = "What should I do if I lose my card?";
     await page.waitForFunction(() => document.getElementById("documents-status").textContent.includes("shown"),
       null, { timeout: 10000 });
     const documents = { listed, deleted: victim, after: await rows() };
-    console.log(JSON.stringify({ title, uploaded, early, done, badFilter, filtered, documents, problems, hashed }));
+
+    // The tenant's settings: none at first; instructions saved as version 1 and shown again;
+    // an unknown field refused by the server, named, and nothing stored.
+    const settingsStatus = () => document.getElementById("settings-status").textContent;
+    const waitStatus = (before) => page.waitForFunction(
+      (b) => { const t = document.getElementById("settings-status").textContent; return t && t !== b; },
+      before, { timeout: 10000 });
+    await page.click("#load-settings");
+    await waitStatus("");
+    const before = { status: await page.evaluate(settingsStatus), json: await page.inputValue("#settings") };
+    await page.fill("#settings", '{"prompt": {"instructions": "You are Vega."}}');
+    await page.click("#save-settings");
+    await waitStatus(before.status);
+    const saved = await page.evaluate(settingsStatus);
+    await page.fill("#settings", '{"tone": "dry"}');
+    refusing = true;
+    await page.click("#save-settings");
+    await waitStatus(saved);
+    refusing = false;
+    const refused = await page.evaluate(settingsStatus);
+    await page.click("#load-settings");
+    await waitStatus(refused);
+    const settings = { before, saved, refused, after: { status: await page.evaluate(settingsStatus),
+      json: await page.inputValue("#settings") } };
+    console.log(JSON.stringify({ title, uploaded, early, done, badFilter, filtered, documents, settings, problems, hashed }));
   } finally {
     await browser.close();
   }
