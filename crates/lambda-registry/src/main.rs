@@ -1,6 +1,7 @@
-//! The registry function: `/v1/components/rerank` (upload, activate, list, deactivate) of
-//! the router, behind API Gateway. It loads no model, store or LLM pool: the sandbox, the
-//! component storage and the tokenizer (for the upload smoke run's `count-tokens`).
+//! The registry function: `/v1/components/rerank` and `/v1/components/prompt` (upload,
+//! activate, list, deactivate) of the router, behind API Gateway. It loads no model, store or
+//! LLM pool: the sandbox, the component storage and the tokenizer (for the upload smoke run's
+//! `count-tokens`).
 //!
 //! An upload is validated and compiled here, in the init-warm sandbox, for this function's
 //! architecture and engine settings — the answer function's (the SAM template gives both
