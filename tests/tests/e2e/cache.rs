@@ -40,6 +40,10 @@ async fn the_dynamodb_backend_serves_hits_across_server_instances() {
         ("SLUICE_CACHE_TABLE", table.as_str()),
         ("SLUICE_CACHE_CREATE_TABLE", "true"),
         ("SLUICE_CACHE_BUDGET_MS", "2000"),
+        // The lookup is bounded by the retrieval deadline too: on a loaded machine the
+        // emulator's read can outlast the default, and a late read is a miss — the deadline is
+        // not what is tested here.
+        ("SLUICE_RETRIEVAL_DEADLINE_MS", "30000"),
     ];
     let one = start(&overrides).await;
     one.ingest_samples_as("acme").await;
