@@ -65,6 +65,15 @@ pub enum ClientError {
     /// The answer's stream broke or carried what is not an event of the contract.
     #[error("reading the answer stream: {0}")]
     Stream(String),
+    /// A successful answer whose body is not the JSON this client expects (another server at
+    /// that address, or a version this client does not know).
+    #[error("reading the answer of {url}: {message}")]
+    Body {
+        /// The server.
+        url: String,
+        /// What could not be read.
+        message: String,
+    },
 }
 
 /// Headers with the key of `$SLUICE_API_KEY` in `x-api-key` when the variable is set (and a
@@ -371,7 +380,13 @@ impl Client {
         &self,
         response: reqwest::Response,
     ) -> Result<T, ClientError> {
-        response.json().await.map_err(|e| self.connect(e))
+        response.json().await.map_err(|e| match e.is_decode() {
+            true => ClientError::Body {
+                url: self.base.clone(),
+                message: e.to_string(),
+            },
+            false => self.connect(e),
+        })
     }
 
     fn connect(&self, e: reqwest::Error) -> ClientError {

@@ -12,7 +12,8 @@ use sluice_contract::sse::{Event, Token};
 use super::*;
 
 /// A server on a free port whose `/v1/answer` records the request's headers and body and
-/// answers `events`, and whose `/v1/documents` refuses with Sluice's error body.
+/// answers `events`, whose `/v1/documents` refuses with Sluice's error body, and whose
+/// `/healthz` answers text where JSON is expected.
 async fn server(events: String) -> (String, Arc<Mutex<Vec<(HeaderMap, Bytes)>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let kept = Arc::clone(&seen);
@@ -24,6 +25,7 @@ async fn server(events: String) -> (String, Arc<Mutex<Vec<(HeaderMap, Bytes)>>>)
                 ([("content-type", "text/event-stream")], events)
             }),
         )
+        .route("/healthz", axum::routing::get(|| async { "ok, but not JSON" }))
         .route(
             "/v1/documents",
             post(|| async {
@@ -104,6 +106,16 @@ async fn a_refusal_carries_the_servers_code_and_message() {
         ),
         other => panic!("{other:?}"),
     }
+    // A success whose body is not JSON: the answer is unreadable, the server was there.
+    let unreadable = Client::new(&url)
+        .unwrap()
+        .get("/healthz")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(unreadable, ClientError::Body { url: ref at, .. } if *at == url),
+        "{unreadable:?}"
+    );
     // Nothing listening: a connection error that names the server.
     let gone = Client::new("http://127.0.0.1:9")
         .unwrap()
