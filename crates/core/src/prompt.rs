@@ -232,6 +232,18 @@ mod tests {
         Conversation::default()
     }
 
+    /// [`assemble`] with the default prompt settings, a token a word.
+    fn plain(question: &str, conversation: &Conversation, hits: Vec<Hit>, budget: usize) -> Prompt {
+        assemble(
+            question,
+            conversation,
+            hits,
+            budget,
+            &PromptSettings::default(),
+            &words,
+        )
+    }
+
     fn chat(turns: &[(&str, &str)], system: Option<&str>) -> Conversation {
         Conversation {
             history: turns.iter().map(|(r, c)| ChatMessage::new(r, *c)).collect(),
@@ -248,14 +260,7 @@ mod tests {
             ],
             Some("Answer in French."),
         );
-        let p = assemble(
-            "and for premium?",
-            &c,
-            vec![hit("a", 3)],
-            1000,
-            &PromptSettings::default(),
-            &words,
-        );
+        let p = plain("and for premium?", &c, vec![hit("a", 3)], 1000);
         let roles: Vec<&str> = p.messages.iter().map(|m| m.role.as_str()).collect();
         assert_eq!(roles, ["system", "user", "assistant", "user"]);
         assert_eq!(
@@ -273,14 +278,7 @@ mod tests {
         );
         assert_eq!(p.turns_dropped, 0);
         // Without sources, the same place for the turns and the client's system message.
-        let p = assemble(
-            "and for premium?",
-            &c,
-            vec![],
-            1000,
-            &PromptSettings::default(),
-            &words,
-        );
+        let p = plain("and for premium?", &c, vec![], 1000);
         assert_eq!(
             p.messages[0].content,
             format!(
@@ -303,24 +301,10 @@ mod tests {
             .collect();
         let turns: Vec<(&str, &str)> = turns.iter().map(|(r, c)| (*r, c.as_str())).collect();
         let c = chat(&turns, None);
-        let full = assemble(
-            "q",
-            &c,
-            vec![hit("a", 50)],
-            usize::MAX,
-            &PromptSettings::default(),
-            &words,
-        );
+        let full = plain("q", &c, vec![hit("a", 50)], usize::MAX);
         assert_eq!(full.turns_dropped, 0);
         // Room for about two turns fewer: the two oldest go, the source stays.
-        let p = assemble(
-            "q",
-            &c,
-            vec![hit("a", 50)],
-            full.estimated_tokens - 40,
-            &PromptSettings::default(),
-            &words,
-        );
+        let p = plain("q", &c, vec![hit("a", 50)], full.estimated_tokens - 40);
         assert_eq!((p.turns_dropped, p.dropped), (2, 0));
         assert!(
             p.messages[1].content.starts_with("turn 2 "),
@@ -329,35 +313,14 @@ mod tests {
         );
         assert!(p.estimated_tokens <= full.estimated_tokens - 40);
         // No room for any turn: the question and its source still go.
-        let bare = assemble(
-            "q",
-            &none(),
-            vec![hit("a", 50)],
-            usize::MAX,
-            &PromptSettings::default(),
-            &words,
-        );
-        let p = assemble(
-            "q",
-            &c,
-            vec![hit("a", 50)],
-            bare.estimated_tokens,
-            &PromptSettings::default(),
-            &words,
-        );
+        let bare = plain("q", &none(), vec![hit("a", 50)], usize::MAX);
+        let p = plain("q", &c, vec![hit("a", 50)], bare.estimated_tokens);
         assert_eq!((p.turns_dropped, p.dropped, p.messages.len()), (6, 0, 2));
     }
 
     #[test]
     fn sources_are_numbered_in_rank_order() {
-        let p = assemble(
-            "why?",
-            &none(),
-            vec![hit("a", 3), hit("b", 3)],
-            1000,
-            &PromptSettings::default(),
-            &words,
-        );
+        let p = plain("why?", &none(), vec![hit("a", 3), hit("b", 3)], 1000);
         assert_eq!(
             p.messages[0].content,
             instructions(&PromptSettings::default(), true)
@@ -394,23 +357,8 @@ mod tests {
     #[test]
     fn lowest_ranked_sources_are_dropped_to_fit() {
         let hits = vec![hit("a", 100), hit("b", 100), hit("c", 100)];
-        let full = assemble(
-            "q",
-            &none(),
-            hits.clone(),
-            usize::MAX,
-            &PromptSettings::default(),
-            &words,
-        )
-        .estimated_tokens;
-        let p = assemble(
-            "q",
-            &none(),
-            hits,
-            full - 50,
-            &PromptSettings::default(),
-            &words,
-        );
+        let full = plain("q", &none(), hits.clone(), usize::MAX).estimated_tokens;
+        let p = plain("q", &none(), hits, full - 50);
         assert_eq!(p.dropped, 1);
         assert_eq!(
             p.sources
@@ -425,28 +373,14 @@ mod tests {
 
     #[test]
     fn no_context_gets_its_own_instruction() {
-        let p = assemble(
-            "what is rust?",
-            &none(),
-            vec![],
-            1000,
-            &PromptSettings::default(),
-            &words,
-        );
+        let p = plain("what is rust?", &none(), vec![], 1000);
         assert_eq!(
             p.messages[0].content,
             instructions(&PromptSettings::default(), false)
         );
         assert_eq!(p.messages[1].content, "what is rust?");
         // Everything dropped also ends in the no-context instruction.
-        let p = assemble(
-            "q",
-            &none(),
-            vec![hit("a", 500)],
-            100,
-            &PromptSettings::default(),
-            &words,
-        );
+        let p = plain("q", &none(), vec![hit("a", 500)], 100);
         assert_eq!(
             (p.dropped, p.messages[0].content.as_str()),
             (1, instructions(&PromptSettings::default(), false).as_str())
@@ -455,13 +389,11 @@ mod tests {
 
     #[test]
     fn the_estimate_covers_the_assembled_messages() {
-        let p = assemble(
+        let p = plain(
             "what now?",
             &none(),
             vec![hit("a", 40), hit("b", 60)],
             usize::MAX,
-            &PromptSettings::default(),
-            &words,
         );
         let counted: usize = p
             .messages
