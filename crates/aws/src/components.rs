@@ -26,7 +26,7 @@ use sluice_contract::Tenant;
 use sluice_contract::stages::ComponentError;
 use sluice_contract::stages::ComponentStorage as Storage;
 
-use crate::AwsError;
+use crate::{AwsError, s};
 
 /// Components in `SLUICE_COMPONENT_BUCKET`, records in `SLUICE_COMPONENT_TABLE`.
 pub struct S3Components {
@@ -46,10 +46,6 @@ struct Replica {
     region: String,
     bucket: String,
     s3: aws_sdk_s3::Client,
-}
-
-fn s(value: &str) -> AttributeValue {
-    AttributeValue::S(value.to_string())
 }
 
 impl S3Components {
@@ -203,12 +199,7 @@ impl S3Components {
             .await;
         match put {
             Ok(_) => Ok(()),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|s| s.is_conditional_check_failed_exception()) =>
-            {
-                Ok(())
-            }
+            Err(e) if crate::lost_condition(&e) => Ok(()),
             Err(e) => Err(AwsError::call("DynamoDB PutItem", e)),
         }
     }

@@ -18,7 +18,7 @@ use sluice_contract::Tenant;
 use sluice_contract::auth::{AuthError, KeyRecord, KeyStore, Permission, Principal, check_record};
 use sluice_contract::filter::Filter;
 
-use crate::AwsError;
+use crate::{AwsError, s};
 
 /// How long a found key is trusted without asking DynamoDB again.
 pub const FOUND_TTL: Duration = Duration::from_secs(60);
@@ -39,10 +39,6 @@ pub struct DynamoKeys {
     client: Client,
     table: String,
     remembered: Mutex<Remembered>,
-}
-
-fn s(v: &str) -> AttributeValue {
-    AttributeValue::S(v.to_string())
 }
 
 impl DynamoKeys {

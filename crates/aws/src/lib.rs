@@ -94,6 +94,20 @@ pub async fn sdk_config_with(
     Ok(sdk)
 }
 
+/// A DynamoDB string attribute.
+fn s(value: &str) -> aws_sdk_dynamodb::types::AttributeValue {
+    aws_sdk_dynamodb::types::AttributeValue::S(value.to_string())
+}
+
+/// Whether a `PutItem` failed only because its condition did not hold (another writer came
+/// first), which its caller answers on its own terms.
+fn lost_condition(
+    e: &aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::put_item::PutItemError>,
+) -> bool {
+    e.as_service_error()
+        .is_some_and(|e| e.is_conditional_check_failed_exception())
+}
+
 /// Creates the DynamoDB table `table` with on-demand billing, keyed by the string attributes
 /// `keys` (the partition key, then the sort key if any): for the tests and `sluice keys
 /// create-table`; the SAM template creates the tables of a deployment.

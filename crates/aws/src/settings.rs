@@ -14,7 +14,7 @@ use sluice_contract::tenant_settings::{
     SettingsError, SettingsStore, StoredSettings, TenantSettings,
 };
 
-use crate::AwsError;
+use crate::{AwsError, s};
 
 /// One attempt: the answer path waits for a stale copy's read (within its deadline).
 const ATTEMPT_TIMEOUT: Duration = Duration::from_millis(800);
@@ -56,7 +56,7 @@ impl DynamoSettings {
 impl SettingsStore for DynamoSettings {
     async fn get(&self, tenant: &Tenant) -> Result<Option<StoredSettings>, SettingsError> {
         let read = (self.client.get_item().table_name(&self.table))
-            .key("tenant", AttributeValue::S(tenant.to_string()))
+            .key("tenant", s(tenant))
             .consistent_read(true)
             .send()
             .await
@@ -94,17 +94,17 @@ impl SettingsStore for DynamoSettings {
                 updated_at: sluice_contract::tenant_settings::now(),
             };
             let put = (self.client.put_item().table_name(&self.table))
-                .item("tenant", AttributeValue::S(tenant.to_string()))
+                .item("tenant", s(tenant))
                 .item("version", AttributeValue::N(stored.version.to_string()))
-                .item("updated_at", AttributeValue::S(stored.updated_at.clone()))
-                .item("settings", AttributeValue::S(json.clone()))
+                .item("updated_at", s(&stored.updated_at))
+                .item("settings", s(&json))
                 .condition_expression("attribute_not_exists(#t) OR #v = :last")
                 .expression_attribute_names("#t", "tenant")
                 .expression_attribute_names("#v", "version")
                 .expression_attribute_values(":last", AttributeValue::N(last.to_string()));
             match put.send().await {
                 Ok(_) => return Ok(stored),
-                Err(e) if is_conditional(&e) => continue,
+                Err(e) if crate::lost_condition(&e) => continue,
                 Err(e) => return Err(fail(AwsError::call("DynamoDB PutItem", e))),
             }
         }
@@ -112,11 +112,4 @@ impl SettingsStore for DynamoSettings {
             "settings of {tenant}: {MAX_RACES} writers raced; try again"
         )))
     }
-}
-
-fn is_conditional(
-    e: &aws_sdk_dynamodb::error::SdkError<aws_sdk_dynamodb::operation::put_item::PutItemError>,
-) -> bool {
-    e.as_service_error()
-        .is_some_and(|e| e.is_conditional_check_failed_exception())
 }
