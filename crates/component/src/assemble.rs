@@ -67,9 +67,9 @@ pub(crate) async fn test_prompt(
         .await
         .map_err(pipeline)?;
         writeln!(out, "\n{}", q.query).map_err(report)?;
-        match &call.messages {
-            Ok(messages) => {
-                for m in messages {
+        match &call.assembled {
+            Ok(assembled) => {
+                for m in &assembled.messages {
                     let shown: String = m.content.chars().take(SHOWN).collect();
                     let more = m.content.chars().count().saturating_sub(SHOWN);
                     let more = match more {

@@ -370,11 +370,22 @@ pub struct PromptInput<'a> {
     pub built_in: &'a [ChatMessage],
 }
 
+/// A prompt component's messages, checked, with their tokens as the check counted them
+/// against the budget ([`MESSAGE_OVERHEAD_TOKENS`] a message included): what the prompt
+/// is charged, with no second count.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Assembled {
+    /// The messages to send.
+    pub messages: Vec<ChatMessage>,
+    /// Their tokens.
+    pub tokens: usize,
+}
+
 /// What one prompt-assembly call gave, and what it cost.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PromptCall {
     /// The messages to send, or why the component failed.
-    pub messages: Result<Vec<ChatMessage>, RerankFailure>,
+    pub assembled: Result<Assembled, RerankFailure>,
     /// Fuel consumed.
     pub fuel: u64,
     /// Wall time of the call inside the sandbox.

@@ -369,12 +369,12 @@ impl Sandbox {
     /// Runs a prompt-assembly component on `input` in a fresh store, under the same limits
     /// as a rerank call, and checks what it returned ([`crate::prompt::check`]: roles, the
     /// user's message last, the bytes, and the token budget as the host counts it): the
-    /// messages, and what the call cost, failed calls included.
+    /// messages with their tokens as counted, and what the call cost, failed calls included.
     pub fn assemble_costed(
         &self,
         prepared: &Prepared,
         input: &PromptInput,
-    ) -> (Result<Vec<Message>, RerankError>, CallCost) {
+    ) -> (Result<(Vec<Message>, usize), RerankError>, CallCost) {
         let started = Instant::now();
         if let Err(e) = crate::prompt::check_input(input, &self.limits) {
             return (Err(e), CallCost::default());
@@ -389,7 +389,7 @@ impl Sandbox {
                     out.map(|messages| {
                         let count = |text: &str| self.host.count_tokens(text) as usize;
                         crate::prompt::check(&messages, input.budget as usize, &self.limits, &count)
-                            .map(|()| messages)
+                            .map(|tokens| (messages, tokens))
                     })
                 })
             }),

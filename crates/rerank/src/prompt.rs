@@ -77,14 +77,14 @@ pub(crate) fn check_input(
 /// Checks the messages a component returned: at least one; each `system`, `user` or
 /// `assistant`; the last the user's (what a chat model answers); at most
 /// [`ComponentLimits::max_prompt_bytes`] of text; and at most `budget` tokens as `count`
-/// counts them, [`MESSAGE_OVERHEAD_TOKENS`] per message included. Component output is
-/// untrusted input.
+/// counts them, [`MESSAGE_OVERHEAD_TOKENS`] per message included: their tokens. Component
+/// output is untrusted input.
 pub(crate) fn check(
     messages: &[Message],
     budget: usize,
     limits: &ComponentLimits,
     count: &dyn Fn(&str) -> usize,
-) -> Result<(), RerankError> {
+) -> Result<usize, RerankError> {
     let invalid = |why: String| Err(RerankError::InvalidOutput(why));
     let Some(last) = messages.last() else {
         return invalid("no messages".into());
@@ -116,5 +116,5 @@ pub(crate) fn check(
             "{tokens} tokens of messages; the prompt's budget is {budget}"
         ));
     }
-    Ok(())
+    Ok(tokens)
 }

@@ -77,11 +77,18 @@ fn the_template_puts_the_callers_locale_first_and_keeps_the_built_in_messages() 
     assert_eq!(template.world(), WORLD_PROMPT);
     assert!(template.is_prompt());
     let plain = input("How long does a card take?", &[]);
-    let (messages, cost) = sandbox.assemble_costed(&template, &plain);
-    assert_eq!(pairs(&messages.unwrap()), pairs(&plain.built_in));
+    let (assembled, cost) = sandbox.assemble_costed(&template, &plain);
+    let (messages, tokens) = assembled.unwrap();
+    assert_eq!(pairs(&messages), pairs(&plain.built_in));
+    // Their tokens as the check counted them: a word a token here, 8 a message.
+    let words: usize = messages
+        .iter()
+        .map(|m| m.content.split_whitespace().count())
+        .sum();
+    assert_eq!(tokens, words + 8 * messages.len());
     assert!(cost.fuel > 0, "{cost:?}");
     let french = input("How long does a card take?", &[("locale", "fr")]);
-    let messages = sandbox.assemble_costed(&template, &french).0.unwrap();
+    let (messages, _) = sandbox.assemble_costed(&template, &french).0.unwrap();
     assert_eq!(messages.len(), 3);
     assert!(messages[0].content.contains("locale fr"), "{messages:?}");
     assert_eq!(pairs(&messages[1..]), pairs(&french.built_in));
@@ -100,7 +107,7 @@ fn a_hostile_prompt_component_is_stopped_each_way_and_the_sandbox_goes_on() {
         let err = out.expect_err(question);
         // Each time, the next call runs as before.
         let ok = sandbox.assemble_costed(&hostile, &input("fine", &[])).0;
-        assert_eq!(ok.unwrap()[0].content, "hostile: well behaved this time");
+        assert_eq!(ok.unwrap().0[0].content, "hostile: well behaved this time");
         err
     };
     assert!(matches!(fails("trap"), RerankError::Trap(_)));

@@ -7,8 +7,9 @@ use async_trait::async_trait;
 use sluice_contract::Tenant;
 use sluice_contract::metadata::MetaValue;
 use sluice_contract::stages::{
-    ActiveComponent, ActivePrompt, ChatMessage, FailureKind, PromptCall, PromptInput, RerankCall,
-    RerankFailure, RerankInput, Reranker,
+    ActiveComponent, ActivePrompt, Assembled, ChatMessage, Embedder, FailureKind,
+    MESSAGE_OVERHEAD_TOKENS, PromptCall, PromptInput, RerankCall, RerankFailure, RerankInput,
+    Reranker,
 };
 
 /// The fuel a scripted component reports burning per candidate, so that usage tests can
@@ -148,6 +149,19 @@ impl ActiveComponent for Scripted {
     }
 }
 
+impl ScriptedReranker {
+    /// Looks `tenant` up as the script says: after the lookup delay, failing if it fails;
+    /// whether the tenant has the scripted components.
+    async fn has_components(&self, tenant: &Tenant) -> Result<bool, String> {
+        // The caller bounds the wait, as it bounds a real first load.
+        tokio::time::sleep(self.lookup_delay).await;
+        if self.lookup_fails {
+            return Err("injected: component storage unreachable".into());
+        }
+        Ok(self.tenants.as_ref().is_none_or(|t| t.contains(tenant)))
+    }
+}
+
 #[async_trait]
 impl Reranker for ScriptedReranker {
     async fn active(
@@ -155,12 +169,7 @@ impl Reranker for ScriptedReranker {
         tenant: &Tenant,
         _by: tokio::time::Instant,
     ) -> Result<Option<Arc<dyn ActiveComponent>>, String> {
-        // The caller bounds the wait, as it bounds a real first load.
-        tokio::time::sleep(self.lookup_delay).await;
-        if self.lookup_fails {
-            return Err("injected: component storage unreachable".into());
-        }
-        if self.tenants.as_ref().is_some_and(|t| !t.contains(tenant)) {
+        if !self.has_components(tenant).await? {
             return Ok(None);
         }
         Ok(self.verdict.clone().map(|verdict| {
@@ -176,11 +185,7 @@ impl Reranker for ScriptedReranker {
         tenant: &Tenant,
         _by: tokio::time::Instant,
     ) -> Result<Option<Arc<dyn ActivePrompt>>, String> {
-        tokio::time::sleep(self.lookup_delay).await;
-        if self.lookup_fails {
-            return Err("injected: component storage unreachable".into());
-        }
-        if self.tenants.as_ref().is_some_and(|t| !t.contains(tenant)) {
+        if !self.has_components(tenant).await? {
             return Ok(None);
         }
         Ok(self.prompt.clone().map(|verdict| {
@@ -216,8 +221,16 @@ impl ActivePrompt for ScriptedPrompt {
                 Err(RerankFailure::new(FailureKind::ComponentError, why.clone()))
             }
         };
+        // Counted as the kit's embedder counts (a token a word), as the sandbox's check counts
+        // with the host's tokenizer.
+        let count = |m: &ChatMessage| {
+            crate::HashEmbedder::new().count_tokens(&m.content) + MESSAGE_OVERHEAD_TOKENS
+        };
         PromptCall {
-            messages,
+            assembled: messages.map(|messages| Assembled {
+                tokens: messages.iter().map(count).sum(),
+                messages,
+            }),
             fuel: SCRIPTED_FUEL_PER_HIT,
             wall: Duration::from_micros(10),
         }

@@ -14,11 +14,18 @@ use crate::prompt::{self, Conversation, Prompt};
 use sluice_contract::codes::Degraded;
 use sluice_contract::sse::{CacheState, Event, Meta, PromptEcho};
 use sluice_contract::stages::{
-    ActivePrompt, FailureKind, Hit, MESSAGE_OVERHEAD_TOKENS, PromptInput, RerankFailure, SourceDoc,
+    ActivePrompt, FailureKind, Hit, PromptInput, RerankFailure, SourceDoc,
 };
 
 /// The least time prompt assembly gets, even when retrieval used the whole deadline.
 const PROMPT_FLOOR: Duration = Duration::from_millis(25);
+
+/// What is left of the retrieval deadline for prompt assembly, and at least its floor.
+fn time_left(request: &AnswerRequest) -> Duration {
+    (request.received + request.retrieval_deadline)
+        .saturating_duration_since(Instant::now())
+        .max(PROMPT_FLOOR)
+}
 
 /// Characters of a chunk shown as its snippet in `meta`.
 const SNIPPET_CHARS: usize = 240;
@@ -44,10 +51,7 @@ impl Pipeline {
             let counter = |text: &str| embedder.count_tokens(text);
             prompt::assemble(&query, &conversation, hits, budget, &own, &counter)
         });
-        let left = (request.received + request.retrieval_deadline)
-            .saturating_duration_since(Instant::now())
-            .max(PROMPT_FLOOR);
-        let prompt = match tokio::time::timeout(left, counting).await {
+        let prompt = match tokio::time::timeout(time_left(request), counting).await {
             Ok(Ok(mut prompt)) => {
                 if let Some(assembler) = progress.assembler.clone() {
                     self.tenant_prompt(request, assembler, &mut prompt, budget, progress)
@@ -78,7 +82,8 @@ impl Pipeline {
     }
 
     /// The tenant's prompt component, given the built-in prompt: its messages (checked by the
-    /// sandbox, the token budget included) replace the built-in ones. On the blocking pool,
+    /// sandbox, the token budget included) replace the built-in ones, and their tokens as the
+    /// check counted them the estimate. On the blocking pool,
     /// by the retrieval deadline (with the prompt's floor); a failed or late call keeps the
     /// built-in messages (`prompt_component_failed`).
     async fn tenant_prompt(
@@ -89,10 +94,6 @@ impl Pipeline {
         budget: usize,
         progress: &mut Progress,
     ) {
-        let left = (request.received + request.retrieval_deadline)
-            .saturating_duration_since(Instant::now())
-            .max(PROMPT_FLOOR);
-        let embedder = Arc::clone(&self.embedder);
         let (question, sources, built_in) = (
             request.query.clone(),
             prompt.sources.clone(),
@@ -113,14 +114,9 @@ impl Pipeline {
                 budget,
                 built_in: &built_in,
             });
-            call.messages.map(|messages| {
-                let tokens = (messages.iter())
-                    .map(|m| embedder.count_tokens(&m.content) + MESSAGE_OVERHEAD_TOKENS)
-                    .sum::<usize>();
-                (messages, tokens)
-            })
+            call.assembled
         });
-        let outcome = match tokio::time::timeout(left, task).await {
+        let outcome = match tokio::time::timeout(time_left(request), task).await {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(e)) => Err(RerankFailure::new(
                 FailureKind::Trap,
@@ -132,9 +128,9 @@ impl Pipeline {
             )),
         };
         match outcome {
-            Ok((messages, tokens)) => {
-                prompt.messages = messages;
-                prompt.estimated_tokens = tokens;
+            Ok(assembled) => {
+                prompt.messages = assembled.messages;
+                prompt.estimated_tokens = assembled.tokens;
             }
             Err(e) => {
                 warn!(error = %e, "prompt component failed; sending the built-in prompt");

@@ -33,8 +33,9 @@ use sha2::{Digest, Sha256};
 use sluice_contract::Tenant;
 use sluice_contract::cancel::Cancel;
 use sluice_contract::stages::{
-    ActiveComponent, ActivePrompt, ChatMessage, ComponentError, ComponentStorage as Storage,
-    ComponentVersion, Components, PromptCall, PromptInput, RerankCall, RerankInput, Reranker,
+    ActiveComponent, ActivePrompt, Assembled, ChatMessage, ComponentError,
+    ComponentStorage as Storage, ComponentVersion, Components, PromptCall, PromptInput, RerankCall,
+    RerankInput, Reranker,
 };
 
 use crate::{Call, ComponentLimits, HostServices, Prepared, Sandbox, UploadError};
@@ -339,16 +340,17 @@ impl ActivePrompt for Active {
 
     fn assemble(&self, input: &PromptInput<'_>) -> PromptCall {
         let input = candidates::prompt_input(input, self.sandbox.limits().max_text_bytes);
-        let (messages, cost) = self.sandbox.assemble_costed(&self.prepared, &input);
-        let messages = messages.map_err(|e| e.failure());
-        if let Some(failure) = (self.stats).record(cost.fuel, cost.wall, messages.as_ref().err()) {
+        let (assembled, cost) = self.sandbox.assemble_costed(&self.prepared, &input);
+        let assembled = assembled.map_err(|e| e.failure());
+        if let Some(failure) = (self.stats).record(cost.fuel, cost.wall, assembled.as_ref().err()) {
             self.failures.send(&self.tenant, &self.version, failure);
         }
         PromptCall {
-            messages: messages.map(|m| {
-                m.into_iter()
+            assembled: assembled.map(|(messages, tokens)| Assembled {
+                messages: (messages.into_iter())
                     .map(|m| ChatMessage::new(&m.role, m.content))
-                    .collect()
+                    .collect(),
+                tokens,
             }),
             fuel: cost.fuel,
             wall: cost.wall,
