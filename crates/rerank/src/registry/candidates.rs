@@ -69,7 +69,7 @@ pub(crate) fn prompt_input(
                     section: section.unwrap_or_default(),
                     page: page.unwrap_or(0),
                     metadata: (h.document.metadata.iter())
-                        .map(|(key, value)| (key.to_string(), json(value)))
+                        .map(|(key, value)| (key.to_string(), value.to_json().to_string()))
                         .collect(),
                 }
             })
@@ -86,17 +86,6 @@ pub(crate) fn prompt_input(
         budget: u32::try_from(input.budget).unwrap_or(u32::MAX),
         built_in: input.built_in.iter().map(message).collect(),
     }
-}
-
-/// A metadata value as JSON text (a date as its text).
-fn json(value: &Value) -> String {
-    match value {
-        Value::Text(t) | Value::Date { text: t, .. } => serde_json::Value::from(t.as_str()),
-        Value::Number(n) => serde_json::Value::Number(n.clone()),
-        Value::Bool(b) => serde_json::Value::Bool(*b),
-        Value::List(items) => serde_json::Value::from(items.clone()),
-    }
-    .to_string()
 }
 
 /// A document's metadata as a 0.2 component reads it, sorted by key.
