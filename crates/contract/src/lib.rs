@@ -44,6 +44,27 @@ pub use tenant::Tenant;
 /// may grow without bound.
 pub const REMEMBERED_TENANTS: usize = 10_000;
 
+/// Makes room in a per-tenant memory before `tenant` is added, so that it never holds more
+/// than [`REMEMBERED_TENANTS`]: when it is full (and `tenant` is not in it), the entries
+/// `stale` says are of no more use go first, then the half `touched` longest ago.
+pub fn make_room<V, T: Ord + Copy>(
+    memory: &mut std::collections::HashMap<Tenant, V>,
+    tenant: &Tenant,
+    stale: impl Fn(&V) -> bool,
+    touched: impl Fn(&V) -> T,
+) {
+    if memory.len() < REMEMBERED_TENANTS || memory.contains_key(tenant) {
+        return;
+    }
+    memory.retain(|_, v| !stale(v));
+    if memory.len() >= REMEMBERED_TENANTS {
+        let mut times: Vec<T> = memory.values().map(&touched).collect();
+        times.sort_unstable();
+        let cut = times[times.len() / 2];
+        memory.retain(|_, v| touched(v) > cut);
+    }
+}
+
 /// Hex SHA-256 of `bytes`: cache keys, filter digests, key digests.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;

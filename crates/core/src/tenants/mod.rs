@@ -15,10 +15,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use sluice_contract::Tenant;
 use sluice_contract::tenant_settings::{
     SettingsError, SettingsStore, StoredSettings, TenantSettings,
 };
+use sluice_contract::{Tenant, make_room};
 use tokio::time::Instant;
 use tracing::warn;
 
@@ -70,11 +70,7 @@ impl Tenants {
                 last.and_then(|known| known.stored)
             }
         };
-        let known = Known {
-            read_at: Instant::now(),
-            stored: stored.clone(),
-        };
-        self.known().insert(tenant.clone(), known);
+        self.remember(tenant, stored.clone());
         stored
     }
 
@@ -82,11 +78,7 @@ impl Tenants {
     /// `GET /v1/settings` shows.
     pub async fn read(&self, tenant: &Tenant) -> Result<Option<StoredSettings>, SettingsError> {
         let stored = self.store.get(tenant).await?;
-        let known = Known {
-            read_at: Instant::now(),
-            stored: stored.clone().map(Arc::new),
-        };
-        self.known().insert(tenant.clone(), known);
+        self.remember(tenant, stored.clone().map(Arc::new));
         Ok(stored)
     }
 
@@ -98,12 +90,21 @@ impl Tenants {
         settings: TenantSettings,
     ) -> Result<StoredSettings, SettingsError> {
         let stored = self.store.put(tenant, settings).await?;
-        let known = Known {
-            read_at: Instant::now(),
-            stored: Some(Arc::new(stored.clone())),
-        };
-        self.known().insert(tenant.clone(), known);
+        self.remember(tenant, Some(Arc::new(stored.clone())));
         Ok(stored)
+    }
+
+    /// Keeps what `tenant`'s settings are as of now. Tenant names come from outside: at most
+    /// [`sluice_contract::REMEMBERED_TENANTS`] are kept ([`make_room`]), those past their
+    /// freshness forgotten first (they would be read again anyway), then the half read longest
+    /// ago. A forgotten tenant is read again when it comes back; only its last-known fallback
+    /// for a failing store is lost.
+    fn remember(&self, tenant: &Tenant, stored: Option<Arc<StoredSettings>>) {
+        let mut known = self.known();
+        let stale = |k: &Known| k.read_at.elapsed() >= self.fresh_for;
+        make_room(&mut known, tenant, stale, |k| k.read_at);
+        let read_at = Instant::now();
+        known.insert(tenant.clone(), Known { read_at, stored });
     }
 }
 

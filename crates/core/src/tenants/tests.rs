@@ -147,3 +147,20 @@ async fn a_put_is_in_force_at_once_in_its_own_process() {
     let read = tenants.get(&acme(), soon()).await.unwrap();
     assert_eq!((read.version, read.settings.k), (1, Some(2)));
 }
+
+#[tokio::test]
+async fn what_is_kept_stays_bounded_whatever_tenants_ask() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(FileSettings::new(&dir.path().join("settings.json")));
+    let tenants = Tenants::new(store, Duration::from_secs(60));
+    let max = sluice_contract::REMEMBERED_TENANTS;
+    for i in 0..max * 2 + 3 {
+        tenants.remember(&Tenant::new(&format!("t{i}")).unwrap(), None);
+    }
+    let known = tenants.known();
+    assert!(known.len() <= max, "{}", known.len());
+    assert!(
+        known.contains_key(format!("t{}", max * 2 + 2).as_str()),
+        "the newest is kept"
+    );
+}

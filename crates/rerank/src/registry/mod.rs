@@ -235,17 +235,10 @@ impl Inner {
     fn remember(&self, tenant: &Tenant, active: Option<Arc<Active>>) {
         let now = Instant::now();
         let mut known = lock(&self.known);
-        if known.len() >= sluice_contract::REMEMBERED_TENANTS && !known.contains_key(tenant) {
-            // Tenants not asked for lately go first (they are loaded again when they come
-            // back); if that is not enough, the half asked for longest ago.
-            known.retain(|_, k| now.duration_since(k.used) < IDLE);
-            if known.len() >= sluice_contract::REMEMBERED_TENANTS {
-                let mut used: Vec<Instant> = known.values().map(|k| k.used).collect();
-                used.sort_unstable();
-                let cut = used[used.len() / 2];
-                known.retain(|_, k| k.used > cut);
-            }
-        }
+        // Tenants not asked for lately go first (they are loaded again when they come back);
+        // if that is not enough, the half asked for longest ago.
+        let idle = |k: &Known| now.duration_since(k.used) >= IDLE;
+        sluice_contract::make_room(&mut known, tenant, idle, |k| k.used);
         known.insert(
             tenant.clone(),
             Known {
