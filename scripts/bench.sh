@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make bench`: every benchmark in one run, then a summary of medians and ratios.
-# Benches use the single `dev` profile (dependencies at opt-level 3, ours at 2) so that
+# Benches use the single `dev` profile (opt-levels per kind of code: Cargo.toml) so that
 # they share the test build; `--workspace` keeps feature unification identical to `make test`
 # so nothing is rebuilt.
 set -euo pipefail
