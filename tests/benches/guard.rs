@@ -7,9 +7,10 @@
 
 use std::time::Instant;
 
-use sluice_core::cache::guard::{Guard, normalise};
-use sluice_core::cache::lexicon::Lexicon;
+use sluice_core::cache::guard::Guard;
 use sluice_core::config::Config;
+use sluice_core::language::lexicon::Lexicon;
+use sluice_core::language::normalise;
 
 const ROUNDS: usize = 200;
 
@@ -24,7 +25,7 @@ fn main() {
     let load = started.elapsed();
     let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
 
-    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let fixtures = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures");
     let mut pairs = Vec::new();
     for file in ["cache_pairs.jsonl", "cache_guard_pairs.jsonl"] {
         let text = std::fs::read_to_string(fixtures.join(file)).expect("fixture");

@@ -81,6 +81,8 @@ impl Bench {
                 finish_reason: "stop".into(),
                 token_count: 60,
                 token_count_source: "usage".into(),
+                extract: None,
+                grounding: None,
             };
             let q = question(i);
             let entry = self.cache.entry(

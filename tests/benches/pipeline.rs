@@ -122,6 +122,7 @@ fn bench(c: &mut Criterion) {
             ends_by: None,
             show_rerank_failure: false,
             settings: None,
+            extract: None,
         };
         let received = request.received;
         let done = runtime.block_on(async {

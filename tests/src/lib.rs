@@ -50,8 +50,8 @@ pub async fn dynamodb(config: &sluice_aws::AwsConfig) -> sluice_cache_dynamodb::
 }
 
 /// The cache guard's lexicon from the configured model folder, read once per test process.
-pub fn lexicon() -> Arc<sluice_core::cache::lexicon::Lexicon> {
-    static LEXICON: OnceLock<Arc<sluice_core::cache::lexicon::Lexicon>> = OnceLock::new();
+pub fn lexicon() -> Arc<sluice_core::language::lexicon::Lexicon> {
+    static LEXICON: OnceLock<Arc<sluice_core::language::lexicon::Lexicon>> = OnceLock::new();
     LEXICON
         .get_or_init(|| {
             let path = Config::from_env()
@@ -60,7 +60,7 @@ pub fn lexicon() -> Arc<sluice_core::cache::lexicon::Lexicon> {
                 .lexicon
                 .expect("SLUICE_CACHE_LEXICON is not none");
             Arc::new(
-                sluice_core::cache::lexicon::Lexicon::load(&path)
+                sluice_core::language::lexicon::Lexicon::load(&path)
                     .expect("the guard's lexicon (run `scripts/setup.sh model`)"),
             )
         })

@@ -24,8 +24,8 @@ use sluice_contract::{
 };
 use sluice_convert::ConvertLimits;
 use sluice_core::Config;
-use sluice_core::cache::lexicon::LexiconError;
 use sluice_core::cache::memory::MemoryCache;
+use sluice_core::language::lexicon::{LexiconError, SharedLexicon};
 use sluice_core::tenants::FileSettings;
 use sluice_core::usage::LocalUsage;
 use sluice_core::{cache::CacheSettings, cache::SemanticCache};
@@ -179,9 +179,13 @@ pub async fn parts(
         _ => None,
     };
     let store = uses_model.then(|| tokio::task::spawn_blocking(move || self::store(&store)));
+    let lexicon = match role.answers() {
+        true => lexicon(&config.cache)?,
+        false => SharedLexicon::default(),
+    };
     let cache = match role.answers() {
         true => {
-            let cache = cache(&config.cache, &aws, sluice_embed::DIM).await?;
+            let cache = cache(&config.cache, &aws, sluice_embed::DIM, &lexicon).await?;
             match &cache {
                 Some(c) => info!(backend = c.backend(), "answer cache ready"),
                 None => info!("answer cache off"),
@@ -226,6 +230,7 @@ pub async fn parts(
         store,
         llm,
         cache,
+        lexicon,
         reranker: None,
         components: None,
         keys,
@@ -322,13 +327,27 @@ pub fn registry(
     Registry::from_config(rerank, Arc::new(ModelHost(model)), storage).map_err(AppError::Components)
 }
 
+/// WordNet for the cache's guard and the grounding check (`SLUICE_CACHE_LEXICON`): checked
+/// now, so that a missing table stops the start, and read in the background.
+pub fn lexicon(config: &CacheConfig) -> Result<SharedLexicon, AppError> {
+    let Some(path) = &config.lexicon else {
+        return Ok(SharedLexicon::default());
+    };
+    std::fs::metadata(path).map_err(|source| LexiconError::Read {
+        path: path.display().to_string(),
+        source,
+    })?;
+    Ok(SharedLexicon::read_in_background(path.clone()))
+}
+
 /// The answer cache `config` asks for (`SLUICE_CACHE`), for query vectors of `dim`
-/// components; `None` when it is off. For DynamoDB the client is built and the table checked
+/// components, its guard reading `lexicon`; `None` when it is off. For DynamoDB the client is built and the table checked
 /// (and created, with `SLUICE_CACHE_CREATE_TABLE=true`) here, once per process.
 pub async fn cache(
     config: &CacheConfig,
     aws: &AwsConfig,
     dim: usize,
+    lexicon: &SharedLexicon,
 ) -> Result<Option<Arc<SemanticCache>>, AppError> {
     let store: Arc<dyn CacheStore> = match config.backend {
         CacheBackend::Off => return Ok(None),
@@ -342,18 +361,8 @@ pub async fn cache(
         }
     };
     let settings = CacheSettings::from_config(config);
-    let cache = SemanticCache::new(store, settings, dim);
-    Ok(Some(Arc::new(match &config.lexicon {
-        Some(path) => {
-            // Checked now, so that a missing table stops the start; read in the background.
-            std::fs::metadata(path).map_err(|source| LexiconError::Read {
-                path: path.display().to_string(),
-                source,
-            })?;
-            cache.with_lexicon_from(path.clone())
-        }
-        None => cache,
-    })))
+    let cache = SemanticCache::new(store, settings, dim).with_lexicon(lexicon.clone());
+    Ok(Some(Arc::new(cache)))
 }
 
 /// Where tenants' components are kept: S3 and DynamoDB with `SLUICE_COMPONENT_BUCKET`, else

@@ -654,6 +654,8 @@ mod tests {
                 finish_reason: "stop".into(),
                 token_count: 1,
                 token_count_source: "usage".into(),
+                extract: None,
+                grounding: None,
             },
         }
     }

@@ -79,43 +79,42 @@ pub fn object_flag(flag: &str, text: &str, example: &str) -> Result<Value> {
     }
 }
 
-/// `sluice ask`: stream the answer, then sources and timings (client-measured TTFT first).
+/// `sluice ask`: the extract, the answer as it streams (again with its unsupported facts
+/// marked, if it has any), the verdict, sources and timings (client-measured TTFT first).
 pub async fn ask(client: &Client, query: &str, options: &AnswerOptions) -> Result<()> {
-    let body = options.body(query);
-    let sent = Instant::now();
+    let (body, sent) = (options.body(query), Instant::now());
     let mut events = client.answer(&body).await?;
-    let mut ttft = None;
-    let mut meta = None;
+    let (mut ttft, mut meta, mut text) = (None, None, String::new());
     let mut out = std::io::stdout();
     while let Some(event) = events.next().await {
         match event? {
-            Event::Meta(m) => meta = Some(m),
+            Event::Meta(m) => {
+                if let Some(x) = &m.extract {
+                    println!("extract [{}]: {}\n", x.source, x.text);
+                }
+                meta = Some(m);
+            }
             Event::Token(token) => {
                 ttft.get_or_insert_with(|| sent.elapsed());
+                text.push_str(&token.text);
                 write!(out, "{}", token.text)?;
                 out.flush()?;
             }
             Event::Done(done) => {
                 println!("\n");
+                if let Some(g) = done.grounding.as_ref() {
+                    if !g.grounded() {
+                        println!("unsupported, marked: {}\n", g.marked(&text, "[[", "]]"));
+                    }
+                    println!("{}", g.summary());
+                }
                 if let Some(meta) = &meta {
                     print_sources(meta);
                 }
-                let t = &done.timings;
-                let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+                let ttft = ttft.unwrap_or_default();
                 println!(
-                    "client ttft {:.1} ms | cache {} | server: cache {} embed {} retrieve {} rerank {} prompt {} llm_ttft {} ttft {} total {} ms | {} tokens, {:.1} tok/s",
-                    ttft.unwrap_or_default().as_secs_f64() * 1e3,
-                    meta.as_ref().map_or("?", |m| m.cache.as_str()),
-                    f(t.cache_ms),
-                    f(t.embed_ms),
-                    f(t.retrieve_ms),
-                    f(t.rerank_ms),
-                    f(t.prompt_ms),
-                    f(t.llm_ttft_ms),
-                    f(t.ttft_ms),
-                    f(t.total_ms),
-                    done.token_count,
-                    done.tokens_per_sec,
+                    "{}",
+                    sluice_client::timings_line(ttft, meta.as_deref(), &done)
                 );
                 return Ok(());
             }
@@ -154,22 +153,6 @@ pub async fn clear_cache(client: &Client, tenant: &str) -> Result<()> {
     Ok(())
 }
 
-/// One line of a listing: id, chunks, when, title.
-fn document_line(d: &Value) -> String {
-    let or_dash = |v: &Value| match v {
-        Value::Null => "-".to_string(),
-        Value::String(s) => s.clone(),
-        other => other.to_string(),
-    };
-    format!(
-        "{}\t{}\t{}\t{}",
-        or_dash(&d["id"]),
-        or_dash(&d["chunks"]),
-        or_dash(&d["ingested_at"]),
-        or_dash(&d["title"])
-    )
-}
-
 /// `sluice documents list`: every page of the tenant's documents (under `filter`, a JSON
 /// text), a line each (`--json`: the documents as JSON lines).
 pub async fn list_documents(client: &Client, filter: Option<&str>, json_lines: bool) -> Result<()> {
@@ -188,7 +171,7 @@ pub async fn list_documents(client: &Client, filter: Option<&str>, json_lines: b
             if json_lines {
                 println!("{d}");
             } else {
-                println!("{}", document_line(d));
+                println!("{}", sluice_client::document_line(d));
             }
         }
         match page["next_cursor"].as_str() {

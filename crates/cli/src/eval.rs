@@ -68,6 +68,17 @@ pub enum EvalCommand {
         #[arg(long, default_value = "eval-pages")]
         out: PathBuf,
     },
+    /// The grounding check on HaluEval QA and on answers made from the sample corpus and
+    /// τ²-bench's documents (`scripts/setup.sh eval`): balanced accuracy, precision and recall
+    /// of "unsupported", false alarms and time per verdict, on the half tuning never saw.
+    /// Writes report.json and report.md to --out.
+    Grounding {
+        /// Check only the first N HaluEval items.
+        #[arg(long)]
+        limit: Option<usize>,
+        #[arg(long, default_value = "eval-grounding")]
+        out: PathBuf,
+    },
 }
 
 /// The dataset and the split of an evaluation.
@@ -130,6 +141,10 @@ pub async fn command(settings: &sluice_app::Settings, command: EvalCommand) -> R
                 sluice_eval::pages::run(settings, &folder, &questions, |line| eprintln!("{line}"))
                     .await?;
             return write_reports(&out, &report, &sluice_eval::pages::table(&report));
+        }
+        EvalCommand::Grounding { limit, out } => {
+            let report = sluice_eval::grounding::run_installed(config, limit)?;
+            return write_reports(&out, &report, &sluice_eval::grounding::table(&report));
         }
         EvalCommand::Tune {
             data,

@@ -119,6 +119,28 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
     }
     assert_eq!(done["busy"], "false");
     assert_eq!(done["status"], "Done.");
+    // The evidence before the answer: the extract above it, the highlights in the cards.
+    let extract = done["extract"].as_str().unwrap_or("");
+    let highlights: Vec<&str> = (done["highlights"].as_array().expect("highlights").iter())
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        highlights.iter().any(|h| extract.starts_with(h)),
+        "the extract {extract:?} is one of the highlights {highlights:?}"
+    );
+    // The fixture's tokens (` t0 t1 …`) are facts no source states: each is marked once the
+    // verdict arrives, and the verdict's line says the sentence is unsupported.
+    let marked: Vec<&str> = (done["marked"].as_array().expect("marks").iter())
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(marked, (0..16).map(|i| format!("t{i}")).collect::<Vec<_>>());
+    assert!(
+        done["verdict"]
+            .as_str()
+            .is_some_and(|v| v.starts_with("0 of 1 sentences supported")),
+        "{}",
+        done["verdict"]
+    );
     // The sources, with the uploaded lost-card page among them and a snippet each.
     let sources = done["sources"].as_array().expect("sources");
     assert!(!sources.is_empty());

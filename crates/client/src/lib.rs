@@ -23,6 +23,47 @@ use sluice_contract::document::{Document, IngestReport};
 use sluice_contract::sse::{Done, ErrorEvent, Event, Meta, Token};
 use sluice_contract::tenant::TENANT_HEADER;
 
+/// One line of an answer's timings for people: the client's own time to the first token, the
+/// cache state, the server's stage timings, the tokens and their rate.
+pub fn timings_line(client_ttft: Duration, meta: Option<&Meta>, done: &Done) -> String {
+    let t = &done.timings;
+    let f = |v: Option<f64>| v.map_or("-".to_string(), |v| format!("{v:.1}"));
+    format!(
+        "client ttft {:.1} ms | cache {} | server: cache {} embed {} retrieve {} rerank {} prompt {} evidence {} llm_ttft {} ttft {} grounding {} total {} ms | {} tokens, {:.1} tok/s",
+        client_ttft.as_secs_f64() * 1e3,
+        meta.map_or("?", |m| m.cache.as_str()),
+        f(t.cache_ms),
+        f(t.embed_ms),
+        f(t.retrieve_ms),
+        f(t.rerank_ms),
+        f(t.prompt_ms),
+        f(t.evidence_ms),
+        f(t.llm_ttft_ms),
+        f(t.ttft_ms),
+        f(t.grounding_ms),
+        f(t.total_ms),
+        done.token_count,
+        done.tokens_per_sec,
+    )
+}
+
+/// One line of a document listing for people: id, chunks, when ingested, title (tab-separated;
+/// `-` for what is absent).
+pub fn document_line(d: &Value) -> String {
+    let or_dash = |v: &Value| match v {
+        Value::Null => "-".to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    format!(
+        "{}\t{}\t{}\t{}",
+        or_dash(&d["id"]),
+        or_dash(&d["chunks"]),
+        or_dash(&d["ingested_at"]),
+        or_dash(&d["title"])
+    )
+}
+
 /// The variable a client reads its key from.
 pub const API_KEY_VAR: &str = "SLUICE_API_KEY";
 /// The header that carries a request body's SHA-256 (lowercase hex); Sluice itself does not

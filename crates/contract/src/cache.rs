@@ -27,6 +27,12 @@ pub struct CachedAnswer {
     pub token_count: u64,
     /// As in the original `done`.
     pub token_count_source: String,
+    /// As in the original `meta`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extract: Option<crate::grounding::Extract>,
+    /// As in the original `done`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grounding: Option<crate::grounding::Grounding>,
 }
 
 /// What an entry was made under; it answers a request only when all of it is the same.

@@ -188,6 +188,9 @@ wire_names! {
         UsageUnavailable = "usage_unavailable",
         /// The API keys cannot be checked.
         AuthUnavailable = "auth_unavailable",
+        /// Under `strict` grounding, an answer with a sentence no source supports, refused by a
+        /// non-streaming route (the verdict is in the body).
+        Ungrounded = "ungrounded",
         /// The LLM refused the connection, or answered 429 or 5xx before the first token.
         LlmUnavailable = "llm_unavailable",
         /// The LLM refused the request (another 4xx).
@@ -224,7 +227,8 @@ impl Code {
             UriTooLong => 414,
             HeadersTooLarge => 431,
             UnsupportedFormat => 415,
-            NoTextLayer | EncryptedDocument | UnreadableDocument | ComponentTooComplex => 422,
+            NoTextLayer | EncryptedDocument | UnreadableDocument | ComponentTooComplex
+            | Ungrounded => 422,
             BodyTooLarge | IngestTooLarge | ConversationTooLong => 413,
             RateLimited | TooManyStreams | BudgetExceeded => 429,
             IngestFailed | StorageFailed | Internal => 500,
@@ -292,6 +296,9 @@ wire_names! {
         /// Looking up the tenant's active rerank component failed: fused order kept, the cache
         /// neither read nor written.
         ComponentFailed = "component_failed",
+        /// Under `strict` grounding, a sentence of the answer no source supports (in
+        /// `done.degraded`, and the answer is not cached).
+        Ungrounded = "ungrounded",
     }
 }
 

@@ -28,6 +28,7 @@ pub mod document;
 pub mod error;
 pub mod filter;
 pub mod fusion;
+pub mod grounding;
 pub mod metadata;
 pub mod settings;
 pub mod sse;

@@ -29,12 +29,18 @@ pub struct Timings {
     /// Prompt assembly.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub prompt_ms: Option<f64>,
+    /// Finding the sources' evidence sentences (highlights and the extract).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub evidence_ms: Option<f64>,
     /// From sending the LLM request to its first token.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub llm_ttft_ms: Option<f64>,
     /// From receiving the request to sending the first token.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ttft_ms: Option<f64>,
+    /// Checking the answer against its sources, after the last token.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grounding_ms: Option<f64>,
     /// From receiving the request to the end of the stream.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub total_ms: Option<f64>,
@@ -79,8 +85,12 @@ pub struct Meta {
     pub model_id: String,
     /// Number of sources asked for.
     pub k: usize,
-    /// Sources in the prompt, best first.
+    /// Sources in the prompt, best first, each with its evidence sentences (`highlights`).
     pub documents: Vec<SourceDoc>,
+    /// The best evidence sentence of all the sources, when one answers enough of the question
+    /// (and the request, the tenant and the deployment did not turn it off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extract: Option<crate::grounding::Extract>,
     /// Whether the answer came from the cache.
     pub cache: CacheState,
     /// Why the answer is degraded (`retrieval_timeout`, `retrieval_failed`, …); empty when not.
@@ -160,6 +170,13 @@ pub struct Done {
     pub cached: bool,
     /// All stage timings.
     pub timings: Timings,
+    /// The verdict on every sentence of the answer (absent when the tenant's grounding check
+    /// is `off`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grounding: Option<crate::grounding::Grounding>,
+    /// What was found wrong after `meta` was sent: `ungrounded` under `strict` grounding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub degraded: Vec<Degraded>,
 }
 
 /// Last event of a failed stream.

@@ -941,6 +941,9 @@ pub struct SourceDoc {
     /// The first and last page, when the chunk runs over more than one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pages: Option<[u32; 2]>,
+    /// The sentences of the chunk that best answer the question, best first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub highlights: Vec<crate::grounding::Highlight>,
 }
 
 impl Place {

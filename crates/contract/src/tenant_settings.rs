@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Tenant;
 use crate::fusion::Fusion;
+use crate::grounding::GroundingMode;
 use crate::stages::MAX_K;
 
 /// The most bytes of `prompt.instructions`.
@@ -45,6 +46,13 @@ pub struct TenantSettings {
     /// The assistant's instructions and how answers cite.
     #[serde(default, skip_serializing_if = "PromptSettings::is_default")]
     pub prompt: PromptSettings,
+    /// The grounding check of its answers: `off`, `annotate` or `strict` (`SLUICE_GROUNDING`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grounding: Option<GroundingMode>,
+    /// Whether `meta` carries the best evidence sentence (`extract`) when the request does
+    /// not say (`SLUICE_EXTRACT`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extract: Option<bool>,
 }
 
 /// What the tenant's assistant is told, before Sluice's own rules (sources numbered, answers
@@ -163,6 +171,8 @@ impl TenantSettings {
                 "cache_threshold",
                 "max_tokens",
                 "prompt",
+                "grounding",
+                "extract",
             ],
         )?;
         let prompt = json.get("prompt").unwrap_or(&serde_json::Value::Null);

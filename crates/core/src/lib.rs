@@ -5,6 +5,9 @@
 //!   and rerank under one deadline, [`prompt`], generation — as a stream of the contract's
 //!   events (`sluice_contract::sse`) that always ends with exactly one `done` or `error`;
 //!   complete answers are written to the cache after `done`.
+//! - [`grounding`]: the sources' evidence sentences for the question, and the verdict on
+//!   every sentence of an answer; [`language`]: what both it and the cache's guard know of
+//!   English words (normalisation, canonical words, WordNet).
 //! - [`ingest`]: the document path — validate, [`chunk`], embed, replace in the store — which
 //!   needs no LLM (files become documents before: `sluice-convert`).
 //! - [`auth`]: the key file of `sluice serve`; [`trace`]: W3C trace context; [`config`]: the
@@ -23,7 +26,9 @@ pub mod auth;
 pub mod cache;
 pub mod chunk;
 pub mod config;
+pub mod grounding;
 pub mod ingest;
+pub mod language;
 pub mod pipeline;
 pub mod prompt;
 pub mod tenants;

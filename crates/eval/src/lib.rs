@@ -36,6 +36,7 @@ use sluice_convert::{ConvertLimits, Format};
 use sluice_retrieve::{EdgeStore, Retrieval};
 
 /// The tenant the evaluation's documents are ingested for.
+pub mod grounding;
 pub mod pages;
 
 /// Why an evaluation could not run.

@@ -103,6 +103,9 @@ pub(crate) struct AnswerBody {
     filter: Option<serde_json::Value>,
     /// What the tenant's rerank component reads ([`RerankContext`]), checked here.
     rerank_context: Option<serde_json::Value>,
+    /// Whether `meta` carries the extract (default: the tenant's setting, else
+    /// `SLUICE_EXTRACT`).
+    extract: Option<bool>,
 }
 
 /// Parses and validates the body of `POST /v1/answer` (with its `Cache-Control` and
@@ -228,6 +231,7 @@ pub(crate) fn checked_request(
         ends_by: None,
         show_rerank_failure: false,
         settings,
+        extract: body.extract,
     })
 }
 

@@ -76,6 +76,11 @@ struct Source {
     source: &'static str,
 }
 
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Verdict {
+    verdict: &'static str,
+}
+
 /// How an answer ended, for [`Metrics::answered`].
 #[derive(Debug, Clone, Copy)]
 pub struct Outcome<'a> {
@@ -97,6 +102,8 @@ pub struct Outcome<'a> {
     pub key: Option<&'a str>,
     /// What the answer used, as counted in the usage.
     pub usage: &'a Counts,
+    /// Whether the grounding check found a sentence no source supports (`None`: no check).
+    pub ungrounded: Option<bool>,
 }
 
 /// The process's metrics; cheap to clone (one shared set).
@@ -114,6 +121,7 @@ struct Inner {
     cache: Family<Lookup, Counter>,
     degraded: Family<Reason, Counter>,
     tokens: Family<Source, Counter>,
+    grounding: Family<Verdict, Counter>,
     component_fuel: Counter,
     active: Gauge,
     resident: Gauge,
@@ -157,6 +165,7 @@ impl Metrics {
             cache: Family::default(),
             degraded: Family::default(),
             tokens: Family::default(),
+            grounding: Family::default(),
             component_fuel: Counter::default(),
             active: Gauge::default(),
             resident: Gauge::default(),
@@ -185,7 +194,7 @@ impl Metrics {
         );
         registry.register_with_unit(
             "stage_duration",
-            "Time per pipeline stage (stage=cache|embed|retrieve|rerank|prompt|llm_ttft|ttft|total)",
+            "Time per pipeline stage (stage=cache|embed|retrieve|rerank|prompt|evidence|llm_ttft|grounding|ttft|total)",
             Unit::Seconds,
             inner.stages.clone(),
         );
@@ -198,6 +207,11 @@ impl Metrics {
             "degraded_answers",
             "Answers degraded, by reason (one answer may have several)",
             inner.degraded.clone(),
+        );
+        registry.register(
+            "grounding_checks",
+            "Answers checked against their sources, by verdict (verdict=grounded|ungrounded)",
+            inner.grounding.clone(),
         );
         registry.register(
             "tokens",
@@ -315,6 +329,10 @@ impl Metrics {
                 })
                 .inc();
         }
+        if let Some(ungrounded) = outcome.ungrounded {
+            let verdict = if ungrounded { "ungrounded" } else { "grounded" };
+            i.grounding.get_or_create(&Verdict { verdict }).inc();
+        }
         i.component_fuel.inc_by(outcome.usage.component_fuel);
         let source = if outcome.cache == CacheState::Hit {
             "cache"
@@ -401,7 +419,8 @@ pub fn observed(
             None => (CacheState::Bypass, &[][..], &none),
         };
         let hit = cache == CacheState::Hit;
-        let outcome = |timings, error, usage| Outcome {
+        let outcome = |timings, error, usage, ungrounded| Outcome {
+            ungrounded,
             tenant: &tenant,
             request_id: &request_id,
             timings,
@@ -428,12 +447,13 @@ pub fn observed(
             Event::Done(d) => {
                 let usage =
                     sluice_core::usage::counts_of_answer(Some(d), hit, tokens, prompt, &d.timings);
-                guard.finish(&outcome(&d.timings, None, &usage));
+                let ungrounded = d.grounding.as_ref().map(|g| !g.grounded());
+                guard.finish(&outcome(&d.timings, None, &usage, ungrounded));
             }
             Event::Error(e) => {
                 let usage =
                     sluice_core::usage::counts_of_answer(None, hit, tokens, prompt, timings);
-                guard.finish(&outcome(timings, Some(e.code), &usage));
+                guard.finish(&outcome(timings, Some(e.code), &usage, None));
             }
         }
     })
@@ -522,7 +542,9 @@ fn stages(t: &Timings) -> impl Iterator<Item = (&'static str, f64)> {
         ("retrieve", t.retrieve_ms),
         ("rerank", t.rerank_ms),
         ("prompt", t.prompt_ms),
+        ("evidence", t.evidence_ms),
         ("llm_ttft", t.llm_ttft_ms),
+        ("grounding", t.grounding_ms),
         ("ttft", t.ttft_ms),
         ("total", t.total_ms),
     ]
@@ -576,6 +598,13 @@ fn emf_line(function: &str, o: &Outcome<'_>) -> String {
         f64::from(u8::from(o.error.is_some())),
         "Count",
     );
+    if let Some(ungrounded) = o.ungrounded {
+        metric(
+            "ungrounded".into(),
+            f64::from(u8::from(ungrounded)),
+            "Count",
+        );
+    }
     let timestamp = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
@@ -652,6 +681,7 @@ mod tests {
             error: None,
             key: Some("0123456789ab"),
             usage: &USAGE,
+            ungrounded: Some(true),
         }
     }
 
@@ -687,6 +717,7 @@ mod tests {
             "sluice_degraded_answers_total{reason=\"retrieval_timeout\"} 1",
             "sluice_degraded_answers_total{reason=\"component_timeout\"} 1",
             "sluice_tokens_total{source=\"llm\"} 14",
+            "sluice_grounding_checks_total{verdict=\"ungrounded\"} 2",
             "sluice_stage_duration_seconds_count{stage=\"embed\"} 2",
             "sluice_http_requests_total{route=\"/v1/answer\",status=\"200\"} 1",
         ] {
@@ -783,7 +814,8 @@ mod tests {
                 "completion_tokens",
                 "cache_hit",
                 "degraded",
-                "error"
+                "error",
+                "ungrounded"
             ]
         );
         assert_eq!(line["prompt_tokens"], 120.0);

@@ -9,7 +9,9 @@
 //! prompt, generation — with the same auth (the client's `api_key` is the Sluice key) and
 //! limits. What OpenAI's schema has no field for travels in a `sluice` object: on the final
 //! chunk (the one with `finish_reason`) and on the whole completion, `{"request_id",
-//! "sources", "cache", "degraded", "timings"}`. Errors have OpenAI's shape,
+//! "sources", "extract", "cache", "degraded", "timings", "grounding"}`. Under `strict`
+//! grounding a whole completion with a sentence no source supports is refused (422
+//! `ungrounded`). Errors have OpenAI's shape,
 //! `{"error": {"message", "type", "param", "code"}}`; one during a stream arrives as a chunk
 //! of that shape, which OpenAI's clients raise as an error.
 //!
@@ -36,7 +38,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use sluice_contract::auth::Permission;
-use sluice_contract::codes::Code;
+use sluice_contract::codes::{Code, Degraded};
 use sluice_contract::sse::{Done, ErrorEvent, Event, Meta};
 use sluice_contract::stages::ChatMessage;
 use sluice_core::prompt::Conversation;
@@ -275,19 +277,40 @@ fn now() -> u64 {
 /// The `sluice` extension: sources and how the answer was made (why the tenant's component
 /// failed only where `meta` says it).
 fn extension(meta: &Meta, done: &Done) -> Value {
+    let degraded: Vec<Degraded> = (meta.degraded.iter().chain(&done.degraded))
+        .copied()
+        .collect();
     let mut extension = json!({
         "request_id": meta.request_id,
         "sources": meta.documents,
         "cache": meta.cache,
-        "degraded": meta.degraded,
+        "degraded": degraded,
         "rerank_dropped": meta.rerank_dropped,
         "timings": done.timings,
         "cached": done.cached,
     });
+    if let Some(extract) = &meta.extract {
+        extension["extract"] = json!(extract);
+    }
+    if let Some(grounding) = &done.grounding {
+        extension["grounding"] = json!(grounding);
+    }
     if let Some(failure) = &meta.rerank_error {
         extension["rerank_error"] = json!(failure);
     }
     extension
+}
+
+/// Why a whole completion is refused under `strict` grounding.
+fn ungrounded(done: &Done) -> String {
+    let (unsupported, sentences) = done
+        .grounding
+        .as_ref()
+        .map_or((0, 0), |g| (g.unsupported, g.sentences.len()));
+    format!(
+        "the answer was refused: {unsupported} of its {sentences} sentences are not supported by \
+         the sources (the tenant's grounding check is strict)"
+    )
 }
 
 /// OpenAI's `usage` of an answer: the prompt's tokens (the upstream's count, else Sluice's
@@ -427,6 +450,9 @@ async fn whole(
                 // answering before that would leave the write to be frozen with a Lambda
                 // invocation that is over.
                 while events.next().await.is_some() {}
+                if d.degraded.contains(&Degraded::Ungrounded) {
+                    return Err(ApiError::new(Code::Ungrounded, ungrounded(&d)).into());
+                }
                 let body = json!({
                     "id": format!("chatcmpl-{}", m.request_id),
                     "object": "chat.completion",

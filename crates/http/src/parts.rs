@@ -12,6 +12,7 @@ use sluice_contract::{
 };
 use sluice_convert::ConvertLimits;
 use sluice_core::cache::SemanticCache;
+use sluice_core::language::lexicon::SharedLexicon;
 use sluice_core::tenants::Tenants;
 use sluice_core::{Config, Ingest, Pipeline};
 use sluice_core::{usage::Meter, usage::MeterSettings};
@@ -67,6 +68,9 @@ pub struct Parts {
     pub llm: Option<Arc<dyn Llm>>,
     /// The answer cache, unless it is off (answers).
     pub cache: Option<Arc<SemanticCache>>,
+    /// WordNet, as the cache's guard and the grounding check read it (answers); empty with
+    /// `SLUICE_CACHE_LEXICON=none`.
+    pub lexicon: SharedLexicon,
     /// Runs tenants' rerank components (answers).
     pub reranker: Option<Arc<dyn Reranker>>,
     /// The registry behind the component routes (components).
@@ -103,6 +107,7 @@ impl Parts {
             let mut pipeline = Pipeline::new(config.answer.clone(), embedder, store, llm);
             pipeline.reranker = self.reranker;
             pipeline.cache = self.cache;
+            pipeline.lexicon = self.lexicon;
             server = server.with_answers(Arc::new(pipeline));
             server.tenants = (self.settings)
                 .map(|store| Arc::new(Tenants::new(store, config.auth.settings_fresh)));

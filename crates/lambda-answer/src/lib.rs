@@ -182,6 +182,7 @@ mod tests {
             store: Some(Arc::new(MemoryStore::new())),
             llm: Some(Arc::new(llm)),
             cache: None,
+            lexicon: Default::default(),
             reranker: None,
             components: None,
             keys: None,

@@ -72,6 +72,16 @@ async fn the_function_url_streams_an_answer_token_by_token() {
     assert_eq!(emf["ttft_ms"].as_f64(), Some(server_ttft));
     assert_eq!(emf["tokens"].as_f64(), Some(tokens.len() as f64));
     assert_eq!(emf["error"].as_f64(), Some(0.0));
+    // The verdict on the answer rides in `done`, and its EMF metric says the same.
+    let grounding = &done.data["grounding"];
+    let unsupported = grounding["unsupported"]
+        .as_u64()
+        .expect("a verdict in done");
+    assert!(grounding["sentences"].is_array(), "{grounding}");
+    assert_eq!(
+        emf["ungrounded"].as_f64(),
+        Some(f64::from(u8::from(unsupported > 0)))
+    );
 }
 
 /// A new API key that may ask for answers as `tenant`, and its record.
@@ -659,6 +669,9 @@ async fn the_answer_cache_and_the_tenant_limits_are_the_environments() {
             ("SLUICE_LLM_URL", llm),
             ("SLUICE_CACHE", "memory".into()),
             ("SLUICE_TENANT_MAX_STREAMS", "2".into()),
+            // The stand-in's words (`w0 w1 …`) are no source's: unchecked, so that they are
+            // cached (the environment's cache is what is tested).
+            ("SLUICE_GROUNDING", "off".into()),
         ],
         8,
     );
@@ -823,6 +836,9 @@ async fn a_settings_change_in_dynamodb_reaches_a_running_function_within_its_fre
             ("SLUICE_SETTINGS_TABLE", table.clone()),
             ("SLUICE_SETTINGS_FRESH_MS", FRESH.as_millis().to_string()),
             ("SLUICE_CACHE", "memory".into()),
+            // The demo model's answer may be unsupported and then never cached: unchecked here
+            // (what is tested is the settings' freshness).
+            ("SLUICE_GROUNDING", "off".into()),
         ],
     );
     let base = function.url();

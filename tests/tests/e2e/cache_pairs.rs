@@ -31,8 +31,8 @@ use sluice_contract::stages::Embedder;
 use sluice_contract::{cache::CacheStore, cache::CachedAnswer, cache::Scope};
 use sluice_core::cache::guard::same_facts;
 use sluice_core::cache::learn::{FLOOR, Observations, SAME_ANSWER};
-use sluice_core::cache::lexicon::Lexicon;
 use sluice_core::cache::memory::MemoryCache;
+use sluice_core::language::lexicon::{Lexicon, SharedLexicon};
 use sluice_core::{
     cache::CacheSettings, cache::Lookup, cache::Probe, cache::SemanticCache, cache::cosine,
 };
@@ -168,8 +168,8 @@ async fn cache_of(store: Arc<dyn CacheStore>, pairs: &[&Pair], guard: Guard) -> 
         explore: Default::default(),
         error_bound: 0.01,
     };
-    let cache =
-        SemanticCache::new(store, settings, sluice_embed::DIM).with_lexicon(guard.lexicon());
+    let cache = SemanticCache::new(store, settings, sluice_embed::DIM)
+        .with_lexicon(SharedLexicon::ready(guard.lexicon()));
     let mut stored: Vec<&str> = pairs.iter().map(|p| p.cached.as_str()).collect();
     stored.sort();
     stored.dedup();
@@ -180,6 +180,8 @@ async fn cache_of(store: Arc<dyn CacheStore>, pairs: &[&Pair], guard: Guard) -> 
             finish_reason: "stop".into(),
             token_count: 1,
             token_count_source: "usage".into(),
+            extract: None,
+            grounding: None,
         };
         let entry = cache.entry(&tenant("bank"), &Probe::new(q), embed(q), scope(), answer);
         cache.put(&entry).await.expect("put");
@@ -367,7 +369,7 @@ async fn guard_table() {
 /// What the guard says of a pair (the reason a paraphrase missed, when the cosine did not).
 fn why_missed(p: &Pair, lexicon: &Lexicon) -> String {
     let guard =
-        |q: &str| sluice_core::cache::guard::Guard::of(&sluice_core::cache::guard::normalise(q));
+        |q: &str| sluice_core::cache::guard::Guard::of(&sluice_core::language::normalise(q));
     guard(&p.asked)
         .conflict(&guard(&p.cached), lexicon)
         .unwrap_or_else(|| "the guard passes".into())

@@ -55,6 +55,8 @@ fn answer(text: &str) -> CachedAnswer {
         finish_reason: "stop".into(),
         token_count: 2,
         token_count_source: "usage".into(),
+        extract: None,
+        grounding: None,
     }
 }
 

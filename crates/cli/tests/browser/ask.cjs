@@ -72,6 +72,10 @@ const question = "What should I do if I lose my card?";
       sources: [...document.querySelectorAll("#sources li")].map((li) => li.textContent),
       stages: [...document.querySelectorAll("#timings tbody td:first-child")].map((td) => td.textContent),
       busy: document.getElementById("answer").getAttribute("aria-busy"),
+      extract: document.getElementById("extract").textContent,
+      highlights: [...document.querySelectorAll("#sources .highlight")].map((q) => q.textContent),
+      marked: [...document.querySelectorAll("#answer mark.unsupported")].map((m) => m.textContent),
+      verdict: document.getElementById("verdict").textContent,
     }));
     await page.screenshot({ path: screenshot, fullPage: true });
 

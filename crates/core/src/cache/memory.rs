@@ -182,6 +182,8 @@ mod tests {
                 finish_reason: "stop".into(),
                 token_count: 0,
                 token_count_source: "usage".into(),
+                extract: None,
+                grounding: None,
             },
         }
     }

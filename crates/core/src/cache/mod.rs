@@ -2,7 +2,7 @@
 //!
 //! A cached answer is found in two ways, both inside the request's tenant:
 //!
-//! 1. **exact**: the SHA-256 of the [normalised](guard::normalise) question, one key read;
+//! 1. **exact**: the SHA-256 of the [normalised](crate::language::normalise) question, one key read;
 //! 2. **similar**: the [LSH buckets](lsh) of the query embedding, read in one parallel round;
 //!    the most similar candidate counts when its cosine reaches the tenant's threshold.
 //!
@@ -23,7 +23,6 @@
 
 pub mod guard;
 pub mod learn;
-pub mod lexicon;
 pub mod lsh;
 pub mod memory;
 
@@ -36,15 +35,15 @@ use sluice_contract::Tenant;
 use sluice_contract::cache::{CacheEntry, CacheStore, CachedAnswer, Scope};
 use sluice_contract::error::CacheError;
 
+use crate::language::lexicon::{Lexicon, SharedLexicon};
 use guard::Guard;
 use learn::{Estimate, Observations};
-use lexicon::Lexicon;
 use lsh::Lsh;
 
 /// The question as the cache sees it, computed once per request.
 #[derive(Debug, Clone)]
 pub struct Probe {
-    /// [`guard::normalise`]d text.
+    /// [`normalise`](crate::language::normalise)d text.
     pub normalised: String,
     /// The exact key: hex SHA-256 of `normalised` (and of the variant, when there is one).
     pub key: String,
@@ -64,7 +63,7 @@ impl Probe {
     /// the variant too, so that the answers of one question under two filters (or
     /// conversations) are two entries; the scope is what keeps one from answering the other.
     pub fn scoped(query: &str, variant: Option<&str>) -> Self {
-        let normalised = guard::normalise(query);
+        let normalised = crate::language::normalise(query);
         let key = match variant {
             None => sluice_contract::sha256_hex(normalised.as_bytes()),
             Some(digest) => {
@@ -142,8 +141,8 @@ pub struct SemanticCache {
     store: Arc<dyn CacheStore>,
     settings: CacheSettings,
     lsh: Lsh,
-    /// What the guard knows of words; until it is set, any differing word is another question.
-    lexicon: Arc<std::sync::OnceLock<Arc<Lexicon>>>,
+    /// What the guard knows of words; until it is read, any differing word is another question.
+    lexicon: SharedLexicon,
     /// The comparisons of tenants that learn their threshold, in this process.
     learned: std::sync::Mutex<HashMap<Tenant, Observations>>,
 }
@@ -155,29 +154,15 @@ impl SemanticCache {
             store,
             settings,
             lsh: Lsh::new(dim),
-            lexicon: Arc::default(),
+            lexicon: SharedLexicon::default(),
             learned: Default::default(),
         }
     }
 
     /// The cache with the guard reading `lexicon` (WordNet) for words that may stand for
     /// one another; without one, any differing word is another question.
-    pub fn with_lexicon(self, lexicon: Arc<Lexicon>) -> Self {
-        let _ = self.lexicon.set(lexicon);
-        self
-    }
-
-    /// The cache, with the lexicon at `path` read on a thread of its own: reading it takes
-    /// about 0.1 s, which no cold start should wait for. Until it is read, and if it cannot
-    /// be, the guard substitutes no word (fewer hits, never a wrong one).
-    pub fn with_lexicon_from(self, path: std::path::PathBuf) -> Self {
-        let slot = self.lexicon.clone();
-        std::thread::spawn(move || match Lexicon::load(&path) {
-            Ok(lexicon) => {
-                let _ = slot.set(Arc::new(lexicon));
-            }
-            Err(e) => tracing::error!("{e}"),
-        });
+    pub fn with_lexicon(mut self, lexicon: SharedLexicon) -> Self {
+        self.lexicon = lexicon;
         self
     }
 
@@ -222,8 +207,7 @@ impl SemanticCache {
 
     /// What the guard knows of words: nothing until the lexicon is read.
     fn lexicon(&self) -> &Lexicon {
-        static NONE: std::sync::LazyLock<Lexicon> = std::sync::LazyLock::new(Lexicon::default);
-        self.lexicon.get().map_or(&NONE, |l| l.as_ref())
+        self.lexicon.get()
     }
 
     /// Whether two answers state the same facts as far as words (and the lexicon's antonyms)

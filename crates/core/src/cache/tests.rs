@@ -21,6 +21,8 @@ fn answer(text: &str) -> CachedAnswer {
         finish_reason: "stop".into(),
         token_count: 1,
         token_count_source: "usage".into(),
+        extract: None,
+        grounding: None,
     }
 }
 

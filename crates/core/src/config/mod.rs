@@ -4,6 +4,7 @@
 //! `sluice-rerank`), and `sluice-app` composes them into one `Settings`. Every variable has a
 //! default; docs/configuration.md lists them all (a test holds it to the code).
 
+use sluice_contract::grounding::GroundingMode;
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -126,6 +127,12 @@ pub struct AnswerConfig {
     /// `SLUICE_FUSION` and `SLUICE_FUSION_TENANTS`: how each tenant's hybrid search fuses
     /// its dense and BM25 rankings.
     pub fusion: FusionConfig,
+    /// `SLUICE_GROUNDING`: the grounding check of a tenant that sets none (`off`, `annotate`
+    /// or `strict`; default `annotate`).
+    pub grounding: GroundingMode,
+    /// `SLUICE_EXTRACT`: `meta.extract` for a tenant and a request that do not say (default
+    /// true).
+    pub extract: bool,
 }
 
 /// How documents become chunks.
@@ -202,6 +209,13 @@ impl Config {
                 context_tokens: ranged(&get, "SLUICE_LLM_CONTEXT_TOKENS", 8192, 512, 1 << 20)?,
                 scope_budget: cache_budget,
                 fusion: fusion_section(&get)?,
+                grounding: parse(
+                    &get,
+                    "SLUICE_GROUNDING",
+                    "annotate",
+                    "off, annotate or strict",
+                )?,
+                extract: parse(&get, "SLUICE_EXTRACT", "true", "true or false")?,
             },
             ingest: ingest_section(&get)?,
             auth: auth_section(&get, &data_dir)?,

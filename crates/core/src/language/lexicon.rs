@@ -2,8 +2,9 @@
 //! and multi-word expressions, as the table `scripts/lexicon.py` builds at setup
 //! (`lexicon.txt` beside the model; on Lambda in the model layer).
 //!
-//! The guard asks one question of it: may this word of one question stand for that word of
-//! the other? Yes when the two share a common sense (a synset in which both are frequent
+//! The cache's guard asks one question of it: may this word of one question stand for that
+//! word of the other? The grounding check asks the same of a word of an answer and one of a
+//! source. Yes when the two share a common sense (a synset in which both are frequent
 //! enough: the table keeps only those) or are derived from one another (`pay` / `payment`),
 //! and no sense of one is an antonym of the other. Words whose difference always changes an
 //! answer (quantifiers, question words, directions) are never substituted, whatever WordNet
@@ -12,6 +13,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
+use std::sync::{Arc, OnceLock};
 
 use thiserror::Error;
 
@@ -226,6 +228,24 @@ impl Lexicon {
         self.words.get(id as usize).map_or("", String::as_str)
     }
 
+    /// The single words that share a sense with `word` and that the guard lets stand for it
+    /// (by [`Self::equivalent`]): what an evaluation rewords an answer with. A scan of the
+    /// whole table: for tools, not for a request.
+    pub fn synonyms(&self, word: &str) -> Vec<&str> {
+        let lemmas = self.lemmas(word);
+        let senses: Vec<u32> = lemmas
+            .iter()
+            .flat_map(|&id| self.synsets[id as usize].iter().copied())
+            .collect();
+        (0..self.words.len() as u32)
+            .filter(|id| !lemmas.contains(id))
+            .filter(|&id| self.synsets[id as usize].iter().any(|s| senses.contains(s)))
+            .map(|id| self.word(id))
+            .filter(|w| !w.contains('_') && *w != word)
+            .filter(|w| self.equivalent(word, &lemmas, w, &self.lemmas(w)))
+            .collect()
+    }
+
     /// Whether any sense of a word with lemmas `a` is an antonym of one with lemmas `b`.
     pub(crate) fn opposed(&self, a: &[u32], b: &[u32]) -> bool {
         a.iter()
@@ -255,6 +275,40 @@ impl Lexicon {
                     .iter()
                     .any(|&i| sy.iter().any(|&j| self.links.contains(&ordered(i, j))))
         })
+    }
+}
+
+/// The lexicon as the stages that read it share it: empty until it is read (reading takes
+/// about 0.1 s, which no cold start should wait for), and for good if it cannot be — the
+/// guard then substitutes no word and the grounding check matches words only as written.
+#[derive(Debug, Clone, Default)]
+pub struct SharedLexicon(Arc<OnceLock<Arc<Lexicon>>>);
+
+impl SharedLexicon {
+    /// A lexicon that is already read.
+    pub fn ready(lexicon: Arc<Lexicon>) -> Self {
+        let shared = Self::default();
+        let _ = shared.0.set(lexicon);
+        shared
+    }
+
+    /// The lexicon at `path`, read on a thread of its own; a failure is logged.
+    pub fn read_in_background(path: std::path::PathBuf) -> Self {
+        let shared = Self::default();
+        let slot = shared.0.clone();
+        std::thread::spawn(move || match Lexicon::load(&path) {
+            Ok(lexicon) => {
+                let _ = slot.set(Arc::new(lexicon));
+            }
+            Err(e) => tracing::error!("{e}"),
+        });
+        shared
+    }
+
+    /// The lexicon, or an empty one until it is read.
+    pub fn get(&self) -> &Lexicon {
+        static NONE: std::sync::LazyLock<Lexicon> = std::sync::LazyLock::new(Lexicon::default);
+        self.0.get().map_or(&NONE, |l| l.as_ref())
     }
 }
 

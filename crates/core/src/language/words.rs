@@ -1,18 +1,20 @@
-//! The guard's word tables, and a question's canonical words: contractions spelt out,
+//! The word tables, and a text's canonical words: contractions spelt out,
 //! negations as one word, fixed phrases and spellings as one form, numbers as their values.
+
+use std::ops::Range;
 
 /// The content word every negation stands for: not a word itself, so that no word ("note")
 /// can stem into it.
-pub(super) const NOT: &str = "¬";
+pub(crate) const NOT: &str = "¬";
 
 /// Words that negate (after [`normalise`], so without apostrophes), all read as [`NOT`].
-pub(super) const NEGATIONS: &[&str] = &[
+pub(crate) const NEGATIONS: &[&str] = &[
     "not", "no", "never", "none", "nothing", "nobody", "nowhere", "neither", "nor", "without",
     "unable", "cannot",
 ];
 
 /// Contractions as the words they stand for (apostrophes are gone after [`normalise`]).
-pub(super) const CONTRACTIONS: &[(&str, &[&str])] = &[
+pub(crate) const CONTRACTIONS: &[(&str, &[&str])] = &[
     ("cant", &["can", "not"]),
     ("wont", &["will", "not"]),
     ("dont", &["do", "not"]),
@@ -43,7 +45,7 @@ pub(super) const CONTRACTIONS: &[(&str, &[&str])] = &[
 ];
 
 /// Fixed phrases with one meaning, read as one word.
-pub(super) const PHRASES: &[(&[&str], &str)] = &[
+pub(crate) const PHRASES: &[(&[&str], &str)] = &[
     (&["per", "day"], "daily"),
     (&["a", "day"], "daily"),
     (&["each", "day"], "daily"),
@@ -74,7 +76,7 @@ pub(super) const PHRASES: &[(&[&str], &str)] = &[
 
 /// Words with one meaning and two spellings (British / American, and the like), read as the
 /// second. Regular patterns (-ise / -ize, -our / -or, -tre / -ter, doubled l) are rules below.
-pub(super) const SPELLINGS: &[(&str, &str)] = &[
+pub(crate) const SPELLINGS: &[(&str, &str)] = &[
     ("cheque", "check"),
     ("cheques", "checks"),
     ("programme", "program"),
@@ -92,7 +94,7 @@ pub(super) const SPELLINGS: &[(&str, &str)] = &[
 /// "my", "fee on transfers" / "transfer fee"). Question words, quantifiers, prepositions of
 /// place and direction, particles ("off", "in", "out", "up", "down"; "on" in "turn on" is a
 /// phrase), second and third persons stay: they do change answers.
-pub(super) const STOP: &[&str] = &[
+pub(crate) const STOP: &[&str] = &[
     "a", "an", "the", "i", "me", "my", "mine", "myself", "we", "us", "our", "ours", "it", "its",
     "am", "is", "are", "was", "were", "be", "been", "being", "do", "does", "did", "have", "has",
     "had", "can", "could", "will", "would", "shall", "should", "may", "might", "must", "to", "of",
@@ -104,15 +106,15 @@ pub(super) const STOP: &[&str] = &[
 /// Words after which what follows has a role ("from savings to checking"): when both
 /// questions use one, the words each points at must be the same, besides the bag of words
 /// ("how to" in one question and none in the other is no conflict).
-pub(super) const MARKERS: &[&str] = &["from", "to", "into", "than", "between"];
+pub(crate) const MARKERS: &[&str] = &["from", "to", "into", "than", "between"];
 
 /// Skipped when finding the word a [`MARKERS`] word points at ("to my savings" → savings).
-pub(super) const DETERMINERS: &[&str] = &[
+pub(crate) const DETERMINERS: &[&str] = &[
     "a", "an", "the", "my", "our", "your", "their", "his", "her", "its",
 ];
 
 /// Number words and their values; a run of them is one number ("twenty five" = 25).
-pub(super) const UNITS: &[(&str, f64)] = &[
+pub(crate) const UNITS: &[(&str, f64)] = &[
     ("zero", 0.0),
     ("one", 1.0),
     ("two", 2.0),
@@ -144,14 +146,14 @@ pub(super) const UNITS: &[(&str, f64)] = &[
     ("dozen", 12.0),
     ("half", 0.5),
 ];
-pub(super) const SCALES: &[(&str, f64)] = &[
+pub(crate) const SCALES: &[(&str, f64)] = &[
     ("hundred", 100.0),
     ("thousand", 1e3),
     ("million", 1e6),
     ("billion", 1e9),
 ];
 /// Ordinals and multiples, as what they stand for.
-pub(super) const ORDINALS: &[(&str, &str)] = &[
+pub(crate) const ORDINALS: &[(&str, &str)] = &[
     ("first", "1st"),
     ("second", "2nd"),
     ("third", "3rd"),
@@ -163,41 +165,57 @@ pub(super) const ORDINALS: &[(&str, &str)] = &[
     ("triple", "3x"),
 ];
 
-/// The question's words with contractions spelt out, negations as [`NOT`], fixed phrases and
+/// A text's words with contractions spelt out, negations as [`NOT`], fixed phrases and
 /// spelling variants as one form, and numbers as their values — before stop words go.
-pub(super) fn canonical_tokens(normalised: &str) -> Vec<String> {
-    let mut words: Vec<&str> = Vec::new();
-    for word in normalised.split(' ').filter(|w| !w.is_empty()) {
+pub(crate) fn canonical_tokens(normalised: &str) -> Vec<String> {
+    let words: Vec<&str> = normalised.split(' ').filter(|w| !w.is_empty()).collect();
+    canonical_spans(&words)
+        .into_iter()
+        .map(|(word, _)| word)
+        .collect()
+}
+
+/// [`canonical_tokens`] of `words` (each already [`normalise`](super::normalise)d), each
+/// with the range of `words` it was read from.
+pub(crate) fn canonical_spans(words: &[&str]) -> Vec<(String, Range<usize>)> {
+    let mut expanded: Vec<(&str, usize)> = Vec::with_capacity(words.len());
+    for (at, &word) in words.iter().enumerate().filter(|(_, w)| !w.is_empty()) {
         match CONTRACTIONS.iter().find(|(c, _)| *c == word) {
-            Some((_, parts)) => words.extend_from_slice(parts),
-            None => words.push(word),
+            Some((_, parts)) => expanded.extend(parts.iter().map(|p| (*p, at))),
+            None => expanded.push((word, at)),
         }
     }
     // A toggle with its object inside ("turn alerts on") is the phrase too.
-    for i in 0..words.len() {
-        if matches!(words[i], "turn" | "switch")
+    for i in 0..expanded.len() {
+        if matches!(expanded[i].0, "turn" | "switch")
             && let Some(gap) =
-                (i + 2..words.len().min(i + 5)).find(|&j| matches!(words[j], "on" | "off"))
+                (i + 2..expanded.len().min(i + 5)).find(|&j| matches!(expanded[j].0, "on" | "off"))
         {
-            let particle = words.remove(gap);
-            words.insert(i + 1, particle);
+            let particle = expanded.remove(gap);
+            expanded.insert(i + 1, particle);
         }
     }
-    let mut out = Vec::with_capacity(words.len());
+    let texts: Vec<&str> = expanded.iter().map(|(w, _)| *w).collect();
+    let from = |i: usize, used: usize| {
+        let places = expanded[i..i + used].iter().map(|(_, at)| *at);
+        let (lo, hi) = places.fold((usize::MAX, 0), |(lo, hi), at| (lo.min(at), hi.max(at)));
+        lo..hi + 1
+    };
+    let mut out = Vec::with_capacity(texts.len());
     let mut i = 0;
-    while i < words.len() {
-        if let Some((phrase, one)) = PHRASES.iter().find(|(p, _)| words[i..].starts_with(p)) {
-            out.push((*one).to_string());
+    while i < texts.len() {
+        if let Some((phrase, one)) = PHRASES.iter().find(|(p, _)| texts[i..].starts_with(p)) {
+            out.push(((*one).to_string(), from(i, phrase.len())));
             i += phrase.len();
             continue;
         }
-        if let Some((value, used)) = number_words(&words[i..]) {
-            out.push(value);
+        if let Some((value, used)) = number_words(&texts[i..]) {
+            out.push((value, from(i, used)));
             i += used;
             continue;
         }
-        let word = words[i];
-        out.push(if NEGATIONS.contains(&word) {
+        let word = texts[i];
+        let canonical = if NEGATIONS.contains(&word) {
             NOT.to_string()
         } else if let Some((_, o)) = ORDINALS.iter().find(|(w, _)| *w == word) {
             (*o).to_string()
@@ -207,15 +225,24 @@ pub(super) fn canonical_tokens(normalised: &str) -> Vec<String> {
             (*us).to_string()
         } else {
             word.to_string()
-        });
+        };
+        out.push((canonical, from(i, 1)));
         i += 1;
     }
     out
 }
 
 /// The value of a run of number words at the start of `words` ("twenty five", "two
-/// thousand", "a hundred" stays two words), as digits, and how many words it took.
-pub(super) fn number_words(words: &[&str]) -> Option<(String, usize)> {
+/// thousand", "a hundred" stays two words; digits and a scale, "1.5 million", too), as
+/// digits, and how many words it took.
+pub(crate) fn number_words(words: &[&str]) -> Option<(String, usize)> {
+    if let [digits, scale, ..] = words
+        && let Ok(value) = digits.parse::<f64>()
+        && let Some((_, scale)) = SCALES.iter().find(|(w, _)| w == scale)
+        && value.is_finite()
+    {
+        return Some((canonical_number(value * scale), 2));
+    }
     let (mut total, mut current, mut used) = (0.0f64, 0.0f64, 0);
     for word in words {
         if let Some((_, v)) = UNITS.iter().find(|(w, _)| w == word) {
@@ -236,7 +263,7 @@ pub(super) fn number_words(words: &[&str]) -> Option<(String, usize)> {
 
 /// A number written with digits, as its value ("1000", "2.50" → "2.5", "5k" → "5000"); other
 /// words with digits (`v2`, `3rd`) as they are; `None` for a word without digits.
-pub(super) fn number(word: &str) -> Option<String> {
+pub(crate) fn number(word: &str) -> Option<String> {
     if !word.bytes().any(|b| b.is_ascii_digit()) {
         return None;
     }
@@ -253,7 +280,7 @@ pub(super) fn number(word: &str) -> Option<String> {
     })
 }
 
-pub(super) fn canonical_number(v: f64) -> String {
+pub(crate) fn canonical_number(v: f64) -> String {
     let text = format!("{v:.6}");
     text.trim_end_matches('0').trim_end_matches('.').to_string()
 }
@@ -261,7 +288,7 @@ pub(super) fn canonical_number(v: f64) -> String {
 /// A word's stem: regular inflections (-s, -es, -ies, -ed, -ing) and spelling variants
 /// (-ise / -ize, -our / -or, -tre / -ter, a doubled final consonant, a final e) set aside, so
 /// that every form of one word meets in one stem. Only ever compared with other stems.
-pub(super) fn stem(word: &str) -> String {
+pub(crate) fn stem(word: &str) -> String {
     if word == NOT || word.bytes().any(|b| b.is_ascii_digit()) || word.chars().count() <= 3 {
         return word.to_string();
     }
@@ -312,9 +339,14 @@ pub(super) fn stem(word: &str) -> String {
         w = format!("{base}ter");
     }
     // A doubled final consonant ("transferr", "cancell"), then a final e ("clos" for close,
-    // closed and closing).
-    let b = w.as_bytes();
-    if b.len() >= 4 && b[b.len() - 1] == b[b.len() - 2] && !vowel(&w[w.len() - 1..]) {
+    // closed and closing). By characters: a word of any script may end in two equal bytes.
+    let mut last = w.chars().rev();
+    if let (Some(z), Some(y)) = (last.next(), last.next())
+        && z == y
+        && z.is_ascii_alphabetic()
+        && !"aeiouy".contains(z)
+        && w.chars().count() >= 4
+    {
         w.pop();
     }
     if w.len() >= 4 && w.ends_with('e') {

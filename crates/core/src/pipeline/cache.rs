@@ -2,6 +2,7 @@
 //! question (and a remote cache's exact key) after it; a hit replayed as events; a complete
 //! answer recorded behind `done`, and compared with a candidate it was checked against.
 
+use sluice_contract::grounding::GroundingMode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -232,6 +233,9 @@ impl Pipeline {
             model_id: self.llm.model_id().to_string(),
             k: request.k,
             documents: answer.sources,
+            extract: answer
+                .extract
+                .filter(|_| request.wants_extract(self.config.extract)),
             cache: CacheState::Hit,
             degraded: Vec::new(),
             timings: timings.clone(),
@@ -263,6 +267,11 @@ impl Pipeline {
             finish_reason: answer.finish_reason,
             cached: true,
             timings: timings.clone(),
+            // The verdict made with the answer (only a grounded one is stored).
+            grounding: answer
+                .grounding
+                .filter(|_| request.grounding(self.config.grounding) != GroundingMode::Off),
+            degraded: Vec::new(),
         })));
         Some(events)
     }

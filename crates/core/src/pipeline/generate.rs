@@ -12,8 +12,9 @@ use super::flow::ms;
 use super::{AnswerRequest, Pipeline, Progress};
 use crate::prompt::Prompt;
 use sluice_contract::cache::CachedAnswer;
-use sluice_contract::codes::Code;
+use sluice_contract::codes::{Code, Degraded};
 use sluice_contract::error::LlmError;
+use sluice_contract::grounding::GroundingMode;
 use sluice_contract::sse::{Done, ErrorEvent, Event, Token};
 use sluice_contract::stages::LlmEvent;
 use sluice_contract::stages::SourceDoc;
@@ -90,10 +91,20 @@ impl Pipeline {
                 None => (tokens.len() as u64, "events"),
             };
             let generating = first_token_at.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
+            // The answer checked against its sources, before `done`.
+            let mode = request.grounding(this.config.grounding);
+            let grounding = this.verdict(mode, &tokens.concat(), &prompt.sources, &mut progress.timings);
+            let ungrounded = grounding.as_ref().is_some_and(|g| !g.grounded());
+            let late = match (ungrounded, mode) {
+                (true, GroundingMode::Strict) => vec![Degraded::Ungrounded],
+                _ => Vec::new(),
+            };
             progress.timings.total_ms = Some(ms(request.received.elapsed()));
             info!(
                 tokens = token_count, ttft_ms = progress.timings.ttft_ms,
-                total_ms = progress.timings.total_ms, degraded = ?progress.degraded, "answered"
+                total_ms = progress.timings.total_ms, degraded = ?progress.degraded,
+                grounding = %mode, unsupported = grounding.as_ref().map(|g| g.unsupported),
+                "answered"
             );
             let answer = CachedAnswer {
                 tokens,
@@ -101,10 +112,13 @@ impl Pipeline {
                 finish_reason: finish_reason.clone(),
                 token_count,
                 token_count_source: source.into(),
+                extract: progress.extract.clone(),
+                grounding: grounding.clone(),
             };
+            // An answer the check found unsupported is never replayed to the next asker.
             let recording = match write {
-                Some((write, vector)) => this.record(&request, &progress, write, vector, answer),
-                None => Vec::new(),
+                Some((write, vector)) if !ungrounded => this.record(&request, &progress, write, vector, answer),
+                _ => Vec::new(),
             };
             yield Event::Done(Box::new(Done {
                 request_id: progress.request_id,
@@ -119,6 +133,8 @@ impl Pipeline {
                 finish_reason,
                 cached: false,
                 timings: progress.timings,
+                grounding,
+                degraded: late,
             }));
             for work in recording {
                 // A failed write was logged by its task; a panicked one needs no more.

@@ -9,9 +9,11 @@
 //! 2. **embed** ([`embed`]) the query (in-process model, on the blocking pool);
 //! 3. **retrieve** ([`retrieve`]): hybrid dense + BM25, fused by the tenant's rule;
 //! 4. **rerank** ([`rerank`]) with the tenant's WASM component, if it has one;
-//! 5. **prompt** ([`prompt`]): assembled under the token budget, then `meta`;
-//! 6. **generate** ([`generate`]): tokens streamed from the LLM, then `done`;
-//! 7. **record** ([`cache`]): a complete, undegraded answer cached behind `done`.
+//! 5. **prompt** ([`prompt`]): assembled under the token budget; the sources' evidence
+//!    sentences found ([`grounding`]), then `meta`;
+//! 6. **generate** ([`generate`]): tokens streamed from the LLM, the answer checked against
+//!    its sources ([`grounding`]), then `done`;
+//! 7. **record** ([`cache`]): a complete, undegraded, grounded answer cached behind `done`.
 //!
 //! **The deadline.** Everything before the LLM call ends by the request's retrieval deadline,
 //! counted from its arrival: late or failed work is abandoned, never waited for, and
@@ -26,6 +28,7 @@ mod cache;
 mod embed;
 mod flow;
 mod generate;
+mod grounding;
 mod prompt;
 mod request;
 mod rerank;
@@ -43,6 +46,7 @@ pub use request::{AnswerRequest, FOLLOW_UP_TURNS};
 
 use crate::cache::SemanticCache;
 use crate::config::AnswerConfig;
+use crate::language::lexicon::SharedLexicon;
 use cache::Round;
 use flow::{beside, in_span, until};
 use sluice_contract::Tenant;
@@ -64,6 +68,8 @@ pub struct Pipeline {
     pub reranker: Option<Arc<dyn Reranker>>,
     /// The answer cache, unless it is off.
     pub cache: Option<Arc<SemanticCache>>,
+    /// WordNet, for the grounding check's synonyms (empty: words match only as written).
+    pub lexicon: SharedLexicon,
     /// Set when open streams must end (see [`Pipeline::drain`]).
     drained: tokio::sync::watch::Sender<bool>,
     replica_id: String,
@@ -89,6 +95,7 @@ impl Pipeline {
             llm,
             reranker: None,
             cache: None,
+            lexicon: SharedLexicon::default(),
             drained: tokio::sync::watch::Sender::new(false),
             replica_id: format!("{host}-{}", std::process::id()),
             versions_seen: std::sync::Mutex::new(HashMap::new()),
@@ -175,11 +182,12 @@ impl Pipeline {
                 Vec::new()
             });
 
-            // 5. The prompt, and `meta`.
+            // 5. The prompt, the sources' evidence, and `meta`.
             let prompt = this.prompt(&request, hits, &mut progress).await;
-            let documents: Vec<SourceDoc> = (prompt.sources.iter())
+            let mut documents: Vec<SourceDoc> = (prompt.sources.iter())
                 .map(|hit| prompt::source_doc(hit, &progress.rerank_scores))
                 .collect();
+            this.evidence(&request, &prompt.sources, &mut documents, &mut progress);
             yield this.meta(&request, &progress, documents.clone(), cache_state, &prompt);
 
             // 6-7. Generate, then record the answer in the cache behind `done`.

@@ -157,6 +157,8 @@ impl Pipeline {
             model_id: self.llm.model_id().to_string(),
             k: request.k,
             documents,
+            extract: (progress.extract.clone())
+                .filter(|_| request.wants_extract(self.config.extract)),
             cache,
             degraded: progress.degraded.clone(),
             timings: progress.timings.clone(),
@@ -189,5 +191,6 @@ pub(super) fn source_doc(hit: &Hit, scores: &HashMap<(String, usize), f32>) -> S
         title: hit.document.title.clone(),
         snippet: hit.text.chars().take(SNIPPET_CHARS).collect(),
         metadata: hit.document.metadata.clone(),
+        highlights: Vec::new(),
     }
 }

@@ -13,6 +13,7 @@ use sluice_contract::Tenant;
 use sluice_contract::codes::Degraded;
 use sluice_contract::filter::Filter;
 use sluice_contract::fusion::Fusion;
+use sluice_contract::grounding::{Extract, GroundingMode};
 use sluice_contract::sse::Timings;
 use sluice_contract::stages::{ActivePrompt, RerankContext, RerankFailure};
 use sluice_contract::tenant_settings::{PromptSettings, StoredSettings};
@@ -64,6 +65,9 @@ pub struct AnswerRequest {
     /// The tenant's own settings (`None`: it has set none): its fusion, cache threshold and
     /// prompt here; its `k`, deadline and `max_tokens` are already in the fields above.
     pub settings: Option<Arc<StoredSettings>>,
+    /// Whether `meta` carries the extract (`"extract": false` turns it off); `None`: as the
+    /// tenant's settings, else the deployment's `SLUICE_EXTRACT`, say.
+    pub extract: Option<bool>,
 }
 
 /// How many earlier user turns a follow-up's retrieval reads besides the question (newest
@@ -81,6 +85,20 @@ impl AnswerRequest {
             .flatten()
             .min()
             .unwrap_or(cap)
+    }
+
+    /// The grounding check of this answer: the tenant's, else the deployment's `default`.
+    pub fn grounding(&self, default: GroundingMode) -> GroundingMode {
+        (self.settings.as_ref())
+            .and_then(|s| s.settings.grounding)
+            .unwrap_or(default)
+    }
+
+    /// Whether `meta` carries the extract: as the request says, else the tenant's settings,
+    /// else the deployment's `default`.
+    pub fn wants_extract(&self, default: bool) -> bool {
+        let own = self.settings.as_ref().and_then(|s| s.settings.extract);
+        self.extract.or(own).unwrap_or(default)
     }
 
     /// The tenant's prompt settings (the defaults when it has set none).
@@ -163,6 +181,9 @@ pub(super) struct Progress {
     pub(super) assembler: Option<Arc<dyn ActivePrompt>>,
     /// Why the tenant's prompt component failed, for `meta` (to the same callers).
     pub(super) prompt_failure: Option<RerankFailure>,
+    /// The best evidence sentence of the sources, once found (kept for the cache even when
+    /// this request does not show it).
+    pub(super) extract: Option<Extract>,
 }
 
 impl Progress {
@@ -177,6 +198,7 @@ impl Progress {
             rerank_failure: None,
             assembler: None,
             prompt_failure: None,
+            extract: None,
             request_id,
             session_id: (request.session_id.clone())
                 .unwrap_or_else(|| uuid::Uuid::new_v4().to_string()),

@@ -108,6 +108,8 @@ fn counts_add_by_name_and_an_answer_counts_what_done_reported() {
         finish_reason: "stop".into(),
         cached: false,
         timings: timings.clone(),
+        grounding: None,
+        degraded: Vec::new(),
     };
     let fresh = counts_of_answer(Some(&done), false, 39, 280, &timings);
     assert_eq!(

@@ -15,7 +15,7 @@ use sluice_contract::{
 };
 use sluice_testkit::MemoryKeys;
 
-use crate::kit::{App, Kit, Reply};
+use crate::kit::{App, Kit, Reply, UNCHECKED};
 
 /// What a bound key may be given without the tenant-wide flag.
 const WRITER: [Permission; 5] = [
@@ -70,7 +70,7 @@ async fn team() -> Team {
         keys.add_filtered("acme", &Permission::ALL, Some(team_a()))
     );
     let a_wide = wide_key(&keys);
-    let kit = Kit::new(&[]).keys(keys);
+    let kit = Kit::new(UNCHECKED).keys(keys);
     let store = kit.store();
     let t = Team {
         app: kit.app(),

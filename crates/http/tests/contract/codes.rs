@@ -467,6 +467,19 @@ async fn provoke(code: Code) -> Seen {
                     .await,
             )
         }
+        Code::Ungrounded => {
+            // Strict grounding, an answer whose number no source states, asked whole.
+            let wrong = "A replacement card arrives within 10 working days [1].";
+            let app = Kit::with_llm(
+                &[("SLUICE_GROUNDING", "strict")],
+                ScriptedLlm::answering(wrong),
+            )
+            .ingested("default")
+            .await
+            .app();
+            let body = json!({"messages": [{"role": "user", "content": "How long does a replacement card take?"}]});
+            Seen::Refused(app.post("/v1/chat/completions", &body).await)
+        }
         Code::LlmUnavailable => {
             let refused = Reply::Refuse(LlmError::Unavailable("connection refused".into()));
             Seen::Ended(llm_app(refused).answer(&ask).await)

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use sluice_contract::codes::Degraded;
-use sluice_testkit::{PromptVerdict, ScriptedReranker, Troubled, Verdict};
+use sluice_testkit::{PromptVerdict, ScriptedLlm, ScriptedReranker, Troubled, Verdict};
 
 use crate::kit::{App, Kit, Stream};
 
@@ -43,6 +43,19 @@ async fn provoke(reason: Degraded) -> Stream {
             let app = troubled(&[], |s| s.delay = Duration::from_secs(5)).await;
             app.answer(&json!({"query": QUESTION, "retrieval_deadline_ms": 100}))
                 .await
+        }
+        Degraded::Ungrounded => {
+            // Strict grounding, and an answer whose number no source states: said in `done`.
+            let wrong = "A replacement card arrives within 10 working days [1].";
+            Kit::with_llm(
+                &[("SLUICE_GROUNDING", "strict")],
+                ScriptedLlm::answering(wrong),
+            )
+            .ingested("default")
+            .await
+            .app()
+            .answer(&ask)
+            .await
         }
         Degraded::RetrievalFailed => troubled(&[], |s| s.fail = true).await.answer(&ask).await,
         // The breaker itself (opening, skipping, probing) is the remote stores' and is
@@ -214,6 +227,11 @@ async fn every_degraded_reason_is_reported_and_the_answer_still_streams() {
                     sources[0], "lost-card",
                     "{reason}: the built-in prompt is sent"
                 );
+            }
+            Degraded::Ungrounded => {
+                assert_eq!(sources[0], "lost-card", "{reason}: found after `meta`");
+                let done = answer.first("done");
+                assert_eq!(done["grounding"]["unsupported"], 1, "{reason}: {done}");
             }
         }
         let expected_cache = match reason {

@@ -10,7 +10,7 @@ use sluice_contract::auth::Permission;
 use sluice_contract::filter::Filter;
 use sluice_testkit::MemoryKeys;
 
-use crate::kit::{App, Kit, Reply};
+use crate::kit::{App, Kit, Reply, UNCHECKED};
 
 /// Six documents for tenant `acme`, two per year, some for finance.
 fn policies() -> Value {
@@ -194,7 +194,7 @@ async fn one_document_is_read_by_its_id_slashes_and_all() {
 
 #[tokio::test]
 async fn a_deleted_document_is_gone_and_no_cached_answer_built_on_it_is_served() {
-    let app = app_with_policies(Kit::new(&[]), &[]).await;
+    let app = app_with_policies(Kit::new(UNCHECKED), &[]).await;
     let ask = json!({"query": "how long until a lost card is replaced", "k": 2});
     let first = app.answer_as("acme", &ask).await;
     assert!(

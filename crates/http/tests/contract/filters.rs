@@ -11,7 +11,7 @@ use sluice_contract::filter::Filter;
 use sluice_testkit::MemoryKeys;
 use std::sync::Arc;
 
-use crate::kit::{App, Kit};
+use crate::kit::{App, Kit, UNCHECKED};
 
 /// Four policies sharing their words, told apart by metadata.
 fn policies() -> Value {
@@ -289,7 +289,7 @@ async fn a_keys_filter_binds_every_request_and_cannot_be_widened() {
 
 #[tokio::test]
 async fn an_answer_made_under_one_filter_is_never_served_under_another() {
-    let app = app_with_policies(Kit::new(&[]), None).await;
+    let app = app_with_policies(Kit::new(UNCHECKED), None).await;
     let first = app.answer(&ask(json!({"groups": "hr"}))).await;
     assert_eq!(first.meta()["cache"], "miss");
     // The same question and filter: a hit.

@@ -24,6 +24,10 @@ use tower::ServiceExt;
 /// What the scripted LLM answers unless a test says otherwise.
 pub const ANSWER: &str = "A replacement card arrives within 5 working days [1].";
 
+/// The grounding check off: for tests that watch the cache over documents the scripted
+/// [`ANSWER`] is not about (an answer its sources do not support is never cached).
+pub const UNCHECKED: &[(&str, &str)] = &[("SLUICE_GROUNDING", "off")];
+
 /// Three small documents for tenant `default` (and any tenant a test ingests them for).
 pub fn documents() -> Value {
     json!({"documents": [
@@ -97,6 +101,7 @@ impl Kit {
             store: Some(Arc::new(MemoryStore::new())),
             llm: Some(llm.clone()),
             cache,
+            lexicon: Default::default(),
             reranker: None,
             components: None,
             keys: None,
@@ -339,7 +344,7 @@ impl Stream {
         let mut events = vec![(
             "meta".to_string(),
             json!({"documents": extension["sources"], "cache": extension["cache"],
-                   "degraded": extension["degraded"]}),
+                   "degraded": extension["degraded"], "extract": extension["extract"]}),
         )];
         let deltas = chunks
             .iter()
@@ -348,7 +353,10 @@ impl Stream {
         for (index, text) in deltas.enumerate() {
             events.push(("token".into(), json!({"text": text, "index": index})));
         }
-        events.push(("done".into(), json!({"timings": extension["timings"]})));
+        events.push((
+            "done".into(),
+            json!({"timings": extension["timings"], "grounding": extension["grounding"]}),
+        ));
         Self {
             events,
             comments: 0,
@@ -372,12 +380,18 @@ impl Stream {
         self.first("meta")
     }
 
-    /// `meta.degraded` as strings.
+    /// Why the answer is degraded, as strings: `meta.degraded`, then what `done.degraded`
+    /// added after it (`ungrounded`).
     pub fn degraded(&self) -> Vec<String> {
+        let late = (self.events.iter())
+            .find(|(n, _)| n == "done")
+            .and_then(|(_, d)| d["degraded"].as_array().cloned())
+            .unwrap_or_default();
         self.meta()["degraded"]
             .as_array()
             .expect("degraded is a list")
             .iter()
+            .chain(&late)
             .map(|r| r.as_str().expect("a reason").to_string())
             .collect()
     }

@@ -15,6 +15,7 @@ mod endings;
 mod files;
 mod filters;
 mod fusion;
+mod grounding;
 mod kit;
 mod openai;
 mod prompt;

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use sluice_testkit::{SCRIPTED_FUEL_PER_HIT, ScriptedReranker, Verdict};
 
-use crate::kit::{App, Kit};
+use crate::kit::{App, Kit, UNCHECKED};
 
 /// Three plans' documents sharing their words, and one for everyone.
 fn documents() -> Value {
@@ -32,7 +32,7 @@ fn documents() -> Value {
 /// An app whose every tenant runs a component keeping the documents whose `audience` holds
 /// the context's `plan`.
 async fn app() -> App {
-    let mut kit = Kit::new(&[]);
+    let mut kit = Kit::new(UNCHECKED);
     kit.parts.reranker = Some(Arc::new(ScriptedReranker::new(Verdict::KeepWhereContext {
         key: "plan".into(),
         field: "audience".into(),

@@ -20,46 +20,14 @@
 //! Two words that differ may still stand for one another where the [lexicon](Lexicon) —
 //! WordNet — says so: a common sense they share ("shut" / "close", "cheque" / "check",
 //! "call off" / "cancel") or a derivation ("pay" / "payment"), and no sense in which they are
-//! opposites.//!
-//! - this file: [`normalise`], [`Guard`] and the comparison of two questions' words;
-//! - `words`: the word tables (negations, contractions, phrases, spellings, function words,
-//!   numbers and units) and how a question becomes its canonical words.
+//! opposites.
+//!
+//! The word tables and how a question becomes its canonical words are in
+//! [`crate::language`], which the grounding check shares.
 
-mod words;
-
-use super::lexicon::Lexicon;
-use words::*;
-
-/// Lowercases, drops apostrophes ("can't" → "cant"), keeps digits grouped ("2.5", "1,000" →
-/// "1000"), turns every other non-alphanumeric character into a space, and collapses spaces.
-/// Two questions with the same normalised text share the exact cache key.
-pub fn normalise(text: &str) -> String {
-    let chars: Vec<char> = text.chars().collect();
-    let mut out = String::with_capacity(text.len());
-    let mut space = false;
-    for (i, &c) in chars.iter().enumerate() {
-        let digit_around = |j: Option<usize>| {
-            j.and_then(|j| chars.get(j))
-                .is_some_and(char::is_ascii_digit)
-        };
-        if c.is_alphanumeric() {
-            if space && !out.is_empty() {
-                out.push(' ');
-            }
-            space = false;
-            out.extend(c.to_lowercase());
-        } else if matches!(c, '\'' | '\u{2019}' | '\u{2018}' | '`') {
-            // "can't" and "cant" are the same word to the guard and to the exact key.
-        } else if c == ',' && digit_around(i.checked_sub(1)) && digit_around(Some(i + 1)) {
-            // Thousands separator: "1,000" == "1000".
-        } else if c == '.' && digit_around(i.checked_sub(1)) && digit_around(Some(i + 1)) {
-            out.push('.');
-        } else {
-            space = true;
-        }
-    }
-    out
-}
+use crate::language::lexicon::Lexicon;
+use crate::language::normalise;
+use crate::language::words::*;
 
 /// What the guard compares between two normalised questions.
 #[derive(Debug, Clone, PartialEq, Eq)]
