@@ -42,9 +42,9 @@ fn main() {
     ];
     report(
         "evidence, sample corpus",
-        &time_evidence(&questions, &samples, &lexicon),
+        &time_evidence(&questions, &samples, lexicon),
     );
-    report("verdict, sample corpus", &time_verdict(&samples, &lexicon));
+    report("verdict, sample corpus", &time_verdict(&samples, lexicon));
 
     // τ²-bench's banking documents, cut into 1,000-character chunks: five from one document
     // after another, the question its title.
@@ -77,8 +77,8 @@ fn main() {
     let mut evidence_times = Vec::new();
     let mut verdict_times = Vec::new();
     for (group, title) in chunks.chunks(5).zip(titles.iter().step_by(5)) {
-        evidence_times.extend(time_evidence(&[title.as_str()], group, &lexicon));
-        verdict_times.extend(time_verdict(group, &lexicon));
+        evidence_times.extend(time_evidence(&[title.as_str()], group, lexicon));
+        verdict_times.extend(time_verdict(group, lexicon));
     }
     report("evidence, τ²-bench chunks", &evidence_times);
     report("verdict, τ²-bench chunks", &verdict_times);
