@@ -141,6 +141,7 @@ fn bench(c: &mut Criterion) {
         overhead(i);
     }
     let mut samples: Vec<Duration> = (0..400).map(overhead).collect();
+    let in_order = samples.clone();
     samples.sort();
     let pct = |p: f64| {
         samples[((samples.len() as f64 * p) as usize).min(samples.len() - 1)].as_secs_f64() * 1e3
@@ -160,10 +161,30 @@ fn bench(c: &mut Criterion) {
         v[v.len() / 2]
     };
     println!(
-        "pipeline stages (median ms): embed {:.2}, retrieve {:.2}, prompt {:.2}",
+        "pipeline stages (median ms): embed {:.2}, retrieve {:.2}, prompt {:.2}, evidence {:.2}",
         median(|t| t.embed_ms),
         median(|t| t.retrieve_ms),
-        median(|t| t.prompt_ms)
+        median(|t| t.prompt_ms),
+        median(|t| t.evidence_ms)
+    );
+    // The evidence step (highlights and the extract) inside the same 400 requests: its own
+    // percentiles, and the overhead of each request with and without its evidence time.
+    let measured = &stages[20..20 + in_order.len()];
+    let mut evidence: Vec<f64> = measured.iter().filter_map(|t| t.evidence_ms).collect();
+    let mut without: Vec<f64> = (in_order.iter().zip(measured))
+        .map(|(d, t)| d.as_secs_f64() * 1e3 - t.evidence_ms.unwrap_or(0.0))
+        .collect();
+    evidence.sort_by(f64::total_cmp);
+    without.sort_by(f64::total_cmp);
+    let at = |v: &[f64], p: f64| v[((v.len() as f64 * p) as usize).min(v.len() - 1)];
+    println!(
+        "pipeline evidence step: p50 {:.3} ms, p99 {:.3} ms; overhead with it p50 {:.2} / p99 {:.2} ms, without it p50 {:.2} / p99 {:.2} ms",
+        at(&evidence, 0.5),
+        at(&evidence, 0.99),
+        pct(0.50),
+        pct(0.99),
+        at(&without, 0.5),
+        at(&without, 0.99)
     );
 
     cache_hits(&runtime, llm.clone());
