@@ -861,8 +861,22 @@ async fn a_settings_change_in_dynamodb_reaches_a_running_function_within_its_fre
         answer.first("meta").data["cache"].clone()
     };
     const OWN: &str = "You are Vega, the card desk's assistant. Answer in French.";
-    let message = system(&sluice_tests::answer_at(&base, Some("acme"), &shown).await);
+    let first = sluice_tests::answer_at(&base, Some("acme"), &shown).await;
+    let message = system(&first);
     assert!(!message.contains(OWN), "{message}");
+    // The function's answers carry the evidence: the lost-card source's highlighted sentence
+    // and the extract, before the first token.
+    let meta = &first.first("meta").data;
+    let lost = (meta["documents"].as_array().expect("documents").iter())
+        .find(|d| {
+            d["id"]
+                .as_str()
+                .is_some_and(|id| id.ends_with("lost-card.md"))
+        })
+        .unwrap_or_else(|| panic!("no lost-card source in {meta}"));
+    let highlight = lost["highlights"][0]["text"].as_str().unwrap_or_default();
+    assert!(highlight.contains("replacement card arrives"), "{lost}");
+    assert!(meta["extract"]["text"].is_string(), "{meta}");
     // The premise: asked twice before any change, the second answer comes from the cache.
     sluice_tests::answer_at(&base, Some("acme"), &plain).await;
     assert_eq!(
