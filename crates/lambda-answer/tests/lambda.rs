@@ -12,6 +12,7 @@ use sluice_tests::lambda::Function;
 async fn the_function_url_streams_an_answer_token_by_token() {
     sluice_testkit::needs!(Llm, Model, Lambda);
     let data = tempfile::tempdir().unwrap();
+    sluice_tests::ingest_into(data.path(), "default", sluice_tests::sample_documents()).await;
     let function = Function::start(
         Path::new(env!("CARGO_BIN_EXE_answer")),
         &[
@@ -72,6 +73,19 @@ async fn the_function_url_streams_an_answer_token_by_token() {
     assert_eq!(emf["ttft_ms"].as_f64(), Some(server_ttft));
     assert_eq!(emf["tokens"].as_f64(), Some(tokens.len() as f64));
     assert_eq!(emf["error"].as_f64(), Some(0.0));
+    // The evidence rides in `meta`: the lost-card source's highlighted sentence and the
+    // extract, before the first token.
+    let meta = &answer.first("meta").data;
+    let lost = (meta["documents"].as_array().expect("documents").iter())
+        .find(|d| {
+            d["id"]
+                .as_str()
+                .is_some_and(|id| id.ends_with("lost-card.md"))
+        })
+        .unwrap_or_else(|| panic!("no lost-card source in {meta}"));
+    let highlight = lost["highlights"][0]["text"].as_str().unwrap_or_default();
+    assert!(highlight.contains("replacement card arrives"), "{lost}");
+    assert!(meta["extract"]["text"].is_string(), "{meta}");
     // The verdict on the answer rides in `done`, and its EMF metric says the same.
     let grounding = &done.data["grounding"];
     let unsupported = grounding["unsupported"]
@@ -861,22 +875,8 @@ async fn a_settings_change_in_dynamodb_reaches_a_running_function_within_its_fre
         answer.first("meta").data["cache"].clone()
     };
     const OWN: &str = "You are Vega, the card desk's assistant. Answer in French.";
-    let first = sluice_tests::answer_at(&base, Some("acme"), &shown).await;
-    let message = system(&first);
+    let message = system(&sluice_tests::answer_at(&base, Some("acme"), &shown).await);
     assert!(!message.contains(OWN), "{message}");
-    // The function's answers carry the evidence: the lost-card source's highlighted sentence
-    // and the extract, before the first token.
-    let meta = &first.first("meta").data;
-    let lost = (meta["documents"].as_array().expect("documents").iter())
-        .find(|d| {
-            d["id"]
-                .as_str()
-                .is_some_and(|id| id.ends_with("lost-card.md"))
-        })
-        .unwrap_or_else(|| panic!("no lost-card source in {meta}"));
-    let highlight = lost["highlights"][0]["text"].as_str().unwrap_or_default();
-    assert!(highlight.contains("replacement card arrives"), "{lost}");
-    assert!(meta["extract"]["text"].is_string(), "{meta}");
     // The premise: asked twice before any change, the second answer comes from the cache.
     sluice_tests::answer_at(&base, Some("acme"), &plain).await;
     assert_eq!(

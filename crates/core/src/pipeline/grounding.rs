@@ -13,7 +13,8 @@ use crate::grounding;
 
 impl Pipeline {
     /// Adds to `documents` (the sources of `hits`, in order) the sentences that best answer
-    /// the question, and keeps the best of all in `progress` for `meta.extract`.
+    /// the question, and keeps the best of all in `progress` for `meta.extract` — unless the
+    /// tenant's grounding is `off`, which does no grounding work at all.
     pub(super) fn evidence(
         &self,
         request: &AnswerRequest,
@@ -21,7 +22,7 @@ impl Pipeline {
         documents: &mut [SourceDoc],
         progress: &mut Progress,
     ) {
-        if hits.is_empty() {
+        if hits.is_empty() || request.grounding(self.config.grounding) == GroundingMode::Off {
             return;
         }
         let started = Instant::now();

@@ -141,6 +141,9 @@ async fn off_checks_nothing_and_caches_as_before() {
     let app = app_answering(WRONG, &[("SLUICE_GROUNDING", "off")]).await;
     let first = app.answer(&json!({"query": QUESTION})).await;
     assert!(done(&first).get("grounding").is_none(), "{}", done(&first));
+    // No evidence either: `off` does no grounding work.
+    assert!(first.meta().get("extract").is_none(), "{}", first.meta());
+    assert!(first.meta()["documents"][0].get("highlights").is_none());
     let second = app.answer(&json!({"query": QUESTION})).await;
     assert_eq!(second.meta()["cache"], "hit");
     // The tenant's own setting wins over the deployment's.
