@@ -338,6 +338,13 @@ fn words(s: &str) -> Vec<(usize, &str)> {
         .collect()
 }
 
+/// A word as written in a sentence, without what stands around a value: how many characters
+/// of currency sign or bracket lead it, and the rest without trailing punctuation or `%`.
+fn bare(w: &str) -> (usize, &str) {
+    let lead = w.len() - w.trim_start_matches(['$', '€', '£', '(']).len();
+    (lead, w[lead..].trim_end_matches([',', '.', ';', ')', '%']))
+}
+
 /// A bare number of 2 to 20 written with digits ("5 days"), written out ("five days"); or one
 /// written out, with digits.
 fn number_as_words(s: &str) -> Option<String> {
@@ -363,8 +370,7 @@ fn number_as_words(s: &str) -> Option<String> {
 /// is 1; a number word (two to twenty) one more.
 fn changed_number(s: &str) -> Option<String> {
     for (at, w) in words(s) {
-        let lead = w.len() - w.trim_start_matches(['$', '€', '£', '(']).len();
-        let core = w[lead..].trim_end_matches([',', '.', ';', ')', '%']);
+        let (lead, core) = bare(w);
         let digits: String = core.chars().filter(|c| *c != ',').collect();
         if let Ok(n) = digits.parse::<u64>()
             && !(1900..=2100).contains(&n)
@@ -512,8 +518,7 @@ fn swapped_options(s: &str) -> Option<String> {
 /// The first number of `s` (digits, or a word from two to twenty): where, and as written.
 fn first_number(s: &str) -> Option<(usize, String)> {
     for (at, w) in words(s) {
-        let lead = w.len() - w.trim_start_matches(['$', '€', '£', '(']).len();
-        let core = w[lead..].trim_end_matches([',', '.', ';', ')', '%']);
+        let (lead, core) = bare(w);
         if !core.is_empty()
             && core
                 .chars()

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use sluice_contract::grounding::{Extract, Highlight};
 
 use super::Sources;
-use super::passage::{Clause, Passage};
+use super::passage::Passage;
 use crate::language::lexicon::Lexicon;
 
 /// The highlights of a source: at most this many sentences.
@@ -40,8 +40,12 @@ pub fn evidence(question: &str, sources: &[&str], lexicon: &Lexicon) -> Evidence
     for (n, passage) in read.passages.iter().enumerate() {
         let mut scored: Vec<Highlight> = Vec::new();
         for sentence in (passage.sentences.iter()).filter(|s| !s.heading && !s.clauses.is_empty()) {
-            let whole = whole(&passage.clauses[sentence.clauses.clone()]);
-            let score = read.coverage(&whole, keys.iter().copied());
+            // The sentence's clauses as one: their words, after the context of the first.
+            let clauses = &passage.clauses[sentence.clauses.clone()];
+            let own: HashSet<String> = (clauses.iter())
+                .flat_map(|c| c.keys.iter().cloned())
+                .collect();
+            let score = read.coverage_by(&own, &clauses[0].context, keys.iter().copied());
             if score >= MIN_HIGHLIGHT && !keys.is_empty() {
                 scored.push(Highlight {
                     start: sentence.span.start,
@@ -72,17 +76,6 @@ pub fn evidence(question: &str, sources: &[&str], lexicon: &Lexicon) -> Evidence
         highlights,
         extract: best,
     }
-}
-
-/// A sentence's clauses as one: their words, and the context of the first.
-fn whole(clauses: &[Clause]) -> Clause {
-    let mut whole = clauses[0].clone();
-    for clause in &clauses[1..] {
-        whole.keys.extend(clause.keys.iter().cloned());
-        whole.terms.extend(clause.terms.iter().cloned());
-        whole.span.end = clause.span.end;
-    }
-    whole
 }
 
 /// A score to three decimals, as the wire shows it.

@@ -34,8 +34,8 @@ struct Sources<'a> {
     /// In how many clauses of the sources each key is.
     df: HashMap<String, usize>,
     clauses: usize,
-    /// Every distinct content word of the sources: key, canonical text, lemmas.
-    words: Vec<(String, String, Vec<u32>)>,
+    /// Every distinct content word of the sources: key and canonical text.
+    words: Vec<(String, String)>,
     lexicon: &'a Lexicon,
     /// The source keys a word of the other side may stand for, by its key.
     synonyms: HashMap<String, HashSet<String>>,
@@ -58,22 +58,11 @@ impl<'a> Sources<'a> {
                     .or_insert_with(|| term.text.clone());
             }
         }
-        let words = words
-            .into_iter()
-            .map(|(key, text)| {
-                let lemmas = if lexicon.is_empty() {
-                    Vec::new()
-                } else {
-                    lexicon.lemmas(&text)
-                };
-                (key, text, lemmas)
-            })
-            .collect();
         Sources {
             passages,
             df,
             clauses,
-            words,
+            words: words.into_iter().collect(),
             lexicon,
             synonyms: HashMap::new(),
         }
@@ -86,37 +75,46 @@ impl<'a> Sources<'a> {
         (1.0 + self.clauses as f32 / (1.0 + df)).ln()
     }
 
-    /// Makes [`Self::stands_for`] know `terms`' words: the words of the sources the lexicon
-    /// lets each stand for (only for words the sources do not have as written).
+    /// Makes [`Self::covers`] know `terms`' words: the words of the sources the lexicon lets
+    /// each stand for — only for words the sources do not have as written, so that the
+    /// sources' words are looked up in the lexicon only when an answer or a question has one
+    /// of those.
     fn learn(&mut self, terms: &[&Term]) {
-        if self.lexicon.is_empty() {
+        let unknown: Vec<&Term> = (terms.iter().copied())
+            .filter(|t| !self.df.contains_key(&t.key))
+            .collect();
+        if self.lexicon.is_empty() || unknown.is_empty() {
             return;
         }
-        for term in terms {
-            if self.df.contains_key(&term.key) || self.synonyms.contains_key(&term.key) {
+        let theirs: Vec<Vec<u32>> = (self.words.iter())
+            .map(|(_, text)| self.lexicon.lemmas(text))
+            .collect();
+        for term in unknown {
+            if self.synonyms.contains_key(&term.key) {
                 continue;
             }
             let lemmas = self.lexicon.lemmas(&term.text);
-            let found: HashSet<String> = (self.words.iter())
-                .filter(|(_, text, theirs)| {
+            let found: HashSet<String> = (self.words.iter().zip(&theirs))
+                .filter(|((_, text), theirs)| {
                     self.lexicon.equivalent(&term.text, &lemmas, text, theirs)
                 })
-                .map(|(key, _, _)| key.clone())
+                .map(|((key, _), _)| key.clone())
                 .collect();
             self.synonyms.insert(term.key.clone(), found);
         }
     }
 
-    /// How far `clause` covers a word with `key`: 1 when it has it (or a word the lexicon
-    /// lets it stand for), ½ when its paragraph before it does, else 0.
-    fn covers(&self, clause: &Clause, key: &str) -> f32 {
+    /// How far a passage with content words `own` after `context` (the words of its
+    /// paragraph before it) covers a word with `key`: 1 when it has it (or a word the lexicon
+    /// lets it stand for), ½ when its context does, else 0.
+    fn covers(&self, own: &HashSet<String>, context: &HashSet<String>, key: &str) -> f32 {
         let synonyms = self.synonyms.get(key);
         let has = |keys: &HashSet<String>| {
             keys.contains(key) || synonyms.is_some_and(|s| s.iter().any(|k| keys.contains(k)))
         };
-        if has(&clause.keys) {
+        if has(own) {
             1.0
-        } else if has(&clause.context) {
+        } else if has(context) {
             0.5
         } else {
             0.0
@@ -125,10 +123,20 @@ impl<'a> Sources<'a> {
 
     /// The weighted share of `keys` that `clause` covers; 1 for no keys.
     fn coverage<'k>(&self, clause: &Clause, keys: impl Iterator<Item = &'k str>) -> f32 {
+        self.coverage_by(&clause.keys, &clause.context, keys)
+    }
+
+    /// The weighted share of `keys` that words `own` after `context` cover; 1 for no keys.
+    fn coverage_by<'k>(
+        &self,
+        own: &HashSet<String>,
+        context: &HashSet<String>,
+        keys: impl Iterator<Item = &'k str>,
+    ) -> f32 {
         let (mut covered, mut total) = (0.0, 0.0);
         for key in keys {
             let w = self.weight(key);
-            covered += w * self.covers(clause, key);
+            covered += w * self.covers(own, context, key);
             total += w;
         }
         if total > 0.0 { covered / total } else { 1.0 }

@@ -62,7 +62,6 @@ const FUNCTION: &[&str] = &[
     "before",
     "until",
     "while",
-    "one",
     "ones",
     "still",
     "only",
@@ -71,7 +70,6 @@ const FUNCTION: &[&str] = &[
     "much",
     "many",
     "very",
-    "once",
     "again",
     "other",
     "another",
@@ -490,26 +488,22 @@ fn terms(text: &str, offset: usize, chars: &[char]) -> Vec<Term> {
         let next = words.get(i + 1).map(|w| w.text.as_str());
         let written: String = chars[span.clone()].iter().collect();
         let digits = word.text.bytes().any(|b| b.is_ascii_digit());
+        let function = STOP.contains(&word.text.as_str()) || FUNCTION.contains(&word.text.as_str());
+        // The characters around it: a currency sign before, a percent sign after.
+        let sign = span.start.checked_sub(1).and_then(|p| chars.get(p));
+        let sign = matches!(sign, Some('$' | '€' | '£'));
+        let percent = chars.get(span.end) == Some(&'%');
         // "no more than", "not later than": a bound, not a negation.
         let bound = next.is_some_and(|n| BOUNDS.contains(&n));
         let fact = if word.text == NOT {
             (!bound).then_some(FactKind::Negation)
         } else if digits {
-            let before = span
-                .start
-                .checked_sub(1)
-                .and_then(|p| chars.get(p))
-                .copied();
-            let after = chars.get(span.end).copied();
             let unit = next.is_some_and(|n| SPANS_OF_TIME.contains(&n));
             // "one" is a number only when it counts something ("one business day").
             let counts = unit || !written.eq_ignore_ascii_case("one");
             if !counts {
                 None
-            } else if matches!(before, Some('$' | '€' | '£'))
-                || after == Some('%')
-                || next.is_some_and(|n| MONEY.contains(&n))
-            {
+            } else if sign || percent || next.is_some_and(|n| MONEY.contains(&n)) {
                 Some(FactKind::Amount)
             } else if word.text.contains(':') || next.is_some_and(|n| matches!(n, "am" | "pm")) {
                 Some(FactKind::Time)
@@ -530,22 +524,17 @@ fn terms(text: &str, offset: usize, chars: &[char]) -> Vec<Term> {
         } else if i > 0
             && written.chars().next().is_some_and(char::is_uppercase)
             && written != "I"
-            && !STOP.contains(&word.text.as_str())
-            && !FUNCTION.contains(&word.text.as_str())
+            && !function
         {
             Some(FactKind::Name)
         } else {
             None
         };
-        let function = STOP.contains(&word.text.as_str()) || FUNCTION.contains(&word.text.as_str());
         let content = !digits && word.text != NOT && !function && fact != Some(FactKind::Date);
         // An amount is shown with its sign: "$15", "3%".
         let span = match fact {
             Some(FactKind::Amount) => {
-                let before = span.start.checked_sub(1).and_then(|p| chars.get(p));
-                let start = span.start - usize::from(matches!(before, Some('$' | '€' | '£')));
-                let end = span.end + usize::from(chars.get(span.end) == Some(&'%'));
-                start..end
+                span.start - usize::from(sign)..span.end + usize::from(percent)
             }
             _ => span,
         };

@@ -103,12 +103,7 @@ fn check(clause: &Clause, said: &Passage, read: &Sources) -> Option<Check> {
                 .map(|f| passage.clauses.iter().position(|c| has_fact(c, f)))
                 .collect();
             if let Some(&first) = at.as_ref().and_then(|at| at.first()) {
-                return Some(Check {
-                    supported: true,
-                    score: 1.0,
-                    evidence: Some(evidence(read, n, first)),
-                    missing: Vec::new(),
-                });
+                return Some(supported(read, n, first, 1.0));
             }
         }
     }
@@ -132,13 +127,7 @@ fn check(clause: &Clause, said: &Passage, read: &Sources) -> Option<Check> {
     }
     if best < MIN_COVERAGE {
         let closest = (best >= MIN_SHOWN).then(|| (scored[0].1, scored[0].2));
-        return Some(unsupported(
-            clause,
-            said,
-            closest.map(|(n, i)| (read, n, i)),
-            best,
-            &facts,
-        ));
+        return Some(unsupported(clause, said, read, closest, best, &facts));
     }
     // The answer's words for naming an option: its clause and what came before in its paragraph.
     let named: HashSet<&str> = clause
@@ -150,16 +139,11 @@ fn check(clause: &Clause, said: &Passage, read: &Sources) -> Option<Check> {
     for &(score, n, i) in scored.iter().take_while(|(s, ..)| *s >= best - NEAR) {
         let candidate = &read.passages[n].clauses[i];
         if states(candidate, clause, &facts) && names_option(read, n, i, &named, &facts) {
-            return Some(Check {
-                supported: true,
-                score,
-                evidence: Some(evidence(read, n, i)),
-                missing: Vec::new(),
-            });
+            return Some(supported(read, n, i, score));
         }
     }
     let (_, n, i) = scored[0];
-    Some(unsupported(clause, said, Some((read, n, i)), best, &facts))
+    Some(unsupported(clause, said, read, Some((n, i)), best, &facts))
 }
 
 /// Whether `candidate` states every fact of `clause` (`facts`, negations apart) and says
@@ -245,20 +229,32 @@ fn evidence(read: &Sources, n: usize, i: usize) -> Evidence {
     }
 }
 
-/// `clause` unsupported; `closest` the clause of the sources it was nearest (when one came
-/// near), whose missing facts are listed — all of them when there is none.
+/// A clause supported by clause `i` of source `n`, covered `score`.
+fn supported(read: &Sources, n: usize, i: usize, score: f32) -> Check {
+    Check {
+        supported: true,
+        score,
+        evidence: Some(evidence(read, n, i)),
+        missing: Vec::new(),
+    }
+}
+
+/// `clause` unsupported; `closest` the clause of the sources it was nearest (source, clause;
+/// when one came near), whose missing facts are listed — all of them when there is none.
 fn unsupported(
     clause: &Clause,
     said: &Passage,
-    closest: Option<(&Sources, usize, usize)>,
+    read: &Sources,
+    closest: Option<(usize, usize)>,
     score: f32,
     facts: &[&Term],
 ) -> Check {
-    let candidate = closest.map(|(read, n, i)| &read.passages[n].clauses[i]);
+    let candidate = closest.map(|(n, i)| &read.passages[n].clauses[i]);
+    let as_fact = |f: &&Term| fact(said, f.fact.unwrap_or(FactKind::Number), f.span.clone());
     let mut missing: Vec<Fact> = facts
         .iter()
         .filter(|f| candidate.is_none_or(|c| !has_fact(c, f)))
-        .map(|f| fact(said, f.fact.unwrap_or(FactKind::Number), f.span.clone()))
+        .map(as_fact)
         .collect();
     if candidate.is_some_and(|c| c.negations() != clause.negations()) {
         let at = (clause.terms.iter())
@@ -268,10 +264,7 @@ fn unsupported(
     }
     // Every fact stated, but of another option: those facts are what is unsupported.
     if missing.is_empty() {
-        missing = facts
-            .iter()
-            .map(|f| fact(said, f.fact.unwrap_or(FactKind::Number), f.span.clone()))
-            .collect();
+        missing = facts.iter().map(as_fact).collect();
     }
     let stated = candidate.map_or(0, |c| facts.iter().filter(|f| has_fact(c, f)).count());
     let share = if facts.is_empty() {
@@ -282,7 +275,7 @@ fn unsupported(
     Check {
         supported: false,
         score: score * share,
-        evidence: closest.map(|(read, n, i)| evidence(read, n, i)),
+        evidence: closest.map(|(n, i)| evidence(read, n, i)),
         missing,
     }
 }
