@@ -2,7 +2,6 @@
 //! question (and a remote cache's exact key) after it; a hit replayed as events; a complete
 //! answer recorded behind `done`, and compared with a candidate it was checked against.
 
-use sluice_contract::grounding::GroundingMode;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,6 +18,7 @@ use crate::prompt;
 use crate::{cache::Lookup, cache::Probe, cache::SemanticCache};
 use sluice_contract::Tenant;
 use sluice_contract::codes::Degraded;
+use sluice_contract::grounding::GroundingMode;
 use sluice_contract::sse::{CacheState, Done, Event, Meta, Token};
 use sluice_contract::{cache::CachedAnswer, cache::Scope};
 
@@ -277,7 +277,9 @@ impl Pipeline {
     }
 
     /// Record: a complete answer (the model stopped, or reached the configured max_tokens,
-    /// as it would again) that was not degraded is written to the cache, and compared with
+    /// as it would again) that was not degraded, and that its grounding verdict (when one was
+    /// made) does not find unsupported — a hallucination is never replayed to the next asker
+    /// — is written to the cache, and compared with
     /// the candidate it was checked against. Both start now and never delay `done`; the
     /// stream awaits them after it, since on Lambda the invocation ends with the response
     /// stream and work still in flight would be frozen with the environment (and lost).
@@ -290,6 +292,7 @@ impl Pipeline {
         answer: CachedAnswer,
     ) -> Vec<tokio::task::JoinHandle<()>> {
         if !progress.degraded.is_empty()
+            || answer.grounding.as_ref().is_some_and(|g| !g.grounded())
             || !matches!(answer.finish_reason.as_str(), "stop" | "length")
             || !self.settled(&request.tenant, write.scope.corpus_version)
         {

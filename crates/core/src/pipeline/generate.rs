@@ -115,10 +115,9 @@ impl Pipeline {
                 extract: progress.extract.clone(),
                 grounding: grounding.clone(),
             };
-            // An answer the check found unsupported is never replayed to the next asker.
             let recording = match write {
-                Some((write, vector)) if !ungrounded => this.record(&request, &progress, write, vector, answer),
-                _ => Vec::new(),
+                Some((write, vector)) => this.record(&request, &progress, write, vector, answer),
+                None => Vec::new(),
             };
             yield Event::Done(Box::new(Done {
                 request_id: progress.request_id,
