@@ -83,6 +83,7 @@ impl Bench {
                 token_count_source: "usage".into(),
                 extract: None,
                 grounding: None,
+                cited: Vec::new(),
             };
             let q = question(i);
             let entry = self.cache.entry(

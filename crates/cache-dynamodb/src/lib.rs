@@ -13,7 +13,7 @@
 //! | `vr` | digest of what else shaped the answer (filter, conversation, …; absent: nothing) |
 //! | `bd` | digest of the filter of the key the answer was made for (absent: an unbound key); a bound key's clear deletes only its own |
 //! | `ttl` | Unix seconds; DynamoDB's TTL deletes the item some time after (checked in code too) |
-//! | `a` | the answer as JSON: tokens, sources, finish reason, token count |
+//! | `a` | the answer as JSON: tokens, sources (and what each was: id, chunk, digest), finish reason, token count, verdict |
 //!
 //! The tenant leads every key the code reads — `pk` in the table, `b<i>` in each index — so
 //! an IAM policy with `dynamodb:LeadingKeys` (`ForAllValues:StringLike` on `<tenant>` and
@@ -656,6 +656,12 @@ mod tests {
                 token_count_source: "usage".into(),
                 extract: None,
                 grounding: None,
+                // What a changed corpus is checked against: it must come back as it went in.
+                cited: vec![sluice_contract::cache::Cited {
+                    id: "samples/lost-card.md".into(),
+                    chunk: 2,
+                    digest: "d".repeat(64),
+                }],
             },
         }
     }

@@ -34,7 +34,7 @@ pub async fn ingest(client: &Client, paths: &[PathBuf], limits: &ConvertLimits) 
         "{bar:40} {pos}/{len} documents, {msg} [{elapsed}]",
     )?);
     let started = Instant::now();
-    let (mut chunks, mut version) = (0u64, 0u64);
+    let (mut chunks, mut unchanged, mut version) = (0u64, 0u64, 0u64);
     let mut batch: Vec<Document> = Vec::new();
     let mut batch_bytes = 0;
     let mut pending = documents.into_iter().peekable();
@@ -52,6 +52,7 @@ pub async fn ingest(client: &Client, paths: &[PathBuf], limits: &ConvertLimits) 
             }
         };
         chunks += report.chunks as u64;
+        unchanged += report.unchanged as u64;
         version = report.corpus_version;
         bar.inc(batch.len() as u64);
         bar.set_message(format!("{chunks} chunks"));
@@ -60,7 +61,7 @@ pub async fn ingest(client: &Client, paths: &[PathBuf], limits: &ConvertLimits) 
     }
     bar.finish();
     println!(
-        "ingested {} documents from {} files as {chunks} chunks in {:.1} s; corpus version {version}",
+        "ingested {} documents ({unchanged} unchanged) from {} files as {chunks} chunks in {:.1} s; corpus version {version}",
         bar.length().unwrap_or(0),
         files,
         started.elapsed().as_secs_f64()
@@ -216,15 +217,27 @@ async fn delete_documents(client: &Client, id: Option<&str>, filter: Option<&str
 /// `sluice usage`: the tenant's usage per day from `from` to `to` (`YYYY-MM-DD`; the server's
 /// default is this month so far), a line a day and a total (`--json`: the server's answer);
 /// with `keys`, per API key as well.
-pub async fn usage(
-    client: &Client,
-    from: Option<&str>,
-    to: Option<&str>,
+/// Which days of usage `sluice usage` shows, and how.
+#[derive(clap::Args)]
+pub struct UsageDays {
+    /// First day, YYYY-MM-DD (UTC) [default: the first of this month]
+    #[arg(long)]
+    from: Option<String>,
+    /// Last day, YYYY-MM-DD (UTC) [default: today]
+    #[arg(long)]
+    to: Option<String>,
+    /// Also per API key (needs the usage:keys permission).
+    #[arg(long)]
     keys: bool,
+    /// Print the server's JSON.
+    #[arg(long)]
     json: bool,
-) -> Result<()> {
-    let usage = client.usage(from, to, keys).await?;
-    if json {
+}
+
+pub async fn usage(client: &Client, days: UsageDays) -> Result<()> {
+    let (from, to) = (days.from.as_deref(), days.to.as_deref());
+    let usage = client.usage(from, to, days.keys).await?;
+    if days.json {
         println!("{usage:#}");
         return Ok(());
     }

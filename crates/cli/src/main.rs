@@ -79,18 +79,8 @@ enum Command {
     /// Show the tenant's usage per day (answers, tokens, component fuel, documents) from a
     /// running server.
     Usage {
-        /// First day, YYYY-MM-DD (UTC) [default: the first of this month]
-        #[arg(long)]
-        from: Option<String>,
-        /// Last day, YYYY-MM-DD (UTC) [default: today]
-        #[arg(long)]
-        to: Option<String>,
-        /// Also per API key (needs the usage:keys permission).
-        #[arg(long)]
-        keys: bool,
-        /// Print the server's JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        days: client::UsageDays,
         #[command(flatten)]
         target: Target,
     },
@@ -257,19 +247,7 @@ fn run() -> Result<()> {
         Command::Documents { command, target } => {
             runtime.block_on(client::documents(&server(target)?, command))
         }
-        Command::Usage {
-            from,
-            to,
-            keys,
-            json,
-            target,
-        } => runtime.block_on(client::usage(
-            &server(target)?,
-            from.as_deref(),
-            to.as_deref(),
-            keys,
-            json,
-        )),
+        Command::Usage { days, target } => runtime.block_on(client::usage(&server(target)?, days)),
         Command::Settings { command, target } => {
             runtime.block_on(settings::command(&server(target)?, command))
         }

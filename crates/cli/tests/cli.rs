@@ -60,21 +60,39 @@ fn documents_are_listed_read_and_deleted(url: &str) {
     assert_eq!(stdout.lines().count(), 1 + 7, "{stdout}");
 }
 
-#[test]
-fn serve_ingest_ask_and_doctor() {
-    sluice_testkit::needs!(Llm, Model);
-    let mut server = serve();
+/// `sluice ingest samples/` against the server at `url`: its output, once it succeeded.
+fn ingest_samples(url: &str) -> String {
     let out = sluice()
-        .args(["ingest", "--url", &server.url])
+        .args(["ingest", "--url", url])
         .arg(samples())
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", text(&out));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+#[test]
+fn serve_ingest_ask_and_doctor() {
+    sluice_testkit::needs!(Llm, Model);
+    let mut server = serve();
+    let first = ingest_samples(&server.url);
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("ingested 9 documents from 7 files"),
-        "{}",
-        text(&out)
+        first.contains("ingested 9 documents (0 unchanged) from 7 files"),
+        "{first}"
     );
+    // Sent again as they are: nothing embedded or written, the corpus version where it was.
+    let again = ingest_samples(&server.url);
+    let version = |line: &str| {
+        line.rsplit("corpus version ")
+            .next()
+            .map(str::trim)
+            .map(String::from)
+    };
+    assert!(
+        again.contains("ingested 9 documents (9 unchanged) from 7 files as 0 chunks"),
+        "{again}"
+    );
+    assert_eq!(version(&again), version(&first), "{first} / {again}");
 
     let out = sluice()
         .args([
@@ -682,12 +700,7 @@ fn answers_keep_streaming_when_dynamodb_dies() {
     }
 
     let server = serve_with(&aws);
-    let out = sluice()
-        .args(["ingest", "--url", &server.url])
-        .arg(samples())
-        .output()
-        .unwrap();
-    assert!(out.status.success(), "{}", text(&out));
+    ingest_samples(&server.url);
     let ask = |q: &str| {
         let out = sluice()
             .args(["ask", "--url", &server.url, q])

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::Tenant;
 use crate::error::CacheError;
-use crate::stages::SourceDoc;
+use crate::stages::{Hit, SourceDoc};
 
 /// Locality-sensitive hashing bands: an entry's vector falls in one bucket per band
 /// ([`CacheEntry::buckets`]), and a backend finds candidates by any band's bucket (the
@@ -33,9 +33,71 @@ pub struct CachedAnswer {
     /// As in the original `done`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grounding: Option<crate::grounding::Grounding>,
+    /// What each of `sources` was when the answer was made, in the same order: once the
+    /// tenant's corpus has changed, the answer serves a question only if retrieval for it
+    /// returns exactly these. Empty in an entry made before Sluice recorded them (which then
+    /// serves only under the corpus version it was made under).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cited: Vec<Cited>,
 }
 
-/// What an entry was made under; it answers a request only when all of it is the same.
+impl CachedAnswer {
+    /// An answer of one token, `text`, finished with `stop` and built from no source: what
+    /// tests and measurements store when only the question it answers matters.
+    pub fn one_token(text: impl Into<String>) -> Self {
+        Self {
+            tokens: vec![text.into()],
+            sources: Vec::new(),
+            finish_reason: "stop".into(),
+            token_count: 1,
+            token_count_source: "usage".into(),
+            extract: None,
+            grounding: None,
+            cited: Vec::new(),
+        }
+    }
+
+    /// Whether the sources a request's retrieval gave now are the ones this answer was built
+    /// from: the same chunks, with the same content, in the same order.
+    pub fn built_from(&self, now: &[Cited]) -> bool {
+        self.cited.len() == self.sources.len() && self.cited == now
+    }
+}
+
+/// One source of a cached answer as it was in the prompt: its document and chunk, and a
+/// digest of everything of it the prompt quoted.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Cited {
+    /// The document's id.
+    pub id: String,
+    /// The chunk's position in it.
+    pub chunk: usize,
+    /// Hex SHA-256 of the chunk's text, section and pages and of its document's title,
+    /// source and metadata: an edit of any of them is another source.
+    pub digest: String,
+}
+
+impl Cited {
+    /// `hit` as an answer built from it records it.
+    pub fn of(hit: &Hit) -> Self {
+        let quoted = serde_json::json!([
+            hit.text,
+            hit.place,
+            hit.document.title,
+            hit.document.source,
+            hit.document.metadata,
+        ]);
+        Self {
+            id: hit.document.id.clone(),
+            chunk: hit.chunk,
+            digest: crate::sha256_hex(quoted.to_string().as_bytes()),
+        }
+    }
+}
+
+/// What an entry was made under; it answers a request only when all of it is the same — but
+/// for the corpus version, which may have moved on if retrieval still returns the answer's
+/// sources ([`CachedAnswer::built_from`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scope {
     /// The tenant's corpus version when the answer was made (ingest bumps it).
@@ -59,6 +121,30 @@ pub struct Scope {
     /// ([`crate::pipeline::AnswerRequest::binding`]; `None`: a key bound to none). It also
     /// keeps one key's answers from another's, and lets a bound key forget its own.
     pub binding: Option<String>,
+}
+
+impl Scope {
+    /// Whether `other` is the same scope but perhaps for the corpus version.
+    pub fn same_but_version(&self, other: &Scope) -> bool {
+        // Every field named, so that a new one cannot be left out of the comparison.
+        let Scope {
+            corpus_version: _,
+            llm_model,
+            embed_model,
+            prompt_version,
+            k,
+            rerank,
+            variant,
+            binding,
+        } = self;
+        *llm_model == other.llm_model
+            && *embed_model == other.embed_model
+            && *prompt_version == other.prompt_version
+            && *k == other.k
+            && *rerank == other.rerank
+            && *variant == other.variant
+            && *binding == other.binding
+    }
 }
 
 /// One cached answer.

@@ -47,11 +47,16 @@ pub struct Document {
 /// What an ingest did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IngestReport {
-    /// Documents written (each replacing any earlier version).
+    /// Documents sent (each replacing any earlier version, unless it is unchanged).
     pub documents: usize,
+    /// Of those, documents the tenant already held exactly as sent (and cut and embedded as
+    /// this ingest would): nothing of them was embedded or written.
+    #[serde(default)]
+    pub unchanged: usize,
     /// Chunks written.
     pub chunks: usize,
-    /// The tenant's corpus version after this ingest.
+    /// The tenant's corpus version after this ingest (moved only when something was written
+    /// or removed).
     pub corpus_version: u64,
     /// Documents an earlier version of the same upload made that this one no longer holds,
     /// deleted ([`Ingest::ingest_from`]).

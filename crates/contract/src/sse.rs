@@ -72,6 +72,32 @@ impl CacheState {
     }
 }
 
+/// Why a cached answer was found to answer this question (`meta.cache_match`, on a hit).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheMatch {
+    /// The same question (once normalised), under the corpus version it was answered under.
+    Exact,
+    /// A question whose embedding reaches the tenant's threshold and that the guard lets
+    /// through, under the same corpus version.
+    Similar,
+    /// Retrieval for this question, run now, returned exactly the sources the answer was
+    /// built from: the corpus changed elsewhere, or the question is close but under the
+    /// threshold.
+    Sources,
+}
+
+impl CacheMatch {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheMatch::Exact => "exact",
+            CacheMatch::Similar => "similar",
+            CacheMatch::Sources => "sources",
+        }
+    }
+}
+
 /// First event of every stream.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Meta {
@@ -93,6 +119,9 @@ pub struct Meta {
     pub extract: Option<crate::grounding::Extract>,
     /// Whether the answer came from the cache.
     pub cache: CacheState,
+    /// On a hit, why the cached answer answers this question.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_match: Option<CacheMatch>,
     /// Why the answer is degraded (`retrieval_timeout`, `retrieval_failed`, …); empty when not.
     pub degraded: Vec<Degraded>,
     /// Stage timings so far.

@@ -101,6 +101,11 @@ pub struct DocumentInfo {
     /// it came from a file.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub format: Option<String>,
+    /// Digest of what was ingested and how it was cut and embedded (the ingest's): a document
+    /// sent again with the same digest is left as it is. Listings show it; retrieved hits
+    /// may leave it out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
 }
 
 /// A document as a listing shows it: what the store keeps about it and its chunks.

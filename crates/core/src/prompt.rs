@@ -210,6 +210,7 @@ mod tests {
             place: Default::default(),
             document: DocumentInfo {
                 format: None,
+                digest: None,
                 id: id.into(),
                 title: format!("Title {id}"),
                 source: "t".into(),

@@ -51,6 +51,8 @@ struct Ingested {
     key: String,
     tenant: String,
     documents: usize,
+    /// Of those, documents stored already exactly as the object holds them (nothing written).
+    unchanged: usize,
     chunks: usize,
     /// Documents an earlier version of the object made that this one no longer holds.
     removed: usize,
@@ -153,7 +155,7 @@ async fn ingest_uploads(
             .await
         {
             Ok(done) => {
-                info!(%bucket, %key, tenant = %upload.tenant, documents = done.documents, chunks = done.chunks, "upload ingested");
+                info!(%bucket, %key, tenant = %upload.tenant, documents = done.documents, unchanged = done.unchanged, chunks = done.chunks, "upload ingested");
                 if let Some(meter) = usage {
                     meter.record(
                         &upload.tenant,
@@ -165,6 +167,7 @@ async fn ingest_uploads(
                     key,
                     tenant: upload.tenant.to_string(),
                     documents: done.documents,
+                    unchanged: done.unchanged,
                     chunks: done.chunks,
                     removed: done.removed,
                     corpus_version: done.corpus_version,

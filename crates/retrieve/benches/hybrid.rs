@@ -98,6 +98,7 @@ fn bench(c: &mut Criterion) {
             });
             let doc = DocumentInfo {
                 format: None,
+                digest: None,
                 id: format!("doc{d}"),
                 title: format!("Doc {d}"),
                 source: "bench".into(),

@@ -296,11 +296,13 @@ pub(crate) fn selection_filter_json(
 }
 
 /// The payload fields a listing reads (never a chunk's text).
-const LISTED_FIELDS: [&str; 7] = [
+const LISTED_FIELDS: [&str; 9] = [
     "doc_id",
     "title",
     "source",
     "origin",
+    "format",
+    "digest",
     "chunks",
     "ingested_at",
     META,
@@ -510,6 +512,9 @@ fn chunk_payload(
     if let Some(format) = &document.format {
         payload["format"] = json!(format);
     }
+    if let Some(digest) = &document.digest {
+        payload["digest"] = json!(digest);
+    }
     if !chunk.place.section.is_empty() {
         payload["section"] = json!(chunk.place.section);
     }
@@ -546,7 +551,8 @@ fn text_field(payload: &serde_json::Map<String, Value>, key: &str) -> String {
         .to_string()
 }
 
-/// The document a point's payload belongs to (without its origin).
+/// The document a point's payload belongs to (without its origin and digest, which hits leave
+/// out).
 fn document_from(payload: &serde_json::Map<String, Value>) -> DocumentInfo {
     DocumentInfo {
         id: text_field(payload, "doc_id"),
@@ -558,15 +564,17 @@ fn document_from(payload: &serde_json::Map<String, Value>) -> DocumentInfo {
             .unwrap_or_default(),
         origin: None,
         format: (payload.get("format").and_then(Value::as_str)).map(str::to_string),
+        digest: None,
     }
 }
 
 /// A listed document from its first chunk's payload.
 fn stored_document(payload: &serde_json::Map<String, Value>) -> StoredDocument {
-    let origin = payload.get("origin").and_then(Value::as_str);
+    let field = |key| (payload.get(key).and_then(Value::as_str)).map(str::to_string);
     StoredDocument {
         document: DocumentInfo {
-            origin: origin.map(str::to_string),
+            origin: field("origin"),
+            digest: field("digest"),
             ..document_from(payload)
         },
         chunks: payload.get("chunks").and_then(whole),

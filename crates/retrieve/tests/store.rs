@@ -20,6 +20,7 @@ fn unit(seed: u64) -> Vec<f32> {
 fn doc(id: &str) -> DocumentInfo {
     DocumentInfo {
         format: None,
+        digest: None,
         id: id.into(),
         title: format!("Title of {id}"),
         source: format!("src/{id}"),
@@ -586,6 +587,7 @@ async fn documents_are_listed_once_each_with_their_chunks_and_deleted_whole() {
         let info = DocumentInfo {
             metadata: sluice_testkit::filters::metadata(serde_json::json!({"n": i})),
             origin: (i % 2 == 1).then(|| "s3://docs/acme/batch.jsonl".to_string()),
+            digest: (i % 2 == 1).then(|| format!("digest of d{i:02}")),
             ..doc(&format!("d{i:02}"))
         };
         store
@@ -609,6 +611,10 @@ async fn documents_are_listed_once_each_with_their_chunks_and_deleted_whole() {
     let all = listed(&store, "acme", &everything, 100).await;
     let d04 = all.iter().find(|d| d.document.id == "d04").unwrap();
     assert_eq!(d04.chunks, Some(2));
+    // What an ingest compares a document sent again with: kept where it was given.
+    let d05 = all.iter().find(|d| d.document.id == "d05").unwrap();
+    assert_eq!(d05.document.digest.as_deref(), Some("digest of d05"));
+    assert_eq!(d04.document.digest, None);
     assert_eq!(d04.document.title, "Title of d04");
     assert_eq!(
         serde_json::to_value(&d04.document.metadata).unwrap(),

@@ -61,6 +61,7 @@ pub fn tenant(name: &str) -> Tenant {
 pub fn document(id: &str) -> sluice_contract::stages::DocumentInfo {
     sluice_contract::stages::DocumentInfo {
         format: None,
+        digest: None,
         id: id.into(),
         title: id.into(),
         source: id.into(),

@@ -63,6 +63,30 @@ async fn the_dynamodb_backend_serves_hits_across_server_instances() {
     assert_eq!(cache_state(&hit), "hit", "the first server's entry");
     assert_eq!(hit.text(), first.text());
     assert_eq!(hit.first("done").data["cached"], true);
+
+    // A document about something else: the corpus version moves on, and the entry answers
+    // once retrieval for the question returns the sources it recorded (read back from the
+    // table), then is brought up to the new version there.
+    let branches = json!({"documents": [{"id": "branches",
+        "text": "Our branch in Leeds closes at 5pm on Saturdays."}]});
+    let (status, report) = two
+        .send_as(
+            "acme",
+            reqwest::Method::POST,
+            "/v1/documents",
+            branches.to_string().into(),
+        )
+        .await;
+    assert_eq!(status, 200, "{report}");
+    let checked = two.answer_as(Some("acme"), &body).await;
+    let meta = &checked.first("meta").data;
+    assert_eq!(
+        (&meta["cache"], &meta["cache_match"]),
+        (&json!("hit"), &json!("sources"))
+    );
+    assert_eq!(checked.text(), first.text());
+    let next = two.answer_as(Some("acme"), &body).await;
+    assert_eq!(next.first("meta").data["cache_match"], "exact");
 }
 
 /// The memory backend with writes that take `delay`, counting the finished ones.

@@ -174,15 +174,7 @@ async fn cache_of(store: Arc<dyn CacheStore>, pairs: &[&Pair], guard: Guard) -> 
     stored.sort();
     stored.dedup();
     for q in &stored {
-        let answer = CachedAnswer {
-            tokens: vec![q.to_string()],
-            sources: vec![],
-            finish_reason: "stop".into(),
-            token_count: 1,
-            token_count_source: "usage".into(),
-            extract: None,
-            grounding: None,
-        };
+        let answer = CachedAnswer::one_token(*q);
         let entry = cache.entry(&tenant("bank"), &Probe::new(q), embed(q), scope(), answer);
         cache.put(&entry).await.expect("put");
     }
@@ -209,6 +201,9 @@ async fn run(store: Arc<dyn CacheStore>, pairs: &[&Pair], guard: Guard) -> Repor
         let hit = match found {
             Lookup::Hit { entry, similarity } => Some((entry.answer.tokens[0].clone(), similarity)),
             Lookup::Miss | Lookup::Compare { .. } => None,
+            Lookup::Verify { .. } => {
+                panic!("{backend}: one corpus version here, nothing to verify")
+            }
             Lookup::Failed(e) => panic!("{backend}: lookup failed: {e}"),
         };
         let similarity = cosine(&vector, &embed(&p.cached));

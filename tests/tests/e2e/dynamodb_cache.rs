@@ -57,6 +57,7 @@ fn answer(text: &str) -> CachedAnswer {
         token_count_source: "usage".into(),
         extract: None,
         grounding: None,
+        cited: Vec::new(),
     }
 }
 
@@ -73,7 +74,7 @@ fn entry(cache: &SemanticCache, name: &str, query: &str, vector: Vec<f32>) -> Ca
 fn hit_text(lookup: &Lookup) -> Option<String> {
     match lookup {
         Lookup::Hit { entry, .. } => Some(entry.answer.tokens[0].clone()),
-        Lookup::Miss | Lookup::Compare { .. } => None,
+        Lookup::Miss | Lookup::Compare { .. } | Lookup::Verify { .. } => None,
         Lookup::Failed(e) => panic!("lookup failed: {e}"),
     }
 }

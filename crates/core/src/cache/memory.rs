@@ -184,6 +184,7 @@ mod tests {
                 token_count_source: "usage".into(),
                 extract: None,
                 grounding: None,
+                cited: Vec::new(),
             },
         }
     }

@@ -9,11 +9,14 @@
 //! In-process backends are read by exact key before the query is embedded (an exact hit
 //! costs microseconds); remote ones once, after the embedding, both ways in one round.
 //!
-//! Either way an entry answers only when it is **fresh** — same corpus version (every ingest
-//! bumps it), LLM, embedding model, prompt version, `k` and rerank component, and its `ttl`
-//! not passed (checked
-//! here: emulators and DynamoDB itself delete expired items late) — and when the
-//! [guard](guard::Guard) finds the two questions made of the same content words.
+//! Either way an entry answers only when it **fits** the request — same LLM, embedding model,
+//! prompt version, `k`, rerank component, filter, key binding and conversation, and its `ttl`
+//! not passed (checked here: emulators and DynamoDB itself delete expired items late) — and
+//! when the [guard](guard::Guard) finds the two questions made of the same content words.
+//! Under the corpus version it was made under it answers at once ([`Lookup::Hit`]); once the
+//! tenant's corpus has changed (an ingest that wrote or removed something), only if retrieval
+//! for this request returns exactly the sources the answer was built from
+//! ([`Lookup::Verify`], decided by the pipeline, which runs that retrieval anyway).
 //!
 //! Every lookup runs under its own small budget; late, failed or doubtful is a miss. Entries
 //! are written after `done`, only for complete answers that were not degraded.
@@ -85,6 +88,15 @@ impl Probe {
 pub enum Lookup {
     /// A fresh entry that answers this question; `similarity` is 1 for an exact key match.
     Hit {
+        /// The entry.
+        entry: Box<CacheEntry>,
+        /// Cosine between the two questions' embeddings (1.0 for exact).
+        similarity: f32,
+    },
+    /// An entry that fits but for the corpus version, which has changed since it was made:
+    /// it answers only if retrieval for this request returns exactly its recorded sources
+    /// ([`CachedAnswer::built_from`]).
+    Verify {
         /// The entry.
         entry: Box<CacheEntry>,
         /// Cosine between the two questions' embeddings (1.0 for exact).
@@ -238,12 +250,10 @@ impl SemanticCache {
         match found.await {
             Err(_) => Lookup::Failed(self.late()),
             Ok(Err(e)) => Lookup::Failed(e.to_string()),
-            Ok(Ok(Some(entry)))
-                if entry.query == probe.normalised && fresh(&entry, tenant, scope, now()) =>
-            {
-                Lookup::Hit {
-                    entry: Box::new(entry),
-                    similarity: 1.0,
+            Ok(Ok(Some(entry))) if entry.query == probe.normalised => {
+                match fit(&entry, tenant, scope, now()) {
+                    Some(fit) => fit.lookup(entry, 1.0),
+                    None => Lookup::Miss,
                 }
             }
             Ok(Ok(_)) => Lookup::Miss,
@@ -280,22 +290,31 @@ impl SemanticCache {
         let now = now();
         candidates
             .into_iter()
-            .filter(|e| fresh(e, tenant, scope, now))
-            .map(|e| (cosine(vector, &e.vector), e))
-            .filter(|(similarity, _)| *similarity >= least)
-            .filter(|(_, e)| {
+            .filter_map(|e| Some((fit(&e, tenant, scope, now)?, e)))
+            .map(|(fit, e)| (cosine(vector, &e.vector), fit, e))
+            .filter(|(similarity, _, _)| *similarity >= least)
+            .filter(|(_, _, e)| {
                 probe
                     .guard
                     .conflict(&Guard::of(&e.query), lexicon)
                     .is_none()
             })
-            .max_by(|a, b| a.0.total_cmp(&b.0))
-            .map_or(Lookup::Miss, |(similarity, entry)| {
-                let entry = Box::new(entry);
-                if explore > 0.0 && learn::sampled(explore) {
-                    Lookup::Compare { entry, similarity }
+            // The most similar, but one that answers at once before one to verify.
+            .max_by(|a, b| {
+                let now = |(similarity, fit, _): &(f32, Fit, CacheEntry)| {
+                    *fit == Fit::Now && *similarity >= threshold
+                };
+                (now(a).cmp(&now(b))).then(a.0.total_cmp(&b.0))
+            })
+            .map_or(Lookup::Miss, |(similarity, fit, entry)| {
+                // Learning compares answers made under the version in use.
+                if fit == Fit::Now && explore > 0.0 && learn::sampled(explore) {
+                    Lookup::Compare {
+                        entry: Box::new(entry),
+                        similarity,
+                    }
                 } else if similarity >= threshold {
-                    Lookup::Hit { entry, similarity }
+                    fit.lookup(entry, similarity)
                 } else {
                     Lookup::Miss
                 }
@@ -317,6 +336,7 @@ impl SemanticCache {
         );
         match (exact, similar) {
             (hit @ Lookup::Hit { .. }, _) | (_, hit @ Lookup::Hit { .. }) => hit,
+            (verify @ Lookup::Verify { .. }, _) | (_, verify @ Lookup::Verify { .. }) => verify,
             (_, compare @ Lookup::Compare { .. }) => compare,
             (failed @ Lookup::Failed(_), _) | (_, failed @ Lookup::Failed(_)) => failed,
             _ => Lookup::Miss,
@@ -363,9 +383,38 @@ impl SemanticCache {
     }
 }
 
-/// Whether `entry` may answer a request of `tenant` made under `scope` at `now`.
-fn fresh(entry: &CacheEntry, tenant: &Tenant, scope: &Scope, now: u64) -> bool {
-    entry.tenant == *tenant && entry.scope == *scope && entry.expires_at > now
+/// How an entry that fits a request may answer it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fit {
+    /// Made under the corpus version in use: at once.
+    Now,
+    /// Made under an earlier one: if retrieval returns its sources.
+    IfSourcesAgree,
+}
+
+impl Fit {
+    fn lookup(self, entry: CacheEntry, similarity: f32) -> Lookup {
+        let entry = Box::new(entry);
+        match self {
+            Fit::Now => Lookup::Hit { entry, similarity },
+            Fit::IfSourcesAgree => Lookup::Verify { entry, similarity },
+        }
+    }
+}
+
+/// Whether `entry` may answer a request of `tenant` made under `scope` at `now`, and how.
+/// An entry made under a later corpus version than the request's (read before a change that
+/// another process has since answered under) does not.
+fn fit(entry: &CacheEntry, tenant: &Tenant, scope: &Scope, now: u64) -> Option<Fit> {
+    let made = &entry.scope;
+    if entry.tenant != *tenant || !made.same_but_version(scope) || entry.expires_at <= now {
+        return None;
+    }
+    match made.corpus_version.cmp(&scope.corpus_version) {
+        std::cmp::Ordering::Equal => Some(Fit::Now),
+        std::cmp::Ordering::Less => Some(Fit::IfSourcesAgree),
+        std::cmp::Ordering::Greater => None,
+    }
 }
 
 /// Cosine similarity (the stored vector may have lost precision, so both are normalised).

@@ -15,15 +15,7 @@ fn scope(corpus_version: u64) -> Scope {
 }
 
 fn answer(text: &str) -> CachedAnswer {
-    CachedAnswer {
-        tokens: vec![text.into()],
-        sources: vec![],
-        finish_reason: "stop".into(),
-        token_count: 1,
-        token_count_source: "usage".into(),
-        extract: None,
-        grounding: None,
-    }
+    CachedAnswer::one_token(text)
 }
 
 fn cache(threshold: f32) -> SemanticCache {
@@ -183,6 +175,100 @@ async fn entries_of_another_tenant_scope_or_age_do_not_answer() {
         hit(&c.exact(&t("acme"), &p, &scope(1)).await).is_none(),
         "expired"
     );
+}
+
+#[tokio::test]
+async fn an_entry_of_an_earlier_corpus_version_answers_only_once_verified() {
+    let c = cache(0.95);
+    store(&c, "acme", "how do I turn on alerts", near(1.0), scope(3)).await;
+    let p = Probe::new("how do I turn on alerts");
+    let similar = Probe::new("how can I turn alerts on");
+    // Made under version 3, asked under 4: an entry to verify, exact or similar.
+    let exact = c.exact(&t("acme"), &p, &scope(4)).await;
+    assert!(
+        matches!(
+            exact,
+            Lookup::Verify {
+                similarity: 1.0,
+                ..
+            }
+        ),
+        "{exact:?}"
+    );
+    let found = c
+        .similar(&t("acme"), &similar, &near(0.97), &scope(4))
+        .await;
+    assert!(matches!(found, Lookup::Verify { .. }), "{found:?}");
+    // Asked under version 2 (a process that has not read the change yet): not at all.
+    let early = c.exact(&t("acme"), &p, &scope(2)).await;
+    assert!(matches!(early, Lookup::Miss), "{early:?}");
+    // Only the version may differ: another k, component or filter is another answer.
+    for other in [
+        Scope { k: 3, ..scope(4) },
+        Scope {
+            rerank: Some("v2".into()),
+            ..scope(4)
+        },
+        Scope {
+            variant: Some("f".into()),
+            ..scope(4)
+        },
+        Scope {
+            binding: Some("b".into()),
+            ..scope(4)
+        },
+        Scope {
+            llm_model: "other".into(),
+            ..scope(4)
+        },
+    ] {
+        let found = c.exact(&t("acme"), &p, &other).await;
+        assert!(matches!(found, Lookup::Miss), "{other:?}: {found:?}");
+    }
+    // Under the threshold or past the guard, verification is not offered either.
+    let found = c.similar(&t("acme"), &similar, &near(0.9), &scope(4)).await;
+    assert!(matches!(found, Lookup::Miss), "{found:?}");
+    let off = Probe::new("how can I turn alerts off");
+    let found = c.similar(&t("acme"), &off, &near(0.99), &scope(4)).await;
+    assert!(matches!(found, Lookup::Miss), "{found:?}");
+    // A hit under the version in use beats one to verify.
+    store(&c, "acme", "how do I turn alerts on", near(0.96), scope(4)).await;
+    let found = c.lookup(&t("acme"), &p, &near(1.0), &scope(4)).await;
+    assert_eq!(hit(&found), Some("how do I turn alerts on"));
+}
+
+#[test]
+fn an_answer_is_built_from_its_cited_sources_only_in_their_order() {
+    let cited = |id: &str, digest: &str| sluice_contract::cache::Cited {
+        id: id.into(),
+        chunk: 0,
+        digest: digest.into(),
+    };
+    let source = |id: &str| sluice_contract::stages::SourceDoc {
+        id: id.into(),
+        ..serde_json::from_value(serde_json::json!({
+            "id": "", "chunk": 0, "score": 0.0, "source": "", "title": "", "snippet": ""
+        }))
+        .unwrap()
+    };
+    let mut made = answer("a");
+    made.sources = vec![source("x"), source("y")];
+    made.cited = vec![cited("x", "1"), cited("y", "2")];
+    assert!(made.built_from(&[cited("x", "1"), cited("y", "2")]));
+    assert!(
+        !made.built_from(&[cited("y", "2"), cited("x", "1")]),
+        "order"
+    );
+    assert!(
+        !made.built_from(&[cited("x", "1"), cited("y", "3")]),
+        "an edit"
+    );
+    assert!(!made.built_from(&[cited("x", "1")]), "one gone");
+    assert!(!made.built_from(&[cited("x", "1"), cited("y", "2"), cited("z", "4")]));
+    // An entry made before sources were recorded never verifies, not even against none.
+    let mut unrecorded = answer("b");
+    unrecorded.sources = vec![source("x")];
+    assert!(!unrecorded.built_from(&[]));
 }
 
 #[tokio::test]

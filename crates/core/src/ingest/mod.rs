@@ -1,6 +1,6 @@
-//! The document path, beside the answer path: validate, chunk, embed, replace in the store,
-//! and bump the tenant's corpus version once per ingest (which is what retires the tenant's
-//! cached answers). It needs the embedder and the store, never the LLM. Files become
+//! The document path, beside the answer path: validate, leave out what the tenant already
+//! holds as sent, chunk, embed, replace in the store, and bump the tenant's corpus version
+//! once per ingest that wrote or removed anything. It needs the embedder and the store, never the LLM. Files become
 //! documents before they come here (`sluice-convert`); what clients send and get back is the
 //! contract's ([`sluice_contract::document`]).
 //!
@@ -11,7 +11,7 @@
 mod manage;
 
 use std::borrow::Cow;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use sluice_contract::Tenant;
@@ -182,6 +182,10 @@ impl Ingest {
             self.check_scope(tenant, scope, &documents).await?;
         }
         let count = documents.len();
+        // Every id sent stays the upload's, written or unchanged.
+        let ids: HashSet<String> = documents.iter().map(|d| d.id.clone()).collect();
+        let documents = self.changed(tenant, documents, origin).await?;
+        let unchanged = count - documents.len();
         let embedder = Arc::clone(&self.embedder);
         let (size, overlap) = (self.config.chunk_tokens, self.config.chunk_overlap_tokens);
         let (headers, pack) = (self.config.context_header, self.config.pack_sections);
@@ -191,7 +195,7 @@ impl Ingest {
             let counter = |t: &str| embedder.count_tokens(t);
             documents
                 .into_iter()
-                .map(|mut doc| {
+                .map(|(mut doc, digest)| {
                     chunking.check().map_err(|why| stopped(why, timeout))?;
                     if doc.sections.is_empty() {
                         let text = std::mem::take(&mut doc.text);
@@ -205,14 +209,13 @@ impl Ingest {
                     let title = (doc.title.as_deref()).filter(|t| headers && !t.trim().is_empty());
                     let chunks =
                         chunk_sections(&doc.sections, title, pack, size, overlap, &counter);
-                    Ok((doc, chunks))
+                    Ok(((doc, digest), chunks))
                 })
                 .collect::<Result<Vec<_>, IngestError>>()
         })
         .await
         .map_err(|e| EmbedError::Inference(e.to_string()))??;
         let total: usize = chunked.iter().map(|(_, c)| c.len()).sum();
-        let ids: HashSet<String> = chunked.iter().map(|(d, _)| d.id.clone()).collect();
         let limit = self.config.max_chunks;
         if total > limit {
             return Err(IngestError::TooLarge(format!(
@@ -245,7 +248,8 @@ impl Ingest {
         .await
         .map_err(|e| EmbedError::Inference(e.to_string()))?;
         let mut vectors = vectors?.into_iter();
-        for (doc, chunks) in chunked {
+        let written = chunked.len();
+        for ((doc, digest), chunks) in chunked {
             // Checked by `validate` above.
             let metadata = Metadata::from_json(&doc.metadata).map_err(IngestError::Invalid)?;
             let info = DocumentInfo {
@@ -261,6 +265,7 @@ impl Ingest {
                 id: doc.id,
                 origin: origin.map(str::to_string),
                 format: doc.format,
+                digest: Some(digest),
             };
             let mut stored = Vec::with_capacity(chunks.len());
             for (index, c) in chunks.into_iter().enumerate() {
@@ -282,13 +287,75 @@ impl Ingest {
             Some(origin) => self.remove_stale(tenant, origin, &ids).await?,
             None => 0,
         };
-        let corpus_version = self.publish(tenant, removed > 0).await?;
+        // Nothing written and nothing removed: the corpus is as it was, and so is its version
+        // (and every cached answer made under it).
+        let corpus_version = match written + removed {
+            0 => self.store.corpus_version(tenant).await?,
+            _ => self.publish(tenant, removed > 0).await?,
+        };
         Ok(IngestReport {
             documents: count,
+            unchanged,
             chunks: total,
             corpus_version,
             removed,
         })
+    }
+
+    /// `documents` with the digest each is stored under, less those the tenant already holds
+    /// under that digest: the same text, title, source, metadata, format and upload, to be
+    /// cut and embedded as this ingest would (its chunking settings and embedding model).
+    async fn changed(
+        &self,
+        tenant: &Tenant,
+        documents: Vec<Document>,
+        origin: Option<&str>,
+    ) -> Result<Vec<(Document, String)>, IngestError> {
+        let config = &self.config;
+        let how = format!(
+            "{} {} {} {} {}",
+            self.embedder.model_id(),
+            config.chunk_tokens,
+            config.chunk_overlap_tokens,
+            config.context_header,
+            config.pack_sections
+        );
+        let digest = |d: &Document| {
+            let what = serde_json::json!([d, origin, how]).to_string();
+            sluice_contract::sha256_hex(what.as_bytes())
+        };
+        let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
+        let mut held = HashMap::new();
+        for ids in ids.chunks(MAX_PAGE) {
+            let selection = Selection {
+                ids: Some(ids),
+                ..Selection::default()
+            };
+            let page = Page {
+                limit: MAX_PAGE,
+                cursor: None,
+            };
+            // Leaving out what is unchanged only saves work: when the store cannot say what
+            // it holds, everything is written, as it was before digests.
+            match self.store.documents(tenant, &selection, page).await {
+                Ok(found) => held.extend(
+                    (found.documents.into_iter())
+                        .filter_map(|d| Some((d.document.id, d.document.digest?))),
+                ),
+                Err(e) => {
+                    tracing::warn!(%tenant, error = %e, "the stored documents could not be listed; every document sent is written");
+                    held.clear();
+                    break;
+                }
+            }
+        }
+        Ok((documents.into_iter())
+            .map(|d| {
+                let digest = digest(&d);
+                (d, digest)
+            })
+            .filter(|(d, digest)| held.get(&d.id) != Some(digest))
+            .collect())
     }
 
     /// Deletes the documents of the upload `origin` whose ids are not in `kept`; how many.

@@ -1,6 +1,8 @@
 //! Cache: an in-process cache read by exact key before the embedding, then by similar
-//! question (and a remote cache's exact key) after it; a hit replayed as events; a complete
-//! answer recorded behind `done`, and compared with a candidate it was checked against.
+//! question (and a remote cache's exact key) after it; a hit replayed as events — at once, or,
+//! for an answer made before the tenant's corpus changed, once this request's retrieval has
+//! returned the sources it was built from; a complete answer recorded behind `done`, and
+//! compared with a candidate it was checked against.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,10 +19,14 @@ use super::{AnswerRequest, Pipeline, Progress};
 use crate::prompt;
 use crate::{cache::Lookup, cache::Probe, cache::SemanticCache};
 use sluice_contract::Tenant;
+use sluice_contract::cache::{CacheEntry, CachedAnswer, Cited, Scope};
 use sluice_contract::codes::Degraded;
 use sluice_contract::grounding::GroundingMode;
-use sluice_contract::sse::{CacheState, Done, Event, Meta, Token};
-use sluice_contract::{cache::CachedAnswer, cache::Scope};
+use sluice_contract::sse::{CacheMatch, CacheState, Done, Event, Meta, Token};
+use sluice_contract::stages::Hit;
+
+/// A cached answer found for the request, and the cosine of its question to the request's.
+pub(super) type Candidate = (Box<CacheEntry>, f32);
 
 /// Where the cache stands for an answer after its lookup: what a complete answer is written
 /// under, if anything.
@@ -29,14 +35,19 @@ pub(super) struct CacheWrite {
     probe: Probe,
     scope: Scope,
     /// A candidate whose answer the LLM's is compared with, for the tenant's threshold.
-    compare: Option<(Box<sluice_contract::cache::CacheEntry>, f32)>,
+    compare: Option<Candidate>,
+    /// A candidate made under an earlier corpus version: it answers if this request's
+    /// sources are the ones it was built from ([`Pipeline::verified`]).
+    verify: Option<Candidate>,
 }
 
-/// What the exact read before the embedding gave: whether it ran, and a hit's events.
+/// What the exact read before the embedding gave: whether it ran, a hit's events, and an
+/// entry to verify against the sources once they are known.
 #[derive(Default)]
 pub(super) struct ExactRead {
     pub(super) exact_read: bool,
     pub(super) replay: Option<Vec<Event>>,
+    pub(super) verify: Option<Candidate>,
 }
 
 /// How the cache round after the embedding ended.
@@ -79,25 +90,35 @@ impl Pipeline {
         .await
         .unwrap_or(Lookup::Miss);
         add_ms(&mut progress.timings.cache_ms, started.elapsed());
-        ExactRead {
-            exact_read: true,
-            replay: self.replay(request, progress, found),
+        match found {
+            Lookup::Verify { entry, similarity } => ExactRead {
+                exact_read: true,
+                replay: None,
+                verify: Some((entry, similarity)),
+            },
+            found => ExactRead {
+                exact_read: true,
+                replay: self.replay(request, progress, found, CacheMatch::Exact),
+                verify: None,
+            },
         }
     }
 
     /// Stage 1 after the embedding: what the cache needs is awaited (one cache budget more,
     /// never past the deadline), then the similar-question lookup; a remote cache reads the
     /// exact key in the same round. The component is resolved here for the rerank stage: a
-    /// late or failed look-up keeps the fused order.
+    /// late or failed look-up keeps the fused order. `earlier` is what the exact read before
+    /// the embedding gave.
     pub(super) async fn cache_round(
         &self,
         request: &AnswerRequest,
         cache: &Arc<SemanticCache>,
         vector: &Result<(Vec<f32>, Duration), Degraded>,
-        exact_read: bool,
+        earlier: ExactRead,
         reads: &mut ScopeReads,
         progress: &mut Progress,
     ) -> Round {
+        let exact_read = earlier.exact_read;
         let cache_by = progress
             .deadline
             .min(Deadline::now() + self.config.scope_budget);
@@ -123,19 +144,68 @@ impl Pipeline {
             .await
             .unwrap_or(Lookup::Miss);
         add_ms(&mut progress.timings.cache_ms, started.elapsed());
-        let (found, compare) = match found {
-            Lookup::Compare { entry, similarity } => (Lookup::Miss, Some((entry, similarity))),
-            found => (found, None),
+        // A hit now beats an entry to verify; of those, the same question's beats a similar one's.
+        let (found, compare, verify) = match found {
+            Lookup::Compare { entry, similarity } => {
+                (Lookup::Miss, Some((entry, similarity)), earlier.verify)
+            }
+            Lookup::Verify { entry, similarity } => (
+                Lookup::Miss,
+                None,
+                earlier.verify.or(Some((entry, similarity))),
+            ),
+            found => (found, None, earlier.verify),
         };
-        match self.replay(request, progress, found) {
+        let how = match &found {
+            Lookup::Hit { entry, .. } if entry.key == probe.key => CacheMatch::Exact,
+            _ => CacheMatch::Similar,
+        };
+        match self.replay(request, progress, found, how) {
             Some(events) => Round::Hit(events),
             None => Round::Miss(Box::new(CacheWrite {
                 cache: Arc::clone(cache),
                 probe,
                 scope,
                 compare,
+                verify,
             })),
         }
+    }
+
+    /// The events of the answer `write` holds to verify, if this request's `sources` are the
+    /// ones it was built from — the same chunks with the same content in the same order — and
+    /// the work that brings the entry up to the corpus version in use (awaited after the
+    /// events, as a cache write is). Sources of a degraded request prove nothing (a late
+    /// search, a component that failed), nor do those of a store whose reads may still return
+    /// what a recent change removed ([`Self::settled`]).
+    pub(super) fn verified(
+        &self,
+        request: &AnswerRequest,
+        write: &mut CacheWrite,
+        sources: &[Hit],
+        progress: &mut Progress,
+    ) -> Option<(Vec<Event>, tokio::task::JoinHandle<()>)> {
+        let (entry, similarity) = write.verify.take()?;
+        if !progress.degraded.is_empty()
+            || !self.settled(&request.tenant, write.scope.corpus_version)
+        {
+            return None;
+        }
+        let now: Vec<Cited> = sources.iter().map(Cited::of).collect();
+        if !entry.answer.built_from(&now) {
+            return None;
+        }
+        let mut current = (*entry).clone();
+        current.scope = write.scope.clone();
+        let cache = Arc::clone(&write.cache);
+        let refresh = tokio::spawn(async move {
+            if let Err(e) = cache.put(&current).await {
+                warn!(tenant = %current.tenant, error = %e, "cached answer not brought up to date");
+            }
+        });
+        let hit = Lookup::Hit { entry, similarity };
+        let events = self.replay(request, progress, hit, CacheMatch::Sources)?;
+        Some((events, refresh))
     }
 
     /// Judges, on a blocking thread, whether `fresh` is the answer `candidate` gave — the
@@ -211,17 +281,18 @@ impl Pipeline {
         request: &AnswerRequest,
         progress: &mut Progress,
         found: Lookup,
+        how: CacheMatch,
     ) -> Option<Vec<Event>> {
         let (entry, similarity) = match found {
             Lookup::Hit { entry, similarity } => (entry, similarity),
-            // A candidate to compare was taken aside by the cache round.
-            Lookup::Miss | Lookup::Compare { .. } => return None,
+            // A candidate to compare or verify was taken aside by the cache round.
+            Lookup::Miss | Lookup::Compare { .. } | Lookup::Verify { .. } => return None,
             Lookup::Failed(e) => {
                 warn!(error = %e, "cache lookup failed; treated as a miss");
                 return None;
             }
         };
-        info!(similarity, "answered from the cache");
+        info!(similarity, how = how.as_str(), "answered from the cache");
         let answer = entry.answer;
         let timings = &mut progress.timings;
         timings.ttft_ms = Some(ms(request.received.elapsed()));
@@ -237,6 +308,7 @@ impl Pipeline {
                 .extract
                 .filter(|_| request.wants_extract(self.config.extract)),
             cache: CacheState::Hit,
+            cache_match: Some(how),
             degraded: Vec::new(),
             timings: timings.clone(),
             trace_id: request.trace.trace_id.clone(),

@@ -1,50 +1,84 @@
-//! Generate: tokens streamed from the LLM, then `done` with the counts and timings; a
-//! complete answer is recorded in the cache behind `done` (see [`Pipeline::record`]).
+//! Generate: the LLM call opened as soon as the prompt is ready, tokens streamed from it, then
+//! `done` with the counts and timings; a complete answer is recorded in the cache behind
+//! `done` (see [`Pipeline::record`]).
 
 use std::sync::Arc;
 use std::time::Instant;
 
 use futures::{Stream, StreamExt};
-use tracing::{info, warn};
+use tokio::task::JoinHandle;
+use tracing::{Instrument, info, warn};
 
 use super::cache::CacheWrite;
 use super::flow::ms;
 use super::{AnswerRequest, Pipeline, Progress};
 use crate::prompt::Prompt;
-use sluice_contract::cache::CachedAnswer;
+use sluice_contract::cache::{CachedAnswer, Cited};
 use sluice_contract::codes::{Code, Degraded};
 use sluice_contract::error::LlmError;
 use sluice_contract::grounding::GroundingMode;
 use sluice_contract::sse::{Done, ErrorEvent, Event, Token};
-use sluice_contract::stages::LlmEvent;
-use sluice_contract::stages::SourceDoc;
+use sluice_contract::stages::{LlmEvent, LlmStream, SourceDoc};
+
+/// The LLM call under way. It is opened before the sources' evidence is computed and `meta`
+/// sent, so that work overlaps the upstream's prefill instead of adding to the time to the
+/// first token; it runs in its own task, aborted when the answer is dropped before reading it
+/// (a client that left, a drain, the answer's end of time).
+pub(super) struct Opened {
+    started: Instant,
+    call: JoinHandle<Result<LlmStream, LlmError>>,
+}
+
+impl Drop for Opened {
+    fn drop(&mut self) {
+        self.call.abort();
+    }
+}
 
 impl Pipeline {
-    /// The answer's tokens and its ending, for `prompt`; `write` (with the query vector) is
-    /// where the cache round said a complete answer goes.
+    /// Opens the LLM call for `prompt` — or, for a tenant that does not answer without
+    /// sources and has none, its refusal, and the LLM is not asked.
+    pub(super) fn open(&self, request: &AnswerRequest, prompt: &Prompt) -> Opened {
+        let own = request.prompt_settings();
+        let refusal = (prompt.sources.is_empty() && !own.answer_without_sources).then(|| {
+            own.no_answer
+                .clone()
+                .unwrap_or_else(|| crate::prompt::NO_ANSWER.into())
+        });
+        let llm = Arc::clone(&self.llm);
+        let messages = prompt.messages.clone();
+        let max_tokens = request.max_tokens_under(self.config.max_tokens);
+        let traceparent = request.trace.header();
+        let call = async move {
+            match refusal {
+                Some(text) => Ok(refuse(text)),
+                None => llm.stream(messages, max_tokens, &traceparent).await,
+            }
+        };
+        Opened {
+            started: Instant::now(),
+            call: tokio::spawn(call.in_current_span()),
+        }
+    }
+
+    /// The answer's tokens and its ending, from the `opened` call for `prompt`; `write` (with
+    /// the query vector) is where the cache round said a complete answer goes.
     pub(super) fn generate(
         self: Arc<Self>,
         request: AnswerRequest,
         prompt: Prompt,
+        mut opened: Opened,
         mut progress: Progress,
         documents: Vec<SourceDoc>,
         write: Option<(CacheWrite, Vec<f32>)>,
     ) -> impl Stream<Item = Event> + Send + 'static {
         let this = self;
         async_stream::stream! {
-            let llm_start = Instant::now();
-            let traceparent = request.trace.header();
-            let max_tokens = request.max_tokens_under(this.config.max_tokens);
+            let llm_start = opened.started;
             let estimated_prompt_tokens = prompt.estimated_tokens as u64;
-            // A tenant that does not answer without sources gets its refusal, and the LLM is
-            // not asked.
-            let own = request.prompt_settings();
-            let refusal = (prompt.sources.is_empty() && !own.answer_without_sources)
-                .then(|| own.no_answer.clone().unwrap_or_else(|| crate::prompt::NO_ANSWER.into()));
-            let upstream = match refusal {
-                Some(text) => Ok(refuse(text)),
-                None => this.llm.stream(prompt.messages, max_tokens, &traceparent).await,
-            };
+            let upstream = (&mut opened.call).await.unwrap_or_else(|ended| {
+                Err(LlmError::Stream(format!("the LLM request's task ended: {ended}")))
+            });
             let mut upstream = match upstream {
                 Ok(s) => s,
                 Err(e) => {
@@ -93,7 +127,7 @@ impl Pipeline {
             let generating = first_token_at.map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
             // The answer checked against its sources, before `done`.
             let mode = request.grounding(this.config.grounding);
-            let grounding = this.verdict(mode, &tokens.concat(), &prompt.sources, &mut progress.timings);
+            let grounding = this.verdict(mode, tokens.concat(), &prompt.sources, &mut progress.timings).await;
             let ungrounded = grounding.as_ref().is_some_and(|g| !g.grounded());
             let late = match (ungrounded, mode) {
                 (true, GroundingMode::Strict) => vec![Degraded::Ungrounded],
@@ -114,6 +148,7 @@ impl Pipeline {
                 token_count_source: source.into(),
                 extract: progress.extract.clone(),
                 grounding: grounding.clone(),
+                cited: prompt.sources.iter().map(Cited::of).collect(),
             };
             let recording = match write {
                 Some((write, vector)) => this.record(&request, &progress, write, vector, answer),

@@ -5,12 +5,15 @@
 //!    component, read beside the embedding, each bounded;
 //! 1. **cache** ([`cache`]): an in-process cache by exact key first (a hit skips the
 //!    embedding), then by similar question once the query is embedded; a remote cache in one
-//!    parallel round after the embedding. A hit replays the cached answer at once;
+//!    parallel round after the embedding. A hit replays the cached answer at once; an answer
+//!    made before the tenant's corpus changed waits for the prompt's sources (step 5) and
+//!    answers if they are the ones it was built from;
 //! 2. **embed** ([`embed`]) the query (in-process model, on the blocking pool);
 //! 3. **retrieve** ([`retrieve`]): hybrid dense + BM25, fused by the tenant's rule;
 //! 4. **rerank** ([`rerank`]) with the tenant's WASM component, if it has one;
-//! 5. **prompt** ([`prompt`]): assembled under the token budget; the sources' evidence
-//!    sentences found ([`grounding`]), then `meta`;
+//! 5. **prompt** ([`prompt`]): assembled under the token budget; the LLM call opened
+//!    ([`generate`]); the sources' evidence sentences found while it is under way
+//!    ([`grounding`]), then `meta`;
 //! 6. **generate** ([`generate`]): tokens streamed from the LLM, the answer checked against
 //!    its sources ([`grounding`]), then `done`;
 //! 7. **record** ([`cache`]): a complete, undegraded, grounded answer cached behind `done`.
@@ -142,8 +145,8 @@ impl Pipeline {
             let mut reads = this.read_scope(&request, cache.is_some(), progress.deadline);
 
             // 1. Cache, before the embedding: an in-process cache by exact key.
-            let found = this.exact_in_memory(&request, cache.as_ref(), &mut reads, &mut progress).await;
-            if let Some(events) = found.replay {
+            let mut found = this.exact_in_memory(&request, cache.as_ref(), &mut reads, &mut progress).await;
+            if let Some(events) = found.replay.take() {
                 for event in events { yield event; }
                 return;
             }
@@ -156,7 +159,7 @@ impl Pipeline {
             let mut write = None;
             let mut cache_state = CacheState::Bypass;
             if let Some(cache) = &cache {
-                match this.cache_round(&request, cache, &vector, found.exact_read, &mut reads, &mut progress).await {
+                match this.cache_round(&request, cache, &vector, found, &mut reads, &mut progress).await {
                     Round::Hit(events) => {
                         for event in events { yield event; }
                         return;
@@ -182,17 +185,28 @@ impl Pipeline {
                 Vec::new()
             });
 
-            // 5. The prompt, the sources' evidence, and `meta`.
+            // 5. The prompt — whose sources may be those of a cached answer made before the
+            // corpus changed, which then answers —; the LLM call opened; the sources'
+            // evidence, and `meta`.
             let prompt = this.prompt(&request, hits, &mut progress).await;
+            let verified = (write.as_mut())
+                .and_then(|w| this.verified(&request, w, &prompt.sources, &mut progress));
+            if let Some((events, refresh)) = verified {
+                for event in events { yield event; }
+                // A failed write was logged by its task.
+                let _ = refresh.await;
+                return;
+            }
+            let opened = this.open(&request, &prompt);
             let mut documents: Vec<SourceDoc> = (prompt.sources.iter())
                 .map(|hit| prompt::source_doc(hit, &progress.rerank_scores))
                 .collect();
-            this.evidence(&request, &prompt.sources, &mut documents, &mut progress);
+            this.evidence(&request, &prompt.sources, &mut documents, &mut progress).await;
             yield this.meta(&request, &progress, documents.clone(), cache_state, &prompt);
 
             // 6-7. Generate, then record the answer in the cache behind `done`.
             let write = write.zip(vector.ok().map(|(vector, _)| vector));
-            let generated = Arc::clone(&this).generate(request, prompt, progress, documents, write);
+            let generated = Arc::clone(&this).generate(request, prompt, opened, progress, documents, write);
             let mut generated = std::pin::pin!(generated);
             while let Some(event) = generated.next().await {
                 yield event;

@@ -160,6 +160,7 @@ impl Pipeline {
             extract: (progress.extract.clone())
                 .filter(|_| request.wants_extract(self.config.extract)),
             cache,
+            cache_match: None,
             degraded: progress.degraded.clone(),
             timings: progress.timings.clone(),
             trace_id: request.trace.trace_id.clone(),

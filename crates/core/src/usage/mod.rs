@@ -82,7 +82,8 @@ pub fn counts_of_answer(
 pub fn counts_of_ingest(report: &sluice_contract::document::IngestReport) -> Counts {
     Counts {
         ingests: 1,
-        documents: report.documents as u64,
+        // What was stored: a document sent again unchanged costs nothing.
+        documents: (report.documents - report.unchanged) as u64,
         chunks: report.chunks as u64,
         ..Counts::default()
     }

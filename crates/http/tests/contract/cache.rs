@@ -55,6 +55,102 @@ async fn an_ingest_makes_older_entries_stale() {
     assert_eq!(app.answer_as("acme", &ask).await.meta()["cache"], "miss");
 }
 
+/// Asks `ask` as `acme` and says how the cache answered: `miss`, or the hit's `cache_match`.
+async fn answered(app: &crate::kit::App, ask: &serde_json::Value) -> String {
+    let answer = app.answer_as("acme", ask).await;
+    answer.assert_well_formed();
+    let meta = answer.meta();
+    match meta["cache"].as_str() {
+        Some("hit") => meta["cache_match"].as_str().unwrap_or("?").to_string(),
+        other => other.unwrap_or("?").to_string(),
+    }
+}
+
+#[tokio::test]
+async fn an_ingest_elsewhere_keeps_an_answer_whose_sources_retrieval_still_returns() {
+    let app = Kit::new(&[]).ingested("acme").await.app();
+    // Two sources of the three documents: a new one may stay out of them.
+    let ask = json!({"query": QUESTION, "k": 2});
+    let first = app.answer_as("acme", &ask).await;
+    assert_eq!(answered(&app, &ask).await, "exact");
+    let branches = json!({"documents": [{"id": "branches",
+        "text": "Our branch in Leeds closes at 5pm on Saturdays."}]});
+    let sent = app.post_as("acme", "/v1/documents", &branches).await;
+    assert_eq!(sent.status, 200, "{}", sent.raw);
+
+    // The corpus moved on; retrieval for the question, run now, returns the same sources.
+    let after = app.answer_as("acme", &ask).await;
+    after.assert_well_formed();
+    assert_eq!(
+        (&after.meta()["cache"], &after.meta()["cache_match"]),
+        (&json!("hit"), &json!("sources"))
+    );
+    assert_eq!(after.text(), first.text());
+    assert_eq!(after.meta()["documents"], first.meta()["documents"]);
+    assert!(after.first("done")["timings"]["retrieve_ms"].is_number());
+    assert_eq!(app.llm.calls().len(), 1, "the LLM was called once");
+    // The entry was brought up to the new version: the next hit needs no retrieval.
+    let next = app.answer_as("acme", &ask).await;
+    assert_eq!(next.meta()["cache_match"], "exact");
+    assert!(next.first("done")["timings"].get("retrieve_ms").is_none());
+}
+
+#[tokio::test]
+async fn an_edit_of_a_cited_chunk_or_its_deletion_misses() {
+    let app = Kit::new(&[]).ingested("acme").await.app();
+    let ask = json!({"query": QUESTION, "k": 2});
+    let first = app.answer_as("acme", &ask).await;
+    assert_eq!(answered(&app, &ask).await, "exact");
+    let cited = first.meta()["documents"][0]["id"].clone();
+    let mut edited = (crate::kit::documents()["documents"].as_array().cloned())
+        .unwrap_or_default()
+        .into_iter()
+        .find(|d| d["id"] == cited)
+        .expect("the cited document is one of the kit's");
+    let text = edited["text"].as_str().unwrap_or_default().to_string();
+    edited["text"] = json!(format!(
+        "{text} Cards ordered before noon leave the same day."
+    ));
+    let sent = app
+        .post_as("acme", "/v1/documents", &json!({"documents": [edited]}))
+        .await;
+    assert_eq!(sent.status, 200, "{}", sent.raw);
+    assert_eq!(answered(&app, &ask).await, "miss", "an edited source");
+    assert_eq!(
+        answered(&app, &ask).await,
+        "exact",
+        "the new answer is cached"
+    );
+
+    let path = format!("/v1/documents/{}", cited.as_str().unwrap_or_default());
+    let deleted = app
+        .send(Method::DELETE, &path, &[("x-sluice-tenant", "acme")], "")
+        .await;
+    assert_eq!(deleted.status, 200, "{}", deleted.raw);
+    assert_eq!(answered(&app, &ask).await, "miss", "a deleted source");
+    assert_eq!(app.llm.calls().len(), 3);
+}
+
+#[tokio::test]
+async fn documents_sent_again_unchanged_keep_the_cached_answers() {
+    let app = Kit::new(&[]).ingested("acme").await.app();
+    let ask = json!({"query": QUESTION});
+    app.answer_as("acme", &ask).await;
+    assert_eq!(app.answer_as("acme", &ask).await.meta()["cache"], "hit");
+    let sent = crate::kit::documents();
+    let count = sent["documents"].as_array().map_or(0, Vec::len);
+    let again = app.post_as("acme", "/v1/documents", &sent).await;
+    assert_eq!(again.status, 200, "{}", again.raw);
+    assert_eq!(
+        (&again.body["unchanged"], &again.body["chunks"]),
+        (&json!(count), &json!(0)),
+        "{}",
+        again.raw
+    );
+    assert_eq!(app.answer_as("acme", &ask).await.meta()["cache"], "hit");
+    assert_eq!(app.llm.calls().len(), 1, "the LLM was called once");
+}
+
 #[tokio::test]
 async fn a_request_can_bypass_the_cache_by_body_or_header() {
     let app = Kit::new(&[]).ingested("acme").await.app();
@@ -195,6 +291,32 @@ async fn with_a_store_whose_reads_lag_nothing_is_cached_until_a_change_has_settl
     tokio::time::sleep(lag).await;
     assert_eq!(cache(&app).await, "miss");
     assert_eq!(cache(&app).await, "hit");
+}
+
+#[tokio::test]
+async fn with_a_store_whose_reads_lag_an_older_answer_is_checked_only_once_a_change_has_settled() {
+    // Retrieval right after a change may still return what it removed: an answer made before
+    // it is not checked against such a retrieval, only once the lag has passed.
+    let lag = Duration::from_millis(300);
+    let mut kit = Kit::new(&[]).ingested("acme").await;
+    let mut store = Troubled::around(kit.store());
+    store.lag = lag;
+    kit.parts.store = Some(Arc::new(store));
+    let app = kit.app();
+    let ask = json!({"query": QUESTION, "k": 2});
+    assert_eq!(answered(&app, &ask).await, "miss");
+    tokio::time::sleep(lag).await;
+    assert_eq!(answered(&app, &ask).await, "miss");
+    assert_eq!(answered(&app, &ask).await, "exact");
+    let branches = json!({"documents": [{"id": "branches",
+        "text": "Our branch in Leeds closes at 5pm on Saturdays."}]});
+    assert_eq!(
+        app.post_as("acme", "/v1/documents", &branches).await.status,
+        200
+    );
+    assert_eq!(answered(&app, &ask).await, "miss", "within the lag");
+    tokio::time::sleep(lag).await;
+    assert_eq!(answered(&app, &ask).await, "sources");
 }
 
 #[tokio::test]

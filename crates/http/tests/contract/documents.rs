@@ -465,6 +465,87 @@ async fn an_ingest_embeds_its_chunks_in_batches_and_stores_nothing_if_embedding_
 }
 
 #[tokio::test]
+async fn a_document_sent_again_unchanged_is_neither_embedded_nor_written() {
+    use sluice_contract::document::Document;
+    use sluice_contract::stages::{Page, Selection};
+    let (embedder, store, ingest) = Batches::ingest(&[]);
+    let tenant = sluice_testkit::tenant("acme");
+    let documents: Vec<Document> = serde_json::from_value(policies()["documents"].clone()).unwrap();
+    let count = documents.len();
+    let listing = || async {
+        let page = Page {
+            limit: 100,
+            cursor: None,
+        };
+        (store.documents(&tenant, &Selection::default(), page).await).unwrap()
+    };
+    let first = ingest.ingest(&tenant, documents.clone()).await.unwrap();
+    assert_eq!((first.documents, first.unchanged), (count, 0));
+    let listed = listing().await;
+    assert!(
+        (listed.documents.iter()).all(|d| d.document.digest.is_some()),
+        "{listed:?}"
+    );
+    let embedded = embedder.read.lock().unwrap().len();
+
+    // Sent again as it was: nothing embedded or written, the corpus version where it was.
+    let again = ingest.ingest(&tenant, documents.clone()).await.unwrap();
+    assert_eq!(
+        (again.documents, again.unchanged, again.chunks),
+        (count, count, 0)
+    );
+    assert_eq!(again.corpus_version, first.corpus_version);
+    assert_eq!(embedder.read.lock().unwrap().len(), embedded);
+    assert_eq!(listing().await, listed);
+
+    // Each part of a document that is stored counts: a change to any one is written again.
+    let mut changed = documents.clone();
+    changed[0]
+        .text
+        .push_str(" Branches also open on Saturdays.");
+    changed[1].title = Some("Another title".into());
+    changed[2].source = Some("https://example.com/elsewhere".into());
+    changed[3].metadata.insert("year".into(), json!(2031));
+    let written = ingest.ingest(&tenant, changed.clone()).await.unwrap();
+    assert_eq!(written.unchanged, count - 4);
+    assert_eq!(written.corpus_version, first.corpus_version + 1);
+    let read = embedder.read.lock().unwrap()[embedded..].to_vec();
+    assert_eq!(read.len(), written.chunks);
+    assert!(
+        (read.iter()).any(|t| t.contains("Saturdays"))
+            && (read.iter()).any(|t| t.contains("Another title")),
+        "{read:?}"
+    );
+
+    // The same documents to be cut otherwise are another ingest: all written again.
+    let mut config = ingest.config.clone();
+    config.chunk_tokens += 16;
+    let recut = sluice_core::ingest::Ingest::new(config, embedder.clone(), store.clone());
+    let report = recut.ingest(&tenant, changed).await.unwrap();
+    assert_eq!(report.unchanged, 0);
+    assert_eq!(report.corpus_version, first.corpus_version + 2);
+}
+
+#[tokio::test]
+async fn an_ingest_whose_store_cannot_list_what_it_holds_writes_every_document() {
+    use sluice_contract::document::Document;
+    let kit = Kit::new(&[]);
+    let mut store = sluice_testkit::Troubled::around(kit.store());
+    store.fail = true;
+    let ingest = sluice_core::ingest::Ingest::new(
+        kit.parts.config.ingest.clone(),
+        kit.parts.embedder.clone().expect("an embedder"),
+        Arc::new(store),
+    );
+    let tenant = sluice_testkit::tenant("acme");
+    let documents: Vec<Document> = serde_json::from_value(policies()["documents"].clone()).unwrap();
+    let first = ingest.ingest(&tenant, documents.clone()).await.unwrap();
+    let again = ingest.ingest(&tenant, documents).await.unwrap();
+    assert_eq!((again.unchanged, again.chunks), (0, first.chunks));
+    assert_eq!(again.corpus_version, first.corpus_version + 1);
+}
+
+#[tokio::test]
 async fn a_chunk_is_embedded_under_its_title_and_section_and_quoted_without_them() {
     use sluice_contract::{stages::Embedder, stages::Search};
     use sluice_convert::ConvertLimits;

@@ -146,3 +146,38 @@ async fn a_quiet_stream_carries_keep_alives_until_its_first_token() {
     assert!(answer.comments >= 2, "{} keep-alives", answer.comments);
     assert_eq!(answer.text(), "late but sure");
 }
+
+#[tokio::test]
+async fn the_llm_call_is_under_way_when_meta_is_sent_and_let_go_of_when_the_client_leaves() {
+    // The sources' evidence is computed while the upstream reads the prompt: the LLM is asked
+    // before `meta` goes out, not when the client reads past it.
+    let app = stalling(&["one "]);
+    let response = app
+        .open(kit::request(Method::POST, "/v1/answer", &[], ask()))
+        .await;
+    let mut body = response.into_body();
+    let mut seen = String::new();
+    while !seen.contains("event: meta") {
+        let frame = body.frame().await.expect("a frame").expect("data");
+        if let Some(data) = frame.data_ref() {
+            seen.push_str(&String::from_utf8_lossy(data));
+        }
+    }
+    let waited = std::time::Instant::now();
+    while app.llm.calls().is_empty() {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the LLM was not asked until the client read past meta"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    drop(body);
+    while app.llm.streams_ended() < 1 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(60),
+            "the upstream stream was never let go of"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(app.llm.calls().len(), 1);
+}

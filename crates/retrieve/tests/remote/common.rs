@@ -149,6 +149,7 @@ pub fn chunk(index: usize, text: &str) -> StoredChunk {
 pub fn doc() -> DocumentInfo {
     DocumentInfo {
         format: None,
+        digest: None,
         id: "cards/lost".into(),
         title: "Lost cards".into(),
         source: "samples/lost-card.md".into(),
