@@ -1,4 +1,4 @@
-//! `sluice eval retrieval`, `sluice eval tune` and `sluice eval pages`: the arguments, and
+//! `sluice eval retrieval`, `tune`, `pages`, `grounding` and `cache`: the arguments, and
 //! where the reports go (the evaluations themselves are `sluice-eval`).
 
 use std::path::{Path, PathBuf};
@@ -79,6 +79,12 @@ pub enum EvalCommand {
         #[arg(long, default_value = "eval-grounding")]
         out: PathBuf,
     },
+    /// Paraphrases the cache answers by retrieval agreement (tests/fixtures' labelled pairs,
+    /// run from the repository, over τ²-bench's documents), measured on held-out halves.
+    Cache {
+        #[arg(long, default_value = "eval-cache")]
+        out: PathBuf,
+    },
 }
 
 /// The dataset and the split of an evaluation.
@@ -141,6 +147,10 @@ pub async fn command(settings: &sluice_app::Settings, command: EvalCommand) -> R
                 sluice_eval::pages::run(settings, &folder, &questions, |line| eprintln!("{line}"))
                     .await?;
             return write_reports(&out, &report, &sluice_eval::pages::table(&report));
+        }
+        EvalCommand::Cache { out } => {
+            let report = sluice_eval::cache::run_installed(settings, &default_data(config)).await?;
+            return write_reports(&out, &report, &sluice_eval::cache::table(&report));
         }
         EvalCommand::Grounding { limit, out } => {
             let report = sluice_eval::grounding::run_installed(config, limit)?;

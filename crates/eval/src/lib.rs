@@ -36,6 +36,7 @@ use sluice_convert::{ConvertLimits, Format};
 use sluice_retrieve::{EdgeStore, Retrieval};
 
 /// The tenant the evaluation's documents are ingested for.
+pub mod cache;
 pub mod grounding;
 pub mod pages;
 
@@ -670,6 +671,67 @@ fn choose(tried: &[(Fusion, Vec<(f64, f64)>)], metric: Metric, seed: u64) -> Tun
     }
 }
 
+/// A dataset's documents ingested as `sluice ingest` would (same conversion, chunking and
+/// model) into a fresh Qdrant Edge store, for one tenant.
+pub struct Corpus {
+    /// The model the chunks were embedded with (questions are embedded with it too).
+    pub embedder: Arc<dyn Embedder>,
+    /// The store.
+    pub edge: EdgeStore,
+    /// The ingest that filled it (documents sent to it again are compared with what it wrote).
+    pub ingest: sluice_core::Ingest,
+    /// The tenant that holds the documents.
+    pub tenant: Tenant,
+    /// How long the ingest took.
+    pub ingest_seconds: f64,
+    /// The chunks it wrote.
+    pub chunks: usize,
+    /// The store's folder, removed when this is dropped: the last field, so that the store
+    /// is closed (and flushed) first.
+    pub scratch: tempfile::TempDir,
+}
+
+impl Corpus {
+    /// `documents` ingested under `settings` (its model and chunking), the limits of one
+    /// request raised to hold them all.
+    pub async fn ingested(
+        settings: &sluice_app::Settings,
+        documents: Vec<Document>,
+        progress: &impl Fn(&str),
+    ) -> Result<Self> {
+        let scratch = tempfile::tempdir().map_err(EvalError::io("a scratch folder"))?;
+        let mut config = settings.config.ingest.clone();
+        config.max_documents = config.max_documents.max(documents.len());
+        // An evaluation's corpus is one request, whatever its size.
+        config.max_chunks = config.max_chunks.max(1_000_000);
+        let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(&settings.embed)?);
+        let edge = EdgeStore::open(scratch.path(), sluice_embed::DIM)?;
+        let tenant = Tenant::new(TENANT)?;
+        let ingest =
+            sluice_core::Ingest::new(config, Arc::clone(&embedder), Arc::new(edge.clone()));
+        progress(&format!("ingesting {} documents", documents.len()));
+        let started = Instant::now();
+        let ingested = ingest.ingest(&tenant, documents).await?;
+        let ingest_seconds = started.elapsed().as_secs_f64();
+        progress(&format!(
+            "ingested {} documents as {} chunks in {ingest_seconds:.1} s ({:.0} chunks/s on {} threads)",
+            ingested.documents,
+            ingested.chunks,
+            ingested.chunks as f64 / ingest_seconds,
+            settings.embed.threads,
+        ));
+        Ok(Self {
+            scratch,
+            embedder,
+            edge,
+            ingest,
+            tenant,
+            ingest_seconds,
+            chunks: ingested.chunks,
+        })
+    }
+}
+
 /// Runs the evaluation: ingests the documents into a scratch Qdrant Edge store, ranks every
 /// task's question by dense (whole and first window) and BM25, tunes the fusion on a seeded
 /// half of the tasks, and scores every method on the other half: the rankings alone, the
@@ -704,41 +766,26 @@ pub async fn run(
             tasks.len()
         )));
     }
-    let scratch = tempfile::tempdir().map_err(EvalError::io("a scratch folder"))?;
-    let mut config = settings.config.clone();
+    let count = documents.len();
+    let Corpus {
+        scratch,
+        embedder,
+        edge,
+        tenant,
+        ingest_seconds,
+        chunks,
+        ..
+    } = Corpus::ingested(settings, documents, &progress).await?;
     let mut rerank = settings.rerank.clone();
-    config.data_dir = scratch.path().to_path_buf();
-    config.ingest.max_documents = config.ingest.max_documents.max(documents.len());
-    config.ingest.max_chunks = config.ingest.max_chunks.max(documents.len() * 64);
     // Quality, not latency, is measured here: no component is cut off by the request-time
     // deadline or fuel budget (100 candidates are more than a request usually reranks).
     rerank.deadline = Duration::from_secs(2);
     rerank.fuel = rerank.fuel.max(2_000_000_000);
     rerank.max_candidates = rerank.max_candidates.max(CANDIDATES);
-    let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(&settings.embed)?);
     // The same model reading only a question's first window, as it did before windows (and
     // as sentence-transformers truncates): the comparison the "first window" methods make.
     let first_window: Arc<dyn Embedder> =
         Arc::new(sluice_app::model(&settings.embed)?.with_max_windows(1));
-    let edge = EdgeStore::open(scratch.path(), sluice_embed::DIM)?;
-    let tenant = Tenant::new(TENANT)?;
-    let ingest = sluice_core::Ingest::new(
-        config.ingest.clone(),
-        Arc::clone(&embedder),
-        Arc::new(edge.clone()),
-    );
-    progress(&format!("ingesting {} documents", documents.len()));
-    let started = Instant::now();
-    let count = documents.len();
-    let ingested = ingest.ingest(&tenant, documents).await?;
-    let ingest_seconds = started.elapsed().as_secs_f64();
-    progress(&format!(
-        "ingested {} documents as {} chunks in {ingest_seconds:.1} s ({:.0} chunks/s on {} threads)",
-        ingested.documents,
-        ingested.chunks,
-        ingested.chunks as f64 / ingest_seconds,
-        settings.embed.threads,
-    ));
 
     // Each task's question, embedded both ways, and its rankings.
     let n = sluice_retrieve::prefetch_limit(CANDIDATES);
@@ -905,7 +952,7 @@ pub async fn run(
     Ok(Report {
         data: data.display().to_string(),
         documents: count,
-        chunks: ingested.chunks,
+        chunks,
         ingest_seconds,
         embed_threads: settings.embed.threads,
         tasks: tasks.len(),

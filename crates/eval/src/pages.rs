@@ -12,16 +12,13 @@
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
-use sluice_contract::Tenant;
-use sluice_contract::{stages::Embedder, stages::Search, stages::Store};
+use sluice_contract::{stages::Search, stages::Store};
 use sluice_convert::parse_file;
-use sluice_retrieve::EdgeStore;
 
-use crate::{EvalError, Result};
+use crate::{Corpus, EvalError, Result};
 
 /// Chunks looked at per question: the citations of an answer with `k` = 3.
 const K: usize = 3;
@@ -212,29 +209,15 @@ pub async fn run(
     }
     let convert_seconds = started.elapsed().as_secs_f64();
 
-    let scratch = tempfile::tempdir().map_err(EvalError::io("a scratch folder"))?;
-    let mut ingest_config = config.ingest.clone();
-    ingest_config.max_chunks = ingest_config.max_chunks.max(1_000_000);
-    let embedder: Arc<dyn Embedder> = Arc::new(sluice_app::model(&settings.embed)?);
-    let edge = EdgeStore::open(scratch.path(), sluice_embed::DIM)?;
-    let tenant = Tenant::new("eval")?;
-    let ingest =
-        sluice_core::Ingest::new(ingest_config, Arc::clone(&embedder), Arc::new(edge.clone()));
-    progress(&format!("ingesting {} documents", documents.len()));
-    let started = Instant::now();
-    let ingested = ingest.ingest(&tenant, documents).await?;
-    let ingest_seconds = started.elapsed().as_secs_f64();
-    progress(&format!(
-        "ingested as {} chunks in {ingest_seconds:.1} s",
-        ingested.chunks
-    ));
+    let corpus = Corpus::ingested(settings, documents, &progress).await?;
 
     let mut results = Vec::with_capacity(labelled.len());
     for (q, answer_pages) in labelled {
-        let vector = (embedder.embed(&[q.question.as_str()])?.pop())
+        let vector = (corpus.embedder.embed(&[q.question.as_str()])?.pop())
             .ok_or_else(|| EvalError::Pipeline("no query vector".into()))?;
-        let hits = edge
-            .search(&tenant, &Search::new(&q.question, &vector, K))
+        let hits = corpus
+            .edge
+            .search(&corpus.tenant, &Search::new(&q.question, &vector, K))
             .await?;
         let cited: Vec<(String, Option<[u32; 2]>)> = (hits.into_iter())
             .map(|h| (h.document.id, h.place.pages))
@@ -255,9 +238,9 @@ pub async fn run(
     Ok(PageReport {
         files: files.len(),
         pages: references.values().map(Vec::len).sum(),
-        chunks: ingested.chunks,
+        chunks: corpus.chunks,
         convert_seconds,
-        ingest_seconds,
+        ingest_seconds: corpus.ingest_seconds,
         context_header: config.ingest.context_header,
         hit_at_1: share(&|r| r.rank == Some(1)),
         hit_at_3: share(&|r| r.rank.is_some()),
