@@ -42,7 +42,7 @@ pub enum LexiconError {
 
 /// Words never replaced by another, whatever the table says: each changes what a question
 /// asks ("all" / "any", "when" / "where", "in" / "out", "before" / "after").
-const DECISIVE: &[&str] = &[
+pub(crate) const DECISIVE: &[&str] = &[
     "all", "any", "some", "most", "many", "much", "few", "several", "every", "each", "both",
     "either", "more", "less", "fewer", "least", "only", "enough", "who", "whom", "whose", "what",
     "when", "where", "why", "how", "in", "out", "up", "down", "off", "on", "over", "under",

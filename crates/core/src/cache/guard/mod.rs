@@ -99,6 +99,31 @@ impl Guard {
     }
 }
 
+impl Guard {
+    /// Whether all that keeps `other` from answering this question ([`conflict`](Self::conflict))
+    /// is ordinary words: the same roles, at most four differing words a side, none of them a
+    /// number, a negation, a quantifier, a question word or a direction, and none the antonym
+    /// of a differing word of the other side — what a second signal (the two questions'
+    /// retrievals agreeing) might decide, where a number or a negation never may.
+    pub fn differs_in_ordinary_words(&self, other: &Guard, lexicon: &Lexicon) -> bool {
+        let same_roles = (self.roles.iter())
+            .all(|(marker, targets)| other.roles.get(marker).is_none_or(|t| t == targets));
+        let ((mine, _), (theirs, _)) =
+            (units(&self.tokens, lexicon), units(&other.tokens, lexicon));
+        let (mine, theirs) = unmatched(mine, theirs);
+        let ordinary = |u: &Unit| {
+            u.text != NOT
+                && number(&u.text).is_none()
+                && !u.text.chars().any(|c| c.is_ascii_digit())
+                && !crate::language::lexicon::DECISIVE.contains(&u.text.as_str())
+        };
+        same_roles
+            && mine.len().max(theirs.len()) <= 4
+            && mine.iter().chain(&theirs).all(ordinary)
+            && !(mine.iter()).any(|x| theirs.iter().any(|y| lexicon.opposed(&x.lemmas, &y.lemmas)))
+    }
+}
+
 /// Whether two answers state the same facts as far as words can tell, however they are
 /// worded: the same numbers (as values: "five" = "5", "2.50" = "2.5"), as many negations, and
 /// no word of one the antonym of a word of the other ("freeze" / "unfreeze"). Embeddings of

@@ -293,3 +293,40 @@ fn stems_meet_across_inflections_and_spellings() {
         assert_ne!(stem(a), stem(b), "{a} / {b}");
     }
 }
+
+#[test]
+fn ordinary_words_are_told_from_numbers_negations_quantifiers_and_roles() {
+    let ordinary = |a: &str, b: &str| {
+        Guard::of(&normalise(a))
+            .differs_in_ordinary_words(&Guard::of(&normalise(b)), &Lexicon::default())
+    };
+    // Words no lexicon relates here, and nothing else.
+    assert!(ordinary(
+        "How do I send money abroad?",
+        "How do I transfer money abroad?"
+    ));
+    assert!(ordinary("Is my money safe?", "Is my money secure?"));
+    // A number, a negation, a quantifier, a question word or a swapped role is never ordinary.
+    assert!(!ordinary("Can I have 3 cards?", "Can I have 4 cards?"));
+    assert!(!ordinary(
+        "Can I close my account online?",
+        "Can't I close my account online?"
+    ));
+    assert!(!ordinary(
+        "Are all fees refunded?",
+        "Are some fees refunded?"
+    ));
+    assert!(!ordinary(
+        "When do branches open?",
+        "Where do branches open?"
+    ));
+    assert!(!ordinary(
+        "Move money from savings to checking",
+        "Move money from checking to savings"
+    ));
+    // More than four words apart is another question altogether.
+    assert!(!ordinary(
+        "How do I order a new debit card quickly?",
+        "Where can tourists exchange foreign currency cheaply today?"
+    ));
+}
