@@ -404,7 +404,12 @@ async fn inject(fault: Fault) -> Result<(&'static str, Duration), String> {
                 Ending::Degraded(reasons) => reasons.to_vec(),
                 _ => vec![],
             };
-            if degraded != expected {
+            // Under the short deadline a busy machine may reach the deadline as well: its
+            // `retrieval_timeout` may join the fault's own reasons, which must all be there.
+            let busy = deadline == DEADLINE
+                && expected.iter().all(|r| degraded.contains(r))
+                && (degraded.iter()).all(|r| expected.contains(r) || *r == "retrieval_timeout");
+            if degraded != expected && !busy {
                 return Err(format!("degraded {degraded:?}, expected {expected:?}"));
             }
             if last.name != "done" || tokens == 0 {
