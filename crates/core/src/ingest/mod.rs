@@ -17,11 +17,11 @@ use std::sync::Arc;
 use sluice_contract::Tenant;
 use sluice_contract::cancel::{Cancel, Stopped};
 use sluice_contract::document::{Document, IngestReport, MAX_DELETE, MAX_PAGE, Section, validate};
-use sluice_contract::error::{EmbedError, IngestError};
+use sluice_contract::error::{EmbedError, IngestError, StoreError};
 use sluice_contract::filter::Filter;
 use sluice_contract::metadata::{MetaValue, Metadata};
 use sluice_contract::stages::{
-    DocumentInfo, Embedder, Page, Selection, Store, StoredChunk, indexed_text,
+    DocumentInfo, Embedder, Page, Selection, Store, StoredChunk, StoredDocument, indexed_text,
 };
 
 use crate::chunk::chunk_sections;
@@ -91,13 +91,14 @@ impl Ingest {
     }
 
     /// Refuses `documents` unless each passes `scope` and none takes the id of a document
-    /// of the tenant's that `scope` hides.
+    /// of the tenant's that `scope` hides; else the tenant's documents with their ids (what
+    /// [`changed`](Self::changed) compares with, read once).
     async fn check_scope(
         &self,
         tenant: &Tenant,
         scope: &Filter,
         documents: &[Document],
-    ) -> Result<(), IngestError> {
+    ) -> Result<Vec<StoredDocument>, IngestError> {
         for d in documents {
             let metadata = Metadata::from_json(&d.metadata).map_err(IngestError::Invalid)?;
             if !inside(scope, &metadata) {
@@ -110,35 +111,50 @@ impl Ingest {
             }
         }
         let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
+        let (all, seen) = tokio::try_join!(
+            self.stored(tenant, &ids, None),
+            self.stored(tenant, &ids, Some(scope)),
+        )?;
+        let seen: HashSet<&str> = seen.iter().map(|d| d.document.id.as_str()).collect();
+        if let Some(hidden) = (all.iter())
+            .map(|d| &d.document.id)
+            .find(|id| !seen.contains(id.as_str()))
+        {
+            return Err(IngestError::HiddenId(format!(
+                "no document {hidden:?} that this key may replace: a key bound to a filter \
+                 writes new ids and those of documents it can read"
+            )));
+        }
+        Ok(all)
+    }
+
+    /// The tenant's documents among `ids` that `filter` passes (all of them without one),
+    /// read a page of [`MAX_PAGE`] ids at a time.
+    async fn stored(
+        &self,
+        tenant: &Tenant,
+        ids: &[String],
+        filter: Option<&Filter>,
+    ) -> Result<Vec<StoredDocument>, StoreError> {
+        let mut stored = Vec::new();
         for ids in ids.chunks(MAX_PAGE) {
+            let selection = Selection {
+                ids: Some(ids),
+                filter,
+                ..Selection::default()
+            };
             let page = Page {
                 limit: MAX_PAGE,
                 cursor: None,
             };
-            let every = Selection {
-                ids: Some(ids),
-                ..Selection::default()
-            };
-            let visible = Selection {
-                filter: Some(scope),
-                ..every
-            };
-            let (all, seen) = tokio::try_join!(
-                self.store.documents(tenant, &every, page),
-                self.store.documents(tenant, &visible, page),
-            )?;
-            let seen: HashSet<String> = seen.documents.into_iter().map(|d| d.document.id).collect();
-            if let Some(hidden) = (all.documents.into_iter())
-                .map(|d| d.document.id)
-                .find(|id| !seen.contains(id))
-            {
-                return Err(IngestError::HiddenId(format!(
-                    "no document {hidden:?} that this key may replace: a key bound to a filter \
-                     writes new ids and those of documents it can read"
-                )));
-            }
+            stored.extend(
+                self.store
+                    .documents(tenant, &selection, page)
+                    .await?
+                    .documents,
+            );
         }
-        Ok(())
+        Ok(stored)
     }
 
     /// [`ingest`](Self::ingest) of the documents read from the upload `origin` (an S3
@@ -178,13 +194,14 @@ impl Ingest {
                 documents.len()
             )));
         }
-        if let Some(scope) = scope {
-            self.check_scope(tenant, scope, &documents).await?;
-        }
+        let held = match scope {
+            Some(scope) => Some(self.check_scope(tenant, scope, &documents).await?),
+            None => None,
+        };
         let count = documents.len();
         // Every id sent stays the upload's, written or unchanged.
         let ids: HashSet<String> = documents.iter().map(|d| d.id.clone()).collect();
-        let documents = self.changed(tenant, documents, origin).await?;
+        let documents = self.changed(tenant, documents, origin, held).await;
         let unchanged = count - documents.len();
         let embedder = Arc::clone(&self.embedder);
         let (size, overlap) = (self.config.chunk_tokens, self.config.chunk_overlap_tokens);
@@ -305,12 +322,14 @@ impl Ingest {
     /// `documents` with the digest each is stored under, less those the tenant already holds
     /// under that digest: the same text, title, source, metadata, format and upload, to be
     /// cut and embedded as this ingest would (its chunking settings and embedding model).
+    /// `held`: the tenant's documents with these ids, when they were read already.
     async fn changed(
         &self,
         tenant: &Tenant,
         documents: Vec<Document>,
         origin: Option<&str>,
-    ) -> Result<Vec<(Document, String)>, IngestError> {
+        held: Option<Vec<StoredDocument>>,
+    ) -> Vec<(Document, String)> {
         let config = &self.config;
         let how = format!(
             "{} {} {} {} {}",
@@ -324,38 +343,28 @@ impl Ingest {
             let what = serde_json::json!([d, origin, how]).to_string();
             sluice_contract::sha256_hex(what.as_bytes())
         };
-        let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
-        let mut held = HashMap::new();
-        for ids in ids.chunks(MAX_PAGE) {
-            let selection = Selection {
-                ids: Some(ids),
-                ..Selection::default()
-            };
-            let page = Page {
-                limit: MAX_PAGE,
-                cursor: None,
-            };
-            // Leaving out what is unchanged only saves work: when the store cannot say what
-            // it holds, everything is written, as it was before digests.
-            match self.store.documents(tenant, &selection, page).await {
-                Ok(found) => held.extend(
-                    (found.documents.into_iter())
-                        .filter_map(|d| Some((d.document.id, d.document.digest?))),
-                ),
-                Err(e) => {
+        let held = match held {
+            Some(held) => held,
+            None => {
+                let ids: Vec<String> = documents.iter().map(|d| d.id.clone()).collect();
+                // Leaving out what is unchanged only saves work: when the store cannot say
+                // what it holds, everything is written, as it was before digests.
+                self.stored(tenant, &ids, None).await.unwrap_or_else(|e| {
                     tracing::warn!(%tenant, error = %e, "the stored documents could not be listed; every document sent is written");
-                    held.clear();
-                    break;
-                }
+                    Vec::new()
+                })
             }
-        }
-        Ok((documents.into_iter())
+        };
+        let held: HashMap<String, String> = (held.into_iter())
+            .filter_map(|d| Some((d.document.id, d.document.digest?)))
+            .collect();
+        (documents.into_iter())
             .map(|d| {
                 let digest = digest(&d);
                 (d, digest)
             })
             .filter(|(d, digest)| held.get(&d.id) != Some(digest))
-            .collect())
+            .collect()
     }
 
     /// Deletes the documents of the upload `origin` whose ids are not in `kept`; how many.
