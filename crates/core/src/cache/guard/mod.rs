@@ -86,16 +86,21 @@ impl Guard {
                 ));
             }
         }
-        for (marker, targets) in &self.roles {
-            if let Some(others) = other.roles.get(marker)
-                && targets != others
-            {
-                return Some(format!(
-                    "roles differ: {marker} {targets:?} / {marker} {others:?}"
-                ));
-            }
-        }
-        None
+        self.role_differing(other).map(|(marker, targets, others)| {
+            format!("roles differ: {marker} {targets:?} / {marker} {others:?}")
+        })
+    }
+
+    /// The first role marker both questions use with other targets ("from savings" / "from
+    /// checking"), and the two targets.
+    fn role_differing<'a>(
+        &'a self,
+        other: &'a Guard,
+    ) -> Option<(&'a String, &'a Vec<String>, &'a Vec<String>)> {
+        (self.roles.iter()).find_map(|(marker, targets)| {
+            let others = other.roles.get(marker)?;
+            (targets != others).then_some((marker, targets, others))
+        })
     }
 }
 
@@ -106,8 +111,7 @@ impl Guard {
     /// of a differing word of the other side — what a second signal (the two questions'
     /// retrievals agreeing) might decide, where a number or a negation never may.
     pub fn differs_in_ordinary_words(&self, other: &Guard, lexicon: &Lexicon) -> bool {
-        let same_roles = (self.roles.iter())
-            .all(|(marker, targets)| other.roles.get(marker).is_none_or(|t| t == targets));
+        let same_roles = self.role_differing(other).is_none();
         let ((mine, _), (theirs, _)) =
             (units(&self.tokens, lexicon), units(&other.tokens, lexicon));
         let (mine, theirs) = unmatched(mine, theirs);
