@@ -211,6 +211,7 @@ pub async fn run(
         None => Arc::new(Lexicon::default()),
     };
     let threshold = settings.config.cache.threshold;
+    let vectors = vectors(&corpus, &sets)?;
     let mut searches = Vec::new();
     let mut looked: Vec<(String, Vec<Looked>)> = Vec::new();
     let mut sources: HashMap<String, Vec<Cited>> = HashMap::new();
@@ -220,18 +221,15 @@ pub async fn run(
         // pairs (a set may hold one question cached in two wordings, one in each half).
         let (tuning, held_out): (Vec<Pair>, Vec<Pair>) = pairs.into_iter().partition(|p| p.tuning);
         let caches = [
-            cache(&corpus, &tuning, lexicon.clone(), BOUNDS[0]).await?,
-            cache(&corpus, &held_out, lexicon.clone(), BOUNDS[0]).await?,
+            cache(&corpus, &tuning, &vectors, lexicon.clone(), BOUNDS[0]).await?,
+            cache(&corpus, &held_out, &vectors, lexicon.clone(), BOUNDS[0]).await?,
         ];
-        let cached = |half: &[Pair]| -> Result<Vec<(String, Vec<f32>, Guard)>> {
-            let mut questions: Vec<&str> = half.iter().map(|p| p.cached.as_str()).collect();
-            questions.sort();
-            questions.dedup();
-            (questions.into_iter())
-                .map(|q| Ok((q.to_string(), embed(&corpus, q)?, guard_of(q))))
+        let cached = |half: &[Pair]| -> Vec<(String, &Vec<f32>, Guard)> {
+            (cached_questions(half).into_iter())
+                .map(|q| (q.to_string(), &vectors[q], guard_of(q)))
                 .collect()
         };
-        let halves = [cached(&tuning)?, cached(&held_out)?];
+        let halves = [cached(&tuning), cached(&held_out)];
         let mut rows = Vec::with_capacity(tuning.len() + held_out.len());
         for pair in tuning.into_iter().chain(held_out) {
             let half = usize::from(!pair.tuning);
@@ -239,17 +237,17 @@ pub async fn run(
             for q in [&pair.cached, &pair.asked] {
                 if !sources.contains_key(q.as_str()) {
                     let started = Instant::now();
-                    let found = top_k(&corpus, q).await?;
+                    let found = top_k(&corpus, q, &vectors[q.as_str()]).await?;
                     searches.push(started.elapsed());
                     sources.insert(q.clone(), found);
                 }
             }
-            let vector = embed(&corpus, &pair.asked)?;
+            let vector = &vectors[pair.asked.as_str()];
             let found = match cache
                 .lookup(
                     &corpus.tenant,
                     &Probe::new(&pair.asked),
-                    &vector,
+                    vector,
                     &scope(&corpus),
                 )
                 .await
@@ -261,10 +259,10 @@ pub async fn run(
                 _ => None,
             };
             let asked_sources = sources[pair.asked.as_str()].clone();
-            let own = sluice_core::cache::cosine(&vector, &embed(&corpus, &pair.cached)?);
+            let own = sluice_core::cache::cosine(vector, &vectors[pair.cached.as_str()]);
             let [asked, cached] = [&pair.asked, &pair.cached].map(|q| guard_of(q));
             let relaxed = (halves[half].iter())
-                .map(|(q, v, g)| (sluice_core::cache::cosine(&vector, v), q, g))
+                .map(|(q, v, g)| (sluice_core::cache::cosine(vector, v), q, g))
                 .filter(|(similarity, _, _)| *similarity >= BOUNDS[0])
                 .filter_map(|(similarity, q, g)| match asked.conflict(g, &lexicon) {
                     None => Some((similarity, q.clone(), true)),
@@ -415,17 +413,42 @@ fn scope(corpus: &Corpus) -> Scope {
     }
 }
 
-fn embed(corpus: &Corpus, text: &str) -> Result<Vec<f32>> {
-    (corpus.embedder.embed(&[text])?.pop())
-        .ok_or_else(|| EvalError::Pipeline("no question vector".into()))
+/// Every question of `sets` (cached and asked) and its vector, embedded once, in batches:
+/// what the caches, the searches and the cosines all read.
+fn vectors(corpus: &Corpus, sets: &[(String, Vec<Pair>)]) -> Result<HashMap<String, Vec<f32>>> {
+    let mut questions: Vec<&str> = (sets.iter())
+        .flat_map(|(_, pairs)| pairs.iter())
+        .flat_map(|p| [p.cached.as_str(), p.asked.as_str()])
+        .collect();
+    questions.sort();
+    questions.dedup();
+    let mut vectors = HashMap::with_capacity(questions.len());
+    for batch in questions.chunks(32) {
+        let embedded = corpus.embedder.embed(batch)?;
+        if embedded.len() != batch.len() {
+            return Err(EvalError::Pipeline(
+                "the model returned fewer vectors than questions".into(),
+            ));
+        }
+        vectors.extend(batch.iter().map(|q| q.to_string()).zip(embedded));
+    }
+    Ok(vectors)
 }
 
-/// The top `K` of the hybrid search for `question`, as an answer would record them.
-async fn top_k(corpus: &Corpus, question: &str) -> Result<Vec<Cited>> {
-    let vector = embed(corpus, question)?;
+/// The distinct `cached` questions of `pairs`, in order.
+fn cached_questions(pairs: &[Pair]) -> Vec<&str> {
+    let mut questions: Vec<&str> = pairs.iter().map(|p| p.cached.as_str()).collect();
+    questions.sort();
+    questions.dedup();
+    questions
+}
+
+/// The top `K` of the hybrid search for `question` (embedded as `vector`), as an answer would
+/// record them.
+async fn top_k(corpus: &Corpus, question: &str, vector: &[f32]) -> Result<Vec<Cited>> {
     let hits = corpus
         .edge
-        .search(&corpus.tenant, &Search::new(question, &vector, K))
+        .search(&corpus.tenant, &Search::new(question, vector, K))
         .await?;
     Ok(hits.iter().map(Cited::of).collect())
 }
@@ -435,6 +458,7 @@ async fn top_k(corpus: &Corpus, question: &str) -> Result<Vec<Cited>> {
 async fn cache(
     corpus: &Corpus,
     pairs: &[Pair],
+    vectors: &HashMap<String, Vec<f32>>,
     lexicon: Arc<Lexicon>,
     least: f32,
 ) -> Result<SemanticCache> {
@@ -449,15 +473,13 @@ async fn cache(
     let store: Arc<dyn CacheStore> = Arc::new(MemoryCache::new(100_000));
     let cache = SemanticCache::new(store, settings, sluice_embed::DIM)
         .with_lexicon(SharedLexicon::ready(lexicon));
-    let mut questions: Vec<&str> = pairs.iter().map(|p| p.cached.as_str()).collect();
-    questions.sort();
-    questions.dedup();
-    for q in questions {
+    for q in cached_questions(pairs) {
         let answer = CachedAnswer::one_token(q);
+        let vector = vectors[q].clone();
         let entry = cache.entry(
             &corpus.tenant,
             &Probe::new(q),
-            embed(corpus, q)?,
+            vector,
             scope(corpus),
             answer,
         );
