@@ -148,7 +148,12 @@ impl Pipeline {
                 token_count_source: source.into(),
                 extract: progress.extract.clone(),
                 grounding: grounding.clone(),
-                cited: prompt.sources.iter().map(Cited::of).collect(),
+                // What the answer was built from, for the cache to check later: only for an
+                // answer that may be written there.
+                cited: match write {
+                    Some(_) => prompt.sources.iter().map(Cited::of).collect(),
+                    None => Vec::new(),
+                },
             };
             let recording = match write {
                 Some((write, vector)) => this.record(&request, &progress, write, vector, answer),
