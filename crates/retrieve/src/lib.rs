@@ -113,6 +113,24 @@ const MIN_PREFETCH: usize = 20;
 pub fn prefetch_limit(k: usize) -> usize {
     (k * PREFETCH_FACTOR).max(MIN_PREFETCH)
 }
+/// How many fused results to ask an engine that fuses (Qdrant's RRF) for, to keep the best
+/// `k` of them here ([`best_of_fused`]): the engine orders equal fused scores its own way,
+/// differently from one call to the next, so its own cut at `k` would pick among them at
+/// random — the same question could get other sources on an unchanged corpus. Under RRF
+/// equal scores come in small groups (one chunk ranked r by one retriever alone, another
+/// ranked r by the other), so `k` more settle the cut.
+pub fn fused_limit(k: usize) -> usize {
+    2 * k
+}
+
+/// The best `k` of an engine's fused results (asked for [`fused_limit`]), in [`Hit::rank_order`]:
+/// which of equal scores the cut keeps is settled by document id and chunk.
+pub fn best_of_fused(mut hits: Vec<Hit>, k: usize) -> Vec<Hit> {
+    hits.sort_by(Hit::rank_order);
+    hits.truncate(k);
+    hits
+}
+
 /// Fixed namespace for point ids: uuid-v5(tenant, document id, chunk index).
 const POINT_NAMESPACE: uuid::Uuid =
     uuid::Uuid::from_u128(0x5b1c_e0a4_6e0f_4d7b_9c1e_2f3a_4b5c_6d7e);
@@ -697,7 +715,7 @@ impl EdgeStore {
                         weights.into_iter().map(OrderedFloat).collect()
                     });
                     let fusion = ScoringQuery::Fusion(EdgeFusion::Rrf { k: rrf_k, weights });
-                    run(prefetches, fusion, k)
+                    Ok(best_of_fused(run(prefetches, fusion, fused_limit(k))?, k))
                 }
                 (Retrieval::Hybrid, None) => {
                     let dense = run(vec![], dense_query, candidates)?;

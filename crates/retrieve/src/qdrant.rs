@@ -25,8 +25,9 @@ use sluice_contract::stages::{
 
 use crate::rest::{Rest, VersionMemo, backend, next_version, qdrant_result};
 use crate::{
-    DENSE, IndexedFields, SPARSE, Written, chunk_payload, filter_json, hit_from, point_uuid,
-    prefetch_limit, scroll_body, search_filter_json, selection_filter_json, stored_document,
+    DENSE, IndexedFields, SPARSE, Written, best_of_fused, chunk_payload, filter_json, fused_limit,
+    hit_from, point_uuid, prefetch_limit, scroll_body, search_filter_json, selection_filter_json,
+    stored_document,
 };
 
 /// The Qdrant REST store.
@@ -204,14 +205,14 @@ impl Store for QdrantStore {
             prefetch,
             query: json!({ "rrf": rrf }),
             filter: &filter,
-            limit: search.k,
+            limit: fused_limit(search.k),
             with_payload: true,
             with_vector: [DENSE],
         };
         let body = serde_json::to_vec(&body).map_err(backend)?;
         let path = format!("/collections/{}/points/query", self.collection);
         let text = self.query(&path, body).await?;
-        parse_query_response(&text)
+        Ok(best_of_fused(parse_query_response(&text)?, search.k))
     }
 
     async fn replace_document(

@@ -56,8 +56,10 @@ fn respond(r: &Request) -> (StatusCode, Value) {
     match (r.method.as_str(), path) {
         (_, p) if p.starts_with("/collections/missing") => not_found(),
         ("GET", p) if p.starts_with("/collections/") => not_found(),
+        // Equal scores in the engine's own order (`d` before `b`).
         ("POST", p) if p.ends_with("/points/query") => ok(json!({"points": [
             scored_point("a", 0, 0.5),
+            scored_point("d", 0, 0.25),
             scored_point("b", 1, 0.25),
         ]})),
         // The two halves of a convex search: dense (cosines), then BM25 (its scores).
@@ -267,6 +269,24 @@ async fn query_responses_parse_into_hits() {
 }
 
 #[tokio::test]
+async fn an_rrf_search_asks_for_more_and_keeps_the_lower_id_of_equal_scores() {
+    let (stand_in, config) = stand_in(&[]).await;
+    let store = QdrantStore::from_config(&config).unwrap();
+    let search = Search::new("replacement card", &[0.0, 1.0], 2);
+    let hits = store.search(&tenant("acme"), &search).await.unwrap();
+    let got: Vec<(&str, usize)> = (hits.iter())
+        .map(|h| (h.document.id.as_str(), h.chunk))
+        .collect();
+    assert_eq!(
+        got,
+        [("a", 0), ("b", 1)],
+        "b and d score the same: b is kept"
+    );
+    let requests = stand_in.requests();
+    assert_eq!(requests[0].body["limit"], 4, "k more than asked for");
+}
+
+#[tokio::test]
 async fn a_convex_search_fuses_the_batchs_two_halves_by_their_scores() {
     let (stand_in, config) = stand_in(&[]).await;
     let store = QdrantStore::from_config(&config).unwrap();
@@ -330,7 +350,7 @@ async fn reads_are_retried_on_5xx_and_writes_are_not() {
             .await
             .unwrap()
             .len(),
-        2
+        3
     );
     assert_eq!(stand_in.sent(), 2, "one retry");
 
@@ -435,7 +455,7 @@ async fn the_breaker_opens_skips_at_once_then_probes_and_closes() {
             .await
             .unwrap()
             .len(),
-        2
+        3
     );
     assert_eq!(store.breaker().state(), "closed");
 }
