@@ -40,10 +40,14 @@ const RULES: [(&str, usize); 3] = [("top 5", K), ("first 3", 3), ("first 1", 1)]
 /// One labelled pair: the question in the cache, the one asked, and whether they mean the same.
 #[derive(Debug, Clone)]
 pub struct Pair {
-    cached: String,
-    asked: String,
-    paraphrase: bool,
-    tuning: bool,
+    /// The question in the cache.
+    pub cached: String,
+    /// The question asked.
+    pub asked: String,
+    /// Whether they mean the same.
+    pub paraphrase: bool,
+    /// In the tuning half (else the held-out one).
+    pub tuning: bool,
 }
 
 /// The pairs of a fixture file (one JSON object a line: `cached`, `asked`, `label`, and
@@ -162,18 +166,25 @@ struct Looked {
     guard: String,
 }
 
-/// The pairs' files, read from the repository's `tests/fixtures` (the working directory).
+/// The pairs' files in the repository's `tests/fixtures`.
 const SETS: [&str; 2] = ["cache_pairs", "cache_guard_pairs"];
 /// The seed of the hand-written set's split.
 const SEED: u64 = 1;
 
-/// [`run`] over the repository's two sets of pairs, with progress on standard error.
-pub async fn run_installed(settings: &sluice_app::Settings, data: &Path) -> Result<Report> {
+/// The repository's two labelled sets (in `fixtures`, its `tests/fixtures`), each by name,
+/// split as every evaluation of them splits them.
+pub fn fixture_sets(fixtures: &Path) -> Result<Vec<(String, Vec<Pair>)>> {
     let sets = SETS.map(|set| {
-        let path = Path::new("tests/fixtures").join(format!("{set}.jsonl"));
+        let path = fixtures.join(format!("{set}.jsonl"));
         Ok((set.to_string(), pairs(&path, SEED)?))
     });
-    let sets = sets.into_iter().collect::<Result<Vec<_>>>()?;
+    sets.into_iter().collect()
+}
+
+/// [`run`] over the repository's two sets of pairs (the working directory is the
+/// repository), with progress on standard error.
+pub async fn run_installed(settings: &sluice_app::Settings, data: &Path) -> Result<Report> {
+    let sets = fixture_sets(Path::new("tests/fixtures"))?;
     run(settings, data, sets, |line| eprintln!("{line}")).await
 }
 
