@@ -45,14 +45,23 @@ async fn a_repeated_question_replays_the_cached_answer_through_the_same_events()
 }
 
 #[tokio::test]
-async fn an_ingest_makes_older_entries_stale() {
+async fn a_new_document_that_enters_the_sources_misses() {
     let app = Kit::new(&[]).ingested("acme").await.app();
     let ask = json!({"query": QUESTION});
     app.answer_as("acme", &ask).await;
     assert_eq!(app.answer_as("acme", &ask).await.meta()["cache"], "hit");
     let doc = json!({"documents": [{"id": "new-policy", "text": "Replacement cards now arrive in three days."}]});
     assert_eq!(app.post_as("acme", "/v1/documents", &doc).await.status, 200);
-    assert_eq!(app.answer_as("acme", &ask).await.meta()["cache"], "miss");
+    let after = app.answer_as("acme", &ask).await;
+    assert_eq!(after.meta()["cache"], "miss");
+    let sources = after.meta()["documents"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        sources.iter().any(|d| d["id"] == "new-policy"),
+        "the new document is among the sources: {sources:?}"
+    );
 }
 
 /// Asks `ask` as `acme` and says how the cache answered: `miss`, or the hit's `cache_match`.
