@@ -128,6 +128,13 @@ wire_names! {
         MissingApiKey = "missing_api_key",
         /// An API key that is not valid.
         InvalidApiKey = "invalid_api_key",
+        /// The tenant requires a user token (`x-sluice-user`), or the key must always carry
+        /// one, and the request has none.
+        MissingUserToken = "missing_user_token",
+        /// A user token that does not verify: expired, not yet valid, another issuer or
+        /// audience, a bad signature, an unknown key or algorithm, malformed; the message says
+        /// which.
+        InvalidUserToken = "invalid_user_token",
         /// `x-sluice-tenant` names another tenant than the key's.
         ForbiddenTenant = "forbidden_tenant",
         /// The key lacks the permission the request needs (or holds it, but is bound to a
@@ -188,6 +195,9 @@ wire_names! {
         UsageUnavailable = "usage_unavailable",
         /// The API keys cannot be checked.
         AuthUnavailable = "auth_unavailable",
+        /// The tenant's identity provider's keys cannot be fetched (and none are known yet),
+        /// or its identity settings cannot be read: a user token cannot be checked now.
+        IdentityUnavailable = "identity_unavailable",
         /// Under `strict` grounding, an answer with a sentence no source supports, refused by a
         /// non-streaming route (the verdict is in the body).
         Ungrounded = "ungrounded",
@@ -216,7 +226,7 @@ impl Code {
             | InvalidFilter | InvalidTenant | InvalidComponent | InvalidN | InvalidMaxTokens
             | UnreadableBody | InvalidPage | ConfirmationRequired | InvalidRange
             | InvalidRerankContext | InvalidSettings => 400,
-            MissingApiKey | InvalidApiKey => 401,
+            MissingApiKey | InvalidApiKey | MissingUserToken | InvalidUserToken => 401,
             ForbiddenTenant | PermissionDenied | OutsideKeyFilter | CrossOrigin | ForbiddenHost => {
                 403
             }
@@ -233,8 +243,8 @@ impl Code {
             RateLimited | TooManyStreams | BudgetExceeded => 429,
             IngestFailed | StorageFailed | Internal => 500,
             LlmRejected | LlmStreamFailed => 502,
-            CacheUnavailable | AuthUnavailable | LlmUnavailable | StoreUnavailable
-            | UsageUnavailable | SettingsUnavailable | ShuttingDown => 503,
+            CacheUnavailable | AuthUnavailable | IdentityUnavailable | LlmUnavailable
+            | StoreUnavailable | UsageUnavailable | SettingsUnavailable | ShuttingDown => 503,
             LlmTimeout | DeadlineExceeded => 504,
         }
     }
@@ -248,6 +258,7 @@ impl Code {
                 | TooManyStreams
                 | CacheUnavailable
                 | AuthUnavailable
+                | IdentityUnavailable
                 | StoreUnavailable
                 | UsageUnavailable
                 | SettingsUnavailable

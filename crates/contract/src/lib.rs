@@ -12,6 +12,7 @@
 //! - [`fusion`]: how the dense and BM25 halves of a search are fused, per tenant;
 //! - [`cancel`]: how CPU work on other threads stops when its request ends;
 //! - [`settings`]: how each owner of a configuration section reads and checks its variables;
+//! - [`access`]: end users, their principals, and the documents they may see;
 //! - [`cache`], [`auth`] and [`usage`]: the storage boundaries of the answer cache, the API
 //!   keys and usage — what a backend keeps and answers (the rules over them are the engine's).
 //!
@@ -20,6 +21,7 @@
 //! that a change in the engine does not reach them.
 #![warn(missing_docs)]
 
+pub mod access;
 pub mod auth;
 pub mod cache;
 pub mod cancel;

@@ -125,6 +125,10 @@ impl Metadata {
         let mut out = BTreeMap::new();
         for (key, value) in object {
             check_key(key)?;
+            if key == crate::access::ACCESS_KEY {
+                out.insert(key.clone(), access_list(value)?);
+                continue;
+            }
             let value = match value {
                 Value::String(s) => {
                     check_text(key, s)?;
@@ -213,6 +217,36 @@ impl Metadata {
     }
 }
 
+/// A document's access list ([`crate::access`]): a list of principals, at most
+/// [`MAX_LIST_ITEMS`]; an empty one is stored as [`crate::access::NOBODY`].
+fn access_list(value: &Value) -> Result<MetaValue, String> {
+    use crate::access::{ACCESS_KEY, NOBODY, check_principal};
+    let Value::Array(items) = value else {
+        return Err(format!(
+            "{ACCESS_KEY:?}: a list of principals (\"group:hr\", \"user:alice\"), or [] for no end \
+             user; leave it out for every end user"
+        ));
+    };
+    if items.len() > MAX_LIST_ITEMS {
+        return Err(format!(
+            "{ACCESS_KEY:?}: {} principals; at most {MAX_LIST_ITEMS} are allowed",
+            items.len()
+        ));
+    }
+    let mut list = Vec::with_capacity(items.len().max(1));
+    for item in items {
+        let Value::String(p) = item else {
+            return Err(format!("{ACCESS_KEY:?}: principals are strings"));
+        };
+        check_principal(p).map_err(|e| format!("{ACCESS_KEY:?}: {e}"))?;
+        list.push(p.clone());
+    }
+    if list.is_empty() {
+        list.push(NOBODY.to_string());
+    }
+    Ok(MetaValue::List(list))
+}
+
 impl Serialize for Metadata {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         self.to_json().serialize(s)
@@ -296,5 +330,19 @@ mod tests {
             .collect();
         refused(Value::Object(big), "bytes as JSON");
         assert!(meta(json!({"_private": 1, "A9": "x"})).is_ok());
+        refused(json!({"_access": "group:hr"}), "a list of principals");
+        refused(json!({"_access": ["hr"]}), "not a principal");
+        refused(json!({"_access": [1]}), "principals are strings");
+        refused(json!({"_access": vec!["group:x"; 65]}), "at most 64");
+    }
+
+    #[test]
+    fn an_empty_access_list_is_stored_as_the_principal_nobody_holds() {
+        let m = meta(json!({"_access": []})).unwrap();
+        assert_eq!(m.to_json()["_access"], json!([crate::access::NOBODY]));
+        let back = meta(Value::Object(m.to_json())).unwrap();
+        assert_eq!(back, m, "read back from a store as written");
+        let m = meta(json!({"_access": ["group:hr", "user:alice"]})).unwrap();
+        assert_eq!(m.to_json()["_access"], json!(["group:hr", "user:alice"]));
     }
 }

@@ -53,6 +53,11 @@ pub struct TenantSettings {
     /// not say (`SLUICE_EXTRACT`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub extract: Option<bool>,
+    /// Who its end users are: how their tokens are verified and which claims name the
+    /// documents they may see ([`crate::access`]). Unset: requests carry no user, and see all
+    /// the key lets them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub identity: Option<crate::access::IdentitySettings>,
 }
 
 /// What the tenant's assistant is told, before Sluice's own rules (sources numbered, answers
@@ -173,6 +178,7 @@ impl TenantSettings {
                 "prompt",
                 "grounding",
                 "extract",
+                "identity",
             ],
         )?;
         let prompt = json.get("prompt").unwrap_or(&serde_json::Value::Null);
@@ -237,6 +243,11 @@ impl TenantSettings {
             &self.prompt.no_answer,
             MAX_NO_ANSWER_BYTES,
         )?;
+        if let Some(identity) = &self.identity {
+            identity
+                .validate()
+                .map_err(|(field, why)| InvalidSettings::new(&format!("identity.{field}"), why))?;
+        }
         Ok(())
     }
 }
@@ -369,6 +380,32 @@ mod tests {
             (
                 json!({"prompt": {"answer_without_sources": "no"}}),
                 "prompt.answer_without_sources",
+            ),
+            (json!({"identity": {"issuer": "i"}}), "identity"),
+            (
+                json!({"identity": {"issuer": "i", "audience": "a"}}),
+                "identity.jwks_url",
+            ),
+            (
+                json!({"identity": {"issuer": "i", "audience": "a",
+                                    "jwks_url": "http://idp.example.com/keys"}}),
+                "identity.jwks_url",
+            ),
+            (
+                json!({"identity": {"issuer": "i", "audience": "a",
+                                    "public_key": "-----BEGIN PUBLIC KEY-----\nx"}}),
+                "identity.algorithm",
+            ),
+            (
+                json!({"identity": {"issuer": " ", "audience": "a",
+                                    "jwks_url": "https://idp.example.com/keys"}}),
+                "identity.issuer",
+            ),
+            (
+                json!({"identity": {"issuer": "i", "audience": "a",
+                                    "jwks_url": "https://idp.example.com/keys",
+                                    "claims": {"dept": "Dept"}}}),
+                "identity.claims",
             ),
         ] {
             let e = TenantSettings::parse(&json, 256).expect_err(&json.to_string());

@@ -1,0 +1,275 @@
+//! End users and what they may see inside a tenant.
+//!
+//! A tenant that configures an identity ([`IdentitySettings`], in its settings) has its end
+//! users send a token signed by its own identity provider in [`USER_HEADER`]; the verified
+//! claims become the user's principals (`user:<sub>`, `group:<g>`, …). A document's access
+//! list is the reserved metadata key [`ACCESS_KEY`]: absent, every end user of the tenant
+//! may see it; a list, only the holders of one of its principals; an empty list (stored as
+//! [`NOBODY`]), no end user. What a user may see is a metadata filter ([`access_filter`]),
+//! ANDed with the key's and the request's, so every store applies it inside its query.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::filter::{Filter, Op, Scalar};
+
+/// The header that carries the end user's token (a JWT).
+pub const USER_HEADER: &str = "x-sluice-user";
+/// The metadata key of a document's access list.
+pub const ACCESS_KEY: &str = "_access";
+/// The principal nobody holds: what an empty access list is stored as (an empty list would
+/// read as an absent key in Qdrant's filters, which would open the document to everyone).
+pub const NOBODY: &str = "-";
+/// Most principals one user may hold (their groups and mapped claims, with `user:<sub>`).
+pub const MAX_PRINCIPALS: usize = 1_000;
+/// Longest principal, in bytes.
+pub const MAX_PRINCIPAL_BYTES: usize = 256;
+/// Longest principal kind (`group`, `user`, or a mapped claim's), in bytes.
+pub const MAX_KIND_BYTES: usize = 32;
+
+/// Whether `kind` may name a kind of principal: lowercase ASCII letters, digits, `_` and `-`,
+/// starting with a letter, at most [`MAX_KIND_BYTES`].
+pub fn check_kind(kind: &str) -> Result<(), String> {
+    let ok = !kind.is_empty()
+        && kind.len() <= MAX_KIND_BYTES
+        && kind.as_bytes()[0].is_ascii_lowercase()
+        && (kind.bytes())
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+    match ok {
+        true => Ok(()),
+        false => Err(format!(
+            "{kind:?} is not a principal kind: lowercase letters, digits, _ and -, starting with \
+             a letter, at most {MAX_KIND_BYTES} bytes"
+        )),
+    }
+}
+
+/// Whether `principal` is one: `kind:value` ([`check_kind`]), the value not empty and free of
+/// control characters, the whole at most [`MAX_PRINCIPAL_BYTES`] — or [`NOBODY`].
+pub fn check_principal(principal: &str) -> Result<(), String> {
+    if principal == NOBODY {
+        return Ok(());
+    }
+    let Some((kind, value)) = principal.split_once(':') else {
+        return Err(format!(
+            "{principal:?} is not a principal: write kind:value (user:alice, group:hr)"
+        ));
+    };
+    check_kind(kind)?;
+    if value.is_empty() || value.chars().any(char::is_control) {
+        return Err(format!(
+            "{principal:?}: the value after the kind is empty or has control characters"
+        ));
+    }
+    if principal.len() > MAX_PRINCIPAL_BYTES {
+        return Err(format!(
+            "a principal of {} bytes; at most {MAX_PRINCIPAL_BYTES}",
+            principal.len()
+        ));
+    }
+    Ok(())
+}
+
+/// The documents a user holding `principals` may see: those without an access list, and
+/// those whose list names one of the principals. `None` principals: a request without a user
+/// token, which sees the open documents only.
+pub fn access_filter(principals: Option<&[String]>) -> Filter {
+    let open = Filter::Field {
+        key: ACCESS_KEY.into(),
+        op: Op::Exists(false),
+    };
+    match principals {
+        Some(held) if !held.is_empty() => Filter::Or(vec![
+            open,
+            Filter::Field {
+                key: ACCESS_KEY.into(),
+                op: Op::In(held.iter().map(|p| Scalar::Text(p.clone())).collect()),
+            },
+        ]),
+        _ => open,
+    }
+}
+
+/// Whether a document with `access` (its [`ACCESS_KEY`] list; `None` when it has none) is one
+/// a user holding `principals` may see: the reference meaning of [`access_filter`].
+pub fn may_see(access: Option<&[String]>, principals: Option<&[String]>) -> bool {
+    match access {
+        None => true,
+        Some(list) => principals.is_some_and(|held| list.iter().any(|p| held.contains(p))),
+    }
+}
+
+/// How a tenant's end users are known: how the token in [`USER_HEADER`] is verified, and
+/// which of its claims name principals.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IdentitySettings {
+    /// The `iss` every token must carry.
+    pub issuer: String,
+    /// The `aud` every token must carry (one of its values, when it is a list).
+    pub audience: String,
+    /// Where the identity provider publishes its public keys (a JWKS document; `https`, or
+    /// `http` on a loopback address). Each key's type picks its algorithm: RSA RS256, EC P-256
+    /// ES256, Ed25519 EdDSA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwks_url: Option<String>,
+    /// Instead, one public key (PEM, `-----BEGIN PUBLIC KEY-----`), of the type `algorithm`
+    /// says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_key: Option<String>,
+    /// The algorithm of `public_key`: `RS256`, `ES256` or `EdDSA`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub algorithm: Option<String>,
+    /// The claim that lists the user's groups (default `groups`): each one a `group:<g>`.
+    #[serde(default = "groups_claim", skip_serializing_if = "is_groups_claim")]
+    pub groups_claim: String,
+    /// More claims read as principals: claim → kind (`{"department": "dept"}` makes
+    /// `dept:<value>` of each value of the `department` claim).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub claims: BTreeMap<String, String>,
+    /// Whether every request must carry a user token (then one without is refused with 401
+    /// `missing_user_token`); `false` (the default): one without sees only the documents open
+    /// to every end user.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub required: bool,
+}
+
+fn groups_claim() -> String {
+    "groups".into()
+}
+
+fn is_groups_claim(claim: &String) -> bool {
+    *claim == groups_claim()
+}
+
+/// The algorithms a static `public_key` may be for.
+pub const KEY_ALGORITHMS: [&str; 3] = ["RS256", "ES256", "EdDSA"];
+
+impl IdentitySettings {
+    /// Checks the fields: the message names the first bad one (relative to `identity.`).
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        let bad = |field: &str, why: String| Err((field.to_string(), why));
+        for (field, value) in [("issuer", &self.issuer), ("audience", &self.audience)] {
+            if value.trim().is_empty() || value.len() > 1_024 {
+                return bad(field, "must be 1 to 1,024 bytes".into());
+            }
+        }
+        match (&self.jwks_url, &self.public_key) {
+            (Some(url), None) => {
+                let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
+                    .iter()
+                    .any(|p| url.starts_with(p));
+                if !(url.starts_with("https://") || loopback) || url.len() > 2_048 {
+                    return bad(
+                        "jwks_url",
+                        "must be an https URL (http only on a loopback address)".into(),
+                    );
+                }
+                if self.algorithm.is_some() {
+                    return bad(
+                        "algorithm",
+                        "goes with public_key only (a JWKS key's type says its own)".into(),
+                    );
+                }
+            }
+            (None, Some(pem)) => {
+                if !pem.trim_start().starts_with("-----BEGIN PUBLIC KEY-----") || pem.len() > 16_384
+                {
+                    return bad(
+                        "public_key",
+                        "must be a PEM public key (-----BEGIN PUBLIC KEY-----), at most 16 KiB"
+                            .into(),
+                    );
+                }
+                match self.algorithm.as_deref() {
+                    Some(a) if KEY_ALGORITHMS.contains(&a) => {}
+                    _ => {
+                        return bad(
+                            "algorithm",
+                            format!("must be one of {}", KEY_ALGORITHMS.join(", ")),
+                        );
+                    }
+                }
+            }
+            _ => {
+                return bad(
+                    "jwks_url",
+                    "give jwks_url or public_key, one of them".into(),
+                );
+            }
+        }
+        if self.groups_claim.is_empty() || self.groups_claim.len() > 256 {
+            return bad("groups_claim", "must be 1 to 256 bytes".into());
+        }
+        if self.claims.len() > 16 {
+            return bad("claims", "at most 16 claims".into());
+        }
+        for (claim, kind) in &self.claims {
+            if claim.is_empty() || claim.len() > 256 {
+                return bad(
+                    "claims",
+                    format!("{claim:?}: a claim name of 1 to 256 bytes"),
+                );
+            }
+            check_kind(kind).map_err(|why| ("claims".to_string(), why))?;
+            if kind == "user" {
+                return bad("claims", "\"user\" is the subject's own kind".into());
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn principals_are_kind_colon_value() {
+        for ok in [
+            "user:alice",
+            "group:hr",
+            "dept:sales-emea",
+            "group:a:b",
+            NOBODY,
+        ] {
+            assert!(check_principal(ok).is_ok(), "{ok}");
+        }
+        for bad in ["alice", ":x", "User:alice", "group:", "9x:y", "group:\n"] {
+            assert!(check_principal(bad).is_err(), "{bad}");
+        }
+        let long = format!("group:{}", "x".repeat(MAX_PRINCIPAL_BYTES));
+        assert!(check_principal(&long).is_err());
+    }
+
+    #[test]
+    fn the_filter_means_what_may_see_says() {
+        let held = ["user:alice".to_string(), "group:hr".to_string()];
+        fn doc(access: Option<Vec<&str>>) -> (crate::metadata::Metadata, Option<Vec<&str>>) {
+            let mut m = serde_json::Map::new();
+            if let Some(list) = &access {
+                m.insert(ACCESS_KEY.into(), serde_json::json!(list));
+            }
+            (crate::metadata::Metadata::from_json(&m).unwrap(), access)
+        }
+        for access in [
+            None,
+            Some(vec!["group:hr"]),
+            Some(vec!["group:finance", "user:alice"]),
+            Some(vec!["group:finance"]),
+            Some(vec![NOBODY]),
+        ] {
+            let (metadata, access) = doc(access);
+            let list: Option<Vec<String>> =
+                access.map(|l| l.iter().map(|s| s.to_string()).collect());
+            for principals in [Some(&held[..]), None, Some(&[][..])] {
+                assert_eq!(
+                    access_filter(principals).matches(&metadata),
+                    may_see(list.as_deref(), principals),
+                    "{list:?} for {principals:?}"
+                );
+            }
+        }
+    }
+}

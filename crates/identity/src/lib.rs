@@ -1,0 +1,330 @@
+//! End users' tokens: a JWT in `x-sluice-user`, verified against the tenant's identity
+//! provider ([`IdentitySettings`]) and read into the principals that decide which documents
+//! the user may see ([`sluice_contract::access`]).
+//!
+//! - **Keys.** A JWKS URL is fetched on first use and kept; a token naming a key (`kid`) the
+//!   set does not hold fetches it again — at most once a minute per URL ([`REFETCH_EVERY`]), within
+//!   [`FETCH_TIMEOUT`], at most [`MAX_JWKS_BYTES`] read. A failed fetch leaves the keys already
+//!   held in force; a token whose key is not among them is refused, never let through. Or one
+//!   static public key (PEM) of a stated algorithm.
+//! - **Algorithms.** Each key allows one: RSA RS256, EC P-256 ES256, Ed25519 EdDSA (a JWKS key
+//!   by its type; a static key by the tenant's `algorithm`). A token whose header names
+//!   another is refused before its signature is read, so `alg: none` and a token re-signed
+//!   with HS256 using the public key as the secret get nowhere; symmetric (`oct`) keys in a
+//!   JWKS are ignored.
+//! - **Claims.** `iss` and `aud` as configured, `exp` required, `nbf` honoured, 30 s of
+//!   clock skew either way; `sub` required.
+//!
+//! Signatures are checked by `jsonwebtoken` on aws-lc-rs.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use jsonwebtoken::errors::ErrorKind;
+use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk};
+use jsonwebtoken::{Algorithm, DecodingKey, Validation};
+use serde_json::{Map, Value};
+use sluice_contract::access::{IdentitySettings, MAX_PRINCIPALS, check_principal};
+
+/// How long one JWKS fetch may take (connect, headers and body).
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
+/// How often a JWKS URL may be fetched again for a key it did not hold.
+pub const REFETCH_EVERY: Duration = Duration::from_secs(60);
+/// Most bytes of a JWKS document read.
+pub const MAX_JWKS_BYTES: usize = 256 << 10;
+/// Clock skew allowed on `exp` and `nbf`, in seconds.
+pub const LEEWAY_SECS: u64 = 30;
+/// Most JWKS URLs kept (tenants come and go; the least recently fetched are forgotten).
+const MAX_SETS: usize = 1_000;
+
+/// A verified end user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct User {
+    /// The token's `sub`.
+    pub subject: String,
+    /// `user:<sub>`, then a `group:<g>` per group, then the mapped claims', each once.
+    pub principals: Vec<String>,
+}
+
+/// Why a token was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TokenError {
+    /// Not a JWT, or claims of the wrong shape.
+    #[error("the user token is malformed: {0}")]
+    Malformed(String),
+    /// Past its `exp`.
+    #[error("the user token has expired")]
+    Expired,
+    /// Before its `nbf`.
+    #[error("the user token is not valid yet")]
+    NotYetValid,
+    /// Another `iss`.
+    #[error("the user token is from another issuer")]
+    Issuer,
+    /// Another `aud`.
+    #[error("the user token is for another audience")]
+    Audience,
+    /// The signature does not verify.
+    #[error("the user token's signature does not verify")]
+    Signature,
+    /// The header names an algorithm the key does not allow.
+    #[error("the user token's algorithm is not the key's ({0})")]
+    Algorithm(String),
+    /// No key of the identity provider's has the token's `kid`.
+    #[error("the user token names a key the identity provider does not publish ({0})")]
+    UnknownKey(String),
+    /// A claim that cannot be read into principals.
+    #[error("the user token's claims: {0}")]
+    Claims(String),
+    /// The identity provider's keys could not be fetched and none are known yet.
+    #[error("the identity provider's keys cannot be fetched: {0}")]
+    KeysUnavailable(String),
+}
+
+/// One JWKS URL's keys, by `kid`, each with the algorithm it allows.
+#[derive(Default)]
+struct KeySet {
+    keys: Option<Arc<HashMap<String, (DecodingKey, Algorithm)>>>,
+    /// When it was last fetched (or tried).
+    tried: Option<Instant>,
+}
+
+/// Verifies end users' tokens; keeps each JWKS URL's keys. Shared by every request.
+pub struct Identities {
+    client: reqwest::Client,
+    refetch_every: Duration,
+    sets: Mutex<HashMap<String, Arc<tokio::sync::Mutex<KeySet>>>>,
+}
+
+impl Identities {
+    /// A verifier that fetches keys with `client` (the process's keep-alive client), a JWKS
+    /// URL again for an unknown key at most once per `refetch_every` ([`REFETCH_EVERY`]).
+    pub fn new(client: reqwest::Client, refetch_every: Duration) -> Self {
+        Self {
+            client,
+            refetch_every,
+            sets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Verifies `token` under the tenant's `identity`, and reads its principals.
+    pub async fn verify(
+        &self,
+        identity: &IdentitySettings,
+        token: &str,
+    ) -> Result<User, TokenError> {
+        let header =
+            jsonwebtoken::decode_header(token).map_err(|e| TokenError::Malformed(e.to_string()))?;
+        let (key, algorithm) = match (&identity.jwks_url, &identity.public_key) {
+            (Some(url), _) => self.key(url, header.kid.as_deref()).await?,
+            (None, Some(pem)) => static_key(pem, identity.algorithm.as_deref())?,
+            (None, None) => return Err(TokenError::KeysUnavailable("no key configured".into())),
+        };
+        if header.alg != algorithm {
+            return Err(TokenError::Algorithm(format!("{:?}", header.alg)));
+        }
+        let mut validation = Validation::new(algorithm);
+        validation.set_issuer(&[&identity.issuer]);
+        validation.set_audience(&[&identity.audience]);
+        validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
+        validation.validate_nbf = true;
+        validation.leeway = LEEWAY_SECS;
+        let claims = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation)
+            .map_err(|e| refused(e.kind()))?
+            .claims;
+        principals(identity, &claims)
+    }
+
+    /// The key `kid` of the JWKS at `url` (the only key, when the token names none and the
+    /// set has one), fetching the set on first use and again for a key it lacks.
+    async fn key(
+        &self,
+        url: &str,
+        kid: Option<&str>,
+    ) -> Result<(DecodingKey, Algorithm), TokenError> {
+        let slot = {
+            let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
+            if sets.len() >= MAX_SETS && !sets.contains_key(url) {
+                sets.clear();
+            }
+            Arc::clone(sets.entry(url.to_string()).or_default())
+        };
+        // One fetch at a time per URL: the others wait for it, within their own bounds.
+        let mut set = slot.lock().await;
+        if let Some(found) = set.keys.as_ref().and_then(|k| pick(k, kid)) {
+            return Ok(found);
+        }
+        let due = set.tried.is_none_or(|t| t.elapsed() >= self.refetch_every);
+        let mut failure = None;
+        if due {
+            set.tried = Some(Instant::now());
+            match self.fetch(url).await {
+                Ok(keys) => set.keys = Some(Arc::new(keys)),
+                Err(why) => {
+                    tracing::warn!(url, error = %why, "JWKS fetch failed; the keys held stay in force");
+                    failure = Some(why);
+                }
+            }
+        }
+        match &set.keys {
+            Some(keys) => pick(keys, kid).ok_or_else(|| {
+                TokenError::UnknownKey(kid.map_or("no kid".into(), |k| format!("kid {k:?}")))
+            }),
+            None => Err(TokenError::KeysUnavailable(failure.unwrap_or_else(|| {
+                "fetched less than a minute ago, and failed".into()
+            }))),
+        }
+    }
+
+    /// The JWKS at `url`: each RS256, ES256 or EdDSA key by its `kid`.
+    async fn fetch(&self, url: &str) -> Result<HashMap<String, (DecodingKey, Algorithm)>, String> {
+        let read = async {
+            let mut response = (self.client.get(url).send().await)
+                .and_then(reqwest::Response::error_for_status)
+                .map_err(|e| e.to_string())?;
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+                if body.len() + chunk.len() > MAX_JWKS_BYTES {
+                    return Err(format!("the key set is over {MAX_JWKS_BYTES} bytes"));
+                }
+                body.extend_from_slice(&chunk);
+            }
+            Ok(body)
+        };
+        let body = tokio::time::timeout(FETCH_TIMEOUT, read)
+            .await
+            .map_err(|_| format!("no answer within {} ms", FETCH_TIMEOUT.as_millis()))??;
+        let document: Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
+        let Some(keys) = document.get("keys").and_then(Value::as_array) else {
+            return Err("not a JWKS document (no \"keys\" list)".into());
+        };
+        Ok(keys.iter().filter_map(usable).collect())
+    }
+}
+
+/// A JWKS entry Sluice verifies with: its `kid`, key and algorithm; `None` for another type
+/// of key (symmetric keys above all), another curve, or one marked for encryption.
+fn usable(entry: &Value) -> Option<(String, (DecodingKey, Algorithm))> {
+    let jwk: Jwk = serde_json::from_value(entry.clone()).ok()?;
+    let for_encryption = matches!(entry.get("use").and_then(Value::as_str), Some("enc"));
+    let algorithm = match &jwk.algorithm {
+        AlgorithmParameters::RSA(_) => Algorithm::RS256,
+        AlgorithmParameters::EllipticCurve(p) if p.curve == EllipticCurve::P256 => Algorithm::ES256,
+        AlgorithmParameters::OctetKeyPair(p) if p.curve == EllipticCurve::Ed25519 => {
+            Algorithm::EdDSA
+        }
+        _ => return None,
+    };
+    // A key that names an algorithm must name the one its type is used with here.
+    let named = entry.get("alg").and_then(Value::as_str);
+    if for_encryption || named.is_some_and(|a| a != format!("{algorithm:?}")) {
+        return None;
+    }
+    let key = DecodingKey::from_jwk(&jwk).ok()?;
+    Some((
+        jwk.common.key_id.clone().unwrap_or_default(),
+        (key, algorithm),
+    ))
+}
+
+/// The key `kid` names, or the only one when the token names none.
+fn pick(
+    keys: &HashMap<String, (DecodingKey, Algorithm)>,
+    kid: Option<&str>,
+) -> Option<(DecodingKey, Algorithm)> {
+    match kid {
+        Some(kid) => keys.get(kid).cloned(),
+        None if keys.len() == 1 => keys.values().next().cloned(),
+        None => None,
+    }
+}
+
+/// A tenant's one public key, for its `algorithm`.
+fn static_key(pem: &str, algorithm: Option<&str>) -> Result<(DecodingKey, Algorithm), TokenError> {
+    let bad = |e: jsonwebtoken::errors::Error| {
+        TokenError::KeysUnavailable(format!("the configured public key: {e}"))
+    };
+    let pem = pem.as_bytes();
+    match algorithm {
+        Some("RS256") => Ok((
+            DecodingKey::from_rsa_pem(pem).map_err(bad)?,
+            Algorithm::RS256,
+        )),
+        Some("ES256") => Ok((
+            DecodingKey::from_ec_pem(pem).map_err(bad)?,
+            Algorithm::ES256,
+        )),
+        Some("EdDSA") => Ok((
+            DecodingKey::from_ed_pem(pem).map_err(bad)?,
+            Algorithm::EdDSA,
+        )),
+        other => Err(TokenError::KeysUnavailable(format!(
+            "the configured algorithm {other:?} is not RS256, ES256 or EdDSA"
+        ))),
+    }
+}
+
+/// What a refused token is told, by `jsonwebtoken`'s reason.
+fn refused(kind: &ErrorKind) -> TokenError {
+    match kind {
+        ErrorKind::ExpiredSignature => TokenError::Expired,
+        ErrorKind::ImmatureSignature => TokenError::NotYetValid,
+        ErrorKind::InvalidIssuer => TokenError::Issuer,
+        ErrorKind::InvalidAudience => TokenError::Audience,
+        ErrorKind::InvalidSignature => TokenError::Signature,
+        ErrorKind::InvalidAlgorithm | ErrorKind::MissingAlgorithm => {
+            TokenError::Algorithm("not allowed for this key".into())
+        }
+        ErrorKind::MissingRequiredClaim(claim) => TokenError::Claims(format!("no {claim:?} claim")),
+        other => TokenError::Malformed(format!("{other:?}")),
+    }
+}
+
+/// The principals the verified `claims` give, under the tenant's claim mapping.
+fn principals(
+    identity: &IdentitySettings,
+    claims: &Map<String, Value>,
+) -> Result<User, TokenError> {
+    let Some(subject) = claims.get("sub").and_then(Value::as_str) else {
+        return Err(TokenError::Claims("\"sub\" is not a string".into()));
+    };
+    let mut principals = vec![format!("user:{subject}")];
+    let mut seen: std::collections::HashSet<String> = principals.iter().cloned().collect();
+    let mapped = std::iter::once((&identity.groups_claim, "group"))
+        .chain(identity.claims.iter().map(|(c, k)| (c, k.as_str())));
+    for (claim, kind) in mapped {
+        let values: Vec<&str> = match claims.get(claim.as_str()) {
+            None | Some(Value::Null) => Vec::new(),
+            Some(Value::String(one)) => vec![one],
+            Some(Value::Array(many)) => (many.iter())
+                .map(|v| v.as_str())
+                .collect::<Option<_>>()
+                .ok_or_else(|| TokenError::Claims(format!("{claim:?} holds a non-string")))?,
+            Some(_) => {
+                return Err(TokenError::Claims(format!(
+                    "{claim:?} is neither a string nor a list of strings"
+                )));
+            }
+        };
+        for value in values {
+            let principal = format!("{kind}:{value}");
+            if seen.insert(principal.clone()) {
+                principals.push(principal);
+            }
+        }
+    }
+    for p in &principals {
+        check_principal(p).map_err(TokenError::Claims)?;
+    }
+    if principals.len() > MAX_PRINCIPALS {
+        return Err(TokenError::Claims(format!(
+            "{} principals; at most {MAX_PRINCIPALS}",
+            principals.len()
+        )));
+    }
+    Ok(User {
+        subject: subject.to_string(),
+        principals,
+    })
+}

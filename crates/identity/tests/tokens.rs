@@ -1,0 +1,341 @@
+//! End users' tokens against a JWKS stand-in on 127.0.0.1 (and a static public key): what
+//! verifies, what is refused and why, and how the key set is fetched. The keys are made for
+//! these tests (`tests/keys`); tokens are signed with `jsonwebtoken`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use jsonwebtoken::jwk::Jwk;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+use sluice_contract::access::IdentitySettings;
+use sluice_identity::{Identities, TokenError};
+
+const ISSUER: &str = "https://idp.example.com/";
+const AUDIENCE: &str = "sluice";
+
+fn pem(name: &str) -> String {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/keys")
+        .join(name);
+    std::fs::read_to_string(path).expect("a test key")
+}
+
+/// A signing key: its algorithm, private key and `kid`.
+struct Signer {
+    alg: Algorithm,
+    key: EncodingKey,
+    kid: &'static str,
+}
+
+fn signer(alg: Algorithm, file: &str, kid: &'static str) -> Signer {
+    let private = pem(file);
+    let key = match alg {
+        Algorithm::RS256 => EncodingKey::from_rsa_pem(private.as_bytes()),
+        Algorithm::ES256 => EncodingKey::from_ec_pem(private.as_bytes()),
+        Algorithm::EdDSA => EncodingKey::from_ed_pem(private.as_bytes()),
+        _ => unreachable!("the test keys' algorithms"),
+    }
+    .expect("a private key");
+    Signer { alg, key, kid }
+}
+
+impl Signer {
+    fn jwk(&self) -> Value {
+        let mut jwk =
+            serde_json::to_value(Jwk::from_encoding_key(&self.key, self.alg).unwrap()).unwrap();
+        jwk["kid"] = json!(self.kid);
+        jwk
+    }
+
+    fn sign(&self, claims: &Value) -> String {
+        let mut header = Header::new(self.alg);
+        header.kid = Some(self.kid.into());
+        jsonwebtoken::encode(&header, claims, &self.key).expect("signed")
+    }
+}
+
+fn now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn claims() -> Value {
+    json!({"iss": ISSUER, "aud": AUDIENCE, "sub": "alice", "exp": now() + 600,
+           "groups": ["hr", "emea"], "department": "finance"})
+}
+
+/// The JWKS stand-in: serves `keys` while `up`, counting fetches.
+#[derive(Default)]
+struct Jwks {
+    keys: std::sync::Mutex<Vec<Value>>,
+    down: AtomicBool,
+    fetches: AtomicUsize,
+}
+
+async fn jwks(keys: Vec<Value>) -> (Arc<Jwks>, String) {
+    let state = Arc::new(Jwks {
+        keys: std::sync::Mutex::new(keys),
+        ..Jwks::default()
+    });
+    let served = Arc::clone(&state);
+    let app = axum::Router::new().route(
+        "/jwks.json",
+        axum::routing::get(move || {
+            let state = Arc::clone(&served);
+            async move {
+                state.fetches.fetch_add(1, Ordering::SeqCst);
+                if state.down.load(Ordering::SeqCst) {
+                    return StatusCode::SERVICE_UNAVAILABLE.into_response();
+                }
+                let keys = state.keys.lock().unwrap().clone();
+                Json(json!({ "keys": keys })).into_response() as Response
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (state, url)
+}
+
+fn by_jwks(url: &str) -> IdentitySettings {
+    serde_json::from_value(json!({
+        "issuer": ISSUER, "audience": AUDIENCE, "jwks_url": url,
+        "claims": {"department": "dept"},
+    }))
+    .unwrap()
+}
+
+fn identities(refetch_every: Duration) -> Identities {
+    let client = reqwest::Client::builder().build().unwrap();
+    Identities::new(client, refetch_every)
+}
+
+#[tokio::test]
+async fn each_algorithm_verifies_and_its_claims_become_principals() {
+    let signers = [
+        signer(Algorithm::RS256, "rsa.pem", "r1"),
+        signer(Algorithm::ES256, "ec.pem", "e1"),
+        signer(Algorithm::EdDSA, "ed.pem", "d1"),
+    ];
+    let (_, url) = jwks(signers.iter().map(Signer::jwk).collect()).await;
+    let ids = identities(Duration::from_secs(60));
+    for s in &signers {
+        let user = ids.verify(&by_jwks(&url), &s.sign(&claims())).await;
+        let user = user.unwrap_or_else(|e| panic!("{:?}: {e}", s.alg));
+        assert_eq!(user.subject, "alice");
+        assert_eq!(
+            user.principals,
+            ["user:alice", "group:hr", "group:emea", "dept:finance"]
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_static_public_key_verifies_its_own_algorithm_only() {
+    let rsa = signer(Algorithm::RS256, "rsa.pem", "r1");
+    let ec = signer(Algorithm::ES256, "ec.pem", "e1");
+    let settings = |key: &str, alg: &str| -> IdentitySettings {
+        serde_json::from_value(json!({"issuer": ISSUER, "audience": AUDIENCE,
+                                      "public_key": pem(key), "algorithm": alg}))
+        .unwrap()
+    };
+    let ids = identities(Duration::from_secs(60));
+    let user = ids
+        .verify(&settings("rsa.pub.pem", "RS256"), &rsa.sign(&claims()))
+        .await;
+    assert_eq!(user.unwrap().principals[0], "user:alice");
+    let ec_token = ec.sign(&claims());
+    assert!(matches!(
+        ids.verify(&settings("rsa.pub.pem", "RS256"), &ec_token)
+            .await,
+        Err(TokenError::Algorithm(_))
+    ));
+    assert!(
+        ids.verify(&settings("ec.pub.pem", "ES256"), &ec_token)
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn each_bad_token_is_refused_with_its_reason() {
+    let rsa = signer(Algorithm::RS256, "rsa.pem", "r1");
+    let other = signer(Algorithm::RS256, "rsa2.pem", "r1");
+    let (_, url) = jwks(vec![rsa.jwk()]).await;
+    let ids = identities(Duration::from_secs(60));
+    let settings = by_jwks(&url);
+    let with = |change: Value| {
+        let mut c = claims();
+        for (k, v) in change.as_object().unwrap() {
+            c[k] = v.clone();
+        }
+        c
+    };
+    let cases: Vec<(&str, String, Expected)> = vec![
+        (
+            "expired",
+            rsa.sign(&with(json!({"exp": now() - 120}))),
+            |e| *e == TokenError::Expired,
+        ),
+        (
+            "not yet valid",
+            rsa.sign(&with(json!({"nbf": now() + 600}))),
+            |e| *e == TokenError::NotYetValid,
+        ),
+        (
+            "another audience",
+            rsa.sign(&with(json!({"aud": "other"}))),
+            |e| *e == TokenError::Audience,
+        ),
+        (
+            "another issuer",
+            rsa.sign(&with(json!({"iss": "https://evil/"}))),
+            |e| *e == TokenError::Issuer,
+        ),
+        ("another key, same kid", other.sign(&claims()), |e| {
+            *e == TokenError::Signature
+        }),
+        (
+            "no exp",
+            rsa.sign(&json!({"iss": ISSUER, "aud": AUDIENCE, "sub": "a"})),
+            |e| matches!(e, TokenError::Claims(_)),
+        ),
+        (
+            "groups not strings",
+            rsa.sign(&with(json!({"groups": [1]}))),
+            |e| matches!(e, TokenError::Claims(_)),
+        ),
+        ("not a JWT", "abc.def".into(), |e| {
+            matches!(e, TokenError::Malformed(_))
+        }),
+    ];
+    for (name, token, expected) in cases {
+        let got = ids.verify(&settings, &token).await;
+        match got {
+            Err(e) if expected(&e) => {}
+            other => panic!("{name}: {other:?}"),
+        }
+    }
+
+    // The payload changed after signing: the signature no longer verifies.
+    let token = rsa.sign(&claims());
+    let mut parts: Vec<String> = token.split('.').map(str::to_string).collect();
+    let forged = serde_json::to_vec(&with(json!({"groups": ["admin"]}))).unwrap();
+    parts[1] = b64(&forged);
+    let tampered = parts.join(".");
+    assert_eq!(
+        ids.verify(&settings, &tampered).await,
+        Err(TokenError::Signature)
+    );
+
+    // `alg: none`, and the RS256 key's public PEM used as an HS256 secret: refused before any
+    // signature is read.
+    let header = |alg: &str| {
+        b64(json!({"alg": alg, "kid": "r1", "typ": "JWT"})
+            .to_string()
+            .as_bytes())
+    };
+    let payload = b64(claims().to_string().as_bytes());
+    let unsigned = format!("{}.{payload}.", header("none"));
+    assert!(ids.verify(&settings, &unsigned).await.is_err());
+    let hs = jsonwebtoken::encode(
+        &Header {
+            kid: Some("r1".into()),
+            ..Header::new(Algorithm::HS256)
+        },
+        &claims(),
+        &EncodingKey::from_secret(pem("rsa.pub.pem").as_bytes()).unwrap(),
+    )
+    .unwrap();
+    assert!(matches!(
+        ids.verify(&settings, &hs).await,
+        Err(TokenError::Algorithm(_))
+    ));
+}
+
+/// What a refused token's error must be.
+type Expected = fn(&TokenError) -> bool;
+
+fn b64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let n = chunk
+            .iter()
+            .enumerate()
+            .fold(0u32, |n, (i, b)| n | (*b as u32) << (16 - 8 * i));
+        for i in 0..=chunk.len() {
+            out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn an_unknown_key_is_fetched_again_once_a_window_and_never_let_through() {
+    let old = signer(Algorithm::RS256, "rsa.pem", "old");
+    let new = signer(Algorithm::ES256, "ec.pem", "new");
+    let (server, url) = jwks(vec![old.jwk()]).await;
+    let window = Duration::from_millis(300);
+    let ids = identities(window);
+    let settings = by_jwks(&url);
+    assert!(ids.verify(&settings, &old.sign(&claims())).await.is_ok());
+    assert_eq!(server.fetches.load(Ordering::SeqCst), 1);
+
+    // The provider rotates: the new key is fetched for the first token that names it.
+    *server.keys.lock().unwrap() = vec![old.jwk(), new.jwk()];
+    tokio::time::sleep(window).await;
+    assert!(ids.verify(&settings, &new.sign(&claims())).await.is_ok());
+    assert_eq!(server.fetches.load(Ordering::SeqCst), 2);
+
+    // Down, and a token names a key it never published: refused; the keys held still verify,
+    // and within the window nothing is fetched however many such tokens come.
+    server.down.store(true, Ordering::SeqCst);
+    let stranger = Signer {
+        kid: "stranger",
+        ..signer(Algorithm::RS256, "rsa2.pem", "x")
+    };
+    tokio::time::sleep(window).await;
+    for _ in 0..20 {
+        let got = ids.verify(&settings, &stranger.sign(&claims())).await;
+        assert!(matches!(got, Err(TokenError::UnknownKey(_))), "{got:?}");
+    }
+    assert_eq!(
+        server.fetches.load(Ordering::SeqCst),
+        3,
+        "one fetch a window"
+    );
+    assert!(ids.verify(&settings, &old.sign(&claims())).await.is_ok());
+}
+
+#[tokio::test]
+async fn with_no_keys_ever_fetched_a_token_cannot_be_checked() {
+    let rsa = signer(Algorithm::RS256, "rsa.pem", "r1");
+    let (server, url) = jwks(vec![rsa.jwk()]).await;
+    server.down.store(true, Ordering::SeqCst);
+    let ids = identities(Duration::from_secs(60));
+    let got = ids.verify(&by_jwks(&url), &rsa.sign(&claims())).await;
+    assert!(
+        matches!(got, Err(TokenError::KeysUnavailable(_))),
+        "{got:?}"
+    );
+    // A JWKS that never answers is given up on within the fetch timeout.
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/jwks.json", silent.local_addr().unwrap());
+    let started = std::time::Instant::now();
+    let got = ids.verify(&by_jwks(&url), &rsa.sign(&claims())).await;
+    assert!(
+        matches!(got, Err(TokenError::KeysUnavailable(_))),
+        "{got:?}"
+    );
+    assert!(started.elapsed() < sluice_identity::FETCH_TIMEOUT + Duration::from_secs(5));
+    drop(silent);
+}
