@@ -173,6 +173,7 @@ pub fn key_file(
                     filter: None,
                     token_budget: None,
                     tenant_wide: false,
+                    user_token: false,
                 },
                 name: None,
             };

@@ -199,11 +199,12 @@ pub async fn parts(
         false => None,
     };
     let keys = keys(&config.auth, &aws).await?;
-    // Tenants' settings, where answers are served: the DynamoDB table on Lambda
+    // Tenants' settings, where answers or documents are served (the documents routes check
+    // end users by the tenant's identity): the DynamoDB table on Lambda
     // (`SLUICE_SETTINGS_TABLE`), else `sluice serve`'s file; a function without the table
     // keeps none, and every tenant answers with the deployment's defaults there.
     let settings: Option<Arc<dyn SettingsStore>> = match (&aws.settings_table, role) {
-        (_, role) if !role.answers() => None,
+        (_, role) if !role.answers() && !role.documents() => None,
         (Some(table), _) => Some(Arc::new(DynamoSettings::connect(table).await?)),
         (None, Role::All) => Some(Arc::new(FileSettings::new(&config.auth.settings_file))),
         (None, _) => None,

@@ -96,6 +96,9 @@ impl DynamoKeys {
         if record.principal.tenant_wide {
             put = put.item("tenant_wide", AttributeValue::Bool(true));
         }
+        if record.principal.user_token {
+            put = put.item("user_token", AttributeValue::Bool(true));
+        }
         put.send()
             .await
             .map(|_| ())
@@ -160,12 +163,12 @@ impl DynamoKeys {
                     .ok_or_else(|| malformed("has a token_budget that is not a whole number"))?,
             ),
         };
-        let tenant_wide = match item.get("tenant_wide") {
-            None => false,
-            Some(v) => *v
-                .as_bool()
-                .map_err(|_| malformed("has a tenant_wide that is not a boolean"))?,
+        let flag = |name: &str| match item.get(name) {
+            None => Ok(false),
+            Some(v) => (v.as_bool().copied())
+                .map_err(|_| malformed(&format!("has a {name} that is not a boolean"))),
         };
+        let (tenant_wide, user_token) = (flag("tenant_wide")?, flag("user_token")?);
         let record = KeyRecord {
             hash: hash.to_string(),
             principal: Principal {
@@ -174,6 +177,7 @@ impl DynamoKeys {
                 filter,
                 token_budget,
                 tenant_wide,
+                user_token,
             },
             name: None,
         };
@@ -227,6 +231,7 @@ mod tests {
             filter: None,
             token_budget: None,
             tenant_wide: false,
+            user_token: false,
         }
     }
 

@@ -21,12 +21,18 @@ const BATCH_BYTES: usize = 4 << 20;
 
 /// `sluice ingest`: convert and parse every file here (errors name the file), then send in
 /// batches.
-pub async fn ingest(client: &Client, paths: &[PathBuf], limits: &ConvertLimits) -> Result<()> {
+pub async fn ingest(
+    client: &Client,
+    paths: &[PathBuf],
+    access: Option<&str>,
+    limits: &ConvertLimits,
+) -> Result<()> {
     let reading = ProgressBar::new_spinner();
-    let (documents, files) = sluice_convert::read_files(paths, limits, &|f| {
+    let (mut documents, files) = sluice_convert::read_files(paths, limits, &|f| {
         reading.set_message(format!("reading {}", f.display()));
         reading.tick();
     })?;
+    (documents.iter_mut()).for_each(|d| access.into_iter().for_each(|a| d.set_access(a)));
     reading.finish_and_clear();
 
     let bar = ProgressBar::new(documents.len() as u64);

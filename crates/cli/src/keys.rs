@@ -1,62 +1,32 @@
 //! `sluice keys`: API keys for the tenants of a server with auth on.
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Subcommand;
 use sluice_app::Settings;
-use sluice_contract::Tenant;
-use sluice_contract::auth::{check_grant, digest, key_id, new_key};
-use sluice_contract::filter::Filter;
-use sluice_contract::{auth::KeyRecord, auth::Permission, auth::Principal};
+use sluice_contract::auth::{KeyAsk, KeyRecord, Principal, digest, key_id, new_key};
 
 /// Makes a key, stores its digest where `settings` say, and prints the key. A key bound to a
 /// `filter` gets only `answer` unless told otherwise, and a permission that acts on the whole
-/// tenant only with `tenant_wide` ([`check_grant`]).
+/// tenant only with `tenant_wide` ([`Principal::asked`]).
 pub async fn create(settings: &Settings, new: NewKey) -> Result<()> {
-    let NewKey {
-        tenant,
-        permissions,
-        name,
-        filter,
-        token_budget,
-        tenant_wide,
-    } = new;
-    if token_budget == Some(0) {
-        bail!("--token-budget: a budget is a whole number of tokens from 1");
-    }
-    let tenant = Tenant::new(&tenant).map_err(|e| anyhow::anyhow!("--tenant: {e}"))?;
-    let filter = (filter.as_deref())
-        .map(|text| -> Result<Filter> {
-            let value: serde_json::Value =
-                serde_json::from_str(text).context("--filter: not JSON")?;
-            Filter::parse(&value).map_err(|e| anyhow::anyhow!("--filter: {e}"))
-        })
-        .transpose()?;
-    let permissions = match permissions {
-        None if filter.is_some() => Permission::BOUND_DEFAULT.to_vec(),
-        None => Permission::DEFAULT.to_vec(),
-        Some(names) => names
-            .iter()
-            .map(|p| {
-                Permission::parse(p).with_context(|| {
-                    let known: Vec<&str> = Permission::ALL.iter().map(|p| p.name()).collect();
-                    format!("--permissions: {p:?} is not one of {}", known.join(", "))
-                })
-            })
-            .collect::<Result<Vec<_>>>()?,
+    let ask = KeyAsk {
+        tenant: new.tenant,
+        permissions: new.permissions,
+        filter: new.filter,
+        token_budget: new.token_budget,
+        tenant_wide: new.tenant_wide,
+        user_token: new.user_token,
     };
-    check_grant(&permissions, filter.as_ref(), tenant_wide)
-        .map_err(|e| anyhow::anyhow!("--permissions: {e}"))?;
+    let principal = Principal::asked(ask).map_err(|e| {
+        let (field, why) = e.split_once(": ").unwrap_or(("", &e));
+        anyhow::anyhow!("--{}: {why}", field.replace('_', "-"))
+    })?;
     let key = new_key();
+    let tenant = principal.tenant.clone();
     let record = KeyRecord {
         hash: digest(&key),
-        principal: Principal {
-            tenant: tenant.clone(),
-            permissions,
-            filter,
-            token_budget,
-            tenant_wide,
-        },
-        name,
+        principal,
+        name: new.name,
     };
     let id = key_id(&record.hash);
     let place = sluice_app::store_key(settings, record).await?;
@@ -108,6 +78,10 @@ pub struct NewKey {
     /// Refused without this flag.
     #[arg(long, requires = "filter")]
     pub tenant_wide: bool,
+    /// Every request with the key must carry an end user's token (x-sluice-user): a key
+    /// for the tenant's front end, which then only reads.
+    #[arg(long)]
+    pub user_token: bool,
 }
 
 #[derive(Subcommand)]

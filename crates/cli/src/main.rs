@@ -42,6 +42,9 @@ enum Command {
         /// Files or folders (searched recursively).
         #[arg(required = true)]
         paths: Vec<PathBuf>,
+        /// Who may see them: principals, comma-separated (group:hr,user:alice; '' for no end user)
+        #[arg(long)]
+        access: Option<String>,
         #[command(flatten)]
         target: Target,
     },
@@ -148,6 +151,9 @@ struct Target {
     /// Server base URL [default: http://$SLUICE_ADDR]
     #[arg(long, env = "SLUICE_URL", global = true)]
     url: Option<String>,
+    /// Act for the end user of this token (a JWT from the tenant's identity provider)
+    #[arg(long, env = "SLUICE_USER_TOKEN", global = true, hide_env_values = true)]
+    user_token: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -208,13 +214,24 @@ fn run() -> Result<()> {
     let config = &settings.config;
     let server = |target: Target| {
         let client = sluice_client::Client::new(&server_url(config, target.url))?;
-        Ok::<_, anyhow::Error>(client.for_tenant(target.tenant.as_deref()))
+        let client = client.for_tenant(target.tenant.as_deref());
+        Ok::<_, anyhow::Error>(client.for_user(target.user_token.as_deref()))
     };
     let runtime = tokio::runtime::Runtime::new()?;
     match cli.command {
         Command::Serve => runtime.block_on(serve::run(settings)),
-        Command::Ingest { paths, target } => {
-            runtime.block_on(client::ingest(&server(target)?, &paths, &settings.convert))
+        Command::Ingest {
+            paths,
+            access,
+            target,
+        } => {
+            let client = server(target)?;
+            runtime.block_on(client::ingest(
+                &client,
+                &paths,
+                access.as_deref(),
+                &settings.convert,
+            ))
         }
         Command::Ask {
             query,

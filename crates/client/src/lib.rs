@@ -220,6 +220,8 @@ impl AnswerOptions {
 pub struct Client {
     base: String,
     tenant: Option<String>,
+    /// The end user's token, sent in `x-sluice-user`.
+    user: Option<String>,
     http: reqwest::Client,
 }
 
@@ -236,6 +238,7 @@ impl Client {
         Ok(Self {
             base: base.trim_end_matches('/').to_string(),
             tenant: None,
+            user: None,
             http,
         })
     }
@@ -244,6 +247,13 @@ impl Client {
     /// server's default with auth off).
     pub fn for_tenant(mut self, tenant: Option<&str>) -> Self {
         self.tenant = tenant.map(str::to_string);
+        self
+    }
+
+    /// The same client acting for the end user whose token (a JWT from the tenant's
+    /// identity provider) is `token`: answers and listings are then only what they may see.
+    pub fn for_user(mut self, token: Option<&str>) -> Self {
+        self.user = token.map(|t| t.trim().to_string());
         self
     }
 
@@ -391,9 +401,12 @@ impl Client {
     }
 
     fn request(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
-        let request = self.http.request(method, format!("{}{path}", self.base));
-        match &self.tenant {
-            Some(tenant) => request.header(TENANT_HEADER, tenant),
+        let mut request = self.http.request(method, format!("{}{path}", self.base));
+        if let Some(tenant) = &self.tenant {
+            request = request.header(TENANT_HEADER, tenant);
+        }
+        match &self.user {
+            Some(token) => request.header(sluice_contract::access::USER_HEADER, token),
             None => request,
         }
     }

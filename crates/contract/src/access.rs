@@ -91,6 +91,18 @@ pub fn access_filter(principals: Option<&[String]>) -> Filter {
     }
 }
 
+/// An access list written as text, principals separated by commas (`group:hr,user:alice`;
+/// nothing for no end user), as a document's [`ACCESS_KEY`] value: what a file upload's
+/// `access` parameter, `sluice ingest --access` and an S3 object's tag say. The principals
+/// are checked with the rest of the document's metadata.
+pub fn access_list(text: &str) -> serde_json::Value {
+    (text.split(','))
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+        .map(|p| serde_json::Value::String(p.to_string()))
+        .collect()
+}
+
 /// Whether a document with `access` (its [`ACCESS_KEY`] list; `None` when it has none) is one
 /// a user holding `principals` may see: the reference meaning of [`access_filter`].
 pub fn may_see(access: Option<&[String]>, principals: Option<&[String]>) -> bool {

@@ -141,6 +141,11 @@ pub struct Principal {
     /// permissions even when it lists them. Meaningless without a filter.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tenant_wide: bool,
+    /// Whether every request with the key must carry an end user's token
+    /// ([`crate::access::USER_HEADER`]): a key for a tenant's front end, which acts for its end
+    /// users and so only reads (`sluice keys create --user-token`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub user_token: bool,
 }
 
 impl Principal {
@@ -195,6 +200,65 @@ pub fn check_grant(
          --tenant-wide to give this bound key tenant-wide powers",
         wide.join(", ")
     ))
+}
+
+/// What a new key is asked to be, as people write it (`sluice keys create`'s flags): each
+/// field checked by [`Principal::asked`].
+#[derive(Debug, Clone, Default)]
+pub struct KeyAsk {
+    /// The tenant's name.
+    pub tenant: String,
+    /// Permission names; `None`: [`Permission::DEFAULT`], or [`Permission::BOUND_DEFAULT`]
+    /// with a filter.
+    pub permissions: Option<Vec<String>>,
+    /// A filter as JSON text.
+    pub filter: Option<String>,
+    /// Tokens a month (from 1).
+    pub token_budget: Option<u64>,
+    /// See [`Principal::tenant_wide`].
+    pub tenant_wide: bool,
+    /// See [`Principal::user_token`].
+    pub user_token: bool,
+}
+
+impl Principal {
+    /// The principal `ask` describes, or what is wrong with it, naming the field
+    /// (`permissions: "read" is not one of …`).
+    pub fn asked(ask: KeyAsk) -> Result<Self, String> {
+        if ask.token_budget == Some(0) {
+            return Err("token_budget: a budget is a whole number of tokens from 1".into());
+        }
+        let tenant = Tenant::new(&ask.tenant).map_err(|e| format!("tenant: {e}"))?;
+        let filter = (ask.filter.as_deref())
+            .map(|text| {
+                let value: serde_json::Value =
+                    serde_json::from_str(text).map_err(|e| format!("filter: not JSON: {e}"))?;
+                crate::filter::Filter::parse(&value).map_err(|e| format!("filter: {e}"))
+            })
+            .transpose()?;
+        let permissions = match ask.permissions {
+            None if filter.is_some() => Permission::BOUND_DEFAULT.to_vec(),
+            None => Permission::DEFAULT.to_vec(),
+            Some(names) => (names.iter())
+                .map(|p| {
+                    Permission::parse(p).ok_or_else(|| {
+                        let known: Vec<&str> = Permission::ALL.iter().map(|p| p.name()).collect();
+                        format!("permissions: {p:?} is not one of {}", known.join(", "))
+                    })
+                })
+                .collect::<Result<Vec<_>, _>>()?,
+        };
+        check_grant(&permissions, filter.as_ref(), ask.tenant_wide)
+            .map_err(|e| format!("permissions: {e}"))?;
+        Ok(Self {
+            tenant,
+            permissions,
+            filter,
+            token_budget: ask.token_budget,
+            tenant_wide: ask.tenant_wide,
+            user_token: ask.user_token,
+        })
+    }
 }
 
 /// A stored key: its digest and whom it stands for.

@@ -44,6 +44,15 @@ pub struct Document {
     pub metadata: serde_json::Map<String, serde_json::Value>,
 }
 
+impl Document {
+    /// Gives the document the access list `text` writes ([`crate::access::access_list`]'s
+    /// form: principals separated by commas, nothing for no end user).
+    pub fn set_access(&mut self, text: &str) {
+        let list = crate::access::access_list(text);
+        self.metadata.insert(crate::access::ACCESS_KEY.into(), list);
+    }
+}
+
 /// What an ingest did.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct IngestReport {

@@ -126,6 +126,7 @@ mod tests {
                 filter: None,
                 token_budget: None,
                 tenant_wide: false,
+                user_token: false,
             },
             name: None,
         }

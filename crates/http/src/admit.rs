@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, header};
 use sluice_contract::Tenant;
+use sluice_contract::access::{USER_HEADER, access_filter};
 use sluice_contract::auth::{KEY_HEADER, Permission, digest, key_id};
 use sluice_contract::codes::Code;
 use sluice_contract::filter::Filter;
 use sluice_contract::tenant::{TENANT_HEADER, TENANT_RULE};
+use sluice_identity::TokenError;
 
 use crate::Server;
 use crate::error::ApiError;
@@ -34,7 +36,110 @@ pub(crate) struct Caller {
     /// Whether the key manages the tenant's components (the `components` permission,
     /// tenant-wide): its answers' `meta` says why the component failed.
     pub(crate) may_see_component_failures: bool,
+    /// Whether every request of the key must carry an end user's token.
+    pub(crate) user_token: bool,
+    /// The documents the end user may see ([`sluice_contract::access`]), set by
+    /// [`admit_reader`]: `None` for a tenant without an identity (all the key allows).
+    pub(crate) access: Option<Filter>,
 }
+
+impl Caller {
+    /// What the caller may read: the key's filter and the end user's access, ANDed (a
+    /// request's own filter is ANDed to it, so it can narrow and never widen).
+    pub(crate) fn reads(&self) -> Option<Filter> {
+        Filter::and(self.filter.as_ref(), self.access.as_ref())
+    }
+}
+
+/// Admits a request of a route that reads documents (answers, listings) on behalf of an end
+/// user: [`admit`]'s checks, then the end user's token (`x-sluice-user`) verified by the
+/// tenant's identity and read into [`Caller::access`]. A tenant without an identity: no
+/// token may be sent, and the caller sees what its key allows. With one: a token that does
+/// not verify is 401 `invalid_user_token`; none, 401 `missing_user_token` where the tenant or
+/// the key requires one, else the documents open to every end user. Settings or keys that
+/// cannot be read leave nothing seen: 503 `identity_unavailable`.
+pub(crate) async fn admit_reader(
+    server: &Server,
+    headers: &HeaderMap,
+    permission: Permission,
+) -> Result<Caller, ApiError> {
+    let mut caller = admitted(server, headers, permission).await?;
+    caller.access = end_user(server, headers, &caller).await?;
+    Ok(caller)
+}
+
+/// The end user's access filter (see [`admit_reader`]).
+async fn end_user(
+    server: &Server,
+    headers: &HeaderMap,
+    caller: &Caller,
+) -> Result<Option<Filter>, ApiError> {
+    let token = match headers.get(USER_HEADER) {
+        None => None,
+        Some(v) => Some(
+            (v.to_str().ok().map(str::trim).filter(|t| !t.is_empty())).ok_or_else(|| {
+                ApiError::new(Code::InvalidUserToken, "the x-sluice-user header is empty")
+            })?,
+        ),
+    };
+    let unavailable = |why: String| ApiError {
+        retry_after: Some(Duration::from_secs(1)),
+        ..ApiError::new(Code::IdentityUnavailable, why)
+    };
+    let identity = match &server.tenants {
+        None => None,
+        Some(tenants) => {
+            let within =
+                (server.answers.as_ref()).map_or(SETTINGS_WAIT, |p| p.config.retrieval_deadline);
+            let by = tokio::time::Instant::now() + within;
+            match tenants.known_by(&caller.tenant, by).await {
+                Ok(stored) => stored.and_then(|s| s.settings.identity.clone()),
+                Err(e) => {
+                    tracing::warn!(tenant = %caller.tenant, error = %e, "end-user access unknown");
+                    return Err(unavailable(
+                        "the tenant's settings, which say who its end users are, cannot be read \
+                         now; try again"
+                            .into(),
+                    ));
+                }
+            }
+        }
+    };
+    let missing = || {
+        ApiError::new(
+            Code::MissingUserToken,
+            "this request needs an end user's token: send x-sluice-user: <JWT>",
+        )
+    };
+    let Some(identity) = identity else {
+        return match (token, caller.user_token) {
+            (None, false) => Ok(None),
+            (None, true) => Err(missing()),
+            (Some(_), _) => Err(ApiError::new(
+                Code::InvalidUserToken,
+                "the tenant has no identity configured (its settings' \"identity\"), so an \
+                 x-sluice-user token cannot be checked",
+            )),
+        };
+    };
+    let Some(token) = token else {
+        return match identity.required || caller.user_token {
+            true => Err(missing()),
+            false => Ok(Some(access_filter(None))),
+        };
+    };
+    match server.identities.verify(&identity, token).await {
+        Ok(user) => Ok(Some(access_filter(Some(&user.principals)))),
+        Err(e @ TokenError::KeysUnavailable(_)) => Err(unavailable(e.to_string())),
+        Err(e) => {
+            tracing::info!(tenant = %caller.tenant, reason = %e, "user token refused");
+            Err(ApiError::new(Code::InvalidUserToken, e.to_string()))
+        }
+    }
+}
+
+/// How long a route that has no retrieval deadline waits for a tenant's settings.
+const SETTINGS_WAIT: Duration = Duration::from_secs(2);
 
 /// Admits a `/v1` request that needs `permission`, or says why not (every `/v1` route starts
 /// here): a browser's request from a page of another origin is refused (403 `cross_origin`);
@@ -42,6 +147,23 @@ pub(crate) struct Caller {
 /// 403); with auth off, the `x-sluice-tenant` header, else the default tenant — and one
 /// request from its tenant's rate (429). An answer's stream slot is [`open_answer`]'s.
 pub(crate) async fn admit(
+    server: &Server,
+    headers: &HeaderMap,
+    permission: Permission,
+) -> Result<Caller, ApiError> {
+    let caller = admitted(server, headers, permission).await?;
+    if caller.user_token || headers.contains_key(USER_HEADER) {
+        return Err(ApiError::new(
+            Code::PermissionDenied,
+            "end users only read (answers and document listings): this route takes no \
+             x-sluice-user token, nor a key made for end users (--user-token)",
+        ));
+    }
+    Ok(caller)
+}
+
+/// [`admit`]'s checks but the end user's.
+async fn admitted(
     server: &Server,
     headers: &HeaderMap,
     permission: Permission,
@@ -86,6 +208,8 @@ async fn identify(
             may_see_keys: true,
             confined: false,
             may_see_component_failures: true,
+            user_token: false,
+            access: None,
         });
     };
     let unauthorized = |code, message: &str| ApiError::new(code, message.to_string());
@@ -168,8 +292,10 @@ async fn identify(
             && principal.confined_from(Permission::Components).is_none(),
         key: Some(key_id(&hash)),
         token_budget: principal.token_budget,
+        user_token: principal.user_token,
         tenant: principal.tenant,
         filter: principal.filter,
+        access: None,
     })
 }
 

@@ -28,7 +28,7 @@ use sluice_core::prompt::Conversation;
 use sluice_core::trace::TraceContext;
 use sluice_core::{usage::Hold, usage::OverBudget};
 
-use crate::admit::{Caller, admit, limited};
+use crate::admit::{Caller, admit_reader, limited};
 use crate::error::ApiError;
 use crate::{Server, StreamDeadline};
 
@@ -254,7 +254,7 @@ pub(crate) async fn answer(
     body: Body,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let caller = admit(&server, &headers, Permission::Answer).await?;
+    let caller = admit_reader(&server, &headers, Permission::Answer).await?;
     let pipeline = server.answers("POST", "/v1/answer")?;
     let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
     let settings = crate::settings::of_tenant(&server, &caller.tenant, received).await;
@@ -290,8 +290,12 @@ pub(crate) fn open_answer(
     pipeline: &Arc<Pipeline>,
     caller: &Caller,
     deadline: Option<axum::Extension<StreamDeadline>>,
-    request: AnswerRequest,
+    mut request: AnswerRequest,
 ) -> Result<futures::stream::BoxStream<'static, Event>, ApiError> {
+    // The end user's access, ANDed with what the request may read: the cache's variant
+    // digest reads the effective filter, so an answer is replayed only to users who see the
+    // same documents.
+    request.filter = Filter::and(request.filter.as_ref(), caller.access.as_ref());
     if request.include_prompt && !caller.may_see_prompt {
         return Err(ApiError::new(
             Code::PermissionDenied,

@@ -23,7 +23,7 @@ use sluice_contract::{error::IngestError, error::StoreError};
 use sluice_convert::Format;
 
 use crate::Server;
-use crate::admit::admit;
+use crate::admit::{admit, admit_reader};
 use crate::answer::{parse_json, read_body};
 use crate::error::ApiError;
 
@@ -36,6 +36,8 @@ struct DocumentsBody {
 #[derive(Debug, Deserialize)]
 pub(crate) struct DocumentsQuery {
     filename: Option<String>,
+    /// An uploaded file's access list ([`sluice_contract::access::access_list`]'s form).
+    access: Option<String>,
 }
 
 /// `{"documents": [...]}`, or the file itself: with `?filename=NAME` (its extension names the
@@ -60,6 +62,13 @@ pub(crate) async fn documents(
     let file_type = content_type
         .and_then(Format::from_media_type)
         .filter(|f| !matches!(f, Format::Json | Format::Text));
+    if query.access.is_some() && query.filename.is_none() && file_type.is_none() {
+        return Err(ApiError::new(
+            Code::InvalidRequest,
+            "\"access\" goes with a file upload; a JSON document carries its own \
+             (metadata._access)",
+        ));
+    }
     let documents = match (query.filename, file_type) {
         (None, None) => parse_json::<DocumentsBody>(&bytes)?.documents,
         (name, _) => {
@@ -80,9 +89,13 @@ pub(crate) async fn documents(
                 format!("upload-{}.{}", &digest[..16], format.extension())
             });
             let limits = server.convert.clone();
-            sluice_convert::parse_upload(format, name, bytes.to_vec(), limits)
+            let mut parsed = sluice_convert::parse_upload(format, name, bytes.to_vec(), limits)
                 .await
-                .map_err(ingest_refusal)?
+                .map_err(ingest_refusal)?;
+            if let Some(access) = &query.access {
+                parsed.iter_mut().for_each(|doc| doc.set_access(access));
+            }
+            parsed
         }
     };
     match (ingest.ingest_within(&tenant, caller.filter.as_ref(), documents)).await {
@@ -151,7 +164,7 @@ pub(crate) async fn list_documents(
     params: Result<Query<Vec<(String, String)>>, QueryRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let caller = admit(&server, &headers, Permission::Documents).await?;
+    let caller = admit_reader(&server, &headers, Permission::Documents).await?;
     let ingest = server.ingest()?;
     let Query(params) = params?;
     crate::error::once_each(&params)?;
@@ -187,7 +200,7 @@ pub(crate) async fn list_documents(
             }
         }
     }
-    let filter = Filter::and(caller.filter.as_ref(), filter.as_ref());
+    let filter = Filter::and(caller.reads().as_ref(), filter.as_ref());
     let page = (ingest
         .list(&caller.tenant, filter.as_ref(), limit, cursor)
         .await)
@@ -202,11 +215,11 @@ pub(crate) async fn get_document(
     id: Result<Path<String>, PathRejection>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let caller = admit(&server, &headers, Permission::Documents).await?;
+    let caller = admit_reader(&server, &headers, Permission::Documents).await?;
     let Path(id) = id?;
     let ingest = server.ingest()?;
     match ingest
-        .get(&caller.tenant, caller.filter.as_ref(), &id)
+        .get(&caller.tenant, caller.reads().as_ref(), &id)
         .await
     {
         Ok(Some(document)) => Ok(Json(document).into_response()),

@@ -106,6 +106,8 @@ pub struct Server {
     /// Each tenant's own settings (`/v1/settings`, and what its answers follow); `None` in a
     /// process that keeps none.
     pub tenants: Option<Arc<sluice_core::tenants::Tenants>>,
+    /// Verifies end users' tokens by each tenant's identity (and keeps its providers' keys).
+    pub identities: Arc<sluice_identity::Identities>,
 }
 
 impl Server {
@@ -129,6 +131,9 @@ impl Server {
             usage: None,
             convert: ConvertLimits::default(),
             tenants: None,
+            identities: Arc::new(sluice_identity::Identities::new(
+                sluice_identity::REFETCH_EVERY,
+            )),
         }
     }
 

@@ -43,7 +43,7 @@ use sluice_contract::sse::{Done, ErrorEvent, Event, Meta};
 use sluice_contract::stages::ChatMessage;
 use sluice_core::prompt::Conversation;
 
-use crate::admit::admit;
+use crate::admit::admit_reader;
 use crate::answer::{AnswerBody, checked_request, open_answer, read_body, sse_response};
 use crate::error::ApiError;
 use crate::{Server, StreamDeadline};
@@ -342,7 +342,7 @@ pub(crate) async fn chat_completions(
     body: Body,
 ) -> Result<Response, OpenAiError> {
     let received = Instant::now();
-    let caller = admit(&server, &headers, Permission::Answer).await?;
+    let caller = admit_reader(&server, &headers, Permission::Answer).await?;
     let pipeline = server.answers("POST", "/v1/chat/completions")?;
     let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
     let (chat, answer) = answer_body(&bytes)?;
@@ -478,7 +478,7 @@ pub(crate) async fn models(
     State(server): State<Arc<Server>>,
     headers: HeaderMap,
 ) -> Result<Response, OpenAiError> {
-    admit(&server, &headers, Permission::Answer).await?;
+    admit_reader(&server, &headers, Permission::Answer).await?;
     let pipeline = server.answers("GET", "/v1/models")?;
     let mut response = Json(json!({
         "object": "list",

@@ -79,7 +79,7 @@ pub struct Parts {
     pub keys: Option<Arc<dyn KeyStore>>,
     /// Where usage is written (answers, documents); `None` with `SLUICE_USAGE=off`.
     pub usage: Option<Arc<dyn UsageStore>>,
-    /// Where tenants' settings are kept (answers); `None`: every tenant answers with the
+    /// Where tenants' settings are kept (answers, documents); `None`: every tenant answers with the
     /// deployment's defaults, and `/v1/settings` is 404 `settings_disabled`.
     pub settings: Option<Arc<dyn SettingsStore>>,
 }
@@ -109,9 +109,9 @@ impl Parts {
             pipeline.cache = self.cache;
             pipeline.lexicon = self.lexicon;
             server = server.with_answers(Arc::new(pipeline));
-            server.tenants = (self.settings)
-                .map(|store| Arc::new(Tenants::new(store, config.auth.settings_fresh)));
         }
+        server.tenants =
+            (self.settings).map(|store| Arc::new(Tenants::new(store, config.auth.settings_fresh)));
         server.convert = self.convert;
         server.components = self.components;
         server.keys = self.keys;

@@ -98,9 +98,14 @@ pub struct Identities {
 }
 
 impl Identities {
-    /// A verifier that fetches keys with `client` (the process's keep-alive client), a JWKS
-    /// URL again for an unknown key at most once per `refetch_every` ([`REFETCH_EVERY`]).
-    pub fn new(client: reqwest::Client, refetch_every: Duration) -> Self {
+    /// A verifier that fetches a JWKS URL again for an unknown key at most once per
+    /// `refetch_every` ([`REFETCH_EVERY`]), over one keep-alive client of its own.
+    pub fn new(refetch_every: Duration) -> Self {
+        let client = reqwest::Client::builder()
+            .connect_timeout(FETCH_TIMEOUT)
+            .timeout(FETCH_TIMEOUT)
+            .build()
+            .unwrap_or_default();
         Self {
             client,
             refetch_every,

@@ -1,6 +1,6 @@
 //! End users' tokens against a JWKS stand-in on 127.0.0.1 (and a static public key): what
 //! verifies, what is refused and why, and how the key set is fetched. The keys are made for
-//! these tests (`tests/keys`); tokens are signed with `jsonwebtoken`.
+//! these tests (`crates/testkit/keys`); tokens are signed with `jsonwebtoken`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -19,10 +19,7 @@ const ISSUER: &str = "https://idp.example.com/";
 const AUDIENCE: &str = "sluice";
 
 fn pem(name: &str) -> String {
-    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("tests/keys")
-        .join(name);
-    std::fs::read_to_string(path).expect("a test key")
+    sluice_testkit::users::key(name)
 }
 
 /// A signing key: its algorithm, private key and `kid`.
@@ -114,8 +111,7 @@ fn by_jwks(url: &str) -> IdentitySettings {
 }
 
 fn identities(refetch_every: Duration) -> Identities {
-    let client = reqwest::Client::builder().build().unwrap();
-    Identities::new(client, refetch_every)
+    Identities::new(refetch_every)
 }
 
 #[tokio::test]
@@ -338,4 +334,33 @@ async fn with_no_keys_ever_fetched_a_token_cannot_be_checked() {
     );
     assert!(started.elapsed() < sluice_identity::FETCH_TIMEOUT + Duration::from_secs(5));
     drop(silent);
+}
+
+#[tokio::test]
+async fn a_token_minted_by_the_documented_script_verifies() {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let key = repo.join("crates/testkit/keys/rsa.pem");
+    let minted = std::process::Command::new("python3")
+        .arg(repo.join("scripts/user-token.py"))
+        .arg(&key)
+        .args(["--sub", "alice", "--groups", "hr,emea", "--issuer", ISSUER])
+        .output()
+        .expect("python3 and openssl (scripts/user-token.py)");
+    assert!(
+        minted.status.success(),
+        "{}",
+        String::from_utf8_lossy(&minted.stderr)
+    );
+    let token = String::from_utf8(minted.stdout).unwrap();
+    let settings: IdentitySettings = serde_json::from_value(json!({
+        "issuer": ISSUER, "audience": AUDIENCE, "public_key": pem("rsa.pub.pem"),
+        "algorithm": "RS256"}))
+    .unwrap();
+    let user = identities(Duration::from_secs(60))
+        .verify(&settings, token.trim())
+        .await;
+    assert_eq!(
+        user.unwrap().principals,
+        ["user:alice", "group:hr", "group:emea"]
+    );
 }

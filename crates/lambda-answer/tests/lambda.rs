@@ -112,6 +112,7 @@ fn answer_key(tenant: &str) -> (String, sluice_contract::auth::KeyRecord) {
             filter: None,
             token_budget: None,
             tenant_wide: false,
+            user_token: false,
         },
         name: Some("lambda test".into()),
     };

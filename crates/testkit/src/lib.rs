@@ -12,6 +12,7 @@
 //!   be found;
 //! - [`MemoryKeys`], [`BrokenKeys`], [`BrokenCache`], [`SlowComponents`], [`BrokenUsage`];
 //! - [`filters`]: the metadata-filter cases every store is checked with;
+//! - [`users`]: end users' tokens signed with test keys, and an identity that verifies them;
 //! - [`services`]: what an end-to-end test needs (the test LLM, the AWS emulator, the model…),
 //!   and [`needs!`], which skips it, saying what to install, when they are absent outside `CI`.
 //!
@@ -31,6 +32,7 @@ mod rerank;
 pub mod services;
 mod settings;
 mod store;
+pub mod users;
 
 pub use embed::{HashEmbedder, Hooked};
 pub use llm::{LlmCall, Reply, ScriptedLlm};
@@ -159,6 +161,7 @@ impl MemoryKeys {
             filter,
             token_budget: None,
             tenant_wide: false,
+            user_token: false,
         })
     }
 

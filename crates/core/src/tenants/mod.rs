@@ -33,6 +33,9 @@ pub struct Tenants {
 struct Known {
     read_at: Instant,
     stored: Option<Arc<StoredSettings>>,
+    /// The read failed and nothing was known before it: `stored` is a stand-in, not what
+    /// the tenant set.
+    unread: bool,
 }
 
 impl Tenants {
@@ -49,29 +52,50 @@ impl Tenants {
         self.known.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The tenant's settings (`None`: it has set none), at most `fresh_for` old when the store
-    /// answers by `by`.
+    /// The tenant's settings (`None`: it has set none, or they could not be read and none
+    /// were known), at most `fresh_for` old when the store answers by `by`.
     pub async fn get(&self, tenant: &Tenant, by: Instant) -> Option<Arc<StoredSettings>> {
+        self.known_by(tenant, by).await.unwrap_or_default()
+    }
+
+    /// The tenant's settings as [`get`](Self::get) reads them, but an error where they could
+    /// not be read and none were known before: what a rule that must not fail open needs
+    /// (an end user's access).
+    pub async fn known_by(
+        &self,
+        tenant: &Tenant,
+        by: Instant,
+    ) -> Result<Option<Arc<StoredSettings>>, SettingsError> {
         let last = self.known().get(tenant).cloned();
+        let unread = || SettingsError::Unavailable("the tenant's settings cannot be read".into());
         if let Some(known) = &last
             && known.read_at.elapsed() < self.fresh_for
         {
-            return known.stored.clone();
+            return match known.unread {
+                true => Err(unread()),
+                false => Ok(known.stored.clone()),
+            };
         }
         let read = tokio::time::timeout_at(by, self.store.get(tenant)).await;
-        let stored = match read {
-            Ok(Ok(stored)) => stored.map(Arc::new),
+        let (stored, failed) = match read {
+            Ok(Ok(stored)) => (stored.map(Arc::new), false),
             failed => {
                 let why = match failed {
                     Ok(Err(e)) => e.to_string(),
                     _ => "no answer by the deadline".to_string(),
                 };
                 warn!(%tenant, error = %why, "tenant settings unread: the last known are used");
-                last.and_then(|known| known.stored)
+                match last.filter(|known| !known.unread) {
+                    Some(known) => (known.stored, false),
+                    None => (None, true),
+                }
             }
         };
-        self.remember(tenant, stored.clone());
-        stored
+        self.keep(tenant, stored.clone(), failed);
+        match failed {
+            true => Err(unread()),
+            false => Ok(stored),
+        }
     }
 
     /// The tenant's settings as stored now (not from memory), kept for later reads: what
@@ -100,11 +124,20 @@ impl Tenants {
     /// ago. A forgotten tenant is read again when it comes back; only its last-known fallback
     /// for a failing store is lost.
     fn remember(&self, tenant: &Tenant, stored: Option<Arc<StoredSettings>>) {
+        self.keep(tenant, stored, false);
+    }
+
+    fn keep(&self, tenant: &Tenant, stored: Option<Arc<StoredSettings>>, unread: bool) {
         let mut known = self.known();
         let stale = |k: &Known| k.read_at.elapsed() >= self.fresh_for;
         make_room(&mut known, tenant, stale, |k| k.read_at);
         let read_at = Instant::now();
-        known.insert(tenant.clone(), Known { read_at, stored });
+        let entry = Known {
+            read_at,
+            stored,
+            unread,
+        };
+        known.insert(tenant.clone(), entry);
     }
 }
 

@@ -53,6 +53,7 @@ fn wide_key(keys: &MemoryKeys) -> String {
             filter: Some(team_a()),
             token_budget: None,
             tenant_wide: true,
+            user_token: false,
         })
     )
 }

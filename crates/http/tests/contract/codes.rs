@@ -170,6 +170,30 @@ async fn provoke(code: Code) -> Seen {
             let body = r#"{"query": "hi", "rerank_context": {"plan": ["pro"]}}"#;
             answer_body(&plain(), body).await
         }
+        Code::MissingUserToken | Code::InvalidUserToken | Code::IdentityUnavailable => {
+            let app = plain();
+            let identity = match code {
+                // Keys that cannot be fetched: nothing listens on the discard port.
+                Code::IdentityUnavailable => json!({"issuer": "i", "audience": "a",
+                    "jwks_url": "http://127.0.0.1:9/jwks.json"}),
+                _ => sluice_testkit::users::identity(true),
+            };
+            let settings = json!({"identity": identity}).to_string();
+            let put = app.send(Method::PUT, "/v1/settings", &[], settings).await;
+            assert_eq!(put.status, 200, "{}", put.raw);
+            let token = match code {
+                Code::MissingUserToken => None,
+                Code::InvalidUserToken => Some("not-a-token".to_string()),
+                _ => Some(sluice_testkit::users::token("alice", &[])),
+            };
+            let headers: Vec<(&str, &str)> = (token.iter())
+                .map(|t| ("x-sluice-user", t.as_str()))
+                .collect();
+            Seen::Refused(
+                app.send(Method::POST, "/v1/answer", &headers, ask.to_string())
+                    .await,
+            )
+        }
         Code::InvalidTenant => Seen::Refused(
             plain()
                 .post_as("no spaces allowed", "/v1/answer", &ask)

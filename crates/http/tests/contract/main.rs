@@ -11,6 +11,7 @@ mod cache;
 mod codes;
 mod degraded;
 mod documents;
+mod end_users;
 mod endings;
 mod files;
 mod filters;

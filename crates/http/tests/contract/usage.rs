@@ -280,6 +280,7 @@ async fn answers_started_together_cannot_overshoot_a_budget_together() {
         filter: None,
         token_budget: Some(5_000),
         tenant_wide: false,
+        user_token: false,
     });
     let stalling =
         sluice_testkit::ScriptedLlm::new(sluice_testkit::Reply::StallAfter(vec!["w ".into()]));
@@ -365,6 +366,7 @@ async fn budgets_refuse_answers_once_spent_and_start_again_with_the_month() {
         filter: None,
         token_budget: Some(1),
         tenant_wide: false,
+        user_token: false,
     });
     let free = keys.add("acme", &Permission::DEFAULT);
     let globex = keys.add("globex", &Permission::DEFAULT);
