@@ -32,6 +32,7 @@ cargo bench --profile dev --workspace --bench pipeline -- --noplot 2>&1 | tee -a
 cargo bench --profile dev --workspace --bench sandbox -- --noplot 2>&1 | tee -a "$log"
 cargo bench --profile dev --workspace --bench lookup -- --noplot 2>&1 | tee -a "$log"
 cargo bench --profile dev --workspace --bench guard 2>&1 | tee -a "$log"
+cargo bench --profile dev --workspace --bench verify 2>&1 | tee -a "$log"
 # The answer cache while τ²-bench's documents change (edits, additions, deletions).
 scripts/setup.sh eval
 cargo bench --profile dev --workspace --bench churn 2>&1 | tee -a "$log"
@@ -47,13 +48,13 @@ median() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['medi
 echo
 echo "== summary (medians; this machine is shared, compare within one run) =="
 grep -h "^embed:" "$log" || true
-for f in "" _filter_1pct _filter_50pct; do
+for f in "" _filter_1pct _filter_50pct _access_1000_principals; do
   python3 -c "import sys; print(f'hybrid search, 10,000 chunks, k=5{sys.argv[2] or \" (no filter)\"}: {float(sys.argv[1])/1e3:.0f} µs')" \
     "$(median "$crit/hybrid_search_10k_chunks_k5$f/new/estimates.json")" "$f"
 done
 grep -h "^convert:" "$log" || true
 grep -ho "PDFs (.*hit@3 [0-9.]*" "$log" | sed 's/^/page citations: /' || true
-grep -h "^cache churn" "$log" || true
+grep -h "^cache churn\|^identity:" "$log" || true
 grep -h "^guard\|pipeline overhead before the LLM call\|pipeline stages\|^usage:\|^sandbox:\|^cache-hit ttft\|^cache lookup\|client overhead per query\|^answer function init" "$log" || true
 python3 -c "import sys; print(f'sandbox: compile + smoke run at upload (keyword-boost): {float(sys.argv[1])/1e3:.0f} µs')" "$(median "$crit/sandbox_compile_upload/new/estimates.json")"
 rm -f "$log"

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use serde_json::{Map, Value};
-use sluice_contract::access::{IdentitySettings, MAX_PRINCIPALS, check_principal};
+use serde_json::Value;
+use sluice_contract::access::{IdentitySettings, MAX_PRINCIPALS, check_kind, check_principal};
 
 /// How long one JWKS fetch may take (connect, headers and body).
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -135,7 +135,9 @@ impl Identities {
         validation.set_required_spec_claims(&["exp", "iss", "aud", "sub"]);
         validation.validate_nbf = true;
         validation.leeway = LEEWAY_SECS;
-        let claims = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &validation)
+        // Each claim kept as its JSON text, and only those read parsed: a token of a user in
+        // many groups is large, and its other claims need no parsing here.
+        let claims = jsonwebtoken::decode::<Claims>(token, &key, &validation)
             .map_err(|e| refused(e.kind()))?
             .claims;
         principals(identity, &claims)
@@ -286,50 +288,64 @@ fn refused(kind: &ErrorKind) -> TokenError {
     }
 }
 
-/// The principals the verified `claims` give, under the tenant's claim mapping.
-fn principals(
-    identity: &IdentitySettings,
-    claims: &Map<String, Value>,
-) -> Result<User, TokenError> {
-    let Some(subject) = claims.get("sub").and_then(Value::as_str) else {
-        return Err(TokenError::Claims("\"sub\" is not a string".into()));
+/// A token's claims, each as its JSON text.
+type Claims = HashMap<String, Box<serde_json::value::RawValue>>;
+
+/// The strings a claim holds: one, a list of them, or none (absent or null).
+fn strings<'a>(
+    claims: &'a Claims,
+    claim: &str,
+) -> Result<Vec<std::borrow::Cow<'a, str>>, TokenError> {
+    let Some(raw) = claims.get(claim) else {
+        return Ok(Vec::new());
     };
+    let text = raw.get();
+    let read = match text.trim_start().as_bytes().first() {
+        Some(b'[') => serde_json::from_str::<Vec<std::borrow::Cow<'a, str>>>(text),
+        Some(b'"') => serde_json::from_str::<std::borrow::Cow<'a, str>>(text).map(|one| vec![one]),
+        _ if text.trim() == "null" => Ok(Vec::new()),
+        _ => {
+            return Err(TokenError::Claims(format!(
+                "{claim:?} is neither a string nor a list of strings"
+            )));
+        }
+    };
+    read.map_err(|_| TokenError::Claims(format!("{claim:?} holds a non-string")))
+}
+
+/// The principals the verified `claims` give, under the tenant's claim mapping.
+fn principals(identity: &IdentitySettings, claims: &Claims) -> Result<User, TokenError> {
+    let subject = match strings(claims, "sub")?.as_slice() {
+        [one] => one.to_string(),
+        _ => return Err(TokenError::Claims("\"sub\" is not a string".into())),
+    };
+    let bad = |why: String| TokenError::Claims(why);
     let mut principals = vec![format!("user:{subject}")];
-    let mut seen: std::collections::HashSet<String> = principals.iter().cloned().collect();
+    check_principal(&principals[0]).map_err(bad)?;
+    // Each claim's values, its kind checked once; then each (kind, value) once.
+    let mut read = Vec::new();
     let mapped = std::iter::once((&identity.groups_claim, "group"))
         .chain(identity.claims.iter().map(|(c, k)| (c, k.as_str())));
     for (claim, kind) in mapped {
-        let values: Vec<&str> = match claims.get(claim.as_str()) {
-            None | Some(Value::Null) => Vec::new(),
-            Some(Value::String(one)) => vec![one],
-            Some(Value::Array(many)) => (many.iter())
-                .map(|v| v.as_str())
-                .collect::<Option<_>>()
-                .ok_or_else(|| TokenError::Claims(format!("{claim:?} holds a non-string")))?,
-            Some(_) => {
-                return Err(TokenError::Claims(format!(
-                    "{claim:?} is neither a string nor a list of strings"
-                )));
-            }
-        };
+        check_kind(kind).map_err(bad)?;
+        read.push((kind, strings(claims, claim)?));
+    }
+    let mut seen = std::collections::HashSet::new();
+    for (kind, values) in &read {
         for value in values {
-            let principal = format!("{kind}:{value}");
-            if seen.insert(principal.clone()) {
-                principals.push(principal);
+            if !seen.insert((*kind, value.as_ref())) {
+                continue;
             }
+            if principals.len() == MAX_PRINCIPALS {
+                return Err(bad(format!("more than {MAX_PRINCIPALS} principals")));
+            }
+            let principal = format!("{kind}:{value}");
+            check_principal(&principal).map_err(bad)?;
+            principals.push(principal);
         }
     }
-    for p in &principals {
-        check_principal(p).map_err(TokenError::Claims)?;
-    }
-    if principals.len() > MAX_PRINCIPALS {
-        return Err(TokenError::Claims(format!(
-            "{} principals; at most {MAX_PRINCIPALS}",
-            principals.len()
-        )));
-    }
     Ok(User {
-        subject: subject.to_string(),
+        subject,
         principals,
     })
 }

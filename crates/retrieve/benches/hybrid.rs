@@ -91,11 +91,15 @@ fn bench(c: &mut Criterion) {
                     }
                 })
                 .collect();
-            // 1 document in 100 is apac; half the documents are from 2025 on.
-            let metadata = serde_json::json!({
+            // 1 document in 100 is apac; half the documents are from 2025 on; a third are
+            // for one of 40 teams' end users alone.
+            let mut metadata = serde_json::json!({
                 "region": if d % 100 == 0 { "apac" } else { "emea" },
                 "year": 2024 + (d % 2),
             });
+            if d % 3 == 0 {
+                metadata["_access"] = serde_json::json!([format!("group:team{}", d % 40)]);
+            }
             let doc = DocumentInfo {
                 format: None,
                 digest: None,
@@ -126,6 +130,12 @@ fn bench(c: &mut Criterion) {
         },
     );
     let convex = Fusion::Convex { dense: 0.7 };
+    // An end user of 1,000 principals (one of them a team's that holds documents).
+    let principals: Vec<String> = (0..999)
+        .map(|g| format!("group:other{g}"))
+        .chain(["group:team9".to_string()])
+        .collect();
+    let access = sluice_contract::access::access_filter(Some(&principals));
     let cases = [
         ("hybrid_search_10k_chunks_k5", None, plain),
         (
@@ -136,6 +146,11 @@ fn bench(c: &mut Criterion) {
         (
             "hybrid_search_10k_chunks_k5_filter_50pct",
             Some(filter(serde_json::json!({"year": {"$gte": 2025}}))),
+            plain,
+        ),
+        (
+            "hybrid_search_10k_chunks_k5_access_1000_principals",
+            Some(access),
             plain,
         ),
         ("hybrid_search_10k_chunks_k5_weighted_rrf", None, weighted),

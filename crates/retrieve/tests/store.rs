@@ -811,3 +811,39 @@ async fn equal_fused_scores_at_the_cut_are_settled_by_id_call_after_call() {
     }
     assert!(straddling > 0, "no case had equal scores across the cut");
 }
+
+#[tokio::test]
+async fn an_end_users_access_lets_through_exactly_what_they_may_see() {
+    // 40 documents with random access lists; 10,000 random users (or none), key bindings and
+    // request filters, as the routes AND them: the search returns exactly the documents the
+    // reference lets through (`sluice_testkit::users::access_case`).
+    let dir = tempfile::tempdir().unwrap();
+    let store = EdgeStore::open(dir.path(), DIM).unwrap();
+    let mut cases = sluice_testkit::users::Cases::new(58);
+    let corpus = sluice_testkit::users::access_corpus(&mut cases, 40);
+    for (i, (id, metadata)) in corpus.iter().enumerate() {
+        let info = DocumentInfo {
+            metadata: metadata.clone(),
+            ..doc(id)
+        };
+        let text = "the card policy";
+        store
+            .replace_document(&tenant("t"), &info, chunks(&[text], i as u64))
+            .await
+            .unwrap();
+    }
+    let query = unit(7);
+    for case in 0..10_000 {
+        let (filter, expected) = sluice_testkit::users::access_case(&mut cases, &corpus);
+        let search = Search::new("card policy", &query, 50).filter(filter.as_ref());
+        let hits = store.search(&tenant("t"), &search).await.unwrap();
+        let mut got: Vec<String> = hits.iter().map(|h| h.document.id.clone()).collect();
+        got.sort();
+        assert_eq!(
+            got,
+            expected,
+            "case {case}: {:?}",
+            filter.map(|f| f.to_json())
+        );
+    }
+}

@@ -6,6 +6,7 @@
 //! none of it needs a real dependency; the end-to-end tests (`tests/`) keep the real ones.
 
 mod access;
+mod access_property;
 mod bound;
 mod cache;
 mod codes;

@@ -180,13 +180,43 @@ pub async fn ingest_filter_corpus(store: &dyn Store, tenants: &[&str]) {
 
 /// Searches `store` as tenant acme under `filter`, for `k` chunks.
 pub async fn search_filtered(store: &dyn Store, filter: &Filter, k: usize) {
+    search_under(store, Some(filter), k).await;
+}
+
+/// Searches `store` as tenant acme under `filter`, if any, for `k` chunks.
+pub async fn search_under(store: &dyn Store, filter: Option<&Filter>, k: usize) {
     store
         .search(
             &tenant("acme"),
-            &Search::new("policy text", &[0.0, 1.0], k).filter(Some(filter)),
+            &Search::new("policy text", &[0.0, 1.0], k).filter(filter),
         )
         .await
         .unwrap();
+}
+
+/// How many random cases each store's end-user access property is checked on.
+pub const ACCESS_CASES: usize = 10_000;
+
+/// The access corpus (`sluice_testkit::users::access_corpus`, 40 documents) written through
+/// `store` for tenant acme, one chunk each.
+pub async fn ingest_access_corpus(
+    store: &dyn Store,
+    cases: &mut sluice_testkit::users::Cases,
+) -> Vec<(String, sluice_contract::metadata::Metadata)> {
+    let corpus = sluice_testkit::users::access_corpus(cases, 40);
+    for (id, metadata) in &corpus {
+        let info = DocumentInfo {
+            id: id.clone(),
+            metadata: metadata.clone(),
+            ..doc()
+        };
+        let chunks = vec![chunk(0, "policy text")];
+        store
+            .replace_document(&tenant("acme"), &info, chunks)
+            .await
+            .unwrap();
+    }
+    corpus
 }
 
 // ---- the official documents ---------------------------------------------------------------

@@ -15,7 +15,10 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{Request, StandIn, chunk, doc, ingest_filter_corpus, search_filtered, spec};
+use crate::common::{
+    ACCESS_CASES, Request, StandIn, chunk, doc, ingest_access_corpus, ingest_filter_corpus,
+    search_filtered, search_under, spec,
+};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use sluice_contract::error::StoreError;
@@ -743,6 +746,40 @@ async fn the_filter_sent_selects_exactly_the_documents_its_meaning_lets_through(
                 want,
                 "{} sent as {sent} ({absent_negations})",
                 filter.to_json()
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn an_end_users_access_in_the_filter_sent_lets_through_exactly_what_they_may_see() {
+    let s = setup(&[]).await;
+    let store = PineconeStore::from_config(&s.config).unwrap();
+    let mut cases = sluice_testkit::users::Cases::new(58);
+    let corpus = ingest_access_corpus(&store, &mut cases).await;
+    let records: Vec<Value> = (s.dense.requests().into_iter())
+        .filter(|r| r.path == "/vectors/upsert")
+        .flat_map(|r| r.body["vectors"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(records.len(), corpus.len());
+    for case in 0..ACCESS_CASES {
+        let (filter, expected) = sluice_testkit::users::access_case(&mut cases, &corpus);
+        s.dense.clear();
+        s.sparse.clear();
+        search_under(&store, filter.as_ref(), 50).await;
+        let sent = s.dense.requests().pop().unwrap().body["filter"].clone();
+        for absent_negations in [false, true] {
+            let mut got: Vec<&str> = (records.iter())
+                // No filter (the tenant is the namespace): every record.
+                .filter(|r| {
+                    sent.is_null() || pinecone_passes(&sent, &r["metadata"], absent_negations)
+                })
+                .map(|r| r["metadata"]["doc_id"].as_str().unwrap())
+                .collect();
+            got.sort();
+            assert_eq!(
+                got, expected,
+                "case {case}: sent {sent} ({absent_negations})"
             );
         }
     }

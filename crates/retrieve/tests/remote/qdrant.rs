@@ -13,7 +13,10 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::common::{Request, StandIn, chunk, doc, ingest_filter_corpus, search_filtered, spec};
+use crate::common::{
+    ACCESS_CASES, Request, StandIn, chunk, doc, ingest_access_corpus, ingest_filter_corpus,
+    search_filtered, search_under, spec,
+};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use sluice_contract::error::StoreError;
@@ -545,6 +548,31 @@ async fn the_filter_sent_selects_exactly_the_documents_its_meaning_lets_through(
         let mut want = expected.clone();
         want.sort();
         assert_eq!(got, want, "{} sent as {sent}", filter.to_json());
+    }
+}
+
+#[tokio::test]
+async fn an_end_users_access_in_the_filter_sent_lets_through_exactly_what_they_may_see() {
+    let (stand_in, config) = stand_in(&[]).await;
+    let store = QdrantStore::from_config(&config).unwrap();
+    let mut cases = sluice_testkit::users::Cases::new(58);
+    let corpus = ingest_access_corpus(&store, &mut cases).await;
+    let points: Vec<Value> = (stand_in.requests().into_iter())
+        .filter(|r| r.method == "PUT" && r.path.contains("/points?"))
+        .flat_map(|r| r.body["points"].as_array().cloned().unwrap_or_default())
+        .collect();
+    assert_eq!(points.len(), corpus.len());
+    for case in 0..ACCESS_CASES {
+        let (filter, expected) = sluice_testkit::users::access_case(&mut cases, &corpus);
+        stand_in.clear();
+        search_under(&store, filter.as_ref(), 50).await;
+        let sent = stand_in.requests().pop().unwrap().body["filter"].clone();
+        let mut got: Vec<&str> = (points.iter())
+            .filter(|p| qdrant_passes(&sent, &p["payload"]))
+            .map(|p| p["payload"]["doc_id"].as_str().unwrap())
+            .collect();
+        got.sort();
+        assert_eq!(got, expected, "case {case}: sent {sent}");
     }
 }
 
