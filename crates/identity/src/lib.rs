@@ -25,7 +25,7 @@ use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
-use sluice_contract::access::{IdentitySettings, MAX_PRINCIPALS, check_kind, check_principal};
+use sluice_contract::access::{IdentitySettings, MAX_PRINCIPALS, check_principal};
 
 /// How long one JWKS fetch may take (connect, headers and body).
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -322,12 +322,12 @@ fn principals(identity: &IdentitySettings, claims: &Claims) -> Result<User, Toke
     let bad = |why: String| TokenError::Claims(why);
     let mut principals = vec![format!("user:{subject}")];
     check_principal(&principals[0]).map_err(bad)?;
-    // Each claim's values, its kind checked once; then each (kind, value) once.
+    // Each claim's values (the mapped kinds were checked when the settings were stored);
+    // then each (kind, value) once, checked as a principal.
     let mut read = Vec::new();
     let mapped = std::iter::once((&identity.groups_claim, "group"))
         .chain(identity.claims.iter().map(|(c, k)| (c, k.as_str())));
     for (claim, kind) in mapped {
-        check_kind(kind).map_err(bad)?;
         read.push((kind, strings(claims, claim)?));
     }
     let mut seen = std::collections::HashSet::new();

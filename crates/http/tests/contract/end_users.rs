@@ -239,14 +239,7 @@ async fn a_key_made_for_end_users_needs_a_token_and_only_reads() {
         tenant_wide: false,
         user_token: true,
     });
-    let admin = keys.add_principal(Principal {
-        tenant: sluice_testkit::tenant("acme"),
-        permissions: Permission::DEFAULT.to_vec(),
-        filter: None,
-        token_budget: None,
-        tenant_wide: false,
-        user_token: false,
-    });
+    let admin = keys.add("acme", &Permission::DEFAULT);
     let app = Kit::new(UNCHECKED).keys(keys).app();
     let auth = |k: &str| format!("Bearer {k}");
     let (key_auth, admin_auth) = (auth(&key), auth(&admin));
