@@ -32,6 +32,7 @@ fn scope() -> Scope {
         rerank: None,
         variant: None,
         binding: None,
+        access: None,
     }
 }
 

@@ -110,6 +110,7 @@ fn bench(c: &mut Criterion) {
             k: 5,
             filter: None,
             binding: None,
+            access: None,
             conversation: Default::default(),
             max_tokens: None,
             rerank_context: Default::default(),

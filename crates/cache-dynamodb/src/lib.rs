@@ -541,6 +541,9 @@ pub fn encode(entry: &CacheEntry) -> Result<HashMap<String, AttributeValue>, Cac
     if let Some(binding) = &entry.scope.binding {
         item.insert("bd".to_string(), s(binding));
     }
+    if let Some(access) = &entry.scope.access {
+        item.insert("ac".to_string(), s(access));
+    }
     for (band, bucket) in entry.buckets.iter().enumerate().take(BANDS) {
         item.insert(bucket_attr(band), s(&bucket_value(&entry.tenant, *bucket)));
     }
@@ -619,6 +622,7 @@ pub fn decode(item: &HashMap<String, AttributeValue>) -> Result<CacheEntry, Stri
             rerank: item.get("rr").map(|_| text("rr")).transpose()?,
             variant: item.get("vr").map(|_| text("vr")).transpose()?,
             binding: item.get("bd").map(|_| text("bd")).transpose()?,
+            access: item.get("ac").map(|_| text("ac")).transpose()?,
         },
         expires_at: number("ttl")?,
         answer,
@@ -646,6 +650,7 @@ mod tests {
                 rerank: Some("abc".into()),
                 variant: Some("f".repeat(64)),
                 binding: Some("b".repeat(64)),
+                access: Some("c".repeat(64)),
             },
             expires_at: 1_900_000_000,
             answer: CachedAnswer {

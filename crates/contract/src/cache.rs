@@ -96,8 +96,9 @@ impl Cited {
 }
 
 /// What an entry was made under; it answers a request only when all of it is the same — but
-/// for the corpus version, which may have moved on if retrieval still returns the answer's
-/// sources ([`CachedAnswer::built_from`]).
+/// for the corpus version and the end user's access: an answer made under an earlier corpus
+/// version, or for an end user who may see other documents, answers only if this request's
+/// retrieval returns exactly the sources it was built from ([`CachedAnswer::built_from`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Scope {
     /// The tenant's corpus version when the answer was made (ingest bumps it).
@@ -121,11 +122,18 @@ pub struct Scope {
     /// ([`crate::pipeline::AnswerRequest::binding`]; `None`: a key bound to none). It also
     /// keeps one key's answers from another's, and lets a bound key forget its own.
     pub binding: Option<String>,
+    /// Digest of the end user's access filter ([`crate::access::access_filter`]; `None`: no
+    /// end user). Answers are keyed by it, so each set of principals finds its own at once;
+    /// one made for another set answers only through its sources, which this request's
+    /// retrieval, under this user's access, must return — so users who share groups share
+    /// answers, and nothing one may not see reaches the other.
+    pub access: Option<String>,
 }
 
 impl Scope {
-    /// Whether `other` is the same scope but perhaps for the corpus version.
-    pub fn same_but_version(&self, other: &Scope) -> bool {
+    /// Whether `other` is the same scope but perhaps for the corpus version and the end
+    /// user's access (what the sources decide).
+    pub fn same_but_version_and_access(&self, other: &Scope) -> bool {
         // Every field named, so that a new one cannot be left out of the comparison.
         let Scope {
             corpus_version: _,
@@ -136,6 +144,7 @@ impl Scope {
             rerank,
             variant,
             binding,
+            access: _,
         } = self;
         *llm_model == other.llm_model
             && *embed_model == other.embed_model

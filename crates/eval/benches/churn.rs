@@ -204,6 +204,7 @@ fn request(corpus: &Corpus, question: &str, received: Instant) -> AnswerRequest 
         k: K,
         filter: None,
         binding: None,
+        access: None,
         conversation: Default::default(),
         max_tokens: None,
         rerank_context: Default::default(),

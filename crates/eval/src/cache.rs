@@ -421,6 +421,7 @@ fn scope(corpus: &Corpus) -> Scope {
         rerank: None,
         variant: None,
         binding: None,
+        access: None,
     }
 }
 

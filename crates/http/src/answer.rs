@@ -219,6 +219,7 @@ pub(crate) fn checked_request(
         k,
         filter: Filter::and(key_filter, sent.as_ref()),
         binding: key_filter.map(Filter::digest),
+        access: None,
         conversation: Conversation::default(),
         max_tokens: None,
         rerank_context,
@@ -292,10 +293,10 @@ pub(crate) fn open_answer(
     deadline: Option<axum::Extension<StreamDeadline>>,
     mut request: AnswerRequest,
 ) -> Result<futures::stream::BoxStream<'static, Event>, ApiError> {
-    // The end user's access, ANDed with what the request may read: the cache's variant
-    // digest reads the effective filter, so an answer is replayed only to users who see the
-    // same documents.
-    request.filter = Filter::and(request.filter.as_ref(), caller.access.as_ref());
+    // The end user's access: retrieval ANDs it with what the request may read, and the cache
+    // replays an answer made for other principals only when this user's retrieval returns
+    // the sources it was made from.
+    request.access = caller.access.clone();
     if request.include_prompt && !caller.may_see_prompt {
         return Err(ApiError::new(
             Code::PermissionDenied,

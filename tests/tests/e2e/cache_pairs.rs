@@ -107,6 +107,7 @@ fn scope() -> Scope {
         rerank: None,
         variant: None,
         binding: None,
+        access: None,
     }
 }
 

@@ -33,6 +33,7 @@ fn scope() -> Scope {
         rerank: None,
         variant: None,
         binding: None,
+        access: None,
     }
 }
 

@@ -174,6 +174,7 @@ mod tests {
                 rerank: None,
                 variant: None,
                 binding: None,
+                access: None,
             },
             expires_at: now() + 60,
             answer: CachedAnswer {

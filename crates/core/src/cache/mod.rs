@@ -13,10 +13,11 @@
 //! prompt version, `k`, rerank component, filter, key binding and conversation, and its `ttl`
 //! not passed (checked here: emulators and DynamoDB itself delete expired items late) — and
 //! when the [guard](guard::Guard) finds the two questions made of the same content words.
-//! Under the corpus version it was made under it answers at once ([`Lookup::Hit`]); once the
-//! tenant's corpus has changed (an ingest that wrote or removed something), only if retrieval
-//! for this request returns exactly the sources the answer was built from
-//! ([`Lookup::Verify`], decided by the pipeline, which runs that retrieval anyway).
+//! Under the corpus version it was made under, for the same end user's access, it answers at
+//! once ([`Lookup::Hit`]); once the tenant's corpus has changed (an ingest that wrote or
+//! removed something), or for an end user whose principals differ, only if retrieval for this
+//! request returns exactly the sources the answer was built from ([`Lookup::Verify`], decided
+//! by the pipeline, which runs that retrieval anyway).
 //!
 //! Every lookup runs under its own small budget; late, failed or doubtful is a miss. Entries
 //! are written after `done`, only for complete answers that were not degraded.
@@ -59,24 +60,29 @@ pub struct Probe {
 impl Probe {
     /// Normalises `query` and derives its key and guard features.
     pub fn new(query: &str) -> Self {
-        Self::scoped(query, None)
+        Self::keyed(query, [])
     }
 
-    /// The probe of `query` asked under `variant` ([`Scope::variant`]): its exact key covers
-    /// the variant too, so that the answers of one question under two filters (or
-    /// conversations) are two entries; the scope is what keeps one from answering the other.
-    pub fn scoped(query: &str, variant: Option<&str>) -> Self {
+    /// The probe of `query` asked in `scope`: its exact key covers the scope's variant and
+    /// end user's access too, so that the answers of one question under two filters (or
+    /// conversations, or for two sets of principals) are two entries; the scope is what
+    /// keeps one from answering the other.
+    pub fn scoped(query: &str, scope: &Scope) -> Self {
+        let access = scope.access.as_ref().map(|a| format!("access:{a}"));
+        Self::keyed(query, [scope.variant.clone(), access])
+    }
+
+    fn keyed<const N: usize>(query: &str, parts: [Option<String>; N]) -> Self {
         let normalised = crate::language::normalise(query);
-        let key = match variant {
-            None => sluice_contract::sha256_hex(normalised.as_bytes()),
-            Some(digest) => {
-                sluice_contract::sha256_hex(format!("{normalised}\u{1f}{digest}").as_bytes())
-            }
-        };
+        let mut keyed = normalised.clone();
+        for part in parts.iter().flatten() {
+            keyed.push('\u{1f}');
+            keyed.push_str(part);
+        }
         let guard = Guard::of(&normalised);
         Self {
+            key: sluice_contract::sha256_hex(keyed.as_bytes()),
             normalised,
-            key,
             guard,
             threshold: None,
         }
@@ -93,8 +99,9 @@ pub enum Lookup {
         /// Cosine between the two questions' embeddings (1.0 for exact).
         similarity: f32,
     },
-    /// An entry that fits but for the corpus version, which has changed since it was made:
-    /// it answers only if retrieval for this request returns exactly its recorded sources
+    /// An entry that fits but for the corpus version, which has changed since it was made,
+    /// or the end user's access, which may let this request see other documents: it
+    /// answers only if retrieval for this request returns exactly its recorded sources
     /// ([`CachedAnswer::built_from`]).
     Verify {
         /// The entry.
@@ -388,7 +395,7 @@ impl SemanticCache {
 enum Fit {
     /// Made under the corpus version in use: at once.
     Now,
-    /// Made under an earlier one: if retrieval returns its sources.
+    /// Made under an earlier one, or for other principals: if retrieval returns its sources.
     IfSourcesAgree,
 }
 
@@ -407,12 +414,15 @@ impl Fit {
 /// another process has since answered under) does not.
 fn fit(entry: &CacheEntry, tenant: &Tenant, scope: &Scope, now: u64) -> Option<Fit> {
     let made = &entry.scope;
-    if entry.tenant != *tenant || !made.same_but_version(scope) || entry.expires_at <= now {
+    if entry.tenant != *tenant
+        || !made.same_but_version_and_access(scope)
+        || entry.expires_at <= now
+    {
         return None;
     }
     match made.corpus_version.cmp(&scope.corpus_version) {
-        std::cmp::Ordering::Equal => Some(Fit::Now),
-        std::cmp::Ordering::Less => Some(Fit::IfSourcesAgree),
+        std::cmp::Ordering::Equal if made.access == scope.access => Some(Fit::Now),
+        std::cmp::Ordering::Equal | std::cmp::Ordering::Less => Some(Fit::IfSourcesAgree),
         std::cmp::Ordering::Greater => None,
     }
 }

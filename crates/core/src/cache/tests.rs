@@ -11,6 +11,7 @@ fn scope(corpus_version: u64) -> Scope {
         rerank: None,
         variant: None,
         binding: None,
+        access: None,
     }
 }
 
@@ -141,7 +142,7 @@ async fn entries_of_another_tenant_scope_or_age_do_not_answer() {
         variant: Some("f1".into()),
         ..scope(1)
     };
-    let under = Probe::scoped("q", Some("f1"));
+    let under = Probe::scoped("q", &filtered);
     assert_ne!(under.key, p.key);
     assert!(hit(&c.exact(&t("acme"), &under, &filtered).await).is_none());
     assert!(
@@ -157,12 +158,7 @@ async fn entries_of_another_tenant_scope_or_age_do_not_answer() {
     };
     assert!(
         hit(&c
-            .similar(
-                &t("acme"),
-                &Probe::scoped("q", Some("f2")),
-                &near(1.0),
-                &other
-            )
+            .similar(&t("acme"), &Probe::scoped("q", &other), &near(1.0), &other)
             .await)
         .is_none(),
         "another filter"
@@ -292,4 +288,47 @@ fn cosine_of_scaled_and_mismatched_vectors() {
     assert!((cosine(&[2.0, 0.0], &[0.5, 0.0]) - 1.0).abs() < 1e-6);
     assert_eq!(cosine(&[1.0], &[1.0, 0.0]), 0.0);
     assert_eq!(cosine(&[0.0, 0.0], &[1.0, 0.0]), 0.0);
+}
+
+#[tokio::test]
+async fn an_answer_made_for_other_principals_answers_only_through_its_sources() {
+    let c = cache(0.95);
+    let for_user = |access: &str| Scope {
+        access: Some(access.into()),
+        ..scope(3)
+    };
+    let (alice, bob) = (for_user("alice's"), for_user("bob's"));
+    let asked_by_alice = Probe::scoped("q", &alice);
+    let entry = c.entry(
+        &t("acme"),
+        &asked_by_alice,
+        near(1.0),
+        alice.clone(),
+        answer("q"),
+    );
+    c.put(&entry).await.unwrap();
+    // Alice's own: at once, by her key.
+    assert!(hit(&c.exact(&t("acme"), &asked_by_alice, &alice).await).is_some());
+    // Bob's key is his own, so the exact read misses; the same question found by its
+    // embedding is offered for verification against his sources, never as a hit.
+    let asked_by_bob = Probe::scoped("q", &bob);
+    assert_ne!(asked_by_bob.key, asked_by_alice.key);
+    let exact = c.exact(&t("acme"), &asked_by_bob, &bob).await;
+    assert!(matches!(exact, Lookup::Miss), "{exact:?}");
+    let found = c.similar(&t("acme"), &asked_by_bob, &near(1.0), &bob).await;
+    assert!(matches!(found, Lookup::Verify { .. }), "{found:?}");
+    // So for a request without an end user; but one with a filter of its own is another
+    // answer: the access is the only thing besides the corpus version that may differ.
+    let found = c
+        .similar(&t("acme"), &Probe::new("q"), &near(1.0), &scope(3))
+        .await;
+    assert!(matches!(found, Lookup::Verify { .. }), "{found:?}");
+    let filtered = Scope {
+        variant: Some("f".into()),
+        ..bob.clone()
+    };
+    let found = c
+        .similar(&t("acme"), &asked_by_bob, &near(1.0), &filtered)
+        .await;
+    assert!(matches!(found, Lookup::Miss), "{found:?}");
 }

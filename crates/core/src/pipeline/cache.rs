@@ -81,7 +81,7 @@ impl Pipeline {
             return ExactRead::default();
         };
         let scope = self.scope(request, *v, c, progress);
-        let probe = probe(request, progress);
+        let probe = probe(request, &scope);
         let started = Instant::now();
         let found = bounded(
             progress.deadline,
@@ -130,7 +130,7 @@ impl Pipeline {
             return Round::Skipped;
         };
         let scope = self.scope(request, version, &active, progress);
-        let probe = probe(request, progress);
+        let probe = probe(request, &scope);
         let started = Instant::now();
         let found = match (vector, cache.in_process()) {
             (Ok((v, _)), true) if exact_read => {
@@ -174,15 +174,18 @@ impl Pipeline {
 
     /// The events of the answer `write` holds to verify, if this request's `sources` are the
     /// ones it was built from — the same chunks with the same content in the same order — and
-    /// the work that brings the entry up to the corpus version in use (awaited after the
-    /// events, as a cache write is). Sources of a degraded request prove nothing (a late
-    /// search, a component that failed), nor do those of a store whose reads may still return
-    /// what a recent change removed ([`Self::settled`]).
+    /// the work that records it for this request's scope (awaited after the events, as a cache
+    /// write is): the entry brought up to the corpus version in use, or, when it was made for
+    /// an end user with other principals, a copy under this request's own key (its `vector`),
+    /// so that the next ask of it is an exact hit. Sources of a degraded request prove nothing
+    /// (a late search, a component that failed), nor do those of a store whose reads may still
+    /// return what a recent change removed ([`Self::settled`]).
     pub(super) fn verified(
         &self,
         request: &AnswerRequest,
         write: &mut CacheWrite,
         sources: &[Hit],
+        vector: &[f32],
         progress: &mut Progress,
     ) -> Option<(Vec<Event>, tokio::task::JoinHandle<()>)> {
         let (entry, similarity) = write.verify.take()?;
@@ -195,8 +198,19 @@ impl Pipeline {
         if !entry.answer.built_from(&now) {
             return None;
         }
-        let mut current = (*entry).clone();
-        current.scope = write.scope.clone();
+        let current = match entry.scope.access == write.scope.access {
+            true => CacheEntry {
+                scope: write.scope.clone(),
+                ..(*entry).clone()
+            },
+            false => write.cache.entry(
+                &request.tenant,
+                &write.probe,
+                vector.to_vec(),
+                write.scope.clone(),
+                entry.answer.clone(),
+            ),
+        };
         let cache = Arc::clone(&write.cache);
         let refresh = tokio::spawn(async move {
             if let Err(e) = cache.put(&current).await {
@@ -272,6 +286,10 @@ impl Pipeline {
             k: request.k,
             variant,
             binding: request.binding.clone(),
+            access: request
+                .access
+                .as_ref()
+                .map(sluice_contract::filter::Filter::digest),
         }
     }
 
@@ -417,10 +435,10 @@ impl Pipeline {
     }
 }
 
-/// The request's cache probe: its question under its variant, at the tenant's own threshold
-/// when it set one.
-fn probe(request: &AnswerRequest, progress: &Progress) -> Probe {
-    let mut probe = Probe::scoped(&request.query, progress.variant.as_deref());
+/// The request's cache probe: its question in its scope, at the tenant's own threshold when it
+/// set one.
+fn probe(request: &AnswerRequest, scope: &Scope) -> Probe {
+    let mut probe = Probe::scoped(&request.query, scope);
     probe.threshold = (request.settings.as_ref())
         .and_then(|s| s.settings.cache_threshold)
         .map(|t| t as f32);

@@ -189,8 +189,9 @@ impl Pipeline {
             // corpus changed, which then answers —; the LLM call opened; the sources'
             // evidence, and `meta`.
             let prompt = this.prompt(&request, hits, &mut progress).await;
-            let verified = (write.as_mut())
-                .and_then(|w| this.verified(&request, w, &prompt.sources, &mut progress));
+            let verified = (write.as_mut()).zip(vector.as_ref().ok()).and_then(|(w, (v, _))| {
+                this.verified(&request, w, &prompt.sources, v, &mut progress)
+            });
             if let Some((events, refresh)) = verified {
                 for event in events { yield event; }
                 // A failed write was logged by its task.

@@ -30,6 +30,11 @@ pub struct AnswerRequest {
     /// Which documents the answer may use: the key's mandatory filter ANDed with the one the
     /// request sent ([`Filter::and`]); `None` for all of the tenant's.
     pub filter: Option<Filter>,
+    /// The end user's access filter ([`sluice_contract::access::access_filter`]), ANDed with
+    /// `filter` by retrieval ([`Self::searched`]); `None`: no end user. Kept apart for the
+    /// cache ([`sluice_contract::cache::Scope::access`]): users who share groups share
+    /// answers whose sources they both see.
+    pub access: Option<Filter>,
     /// The conversation before the question (chat route): its earlier user and assistant
     /// turns, oldest first, and the client's own system message. Empty for `/v1/answer`.
     pub conversation: Conversation,
@@ -129,8 +134,13 @@ impl AnswerRequest {
         std::borrow::Cow::Owned(text)
     }
 
+    /// What retrieval searches: `filter` AND the end user's `access`.
+    pub fn searched(&self) -> Option<Filter> {
+        Filter::and(self.filter.as_ref(), self.access.as_ref())
+    }
+
     /// Digest of what else shapes this answer besides the question and the scope's fields —
-    /// the effective filter, the conversation, a `max_tokens` below the server's, a fusion
+    /// the filter (the end user's access apart), the conversation, a `max_tokens` below the server's, a fusion
     /// other than the built-in one (`fusion`, the tenant's), the rerank context, the version
     /// of the tenant's settings — or `None` when nothing does. Cached answers are keyed and
     /// scoped by it: one made under one filter, conversation, length, fusion, context or

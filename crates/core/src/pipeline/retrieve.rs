@@ -25,8 +25,9 @@ impl Pipeline {
     ) -> Result<Vec<Hit>, Degraded> {
         let started = Instant::now();
         let text = request.retrieval_text();
+        let searched = request.searched();
         let search = Search::new(&text, vector, request.k)
-            .filter(request.filter.as_ref())
+            .filter(searched.as_ref())
             .fusion(progress.fusion);
         let search = self.store.search(&request.tenant, &search);
         let mut hits = match bounded(progress.deadline, beside(search, component)).await {

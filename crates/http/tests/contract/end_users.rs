@@ -139,6 +139,47 @@ async fn one_users_cached_answer_never_answers_a_user_who_sees_other_documents()
     assert_eq!(app.llm.calls().len(), 3);
 }
 
+#[tokio::test]
+async fn users_who_see_the_same_sources_share_an_answer_through_them() {
+    let app = app(false).await;
+    // Carol and Dave are both in HR, and no document names either of them.
+    let (carol, dave) = (token("carol", &["hr"]), token("dave", &["hr", "sales"]));
+    let (first, meta) = sources(&app, Some(&carol)).await;
+    assert_eq!(
+        (meta["cache"].as_str(), &first[..]),
+        (
+            Some("miss"),
+            &["hr-only".to_string(), "open".to_string()][..]
+        )
+    );
+    // Dave's own retrieval returns the sources Carol's answer was made from: it answers.
+    let (shared, meta) = sources(&app, Some(&dave)).await;
+    assert_eq!(
+        (
+            meta["cache"].as_str(),
+            meta["cache_match"].as_str(),
+            &shared
+        ),
+        (Some("hit"), Some("sources"), &first)
+    );
+    // And it is now his own, found by his key.
+    let (_, meta) = sources(&app, Some(&dave)).await;
+    assert_eq!(meta["cache_match"], "exact");
+    // Erin is in sales like Alice but is not Alice: Alice's answer names a document Erin may
+    // not see, so Erin's sources differ and her answer is her own.
+    let (alices, _) = sources(&app, Some(&token("alice", &["sales"]))).await;
+    let (erins, meta) = sources(&app, Some(&token("erin", &["sales"]))).await;
+    assert_eq!(meta["cache"], "miss");
+    assert_eq!(
+        (&alices[..], &erins[..]),
+        (
+            &["alice-only".to_string(), "open".to_string()][..],
+            &["open".to_string()][..]
+        )
+    );
+    assert_eq!(app.llm.calls().len(), 3, "Carol's, Alice's and Erin's");
+}
+
 async fn answered(app: &App, headers: &[(&str, &str)]) -> Reply {
     let mut headers = headers.to_vec();
     headers.push(("x-sluice-tenant", "acme"));
