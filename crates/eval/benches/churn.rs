@@ -30,6 +30,16 @@
 //!
 //! Time is simulated: each question is asked when the one before is answered, and an hour's
 //! stream stays within the cache's TTL.
+//!
+//! **End users** (`cache users` lines), on the first corpus with access lists: each document
+//! open to all at [`OPEN`], else to one of [`GROUPS`] groups; [`USERS`] users, each in one
+//! group; the same stream, each question asked by a random user. Four runs: no end users (the
+//! tenant before it had any); answers keyed by each user's principals and answering only them
+//! (the access filter in the cache's variant, as a request's own filter is); the rule in use
+//! (an answer made for other principals answers when this user's retrieval returns its
+//! sources); and, for reference, users whose tokens carry their group alone (so a group's
+//! users are one set of principals). A hit that shows a user a source they may not see fails
+//! the bench.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -40,8 +50,10 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use futures::StreamExt;
 use sluice_bench::load::SplitMix;
+use sluice_contract::access::{ACCESS_KEY, access_filter, may_see};
 use sluice_contract::document::Document;
 use sluice_contract::error::LlmError;
+use sluice_contract::filter::Filter;
 use sluice_contract::fusion::Fusion;
 use sluice_contract::grounding::GroundingMode;
 use sluice_contract::sse::{CacheMatch, CacheState, Event};
@@ -64,6 +76,10 @@ const RESERVE: usize = 40;
 /// How often a question with paraphrases is asked in one of them.
 const PARAPHRASED: f64 = 0.5;
 const SEED: u64 = 57;
+/// End users: the share of documents open to all, the groups the others are for, and users.
+const OPEN: f64 = 0.7;
+const GROUPS: usize = 4;
+const USERS: usize = 200;
 
 /// Answers every call with the next numbered token (`answer-N`), at once.
 struct Numbered(AtomicUsize);
@@ -126,18 +142,23 @@ impl Tally {
 }
 
 /// What the bench shares between runs: the corpus, its judge's fusion, each question's
-/// vector, and every answer the LLM made (its question and the sources it was made from).
+/// vector, and every answer the LLM made (its question, filter and the sources it was made
+/// from).
 struct World {
     corpus: Corpus,
     fusion: Fusion,
     vectors: HashMap<String, Vec<f32>>,
-    answers: HashMap<String, (String, Vec<Source>)>,
+    /// Each answer's question, the filter it was searched under, and its sources.
+    answers: HashMap<String, (String, Option<Filter>, Vec<Source>)>,
 }
 
 impl World {
-    /// The top `K` the store returns now for `question`, in the pipeline's order.
-    async fn sources(&self, question: &str) -> Vec<Source> {
-        let search = Search::new(question, &self.vectors[question], K).fusion(self.fusion);
+    /// The top `K` the store returns now for `question` under `filter`, in the pipeline's
+    /// order.
+    async fn sources(&self, question: &str, filter: Option<&Filter>) -> Vec<Source> {
+        let search = Search::new(question, &self.vectors[question], K)
+            .fusion(self.fusion)
+            .filter(filter);
         let mut hits = (self.corpus.edge.search(&self.corpus.tenant, &search).await)
             .expect("the store answers");
         hits.sort_by(Hit::rank_order);
@@ -148,8 +169,21 @@ impl World {
 
     /// Asks `question` through `pipeline` and counts the outcome in `tally`.
     async fn ask(&mut self, pipeline: &Arc<Pipeline>, question: &str, tally: &mut Tally) {
-        let started = Instant::now();
-        let mut events = Box::pin(pipeline.answer(request(&self.corpus, question, started)));
+        let request = request(&self.corpus, question, Instant::now());
+        self.ask_as(pipeline, request, tally).await;
+    }
+
+    /// Asks `request` through `pipeline`, counts the outcome in `tally`, and returns the
+    /// documents of the sources it was answered from.
+    async fn ask_as(
+        &mut self,
+        pipeline: &Arc<Pipeline>,
+        request: AnswerRequest,
+        tally: &mut Tally,
+    ) -> Vec<String> {
+        let (question, searched) = (request.query.clone(), request.searched());
+        let started = request.received;
+        let mut events = Box::pin(pipeline.answer(request));
         let (mut meta, mut first, mut token) = (None, None, String::new());
         while let Some(event) = events.next().await {
             match event {
@@ -179,21 +213,24 @@ impl World {
         *tally.hits.entry(kind).or_default() += 1;
         (tally.first_token.entry(kind).or_default()).push(first.expect("a token"));
         if kind == Kind::Miss {
-            let sources = self.sources(question).await;
+            let sources = self.sources(&question, searched.as_ref()).await;
             let judged: Vec<(&str, usize)> = sources.iter().map(|s| (&*s.0, s.1)).collect();
             let prompted: Vec<(&str, usize)> =
                 meta.documents.iter().map(|d| (&*d.id, d.chunk)).collect();
             assert_eq!(judged, prompted, "the judge reads what the pipeline read");
-            self.answers.insert(token, (question.to_string(), sources));
+            self.answers
+                .insert(token, (question.clone(), searched, sources));
         } else {
-            let (made_for, recorded) = self.answers.get(&token).expect("a known answer").clone();
-            let fresh = self.sources(&made_for).await == recorded
-                || self.sources(question).await == recorded;
+            let (made_for, under, recorded) =
+                self.answers.get(&token).expect("a known answer").clone();
+            let fresh = self.sources(&made_for, under.as_ref()).await == recorded
+                || self.sources(&question, searched.as_ref()).await == recorded;
             if !fresh {
                 tally.stale += 1;
                 eprintln!("stale: {question:?} answered by {made_for:?} ({kind:?})");
             }
         }
+        meta.documents.into_iter().map(|d| d.id).collect()
     }
 }
 
@@ -248,6 +285,11 @@ fn questions() -> Vec<Vec<String>> {
     wordings
 }
 
+/// A draw in [0, 1).
+fn uniform(rng: &mut SplitMix) -> f64 {
+    (rng.bits() >> 11) as f64 / (1u64 << 53) as f64
+}
+
 /// The stream: a wording for each second, questions drawn by Zipf's law over a seeded order.
 fn stream(questions: &[Vec<String>], rng: &mut SplitMix) -> Vec<String> {
     let mut order: Vec<usize> = (0..questions.len()).collect();
@@ -256,7 +298,6 @@ fn stream(questions: &[Vec<String>], rng: &mut SplitMix) -> Vec<String> {
     }
     let weights: Vec<f64> = (1..=order.len()).map(|rank| 1.0 / rank as f64).collect();
     let total: f64 = weights.iter().sum();
-    let uniform = |rng: &mut SplitMix| (rng.bits() >> 11) as f64 / (1u64 << 53) as f64;
     (0..MINUTES * 60)
         .map(|_| {
             let mut u = uniform(rng) * total;
@@ -423,10 +464,37 @@ async fn run() {
         settings.config.cache.threshold
     );
 
+    // `cargo bench --bench churn -- users` (or `churn`) runs that part alone.
+    let asked: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let runs = |part: &str| asked.is_empty() || asked.iter().any(|a| a == part);
+    if runs("churn") {
+        churn(
+            &mut world, &documents, &reserve, &stream, &settings, &lexicon, &mut rng,
+        )
+        .await;
+    }
+    if runs("users") {
+        users(&mut world, &documents, &stream, &settings, &lexicon).await;
+    }
+}
+
+/// The `cache churn` lines (see the module docs).
+async fn churn(
+    world: &mut World,
+    documents: &[Document],
+    reserve: &[Document],
+    stream: &[String],
+    settings: &sluice_app::Settings,
+    lexicon: &Arc<Lexicon>,
+    rng: &mut SplitMix,
+) {
     // No change at all.
-    let still = pipeline(&world, &settings, &lexicon);
+    let still = pipeline(world, settings, lexicon);
     let mut unchanged = Tally::default();
-    for question in &stream {
+    for question in stream {
         world.ask(&still, question, &mut unchanged).await;
     }
     drop(still);
@@ -436,13 +504,13 @@ async fn run() {
 
     for rate in RATES {
         let (now, before) = (
-            pipeline(&world, &settings, &lexicon),
-            pipeline(&world, &settings, &lexicon),
+            pipeline(world, settings, lexicon),
+            pipeline(world, settings, lexicon),
         );
         let (mut kept, mut cleared) = (Tally::default(), Tally::default());
         let mut churn = Churn {
-            live: documents.clone(),
-            out: reserve.clone(),
+            live: documents.to_vec(),
+            out: reserve.to_vec(),
             edits: 0,
             additions: 0,
             deletions: 0,
@@ -450,7 +518,7 @@ async fn run() {
         let every = 60 / rate;
         for (second, question) in stream.iter().enumerate() {
             if second > 0 && second % every == 0 {
-                churn.change(&world.corpus, &mut rng).await;
+                churn.change(&world.corpus, rng).await;
                 let cache = before.cache.as_ref().expect("a cache");
                 (cache.clear(&world.corpus.tenant, None).await).expect("cleared");
             }
@@ -481,7 +549,7 @@ async fn run() {
                 .delete(&world.corpus.tenant, None, &doc.id);
             deleted.await.expect("deleted");
         }
-        let restored = documents.clone();
+        let restored = documents.to_vec();
         (world
             .corpus
             .ingest
@@ -501,4 +569,93 @@ async fn run() {
         );
     }
     assert_eq!(stale, 0, "stale hits");
+}
+
+/// Who a run takes its users to be, and where their access goes in the request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Users {
+    /// No end users: every question sees every document.
+    None,
+    /// Each user's principals in the request's filter: their answers are theirs alone.
+    Keyed,
+    /// Their principals as the routes send them (the rule in use).
+    Shared,
+    /// Tokens that carry the group alone, keyed as `Keyed`: one set of principals per group.
+    GroupOnly,
+}
+
+/// The `cache users` lines (see the module docs).
+async fn users(
+    world: &mut World,
+    documents: &[Document],
+    stream: &[String],
+    settings: &sluice_app::Settings,
+    lexicon: &Arc<Lexicon>,
+) {
+    // A generator of its own: the same lists and askers whether or not the churn ran first.
+    let rng = &mut SplitMix(SEED + 1);
+    let mut listed = documents.to_vec();
+    for doc in &mut listed {
+        if uniform(rng) >= OPEN {
+            doc.set_access(&format!("group:g{}", rng.below(GROUPS)));
+        }
+    }
+    let tenant = world.corpus.tenant.clone();
+    (world.corpus.ingest.ingest(&tenant, listed.clone()).await).expect("access lists");
+    let access: HashMap<String, Option<Vec<String>>> = (listed.iter())
+        .map(|d| {
+            let list = (d.metadata.get(ACCESS_KEY).and_then(|a| a.as_array())).map(|a| {
+                (a.iter())
+                    .filter_map(|p| p.as_str().map(String::from))
+                    .collect()
+            });
+            (d.id.clone(), list)
+        })
+        .collect();
+    let askers: Vec<usize> = stream.iter().map(|_| rng.below(USERS)).collect();
+    println!(
+        "cache users: {USERS} users in {GROUPS} groups, {} of {} documents open to all, the \
+         others to one group; each question asked by a random user",
+        access.values().filter(|a| a.is_none()).count(),
+        access.len()
+    );
+    let mut baseline = None;
+    let mut leaks = 0;
+    for (name, rule) in [
+        ("no end users", Users::None),
+        ("keyed by each user's principals", Users::Keyed),
+        ("shared through sources", Users::Shared),
+        ("group-only tokens (reference)", Users::GroupOnly),
+    ] {
+        let pipeline = pipeline(world, settings, lexicon);
+        let mut tally = Tally::default();
+        for (question, user) in stream.iter().zip(&askers) {
+            let group = format!("group:g{}", user % GROUPS);
+            let principals = match rule {
+                Users::GroupOnly => vec![group],
+                _ => vec![format!("user:u{user}"), group],
+            };
+            let mut request = request(&world.corpus, question, Instant::now());
+            let filter = Some(access_filter(Some(&principals)));
+            match rule {
+                Users::None => {}
+                Users::Keyed | Users::GroupOnly => request.filter = filter,
+                Users::Shared => request.access = filter,
+            }
+            let seen = world.ask_as(&pipeline, request, &mut tally).await;
+            if rule != Users::None {
+                leaks += (seen.iter())
+                    .filter(|id| !may_see(access[*id].as_deref(), Some(&principals)))
+                    .count();
+            }
+        }
+        let of = *baseline.get_or_insert(tally.hit_rate());
+        println!(
+            "cache users, {} ({:.3} of no end users); first token through sources {}",
+            rates(name, &tally),
+            tally.hit_rate() / of,
+            percentiles(tally.first_token.get(&Kind::Sources)),
+        );
+    }
+    assert_eq!(leaks, 0, "sources a user may not see");
 }

@@ -89,6 +89,31 @@ impl Probe {
     }
 }
 
+/// A cached answer that may answer a request, and the cosine of its question to the
+/// request's.
+pub type Candidate = (Box<CacheEntry>, f32);
+
+/// Most entries one request's sources are checked against (each check compares digests in
+/// memory, after the retrieval a miss runs anyway).
+pub const MAX_VERIFIED: usize = 8;
+
+/// `a`'s candidates, then `b`'s, at most [`MAX_VERIFIED`], leaving out one whose sources an
+/// earlier one already has (the same entry found twice, or an answer of several users made
+/// from the same sources): the check would say the same.
+pub fn joined(a: Vec<Candidate>, b: Vec<Candidate>) -> Vec<Candidate> {
+    let mut kept: Vec<Candidate> = Vec::with_capacity(MAX_VERIFIED);
+    for candidate in a.into_iter().chain(b) {
+        if kept.len() == MAX_VERIFIED {
+            break;
+        }
+        let cited = &candidate.0.answer.cited;
+        if !kept.iter().any(|(e, _)| e.answer.cited == *cited) {
+            kept.push(candidate);
+        }
+    }
+    kept
+}
+
 /// A lookup's outcome.
 #[derive(Debug)]
 pub enum Lookup {
@@ -104,10 +129,10 @@ pub enum Lookup {
     /// answers only if retrieval for this request returns exactly its recorded sources
     /// ([`CachedAnswer::built_from`]).
     Verify {
-        /// The entry.
-        entry: Box<CacheEntry>,
-        /// Cosine between the two questions' embeddings (1.0 for exact).
-        similarity: f32,
+        /// The entries, at most [`MAX_VERIFIED`], the most similar first, each with the cosine
+        /// between the two questions' embeddings (1.0 for exact): the first whose sources
+        /// this request's retrieval returns answers.
+        candidates: Vec<Candidate>,
     },
     /// Nothing usable.
     Miss,
@@ -295,8 +320,7 @@ impl SemanticCache {
         };
         let lexicon = self.lexicon();
         let now = now();
-        candidates
-            .into_iter()
+        let mut fitting: Vec<(f32, Fit, CacheEntry)> = (candidates.into_iter())
             .filter_map(|e| Some((fit(&e, tenant, scope, now)?, e)))
             .map(|(fit, e)| (cosine(vector, &e.vector), fit, e))
             .filter(|(similarity, _, _)| *similarity >= least)
@@ -306,26 +330,42 @@ impl SemanticCache {
                     .conflict(&Guard::of(&e.query), lexicon)
                     .is_none()
             })
-            // The most similar, but one that answers at once before one to verify.
-            .max_by(|a, b| {
-                let now = |(similarity, fit, _): &(f32, Fit, CacheEntry)| {
-                    *fit == Fit::Now && *similarity >= threshold
-                };
-                (now(a).cmp(&now(b))).then(a.0.total_cmp(&b.0))
-            })
-            .map_or(Lookup::Miss, |(similarity, fit, entry)| {
-                // Learning compares answers made under the version in use.
-                if fit == Fit::Now && explore > 0.0 && learn::sampled(explore) {
-                    Lookup::Compare {
-                        entry: Box::new(entry),
-                        similarity,
-                    }
-                } else if similarity >= threshold {
-                    fit.lookup(entry, similarity)
-                } else {
-                    Lookup::Miss
-                }
-            })
+            .collect();
+        // The most similar first, but one that answers at once before one to verify.
+        let at_once = |(similarity, fit, _): &(f32, Fit, CacheEntry)| {
+            *fit == Fit::Now && *similarity >= threshold
+        };
+        fitting.sort_by(|a, b| (at_once(b).cmp(&at_once(a))).then(b.0.total_cmp(&a.0)));
+        let Some(&(similarity, fit, _)) = fitting.first() else {
+            return Lookup::Miss;
+        };
+        // Learning compares answers made under the version in use.
+        if fit == Fit::Now && explore > 0.0 && learn::sampled(explore) {
+            let (similarity, _, entry) = fitting.swap_remove(0);
+            return Lookup::Compare {
+                entry: Box::new(entry),
+                similarity,
+            };
+        }
+        match (similarity >= threshold, fit) {
+            (false, _) => Lookup::Miss,
+            (true, Fit::Now) => {
+                let (similarity, _, entry) = fitting.swap_remove(0);
+                Fit::Now.lookup(entry, similarity)
+            }
+            // Every entry to verify past the threshold, most similar first: the sources
+            // decide which one, if any, answers (an entry made for users who see other
+            // documents than this user may come before one made for the same ones).
+            (true, Fit::IfSourcesAgree) => Lookup::Verify {
+                candidates: joined(
+                    Vec::new(),
+                    (fitting.into_iter())
+                        .filter(|(similarity, _, _)| *similarity >= threshold)
+                        .map(|(similarity, _, entry)| (Box::new(entry), similarity))
+                        .collect(),
+                ),
+            },
+        }
     }
 
     /// [`exact`](Self::exact) and [`similar`](Self::similar) at once (one parallel round for
@@ -343,6 +383,11 @@ impl SemanticCache {
         );
         match (exact, similar) {
             (hit @ Lookup::Hit { .. }, _) | (_, hit @ Lookup::Hit { .. }) => hit,
+            (Lookup::Verify { candidates: a }, Lookup::Verify { candidates: b }) => {
+                Lookup::Verify {
+                    candidates: joined(a, b),
+                }
+            }
             (verify @ Lookup::Verify { .. }, _) | (_, verify @ Lookup::Verify { .. }) => verify,
             (_, compare @ Lookup::Compare { .. }) => compare,
             (failed @ Lookup::Failed(_), _) | (_, failed @ Lookup::Failed(_)) => failed,
@@ -404,7 +449,9 @@ impl Fit {
         let entry = Box::new(entry);
         match self {
             Fit::Now => Lookup::Hit { entry, similarity },
-            Fit::IfSourcesAgree => Lookup::Verify { entry, similarity },
+            Fit::IfSourcesAgree => Lookup::Verify {
+                candidates: vec![(entry, similarity)],
+            },
         }
     }
 }

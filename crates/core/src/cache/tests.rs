@@ -182,13 +182,7 @@ async fn an_entry_of_an_earlier_corpus_version_answers_only_once_verified() {
     // Made under version 3, asked under 4: an entry to verify, exact or similar.
     let exact = c.exact(&t("acme"), &p, &scope(4)).await;
     assert!(
-        matches!(
-            exact,
-            Lookup::Verify {
-                similarity: 1.0,
-                ..
-            }
-        ),
+        matches!(&exact, Lookup::Verify { candidates } if candidates.len() == 1 && candidates[0].1 == 1.0),
         "{exact:?}"
     );
     let found = c
@@ -317,6 +311,35 @@ async fn an_answer_made_for_other_principals_answers_only_through_its_sources() 
     assert!(matches!(exact, Lookup::Miss), "{exact:?}");
     let found = c.similar(&t("acme"), &asked_by_bob, &near(1.0), &bob).await;
     assert!(matches!(found, Lookup::Verify { .. }), "{found:?}");
+    // With answers made for several others from other sources, each is offered (the sources
+    // pick one), the most similar first; one made from sources an earlier one has is not.
+    let cited = |id: &str| {
+        let mut a = answer("q");
+        a.cited = vec![sluice_contract::cache::Cited {
+            id: id.into(),
+            chunk: 0,
+            digest: "d".repeat(64),
+        }];
+        a
+    };
+    for (who, similarity, from) in [
+        ("carol's", 0.99, "hr"),
+        ("dave's", 0.98, "hr"),
+        ("erin's", 0.97, "sales"),
+    ] {
+        let scope = for_user(who);
+        let probe = Probe::scoped("q", &scope);
+        let entry = c.entry(&t("acme"), &probe, near(similarity), scope, cited(from));
+        c.put(&entry).await.unwrap();
+    }
+    let found = c.similar(&t("acme"), &asked_by_bob, &near(1.0), &bob).await;
+    let Lookup::Verify { candidates } = found else {
+        panic!("{found:?}")
+    };
+    let made_for: Vec<_> = (candidates.iter())
+        .map(|(e, _)| e.scope.access.as_deref())
+        .collect();
+    assert_eq!(made_for, [Some("alice's"), Some("carol's"), Some("erin's")]);
     // So for a request without an end user; but one with a filter of its own is another
     // answer: the access is the only thing besides the corpus version that may differ.
     let found = c

@@ -16,17 +16,14 @@ use super::scope::{
     COMPONENT_READ, Component, Read, ScopeReads, VERSION_READ, output, resolved, take,
 };
 use super::{AnswerRequest, Pipeline, Progress};
+use crate::cache::{Candidate, Lookup, Probe, SemanticCache, joined};
 use crate::prompt;
-use crate::{cache::Lookup, cache::Probe, cache::SemanticCache};
 use sluice_contract::Tenant;
 use sluice_contract::cache::{CacheEntry, CachedAnswer, Cited, Scope};
 use sluice_contract::codes::Degraded;
 use sluice_contract::grounding::GroundingMode;
 use sluice_contract::sse::{CacheMatch, CacheState, Done, Event, Meta, Token};
 use sluice_contract::stages::Hit;
-
-/// A cached answer found for the request, and the cosine of its question to the request's.
-pub(super) type Candidate = (Box<CacheEntry>, f32);
 
 /// Where the cache stands for an answer after its lookup: what a complete answer is written
 /// under, if anything.
@@ -36,9 +33,9 @@ pub(super) struct CacheWrite {
     scope: Scope,
     /// A candidate whose answer the LLM's is compared with, for the tenant's threshold.
     compare: Option<Candidate>,
-    /// A candidate made under an earlier corpus version: it answers if this request's
-    /// sources are the ones it was built from ([`Pipeline::verified`]).
-    verify: Option<Candidate>,
+    /// Candidates made under an earlier corpus version or for other principals: the first
+    /// whose sources this request's are answers ([`Pipeline::verified`]).
+    verify: Vec<Candidate>,
 }
 
 /// What the exact read before the embedding gave: whether it ran, a hit's events, and an
@@ -47,7 +44,7 @@ pub(super) struct CacheWrite {
 pub(super) struct ExactRead {
     pub(super) exact_read: bool,
     pub(super) replay: Option<Vec<Event>>,
-    pub(super) verify: Option<Candidate>,
+    pub(super) verify: Vec<Candidate>,
 }
 
 /// How the cache round after the embedding ended.
@@ -91,15 +88,15 @@ impl Pipeline {
         .unwrap_or(Lookup::Miss);
         add_ms(&mut progress.timings.cache_ms, started.elapsed());
         match found {
-            Lookup::Verify { entry, similarity } => ExactRead {
+            Lookup::Verify { candidates } => ExactRead {
                 exact_read: true,
                 replay: None,
-                verify: Some((entry, similarity)),
+                verify: candidates,
             },
             found => ExactRead {
                 exact_read: true,
                 replay: self.replay(request, progress, found, CacheMatch::Exact),
-                verify: None,
+                verify: Vec::new(),
             },
         }
     }
@@ -149,11 +146,9 @@ impl Pipeline {
             Lookup::Compare { entry, similarity } => {
                 (Lookup::Miss, Some((entry, similarity)), earlier.verify)
             }
-            Lookup::Verify { entry, similarity } => (
-                Lookup::Miss,
-                None,
-                earlier.verify.or(Some((entry, similarity))),
-            ),
+            Lookup::Verify { candidates } => {
+                (Lookup::Miss, None, joined(earlier.verify, candidates))
+            }
             found => (found, None, earlier.verify),
         };
         let how = match &found {
@@ -172,8 +167,8 @@ impl Pipeline {
         }
     }
 
-    /// The events of the answer `write` holds to verify, if this request's `sources` are the
-    /// ones it was built from — the same chunks with the same content in the same order — and
+    /// The events of the first answer `write` holds to verify whose sources this request's
+    /// `sources` are — the same chunks with the same content in the same order — and
     /// the work that records it for this request's scope (awaited after the events, as a cache
     /// write is): the entry brought up to the corpus version in use, or, when it was made for
     /// an end user with other principals, a copy under this request's own key (its `vector`),
@@ -188,16 +183,16 @@ impl Pipeline {
         vector: &[f32],
         progress: &mut Progress,
     ) -> Option<(Vec<Event>, tokio::task::JoinHandle<()>)> {
-        let (entry, similarity) = write.verify.take()?;
-        if !progress.degraded.is_empty()
+        let candidates = std::mem::take(&mut write.verify);
+        if candidates.is_empty()
+            || !progress.degraded.is_empty()
             || !self.settled(&request.tenant, write.scope.corpus_version)
         {
             return None;
         }
         let now: Vec<Cited> = sources.iter().map(Cited::of).collect();
-        if !entry.answer.built_from(&now) {
-            return None;
-        }
+        let (entry, similarity) =
+            (candidates.into_iter()).find(|(e, _)| e.answer.built_from(&now))?;
         let current = match entry.scope.access == write.scope.access {
             true => CacheEntry {
                 scope: write.scope.clone(),
