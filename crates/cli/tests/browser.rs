@@ -50,6 +50,11 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
         .to_vec();
     uploads.push(handbook.display().to_string());
     let uploads = uploads.join(":");
+    // A page for HR alone, uploaded with an access list, and two users' tokens.
+    let hr_file = out_dir.join("staff-bonus.md");
+    let memo = "# Staff bonus\n\nThe staff bonus is paid in March to every member of staff.\n";
+    std::fs::write(&hr_file, memo).expect("the HR page is written");
+    let identity = sluice_testkit::users::identity(false).to_string();
     let script = sluice_tests::repo().join("crates/cli/tests/browser/ask.cjs");
     let out = output_within(
         Command::new("node")
@@ -58,6 +63,13 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
             .env("CHROMIUM", chromium)
             .env("SLUICE_URL", &server.url)
             .env("UPLOAD_FILES", &uploads)
+            .env("IDENTITY", &identity)
+            .env("HR_FILE", &hr_file)
+            .env("HR_TOKEN", sluice_testkit::users::token("bob", &["hr"]))
+            .env(
+                "SALES_TOKEN",
+                sluice_testkit::users::token("erin", &["sales"]),
+            )
             .env("SCREENSHOT", &screenshot),
         Duration::from_secs(120),
     );
@@ -230,6 +242,44 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
             .iter()
             .any(|p| p["method"] == "PUT" && p["path"] == "/v1/settings"),
         "{posts:?}"
+    );
+    // End users: the HR page is listed for a user of HR and hidden from one of sales, whose
+    // answer does not cite it; the token went with every question and listing made while it
+    // was set, and with no write.
+    let users = &seen["users"];
+    assert_eq!(text(&users["identitySaved"]), "Saved as version 2.");
+    let listed_as = |who: &str| -> Vec<String> {
+        (users[who].as_array().expect("ids").iter())
+            .map(text)
+            .collect()
+    };
+    let is_memo = |id: &String| id.ends_with("staff-bonus.md");
+    assert!(listed_as("asHr").iter().any(is_memo), "{users}");
+    assert!(!listed_as("asSales").iter().any(is_memo), "{users}");
+    assert!(
+        !listed_as("asSales").is_empty(),
+        "the open documents are listed"
+    );
+    let cited = users["salesSources"].as_array().expect("sources");
+    assert!(!cited.is_empty(), "{users}");
+    assert!(
+        cited.iter().all(|s| !text(s).contains("Staff bonus")),
+        "{cited:?}"
+    );
+    let sent = users["sent"].as_array().expect("requests");
+    let carried = |method: &str, path: &str| {
+        (sent.iter())
+            .filter(|r| r["method"] == method && r["path"] == path)
+            .map(|r| r["user"] == true)
+            .collect::<Vec<bool>>()
+    };
+    assert!(carried("GET", "/v1/documents").contains(&true), "{sent:?}");
+    assert!(carried("POST", "/v1/answer").contains(&true), "{sent:?}");
+    assert!(
+        sent.iter()
+            .filter(|r| r["method"] != "GET" && r["path"] != "/v1/answer")
+            .all(|r| r["user"] == false),
+        "{sent:?}"
     );
     let png = std::fs::read(&screenshot).expect("screenshot");
     assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");

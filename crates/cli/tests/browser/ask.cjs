@@ -39,6 +39,12 @@ const question = "What should I do if I lose my card?";
       const want = require("crypto").createHash("sha256").update(body).digest("hex");
       hashed.push({ method: r.method(), path: new URL(r.url()).pathname, ok: sent === want, bytes: body.length });
     });
+    // Each API request: whether it carried the user token.
+    const sentUser = [];
+    page.on("request", (r) => {
+      const path = new URL(r.url()).pathname;
+      if (path.startsWith("/v1/")) sentUser.push({ method: r.method(), path, user: "x-sluice-user" in r.headers() });
+    });
     await page.goto(url);
     const title = await page.title();
 
@@ -137,7 +143,39 @@ const question = "What should I do if I lose my card?";
     await waitStatus(refused);
     const settings = { before, saved, refused, after: { status: await page.evaluate(settingsStatus),
       json: await page.inputValue("#settings") } };
-    console.log(JSON.stringify({ title, uploaded, early, done, badFilter, filtered, documents, settings, problems, hashed }));
+    // End users: an identity saved in the settings; a file uploaded for HR alone; listed and
+    // asked about as a user of sales, then listed as a user of HR.
+    await page.fill("#settings", JSON.stringify({ identity: JSON.parse(process.env.IDENTITY) }));
+    await page.click("#save-settings");
+    await waitStatus(settings.after.status);
+    const identitySaved = await page.evaluate(settingsStatus);
+    await page.fill("#access", "group:hr");
+    await page.setInputFiles("#files", [process.env.HR_FILE]);
+    await page.click("#upload");
+    await page.waitForFunction(
+      () => document.getElementById("upload-status").textContent.startsWith("Added 1 file"),
+      null, { timeout: 60000 });
+    await page.fill("#access", "");
+    const listAs = async (token) => {
+      await page.fill("#user", token);
+      await page.evaluate(() => { document.getElementById("documents-status").textContent = ""; });
+      await page.click("#list-documents");
+      await page.waitForFunction(() => document.getElementById("documents-status").textContent.includes("shown"),
+        null, { timeout: 10000 });
+      return rows();
+    };
+    const asSales = await listAs(process.env.SALES_TOKEN);
+    await page.fill("#filter", "");
+    await page.fill("#question", "When is the staff bonus paid?");
+    await page.click("#ask");
+    await page.waitForFunction(() => document.getElementById("total").textContent !== "–",
+      null, { timeout: 60000 });
+    const salesSources = await page.evaluate(() =>
+      [...document.querySelectorAll("#sources li")].map((li) => li.textContent));
+    const asHr = await listAs(process.env.HR_TOKEN);
+    await page.fill("#user", "");
+    const users = { identitySaved, asSales, salesSources, asHr, sent: sentUser };
+    console.log(JSON.stringify({ title, uploaded, early, done, badFilter, filtered, documents, settings, users, problems, hashed }));
   } finally {
     await browser.close();
   }
