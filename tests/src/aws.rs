@@ -46,6 +46,34 @@ pub async fn put_typed(bucket: &str, key: &str, bytes: Vec<u8>, content_type: Op
         .expect("put object");
 }
 
+/// Sets the `sluice-access` tag of the object at `key` in `bucket` to `value` (`None`:
+/// removes every tag).
+pub async fn tag_access(bucket: &str, key: &str, value: Option<&str>) {
+    use aws_sdk_s3::types::{Tag, Tagging};
+    let client = sluice_aws::s3_client(&sdk().await);
+    match value {
+        Some(value) => {
+            let tag = Tag::builder()
+                .key(sluice_aws::documents::ACCESS_TAG)
+                .value(value)
+                .build()
+                .expect("a tag");
+            let tagging = Tagging::builder().tag_set(tag).build().expect("a tag set");
+            (client.put_object_tagging().bucket(bucket).key(key))
+                .tagging(tagging)
+                .send()
+                .await
+                .expect("put object tagging");
+        }
+        None => {
+            (client.delete_object_tagging().bucket(bucket).key(key))
+                .send()
+                .await
+                .expect("delete object tagging");
+        }
+    }
+}
+
 /// The object at `key` in `bucket`, if any.
 pub async fn object_exists(bucket: &str, key: &str) -> bool {
     sluice_aws::s3_client(&sdk().await)
@@ -90,10 +118,15 @@ pub async fn component_table() -> String {
 
 /// A new secret holding `value` (JSON); its ARN.
 pub async fn secret(value: &serde_json::Value) -> String {
+    secret_text(&value.to_string()).await
+}
+
+/// A new secret whose string value is `text`; its ARN.
+pub async fn secret_text(text: &str) -> String {
     let out = aws_sdk_secretsmanager::Client::new(&sdk().await)
         .create_secret()
         .name(format!("sluice-{}", uuid::Uuid::new_v4().simple()))
-        .secret_string(value.to_string())
+        .secret_string(text)
         .send()
         .await
         .expect("create secret");

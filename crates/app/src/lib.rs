@@ -236,6 +236,9 @@ pub async fn parts(
         components: None,
         keys,
         usage,
+        secrets: settings
+            .is_some()
+            .then(|| Arc::new(sluice_aws::secrets::Reader::default()) as _),
         settings,
         config,
         convert,

@@ -1,9 +1,14 @@
 //! Documents uploaded to S3, for the ingest function's S3 trigger.
 //!
 //! An upload's key is `<tenant>/<path>`: the first segment names the tenant, the rest is the
-//! file's name (its extension picks the format, as `sluice ingest` does with paths).
+//! file's name (its extension picks the format, as `sluice ingest` does with paths). Its
+//! [`ACCESS_TAG`] tag, when it has one, says which end users may see its documents.
 
 use crate::AwsError;
+
+/// The object tag that holds an upload's access list: principals separated by spaces (S3
+/// tag values allow no commas), e.g. `group:hr user:alice`; empty for no end user.
+pub const ACCESS_TAG: &str = "sluice-access";
 
 /// A document upload as an S3 event names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,17 +89,17 @@ impl Documents {
         })
     }
 
-    /// The object's bytes and media type, refused unread when S3 says it is larger than
-    /// `max`.
+    /// The object's bytes, media type and access list (its [`ACCESS_TAG`], read beside it),
+    /// refused unread when S3 says it is larger than `max`.
     pub async fn read(&self, bucket: &str, key: &str, max: usize) -> Result<Object, ReadError> {
-        let object = self
-            .s3
-            .get_object()
-            .bucket(bucket)
-            .key(key)
-            .send()
-            .await
-            .map_err(|e| AwsError::call("S3 GetObject", e))?;
+        let get = self.s3.get_object().bucket(bucket).key(key).send();
+        let tags = self.s3.get_object_tagging().bucket(bucket).key(key).send();
+        let (object, tags) = tokio::join!(get, tags);
+        let object = object.map_err(|e| AwsError::call("S3 GetObject", e))?;
+        let tags = tags.map_err(|e| AwsError::call("S3 GetObjectTagging", e))?;
+        let access = (tags.tag_set().iter())
+            .find(|t| t.key() == ACCESS_TAG)
+            .map(|t| t.value().split_whitespace().collect::<Vec<_>>().join(","));
         let size = object.content_length().unwrap_or(0).max(0) as u64;
         let content_type = object.content_type().map(str::to_string);
         if size > max as u64 {
@@ -112,6 +117,7 @@ impl Documents {
         Ok(Object {
             bytes: bytes.to_vec(),
             content_type,
+            access,
         })
     }
 }
@@ -123,6 +129,9 @@ pub struct Object {
     pub bytes: Vec<u8>,
     /// Its `Content-Type`, when the uploader set one.
     pub content_type: Option<String>,
+    /// Its [`ACCESS_TAG`]'s principals, comma-separated (as a file upload's `access`
+    /// parameter); `None` without the tag.
+    pub access: Option<String>,
 }
 
 #[cfg(test)]

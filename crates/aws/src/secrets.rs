@@ -1,4 +1,5 @@
-//! Settings kept in Secrets Manager, read once at start.
+//! Secrets Manager: settings read once at start, and tenants' HMAC secrets for their end
+//! users' tokens ([`Reader`]).
 //!
 //! `SLUICE_SECRETS_ARN` names a secret whose value is a JSON object of `SLUICE_*` settings,
 //! e.g. `{"SLUICE_QDRANT_API_KEY": "..."}`. Those values take the place of environment
@@ -25,6 +26,34 @@ pub async fn settings(arn: &str) -> Result<HashMap<String, String>, AwsError> {
         ))
     })?;
     parse(arn, text)
+}
+
+/// Reads tenants' HMAC secrets (`identity.secret_arn` of their settings): the value's string
+/// as bytes, or its binary. The client is made on first use, so a process whose tenants use
+/// none never loads the AWS configuration for it.
+#[derive(Default)]
+pub struct Reader {
+    client: tokio::sync::OnceCell<aws_sdk_secretsmanager::Client>,
+}
+
+#[async_trait::async_trait]
+impl sluice_contract::access::SecretReader for Reader {
+    async fn read(&self, id: &str) -> Result<Vec<u8>, String> {
+        let client = (self.client)
+            .get_or_try_init(|| async {
+                let sdk = crate::sdk_config("identity.secret_arn").await?;
+                Ok::<_, AwsError>(aws_sdk_secretsmanager::Client::new(&sdk))
+            })
+            .await
+            .map_err(|e| e.to_string())?;
+        let value = (client.get_secret_value().secret_id(id).send().await)
+            .map_err(|e| AwsError::call("Secrets Manager GetSecretValue", e).to_string())?;
+        match (value.secret_string(), value.secret_binary()) {
+            (Some(text), _) => Ok(text.as_bytes().to_vec()),
+            (None, Some(blob)) => Ok(blob.as_ref().to_vec()),
+            (None, None) => Err(format!("secret {id} has no value")),
+        }
+    }
 }
 
 fn parse(arn: &str, text: &str) -> Result<HashMap<String, String>, AwsError> {

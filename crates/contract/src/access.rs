@@ -130,7 +130,14 @@ pub struct IdentitySettings {
     /// says.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_key: Option<String>,
-    /// The algorithm of `public_key`: `RS256`, `ES256` or `EdDSA`.
+    /// Or a secret shared with the identity provider, for HS256: the ARN (or name) of a
+    /// Secrets Manager secret whose value — its string's bytes, or its binary — is the key,
+    /// at least [`MIN_SECRET_BYTES`]. For tests and small setups: whoever can read the secret
+    /// can mint tokens for any user.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_arn: Option<String>,
+    /// The algorithm of `public_key`: `RS256`, `ES256` or `EdDSA` (of `secret_arn`: `HS256`,
+    /// which may be left out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub algorithm: Option<String>,
     /// The claim that lists the user's groups (default `groups`): each one a `group:<g>`.
@@ -157,6 +164,16 @@ fn is_groups_claim(claim: &String) -> bool {
 
 /// The algorithms a static `public_key` may be for.
 pub const KEY_ALGORITHMS: [&str; 3] = ["RS256", "ES256", "EdDSA"];
+/// The shortest HMAC secret taken: as long as SHA-256's output (RFC 7518, section 3.2).
+pub const MIN_SECRET_BYTES: usize = 32;
+
+/// Where a tenant's HMAC secret ([`IdentitySettings::secret_arn`]) is read from: Secrets
+/// Manager in a deployment.
+#[async_trait::async_trait]
+pub trait SecretReader: Send + Sync {
+    /// The value of the secret `id`, as bytes; the error says why it could not be read.
+    async fn read(&self, id: &str) -> Result<Vec<u8>, String>;
+}
 
 impl IdentitySettings {
     /// Checks the fields: the message names the first bad one (relative to `identity.`).
@@ -167,8 +184,20 @@ impl IdentitySettings {
                 return bad(field, "must be 1 to 1,024 bytes".into());
             }
         }
-        match (&self.jwks_url, &self.public_key) {
-            (Some(url), None) => {
+        match (&self.jwks_url, &self.public_key, &self.secret_arn) {
+            (None, None, Some(arn)) => {
+                let name = |c: char| c.is_ascii_alphanumeric() || "/_+=.@:-".contains(c);
+                if arn.is_empty() || arn.len() > 2_048 || !arn.chars().all(name) {
+                    return bad(
+                        "secret_arn",
+                        "must be a Secrets Manager secret's ARN or name".into(),
+                    );
+                }
+                if self.algorithm.as_deref().is_some_and(|a| a != "HS256") {
+                    return bad("algorithm", "a secret_arn is for HS256 alone".into());
+                }
+            }
+            (Some(url), None, None) => {
                 let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
                     .iter()
                     .any(|p| url.starts_with(p));
@@ -185,7 +214,7 @@ impl IdentitySettings {
                     );
                 }
             }
-            (None, Some(pem)) => {
+            (None, Some(pem), None) => {
                 if !pem.trim_start().starts_with("-----BEGIN PUBLIC KEY-----") || pem.len() > 16_384
                 {
                     return bad(
@@ -207,7 +236,7 @@ impl IdentitySettings {
             _ => {
                 return bad(
                     "jwks_url",
-                    "give jwks_url or public_key, one of them".into(),
+                    "give one of jwks_url, public_key and secret_arn".into(),
                 );
             }
         }

@@ -397,6 +397,20 @@ mod tests {
                 "identity.algorithm",
             ),
             (
+                json!({"identity": {"issuer": "i", "audience": "a",
+                                    "secret_arn": "arn:aws:secretsmanager:x", "algorithm": "RS256"}}),
+                "identity.algorithm",
+            ),
+            (
+                json!({"identity": {"issuer": "i", "audience": "a", "secret_arn": "my secret"}}),
+                "identity.secret_arn",
+            ),
+            (
+                json!({"identity": {"issuer": "i", "audience": "a", "secret_arn": "s",
+                                    "jwks_url": "https://idp.example.com/keys"}}),
+                "identity.jwks_url",
+            ),
+            (
                 json!({"identity": {"issuer": " ", "audience": "a",
                                     "jwks_url": "https://idp.example.com/keys"}}),
                 "identity.issuer",

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use sluice_contract::access::SecretReader;
 use sluice_contract::auth::KeyStore;
 use sluice_contract::tenant_settings::SettingsStore;
 use sluice_contract::usage::UsageStore;
@@ -82,6 +83,9 @@ pub struct Parts {
     /// Where tenants' settings are kept (answers, documents); `None`: every tenant answers with the
     /// deployment's defaults, and `/v1/settings` is 404 `settings_disabled`.
     pub settings: Option<Arc<dyn SettingsStore>>,
+    /// Where tenants' HMAC secrets for their end users' tokens are read (Secrets Manager);
+    /// `None`: a tenant whose identity names one has its tokens refused as unverifiable.
+    pub secrets: Option<Arc<dyn SecretReader>>,
 }
 
 impl Parts {
@@ -112,6 +116,10 @@ impl Parts {
         }
         server.tenants =
             (self.settings).map(|store| Arc::new(Tenants::new(store, config.auth.settings_fresh)));
+        if let Some(secrets) = self.secrets {
+            let identities = sluice_identity::Identities::new(sluice_identity::REFETCH_EVERY);
+            server.identities = Arc::new(identities.with_secrets(secrets));
+        }
         server.convert = self.convert;
         server.components = self.components;
         server.keys = self.keys;

@@ -6,12 +6,15 @@
 //!   set does not hold fetches it again — at most once a minute per URL ([`REFETCH_EVERY`]), within
 //!   [`FETCH_TIMEOUT`], at most [`MAX_JWKS_BYTES`] read. A failed fetch leaves the keys already
 //!   held in force; a token whose key is not among them is refused, never let through. Or one
-//!   static public key (PEM) of a stated algorithm.
+//!   static public key (PEM) of a stated algorithm. Or, for tests and small setups, an HMAC
+//!   secret read from a [`SecretReader`] (Secrets Manager) on first use and again once it is
+//!   a window old (a rotated secret is taken within a minute), with the same bounds; a failed
+//!   read keeps the secret held.
 //! - **Algorithms.** Each key allows one: RSA RS256, EC P-256 ES256, Ed25519 EdDSA (a JWKS key
 //!   by its type; a static key by the tenant's `algorithm`). A token whose header names
 //!   another is refused before its signature is read, so `alg: none` and a token re-signed
 //!   with HS256 using the public key as the secret get nowhere; symmetric (`oct`) keys in a
-//!   JWKS are ignored.
+//!   JWKS are ignored. A tenant's secret allows HS256 alone.
 //! - **Claims.** `iss` and `aud` as configured, `exp` required, `nbf` honoured, 30 s of
 //!   clock skew either way; `sub` required.
 //!
@@ -25,7 +28,9 @@ use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::jwk::{AlgorithmParameters, EllipticCurve, Jwk};
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
 use serde_json::Value;
-use sluice_contract::access::{IdentitySettings, MAX_PRINCIPALS, check_principal};
+use sluice_contract::access::{
+    IdentitySettings, MAX_PRINCIPALS, MIN_SECRET_BYTES, SecretReader, check_principal,
+};
 
 /// How long one JWKS fetch may take (connect, headers and body).
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -82,7 +87,8 @@ pub enum TokenError {
     KeysUnavailable(String),
 }
 
-/// One JWKS URL's keys, by `kid`, each with the algorithm it allows.
+/// One JWKS URL's keys, by `kid`, each with the algorithm it allows (or a tenant's secret,
+/// as the one key of a set).
 #[derive(Default)]
 struct KeySet {
     keys: Option<Arc<HashMap<String, (DecodingKey, Algorithm)>>>,
@@ -95,6 +101,17 @@ pub struct Identities {
     client: reqwest::Client,
     refetch_every: Duration,
     sets: Mutex<HashMap<String, Arc<tokio::sync::Mutex<KeySet>>>>,
+    /// Where tenants' HMAC secrets are read; `None`: a tenant configured with one is refused.
+    secrets: Option<Arc<dyn SecretReader>>,
+}
+
+/// Where a tenant's keys come from.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    /// A JWKS URL: fetched again for a key it lacks.
+    Jwks(&'a str),
+    /// A secret's id: read again once a window old.
+    Secret(&'a str),
 }
 
 impl Identities {
@@ -110,7 +127,14 @@ impl Identities {
             client,
             refetch_every,
             sets: Mutex::new(HashMap::new()),
+            secrets: None,
         }
+    }
+
+    /// Reads tenants' HMAC secrets ([`IdentitySettings::secret_arn`]) from `reader`.
+    pub fn with_secrets(mut self, reader: Arc<dyn SecretReader>) -> Self {
+        self.secrets = Some(reader);
+        self
     }
 
     /// Verifies `token` under the tenant's `identity`, and reads its principals.
@@ -121,10 +145,18 @@ impl Identities {
     ) -> Result<User, TokenError> {
         let header =
             jsonwebtoken::decode_header(token).map_err(|e| TokenError::Malformed(e.to_string()))?;
-        let (key, algorithm) = match (&identity.jwks_url, &identity.public_key) {
-            (Some(url), _) => self.key(url, header.kid.as_deref()).await?,
-            (None, Some(pem)) => static_key(pem, identity.algorithm.as_deref())?,
-            (None, None) => return Err(TokenError::KeysUnavailable("no key configured".into())),
+        let configured = (
+            &identity.jwks_url,
+            &identity.public_key,
+            &identity.secret_arn,
+        );
+        let (key, algorithm) = match configured {
+            (Some(url), _, _) => self.key(Source::Jwks(url), header.kid.as_deref()).await?,
+            (None, Some(pem), _) => static_key(pem, identity.algorithm.as_deref())?,
+            (None, None, Some(id)) => self.key(Source::Secret(id), None).await?,
+            (None, None, None) => {
+                return Err(TokenError::KeysUnavailable("no key configured".into()));
+            }
         };
         if header.alg != algorithm {
             return Err(TokenError::Algorithm(format!("{:?}", header.alg)));
@@ -144,32 +176,47 @@ impl Identities {
     }
 
     /// The key `kid` of the JWKS at `url` (the only key, when the token names none and the
-    /// set has one), fetching the set on first use and again for a key it lacks.
+    /// set has one), fetching the set on first use and again for a key it lacks; or a
+    /// tenant's secret, read on first use and again once a window old.
     async fn key(
         &self,
-        url: &str,
+        source: Source<'_>,
         kid: Option<&str>,
     ) -> Result<(DecodingKey, Algorithm), TokenError> {
+        let name = match source {
+            Source::Jwks(url) => url.to_string(),
+            Source::Secret(id) => format!("secret {id}"),
+        };
         let slot = {
             let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
-            if sets.len() >= MAX_SETS && !sets.contains_key(url) {
+            if sets.len() >= MAX_SETS && !sets.contains_key(&name) {
                 sets.clear();
             }
-            Arc::clone(sets.entry(url.to_string()).or_default())
+            Arc::clone(sets.entry(name).or_default())
         };
-        // One fetch at a time per URL: the others wait for it, within their own bounds.
+        // One fetch at a time per source: the others wait for it, within their own bounds.
         let mut set = slot.lock().await;
-        if let Some(found) = set.keys.as_ref().and_then(|k| pick(k, kid)) {
-            return Ok(found);
-        }
         let due = set.tried.is_none_or(|t| t.elapsed() >= self.refetch_every);
+        let held = set.keys.as_ref().and_then(|k| pick(k, kid));
+        match (source, held) {
+            (Source::Jwks(_), Some(found)) => return Ok(found),
+            (Source::Secret(_), Some(found)) if !due => return Ok(found),
+            _ => {}
+        }
         let mut failure = None;
         if due {
             set.tried = Some(Instant::now());
-            match self.fetch(url).await {
+            let fetched = match source {
+                Source::Jwks(url) => self.fetch(url).await,
+                Source::Secret(id) => self.read_secret(id).await,
+            };
+            match fetched {
                 Ok(keys) => set.keys = Some(Arc::new(keys)),
                 Err(why) => {
-                    tracing::warn!(url, error = %why, "JWKS fetch failed; the keys held stay in force");
+                    let source = match source {
+                        Source::Jwks(url) | Source::Secret(url) => url,
+                    };
+                    tracing::warn!(source, error = %why, "keys not fetched; the keys held stay in force");
                     failure = Some(why);
                 }
             }
@@ -182,6 +229,27 @@ impl Identities {
                 "fetched less than a minute ago, and failed".into()
             }))),
         }
+    }
+
+    /// A tenant's secret `id`, as the one key of a set (HS256).
+    async fn read_secret(
+        &self,
+        id: &str,
+    ) -> Result<HashMap<String, (DecodingKey, Algorithm)>, String> {
+        let reader = (self.secrets.as_ref())
+            .ok_or("this process reads no secrets (it has no Secrets Manager)")?;
+        let secret = tokio::time::timeout(FETCH_TIMEOUT, reader.read(id))
+            .await
+            .map_err(|_| format!("no answer within {} ms", FETCH_TIMEOUT.as_millis()))??;
+        if secret.len() < MIN_SECRET_BYTES {
+            return Err(format!(
+                "the secret is {} bytes; HS256 takes {MIN_SECRET_BYTES} or more",
+                secret.len()
+            ));
+        }
+        let key = DecodingKey::from_secret(&secret).map_err(|e| e.to_string())?;
+        let key = (key, Algorithm::HS256);
+        Ok(HashMap::from([(String::new(), key)]))
     }
 
     /// The JWKS at `url`: each RS256, ES256 or EdDSA key by its `kid`.

@@ -280,7 +280,8 @@ async fn an_unknown_key_is_fetched_again_once_a_window_and_never_let_through() {
     let old = signer(Algorithm::RS256, "rsa.pem", "old");
     let new = signer(Algorithm::ES256, "ec.pem", "new");
     let (server, url) = jwks(vec![old.jwk()]).await;
-    let window = Duration::from_millis(300);
+    // Long enough for the checks within it on a busy machine.
+    let window = Duration::from_secs(2);
     let ids = identities(window);
     let settings = by_jwks(&url);
     assert!(ids.verify(&settings, &old.sign(&claims())).await.is_ok());
@@ -362,5 +363,110 @@ async fn a_token_minted_by_the_documented_script_verifies() {
     assert_eq!(
         user.unwrap().principals,
         ["user:alice", "group:hr", "group:emea"]
+    );
+}
+
+/// A secret store stand-in: the value it holds (`None`: it fails), counting reads.
+#[derive(Default)]
+struct Secrets {
+    value: std::sync::Mutex<Option<Vec<u8>>>,
+    reads: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl sluice_contract::access::SecretReader for Secrets {
+    async fn read(&self, id: &str) -> Result<Vec<u8>, String> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        assert_eq!(id, "arn:aws:secretsmanager:us-east-1:1:secret:idp");
+        (self.value.lock().unwrap().clone()).ok_or_else(|| "AccessDenied".to_string())
+    }
+}
+
+fn hs256(secret: &[u8], claims: &Value) -> String {
+    let key = EncodingKey::from_secret(secret).unwrap();
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &key).unwrap()
+}
+
+#[tokio::test]
+async fn a_tenant_secret_verifies_hs256_alone_and_is_read_again_once_a_window() {
+    let first = b"a secret the identity provider shares, 32+ bytes".to_vec();
+    let store = Arc::new(Secrets::default());
+    *store.value.lock().unwrap() = Some(first.clone());
+    // Long enough for the checks within it on a busy machine.
+    let window = Duration::from_secs(2);
+    let ids = identities(window).with_secrets(Arc::clone(&store) as _);
+    let settings: IdentitySettings = serde_json::from_value(json!({
+        "issuer": ISSUER, "audience": AUDIENCE,
+        "secret_arn": "arn:aws:secretsmanager:us-east-1:1:secret:idp",
+    }))
+    .unwrap();
+    let user = ids.verify(&settings, &hs256(&first, &claims())).await;
+    assert_eq!(user.map(|u| u.subject), Ok("alice".to_string()));
+    // Another secret, or an RS256 token, or none at all: refused.
+    let other = hs256(b"another secret of the same length, 32+ bytes!!", &claims());
+    assert_eq!(
+        ids.verify(&settings, &other).await,
+        Err(TokenError::Signature)
+    );
+    let rsa = signer(Algorithm::RS256, "rsa.pem", "r1").sign(&claims());
+    assert!(matches!(
+        ids.verify(&settings, &rsa).await,
+        Err(TokenError::Algorithm(_))
+    ));
+    assert_eq!(
+        store.reads.load(Ordering::SeqCst),
+        1,
+        "read once, then held"
+    );
+    // Rotated: within the window the old secret is held; past it, the new one is read.
+    let second = b"the rotated secret, also thirty-two bytes or more".to_vec();
+    *store.value.lock().unwrap() = Some(second.clone());
+    assert!(
+        ids.verify(&settings, &hs256(&first, &claims()))
+            .await
+            .is_ok()
+    );
+    tokio::time::sleep(window).await;
+    assert!(
+        ids.verify(&settings, &hs256(&second, &claims()))
+            .await
+            .is_ok()
+    );
+    assert_eq!(
+        ids.verify(&settings, &hs256(&first, &claims())).await,
+        Err(TokenError::Signature)
+    );
+    // The store failing keeps the secret held.
+    *store.value.lock().unwrap() = None;
+    tokio::time::sleep(window).await;
+    assert!(
+        ids.verify(&settings, &hs256(&second, &claims()))
+            .await
+            .is_ok()
+    );
+
+    // A fresh process whose store fails, one that reads no secrets, or a short secret: the
+    // token cannot be checked.
+    let failing = Arc::new(Secrets::default());
+    let ids = identities(window).with_secrets(failing as _);
+    let got = ids.verify(&settings, &hs256(&second, &claims())).await;
+    assert!(
+        matches!(got, Err(TokenError::KeysUnavailable(ref why)) if why.contains("AccessDenied")),
+        "{got:?}"
+    );
+    let got = identities(window)
+        .verify(&settings, &hs256(&second, &claims()))
+        .await;
+    assert!(
+        matches!(got, Err(TokenError::KeysUnavailable(_))),
+        "{got:?}"
+    );
+    let short = Arc::new(Secrets::default());
+    *short.value.lock().unwrap() = Some(b"too short".to_vec());
+    let ids = identities(window).with_secrets(short as _);
+    let got = ids.verify(&settings, &hs256(b"too short", &claims())).await;
+    assert!(
+        matches!(got, Err(TokenError::KeysUnavailable(ref why)) if why.contains("32")),
+        "{got:?}"
     );
 }

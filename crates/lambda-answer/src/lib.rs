@@ -188,6 +188,7 @@ mod tests {
             keys: None,
             usage: Some(usage.clone()),
             settings: None,
+            secrets: None,
         };
         (Arc::new(parts.into_server()), usage)
     }

@@ -4,7 +4,9 @@
 //! - S3 `ObjectCreated` on the document bucket: each uploaded `<tenant>/<name>` is read,
 //!   parsed by its extension (.txt, .md, .json, .jsonl — as `sluice ingest` does), chunked,
 //!   embedded and written to the tenant's store, replacing any document with the same id.
-//!   Each document remembers the object it came from (`origin`: `s3://<bucket>/<key>`).
+//!   Each document remembers the object it came from (`origin`: `s3://<bucket>/<key>`), and
+//!   its access list is the object's `sluice-access` tag, when it has one. `ObjectTagging`
+//!   (a tag set or removed) reads the object again, so a changed access list takes effect.
 //! - S3 `ObjectRemoved`: the documents the object made are deleted (and the tenant's corpus
 //!   version bumped, so that no cached answer built on them is served again).
 //!
@@ -86,7 +88,7 @@ async fn ingest_uploads(
         };
         let event_name = record.event_name.as_deref().unwrap_or_default();
         let (created, removed) = (
-            event_name.starts_with("ObjectCreated"),
+            event_name.starts_with("ObjectCreated") || event_name.starts_with("ObjectTagging"),
             event_name.starts_with("ObjectRemoved"),
         );
         if !created && !removed {
@@ -144,7 +146,12 @@ async fn ingest_uploads(
         };
         let limits = convert.clone();
         let parsed = match parse_upload(format, upload.name.clone(), object.bytes, limits).await {
-            Ok(d) => d,
+            Ok(mut d) => {
+                if let Some(access) = &object.access {
+                    d.iter_mut().for_each(|doc| doc.set_access(access));
+                }
+                d
+            }
             Err(e) => {
                 skip(e.to_string());
                 continue;

@@ -272,3 +272,61 @@ async fn uploads_and_posted_documents_are_ingested_with_settings_from_the_secret
         );
     }
 }
+
+#[tokio::test]
+async fn an_uploads_access_tag_says_which_end_users_see_its_documents() {
+    sluice_testkit::needs!(Llm, Aws, Model, Lambda);
+    let bucket = aws::bucket("documents").await;
+    let data = tempfile::tempdir().unwrap();
+    let function = Function::start(
+        Path::new(env!("CARGO_BIN_EXE_ingest")),
+        &[("SLUICE_DATA_DIR", data.path().display().to_string())],
+    );
+    let key = "acme/hr/bonus.md";
+    let access = |function: &Function| {
+        let url = format!("{}/v1/documents/hr%2Fbonus.md", function.url());
+        async move {
+            let r = sluice_tests::http()
+                .get(url)
+                .header("x-sluice-tenant", "acme")
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(r.status(), 200);
+            let body: Value = r.json().await.unwrap();
+            body["metadata"]["_access"].clone()
+        }
+    };
+    let ingest = |name: &'static str| {
+        let mut event = event(&bucket, key);
+        event["Records"][0]["eventName"] = json!(name);
+        let function = &function;
+        async move { function.invoke(&event).await.unwrap() }
+    };
+    // Uploaded, then tagged (principals separated by spaces: S3 tag values take no commas).
+    aws::put_object(
+        &bucket,
+        key,
+        b"# Bonus\n\nThe bonus is paid in March.".to_vec(),
+    )
+    .await;
+    aws::tag_access(&bucket, key, Some("group:hr user:alice")).await;
+    let report = ingest("ObjectCreated:Put").await;
+    assert_eq!(report["ingested"][0]["documents"], 1, "{report}");
+    assert_eq!(access(&function).await, json!(["group:hr", "user:alice"]));
+    // The tag changed: the object is read again, the access list with it.
+    aws::tag_access(&bucket, key, Some("group:finance")).await;
+    let report = ingest("ObjectTagging:Put").await;
+    assert_eq!(report["ingested"][0]["documents"], 1, "{report}");
+    assert_eq!(access(&function).await, json!(["group:finance"]));
+    // Removed: open to every end user again.
+    aws::tag_access(&bucket, key, None).await;
+    ingest("ObjectTagging:Delete").await;
+    assert_eq!(access(&function).await, Value::Null);
+    // A tag that is not principals: skipped, saying why, and the documents left as they were.
+    aws::tag_access(&bucket, key, Some("hr")).await;
+    let report = ingest("ObjectTagging:Put").await;
+    let reason = report["skipped"][0]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("_access"), "{report}");
+    assert_eq!(access(&function).await, Value::Null);
+}

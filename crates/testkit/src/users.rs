@@ -51,6 +51,32 @@ pub fn sign(claims: &Value) -> String {
     jsonwebtoken::encode(&Header::new(Algorithm::RS256), claims, &key).expect("signed")
 }
 
+/// The HMAC secret [`Secret`] holds and [`hs256_token`] signs with.
+pub const SECRET: &[u8] = b"the test identity provider's shared secret";
+
+/// A secret store holding [`SECRET`] under every id.
+pub struct Secret;
+
+#[async_trait::async_trait]
+impl sluice_contract::access::SecretReader for Secret {
+    async fn read(&self, _id: &str) -> Result<Vec<u8>, String> {
+        Ok(SECRET.to_vec())
+    }
+}
+
+/// A tenant settings' `identity` that verifies [`hs256_token`]'s tokens by the secret `id`.
+pub fn secret_identity(id: &str) -> Value {
+    json!({"issuer": ISSUER, "audience": AUDIENCE, "secret_arn": id})
+}
+
+/// A token for `sub` in `groups`, valid for ten minutes, signed with [`SECRET`] (HS256).
+pub fn hs256_token(sub: &str, groups: &[&str]) -> String {
+    let claims = json!({"iss": ISSUER, "aud": AUDIENCE, "sub": sub, "groups": groups,
+                        "exp": now() + 600});
+    let key = EncodingKey::from_secret(SECRET).expect("the test secret");
+    jsonwebtoken::encode(&Header::new(Algorithm::HS256), &claims, &key).expect("signed")
+}
+
 /// The groups property tests draw principals from.
 pub const GROUPS: [&str; 6] = ["hr", "finance", "legal", "sales", "emea", "apac"];
 /// The users they draw from.

@@ -193,6 +193,21 @@ async fn settings_come_from_a_secret_of_sluice_values() {
 }
 
 #[tokio::test]
+async fn a_tenants_hmac_secret_is_read_as_its_bytes() {
+    sluice_testkit::needs!(Llm, Aws);
+    use sluice_contract::access::SecretReader;
+    let reader = sluice_aws::secrets::Reader::default();
+    let text = "a shared secret of the test identity provider, é included";
+    let arn = aws::secret_text(text).await;
+    assert_eq!(reader.read(&arn).await, Ok(text.as_bytes().to_vec()));
+    let e = reader
+        .read("arn:aws:secretsmanager:us-east-1:123456789012:secret:missing")
+        .await
+        .unwrap_err();
+    assert!(e.starts_with("Secrets Manager GetSecretValue"), "{e}");
+}
+
+#[tokio::test]
 async fn usage_from_many_environments_adds_up_in_dynamodb_and_reads_back_by_tenant_and_days() {
     sluice_testkit::needs!(Llm, Aws);
     use sluice_contract::{usage::Counts, usage::UsageStore, usage::day_string, usage::parse_day};

@@ -9,7 +9,7 @@ use axum::http::Method;
 use serde_json::{Value, json};
 use sluice_contract::auth::{Permission, Principal};
 use sluice_testkit::MemoryKeys;
-use sluice_testkit::users::{identity, sign, token};
+use sluice_testkit::users::{Secret, hs256_token, identity, secret_identity, sign, token};
 
 use crate::kit::{App, Kit, Reply, UNCHECKED};
 
@@ -178,6 +178,54 @@ async fn users_who_see_the_same_sources_share_an_answer_through_them() {
         )
     );
     assert_eq!(app.llm.calls().len(), 3, "Carol's, Alice's and Erin's");
+}
+
+#[tokio::test]
+async fn a_tenant_secret_verifies_its_users_hs256_tokens() {
+    let settings =
+        json!({"identity": secret_identity("arn:aws:secretsmanager:us-east-1:1:secret:idp")});
+    let settings = &settings;
+    let with = |kit: Kit| async move {
+        let app = kit.app();
+        let headers = [("x-sluice-tenant", "acme")];
+        let put = (app.send(Method::PUT, "/v1/settings", &headers, settings.to_string())).await;
+        assert_eq!(put.status, 200, "{}", put.raw);
+        let sent = app.post_as("acme", "/v1/documents", &documents()).await;
+        assert_eq!(sent.status, 200, "{}", sent.raw);
+        app
+    };
+    let app = with(Kit::new(UNCHECKED).secrets(Arc::new(Secret))).await;
+    let bob = hs256_token("bob", &["hr"]);
+    assert_eq!(sources(&app, Some(&bob)).await.0, ["hr-only", "open"]);
+    // An RS256 token is not this tenant's.
+    let reply = answered(
+        &app,
+        &[
+            ("x-sluice-tenant", "acme"),
+            ("x-sluice-user", &token("bob", &["hr"])),
+        ],
+    )
+    .await;
+    assert_eq!(
+        (reply.status, reply.code()),
+        (401, "invalid_user_token"),
+        "{}",
+        reply.raw
+    );
+    // A process that reads no secrets cannot check the token: 503, retryable.
+    let app = with(Kit::new(UNCHECKED)).await;
+    let reply = answered(
+        &app,
+        &[("x-sluice-tenant", "acme"), ("x-sluice-user", &bob)],
+    )
+    .await;
+    assert_eq!(
+        (reply.status, reply.code()),
+        (503, "identity_unavailable"),
+        "{}",
+        reply.raw
+    );
+    assert!(app.llm.calls().is_empty());
 }
 
 async fn answered(app: &App, headers: &[(&str, &str)]) -> Reply {

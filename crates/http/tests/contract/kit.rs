@@ -107,6 +107,7 @@ impl Kit {
             keys: None,
             usage,
             settings: Some(Arc::new(sluice_testkit::MemorySettings::default())),
+            secrets: None,
         };
         Self { parts, llm }
     }
@@ -114,6 +115,12 @@ impl Kit {
     /// Auth on, with the keys in `keys`.
     pub fn keys(mut self, keys: Arc<MemoryKeys>) -> Self {
         self.parts.keys = Some(keys);
+        self
+    }
+
+    /// Tenants' HMAC secrets read from `reader`.
+    pub fn secrets(mut self, reader: Arc<dyn sluice_contract::access::SecretReader>) -> Self {
+        self.parts.secrets = Some(reader);
         self
     }
 
