@@ -57,7 +57,7 @@ pub fn check_principal(principal: &str) -> Result<(), String> {
         ));
     };
     check_kind(kind)?;
-    if value.is_empty() || value.chars().any(char::is_control) {
+    if value.is_empty() || has_control(value) {
         return Err(format!(
             "{principal:?}: the value after the kind is empty or has control characters"
         ));
@@ -69,6 +69,18 @@ pub fn check_principal(principal: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Whether `text` holds a control character (`char::is_control`: U+0000–U+001F, U+007F,
+/// U+0080–U+009F), read byte by byte — C1 controls are 0xC2 0x80–0x9F in UTF-8 — since a
+/// token's thousand principals are each checked.
+fn has_control(text: &str) -> bool {
+    let bytes = text.as_bytes();
+    bytes.iter().enumerate().any(|(i, &b)| {
+        b < 0x20
+            || b == 0x7f
+            || (b == 0xc2 && bytes.get(i + 1).is_some_and(|n| (0x80..=0x9f).contains(n)))
+    })
 }
 
 /// The documents a user holding `principals` may see: those without an access list, and
@@ -265,6 +277,27 @@ impl IdentitySettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn control_characters_are_found_as_char_is_control_finds_them() {
+        let chars = (0..0x3000u32)
+            .chain([0x1f600, 0x10ffff])
+            .filter_map(char::from_u32);
+        for c in chars {
+            for text in [
+                c.to_string(),
+                format!("hr{c}"),
+                format!("{c}é"),
+                format!("é{c}x"),
+            ] {
+                assert_eq!(
+                    has_control(&text),
+                    text.chars().any(char::is_control),
+                    "{text:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn principals_are_kind_colon_value() {

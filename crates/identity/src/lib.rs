@@ -20,7 +20,7 @@
 //!
 //! Signatures are checked by `jsonwebtoken` on aws-lc-rs.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -398,7 +398,11 @@ fn principals(identity: &IdentitySettings, claims: &Claims) -> Result<User, Toke
     for (claim, kind) in mapped {
         read.push((kind, strings(claims, claim)?));
     }
-    let mut seen = std::collections::HashSet::new();
+    // foldhash, not SipHash: a token of many groups spends most of its reading here, and the
+    // set lives for one token (nothing to flood across requests).
+    let count = read.iter().map(|(_, values)| values.len()).sum();
+    let mut seen: HashSet<(&str, &str), foldhash::fast::RandomState> =
+        HashSet::with_capacity_and_hasher(count, Default::default());
     for (kind, values) in &read {
         for value in values {
             if !seen.insert((*kind, value.as_ref())) {
@@ -407,7 +411,8 @@ fn principals(identity: &IdentitySettings, claims: &Claims) -> Result<User, Toke
             if principals.len() == MAX_PRINCIPALS {
                 return Err(bad(format!("more than {MAX_PRINCIPALS} principals")));
             }
-            let principal = format!("{kind}:{value}");
+            let mut principal = String::with_capacity(kind.len() + 1 + value.len());
+            principal.extend([*kind, ":", value]);
             check_principal(&principal).map_err(bad)?;
             principals.push(principal);
         }
