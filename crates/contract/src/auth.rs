@@ -30,8 +30,11 @@ pub fn new_key() -> String {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Permission {
-    /// `POST /v1/answer`.
+    /// `POST /v1/answer` (and the OpenAI routes); it holds [`Permission::Search`] too.
     Answer,
+    /// `POST /v1/search`: the sources alone, no LLM. Keys made before it existed and hold
+    /// `answer` have it through that.
+    Search,
     /// `POST /v1/documents`, and listing and reading them (`GET /v1/documents[/{id}]`).
     Documents,
     /// Deleting documents (`DELETE /v1/documents[/{id}]`). Keys made before it existed do
@@ -57,8 +60,9 @@ pub enum Permission {
 
 impl Permission {
     /// Every permission, in the order the docs list them.
-    pub const ALL: [Permission; 9] = [
+    pub const ALL: [Permission; 10] = [
         Permission::Answer,
+        Permission::Search,
         Permission::Documents,
         Permission::DocumentsDelete,
         Permission::Components,
@@ -101,6 +105,7 @@ impl Permission {
     pub fn name(self) -> &'static str {
         match self {
             Permission::Answer => "answer",
+            Permission::Search => "search",
             Permission::Documents => "documents",
             Permission::DocumentsDelete => "documents:delete",
             Permission::Components => "components",
@@ -152,7 +157,17 @@ impl Principal {
     /// Whether the key may do `p`: it holds `p`, and `p` does not reach past the key's filter
     /// unless the key was made [`tenant_wide`](Self::tenant_wide).
     pub fn may(&self, p: Permission) -> bool {
-        self.permissions.contains(&p) && self.confined_from(p).is_none()
+        self.holds(p) && self.confined_from(p).is_none()
+    }
+
+    /// Whether the key lists `p`, or a permission that includes it (`answer` includes
+    /// `search`: whoever may have an answer may have its sources).
+    pub fn holds(&self, p: Permission) -> bool {
+        let including = match p {
+            Permission::Search => Some(Permission::Answer),
+            _ => None,
+        };
+        self.permissions.contains(&p) || including.is_some_and(|i| self.permissions.contains(&i))
     }
 
     /// Whether the key is confined to its filter: bound to one, and not made tenant-wide.

@@ -32,6 +32,7 @@ pub mod filter;
 pub mod fusion;
 pub mod grounding;
 pub mod metadata;
+pub mod search;
 pub mod settings;
 pub mod sse;
 pub mod stages;

@@ -50,6 +50,8 @@ counters! {
     answers,
     /// Answers served from the cache.
     cache_hits,
+    /// Searches (`POST /v1/search`): sources without an answer; no token is spent.
+    searches,
     /// Prompt tokens sent to the LLM (the upstream's count, else Sluice's estimate).
     prompt_tokens,
     /// Tokens the LLM generated (for a stream cut short: the token events it sent).

@@ -271,7 +271,7 @@ async fn identify(
             format!("this API key belongs to another tenant than {named:?}"),
         ));
     }
-    if !principal.permissions.contains(&permission) {
+    if !principal.holds(permission) {
         return Err(ApiError::new(
             Code::PermissionDenied,
             format!(

@@ -93,19 +93,19 @@ pub(crate) fn parse_json<T: for<'de> Deserialize<'de>>(bytes: &[u8]) -> Result<T
 #[serde(deny_unknown_fields)]
 pub(crate) struct AnswerBody {
     pub(crate) query: Option<String>,
-    k: Option<serde_json::Value>,
-    session_id: Option<String>,
-    retrieval_deadline_ms: Option<u64>,
-    cache: Option<String>,
+    pub(crate) k: Option<serde_json::Value>,
+    pub(crate) session_id: Option<String>,
+    pub(crate) retrieval_deadline_ms: Option<u64>,
+    pub(crate) cache: Option<String>,
     #[serde(default)]
-    include_prompt: bool,
+    pub(crate) include_prompt: bool,
     /// A metadata filter ([`Filter`]), checked here.
-    filter: Option<serde_json::Value>,
+    pub(crate) filter: Option<serde_json::Value>,
     /// What the tenant's rerank component reads ([`RerankContext`]), checked here.
-    rerank_context: Option<serde_json::Value>,
+    pub(crate) rerank_context: Option<serde_json::Value>,
     /// Whether `meta` carries the extract (default: the tenant's setting, else
     /// `SLUICE_EXTRACT`).
-    extract: Option<bool>,
+    pub(crate) extract: Option<bool>,
 }
 
 /// Parses and validates the body of `POST /v1/answer` (with its `Cache-Control` and

@@ -43,6 +43,7 @@ pub mod metrics;
 pub mod openai;
 mod parts;
 pub mod quota;
+mod search;
 mod serve;
 mod settings;
 mod usage;
@@ -198,6 +199,7 @@ pub struct StreamDeadline(pub tokio::time::Instant);
 pub fn router(server: Arc<Server>) -> Router {
     Router::new()
         .route("/v1/answer", post(answer::answer))
+        .route("/v1/search", post(search::search))
         .route(
             "/v1/documents",
             post(documents::documents)

@@ -660,6 +660,7 @@ mod tests {
     const USAGE: Counts = Counts {
         answers: 1,
         cache_hits: 0,
+        searches: 0,
         prompt_tokens: 120,
         completion_tokens: 7,
         cached_tokens: 0,

@@ -120,8 +120,9 @@ struct StreamOptions {
     include_usage: bool,
 }
 
+/// A chat message (the chat route's, and a search's `messages`).
 #[derive(Debug, Deserialize)]
-struct Message {
+pub(crate) struct Message {
     role: String,
     #[serde(default)]
     content: Option<Content>,
@@ -164,26 +165,25 @@ struct ChatParts {
     max_tokens: Option<u32>,
 }
 
-/// The turns before the last user message and the system messages, as the pipeline takes
-/// them; `max_tokens` (or its newer name) checked.
-fn chat_parts(request: &ChatRequest) -> Result<ChatParts, ApiError> {
-    let sent = request.messages.len();
+/// The turns of `messages` before the last user message, and their system messages, as the
+/// pipeline takes them (capped in count and bytes).
+pub(crate) fn conversation_of(messages: &[Message]) -> Result<Conversation, ApiError> {
+    let sent = messages.len();
     if sent > MAX_MESSAGES {
         return Err(ApiError::new(
             Code::ConversationTooLong,
             format!("{sent} messages; the limit is {MAX_MESSAGES}"),
         ));
     }
-    let last_user = request.messages.iter().rposition(|m| m.role == "user");
+    let last_user = messages.iter().rposition(|m| m.role == "user");
     let text = |m: &Message| m.content.as_ref().map(Content::text).unwrap_or_default();
-    let system: Vec<String> = request
-        .messages
+    let system: Vec<String> = messages
         .iter()
         .filter(|m| m.role == "system" || m.role == "developer")
         .map(text)
         .filter(|t| !t.trim().is_empty())
         .collect();
-    let history: Vec<ChatMessage> = request.messages[..last_user.unwrap_or(0)]
+    let history: Vec<ChatMessage> = messages[..last_user.unwrap_or(0)]
         .iter()
         .filter(|m| m.role == "user" || m.role == "assistant")
         .map(|m| ChatMessage::new(&m.role, text(m)))
@@ -203,6 +203,30 @@ fn chat_parts(request: &ChatRequest) -> Result<ChatParts, ApiError> {
             ),
         ));
     }
+    Ok(Conversation {
+        history,
+        system: (!system.is_empty()).then(|| system.join("\n\n")),
+    })
+}
+
+/// The question `messages` ask: the last user message's text.
+pub(crate) fn question_of(messages: &[Message]) -> Result<String, ApiError> {
+    (messages.iter().rev())
+        .find(|m| m.role == "user")
+        .and_then(|m| m.content.as_ref())
+        .map(Content::text)
+        .ok_or_else(|| {
+            ApiError::new(
+                Code::MissingQuery,
+                "\"messages\" has no user message to answer",
+            )
+        })
+}
+
+/// The turns before the last user message and the system messages, as the pipeline takes
+/// them; `max_tokens` (or its newer name) checked.
+fn chat_parts(request: &ChatRequest) -> Result<ChatParts, ApiError> {
+    let conversation = conversation_of(&request.messages)?;
     let max_tokens = match request
         .max_completion_tokens
         .as_ref()
@@ -220,10 +244,7 @@ fn chat_parts(request: &ChatRequest) -> Result<ChatParts, ApiError> {
         },
     };
     Ok(ChatParts {
-        conversation: Conversation {
-            history,
-            system: (!system.is_empty()).then(|| system.join("\n\n")),
-        },
+        conversation,
         max_tokens,
     })
 }
@@ -243,19 +264,7 @@ fn answer_body(bytes: &[u8]) -> Result<(ChatRequest, AnswerBody), ApiError> {
             "\"n\" must be 1: Sluice gives one answer per request",
         ));
     }
-    let question = request
-        .messages
-        .iter()
-        .rev()
-        .find(|m| m.role == "user")
-        .and_then(|m| m.content.as_ref())
-        .map(Content::text)
-        .ok_or_else(|| {
-            ApiError::new(
-                Code::MissingQuery,
-                "\"messages\" has no user message to answer",
-            )
-        })?;
+    let question = question_of(&request.messages)?;
     let mut body = request.sluice.take().unwrap_or_default();
     if body.query.is_some() {
         return Err(ApiError::new(

@@ -18,6 +18,9 @@
 //!    its sources ([`grounding`]), then `done`;
 //! 7. **record** ([`cache`]): a complete, undegraded, grounded answer cached behind `done`.
 //!
+//! A search ([`Pipeline::search`], in [`search`]) runs steps 0 and 2–4 and the evidence, and
+//! returns the sources.
+//!
 //! **The deadline.** Everything before the LLM call ends by the request's retrieval deadline,
 //! counted from its arrival: late or failed work is abandoned, never waited for, and
 //! `meta.degraded` says what was skipped ([`flow`]). Each scope read is awaited by the first
@@ -37,6 +40,7 @@ mod request;
 mod rerank;
 mod retrieve;
 mod scope;
+mod search;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -173,17 +177,7 @@ impl Pipeline {
             }
 
             // 3-4. Retrieve, then rerank, by the deadline.
-            let hits = match &vector {
-                Ok((vector, _)) => match this.retrieve(&request, vector, &mut reads.component, &mut progress).await {
-                    Ok(hits) => Ok(this.rerank(&request, vector, reads.component, hits, &mut progress).await),
-                    Err(reason) => Err(reason),
-                },
-                Err(reason) => Err(*reason),
-            };
-            let hits = hits.unwrap_or_else(|reason| {
-                progress.degraded.push(reason);
-                Vec::new()
-            });
+            let hits = this.candidates(&request, &vector, reads.component, &mut progress).await;
 
             // 5. The prompt — whose sources may be those of a cached answer made before the
             // corpus changed, which then answers —; the LLM call opened; the sources'

@@ -13,6 +13,34 @@ use sluice_contract::error::StoreError;
 use sluice_contract::{stages::Hit, stages::Search};
 
 impl Pipeline {
+    /// Steps 3–4: retrieve, then rerank, by the deadline — the sources of an answer or a
+    /// search. Without a query vector, or with a search that failed or was late, none, and
+    /// `progress.degraded` says why.
+    pub(super) async fn candidates(
+        &self,
+        request: &AnswerRequest,
+        vector: &Result<(Vec<f32>, std::time::Duration), Degraded>,
+        mut component: ScopeRead<Component>,
+        progress: &mut Progress,
+    ) -> Vec<Hit> {
+        let hits = match vector {
+            Ok((vector, _)) => match self
+                .retrieve(request, vector, &mut component, progress)
+                .await
+            {
+                Ok(hits) => Ok(self
+                    .rerank(request, vector, component, hits, progress)
+                    .await),
+                Err(reason) => Err(reason),
+            },
+            Err(reason) => Err(*reason),
+        };
+        hits.unwrap_or_else(|reason| {
+            progress.degraded.push(reason);
+            Vec::new()
+        })
+    }
+
     /// Searches the store by the deadline, driving `component` (read beside the search when
     /// the cache did not need it first); the hits in one order for every backend. When the
     /// search fails or is late, the reason.

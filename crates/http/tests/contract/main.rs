@@ -22,6 +22,7 @@ mod kit;
 mod openai;
 mod prompt;
 mod rerank;
+mod search;
 mod serve;
 mod settings;
 mod stream;
