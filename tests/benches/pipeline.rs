@@ -103,28 +103,29 @@ fn bench(c: &mut Criterion) {
     });
 
     let stages: Mutex<Vec<Timings>> = Mutex::new(Vec::new());
+    let ask = |i: usize| AnswerRequest {
+        tenant: tenant("default"),
+        query: QUERIES[i % QUERIES.len()].into(),
+        k: 5,
+        filter: None,
+        binding: None,
+        access: None,
+        conversation: Default::default(),
+        max_tokens: None,
+        rerank_context: Default::default(),
+        session_id: None,
+        retrieval_deadline: Duration::from_secs(10),
+        received: Instant::now(),
+        bypass_cache: false,
+        trace: sluice_core::trace::TraceContext::from_header(None),
+        include_prompt: false,
+        ends_by: None,
+        show_rerank_failure: false,
+        settings: None,
+        extract: None,
+    };
     let overhead = |i: usize| -> Duration {
-        let request = AnswerRequest {
-            tenant: tenant("default"),
-            query: QUERIES[i % QUERIES.len()].into(),
-            k: 5,
-            filter: None,
-            binding: None,
-            access: None,
-            conversation: Default::default(),
-            max_tokens: None,
-            rerank_context: Default::default(),
-            session_id: None,
-            retrieval_deadline: Duration::from_secs(10),
-            received: Instant::now(),
-            bypass_cache: false,
-            trace: sluice_core::trace::TraceContext::from_header(None),
-            include_prompt: false,
-            ends_by: None,
-            show_rerank_failure: false,
-            settings: None,
-            extract: None,
-        };
+        let request = ask(i);
         let received = request.received;
         let done = runtime.block_on(async {
             let events: Vec<_> = pipeline.answer(request).collect().await;
@@ -186,6 +187,37 @@ fn bench(c: &mut Criterion) {
         pct(0.99),
         at(&without, 0.5),
         at(&without, 0.99)
+    );
+
+    // A search (the sources alone) beside an answer's time before its LLM call, request by
+    // request, interleaved: the same stages but the prompt.
+    let search = |i: usize| -> Duration {
+        let request = ask(i);
+        let found = runtime.block_on(pipeline.search(&request));
+        assert!(
+            found.degraded.is_empty() && !found.documents.is_empty(),
+            "{found:?}"
+        );
+        request.received.elapsed()
+    };
+    let (mut answered, mut searched): (Vec<f64>, Vec<f64>) = (0..400)
+        .map(|i| {
+            (
+                overhead(i).as_secs_f64() * 1e3,
+                search(i).as_secs_f64() * 1e3,
+            )
+        })
+        .unzip();
+    answered.sort_by(f64::total_cmp);
+    searched.sort_by(f64::total_cmp);
+    println!(
+        "search: p50 {:.2} / p99 {:.2} ms; the answer before its LLM call p50 {:.2} / p99 {:.2} ms \
+         (400 each, interleaved); p99 difference {:+.2} ms",
+        at(&searched, 0.5),
+        at(&searched, 0.99),
+        at(&answered, 0.5),
+        at(&answered, 0.99),
+        at(&searched, 0.99) - at(&answered, 0.99)
     );
 
     cache_hits(&runtime, llm.clone());

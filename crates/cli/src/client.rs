@@ -12,7 +12,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use sluice_client::{AnswerOptions, Client, escape};
 use sluice_contract::document::Document;
-use sluice_contract::sse::{Event, Meta};
+use sluice_contract::sse::Event;
 use sluice_convert::ConvertLimits;
 
 /// Documents per POST, and bytes per POST (under the server's default 16 MiB cap).
@@ -75,17 +75,6 @@ pub async fn ingest(
     Ok(())
 }
 
-/// A JSON-object flag (`--filter`, `--rerank-context`) as the user typed it; anything else is
-/// refused here with what it should look like (what the server makes of a well-formed one,
-/// an unknown operator or a value too long, comes back as its 400).
-pub fn object_flag(flag: &str, text: &str, example: &str) -> Result<Value> {
-    match serde_json::from_str::<Value>(text) {
-        Ok(v) if v.is_object() => Ok(v),
-        Ok(_) => bail!("{flag} must be a JSON object, such as {example}"),
-        Err(e) => bail!("{flag} is not JSON ({e}); write a JSON object, such as {example}"),
-    }
-}
-
 /// `sluice ask`: the extract, the answer as it streams (again with its unsupported facts
 /// marked, if it has any), the verdict, sources and timings (client-measured TTFT first).
 pub async fn ask(client: &Client, query: &str, options: &AnswerOptions) -> Result<()> {
@@ -115,8 +104,10 @@ pub async fn ask(client: &Client, query: &str, options: &AnswerOptions) -> Resul
                     }
                     println!("{}", g.summary());
                 }
-                if let Some(meta) = &meta {
-                    print_sources(meta);
+                for line in (meta.iter())
+                    .flat_map(|m| sluice_client::source_lines(&m.documents, &m.degraded))
+                {
+                    println!("{line}");
                 }
                 let ttft = ttft.unwrap_or_default();
                 println!(
@@ -134,20 +125,21 @@ pub async fn ask(client: &Client, query: &str, options: &AnswerOptions) -> Resul
     bail!("the stream ended without a done or error event")
 }
 
-fn print_sources(meta: &Meta) {
-    if !meta.degraded.is_empty() {
-        let reasons: Vec<String> = meta.degraded.iter().map(|d| d.to_string()).collect();
-        println!("degraded: {}", reasons.join(", "));
+/// `sluice search`: the sources, numbered as an answer would cite them (or the JSON).
+pub async fn search(
+    client: &Client,
+    query: &str,
+    options: &AnswerOptions,
+    json: bool,
+) -> Result<()> {
+    let found = client.search(&options.body(query)).await?;
+    match json {
+        true => println!("{}", serde_json::to_string_pretty(&found)?),
+        false => sluice_client::found_lines(&found)
+            .iter()
+            .for_each(|l| println!("{l}")),
     }
-    for (i, d) in meta.documents.iter().enumerate() {
-        println!(
-            "[{}] {} ({}) score {:.3}",
-            i + 1,
-            d.title,
-            d.source,
-            d.score
-        );
-    }
+    Ok(())
 }
 
 /// `sluice cache clear`: `DELETE /v1/cache` for the client's tenant.

@@ -50,27 +50,19 @@ enum Command {
     },
     /// Ask a question and stream the answer.
     Ask {
-        /// The question.
-        query: String,
-        /// Number of sources.
-        #[arg(short, long)]
-        k: Option<usize>,
-        /// Retrieval deadline for this request, in milliseconds.
-        #[arg(long)]
-        deadline_ms: Option<u64>,
+        #[command(flatten)]
+        question: Question,
         /// Neither read nor write the answer cache.
         #[arg(long)]
         no_cache: bool,
-        /// Only sources whose document metadata passes this filter: a JSON object, as the
-        /// API's `filter` (e.g. '{"year": {"$gte": 2025}}').
-        #[arg(long, value_name = "JSON")]
-        filter: Option<String>,
-        /// What the tenant's rerank component is told about the caller: a JSON object of
-        /// strings, as the API's `rerank_context` (e.g. '{"plan": "premium"}').
-        #[arg(long, value_name = "JSON")]
-        rerank_context: Option<String>,
+    },
+    /// Show the sources a question would be answered from, without the answer (no LLM).
+    Search {
         #[command(flatten)]
-        target: Target,
+        question: Question,
+        /// Print the server's JSON as it is.
+        #[arg(long)]
+        json: bool,
     },
     /// List, read or delete a tenant's documents on a running server.
     Documents {
@@ -140,6 +132,44 @@ enum Command {
         #[command(subcommand)]
         command: FixtureCommand,
     },
+}
+
+/// A question and how its sources are found (`ask`, `search`).
+#[derive(clap::Args)]
+struct Question {
+    /// The question.
+    query: String,
+    /// Number of sources.
+    #[arg(short, long)]
+    k: Option<usize>,
+    /// Retrieval deadline for this request, in milliseconds.
+    #[arg(long)]
+    deadline_ms: Option<u64>,
+    /// Only sources whose document metadata passes this filter: a JSON object, as the API's
+    /// `filter` (e.g. '{"year": {"$gte": 2025}}').
+    #[arg(long, value_name = "JSON")]
+    filter: Option<String>,
+    /// What the tenant's rerank component is told about the caller: a JSON object of
+    /// strings, as the API's `rerank_context` (e.g. '{"plan": "premium"}').
+    #[arg(long, value_name = "JSON")]
+    rerank_context: Option<String>,
+    #[command(flatten)]
+    target: Target,
+}
+
+impl Question {
+    /// The question, its request options, and the server to ask.
+    fn asked(self, no_cache: bool) -> Result<(String, sluice_client::AnswerOptions, Target)> {
+        let (filter, context) = (self.filter.as_deref(), self.rerank_context.as_deref());
+        let options =
+            sluice_client::AnswerOptions::from_flags(self.k, self.deadline_ms, filter, context)
+                .map_err(anyhow::Error::msg)?;
+        let options = sluice_client::AnswerOptions {
+            no_cache,
+            ..options
+        };
+        Ok((self.query, options, self.target))
+    }
 }
 
 /// The server a client command talks to, and as which tenant.
@@ -233,33 +263,13 @@ fn run() -> Result<()> {
                 &settings.convert,
             ))
         }
-        Command::Ask {
-            query,
-            k,
-            deadline_ms,
-            no_cache,
-            filter,
-            rerank_context,
-            target,
-        } => {
-            let flag = |flag, text: Option<String>, example| {
-                (text.as_deref())
-                    .map(|t| client::object_flag(flag, t, example))
-                    .transpose()
-            };
-            let options = sluice_client::AnswerOptions {
-                k,
-                deadline_ms,
-                no_cache,
-                filter: flag("--filter", filter, r#"'{"year": {"$gte": 2025}}'"#)?,
-                rerank_context: flag(
-                    "--rerank-context",
-                    rerank_context,
-                    r#"'{"plan": "premium"}'"#,
-                )?,
-            };
-            let client = server(target)?;
-            runtime.block_on(client::ask(&client, &query, &options))
+        Command::Ask { question, no_cache } => {
+            let (query, options, target) = question.asked(no_cache)?;
+            runtime.block_on(client::ask(&server(target)?, &query, &options))
+        }
+        Command::Search { question, json } => {
+            let (query, options, target) = question.asked(false)?;
+            runtime.block_on(client::search(&server(target)?, &query, &options, json))
         }
         Command::Documents { command, target } => {
             runtime.block_on(client::documents(&server(target)?, command))

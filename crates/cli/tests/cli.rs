@@ -114,6 +114,35 @@ fn serve_ingest_ask_and_doctor() {
         "timings printed: {stdout}"
     );
 
+    // The sources alone: the answer's, numbered the same, and the server's JSON with --json.
+    let searched = |args: &[&str]| {
+        let out = sluice()
+            .args(["search", "--url", &server.url])
+            .args(args)
+            .arg("What is the fee for a SWIFT transfer?")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let listed = searched(&[]);
+    let numbered: Vec<&str> = listed.lines().filter(|l| l.starts_with('[')).collect();
+    let answered: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with('[') && l.contains(") score "))
+        .collect();
+    assert_eq!(numbered, answered, "{listed}");
+    assert!(
+        listed.contains("server ") && listed.contains(" ms"),
+        "{listed}"
+    );
+    let json: serde_json::Value = serde_json::from_str(&searched(&["--json", "-k", "2"])).unwrap();
+    assert_eq!(
+        json["documents"].as_array().map(Vec::len),
+        Some(2),
+        "{json}"
+    );
+
     let out = sluice()
         .args(["ask", "--url", &server.url, " "])
         .output()

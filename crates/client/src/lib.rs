@@ -19,8 +19,11 @@ use reqwest::header::{CONTENT_TYPE, HeaderMap, HeaderValue};
 use serde::Serialize;
 use serde_json::Value;
 use sluice_contract::auth::KEY_HEADER;
+use sluice_contract::codes::Degraded;
 use sluice_contract::document::{Document, IngestReport};
+use sluice_contract::search::Found;
 use sluice_contract::sse::{Done, ErrorEvent, Event, Meta, Token};
+use sluice_contract::stages::SourceDoc;
 use sluice_contract::tenant::TENANT_HEADER;
 
 /// One line of an answer's timings for people: the client's own time to the first token, the
@@ -45,6 +48,36 @@ pub fn timings_line(client_ttft: Duration, meta: Option<&Meta>, done: &Done) -> 
         done.token_count,
         done.tokens_per_sec,
     )
+}
+
+/// Sources for people, numbered as an answer cites them, after what was skipped (if
+/// anything).
+pub fn source_lines(documents: &[SourceDoc], degraded: &[Degraded]) -> Vec<String> {
+    let reasons: Vec<String> = degraded.iter().map(|d| d.to_string()).collect();
+    let skipped = (!reasons.is_empty()).then(|| format!("degraded: {}", reasons.join(", ")));
+    let numbered = (documents.iter().enumerate()).map(|(i, d)| {
+        format!(
+            "[{}] {} ({}) score {:.3}",
+            i + 1,
+            d.title,
+            d.source,
+            d.score
+        )
+    });
+    skipped.into_iter().chain(numbered).collect()
+}
+
+/// A search for people: its extract, its sources, and the server's time.
+pub fn found_lines(found: &Found) -> Vec<String> {
+    let extract = (found.extract.as_ref()).map(|x| format!("extract [{}]: {}\n", x.source, x.text));
+    let total = format!(
+        "server {:.1} ms",
+        found.timings.total_ms.unwrap_or_default()
+    );
+    (extract.into_iter())
+        .chain(source_lines(&found.documents, &found.degraded))
+        .chain([total])
+        .collect()
 }
 
 /// One line of a document listing for people: id, chunks, when ingested, title (tab-separated;
@@ -193,6 +226,37 @@ pub struct AnswerOptions {
 }
 
 impl AnswerOptions {
+    /// Options from a command line's flags, `filter` and `rerank_context` read as JSON
+    /// objects (the message names the flag and shows an example).
+    pub fn from_flags(
+        k: Option<usize>,
+        deadline_ms: Option<u64>,
+        filter: Option<&str>,
+        rerank_context: Option<&str>,
+    ) -> Result<Self, String> {
+        let object = |flag: &str, text: Option<&str>, example: &str| {
+            let Some(text) = text else { return Ok(None) };
+            match serde_json::from_str::<Value>(text) {
+                Ok(v) if v.is_object() => Ok(Some(v)),
+                Ok(_) => Err(format!("{flag} must be a JSON object, such as {example}")),
+                Err(e) => Err(format!(
+                    "{flag} is not JSON ({e}); write a JSON object, such as {example}"
+                )),
+            }
+        };
+        Ok(Self {
+            k,
+            deadline_ms,
+            no_cache: false,
+            filter: object("--filter", filter, r#"'{"year": {"$gte": 2025}}'"#)?,
+            rerank_context: object(
+                "--rerank-context",
+                rerank_context,
+                r#"'{"plan": "premium"}'"#,
+            )?,
+        })
+    }
+
     /// The request body asking `query` with these options.
     pub fn body(&self, query: &str) -> Value {
         let mut body = serde_json::json!({ "query": query });
@@ -274,6 +338,18 @@ impl Client {
                 }
             });
         Ok(events.boxed())
+    }
+
+    /// `POST /v1/search` with `body` (an answer's retrieval fields): the sources found.
+    pub async fn search(&self, body: &Value) -> Result<Found, ClientError> {
+        let (headers, bytes) = json_body(body);
+        let request = self.request(reqwest::Method::POST, "/v1/search");
+        let request = request
+            .timeout(REQUEST_TIMEOUT)
+            .headers(headers)
+            .body(bytes);
+        let response = self.send(request).await?;
+        self.read(response).await
     }
 
     /// `POST /v1/documents` with `documents`: what the server wrote.

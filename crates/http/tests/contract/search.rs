@@ -8,8 +8,8 @@ use axum::http::Method;
 use serde_json::{Value, json};
 use sluice_contract::auth::Permission;
 use sluice_contract::filter::Filter;
-use sluice_testkit::{MemoryKeys, Troubled};
 use sluice_testkit::users::{identity, token};
+use sluice_testkit::{MemoryKeys, Troubled};
 
 use crate::kit::{App, Kit, Reply, UNCHECKED};
 
