@@ -197,6 +197,14 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
     for metadata in shown {
         assert_eq!(metadata, "topic: accounts · updated_at: 2024-11-20");
     }
+    // Sources only: the filtered question's sources again, and no answer written.
+    let searched = &seen["searched"];
+    assert_eq!(searched["sources"], filtered["sources"], "{searched}");
+    assert_eq!(searched["answer"], "", "{searched}");
+    assert!(
+        posts.iter().any(|p| p["path"] == "/v1/search"),
+        "{posts:?}"
+    );
     // The documents section: the uploads listed (support.jsonl's several, the two pages),
     // one deleted through its button, gone when listed again, the rest kept.
     let documents = &seen["documents"];

@@ -86,6 +86,10 @@ pub(crate) async fn search(
             ..Counts::default()
         };
         meter.record(&caller.tenant, caller.key.as_deref(), counted);
+        // Written before the response, as a buffered response ends a Lambda invocation and
+        // work after it would be frozen (an answer writes its usage after its last event
+        // instead). A failure keeps the counts for the next flush and is logged by the meter.
+        let _ = meter.flush().await;
     }
     Ok(Json(found))
 }

@@ -214,6 +214,26 @@ async fn with_keys_and_usage_in_dynamodb_the_function_url_needs_a_key_counts_it_
     assert!(refused.headers().get("retry-after").is_some());
     let error: serde_json::Value = refused.json().await.unwrap();
     assert_eq!(error["error"]["code"], "budget_exceeded");
+    // A search spends no tokens: it still answers, through the same URL and key, and is
+    // counted as a search in DynamoDB by the time the invocation ends.
+    let searched = sluice_tests::http()
+        .post(format!("{base}/v1/search"))
+        .header("authorization", &auth)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(searched.status(), 200);
+    let found: serde_json::Value = searched.json().await.unwrap();
+    assert_eq!(
+        (found["tenant"].as_str(), found["k"].as_u64()),
+        (Some("acme"), Some(5)),
+        "{found}"
+    );
+    let rows = (usage.read(&sluice_tests::tenant("acme"), today(), today()))
+        .await
+        .unwrap();
+    assert_eq!(rows[0].1.searches, 1, "{rows:?}");
     // The EMF line carries the same tokens and the key's id.
     let emf = function
         .log()

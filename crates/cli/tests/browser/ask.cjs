@@ -103,6 +103,16 @@ const question = "What should I do if I lose my card?";
       metadata: [...document.querySelectorAll("#sources .metadata")].map((m) => m.textContent),
     }));
 
+    // The sources alone: the same filter and question, no answer written.
+    await page.click("#search");
+    await page.waitForFunction(() => document.getElementById("status").textContent.startsWith("Sources only"),
+      null, { timeout: 30000 });
+    const searched = await page.evaluate(() => ({
+      status: document.getElementById("status").textContent,
+      answer: document.getElementById("answer").textContent,
+      sources: [...document.querySelectorAll("#sources li")].map((li) => li.textContent),
+    }));
+
     // The documents, listed; one deleted (its confirmation accepted), then listed again.
     const rows = () => page.evaluate(() =>
       [...document.querySelectorAll("#documents tbody tr")].map((tr) => tr.dataset.id || ""));
@@ -175,7 +185,7 @@ const question = "What should I do if I lose my card?";
     const asHr = await listAs(process.env.HR_TOKEN);
     await page.fill("#user", "");
     const users = { identitySaved, asSales, salesSources, asHr, sent: sentUser };
-    console.log(JSON.stringify({ title, uploaded, early, done, badFilter, filtered, documents, settings, users, problems, hashed }));
+    console.log(JSON.stringify({ title, uploaded, early, done, badFilter, filtered, searched, documents, settings, users, problems, hashed }));
   } finally {
     await browser.close();
   }
