@@ -201,10 +201,7 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
     let searched = &seen["searched"];
     assert_eq!(searched["sources"], filtered["sources"], "{searched}");
     assert_eq!(searched["answer"], "", "{searched}");
-    assert!(
-        posts.iter().any(|p| p["path"] == "/v1/search"),
-        "{posts:?}"
-    );
+    assert!(posts.iter().any(|p| p["path"] == "/v1/search"), "{posts:?}");
     // The documents section: the uploads listed (support.jsonl's several, the two pages),
     // one deleted through its button, gone when listed again, the rest kept.
     let documents = &seen["documents"];
