@@ -11,6 +11,7 @@ use sluice_contract::auth::{KEY_HEADER, Permission, digest, key_id};
 use sluice_contract::codes::Code;
 use sluice_contract::filter::Filter;
 use sluice_contract::tenant::{TENANT_HEADER, TENANT_RULE};
+use sluice_core::pipeline::AnswerRequest;
 use sluice_identity::TokenError;
 
 use crate::Server;
@@ -48,6 +49,18 @@ impl Caller {
     /// request's own filter is ANDed to it, so it can narrow and never widen).
     pub(crate) fn reads(&self) -> Option<Filter> {
         Filter::and(self.filter.as_ref(), self.access.as_ref())
+    }
+
+    /// `request` as this caller asks it (an answer or a search): with the end user's access,
+    /// which retrieval ANDs with the request's filter and the cache keeps apart (an answer
+    /// made for other principals is replayed only when this user's retrieval returns its
+    /// sources), and told why the tenant's component failed only if the caller manages it.
+    pub(crate) fn asks(&self, request: AnswerRequest) -> AnswerRequest {
+        AnswerRequest {
+            access: self.access.clone(),
+            show_rerank_failure: self.may_see_component_failures,
+            ..request
+        }
     }
 }
 

@@ -291,12 +291,8 @@ pub(crate) fn open_answer(
     pipeline: &Arc<Pipeline>,
     caller: &Caller,
     deadline: Option<axum::Extension<StreamDeadline>>,
-    mut request: AnswerRequest,
+    request: AnswerRequest,
 ) -> Result<futures::stream::BoxStream<'static, Event>, ApiError> {
-    // The end user's access: retrieval ANDs it with what the request may read, and the cache
-    // replays an answer made for other principals only when this user's retrieval returns
-    // the sources it was made from.
-    request.access = caller.access.clone();
     if request.include_prompt && !caller.may_see_prompt {
         return Err(ApiError::new(
             Code::PermissionDenied,
@@ -322,8 +318,7 @@ pub(crate) fn open_answer(
         .map_err(|l| limited(&caller.tenant, l))?;
     let request = AnswerRequest {
         ends_by: deadline.map(|axum::Extension(StreamDeadline(at))| at),
-        show_rerank_failure: caller.may_see_component_failures,
-        ..request
+        ..caller.asks(request)
     };
     Ok(
         answer_stream(server, pipeline, request, caller.key.clone(), hold)

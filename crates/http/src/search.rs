@@ -77,9 +77,7 @@ pub(crate) async fn search(
         settings,
     )?;
     request.conversation = conversation;
-    request.access = caller.access.clone();
-    request.show_rerank_failure = caller.may_see_component_failures;
-    let found = pipeline.search(&request).await;
+    let found = pipeline.search(&caller.asks(request)).await;
     if let Some(meter) = &server.usage {
         let counted = Counts {
             searches: 1,
