@@ -281,10 +281,7 @@ impl Pipeline {
             k: request.k,
             variant,
             binding: request.binding.clone(),
-            access: request
-                .access
-                .as_ref()
-                .map(sluice_contract::filter::Filter::digest),
+            access: progress.access.clone(),
         }
     }
 

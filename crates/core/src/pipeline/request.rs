@@ -180,6 +180,9 @@ pub(super) struct Progress {
     pub(super) fusion: Fusion,
     /// [`AnswerRequest::variant`], computed once.
     pub(super) variant: Option<String>,
+    /// Digest of the end user's access filter ([`AnswerRequest::access`]), computed once: a
+    /// user of many groups has a large one, and the cache's scope is made more than once.
+    pub(super) access: Option<String>,
     /// Candidates the tenant's component dropped, once it ran and its output was valid.
     pub(super) rerank_dropped: Option<usize>,
     /// The score the tenant's component gave each source it kept, by document id and chunk.
@@ -202,6 +205,7 @@ impl Progress {
         let fusion = own.unwrap_or_else(|| config.fusion.for_tenant(&request.tenant));
         Self {
             variant: request.variant(&fusion),
+            access: request.access.as_ref().map(Filter::digest),
             fusion,
             rerank_dropped: None,
             rerank_scores: HashMap::new(),
