@@ -10,8 +10,9 @@ use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
-use sluice_client::{AnswerOptions, Client, escape};
+use sluice_client::{AnswerOptions, Client};
 use sluice_contract::document::Document;
+use sluice_contract::escape;
 use sluice_contract::sse::Event;
 use sluice_convert::ConvertLimits;
 

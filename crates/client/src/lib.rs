@@ -21,8 +21,9 @@ use serde_json::Value;
 use sluice_contract::auth::KEY_HEADER;
 use sluice_contract::codes::Degraded;
 use sluice_contract::document::{Document, IngestReport};
+use sluice_contract::escape;
 use sluice_contract::search::Found;
-use sluice_contract::sse::{Done, ErrorEvent, Event, Meta, Token};
+use sluice_contract::sse::{Done, Event, Meta};
 use sluice_contract::stages::SourceDoc;
 use sluice_contract::tenant::TENANT_HEADER;
 
@@ -178,33 +179,11 @@ pub fn json_body(body: &impl Serialize) -> (HeaderMap, Vec<u8>) {
     (headers, bytes)
 }
 
-/// `text` percent-encoded for a path segment or a query value: every byte outside the
-/// unreserved set escaped, `/` too (a document id as the path's tail — an id such as a file's
-/// absolute path begins with one, which a path would lose — or a `filter` or `cursor` value).
-pub fn escape(text: &str) -> String {
-    text.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
 /// One SSE event of an answer (`event:` name, `data:` text) as the contract's event; `None`
 /// for a name this client does not know (a newer server's), which a reader skips.
 pub fn decode(name: &str, data: &str) -> Result<Option<Event>, ClientError> {
-    let bad = |e: serde_json::Error| {
-        ClientError::Stream(format!("a {name} event that is not one ({e}): {data}"))
-    };
-    Ok(Some(match name {
-        "meta" => Event::Meta(Box::new(serde_json::from_str::<Meta>(data).map_err(bad)?)),
-        "token" => Event::Token(serde_json::from_str::<Token>(data).map_err(bad)?),
-        "done" => Event::Done(Box::new(serde_json::from_str::<Done>(data).map_err(bad)?)),
-        "error" => Event::Error(serde_json::from_str::<ErrorEvent>(data).map_err(bad)?),
-        _ => return Ok(None),
-    }))
+    Event::decode(name, data)
+        .map_err(|e| ClientError::Stream(format!("a {name} event that is not one ({e}): {data}")))
 }
 
 /// A server's answer stream, decoded: ends after `done` or `error`, or with the connection.

@@ -77,3 +77,17 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
         .map(|b| format!("{b:02x}"))
         .collect()
 }
+
+/// `text` percent-encoded for a path segment or a query value: every byte outside the
+/// unreserved set escaped, `/` too (a document id as the path's tail — an id such as a file's
+/// absolute path begins with one, which a path would lose — or a `filter` or `cursor` value).
+pub fn escape(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}

@@ -254,6 +254,18 @@ impl Event {
         }
     }
 
+    /// The event named `name` carrying `data`; `None` for a name that is not an event of the
+    /// contract (a reader skips it).
+    pub fn decode(name: &str, data: &str) -> Result<Option<Event>, serde_json::Error> {
+        Ok(Some(match name {
+            "meta" => Event::Meta(Box::new(serde_json::from_str(data)?)),
+            "token" => Event::Token(serde_json::from_str(data)?),
+            "done" => Event::Done(Box::new(serde_json::from_str(data)?)),
+            "error" => Event::Error(serde_json::from_str(data)?),
+            _ => return Ok(None),
+        }))
+    }
+
     /// The JSON object carried on the `data:` line.
     pub fn data(&self) -> String {
         let value = match self {

@@ -39,6 +39,7 @@ pub mod answer;
 mod components;
 mod documents;
 pub mod error;
+mod mcp;
 pub mod metrics;
 pub mod openai;
 mod parts;
@@ -200,6 +201,7 @@ pub fn router(server: Arc<Server>) -> Router {
     Router::new()
         .route("/v1/answer", post(answer::answer))
         .route("/v1/search", post(search::search))
+        .nest_service("/mcp", mcp::service(Arc::clone(&server)))
         .route(
             "/v1/documents",
             post(documents::documents)

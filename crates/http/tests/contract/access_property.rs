@@ -158,7 +158,7 @@ async fn no_answer_prompt_cached_answer_or_listing_crosses_a_users_access() {
         let path = match &sent {
             Some(f) => format!(
                 "/v1/documents?filter={}",
-                sluice_client::escape(&f.to_string())
+                sluice_contract::escape(&f.to_string())
             ),
             None => "/v1/documents".to_string(),
         };

@@ -125,7 +125,7 @@ async fn a_listing_pages_through_every_document_once_and_filters_by_metadata() {
     );
     // The answers' filter language, as a query parameter.
     let filter = |f: Value| {
-        let encoded: String = sluice_client::escape(&f.to_string());
+        let encoded: String = sluice_contract::escape(&f.to_string());
         format!("/v1/documents?filter={encoded}")
     };
     let finance_2025 = get(
@@ -350,7 +350,7 @@ async fn a_keys_filter_bounds_what_it_lists_reads_and_deletes() {
     let finance_docs = sorted(vec!["cards/fees", "mortgage", "savings"]);
     assert_eq!(all_pages(&app, 2, &fin).await, finance_docs);
     // A listing filter narrows, never widens.
-    let widen = sluice_client::escape(&json!({"groups": {"$exists": false}}).to_string());
+    let widen = sluice_contract::escape(&json!({"groups": {"$exists": false}}).to_string());
     let reply = get(&app, &format!("/v1/documents?filter={widen}"), &fin).await;
     assert_eq!(ids(&reply), Vec::<String>::new());
     // Outside the filter a document does not exist for this key: not read, not deleted.

@@ -19,6 +19,7 @@ mod filters;
 mod fusion;
 mod grounding;
 mod kit;
+mod mcp;
 mod openai;
 mod prompt;
 mod rerank;

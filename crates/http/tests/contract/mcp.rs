@@ -1,0 +1,138 @@
+//! `/mcp`: the MCP server's tools over JSON-RPC, through the router in process. The real
+//! clients (the official Python SDK) are in `tests/tests/e2e/mcp.rs`.
+
+use std::sync::Arc;
+
+use axum::http::Method;
+use serde_json::{Value, json};
+use sluice_contract::auth::Permission;
+use sluice_testkit::MemoryKeys;
+
+use crate::kit::{App, Kit, UNCHECKED};
+
+const QUESTION: &str = "How long does a replacement card take?";
+
+/// One JSON-RPC request to `/mcp` with `headers`: the HTTP status and the JSON-RPC reply.
+async fn rpc(app: &App, headers: &[(&str, &str)], method: &str, params: Value) -> (u16, Value) {
+    let mut all = vec![
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("mcp-protocol-version", "2025-06-18"),
+        // As every HTTP/1.1 client sends it (the transport refuses a request without).
+        ("host", "127.0.0.1"),
+    ];
+    all.extend_from_slice(headers);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let reply = app.send(Method::POST, "/mcp", &all, body.to_string()).await;
+    let value = serde_json::from_str(&reply.raw).unwrap_or_else(|_| json!({"raw": reply.raw}));
+    (reply.status, value)
+}
+
+fn names(listed: &Value) -> Vec<String> {
+    let tools = listed["result"]["tools"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    tools
+        .iter()
+        .map(|t| t["name"].as_str().unwrap_or("?").to_string())
+        .collect()
+}
+
+#[tokio::test]
+async fn the_tools_answer_as_their_routes_do() {
+    let app = Kit::new(UNCHECKED).ingested("default").await.app();
+    let (status, init) = rpc(
+        &app,
+        &[],
+        "initialize",
+        json!({
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "contract-test", "version": "1"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{init}");
+    assert_eq!(init["result"]["serverInfo"]["name"], "sluice", "{init}");
+    let (_, listed) = rpc(&app, &[], "tools/list", json!({})).await;
+    assert_eq!(
+        names(&listed),
+        ["search", "answer", "list_documents", "get_document"],
+        "{listed}"
+    );
+    let (_, called) = rpc(
+        &app,
+        &[],
+        "tools/call",
+        json!({"name": "search", "arguments": {"query": QUESTION, "k": 2}}),
+    )
+    .await;
+    let found = &called["result"]["structuredContent"];
+    assert_eq!(
+        found["documents"].as_array().map(Vec::len),
+        Some(2),
+        "{called}"
+    );
+    let (_, answered) = rpc(
+        &app,
+        &[],
+        "tools/call",
+        json!({"name": "answer", "arguments": {"query": QUESTION}}),
+    )
+    .await;
+    let answer = &answered["result"]["structuredContent"];
+    assert!(
+        !answer["answer"].as_str().unwrap_or("").is_empty(),
+        "{answered}"
+    );
+    assert!(
+        !answer["sources"].as_array().unwrap().is_empty(),
+        "{answered}"
+    );
+    let (_, bad) = rpc(
+        &app,
+        &[],
+        "tools/call",
+        json!({"name": "search", "arguments": {"k": 2}}),
+    )
+    .await;
+    assert_eq!(bad["error"]["data"]["code"], "missing_query", "{bad}");
+    let (_, unknown) = rpc(
+        &app,
+        &[],
+        "tools/call",
+        json!({"name": "delete_everything"}),
+    )
+    .await;
+    assert_eq!(
+        unknown["error"]["data"]["code"], "unknown_tool",
+        "{unknown}"
+    );
+}
+
+#[tokio::test]
+async fn a_keys_permissions_decide_the_tools_it_sees_and_calls() {
+    let keys = Arc::new(MemoryKeys::default());
+    let searcher = keys.add("acme", &[Permission::Search]);
+    let app = Kit::new(UNCHECKED).keys(keys).app();
+    let (status, refused) = rpc(&app, &[], "tools/list", json!({})).await;
+    assert_eq!(
+        refused["error"]["data"]["code"], "missing_api_key",
+        "{status} {refused}"
+    );
+    let auth = format!("Bearer {searcher}");
+    let as_searcher = [("authorization", auth.as_str())];
+    let (_, listed) = rpc(&app, &as_searcher, "tools/list", json!({})).await;
+    assert_eq!(names(&listed), ["search"], "{listed}");
+    let (_, denied) = rpc(
+        &app,
+        &as_searcher,
+        "tools/call",
+        json!({"name": "answer", "arguments": {"query": QUESTION}}),
+    )
+    .await;
+    assert_eq!(
+        denied["error"]["data"]["code"], "permission_denied",
+        "{denied}"
+    );
+    assert_eq!(denied["error"]["data"]["status"], 403, "{denied}");
+}
