@@ -63,8 +63,9 @@ DOCS_DEBS=(bash-doc debian-reference-en debian-refcard xorg-docs)
 TRAFILATURA_PKGS=(trafilatura==2.0.0 lxml_html_clean==0.4.6)
 
 # The official OpenAI client and LangChain's ChatOpenAI, in a venv of their own
-# ($SLUICE_HOME/openai), for the tests that drive /v1/chat/completions with them.
-OPENAI_PKGS=(openai==3.57.0 langchain-openai==1.7.4 langchain-core==1.8.3)
+# ($SLUICE_HOME/openai), for the tests that drive /v1/chat/completions with them; and the
+# official MCP Python SDK, for the test that drives /mcp.
+OPENAI_PKGS=(openai==3.57.0 langchain-openai==1.7.4 langchain-core==1.8.3 mcp==2.3.0)
 # The browser test's driver (Chromium itself comes from Debian).
 PLAYWRIGHT_PKG=playwright-core@1.65.1
 # The supply-chain check and the fuzzer driver, built from crates.io (both: about 1.5
@@ -102,11 +103,11 @@ tools() {
     "$cache/iac/bin/pip" install -q --disable-pip-version-check "${IAC_TOOLS[@]}"
     touch "$cache/iac/.ok-v1"
   fi
-  if [ ! -f "$cache/openai/.ok-v2" ]; then
-    log "creating the OpenAI clients' venv $cache/openai (openai, langchain-openai)"
+  if [ ! -f "$cache/openai/.ok-v3" ]; then
+    log "creating the clients' venv $cache/openai (openai, langchain-openai, mcp)"
     python3 -m venv "$cache/openai"
     "$cache/openai/bin/pip" install -q --disable-pip-version-check "${OPENAI_PKGS[@]}"
-    touch "$cache/openai/.ok-v2"
+    touch "$cache/openai/.ok-v3"
   fi
   if [ ! -f "$cache/sam/.ok-v1" ]; then
     log "creating the SAM CLI's venv $cache/sam"

@@ -15,6 +15,7 @@ mod disconnect;
 mod dynamodb_cache;
 mod faults;
 mod iac;
+mod mcp;
 mod observability;
 mod openai;
 mod scripts;

@@ -11,7 +11,7 @@ use sluice_contract::auth::Permission;
 use sluice_tests::{key_file, sample_documents, start, venv_tool};
 
 /// Runs `tests/openai/NAME.py` with `args` in the openai venv, within `secs`; what it printed.
-async fn python(name: &str, args: &[&str], secs: u64) -> Value {
+pub(crate) async fn python(name: &str, args: &[&str], secs: u64) -> Value {
     let script = sluice_tests::repo().join(format!("tests/openai/{name}.py"));
     let out = tokio::process::Command::new(venv_tool("openai", "python"))
         .arg(&script)
@@ -28,7 +28,7 @@ async fn python(name: &str, args: &[&str], secs: u64) -> Value {
 
 /// A server with auth on and the samples in tenant acme, `env` on top; the key file's folder
 /// (kept while the server runs), the server, acme's key.
-async fn acme_with_samples(
+pub(crate) async fn acme_with_samples(
     env: &[(&str, &str)],
 ) -> (tempfile::TempDir, sluice_tests::TestServer, String) {
     let (dir, path, mut keys) = key_file(&[("acme", &Permission::DEFAULT)]);
