@@ -201,7 +201,7 @@ pub fn router(server: Arc<Server>) -> Router {
     Router::new()
         .route("/v1/answer", post(answer::answer))
         .route("/v1/search", post(search::search))
-        .nest_service("/mcp", mcp::service(Arc::clone(&server)))
+        .nest_service("/mcp", mcp::router(Arc::clone(&server)))
         .route(
             "/v1/documents",
             post(documents::documents)

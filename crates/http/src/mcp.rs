@@ -31,8 +31,9 @@ use tower::ServiceExt;
 use crate::Server;
 
 /// The headers of the MCP request that its tools' route calls carry.
-const FORWARDED: [&str; 7] = [
+const FORWARDED: [&str; 8] = [
     "host",
+    "sec-fetch-site",
     "authorization",
     "x-api-key",
     "x-sluice-tenant",
@@ -41,8 +42,32 @@ const FORWARDED: [&str; 7] = [
     "origin",
 ];
 
-/// The MCP service for `/mcp`.
-pub(crate) fn service(server: Arc<Server>) -> StreamableHttpService<Tools, NeverSessionManager> {
+/// Most bytes of a route's answer a tool reads (an answer's stream is bounded by its token cap
+/// long before this).
+const MAX_TOOL_BYTES: usize = 16 << 20;
+
+/// `/mcp`: the transport behind the routes' own cross-origin refusal (a web page of another
+/// origin is refused before any JSON-RPC is read, `initialize` included).
+pub(crate) fn router(server: Arc<Server>) -> axum::Router {
+    axum::Router::new()
+        .fallback_service(service(server))
+        .layer(axum::middleware::from_fn(refuse_cross_site))
+}
+
+async fn refuse_cross_site(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    match crate::admit::cross_site(request.headers()) {
+        Some(why) => crate::error::ApiError::new(sluice_contract::codes::Code::CrossOrigin, why)
+            .into_response(),
+        None => next.run(request).await,
+    }
+}
+
+/// The MCP service.
+fn service(server: Arc<Server>) -> StreamableHttpService<Tools, NeverSessionManager> {
     let mut config = StreamableHttpServerConfig::default();
     // Stateless: no session to keep, so any environment answers any request.
     config.legacy_session_mode = false;
@@ -193,8 +218,7 @@ impl Tools {
             .await)
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         let status = response.status();
-        // The routes' bodies are capped by what they produce; the answer's by its token cap.
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+        let bytes = axum::body::to_bytes(response.into_body(), MAX_TOOL_BYTES)
             .await
             .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         Ok((status, bytes))

@@ -136,3 +136,63 @@ async fn a_keys_permissions_decide_the_tools_it_sees_and_calls() {
     );
     assert_eq!(denied["error"]["data"]["status"], 403, "{denied}");
 }
+
+#[tokio::test]
+async fn bad_requests_get_a_clear_answer() {
+    let app = Kit::new(UNCHECKED).ingested("default").await.app();
+    // A web page of another origin: refused before any JSON-RPC is read.
+    let (status, refused) = rpc(
+        &app,
+        &[("origin", "https://evil.example")],
+        "initialize",
+        json!({
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "page", "version": "1"}}),
+    )
+    .await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (403, Some("cross_origin")),
+        "{refused}"
+    );
+    // A body over the server's cap.
+    let huge = "x".repeat(2 << 20);
+    let (status, _) = rpc(
+        &app,
+        &[],
+        "tools/call",
+        json!({"name": "search", "arguments": {"query": huge}}),
+    )
+    .await;
+    assert_eq!(status, 413);
+    // Arguments that are not the tool's: the route's own refusal.
+    let (_, wrong) = rpc(
+        &app,
+        &[],
+        "tools/call",
+        json!({"name": "search", "arguments": {"query": QUESTION, "include_prompt": true}}),
+    )
+    .await;
+    assert_eq!(
+        wrong["error"]["data"],
+        json!({"code": "invalid_json", "status": 400}),
+        "{wrong}"
+    );
+    // A session id nobody issued: no session is kept, so it is not one (each request stands
+    // alone) — the call is answered as any other.
+    let (status, called) = rpc(
+        &app,
+        &[("mcp-session-id", "nobody-issued-this")],
+        "tools/call",
+        json!({"name": "search", "arguments": {"query": QUESTION, "k": 1}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{called}");
+    assert_eq!(
+        called["result"]["structuredContent"]["documents"]
+            .as_array()
+            .map(Vec::len),
+        Some(1),
+        "{called}"
+    );
+}
