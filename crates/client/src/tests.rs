@@ -7,7 +7,7 @@ use axum::routing::post;
 use futures::StreamExt;
 use serde_json::json;
 use sluice_contract::codes::Code;
-use sluice_contract::sse::{Event, Token};
+use sluice_contract::sse::{ErrorEvent, Event, Token};
 
 use super::*;
 

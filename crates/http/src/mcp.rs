@@ -330,9 +330,28 @@ impl rmcp::ServerHandler for Tools {
         let headers = headers(&context);
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let name: Cow<'static, str> = request.name;
-        let value = match &*name {
-            "search" => (self.json(&headers, Method::POST, "/v1/search", Some(&arguments))).await?,
-            "answer" => self.answer(&headers, &arguments).await?,
+        // The transport runs the call on a task of its own and cancels this token when the
+        // client goes away: the route's work (an answer's generation) is dropped with it, and
+        // charged for what it made, as the route's own client leaving would have it.
+        let ct = context.ct.clone();
+        tokio::select! {
+            called = self.call_named(&name, &headers, &arguments) => called,
+            () = ct.cancelled() => Err(ErrorData::internal_error("the client went away", None)),
+        }
+    }
+}
+
+impl Tools {
+    /// The tool `name` called with `arguments`, as the caller of `headers`.
+    async fn call_named(
+        &self,
+        name: &str,
+        headers: &HeaderMap,
+        arguments: &Value,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let value = match name {
+            "search" => (self.json(headers, Method::POST, "/v1/search", Some(arguments))).await?,
+            "answer" => self.answer(headers, arguments).await?,
             "list_documents" => {
                 let mut query = Vec::new();
                 for (key, value) in arguments.as_object().into_iter().flatten() {
@@ -343,7 +362,7 @@ impl rmcp::ServerHandler for Tools {
                     query.push(format!("{}={}", key, sluice_contract::escape(&text)));
                 }
                 let path = format!("/v1/documents?{}", query.join("&"));
-                self.json(&headers, Method::GET, &path, None).await?
+                self.json(headers, Method::GET, &path, None).await?
             }
             "get_document" => {
                 let Some(id) = arguments["id"].as_str() else {
@@ -353,7 +372,7 @@ impl rmcp::ServerHandler for Tools {
                     ));
                 };
                 let path = format!("/v1/documents/{}", sluice_contract::escape(id));
-                self.json(&headers, Method::GET, &path, None).await?
+                self.json(headers, Method::GET, &path, None).await?
             }
             other => {
                 return Err(ErrorData::invalid_params(

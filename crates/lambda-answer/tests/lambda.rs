@@ -96,6 +96,23 @@ async fn the_function_url_streams_an_answer_token_by_token() {
         emf["ungrounded"].as_f64(),
         Some(f64::from(u8::from(unsupported > 0)))
     );
+
+    // The MCP server is behind the same URL: a search tool call, answered as JSON-RPC.
+    let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "search", "arguments": {"query": "How long does a replacement card take to arrive?", "k": 2}}});
+    let reply = sluice_tests::http()
+        .post(format!("{base}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(&call)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(reply.status(), 200);
+    let reply: serde_json::Value = reply.json().await.unwrap();
+    assert_eq!(reply["id"], 7, "{reply}");
+    let documents = &reply["result"]["structuredContent"]["documents"];
+    assert_eq!(documents.as_array().map(Vec::len), Some(2), "{reply}");
 }
 
 /// A new API key that may ask for answers as `tenant`, and its record.

@@ -196,3 +196,52 @@ async fn bad_requests_get_a_clear_answer() {
         "{called}"
     );
 }
+
+#[tokio::test]
+async fn a_client_that_leaves_mid_answer_stops_it_and_is_charged_what_was_generated() {
+    let words = (0..40)
+        .map(|i| format!("w{i}"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    let llm =
+        sluice_testkit::ScriptedLlm::answering(&words).gap(std::time::Duration::from_millis(50));
+    let app = Kit::with_llm(UNCHECKED, llm)
+        .ingested("default")
+        .await
+        .app();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "answer", "arguments": {"query": QUESTION}}});
+    let request = crate::kit::request(
+        Method::POST,
+        "/mcp",
+        &[
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+            ("mcp-protocol-version", "2025-06-18"),
+            ("host", "127.0.0.1"),
+        ],
+        body.to_string(),
+    );
+    // The client goes away a few tokens in (the tool answers only at the end).
+    let left = tokio::time::timeout(std::time::Duration::from_millis(400), app.open(request)).await;
+    assert!(left.is_err(), "the answer should still be going");
+    // Within a moment the answer has ended, charged for fewer tokens than it would have made.
+    let meter = app.server.usage.clone().expect("usage on");
+    let mut counted = 0;
+    for _ in 0..200 {
+        meter.flush().await.expect("flushed");
+        let rows = (meter.store().read(
+            &sluice_testkit::tenant("default"),
+            sluice_core::usage::today(),
+            sluice_core::usage::today(),
+        ))
+        .await
+        .unwrap();
+        counted = rows.iter().map(|(_, c)| c.completion_tokens).sum::<u64>();
+        if counted > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert!(counted > 0 && counted < 40, "{counted} tokens charged");
+}
