@@ -68,6 +68,9 @@ TRAFILATURA_PKGS=(trafilatura==2.0.0 lxml_html_clean==0.4.6)
 OPENAI_PKGS=(openai==3.57.0 langchain-openai==1.7.4 langchain-core==1.8.3 mcp==2.3.0)
 # The browser test's driver (Chromium itself comes from Debian).
 PLAYWRIGHT_PKG=playwright-core@1.65.1
+# A second MCP client for /mcp: the MCP Inspector's command-line mode (npm). The last line
+# that runs on Debian's Node 20 (2.x asks for Node 22).
+INSPECTOR_PKG=@modelcontextprotocol/inspector@1.0.3
 # The supply-chain check and the fuzzer driver, built from crates.io (both: about 1.5
 # CPU-minutes once, unoptimised).
 CARGO_TOOLS=(cargo-deny@0.20.2 cargo-fuzz@0.13.2)
@@ -108,6 +111,12 @@ tools() {
     python3 -m venv "$cache/openai"
     "$cache/openai/bin/pip" install -q --disable-pip-version-check "${OPENAI_PKGS[@]}"
     touch "$cache/openai/.ok-v3"
+  fi
+  if [ ! -f "$cache/mcp-inspector/.ok-v1" ]; then
+    log "installing $INSPECTOR_PKG (npm) into $cache/mcp-inspector"
+    mkdir -p "$cache/mcp-inspector"
+    npm install --silent --no-audit --no-fund --prefix "$cache/mcp-inspector" "$INSPECTOR_PKG" >/dev/null
+    touch "$cache/mcp-inspector/.ok-v1"
   fi
   if [ ! -f "$cache/sam/.ok-v1" ]; then
     log "creating the SAM CLI's venv $cache/sam"

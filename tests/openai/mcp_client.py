@@ -25,13 +25,19 @@ async def main() -> None:
                 tools = await session.list_tools()
                 seen["tools"] = [t.name for t in tools.tools]
                 seen["schemas"] = {t.name: t.input_schema for t in tools.tools}
+                progress = []
+
+                async def told(done, total, message):
+                    progress.append({"progress": done, "total": total, "message": message})
+
                 for name, arguments in [
                     ("search", {"query": question, "k": 3}),
                     ("answer", {"query": question}),
                     ("list_documents", {"limit": 2}),
                 ]:
-                    result = await session.call_tool(name, arguments)
+                    result = await session.call_tool(name, arguments, progress_callback=told)
                     seen[name] = {"error": result.is_error, "content": result.structured_content}
+                seen["progress"] = progress
                 first = seen["list_documents"]["content"]["documents"][0]["id"]
                 got = await session.call_tool("get_document", {"id": first})
                 seen["get_document"] = {"error": got.is_error, "id": got.structured_content["id"]}

@@ -155,6 +155,11 @@ wire_names! {
         UnknownVersion = "unknown_version",
         /// A document id the tenant (or the key's filter) does not have.
         UnknownDocument = "unknown_document",
+        /// An MCP tool this server does not have (`tools/list` names those the key may call).
+        UnknownTool = "unknown_tool",
+        /// An MCP request with a session id: the server keeps no sessions, so it issued none
+        /// (start again without one).
+        UnknownSession = "unknown_session",
         /// The answer cache is off.
         CacheDisabled = "cache_disabled",
         /// This deployment does not count usage (`SLUICE_USAGE=off`).
@@ -230,8 +235,8 @@ impl Code {
             ForbiddenTenant | PermissionDenied | OutsideKeyFilter | CrossOrigin | ForbiddenHost => {
                 403
             }
-            NotFound | UnknownVersion | UnknownDocument | CacheDisabled | ComponentsDisabled
-            | UsageDisabled | SettingsDisabled => 404,
+            NotFound | UnknownVersion | UnknownDocument | UnknownTool | UnknownSession
+            | CacheDisabled | ComponentsDisabled | UsageDisabled | SettingsDisabled => 404,
             MethodNotAllowed => 405,
             BodyTimeout => 408,
             UriTooLong => 414,

@@ -266,6 +266,28 @@ impl Event {
         }))
     }
 
+    /// One block of an SSE stream (the lines between blank lines: `event: NAME`, `data: …`)
+    /// as [`Event::decode`] reads it; `None` for a block without an event of the contract (a
+    /// comment, a keep-alive, a newer server's event).
+    pub fn parse(block: &str) -> Result<Option<Event>, serde_json::Error> {
+        let (mut name, mut data) = ("", String::new());
+        for line in block.lines() {
+            if let Some(n) = line.strip_prefix("event:") {
+                name = n.trim_start();
+            } else if let Some(d) = line.strip_prefix("data:") {
+                // Several `data:` lines are one text joined by newlines (the SSE standard).
+                if !data.is_empty() {
+                    data.push('\n');
+                }
+                data.push_str(d.strip_prefix(' ').unwrap_or(d));
+            }
+        }
+        match name {
+            "" => Ok(None),
+            name => Self::decode(name, &data),
+        }
+    }
+
     /// The JSON object carried on the `data:` line.
     pub fn data(&self) -> String {
         let value = match self {
@@ -298,6 +320,25 @@ mod tests {
             error.data(),
             r#"{"code":"llm_timeout","message":"slow","retryable":true}"#
         );
+    }
+
+    #[test]
+    fn a_block_is_read_back_as_the_event_it_was_written_from() {
+        let e = Event::Token(Token {
+            text: "a\nb".into(),
+            index: 7,
+        });
+        let block = format!("event: {}\ndata: {}\n", e.name(), e.data());
+        match Event::parse(&block) {
+            Ok(Some(Event::Token(t))) => assert_eq!((t.text.as_str(), t.index), ("a\nb", 7)),
+            other => panic!("{other:?}"),
+        }
+        // Split `data:` lines are one text; comments and unknown events are skipped.
+        let split = "event:token\ndata: {\"text\":\"x\",\ndata: \"index\":1}";
+        assert!(matches!(Event::parse(split), Ok(Some(Event::Token(_)))));
+        assert!(matches!(Event::parse(": keep-alive"), Ok(None)));
+        assert!(matches!(Event::parse("event: later\ndata: {}"), Ok(None)));
+        assert!(Event::parse("event: token\ndata: nope").is_err());
     }
 
     #[test]

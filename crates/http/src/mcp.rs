@@ -15,20 +15,23 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
+use futures::StreamExt;
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, ErrorCode, ErrorData,
-    Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams, ServerCapabilities,
-    Tool,
+    Implementation, InitializeResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ServerCapabilities, Tool,
 };
-use rmcp::service::{RequestContext, RoleServer};
+use rmcp::service::{Peer, RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::{Value, json};
 use sluice_contract::auth::Permission;
+use sluice_contract::codes::Code;
 use sluice_contract::sse::Event;
 use tower::ServiceExt;
 
 use crate::Server;
+use crate::error::ApiError;
 
 /// The headers of the MCP request that its tools' route calls carry.
 const FORWARDED: [&str; 8] = [
@@ -46,24 +49,46 @@ const FORWARDED: [&str; 8] = [
 /// long before this).
 const MAX_TOOL_BYTES: usize = 16 << 20;
 
-/// `/mcp`: the transport behind the routes' own cross-origin refusal (a web page of another
-/// origin is refused before any JSON-RPC is read, `initialize` included).
+/// `/mcp`: the transport behind a gate that holds the routes' own rules before any JSON-RPC
+/// is read.
 pub(crate) fn router(server: Arc<Server>) -> axum::Router {
     axum::Router::new()
-        .fallback_service(service(server))
-        .layer(axum::middleware::from_fn(refuse_cross_site))
+        .fallback_service(service(Arc::clone(&server)))
+        .layer(axum::middleware::from_fn_with_state(server, gate))
 }
 
-async fn refuse_cross_site(
+/// Refuses, as a JSON-RPC error with Sluice's code, a web page of another origin, a session id
+/// (none is ever issued), and a body over the cap or slower than the body timeout (the
+/// transport's own read has a cap but no timeout); passes the body read on.
+async fn gate(
+    axum::extract::State(server): axum::extract::State<Arc<Server>>,
     request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
-    use axum::response::IntoResponse;
-    match crate::admit::cross_site(request.headers()) {
-        Some(why) => crate::error::ApiError::new(sluice_contract::codes::Code::CrossOrigin, why)
-            .into_response(),
-        None => next.run(request).await,
+    let headers = request.headers();
+    if let Some(why) = crate::admit::cross_site(headers) {
+        return rpc_error(&ApiError::new(Code::CrossOrigin, why));
     }
+    if headers.contains_key("mcp-session-id") {
+        return rpc_error(&ApiError::new(
+            Code::UnknownSession,
+            "this server keeps no MCP sessions and issued none: send requests without \
+             Mcp-Session-Id",
+        ));
+    }
+    let (parts, body) = request.into_parts();
+    match crate::answer::read_body(&server, body, server.limits.max_body_bytes).await {
+        Ok(bytes) => (next.run(Request::from_parts(parts, Body::from(bytes)))).await,
+        Err(e) => rpc_error(&e),
+    }
+}
+
+/// A refusal before the request was read: its HTTP status, and a JSON-RPC error (its id
+/// unknown, so null) with Sluice's code and status in `data`.
+fn rpc_error(e: &ApiError) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let body = json!({"jsonrpc": "2.0", "id": null, "error": api_refusal(e)});
+    (e.status(), axum::Json(body)).into_response()
 }
 
 /// The MCP service.
@@ -74,6 +99,7 @@ fn service(server: Arc<Server>) -> StreamableHttpService<Tools, NeverSessionMana
     config.json_response = true;
     // The router has checked `Host` and `Origin` already (the same rules as every route).
     config = config.disable_allowed_hosts();
+    // The gate has read the body under the server's cap and timeout.
     config.max_request_body_bytes = server.limits.max_body_bytes;
     let tools = Tools { server };
     StreamableHttpService::new(
@@ -169,37 +195,74 @@ fn headers(context: &RequestContext<RoleServer>) -> HeaderMap {
     forwarded
 }
 
-/// A route's refusal as a JSON-RPC error: its message, and its code and status in `data`.
-fn refused(status: StatusCode, body: &Value) -> ErrorData {
-    let code = body["error"]["code"]
-        .as_str()
-        .unwrap_or("internal")
-        .to_string();
-    let message = body["error"]["message"]
-        .as_str()
-        .unwrap_or("the route failed")
-        .to_string();
+/// A refusal as a JSON-RPC error: Sluice's message, and its code and HTTP status in `data`.
+fn refusal(status: StatusCode, code: &str, message: &str) -> ErrorData {
+    // The protocol's own codes where they fit (an unknown tool is "invalid params" in the MCP
+    // specification); the implementation-defined -32000 for the others.
+    let unknown_tool = code == Code::UnknownTool.as_str();
     let rpc = match status {
+        _ if unknown_tool => ErrorCode::INVALID_PARAMS,
         StatusCode::BAD_REQUEST | StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::INVALID_PARAMS,
         s if s.is_server_error() => ErrorCode::INTERNAL_ERROR,
         _ => ErrorCode(-32000),
     };
-    ErrorData::new(
-        rpc,
-        message,
-        Some(json!({"code": code, "status": status.as_u16()})),
+    let data = json!({"code": code, "status": status.as_u16()});
+    ErrorData::new(rpc, message.to_string(), Some(data))
+}
+
+/// A route's JSON error body as a JSON-RPC error.
+fn refused(status: StatusCode, body: &Value) -> ErrorData {
+    let error = &body["error"];
+    let code = error["code"].as_str().unwrap_or(Code::Internal.as_str());
+    refusal(
+        status,
+        code,
+        error["message"].as_str().unwrap_or("the route failed"),
     )
 }
 
+/// Sluice's own refusal as a JSON-RPC error.
+fn api_refusal(e: &ApiError) -> ErrorData {
+    refusal(e.status(), e.code.as_str(), &e.message)
+}
+
+/// Where an answer's progress goes when the client asked for it (a `progressToken`).
+struct Progress {
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+}
+
+impl Progress {
+    /// The request's progress token, if its client sent one.
+    fn of(context: &RequestContext<RoleServer>) -> Option<Self> {
+        let token = context.meta.get_progress_token()?;
+        Some(Self {
+            peer: context.peer.clone(),
+            token,
+        })
+    }
+
+    /// `notifications/progress`: `done` so far, with what happened. A client gone is noticed by
+    /// the call's cancellation, not here.
+    async fn tell(&self, done: usize, message: String) {
+        let param =
+            ProgressNotificationParam::new(self.token.clone(), done as f64).with_message(message);
+        if let Err(e) = self.peer.notify_progress(param).await {
+            tracing::debug!(error = %e, "an MCP progress notification was not sent");
+        }
+    }
+}
+
 impl Tools {
-    /// `method path` with `body` through the router, as the MCP request's caller.
-    async fn call(
+    /// `method path` with `body` through the router, as the MCP request's caller: the
+    /// route's response, its body not yet read.
+    async fn open(
         &self,
         headers: &HeaderMap,
         method: Method,
         path: &str,
         body: Option<&Value>,
-    ) -> Result<(StatusCode, bytes::Bytes), ErrorData> {
+    ) -> Result<axum::response::Response, ErrorData> {
         let mut request = Request::builder().method(method).uri(path);
         for (name, value) in headers {
             request = request.header(name, value);
@@ -213,15 +276,10 @@ impl Tools {
         };
         let request =
             (request.body(body)).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let response = (crate::router(Arc::clone(&self.server))
+        (crate::router(Arc::clone(&self.server))
             .oneshot(request)
             .await)
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), MAX_TOOL_BYTES)
-            .await
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        Ok((status, bytes))
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))
     }
 
     /// A JSON route's answer, or its refusal.
@@ -232,7 +290,11 @@ impl Tools {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ErrorData> {
-        let (status, bytes) = self.call(headers, method, path, body).await?;
+        let response = self.open(headers, method, path, body).await?;
+        let status = response.status();
+        let bytes = axum::body::to_bytes(response.into_body(), MAX_TOOL_BYTES)
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
         let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
         match status.is_success() {
             true => Ok(value),
@@ -240,34 +302,64 @@ impl Tools {
         }
     }
 
-    /// The answer tool: `POST /v1/answer`'s stream read to its end.
-    async fn answer(&self, headers: &HeaderMap, arguments: &Value) -> Result<Value, ErrorData> {
-        let (status, bytes) =
-            (self.call(headers, Method::POST, "/v1/answer", Some(arguments))).await?;
-        if !status.is_success() {
-            let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-            return Err(refused(status, &value));
+    /// The answer tool: `POST /v1/answer`'s stream read as it comes (each token a progress
+    /// notification when the client asked for them), the answer whole at its end.
+    async fn answer(
+        &self,
+        headers: &HeaderMap,
+        arguments: &Value,
+        progress: Option<&Progress>,
+    ) -> Result<Value, ErrorData> {
+        let response = (self.open(headers, Method::POST, "/v1/answer", Some(arguments))).await?;
+        if !response.status().is_success() {
+            let status = response.status();
+            let bytes = axum::body::to_bytes(response.into_body(), MAX_TOOL_BYTES)
+                .await
+                .unwrap_or_default();
+            return Err(refused(
+                status,
+                &serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            ));
         }
-        let text = String::from_utf8_lossy(&bytes);
-        let (mut answer, mut meta, mut done) = (String::new(), None, None);
-        for frame in text.split("\n\n") {
-            let (mut name, mut data) = ("", "");
-            for line in frame.lines() {
-                if let Some(n) = line.strip_prefix("event: ") {
-                    name = n;
-                } else if let Some(d) = line.strip_prefix("data: ") {
-                    data = d;
-                }
+        let mut body = response.into_body().into_data_stream();
+        let (mut pending, mut read) = (Vec::new(), 0);
+        let (mut answer, mut tokens, mut meta, mut done) = (String::new(), 0, None, None);
+        while let Some(chunk) = body.next().await {
+            let chunk = chunk.map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+            read += chunk.len();
+            if read > MAX_TOOL_BYTES {
+                return Err(ErrorData::internal_error(
+                    format!("the answer is over {MAX_TOOL_BYTES} bytes"),
+                    None,
+                ));
             }
-            match Event::decode(name, data) {
-                Ok(Some(Event::Meta(m))) => meta = Some(m),
-                Ok(Some(Event::Token(t))) => answer.push_str(&t.text),
-                Ok(Some(Event::Done(d))) => done = Some(d),
-                Ok(Some(Event::Error(e))) => {
-                    let body = json!({"error": {"code": e.code, "message": e.message}});
-                    return Err(refused(StatusCode::SERVICE_UNAVAILABLE, &body));
+            pending.extend_from_slice(&chunk);
+            while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
+                let block: Vec<u8> = pending.drain(..end + 2).collect();
+                match Event::parse(&String::from_utf8_lossy(&block)) {
+                    Ok(Some(Event::Meta(m))) => {
+                        if let Some(p) = progress {
+                            let found = m.documents.len();
+                            p.tell(0, format!("{found} sources found; writing the answer"))
+                                .await;
+                        }
+                        meta = Some(m);
+                    }
+                    Ok(Some(Event::Token(t))) => {
+                        answer.push_str(&t.text);
+                        tokens += 1;
+                        if let Some(p) = progress {
+                            p.tell(tokens, t.text).await;
+                        }
+                    }
+                    Ok(Some(Event::Done(d))) => done = Some(d),
+                    Ok(Some(Event::Error(e))) => {
+                        let status = StatusCode::from_u16(e.code.status());
+                        let status = status.unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
+                        return Err(refusal(status, e.code.as_str(), &e.message));
+                    }
+                    Ok(None) | Err(_) => {}
                 }
-                Ok(None) | Err(_) => {}
             }
         }
         let (Some(meta), Some(done)) = (meta, done) else {
@@ -290,11 +382,7 @@ impl Tools {
             match crate::admit::admit_reader(&self.server, headers, spec.permission).await {
                 Ok(_) => allowed.push(spec),
                 Err(e) if e.code == sluice_contract::codes::Code::PermissionDenied => {}
-                Err(e) => {
-                    let body = json!({"error": {"code": e.code.as_str(), "message": e.message}});
-                    let status = StatusCode::from_u16(e.code.status());
-                    return Err(refused(status.unwrap_or(StatusCode::FORBIDDEN), &body));
-                }
+                Err(e) => return Err(api_refusal(&e)),
             }
         }
         Ok(allowed)
@@ -334,8 +422,9 @@ impl rmcp::ServerHandler for Tools {
         // client goes away: the route's work (an answer's generation) is dropped with it, and
         // charged for what it made, as the route's own client leaving would have it.
         let ct = context.ct.clone();
+        let progress = Progress::of(&context);
         tokio::select! {
-            called = self.call_named(&name, &headers, &arguments) => called,
+            called = self.call_named(&name, &headers, &arguments, progress.as_ref()) => called,
             () = ct.cancelled() => Err(ErrorData::internal_error("the client went away", None)),
         }
     }
@@ -348,10 +437,11 @@ impl Tools {
         name: &str,
         headers: &HeaderMap,
         arguments: &Value,
+        progress: Option<&Progress>,
     ) -> Result<CallToolResponse, ErrorData> {
         let value = match name {
             "search" => (self.json(headers, Method::POST, "/v1/search", Some(arguments))).await?,
-            "answer" => self.answer(headers, arguments).await?,
+            "answer" => self.answer(headers, arguments, progress).await?,
             "list_documents" => {
                 let mut query = Vec::new();
                 for (key, value) in arguments.as_object().into_iter().flatten() {
@@ -366,19 +456,15 @@ impl Tools {
             }
             "get_document" => {
                 let Some(id) = arguments["id"].as_str() else {
-                    return Err(ErrorData::invalid_params(
-                        "\"id\" (a string) is required",
-                        None,
-                    ));
+                    let why = "\"id\" (a string) is required";
+                    return Err(api_refusal(&ApiError::new(Code::InvalidRequest, why)));
                 };
                 let path = format!("/v1/documents/{}", sluice_contract::escape(id));
                 self.json(headers, Method::GET, &path, None).await?
             }
             other => {
-                return Err(ErrorData::invalid_params(
-                    format!("no tool is called {other:?}: see tools/list"),
-                    Some(json!({"code": "unknown_tool"})),
-                ));
+                let why = format!("no tool is called {other:?}: see tools/list");
+                return Err(api_refusal(&ApiError::new(Code::UnknownTool, why)));
             }
         };
         let mut result = CallToolResult::structured(value);

@@ -113,6 +113,37 @@ async fn the_function_url_streams_an_answer_token_by_token() {
     assert_eq!(reply["id"], 7, "{reply}");
     let documents = &reply["result"]["structuredContent"]["documents"];
     assert_eq!(documents.as_array().map(Vec::len), Some(2), "{reply}");
+    // An answer with a progress token streams its progress through the function's URL, the
+    // result last.
+    let call = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+        "name": "answer", "arguments": {"query": "How long does a replacement card take to arrive?"},
+        "_meta": {"progressToken": 1}}});
+    let reply = sluice_tests::http()
+        .post(format!("{base}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(&call)
+        .send()
+        .await
+        .unwrap();
+    let text = reply.text().await.unwrap();
+    let messages: Vec<serde_json::Value> = (text.lines())
+        .filter_map(|l| l.strip_prefix("data:"))
+        .filter_map(|d| serde_json::from_str(d.trim()).ok())
+        .collect();
+    let (last, notes) = messages.split_last().expect("SSE messages");
+    assert_eq!(last["id"], 8, "{text}");
+    assert!(
+        last["result"]["structuredContent"]["answer"].is_string(),
+        "{text}"
+    );
+    assert!(!notes.is_empty(), "{text}");
+    assert!(
+        notes
+            .iter()
+            .all(|n| n["method"] == "notifications/progress"),
+        "{text}"
+    );
 }
 
 /// A new API key that may ask for answers as `tenant`, and its record.

@@ -27,7 +27,8 @@ pub enum Service {
     Lambda,
     /// Chromium and playwright-core.
     Browser,
-    /// The SAM CLI, cfn-lint, checkov and the OpenAI clients, in their venvs under `$SLUICE_HOME`.
+    /// The SAM CLI, cfn-lint, checkov, the OpenAI and MCP clients (venvs) and the MCP
+    /// Inspector (npm), under `$SLUICE_HOME`.
     Tools,
     /// The example rerank components, built, and the toolchain that builds them (jco).
     Components,
@@ -94,6 +95,7 @@ impl Service {
                 "iac/bin/cfn-lint",
                 "iac/bin/checkov",
                 "openai/bin/python",
+                "mcp-inspector/node_modules/.bin/mcp-inspector",
             ]
             .into_iter()
             .map(|tool| sluice_home().join(tool))

@@ -68,6 +68,21 @@ enum Seen {
     Refused(kit::Reply),
     /// An `error` event ending a stream.
     Ended(Stream),
+    /// A JSON-RPC error of `/mcp`, Sluice's code and status in its `data`.
+    Rpc(kit::Reply),
+}
+
+/// A JSON-RPC request to `/mcp`, with `headers`.
+async fn mcp(headers: &[(&str, &str)], method: &str, params: Value) -> Seen {
+    let mut all = vec![
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        ("host", "127.0.0.1"),
+    ];
+    all.extend_from_slice(headers);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let app = Kit::new(&[]).app();
+    Seen::Rpc(app.send(Method::POST, "/mcp", &all, body.to_string()).await)
 }
 
 async fn answer_body(app: &App, body: &str) -> Seen {
@@ -155,6 +170,11 @@ async fn provoke(code: Code) -> Seen {
                 .send(Method::GET, "/v1/documents/never-ingested", &[], "")
                 .await,
         ),
+        Code::UnknownTool => mcp(&[], "tools/call", json!({"name": "no_such_tool"})).await,
+        Code::UnknownSession => {
+            let search = json!({"name": "search", "arguments": {"query": "q"}});
+            mcp(&[("mcp-session-id", "s-1")], "tools/call", search).await
+        }
         Code::StoreUnavailable => {
             let mut kit = Kit::new(&[]);
             let mut store = Troubled::around(kit.store());
@@ -572,6 +592,16 @@ async fn every_code_reaches_the_client_with_its_status_and_retryability() {
                 } else if code.status() < 500 {
                     assert!(!retry_after, "{code}: no Retry-After on a client error");
                 }
+            }
+            Seen::Rpc(reply) => {
+                let error = &reply.body["error"];
+                assert_eq!(
+                    error["data"],
+                    json!({"code": code.as_str(), "status": code.status()}),
+                    "{code}: {}",
+                    reply.raw
+                );
+                assert!(error["message"].as_str().is_some_and(|m| !m.is_empty()));
             }
             Seen::Ended(stream) => {
                 stream.assert_well_formed();

@@ -107,6 +107,74 @@ async fn the_tools_answer_as_their_routes_do() {
         unknown["error"]["data"]["code"], "unknown_tool",
         "{unknown}"
     );
+    // The specification's code for an unknown tool.
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+}
+
+/// The JSON-RPC messages of an SSE reply, in order.
+fn sse_messages(raw: &str) -> Vec<Value> {
+    raw.split("\n\n")
+        .flat_map(|block| block.lines().filter_map(|l| l.strip_prefix("data:")))
+        .filter_map(|data| serde_json::from_str(data.trim()).ok())
+        .collect()
+}
+
+#[tokio::test]
+async fn an_answer_tells_its_progress_to_a_client_that_asks_for_it() {
+    let llm = sluice_testkit::ScriptedLlm::answering("Five to seven business days.");
+    let app = Kit::with_llm(UNCHECKED, llm)
+        .ingested("default")
+        .await
+        .app();
+    let (_, plain) = rpc(
+        &app,
+        &[],
+        "tools/call",
+        json!({"name": "answer", "arguments": {"query": QUESTION}}),
+    )
+    .await;
+    let answer = plain["result"]["structuredContent"]["answer"].clone();
+    assert!(
+        answer.is_string(),
+        "no progress asked: one JSON reply {plain}"
+    );
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
+        "name": "answer", "arguments": {"query": QUESTION, "cache": "bypass"},
+        "_meta": {"progressToken": "p-1"}}});
+    let reply = app
+        .send(
+            Method::POST,
+            "/mcp",
+            &[
+                ("content-type", "application/json"),
+                ("accept", "application/json, text/event-stream"),
+                ("mcp-protocol-version", "2025-06-18"),
+                ("host", "127.0.0.1"),
+            ],
+            body.to_string(),
+        )
+        .await;
+    let messages = sse_messages(&reply.raw);
+    let (last, notes) = messages.split_last().expect("messages");
+    assert_eq!(last["id"], 7, "the result comes last: {}", reply.raw);
+    assert_eq!(last["result"]["structuredContent"]["answer"], answer);
+    assert!(notes.len() >= 2, "{}", reply.raw);
+    let mut seen = -1.0;
+    for note in notes {
+        assert_eq!(note["method"], "notifications/progress", "{note}");
+        assert_eq!(note["params"]["progressToken"], "p-1", "{note}");
+        let progress = note["params"]["progress"].as_f64().unwrap_or(-1.0);
+        assert!(progress > seen, "progress only grows: {}", reply.raw);
+        seen = progress;
+    }
+    // First the sources found, then each token's text: together, the answer.
+    let first = notes[0]["params"]["message"].as_str().unwrap_or("");
+    assert!(first.contains("sources found"), "{first}");
+    let told: String = (notes[1..].iter())
+        .filter_map(|n| n["params"]["message"].as_str())
+        .collect();
+    assert_eq!(Some(told.as_str()), answer.as_str());
+    assert_eq!(seen as usize, notes.len() - 1, "one step per token");
 }
 
 #[tokio::test]
@@ -140,31 +208,41 @@ async fn a_keys_permissions_decide_the_tools_it_sees_and_calls() {
 #[tokio::test]
 async fn bad_requests_get_a_clear_answer() {
     let app = Kit::new(UNCHECKED).ingested("default").await.app();
-    // A web page of another origin: refused before any JSON-RPC is read.
-    let (status, refused) = rpc(
-        &app,
-        &[("origin", "https://evil.example")],
-        "initialize",
-        json!({
+    // Refused before any JSON-RPC is read, each as a JSON-RPC error with Sluice's code and
+    // the HTTP status: a web page of another origin, a session id (none is ever issued), a
+    // body over the server's cap.
+    let init = json!({
         "protocolVersion": "2025-06-18", "capabilities": {},
-        "clientInfo": {"name": "page", "version": "1"}}),
-    )
-    .await;
-    assert_eq!(
-        (status, refused["error"]["code"].as_str()),
-        (403, Some("cross_origin")),
-        "{refused}"
-    );
-    // A body over the server's cap.
-    let huge = "x".repeat(2 << 20);
-    let (status, _) = rpc(
-        &app,
-        &[],
-        "tools/call",
-        json!({"name": "search", "arguments": {"query": huge}}),
-    )
-    .await;
-    assert_eq!(status, 413);
+        "clientInfo": {"name": "page", "version": "1"}});
+    let search = json!({"name": "search", "arguments": {"query": QUESTION, "k": 1}});
+    let huge = json!({"name": "search", "arguments": {"query": "x".repeat(2 << 20)}});
+    for (headers, method, params, code, status) in [
+        (
+            &[("origin", "https://evil.example")][..],
+            "initialize",
+            &init,
+            "cross_origin",
+            403,
+        ),
+        (
+            &[("mcp-session-id", "nobody-issued-this")][..],
+            "tools/call",
+            &search,
+            "unknown_session",
+            404,
+        ),
+        (&[][..], "tools/call", &huge, "body_too_large", 413),
+    ] {
+        let (got, refused) = rpc(&app, headers, method, params.clone()).await;
+        assert_eq!(got, status, "{refused}");
+        assert_eq!(
+            refused["error"]["data"],
+            json!({"code": code, "status": status}),
+            "{refused}"
+        );
+        assert_eq!(refused["id"], Value::Null, "{refused}");
+        assert!(refused["error"]["code"].is_i64(), "{refused}");
+    }
     // Arguments that are not the tool's: the route's own refusal.
     let (_, wrong) = rpc(
         &app,
@@ -177,23 +255,6 @@ async fn bad_requests_get_a_clear_answer() {
         wrong["error"]["data"],
         json!({"code": "invalid_json", "status": 400}),
         "{wrong}"
-    );
-    // A session id nobody issued: no session is kept, so it is not one (each request stands
-    // alone) — the call is answered as any other.
-    let (status, called) = rpc(
-        &app,
-        &[("mcp-session-id", "nobody-issued-this")],
-        "tools/call",
-        json!({"name": "search", "arguments": {"query": QUESTION, "k": 1}}),
-    )
-    .await;
-    assert_eq!(status, 200, "{called}");
-    assert_eq!(
-        called["result"]["structuredContent"]["documents"]
-            .as_array()
-            .map(Vec::len),
-        Some(1),
-        "{called}"
     );
 }
 
