@@ -6,6 +6,7 @@ use std::sync::Arc;
 use axum::http::Method;
 use serde_json::{Value, json};
 use sluice_contract::auth::Permission;
+use sluice_contract::filter::Filter;
 use sluice_testkit::MemoryKeys;
 
 use crate::kit::{App, Kit, UNCHECKED};
@@ -305,4 +306,85 @@ async fn a_client_that_leaves_mid_answer_stops_it_and_is_charged_what_was_genera
         tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     }
     assert!(counted > 0 && counted < 40, "{counted} tokens charged");
+}
+
+#[tokio::test]
+async fn the_routes_rules_hold_through_the_tools() {
+    let keys = Arc::new(MemoryKeys::default());
+    let admin = keys.add(
+        "acme",
+        &[
+            Permission::Documents,
+            Permission::Settings,
+            Permission::Usage,
+        ],
+    );
+    let cards = Some(Filter::parse(&json!({"topic": "cards"})).unwrap());
+    let bound = keys.add_filtered("acme", &[Permission::Search], cards);
+    let app = Kit::new(UNCHECKED).keys(keys).app();
+    let as_admin = [("x-api-key", admin.as_str())];
+    let docs = json!({"documents": [
+        {"id": "cards", "text": "A replacement card takes 5 days.", "metadata": {"topic": "cards"}},
+        {"id": "hr-cards", "text": "Staff replacement cards take 2 days.",
+         "metadata": {"topic": "cards", "_access": ["group:hr"]}},
+        {"id": "loans", "text": "A replacement loan offer takes 5 days.", "metadata": {"topic": "loans"}},
+    ]});
+    let sent = (app.send(Method::POST, "/v1/documents", &as_admin, docs.to_string())).await;
+    assert_eq!(sent.status, 200, "{}", sent.raw);
+    let search = |headers: Vec<(&'static str, String)>, arguments: Value| {
+        let app = &app;
+        async move {
+            let headers: Vec<(&str, &str)> =
+                headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            let call = json!({"name": "search", "arguments": arguments});
+            let (_, reply) = rpc(app, &headers, "tools/call", call).await;
+            let documents = reply["result"]["structuredContent"]["documents"]
+                .as_array()
+                .cloned();
+            let mut ids: Vec<String> = (documents.unwrap_or_else(|| panic!("{reply}")).iter())
+                .map(|d| d["id"].as_str().unwrap_or("?").to_string())
+                .collect();
+            ids.sort();
+            ids
+        }
+    };
+    let key = ("x-api-key", bound.clone());
+    // The key's filter, narrowed (never widened) by the call's.
+    let wide = json!({"query": QUESTION, "k": 10});
+    assert_eq!(
+        search(vec![key.clone()], wide.clone()).await,
+        ["cards", "hr-cards"]
+    );
+    let loans = json!({"query": QUESTION, "k": 10, "filter": {"topic": "loans"}});
+    assert!(search(vec![key.clone()], loans).await.is_empty());
+    // The end user's access on top (once the tenant has an identity provider): a sales user
+    // does not see HR's document.
+    let put = json!({"identity": sluice_testkit::users::identity(false)});
+    let put = (app.send(Method::PUT, "/v1/settings", &as_admin, put.to_string())).await;
+    assert_eq!(put.status, 200, "{}", put.raw);
+    let sales = (
+        "x-sluice-user",
+        sluice_testkit::users::token("erin", &["sales"]),
+    );
+    assert_eq!(search(vec![key, sales], wide).await, ["cards"]);
+    // Counted as searches, as the route counts them.
+    let usage = app.send(Method::GET, "/v1/usage", &as_admin, "").await;
+    let usage: Value = serde_json::from_str(&usage.raw).unwrap();
+    assert_eq!(usage["total"]["searches"], 3, "{usage}");
+    assert!(app.llm.calls().is_empty());
+}
+
+#[tokio::test]
+async fn past_the_deadline_a_tool_returns_what_was_found_and_says_so() {
+    let mut kit = Kit::new(UNCHECKED).ingested("default").await;
+    let mut store = sluice_testkit::Troubled::around(kit.store());
+    store.delay = std::time::Duration::from_secs(30);
+    kit.parts.store = Some(Arc::new(store));
+    let app = kit.app();
+    let call = json!({"name": "search",
+        "arguments": {"query": QUESTION, "retrieval_deadline_ms": 200}});
+    let (_, reply) = rpc(&app, &[], "tools/call", call).await;
+    let found = &reply["result"]["structuredContent"];
+    assert_eq!(found["degraded"], json!(["retrieval_timeout"]), "{reply}");
+    assert_eq!(found["documents"], json!([]), "{reply}");
 }
