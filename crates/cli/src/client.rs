@@ -105,9 +105,7 @@ pub async fn ask(client: &Client, query: &str, options: &AnswerOptions) -> Resul
                     }
                     println!("{}", g.summary());
                 }
-                for line in (meta.iter())
-                    .flat_map(|m| sluice_client::source_lines(&m.documents, &m.degraded))
-                {
+                for line in meta.iter().flat_map(|m| sluice_client::meta_lines(m)) {
                     println!("{line}");
                 }
                 let ttft = ttft.unwrap_or_default();

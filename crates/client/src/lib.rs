@@ -51,21 +51,34 @@ pub fn timings_line(client_ttft: Duration, meta: Option<&Meta>, done: &Done) -> 
     )
 }
 
-/// Sources for people, numbered as an answer cites them, after what was skipped (if
-/// anything).
-pub fn source_lines(documents: &[SourceDoc], degraded: &[Degraded]) -> Vec<String> {
+/// Sources for people, numbered as an answer cites them (the fused score, and the tenant's
+/// component's own where it ranked them), after what was skipped and how many candidates the
+/// component dropped (if anything).
+fn source_lines(
+    documents: &[SourceDoc],
+    degraded: &[Degraded],
+    dropped: Option<usize>,
+) -> Vec<String> {
     let reasons: Vec<String> = degraded.iter().map(|d| d.to_string()).collect();
     let skipped = (!reasons.is_empty()).then(|| format!("degraded: {}", reasons.join(", ")));
+    let dropped = (dropped.filter(|n| *n > 0))
+        .map(|n| format!("the tenant's component dropped {n} of the candidates"));
     let numbered = (documents.iter().enumerate()).map(|(i, d)| {
+        let rerank = (d.rerank_score).map_or(String::new(), |r| format!(", rerank {r:.3}"));
         format!(
-            "[{}] {} ({}) score {:.3}",
+            "[{}] {} ({}) score {:.3}{rerank}",
             i + 1,
             d.title,
             d.source,
             d.score
         )
     });
-    skipped.into_iter().chain(numbered).collect()
+    skipped.into_iter().chain(dropped).chain(numbered).collect()
+}
+
+/// An answer's sources for people, from its `meta` ([`source_lines`]).
+pub fn meta_lines(meta: &Meta) -> Vec<String> {
+    source_lines(&meta.documents, &meta.degraded, meta.rerank_dropped)
 }
 
 /// A search for people: its extract, its sources, and the server's time.
@@ -76,7 +89,11 @@ pub fn found_lines(found: &Found) -> Vec<String> {
         found.timings.total_ms.unwrap_or_default()
     );
     (extract.into_iter())
-        .chain(source_lines(&found.documents, &found.degraded))
+        .chain(source_lines(
+            &found.documents,
+            &found.degraded,
+            found.rerank_dropped,
+        ))
         .chain([total])
         .collect()
 }

@@ -254,3 +254,29 @@ async fn a_settings_update_keeps_the_other_fields() {
         json!({"k": 3, "prompt": {"instructions": "Be brief."}, "fusion": "convex:dense=0.7"})
     );
 }
+
+#[test]
+fn sources_show_the_components_score_and_what_it_dropped() {
+    let doc = |id: &str, rerank: Option<f32>| -> SourceDoc {
+        let mut d = json!({"id": id, "chunk": 0, "score": 0.016, "source": format!("{id}.md"),
+                           "title": id.to_uppercase(), "snippet": ""});
+        if let Some(r) = rerank {
+            d["rerank_score"] = json!(r);
+        }
+        serde_json::from_value(d).unwrap()
+    };
+    let ranked = source_lines(&[doc("a", Some(1.5)), doc("b", Some(0.25))], &[], Some(2));
+    assert_eq!(
+        ranked,
+        [
+            "the tenant's component dropped 2 of the candidates",
+            "[1] A (a.md) score 0.016, rerank 1.500",
+            "[2] B (b.md) score 0.016, rerank 0.250",
+        ]
+    );
+    // No component: the fused score alone, no drop line.
+    assert_eq!(
+        source_lines(&[doc("a", None)], &[], Some(0)),
+        ["[1] A (a.md) score 0.016"]
+    );
+}

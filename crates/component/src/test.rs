@@ -63,6 +63,17 @@ pub(crate) async fn retrieve(
             store
         }
         None => {
+            // A local store that is not there is not made here (an empty one has nothing to
+            // test on): the message says where it was looked for.
+            if let sluice_retrieve::StoreBackend::Edge { dir } = &settings.store.backend
+                && !dir.exists()
+            {
+                return Err(LoopError::Invalid(format!(
+                    "no local store at {} (SLUICE_DATA_DIR): pass --corpus DIR with your \
+                     documents, or run from where `sluice serve` keeps its data",
+                    dir.display()
+                )));
+            }
             let store = sluice_app::store(&settings.store).map_err(|e| {
                 LoopError::Pipeline(format!(
                     "opening the configured store (the local corpus): {e}; stop `sluice serve` \
