@@ -22,8 +22,13 @@
 //! export_reranker!(MyReranker);
 //! ```
 //!
-//! Build with `scripts/build-components.sh DIR` (or start from `sluice component new NAME`);
-//! upload the `.component.wasm` it prints. Test it locally with `sluice component test`.
+//! Start from `sluice component new NAME`, build with `sluice component build`, try it with
+//! `sluice component test`, and upload the `.component.wasm` the build prints.
+//!
+//! A panic is reported to the host before the component traps (the export macros install a
+//! panic hook that writes Rust's `panicked at FILE:LINE:COLUMN: MESSAGE` as an error log
+//! line): the failure then says which line of the source failed, and why — in `sluice
+//! component test`, in an answer's `meta.rerank_error` and in the versions listing.
 
 /// The generated bindings of the `reranker` world.
 #[allow(missing_docs)]
@@ -32,14 +37,76 @@ pub mod bindings {
         world: "reranker",
         path: "../../wit/rerank-0.2",
         pub_export_macro: true,
-        export_macro_name: "export_reranker",
+        export_macro_name: "export_bindings",
         default_bindings_module: "sluice_rerank_sdk::bindings",
+    });
+}
+
+/// Exports `$ty`'s [`Guest::rerank`] as the component's `rerank`, with panics reported to the
+/// host first ([`report_panics`]).
+#[macro_export]
+macro_rules! export_reranker {
+    ($ty:ident) => {
+        struct __SluiceReportsPanics;
+        impl $crate::Guest for __SluiceReportsPanics {
+            fn rerank(
+                query: ::std::string::String,
+                context: $crate::Context,
+                candidates: ::std::vec::Vec<$crate::Candidate>,
+            ) -> ::std::result::Result<$crate::Ranking, ::std::string::String> {
+                $crate::report_panics();
+                <$ty as $crate::Guest>::rerank(query, context, candidates)
+            }
+        }
+        $crate::bindings::export_bindings!(__SluiceReportsPanics with_types_in $crate::bindings);
+    };
+}
+
+/// Exports `$ty`'s [`prompt::Guest::assemble`] as the component's `assemble`, with panics
+/// reported to the host first ([`prompt::report_panics`]).
+#[macro_export]
+macro_rules! export_assembler {
+    ($ty:ident) => {
+        struct __SluiceReportsPanics;
+        impl $crate::prompt::Guest for __SluiceReportsPanics {
+            fn assemble(
+                input: $crate::prompt::PromptInput,
+            ) -> ::std::result::Result<
+                ::std::vec::Vec<$crate::prompt::Message>,
+                ::std::string::String,
+            > {
+                $crate::prompt::report_panics();
+                <$ty as $crate::prompt::Guest>::assemble(input)
+            }
+        }
+        $crate::prompt::bindings::export_bindings!(
+            __SluiceReportsPanics with_types_in $crate::prompt::bindings
+        );
+    };
+}
+
+/// Has a panic written to the host's log, as an error line in Rust's own words (`panicked at
+/// src/lib.rs:36:59: every document has tags`), before the component traps: the host keeps
+/// that line as what the failed call says. [`export_reranker!`] calls it before each call.
+pub fn report_panics() {
+    hook_panics(|line| log(Level::Error, line));
+}
+
+/// Installs, once, a panic hook that hands `write` the panic as one line. Each world logs
+/// through its own import, so that a component imports only its world's host.
+#[doc(hidden)]
+pub fn hook_panics(write: fn(&str)) {
+    static HOOK: std::sync::Once = std::sync::Once::new();
+    HOOK.call_once(|| {
+        std::panic::set_hook(Box::new(move |info| {
+            write(&info.to_string().replace('\n', " "));
+        }));
     });
 }
 
 pub use bindings::sluice::rerank::host::{Level, count_tokens, embed, log};
 pub use bindings::sluice::rerank::types::{Date, MetaField, MetaValue, Scored};
-pub use bindings::{Candidate, ContextEntry, Guest, Ranking, export_reranker};
+pub use bindings::{Candidate, ContextEntry, Guest, Ranking};
 
 /// Write a Sluice prompt-assembly component, for the `sluice:prompt@0.1.0` world
 /// (`wit/prompt`): the messages the LLM is sent, from the question, the conversation, the
@@ -66,14 +133,20 @@ pub mod prompt {
             world: "assembler",
             path: "../../wit/prompt",
             pub_export_macro: true,
-            export_macro_name: "export_assembler",
+            export_macro_name: "export_bindings",
             default_bindings_module: "sluice_rerank_sdk::prompt::bindings",
         });
     }
 
     pub use bindings::sluice::prompt::host::{Level, count_tokens, log};
     pub use bindings::sluice::prompt::types::{Message, PromptInput, Settings, Source, Turn};
-    pub use bindings::{Guest, export_assembler};
+    pub use bindings::Guest;
+    pub use crate::export_assembler;
+
+    /// [`crate::report_panics`] for a prompt component (through this world's `log`).
+    pub fn report_panics() {
+        crate::hook_panics(|line| log(Level::Error, line));
+    }
 
     /// A message of `role` with `content`.
     pub fn message(role: &str, content: impl Into<String>) -> Message {

@@ -542,11 +542,15 @@ pub fn rerank_order(
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum FailureKind {
-    /// The component trapped (`unreachable`, a bad memory access, a panic).
+    /// The component trapped (`unreachable`, a bad memory access, a panic the SDK did not
+    /// report).
     Trap,
+    /// It panicked: the message is the panic's own, with its location in the source, as the
+    /// SDK's panic hook reported it before the trap.
+    Panic,
     /// It ran out of fuel.
     Fuel,
-    /// Its wall-clock deadline passed (or the request's retrieval deadline, while it ran).
+    /// Its deadline (CPU time) passed (or the request's retrieval deadline, while it ran).
     Deadline,
     /// It tried to grow its memory past the limit.
     Memory,
@@ -565,6 +569,7 @@ impl FailureKind {
     pub fn as_str(self) -> &'static str {
         match self {
             FailureKind::Trap => "trap",
+            FailureKind::Panic => "panic",
             FailureKind::Fuel => "fuel",
             FailureKind::Deadline => "deadline",
             FailureKind::Memory => "memory",
@@ -588,8 +593,9 @@ pub struct RerankFailure {
 }
 
 impl RerankFailure {
-    /// The longest message kept: a component's error string is its author's to choose.
-    pub const MAX_CHARS: usize = 256;
+    /// The longest message kept: a component's error string is its author's to choose, and a
+    /// panic's message with its location (a path, a line, a column) must fit.
+    pub const MAX_CHARS: usize = 1024;
 
     /// A failure of `kind`, its message cut to [`Self::MAX_CHARS`] characters.
     pub fn new(kind: FailureKind, message: impl Into<String>) -> Self {
@@ -843,8 +849,8 @@ mod tests {
     }
 
     #[test]
-    fn a_failure_keeps_its_kind_and_at_most_256_characters_of_message() {
-        let long = "é".repeat(300);
+    fn a_failure_keeps_its_kind_and_at_most_1024_characters_of_message() {
+        let long = "é".repeat(1500);
         let failure = RerankFailure::new(FailureKind::ComponentError, long);
         assert_eq!(
             failure.message.chars().count(),

@@ -4,17 +4,16 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Instant;
 
 use sluice_contract::stages::rerank_order;
 use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{
     Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig, Store, StoreLimitsBuilder,
-    Trap,
+    Trap, UpdateDeadline,
 };
 
 use crate::host::HostUsage;
-use crate::host::{CallCost, CallState, HostServices, OverBudget, SMOKE_DIM};
+use crate::host::{CallCost, CallState, Clock, HostServices, OverBudget, SMOKE_DIM};
 use crate::limits::{ComponentLimits, EPOCH_TICK, KEEP_RESIDENT, pagemap_scan_supported};
 use crate::worlds::bindings::{Reranker, RerankerPre};
 use crate::worlds::bindings_prompt::{Assembler, AssemblerPre};
@@ -332,12 +331,12 @@ impl Sandbox {
         call: &Call<'_>,
         known: HashMap<String, Vec<f32>>,
     ) -> (Result<Vec<(usize, f32)>, RerankError>, CallCost) {
-        let started = Instant::now();
+        let clock = Clock::start();
         let candidates = call.candidates;
         if let Err(e) = self.check_input(call) {
             return (Err(e), CallCost::default());
         }
-        let mut store = match self.store(started, known) {
+        let mut store = match self.store(clock, known) {
             Ok(store) => store,
             Err(e) => return (Err(e), CallCost::default()),
         };
@@ -363,7 +362,7 @@ impl Sandbox {
                 "a prompt-assembly component does not rerank".into(),
             )))),
         };
-        self.finish(&store, started, result)
+        self.finish(&store, clock, result)
     }
 
     /// Runs a prompt-assembly component on `input` in a fresh store, under the same limits
@@ -375,11 +374,11 @@ impl Sandbox {
         prepared: &Prepared,
         input: &PromptInput,
     ) -> (Result<(Vec<Message>, usize), RerankError>, CallCost) {
-        let started = Instant::now();
+        let clock = Clock::start();
         if let Err(e) = crate::prompt::check_input(input, &self.limits) {
             return (Err(e), CallCost::default());
         }
-        let mut store = match self.store(started, HashMap::new()) {
+        let mut store = match self.store(clock, HashMap::new()) {
             Ok(store) => store,
             Err(e) => return (Err(e), CallCost::default()),
         };
@@ -397,14 +396,14 @@ impl Sandbox {
                 "a rerank component does not assemble prompts".into(),
             )))),
         };
-        self.finish(&store, started, result)
+        self.finish(&store, clock, result)
     }
 
     /// A fresh store for one call: its own memory limit, fuel, epoch deadline and host budget,
     /// lending the component the embeddings in `known`.
     fn store(
         &self,
-        started: Instant,
+        clock: Clock,
         known: HashMap<String, Vec<f32>>,
     ) -> Result<Store<CallState>, RerankError> {
         let limits = &self.limits;
@@ -420,8 +419,9 @@ impl Sandbox {
             log_bytes_left: limits.max_log_bytes,
             calls_left: limits.max_host_calls,
             copy_left: limits.max_host_copy_bytes,
-            started,
+            clock,
             deadline: limits.deadline,
+            panic: None,
             used: HostUsage::default(),
             known,
         };
@@ -433,9 +433,19 @@ impl Sandbox {
         store
             .set_fuel(limits.fuel)
             .map_err(|e| RerankError::Trap(format!("{e:#}")))?;
+        // The deadline is the call's CPU time ([`Clock::past`]): the epoch, a wall-clock tick,
+        // only says when to look. No call can be past it before a deadline's worth of ticks;
+        // from then on each tick asks the call's clocks, and the call goes on for another tick
+        // or traps (`Trap::Interrupt`).
         let ticks = limits.deadline.as_millis().max(1) as u64;
         store.set_epoch_deadline(ticks);
-        store.epoch_deadline_trap();
+        let deadline = limits.deadline;
+        store.epoch_deadline_callback(move |_| {
+            Ok(match clock.past(deadline) {
+                true => UpdateDeadline::Interrupt,
+                false => UpdateDeadline::Continue(1),
+            })
+        });
         Ok(store)
     }
 
@@ -444,7 +454,7 @@ impl Sandbox {
     fn finish<T>(
         &self,
         store: &Store<CallState>,
-        started: Instant,
+        clock: Clock,
         result: wasmtime::Result<Result<Result<T, RerankError>, String>>,
     ) -> (Result<T, RerankError>, CallCost) {
         let mut cost = CallCost {
@@ -452,13 +462,19 @@ impl Sandbox {
                 .limits
                 .fuel
                 .saturating_sub(store.get_fuel().unwrap_or(0)),
-            wall: started.elapsed(),
+            wall: clock.wall(),
+            cpu: clock.cpu(),
             host: store.data().used,
         };
         let out = match result {
             Ok(Ok(out)) => out,
             Ok(Err(message)) => Err(RerankError::Guest(message.chars().take(1024).collect())),
-            Err(e) => Err(self.classify(e)),
+            // A panic the SDK reported before the trap: its message and location, not the
+            // trap's offsets into the binary.
+            Err(e) => match &store.data().panic {
+                Some(panic) if is_abort(&e) => Err(RerankError::Panic(panic.clone())),
+                _ => Err(self.classify(e)),
+            },
         };
         // A host call wasmtime stopped as it copied the argument never reached the host's
         // own count.
@@ -526,6 +542,12 @@ impl Sandbox {
             }
         }
     }
+}
+
+/// Whether a call ended in the trap a panic ends in (`unreachable`, as `panic = "abort"`
+/// compiles it), rather than a limit.
+fn is_abort(e: &wasmtime::Error) -> bool {
+    matches!(e.downcast_ref::<Trap>(), Some(Trap::UnreachableCodeReached))
 }
 
 /// A binary core module: the wasm magic number, then layer 0 (components have layer 1).

@@ -45,9 +45,67 @@ pub struct CallCost {
     pub fuel: u64,
     /// Wall time of the call, host work included.
     pub wall: Duration,
+    /// CPU time of the call's thread, host work included: what the deadline is measured in.
+    pub cpu: Duration,
     /// Host work done for it.
     pub host: HostUsage,
 }
+
+/// How many deadlines of wall time a call may take, however little CPU it used, before it is
+/// stopped anyway: a call waiting for a core on a loaded host is not failed for the wait, but
+/// it does not hold its instance slot and thread for ever either.
+pub const WALL_DEADLINES: u32 = 10;
+
+/// A call's clocks: the wall clock, and its thread's CPU clock (the component's own work and
+/// the host work it asked for, not the time the host's other work kept it off a core).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Clock {
+    wall: Instant,
+    cpu: Duration,
+}
+
+impl Clock {
+    /// The clocks of a call starting now on this thread (the whole call runs on it: the
+    /// guest, its host calls and the epoch callback).
+    pub(crate) fn start() -> Self {
+        Self {
+            wall: Instant::now(),
+            cpu: thread_cpu(),
+        }
+    }
+
+    /// CPU time this thread has used since the call started.
+    pub(crate) fn cpu(&self) -> Duration {
+        thread_cpu().saturating_sub(self.cpu)
+    }
+
+    /// Wall time since the call started.
+    pub(crate) fn wall(&self) -> Duration {
+        self.wall.elapsed()
+    }
+
+    /// Whether a call with `deadline` is past it: that much CPU time, or
+    /// [`WALL_DEADLINES`] times it of wall time.
+    pub(crate) fn past(&self, deadline: Duration) -> bool {
+        self.cpu() >= deadline || self.wall() >= deadline * WALL_DEADLINES
+    }
+}
+
+/// The CPU time this thread has used.
+fn thread_cpu() -> Duration {
+    let t = rustix::time::clock_gettime(rustix::time::ClockId::ThreadCPUTime);
+    Duration::new(
+        t.tv_sec.max(0) as u64,
+        t.tv_nsec.clamp(0, 999_999_999) as u32,
+    )
+}
+
+/// How the SDK's panic hook begins the line it logs before the component traps (Rust's own
+/// words: `panicked at src/lib.rs:36:59: message`).
+pub const PANIC_PREFIX: &str = "panicked at ";
+
+/// The longest panic message kept (a panic's message and location).
+pub const MAX_PANIC_BYTES: usize = 1024;
 
 /// The error a host function returns to stop a call that is over its host budget.
 #[derive(Debug, Error)]
@@ -67,9 +125,12 @@ pub(crate) struct CallState {
     /// Host calls, and bytes passed to the host, left to this call.
     pub(crate) calls_left: usize,
     pub(crate) copy_left: usize,
-    /// When the call started, and its wall-clock budget: no host work starts after it.
-    pub(crate) started: Instant,
+    /// When the call started, and its deadline (CPU time; see [`Clock::past`]): no host work
+    /// starts after it.
+    pub(crate) clock: Clock,
     pub(crate) deadline: Duration,
+    /// What the component's panic hook reported before it trapped (see [`PANIC_PREFIX`]).
+    pub(crate) panic: Option<String>,
     pub(crate) used: HostUsage,
     /// Embeddings the host already has (the query's, the candidates'): `embed` of these
     /// texts costs no model run and no budget.
@@ -78,19 +139,28 @@ pub(crate) struct CallState {
 
 impl CallState {
     pub(crate) fn late(&self) -> bool {
-        self.started.elapsed() >= self.deadline
+        self.clock.past(self.deadline)
     }
 
     /// Admits a host call that was passed `copied` bytes, or stops the component with a trap:
     /// once the call is late, past its number of host calls, or past the bytes it may pass
-    /// to the host. Every host function starts here, before any work.
+    /// to the host. Every host function starts here, before any work (`log` past the
+    /// deadline only with [`CallState::count`]).
     pub(crate) fn enter(&mut self, what: &str, copied: usize) -> wasmtime::Result<()> {
-        let why = if self.late() {
-            Some(format!(
-                "{what}: the call's deadline of {:?} has passed",
+        if self.late() {
+            let why = format!(
+                "{what}: the call's deadline of {:?} of CPU time has passed",
                 self.deadline
-            ))
-        } else if self.calls_left == 0 {
+            );
+            return Err(wasmtime::Error::new(OverBudget(self.refuse(why))));
+        }
+        self.count(what, copied)
+    }
+
+    /// Counts a host call that was passed `copied` bytes against the call's host calls and
+    /// copy budget, or stops the component with a trap past either.
+    pub(crate) fn count(&mut self, what: &str, copied: usize) -> wasmtime::Result<()> {
+        let why = if self.calls_left == 0 {
             Some(format!("{what}: this call has made all its host calls"))
         } else if copied > self.copy_left {
             Some(format!(
@@ -118,7 +188,7 @@ impl CallState {
     pub(crate) fn take_bytes(&mut self, bytes: usize, what: &str) -> Result<(), String> {
         if self.late() {
             return Err(self.refuse(format!(
-                "{what}: the call's deadline of {:?} has passed",
+                "{what}: the call's deadline of {:?} of CPU time has passed",
                 self.deadline
             )));
         }
@@ -190,6 +260,23 @@ impl bindings_prompt::sluice::prompt::host::Host for CallState {
 
 impl bindings::sluice::rerank::host::Host for CallState {
     fn log(&mut self, level: Level, message: String) -> wasmtime::Result<()> {
+        // The first panic line is kept whatever the deadline and budgets, and costs nothing:
+        // it is what the failed call will say (the component traps right after it).
+        if matches!(level, Level::Error)
+            && message.starts_with(PANIC_PREFIX)
+            && self.panic.is_none()
+        {
+            self.panic = Some(truncate(&message, MAX_PANIC_BYTES).to_string());
+            return Ok(());
+        }
+        // Past the deadline a line is dropped, as the WIT says, not a trap (the epoch stops a
+        // call that goes on working); it still counts against the host calls and the copy
+        // budget, which end a flood of them.
+        if self.late() {
+            self.count("log", message.len())?;
+            self.used.refused += 1;
+            return Ok(());
+        }
         self.enter("log", message.len())?;
         if self.log_lines_left == 0 || self.log_bytes_left == 0 {
             self.used.refused += 1;

@@ -120,8 +120,8 @@ pub enum RerankError {
     /// The fuel budget ran out.
     #[error("out of fuel ({0} instructions)")]
     OutOfFuel(u64),
-    /// The wall-clock deadline passed.
-    #[error("deadline of {0:?} passed")]
+    /// The deadline (the call's CPU time, or ten times it of wall time) passed.
+    #[error("deadline of {0:?} of CPU time passed")]
     Deadline(Duration),
     /// The component tried to grow memory past the limit.
     #[error("memory limit of {0} bytes hit")]
@@ -129,6 +129,9 @@ pub enum RerankError {
     /// The component trapped.
     #[error("trap: {0}")]
     Trap(String),
+    /// The component panicked: the message and location its panic hook reported.
+    #[error("{0}")]
+    Panic(String),
     /// The component returned an error of its own.
     #[error("component error: {0}")]
     Guest(String),
@@ -152,6 +155,7 @@ impl RerankError {
             RerankError::Deadline(_) => RerankFailure::new(K::Deadline, self.to_string()),
             RerankError::Memory(_) => RerankFailure::new(K::Memory, self.to_string()),
             RerankError::Trap(what) => RerankFailure::new(K::Trap, what.clone()),
+            RerankError::Panic(what) => RerankFailure::new(K::Panic, what.clone()),
             RerankError::Guest(own) => RerankFailure::new(K::ComponentError, own.clone()),
             RerankError::InvalidOutput(why) => RerankFailure::new(K::InvalidOutput, why.clone()),
             RerankError::HostBudget(why) => RerankFailure::new(K::HostBudget, why.clone()),

@@ -65,8 +65,19 @@ pub struct Measured {
     pub wall: (Duration, Duration),
     /// Median and 99th percentile of fuel per call.
     pub fuel: (u64, u64),
+    /// Median and 99th percentile of CPU time per call (what the deadline is measured in).
+    pub cpu: (Duration, Duration),
+    /// Calls that failed.
+    pub failed: usize,
     /// The first failure, if any call failed.
     pub failure: Option<RerankError>,
+}
+
+impl Measured {
+    /// The share of the calls that failed.
+    pub fn failed_rate(&self) -> f64 {
+        self.failed as f64 / self.calls.max(1) as f64
+    }
 }
 
 /// Runs `call` `runs` times (at least once), each in a fresh store as a request does.
@@ -97,22 +108,28 @@ fn measured(
 ) -> Measured {
     let runs = runs.max(1);
     let mut wall = Vec::with_capacity(runs);
+    let mut cpu = Vec::with_capacity(runs);
     let mut fuel = Vec::with_capacity(runs);
-    let mut failure = None;
+    let (mut failed, mut failure) = (0, None);
     for _ in 0..runs {
         let (error, cost) = call();
         if let Some(e) = error {
+            failed += 1;
             failure.get_or_insert(e);
         }
         wall.push(cost.wall);
+        cpu.push(cost.cpu);
         fuel.push(cost.fuel);
     }
     wall.sort_unstable();
+    cpu.sort_unstable();
     fuel.sort_unstable();
     Measured {
         calls: runs,
         wall: (nearest_rank(&wall, 0.5), nearest_rank(&wall, 0.99)),
         fuel: (nearest_rank(&fuel, 0.5), nearest_rank(&fuel, 0.99)),
+        cpu: (nearest_rank(&cpu, 0.5), nearest_rank(&cpu, 0.99)),
+        failed,
         failure,
     }
 }

@@ -445,6 +445,139 @@ fn thread_cpu() -> Duration {
     Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
 }
 
+/// A host whose every call first burns `cpu` of this thread's CPU time, then sleeps `sleep`
+/// (as a host whose other work keeps the call's thread off a core).
+struct Waiting {
+    cpu: Duration,
+    sleep: Duration,
+}
+
+impl Waiting {
+    fn wait(&self) {
+        let start = thread_cpu();
+        while thread_cpu() - start < self.cpu {
+            std::hint::spin_loop();
+        }
+        std::thread::sleep(self.sleep);
+    }
+}
+
+impl HostServices for Waiting {
+    fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
+        self.wait();
+        Ok(texts.iter().map(|_| vec![0.0]).collect())
+    }
+    fn count_tokens(&self, _: &str) -> u32 {
+        self.wait();
+        1
+    }
+}
+
+/// `text` written into the guest's memory at `at`, a byte at a time.
+fn store_text(at: u32, text: &str) -> String {
+    (text.bytes().enumerate())
+        .map(|(i, b)| {
+            format!(
+                "(i32.store8 (i32.const {}) (i32.const {b})) ",
+                at + i as u32
+            )
+        })
+        .collect()
+}
+
+const PANIC_LINE: &str = "panicked at src/lib.rs:7:9: every document has tags";
+
+#[test]
+fn a_panic_the_sdk_reports_is_the_failure_with_its_message_and_location() {
+    let line = store_text(65536, PANIC_LINE);
+    let log = format!(
+        "(call $log (i32.const 3) (i32.const 65536) (i32.const {}))",
+        PANIC_LINE.len()
+    );
+    // Logged, then the trap a panic ends in.
+    let (err, _, _) = flood(&format!("{line} {log} (unreachable)"));
+    let err = err.expect("the call fails");
+    assert_eq!(err, RerankError::Panic(PANIC_LINE.into()));
+    let failure = err.failure();
+    assert_eq!(failure.kind, sluice_contract::stages::FailureKind::Panic);
+    assert_eq!(failure.message, PANIC_LINE);
+    // The line alone fails nothing; a limit after it is the limit, not the panic.
+    let (err, _, _) = flood(&format!("{line} {log}"));
+    assert_eq!(err, None);
+    let (err, _, _) = flood_under(
+        ComponentLimits {
+            fuel: 2_000_000,
+            ..roomy()
+        },
+        &format!("{line} {log} (loop $forever (br $forever))"),
+    );
+    assert_eq!(err, Some(RerankError::OutOfFuel(2_000_000)));
+    // Without the line, a trap is a trap.
+    let (err, _, _) = flood("(unreachable)");
+    assert!(matches!(err, Some(RerankError::Trap(_))), "{err:?}");
+}
+
+#[test]
+fn a_log_line_past_the_deadline_is_dropped_not_a_trap() {
+    // `count-tokens` takes 10 ms of CPU against the 5 ms deadline; the line logged after it
+    // is dropped (counted as refused). The call then ends as its epoch says (past the
+    // deadline, or done if the ticker has not looked yet), never as a host-budget trap.
+    let host = Waiting {
+        cpu: Duration::from_millis(10),
+        sleep: Duration::ZERO,
+    };
+    let sb = Sandbox::new(ComponentLimits::default(), Arc::new(host)).expect("engine");
+    let late = sb
+        .compile(
+            host_calls(
+                "(call $fill (i32.const 65536) (i32.const 64)) \
+                 (drop (call $count (i32.const 65536) (i32.const 10))) \
+                 (call $log (i32.const 1) (i32.const 65536) (i32.const 10))",
+            )
+            .as_bytes(),
+        )
+        .expect("passes the smoke run");
+    let (result, cost) = sb.rerank_costed(&late, &call(&candidates(5)), Default::default());
+    assert!(
+        matches!(&result, Ok(_) | Err(RerankError::Deadline(_))),
+        "{result:?}"
+    );
+    assert_eq!((cost.host.log_lines, cost.host.refused), (0, 1), "{cost:?}");
+}
+
+#[test]
+fn a_call_kept_waiting_by_a_busy_host_is_not_failed_for_the_wait() {
+    // The deadline is CPU time: 20 ms off a core (a sleeping host call) under a 5 ms deadline
+    // is not the component's doing, and the call succeeds; past ten deadlines of wall time it
+    // is stopped all the same.
+    let run = |sleep| {
+        let host = Waiting {
+            cpu: Duration::ZERO,
+            sleep,
+        };
+        let sb = Sandbox::new(ComponentLimits::default(), Arc::new(host)).expect("engine");
+        let waits = sb
+            .compile(
+                host_calls(
+                    "(call $fill (i32.const 65536) (i32.const 64)) \
+                     (drop (call $count (i32.const 65536) (i32.const 10)))",
+                )
+                .as_bytes(),
+            )
+            .expect("passes the smoke run");
+        sb.rerank_costed(&waits, &call(&candidates(5)), Default::default())
+    };
+    let (result, cost) = run(Duration::from_millis(20));
+    assert_eq!(result.map(|order| order.len()).ok(), Some(5), "{cost:?}");
+    assert!(cost.wall >= Duration::from_millis(20), "{cost:?}");
+    assert!(cost.cpu < cost.wall, "{cost:?}");
+    let (result, _) = run(Duration::from_millis(60));
+    assert!(
+        matches!(result, Err(RerankError::Deadline(_))),
+        "{result:?}"
+    );
+}
+
 /// The server CPU one rerank call may cost with the default limits and a host whose work is
 /// free (no model): its 5 ms deadline, up to 256 entries into the host and 4 MiB copied out
 /// of the guest, with room for a loaded machine. `docs/security.md` states it.
@@ -569,20 +702,13 @@ fn straight_line_floods_of_every_host_function_cost_the_server_little() {
 
 #[test]
 fn no_host_work_starts_after_the_deadline() {
-    // A host whose every call takes 20 ms, against a 5 ms deadline: the first embed runs one
-    // text, then the rest of that call and every later call are refused.
-    struct Slow;
-    impl HostServices for Slow {
-        fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, String> {
-            std::thread::sleep(Duration::from_millis(20));
-            Ok(texts.iter().map(|_| vec![0.0]).collect())
-        }
-        fn count_tokens(&self, _: &str) -> u32 {
-            std::thread::sleep(Duration::from_millis(20));
-            1
-        }
-    }
-    let sb = Sandbox::new(ComponentLimits::default(), Arc::new(Slow)).expect("engine");
+    // A host whose every call takes 20 ms of CPU, against a 5 ms deadline: the first embed
+    // runs one text, then the rest of that call and every later call are refused.
+    let slow = Waiting {
+        cpu: Duration::from_millis(20),
+        sleep: Duration::ZERO,
+    };
+    let sb = Sandbox::new(ComponentLimits::default(), Arc::new(slow)).expect("engine");
     let bad = sb
         .compile(
             host_calls(
