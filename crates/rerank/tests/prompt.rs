@@ -110,7 +110,13 @@ fn a_hostile_prompt_component_is_stopped_each_way_and_the_sandbox_goes_on() {
         assert_eq!(ok.unwrap().0[0].content, "hostile: well behaved this time");
         err
     };
-    assert!(matches!(fails("trap"), RerankError::Trap(_)));
+    // A panic, reported by the SDK's hook: its message and place in the source.
+    let panicked = fails("trap");
+    assert!(
+        matches!(&panicked, RerankError::Panic(m)
+            if m.starts_with("panicked at prompt-hostile/src/lib.rs:") && m.ends_with("asked to trap")),
+        "{panicked:?}"
+    );
     assert_eq!(fails("loop"), RerankError::OutOfFuel(roomy().fuel));
     // 8 MiB of text: stopped as wasmtime copies it out, past the call's copy budget (or,
     // had the guest's memory not held it, at its memory cap) — never taken in whole.
