@@ -221,6 +221,19 @@ fn refused(status: StatusCode, body: &Value) -> ErrorData {
     )
 }
 
+/// A JSON route's response read: its body, or its refusal.
+async fn reply(response: axum::response::Response) -> Result<Value, ErrorData> {
+    let status = response.status();
+    let bytes = axum::body::to_bytes(response.into_body(), MAX_TOOL_BYTES)
+        .await
+        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+    let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    match status.is_success() {
+        true => Ok(value),
+        false => Err(refused(status, &value)),
+    }
+}
+
 /// Sluice's own refusal as a JSON-RPC error.
 fn api_refusal(e: &ApiError) -> ErrorData {
     refusal(e.status(), e.code.as_str(), &e.message)
@@ -290,16 +303,7 @@ impl Tools {
         path: &str,
         body: Option<&Value>,
     ) -> Result<Value, ErrorData> {
-        let response = self.open(headers, method, path, body).await?;
-        let status = response.status();
-        let bytes = axum::body::to_bytes(response.into_body(), MAX_TOOL_BYTES)
-            .await
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-        match status.is_success() {
-            true => Ok(value),
-            false => Err(refused(status, &value)),
-        }
+        reply(self.open(headers, method, path, body).await?).await
     }
 
     /// The answer tool: `POST /v1/answer`'s stream read as it comes (each token a progress
@@ -312,14 +316,8 @@ impl Tools {
     ) -> Result<Value, ErrorData> {
         let response = (self.open(headers, Method::POST, "/v1/answer", Some(arguments))).await?;
         if !response.status().is_success() {
-            let status = response.status();
-            let bytes = axum::body::to_bytes(response.into_body(), MAX_TOOL_BYTES)
-                .await
-                .unwrap_or_default();
-            return Err(refused(
-                status,
-                &serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-            ));
+            // A refusal is JSON, as every route's.
+            return reply(response).await;
         }
         let mut body = response.into_body().into_data_stream();
         let (mut pending, mut read) = (Vec::new(), 0);

@@ -144,17 +144,22 @@ impl CallState {
 
     /// Admits a host call that was passed `copied` bytes, or stops the component with a trap:
     /// once the call is late, past its number of host calls, or past the bytes it may pass
-    /// to the host. Every host function starts here, before any work (`log` past the
-    /// deadline only with [`CallState::count`]).
+    /// to the host. Every host function starts here, before any work (`log`, whose lines
+    /// past the deadline are dropped, with [`CallState::count`] alone).
     pub(crate) fn enter(&mut self, what: &str, copied: usize) -> wasmtime::Result<()> {
         if self.late() {
-            let why = format!(
-                "{what}: the call's deadline of {:?} of CPU time has passed",
-                self.deadline
-            );
+            let why = self.past_deadline(what);
             return Err(wasmtime::Error::new(OverBudget(self.refuse(why))));
         }
         self.count(what, copied)
+    }
+
+    /// Why `what` is refused once the call is late.
+    fn past_deadline(&self, what: &str) -> String {
+        format!(
+            "{what}: the call's deadline of {:?} of CPU time has passed",
+            self.deadline
+        )
     }
 
     /// Counts a host call that was passed `copied` bytes against the call's host calls and
@@ -187,10 +192,8 @@ impl CallState {
     /// Takes `bytes` of tokenising from the budget, or says why not.
     pub(crate) fn take_bytes(&mut self, bytes: usize, what: &str) -> Result<(), String> {
         if self.late() {
-            return Err(self.refuse(format!(
-                "{what}: the call's deadline of {:?} of CPU time has passed",
-                self.deadline
-            )));
+            let why = self.past_deadline(what);
+            return Err(self.refuse(why));
         }
         if bytes > self.bytes_left {
             let left = self.bytes_left;
@@ -269,15 +272,14 @@ impl bindings::sluice::rerank::host::Host for CallState {
             self.panic = Some(truncate(&message, MAX_PANIC_BYTES).to_string());
             return Ok(());
         }
-        // Past the deadline a line is dropped, as the WIT says, not a trap (the epoch stops a
-        // call that goes on working); it still counts against the host calls and the copy
-        // budget, which end a flood of them.
+        // Every line counts against the host calls and the copy budget, which end a flood of
+        // them; past the deadline it is then dropped, as the WIT says, not a trap (the epoch
+        // stops a call that goes on working).
+        self.count("log", message.len())?;
         if self.late() {
-            self.count("log", message.len())?;
             self.used.refused += 1;
             return Ok(());
         }
-        self.enter("log", message.len())?;
         if self.log_lines_left == 0 || self.log_bytes_left == 0 {
             self.used.refused += 1;
             return Ok(());
