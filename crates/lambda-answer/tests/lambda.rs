@@ -100,16 +100,9 @@ async fn the_function_url_streams_an_answer_token_by_token() {
     // The MCP server is behind the same URL: a search tool call, answered as JSON-RPC.
     let call = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {
         "name": "search", "arguments": {"query": "How long does a replacement card take to arrive?", "k": 2}}});
-    let reply = sluice_tests::http()
-        .post(format!("{base}/mcp"))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18")
-        .json(&call)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(reply.status(), 200);
-    let reply: serde_json::Value = reply.json().await.unwrap();
+    let (status, text) = mcp(&base, &call).await;
+    assert_eq!(status, 200, "{text}");
+    let reply: serde_json::Value = serde_json::from_str(&text).unwrap();
     assert_eq!(reply["id"], 7, "{reply}");
     let documents = &reply["result"]["structuredContent"]["documents"];
     assert_eq!(documents.as_array().map(Vec::len), Some(2), "{reply}");
@@ -118,15 +111,7 @@ async fn the_function_url_streams_an_answer_token_by_token() {
     let call = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
         "name": "answer", "arguments": {"query": "How long does a replacement card take to arrive?"},
         "_meta": {"progressToken": 1}}});
-    let reply = sluice_tests::http()
-        .post(format!("{base}/mcp"))
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2025-06-18")
-        .json(&call)
-        .send()
-        .await
-        .unwrap();
-    let text = reply.text().await.unwrap();
+    let (_, text) = mcp(&base, &call).await;
     let messages: Vec<serde_json::Value> = (text.lines())
         .filter_map(|l| l.strip_prefix("data:"))
         .filter_map(|d| serde_json::from_str(d.trim()).ok())
@@ -144,6 +129,20 @@ async fn the_function_url_streams_an_answer_token_by_token() {
             .all(|n| n["method"] == "notifications/progress"),
         "{text}"
     );
+}
+
+/// `call` (a JSON-RPC request) posted to the function URL's `/mcp` as an MCP client does:
+/// the HTTP status and the body.
+async fn mcp(base: &str, call: &serde_json::Value) -> (u16, String) {
+    let reply = sluice_tests::http()
+        .post(format!("{base}/mcp"))
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2025-06-18")
+        .json(call)
+        .send()
+        .await
+        .unwrap();
+    (reply.status().as_u16(), reply.text().await.unwrap())
 }
 
 /// A new API key that may ask for answers as `tenant`, and its record.

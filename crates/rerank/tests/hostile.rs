@@ -473,6 +473,22 @@ impl HostServices for Waiting {
     }
 }
 
+/// Runs `flood` on 5 candidates under the default limits, `host` answering its host calls:
+/// the call's result and cost.
+fn run_waiting(
+    host: Waiting,
+    flood: &str,
+) -> (
+    Result<Vec<(usize, f32)>, RerankError>,
+    sluice_rerank::CallCost,
+) {
+    let sb = Sandbox::new(ComponentLimits::default(), Arc::new(host)).expect("engine");
+    let prepared = sb
+        .compile(host_calls(flood).as_bytes())
+        .expect("passes the smoke run");
+    sb.rerank_costed(&prepared, &call(&candidates(5)), Default::default())
+}
+
 /// `text` written into the guest's memory at `at`, a byte at a time.
 fn store_text(at: u32, text: &str) -> String {
     (text.bytes().enumerate())
@@ -526,18 +542,12 @@ fn a_log_line_past_the_deadline_is_dropped_not_a_trap() {
         cpu: Duration::from_millis(10),
         sleep: Duration::ZERO,
     };
-    let sb = Sandbox::new(ComponentLimits::default(), Arc::new(host)).expect("engine");
-    let late = sb
-        .compile(
-            host_calls(
-                "(call $fill (i32.const 65536) (i32.const 64)) \
-                 (drop (call $count (i32.const 65536) (i32.const 10))) \
-                 (call $log (i32.const 1) (i32.const 65536) (i32.const 10))",
-            )
-            .as_bytes(),
-        )
-        .expect("passes the smoke run");
-    let (result, cost) = sb.rerank_costed(&late, &call(&candidates(5)), Default::default());
+    let (result, cost) = run_waiting(
+        host,
+        "(call $fill (i32.const 65536) (i32.const 64)) \
+         (drop (call $count (i32.const 65536) (i32.const 10))) \
+         (call $log (i32.const 1) (i32.const 65536) (i32.const 10))",
+    );
     assert!(
         matches!(&result, Ok(_) | Err(RerankError::Deadline(_))),
         "{result:?}"
@@ -555,17 +565,11 @@ fn a_call_kept_waiting_by_a_busy_host_is_not_failed_for_the_wait() {
             cpu: Duration::ZERO,
             sleep,
         };
-        let sb = Sandbox::new(ComponentLimits::default(), Arc::new(host)).expect("engine");
-        let waits = sb
-            .compile(
-                host_calls(
-                    "(call $fill (i32.const 65536) (i32.const 64)) \
-                     (drop (call $count (i32.const 65536) (i32.const 10)))",
-                )
-                .as_bytes(),
-            )
-            .expect("passes the smoke run");
-        sb.rerank_costed(&waits, &call(&candidates(5)), Default::default())
+        run_waiting(
+            host,
+            "(call $fill (i32.const 65536) (i32.const 64)) \
+             (drop (call $count (i32.const 65536) (i32.const 10)))",
+        )
     };
     let (result, cost) = run(Duration::from_millis(20));
     assert_eq!(result.map(|order| order.len()).ok(), Some(5), "{cost:?}");
@@ -708,18 +712,12 @@ fn no_host_work_starts_after_the_deadline() {
         cpu: Duration::from_millis(20),
         sleep: Duration::ZERO,
     };
-    let sb = Sandbox::new(ComponentLimits::default(), Arc::new(slow)).expect("engine");
-    let bad = sb
-        .compile(
-            host_calls(
-                "(call $fill (i32.const 65536) (i32.const 256)) (call $pairs (i32.const 8) (i32.const 100)) \
-                 (call $embed (i32.const 4096) (i32.const 8) (i32.const 2048)) \
-                 (drop (call $count (i32.const 65536) (i32.const 10)))",
-            )
-            .as_bytes(),
-        )
-        .expect("passes the smoke run");
-    let (result, cost) = sb.rerank_costed(&bad, &call(&candidates(5)), Default::default());
+    let (result, cost) = run_waiting(
+        slow,
+        "(call $fill (i32.const 65536) (i32.const 256)) (call $pairs (i32.const 8) (i32.const 100)) \
+         (call $embed (i32.const 4096) (i32.const 8) (i32.const 2048)) \
+         (drop (call $count (i32.const 65536) (i32.const 10)))",
+    );
     assert_eq!(cost.host.embedded_texts, 1, "{cost:?}");
     // The guest is then interrupted by its epoch deadline, or reaches `count-tokens`, which
     // the host refuses: either way nothing more ran.

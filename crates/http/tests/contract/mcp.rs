@@ -13,15 +13,18 @@ use crate::kit::{App, Kit, UNCHECKED};
 
 const QUESTION: &str = "How long does a replacement card take?";
 
+/// The headers of an MCP client's POST.
+const HEADERS: [(&str, &str); 4] = [
+    ("content-type", "application/json"),
+    ("accept", "application/json, text/event-stream"),
+    ("mcp-protocol-version", "2025-06-18"),
+    // As every HTTP/1.1 client sends it (the transport refuses a request without).
+    ("host", "127.0.0.1"),
+];
+
 /// One JSON-RPC request to `/mcp` with `headers`: the HTTP status and the JSON-RPC reply.
 async fn rpc(app: &App, headers: &[(&str, &str)], method: &str, params: Value) -> (u16, Value) {
-    let mut all = vec![
-        ("content-type", "application/json"),
-        ("accept", "application/json, text/event-stream"),
-        ("mcp-protocol-version", "2025-06-18"),
-        // As every HTTP/1.1 client sends it (the transport refuses a request without).
-        ("host", "127.0.0.1"),
-    ];
+    let mut all = HEADERS.to_vec();
     all.extend_from_slice(headers);
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     let reply = app.send(Method::POST, "/mcp", &all, body.to_string()).await;
@@ -143,17 +146,7 @@ async fn an_answer_tells_its_progress_to_a_client_that_asks_for_it() {
         "name": "answer", "arguments": {"query": QUESTION, "cache": "bypass"},
         "_meta": {"progressToken": "p-1"}}});
     let reply = app
-        .send(
-            Method::POST,
-            "/mcp",
-            &[
-                ("content-type", "application/json"),
-                ("accept", "application/json, text/event-stream"),
-                ("mcp-protocol-version", "2025-06-18"),
-                ("host", "127.0.0.1"),
-            ],
-            body.to_string(),
-        )
+        .send(Method::POST, "/mcp", &HEADERS, body.to_string())
         .await;
     let messages = sse_messages(&reply.raw);
     let (last, notes) = messages.split_last().expect("messages");
@@ -273,17 +266,7 @@ async fn a_client_that_leaves_mid_answer_stops_it_and_is_charged_what_was_genera
         .app();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
         "params": {"name": "answer", "arguments": {"query": QUESTION}}});
-    let request = crate::kit::request(
-        Method::POST,
-        "/mcp",
-        &[
-            ("content-type", "application/json"),
-            ("accept", "application/json, text/event-stream"),
-            ("mcp-protocol-version", "2025-06-18"),
-            ("host", "127.0.0.1"),
-        ],
-        body.to_string(),
-    );
+    let request = crate::kit::request(Method::POST, "/mcp", &HEADERS, body.to_string());
     // The client goes away a few tokens in (the tool answers only at the end).
     let left = tokio::time::timeout(std::time::Duration::from_millis(400), app.open(request)).await;
     assert!(left.is_err(), "the answer should still be going");
