@@ -626,7 +626,7 @@ impl TestServer {
         let tenant = sluice_contract::Tenant::new(tenant).expect("a tenant");
         tokio::task::spawn_blocking(move || {
             let version = registry
-                .upload(&tenant, &bytes, &Cancel::new())
+                .upload(&tenant, &bytes, None, &Cancel::new())
                 .expect("upload")
                 .version;
             registry.activate(&tenant, &version).expect("activate");
@@ -641,7 +641,7 @@ impl TestServer {
 /// (built by `sluice_app::registry`, over another storage).
 pub fn registry_over(
     parts: &Parts,
-    storage: Arc<dyn sluice_contract::stages::ComponentStorage>,
+    storage: Arc<dyn sluice_contract::components::ComponentStorage>,
 ) -> Arc<sluice_rerank::Registry> {
     let embedder = parts.embedder.clone().expect("the model");
     let limits = sluice_rerank::RerankConfig::from_lookup(&|_: &str| None).expect("limits");
@@ -652,7 +652,7 @@ pub fn registry_over(
 /// the ones built).
 pub fn use_registry(
     parts: &mut Parts,
-    storage: Arc<dyn sluice_contract::stages::ComponentStorage>,
+    storage: Arc<dyn sluice_contract::components::ComponentStorage>,
 ) {
     let registry = registry_over(parts, storage);
     parts.reranker = Some(registry.clone());
@@ -660,7 +660,7 @@ pub fn use_registry(
 }
 
 /// The folder the harness keeps a server's components in (`<data>/components`), as storage.
-pub fn component_folder(parts: &Parts) -> Arc<dyn sluice_contract::stages::ComponentStorage> {
+pub fn component_folder(parts: &Parts) -> Arc<dyn sluice_contract::components::ComponentStorage> {
     Arc::new(
         sluice_rerank::Disk::open(&parts.config.data_dir.join("components"))
             .expect("component folder"),

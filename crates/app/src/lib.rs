@@ -18,10 +18,11 @@ use sluice_contract::cache::CacheStore;
 use sluice_contract::settings::ConfigError;
 use sluice_contract::tenant_settings::SettingsStore;
 use sluice_contract::usage::UsageStore;
-use sluice_contract::{error::CacheError, error::EmbedError, error::LlmError, error::StoreError};
 use sluice_contract::{
-    stages::ComponentError, stages::ComponentStorage, stages::Embedder, stages::Llm, stages::Store,
+    components::ComponentError, components::ComponentStorage, stages::Embedder, stages::Llm,
+    stages::Store,
 };
+use sluice_contract::{error::CacheError, error::EmbedError, error::LlmError, error::StoreError};
 use sluice_convert::ConvertLimits;
 use sluice_core::Config;
 use sluice_core::cache::memory::MemoryCache;

@@ -4,7 +4,8 @@
 //! |---|---|
 //! | S3 `<tenant>/<version>.wasm` | the upload |
 //! | S3 `<tenant>/<version>.<engine>.cwasm` | its artefact, compiled by the registry function for the functions' architecture (the SAM template's `Architecture`) and engine settings |
-//! | DynamoDB `pk = <tenant>`, `sk = v#<version>` | an upload: `size`, `at` (Unix ms, upload order) |
+//! | DynamoDB `pk = <tenant>`, `sk = v#<version>` | an upload: `size`, `at` (Unix ms, upload order), `label` when given |
+//! | S3 `<tenant>/<version>.failures.json`, `.calls.json` | its last failures and its log, written by the functions that run it |
 //! | DynamoDB `pk = <tenant>`, `sk = active` | `version`: the active one (absent: the built-in default) |
 //!
 //! The tenant leads every key, in the bucket and in the table. The registry writes the bytes
@@ -18,13 +19,11 @@
 //! an upload needs every region up (answers need only their own).
 
 use std::collections::HashMap;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use aws_sdk_dynamodb::types::AttributeValue;
 use aws_sdk_s3::primitives::ByteStream;
 use sluice_contract::Tenant;
-use sluice_contract::stages::ComponentError;
-use sluice_contract::stages::ComponentStorage as Storage;
+use sluice_contract::components::{ComponentError, ComponentStorage as Storage, StoredVersion};
 
 use crate::{AwsError, s};
 
@@ -141,7 +140,27 @@ impl S3Components {
         Ok(())
     }
 
-    async fn query_versions(&self, tenant: &str) -> Result<Vec<(String, usize)>, AwsError> {
+    /// Removes `key` here, then in every replica at once (S3 answers a missing key as done).
+    async fn delete_object(&self, key: &str) -> Result<(), AwsError> {
+        let delete = |s3: &aws_sdk_s3::Client, bucket: &str| {
+            let call = s3.delete_object().bucket(bucket).key(key).send();
+            async move { call.await.map(|_| ()) }
+        };
+        delete(&self.s3, &self.bucket)
+            .await
+            .map_err(|e| AwsError::call("S3 DeleteObject", e))?;
+        let copies = self.replicas.iter().map(|r| async move {
+            delete(&r.s3, &r.bucket)
+                .await
+                .map_err(|e| AwsError::call("S3 DeleteObject (replica)", e))
+        });
+        for deleted in futures::future::join_all(copies).await {
+            deleted?;
+        }
+        Ok(())
+    }
+
+    async fn query_versions(&self, tenant: &str) -> Result<Vec<StoredVersion>, AwsError> {
         let pages = self
             .dynamodb
             .query()
@@ -175,26 +194,31 @@ impl S3Components {
                     self.table
                 )));
             };
-            rows.push((at, version.to_string(), size as usize));
+            rows.push(StoredVersion {
+                version: version.to_string(),
+                size: size as usize,
+                uploaded_ms: at,
+                label: text("label").cloned(),
+            });
         }
-        rows.sort();
-        Ok(rows.into_iter().map(|(_, v, n)| (v, n)).collect())
+        rows.sort_by(|a, b| (a.uploaded_ms, &a.version).cmp(&(b.uploaded_ms, &b.version)));
+        Ok(rows)
     }
 
-    async fn put_version(&self, tenant: &str, version: &str, size: usize) -> Result<(), AwsError> {
-        let at = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
-        let put = self
+    async fn put_version(&self, tenant: &str, version: &StoredVersion) -> Result<(), AwsError> {
+        let mut put = self
             .dynamodb
             .put_item()
             .table_name(&self.table)
             .item("pk", s(tenant))
-            .item("sk", s(&format!("v#{version}")))
-            .item("size", AttributeValue::N(size.to_string()))
-            .item("at", AttributeValue::N(at.to_string()))
-            // The first upload's time stands: uploading the same bytes again keeps its place.
-            .condition_expression("attribute_not_exists(pk)")
+            .item("sk", s(&format!("v#{}", version.version)))
+            .item("size", AttributeValue::N(version.size.to_string()))
+            .item("at", AttributeValue::N(version.uploaded_ms.to_string()));
+        if let Some(label) = &version.label {
+            put = put.item("label", s(label));
+        }
+        // The first upload's time and label stand: the same bytes again keep their place.
+        let put = (put.condition_expression("attribute_not_exists(pk)"))
             .send()
             .await;
         match put {
@@ -202,6 +226,18 @@ impl S3Components {
             Err(e) if crate::lost_condition(&e) => Ok(()),
             Err(e) => Err(AwsError::call("DynamoDB PutItem", e)),
         }
+    }
+
+    async fn delete_version(&self, tenant: &str, version: &str) -> Result<(), AwsError> {
+        self.dynamodb
+            .delete_item()
+            .table_name(&self.table)
+            .key("pk", s(tenant))
+            .key("sk", s(&format!("v#{version}")))
+            .send()
+            .await
+            .map(|_| ())
+            .map_err(|e| AwsError::call("DynamoDB DeleteItem", e))
     }
 
     async fn get_active(&self, tenant: &str) -> Result<Option<String>, AwsError> {
@@ -276,17 +312,20 @@ impl Storage for S3Components {
         self.wait(self.put_object(key, bytes))
     }
 
-    fn versions(&self, tenant: &Tenant) -> Result<Vec<(String, usize)>, ComponentError> {
+    fn remove(&self, key: &str) -> Result<(), ComponentError> {
+        self.wait(self.delete_object(key))
+    }
+
+    fn versions(&self, tenant: &Tenant) -> Result<Vec<StoredVersion>, ComponentError> {
         self.wait(self.query_versions(tenant))
     }
 
-    fn add_version(
-        &self,
-        tenant: &Tenant,
-        version: &str,
-        size: usize,
-    ) -> Result<(), ComponentError> {
-        self.wait(self.put_version(tenant, version, size))
+    fn add_version(&self, tenant: &Tenant, version: &StoredVersion) -> Result<(), ComponentError> {
+        self.wait(self.put_version(tenant, version))
+    }
+
+    fn remove_version(&self, tenant: &Tenant, version: &str) -> Result<(), ComponentError> {
+        self.wait(self.delete_version(tenant, version))
     }
 
     fn active(&self, tenant: &Tenant) -> Result<Option<String>, ComponentError> {

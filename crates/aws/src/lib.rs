@@ -1,6 +1,6 @@
 //! The AWS side of the Lambda deployment, apart from the answer cache (`sluice-cache-dynamodb`):
 //!
-//! - [`components::S3Components`]: the component registry's [`ComponentStorage`](sluice_contract::stages::ComponentStorage)
+//! - [`components::S3Components`]: the component registry's [`ComponentStorage`](sluice_contract::components::ComponentStorage)
 //!   — uploads and compiled artefacts in S3, versions and the active pointer in DynamoDB —
 //!   shared by the registry function (which compiles, for its own architecture) and the
 //!   answer function (which loads what was compiled).

@@ -110,6 +110,8 @@ wire_names! {
         /// A component whose code is too big to compile within the limits (locals, blocks,
         /// nesting per function; see docs/security.md).
         ComponentTooComplex = "component_too_complex",
+        /// A component upload's `label` that is empty, too long or holds control characters.
+        InvalidLabel = "invalid_label",
         /// A chat completion asking for `n` other than 1.
         InvalidN = "invalid_n",
         /// A chat completion's `max_tokens` (or `max_completion_tokens`) not a whole number
@@ -171,6 +173,9 @@ wire_names! {
         SettingsDisabled = "settings_disabled",
         /// A wrong method on a known route.
         MethodNotAllowed = "method_not_allowed",
+        /// A deletion of the component version that is active (activate another, or
+        /// deactivate, first).
+        VersionActive = "version_active",
         /// A body over its cap.
         BodyTooLarge = "body_too_large",
         /// An ingest over its documents or chunks limit.
@@ -230,7 +235,7 @@ impl Code {
             | InvalidSessionId | InvalidCache | InvalidDocument | InvalidRequest
             | InvalidFilter | InvalidTenant | InvalidComponent | InvalidN | InvalidMaxTokens
             | UnreadableBody | InvalidPage | ConfirmationRequired | InvalidRange
-            | InvalidRerankContext | InvalidSettings => 400,
+            | InvalidRerankContext | InvalidSettings | InvalidLabel => 400,
             MissingApiKey | InvalidApiKey | MissingUserToken | InvalidUserToken => 401,
             ForbiddenTenant | PermissionDenied | OutsideKeyFilter | CrossOrigin | ForbiddenHost => {
                 403
@@ -238,6 +243,7 @@ impl Code {
             NotFound | UnknownVersion | UnknownDocument | UnknownTool | UnknownSession
             | CacheDisabled | ComponentsDisabled | UsageDisabled | SettingsDisabled => 404,
             MethodNotAllowed => 405,
+            VersionActive => 409,
             BodyTimeout => 408,
             UriTooLong => 414,
             HeadersTooLarge => 431,

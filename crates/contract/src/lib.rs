@@ -26,6 +26,7 @@ pub mod auth;
 pub mod cache;
 pub mod cancel;
 pub mod codes;
+pub mod components;
 pub mod document;
 pub mod error;
 pub mod filter;

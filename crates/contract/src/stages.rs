@@ -327,6 +327,8 @@ pub struct RerankInput<'a> {
     pub hits: &'a [Hit],
     /// What the caller sent as `rerank_context`.
     pub context: &'a RerankContext,
+    /// The request's id (its `meta.request_id`; empty: none), kept with the call's log.
+    pub request_id: &'a str,
 }
 
 /// What one rerank call gave, and what it cost (a failed call burns fuel too: it is billed).
@@ -373,6 +375,8 @@ pub struct PromptInput<'a> {
     /// The built-in messages for the same input: the system message, the conversation's kept
     /// turns, the user's message with the sources and the question.
     pub built_in: &'a [ChatMessage],
+    /// The request's id (its `meta.request_id`; empty: none), kept with the call's log.
+    pub request_id: &'a str,
 }
 
 /// A prompt component's messages, checked, with their tokens as the check counted them
@@ -629,146 +633,10 @@ impl std::fmt::Display for RerankFailure {
     }
 }
 
-/// A failed call remembered for a component version.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ComponentFailure {
-    /// When, in Unix milliseconds.
-    pub at_ms: u64,
-    /// What.
-    #[serde(flatten)]
-    pub failure: RerankFailure,
-}
-
-/// A version of a tenant's rerank component.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ComponentVersion {
-    /// Content hash (SHA-256, hex) of the uploaded bytes: the version.
-    pub version: String,
-    /// Size of the upload in bytes.
-    pub size: usize,
-    /// Whether this version runs for the tenant's requests.
-    pub active: bool,
-    /// What its recent calls cost, as far as the process answering knows (any version it
-    /// has run, before and after a rollback); `None` when it has none on record.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub cost: Option<CallCosts>,
-    /// Its last failed calls that process saw, newest first (at most
-    /// [`ComponentVersion::MAX_FAILURES`]).
-    #[serde(default)]
-    pub failures: Vec<ComponentFailure>,
-}
-
-impl ComponentVersion {
-    /// How many failed calls a version remembers.
-    pub const MAX_FAILURES: usize = 10;
-}
-
-/// What a component version's recent calls cost: the median and 99th percentile of the fuel
-/// and wall time of the last [`CallCosts::WINDOW`] calls (failed ones included).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct CallCosts {
-    /// Calls the figures are over.
-    pub calls: usize,
-    /// Median fuel per call.
-    pub fuel_p50: u64,
-    /// 99th percentile of fuel per call.
-    pub fuel_p99: u64,
-    /// Median wall time per call, in microseconds.
-    pub wall_us_p50: u64,
-    /// 99th percentile of wall time per call, in microseconds.
-    pub wall_us_p99: u64,
-}
-
-impl CallCosts {
-    /// How many recent calls are kept.
-    pub const WINDOW: usize = 1024;
-
-    /// The figures of `(fuel, wall µs)` samples; `None` for none.
-    pub fn of(samples: impl Iterator<Item = (u64, u64)>) -> Option<Self> {
-        let (mut fuel, mut wall): (Vec<u64>, Vec<u64>) = samples.unzip();
-        if fuel.is_empty() {
-            return None;
-        }
-        fuel.sort_unstable();
-        wall.sort_unstable();
-        Some(Self {
-            calls: fuel.len(),
-            fuel_p50: nearest_rank(&fuel, 0.5),
-            fuel_p99: nearest_rank(&fuel, 0.99),
-            wall_us_p50: nearest_rank(&wall, 0.5),
-            wall_us_p99: nearest_rank(&wall, 0.99),
-        })
-    }
-}
-
 /// The nearest-rank percentile of `sorted` (ascending, not empty): the smallest sample with
 /// at least `share` of them at or below it.
 pub fn nearest_rank<T: Copy>(sorted: &[T], share: f64) -> T {
     sorted[((sorted.len() as f64 * share).ceil() as usize).clamp(1, sorted.len()) - 1]
-}
-
-/// Why a component operation was refused.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum ComponentError {
-    /// The upload is not an acceptable component; the message says why (400).
-    #[error("{0}")]
-    Invalid(String),
-    /// The upload is over the size limit (413).
-    #[error("{0}")]
-    TooLarge(String),
-    /// The upload's code is too big to compile within the limits (422).
-    #[error("{0}")]
-    TooComplex(String),
-    /// Its request ended (the client left) before the upload was stored: nothing was.
-    #[error("the upload's request ended before it was stored; nothing was stored")]
-    Abandoned,
-    /// No such version for this tenant (404).
-    #[error("{0}")]
-    NotFound(String),
-    /// Storage failed (500).
-    #[error("component storage: {0}")]
-    Storage(String),
-}
-
-/// Tenant-scoped registry of rerank components: upload, activate, list, deactivate.
-pub trait Components: Send + Sync {
-    /// Validates, compiles and stores `bytes` for `tenant`; returns the version (not active
-    /// yet). Nothing is stored once `cancel` says the request has ended.
-    fn upload(
-        &self,
-        tenant: &Tenant,
-        bytes: &[u8],
-        cancel: &crate::cancel::Cancel,
-    ) -> Result<ComponentVersion, ComponentError>;
-    /// Makes `version` the tenant's active component (an older one: a rollback).
-    fn activate(&self, tenant: &Tenant, version: &str) -> Result<ComponentVersion, ComponentError>;
-    /// The tenant's versions, oldest first.
-    fn list(&self, tenant: &Tenant) -> Result<Vec<ComponentVersion>, ComponentError>;
-    /// Returns the tenant to the built-in default (versions are kept).
-    fn deactivate(&self, tenant: &Tenant) -> Result<(), ComponentError>;
-}
-
-/// Where the component registry keeps tenants' components: uploads and compiled artefacts
-/// (bytes), versions and the active one. Called on blocking threads (the registry's
-/// callers run it on tokio's blocking pool), so an implementation may wait on the network.
-pub trait ComponentStorage: Send + Sync {
-    /// The bytes stored under `key` (`<tenant>/<file>`), `None` when there are none.
-    fn get(&self, key: &str) -> Result<Option<Vec<u8>>, ComponentError>;
-    /// Stores `bytes` under `key`, replacing what was there; never half-written.
-    fn put(&self, key: &str, bytes: &[u8]) -> Result<(), ComponentError>;
-    /// The tenant's uploads as `(version, size)`, oldest first.
-    fn versions(&self, tenant: &Tenant) -> Result<Vec<(String, usize)>, ComponentError>;
-    /// Records an upload (already stored with [`put`](Self::put)); again is a no-op.
-    fn add_version(
-        &self,
-        tenant: &Tenant,
-        version: &str,
-        size: usize,
-    ) -> Result<(), ComponentError>;
-    /// The tenant's active version, `None` for the built-in default.
-    fn active(&self, tenant: &Tenant) -> Result<Option<String>, ComponentError>;
-    /// Sets (or with `None` clears) the tenant's active version.
-    fn set_active(&self, tenant: &Tenant, version: Option<&str>) -> Result<(), ComponentError>;
 }
 
 /// A chat message in the OpenAI format.
@@ -878,24 +746,6 @@ mod tests {
         assert!(dropping(&[], &[1, 1], 2).contains("dropped twice"));
         assert!(dropping(&[(0, 1.0)], &[7], 2).contains("dropped index 7 out of range"));
         assert!(dropping(&[(0, 1.0)], &[1, 1], 2).contains("1 scores and 2 dropped for 2"));
-    }
-
-    #[test]
-    fn call_costs_are_nearest_rank_percentiles() {
-        assert_eq!(CallCosts::of(std::iter::empty()), None);
-        let costs = CallCosts::of((1..=100).map(|i| (i * 10, 101 - i))).unwrap();
-        assert_eq!(
-            (
-                costs.calls,
-                costs.fuel_p50,
-                costs.fuel_p99,
-                costs.wall_us_p50,
-                costs.wall_us_p99
-            ),
-            (100, 500, 990, 50, 99)
-        );
-        let one = CallCosts::of([(7, 3)].into_iter()).unwrap();
-        assert_eq!((one.fuel_p50, one.fuel_p99, one.wall_us_p99), (7, 7, 3));
     }
 
     #[test]

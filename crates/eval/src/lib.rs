@@ -26,11 +26,11 @@ use sluice_bench::load::SplitMix;
 use sluice_contract::Tenant;
 use sluice_contract::cancel::Cancel;
 use sluice_contract::document::Document;
-use sluice_contract::{fusion::Fusion, fusion::Ranking};
 use sluice_contract::{
-    stages::ComponentError, stages::Components, stages::Embedder, stages::Hit, stages::Reranker,
-    stages::Search,
+    components::ComponentError, components::Components, stages::Embedder, stages::Hit,
+    stages::Reranker, stages::Search,
 };
+use sluice_contract::{fusion::Fusion, fusion::Ranking};
 use sluice_convert::parse_as;
 use sluice_convert::{ConvertLimits, Format};
 use sluice_retrieve::{EdgeStore, Retrieval};
@@ -889,7 +889,7 @@ pub async fn run(
     for name in &options.components {
         let bytes = sluice_rerank::built_component(name).map_err(EvalError::Pipeline)?;
         let version = registry
-            .upload(&tenant, &bytes, &Cancel::new())
+            .upload(&tenant, &bytes, None, &Cancel::new())
             .map_err(refused)?;
         let method = format!("hybrid + {name}");
         hybrid.push((method, Fusion::default(), false, Some(version.version)));
@@ -928,6 +928,7 @@ pub async fn run(
                     query_vector: vector,
                     hits: head,
                     context: &Default::default(),
+                    request_id: "",
                 };
                 let order = (active.rerank(&input).order)
                     .map_err(|e| EvalError::Pipeline(format!("{e:?}")))?;

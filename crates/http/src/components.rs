@@ -1,24 +1,26 @@
 //! `/v1/components/rerank` and `/v1/components/prompt`: a tenant's rerank components and its
-//! prompt-assembly components — upload, activate, list, deactivate — through the one
-//! registry, on the blocking pool. The prompt components are kept under the tenant's
+//! prompt-assembly components — upload, activate, list, deactivate, a version's log, delete
+//! a version — through the one registry, on the blocking pool. The prompt components are kept under the tenant's
 //! `prompt_components` name, so the two kinds never mix (each route takes only its world).
 
 use std::sync::Arc;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
+use sluice_contract::Tenant;
 use sluice_contract::auth::Permission;
 use sluice_contract::cancel::Cancel;
 use sluice_contract::codes::Code;
-use sluice_contract::{Tenant, stages::ComponentError, stages::Components};
+use sluice_contract::components::{ComponentError, ComponentVersion, Components};
 
 use crate::Server;
-use crate::admit::admit;
+use crate::admit::{Caller, admit};
 use crate::answer::{parse_json, read_body};
 use crate::error::ApiError;
 
@@ -60,9 +62,17 @@ async fn registry<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct UploadQuery {
+    /// A name for the version, shown in the listing.
+    label: Option<String>,
+}
+
 pub(crate) async fn upload_component(
     State(server): State<Arc<Server>>,
     Path(kind): Path<String>,
+    query: Result<Query<UploadQuery>, QueryRejection>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
@@ -70,11 +80,16 @@ pub(crate) async fn upload_component(
         .await?
         .tenant;
     let tenant = space(&kind, tenant)?;
+    let Query(UploadQuery { label }) = query?;
+    if let Some(label) = &label {
+        ComponentVersion::check_label(label).map_err(|m| ApiError::new(Code::InvalidLabel, m))?;
+    }
     let bytes = read_body(&server, body, MAX_COMPONENT_BYTES).await?;
     // A client that leaves while its component compiles gets nothing stored.
     let cancel = Cancel::new();
     let _stop_when_dropped = cancel.on_drop();
-    let version = registry(&server, move |r| r.upload(&tenant, &bytes, &cancel)).await?;
+    let upload = move |r: &dyn Components| r.upload(&tenant, &bytes, label.as_deref(), &cancel);
+    let version = registry(&server, upload).await?;
     Ok((StatusCode::CREATED, Json(version)).into_response())
 }
 
@@ -106,11 +121,12 @@ pub(crate) async fn list_components(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let caller = admit(&server, &headers, Permission::Components).await?;
+    let redact = sees_only_part(&caller);
     let tenant = space(&kind, caller.tenant)?;
     let mut versions = registry(&server, move |r| r.list(&tenant)).await?;
     // Other keys' calls failed over their documents: a key bound to a filter (even one made
     // tenant-wide) is not shown what those calls' messages may quote.
-    if caller.filter.is_some() {
+    if redact {
         for failure in versions.iter_mut().flat_map(|v| v.failures.iter_mut()) {
             failure.failure = failure.failure.redacted();
         }
@@ -133,4 +149,44 @@ pub(crate) async fn deactivate_component(
     let tenant = space(&kind, tenant)?;
     registry(&server, move |r| r.deactivate(&tenant)).await?;
     Ok(Json(json!({ "active": null })).into_response())
+}
+
+/// Whether the caller is bound to a filter (even one made tenant-wide): the calls a version's
+/// records keep were other keys' calls, over documents it may not read.
+fn sees_only_part(caller: &Caller) -> bool {
+    caller.filter.is_some()
+}
+
+/// `GET /v1/components/{kind}/{version}/logs`: the version's last calls that logged a line or
+/// failed, newest first, with what they logged, how they failed and (to a key not bound to a
+/// filter) a failed call's input.
+pub(crate) async fn component_logs(
+    State(server): State<Arc<Server>>,
+    Path((kind, version)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let caller = admit(&server, &headers, Permission::Components).await?;
+    let redact = sees_only_part(&caller);
+    let tenant = space(&kind, caller.tenant)?;
+    let asked = version.clone();
+    let mut calls = registry(&server, move |r| r.logs(&tenant, &asked)).await?;
+    if redact {
+        calls = calls.iter().map(|c| c.redacted()).collect();
+    }
+    Ok(Json(json!({ "version": version, "calls": calls })).into_response())
+}
+
+/// `DELETE /v1/components/{kind}/{version}`: an inactive version, its bytes and its records.
+pub(crate) async fn delete_component(
+    State(server): State<Arc<Server>>,
+    Path((kind, version)): Path<(String, String)>,
+    headers: HeaderMap,
+) -> Result<Response, ApiError> {
+    let tenant = admit(&server, &headers, Permission::Components)
+        .await?
+        .tenant;
+    let tenant = space(&kind, tenant)?;
+    let asked = version.clone();
+    registry(&server, move |r| r.delete(&tenant, &asked)).await?;
+    Ok(Json(json!({ "deleted": version })).into_response())
 }

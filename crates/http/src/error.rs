@@ -7,7 +7,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 use sluice_contract::codes::Code;
-use sluice_contract::stages::ComponentError;
+use sluice_contract::components::ComponentError;
 
 use crate::quota::Limited;
 
@@ -109,6 +109,7 @@ impl From<ComponentError> for ApiError {
             // Nobody is left to read it.
             e @ ComponentError::Abandoned => ApiError::new(Code::InvalidComponent, e.to_string()),
             ComponentError::NotFound(m) => ApiError::new(Code::UnknownVersion, m),
+            ComponentError::Active(m) => ApiError::new(Code::VersionActive, m),
             ComponentError::Storage(m) => {
                 tracing::error!(error = %m, "component storage failed");
                 ApiError::new(Code::StorageFailed, m)

@@ -9,6 +9,8 @@
 //! | `POST /v1/components/rerank/activate` | `{"version"}` → make it the tenant's active one |
 //! | `GET /v1/components/rerank` | the tenant's versions and the active one |
 //! | `DELETE /v1/components/rerank` | back to the built-in default (fused order) |
+//! | `GET /v1/components/rerank/{version}/logs` | the version's last calls that logged or failed |
+//! | `DELETE /v1/components/rerank/{version}` | delete an inactive version |
 //! | `/v1/components/prompt` (the same four) | the tenant's prompt-assembly components |
 //! | `DELETE /v1/cache` | forget the tenant's cached answers → `{"deleted": n}` |
 //! | `GET /v1/cache` | the tenant's similarity threshold now, and what its learning says |
@@ -61,7 +63,7 @@ use axum::routing::{delete, get, post};
 use serde_json::json;
 use sluice_contract::Tenant;
 use sluice_contract::codes::Code;
-use sluice_contract::stages::Components;
+use sluice_contract::components::Components;
 use sluice_contract::{auth::KeyStore, auth::Permission};
 use sluice_convert::ConvertLimits;
 use sluice_core::config::{AuthConfig, RequestLimits, ServerConfig};
@@ -219,6 +221,14 @@ pub fn router(server: Arc<Server>) -> Router {
             get(components::list_components)
                 .put(components::upload_component)
                 .delete(components::deactivate_component),
+        )
+        .route(
+            "/v1/components/{kind}/{version}",
+            delete(components::delete_component),
+        )
+        .route(
+            "/v1/components/{kind}/{version}/logs",
+            get(components::component_logs),
         )
         .route(
             "/v1/components/{kind}/activate",

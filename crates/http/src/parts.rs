@@ -9,7 +9,7 @@ use sluice_contract::auth::KeyStore;
 use sluice_contract::tenant_settings::SettingsStore;
 use sluice_contract::usage::UsageStore;
 use sluice_contract::{
-    stages::Components, stages::Embedder, stages::Llm, stages::Reranker, stages::Store,
+    components::Components, stages::Embedder, stages::Llm, stages::Reranker, stages::Store,
 };
 use sluice_convert::ConvertLimits;
 use sluice_core::cache::SemanticCache;

@@ -379,7 +379,7 @@ async fn a_slow_component_pointer_read_does_not_hold_the_first_token() {
 #[tokio::test]
 async fn a_slow_component_fetch_does_not_hold_the_first_token() {
     sluice_testkit::needs!(Llm, Aws, Model, Lambda);
-    use sluice_contract::stages::Components;
+    use sluice_contract::components::Components;
     // acme has an active component; S3 (its upload and compiled artefact) answers 5 s late.
     let (bucket, table) = component_storage().await;
     let data = tempfile::tempdir().unwrap();
@@ -406,6 +406,7 @@ async fn a_slow_component_fetch_does_not_hold_the_first_token() {
             .upload(
                 &acme,
                 wat.as_bytes(),
+                None,
                 &sluice_contract::cancel::Cancel::new(),
             )
             .unwrap()

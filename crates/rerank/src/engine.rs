@@ -362,7 +362,7 @@ impl Sandbox {
                 "a prompt-assembly component does not rerank".into(),
             )))),
         };
-        self.finish(&store, clock, result)
+        self.finish(&mut store, clock, result)
     }
 
     /// Runs a prompt-assembly component on `input` in a fresh store, under the same limits
@@ -396,7 +396,7 @@ impl Sandbox {
                 "a rerank component does not assemble prompts".into(),
             )))),
         };
-        self.finish(&store, clock, result)
+        self.finish(&mut store, clock, result)
     }
 
     /// A fresh store for one call: its own memory limit, fuel, epoch deadline and host budget,
@@ -422,6 +422,7 @@ impl Sandbox {
             clock,
             deadline: limits.deadline,
             panic: None,
+            lines: Vec::new(),
             used: HostUsage::default(),
             known,
         };
@@ -453,7 +454,7 @@ impl Sandbox {
     /// check of its output), and what it cost.
     fn finish<T>(
         &self,
-        store: &Store<CallState>,
+        store: &mut Store<CallState>,
         clock: Clock,
         result: wasmtime::Result<Result<Result<T, RerankError>, String>>,
     ) -> (Result<T, RerankError>, CallCost) {
@@ -465,6 +466,7 @@ impl Sandbox {
             wall: clock.wall(),
             cpu: clock.cpu(),
             host: store.data().used,
+            logs: std::mem::take(&mut store.data_mut().lines),
         };
         let out = match result {
             Ok(Ok(out)) => out,

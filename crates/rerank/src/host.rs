@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use thiserror::Error;
 use wasmtime::StoreLimits;
 
+use sluice_contract::components::{LogLevel, LogLine};
 use sluice_contract::stages::Embedder;
 
 use crate::registry::truncate;
@@ -38,8 +39,8 @@ pub struct HostUsage {
     pub refused: usize,
 }
 
-/// What one call cost.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+/// What one call cost, and what it logged.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct CallCost {
     /// Fuel consumed (instructions, about).
     pub fuel: u64,
@@ -49,6 +50,9 @@ pub struct CallCost {
     pub cpu: Duration,
     /// Host work done for it.
     pub host: HostUsage,
+    /// The lines it wrote with `log`, in order, within the call's log budget (the panic
+    /// line of a call that panicked is its failure's message, not a line).
+    pub logs: Vec<LogLine>,
 }
 
 /// How many deadlines of wall time a call may take, however little CPU it used, before it is
@@ -131,6 +135,8 @@ pub(crate) struct CallState {
     pub(crate) deadline: Duration,
     /// What the component's panic hook reported before it trapped (see [`PANIC_PREFIX`]).
     pub(crate) panic: Option<String>,
+    /// The lines it logged (see [`CallCost::logs`]).
+    pub(crate) lines: Vec<LogLine>,
     pub(crate) used: HostUsage,
     /// Embeddings the host already has (the query's, the candidates'): `embed` of these
     /// texts costs no model run and no budget.
@@ -288,12 +294,29 @@ impl bindings::sluice::rerank::host::Host for CallState {
         self.log_lines_left -= 1;
         self.log_bytes_left -= message.len();
         self.used.log_lines += 1;
-        match level {
-            Level::Debug => tracing::debug!(target: "component", "{message}"),
-            Level::Info => tracing::info!(target: "component", "{message}"),
-            Level::Warn => tracing::warn!(target: "component", "{message}"),
-            Level::Error => tracing::error!(target: "component", "{message}"),
-        }
+        let level = match level {
+            Level::Debug => {
+                tracing::debug!(target: "component", "{message}");
+                LogLevel::Debug
+            }
+            Level::Info => {
+                tracing::info!(target: "component", "{message}");
+                LogLevel::Info
+            }
+            Level::Warn => {
+                tracing::warn!(target: "component", "{message}");
+                LogLevel::Warn
+            }
+            Level::Error => {
+                tracing::error!(target: "component", "{message}");
+                LogLevel::Error
+            }
+        };
+        // The operator's log has it above; the tenant reads it in the version's log.
+        self.lines.push(LogLine {
+            level,
+            message: message.to_string(),
+        });
         Ok(())
     }
 

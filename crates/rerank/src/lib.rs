@@ -32,7 +32,7 @@
 //! a component), `limits` ([`ComponentLimits`], each explained where it is set), `host` (the
 //! host calls and their budget), `worlds` (the two WIT worlds and what each component is
 //! given), and the registry of tenants' components apart (`registry`, over a
-//! [`ComponentStorage`](sluice_contract::stages::ComponentStorage)).
+//! [`ComponentStorage`](sluice_contract::components::ComponentStorage)).
 #![warn(missing_docs)]
 
 use std::time::Duration;

@@ -425,6 +425,13 @@ fn a_log_flood_writes_only_its_budget() {
     // calls run out (or its deadline passes) and the next one traps.
     assert_eq!(cost.host.log_lines, limits.max_log_bytes / 1024);
     assert!(cost.host.log_lines <= limits.max_log_lines);
+    // The lines written are the call's log, for the tenant to read.
+    assert_eq!(cost.logs.len(), cost.host.log_lines);
+    assert!(
+        cost.logs.iter().all(|l| l.message.len() == 1024),
+        "{:?}",
+        cost.logs.len()
+    );
     assert!(cost.host.refused > 0, "{cost:?}");
     assert!(
         matches!(&err, Some(RerankError::HostBudget(m)) if m.contains("host calls") || m.contains("deadline")),

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use sluice_contract::cancel::Cancel;
-use sluice_contract::stages::{ComponentError, Components};
+use sluice_contract::components::{ComponentError, Components};
 use sluice_rerank::{
     Disk, HostServices, Message, PromptInput, PromptSettings, Registry, RerankError, Sandbox,
     WORLD_PROMPT,
@@ -155,15 +155,15 @@ fn each_component_route_takes_only_its_own_world() {
         Err(ComponentError::Invalid(why)) => why,
         other => panic!("{other:?}"),
     };
-    let why = refused(registry.upload(&acme, &prompt, &cancel));
+    let why = refused(registry.upload(&acme, &prompt, None, &cancel));
     assert!(why.contains("/v1/components/prompt"), "{why}");
-    let why = refused(registry.upload(&acme.prompt_components(), &rerank, &cancel));
+    let why = refused(registry.upload(&acme.prompt_components(), &rerank, None, &cancel));
     assert!(why.contains("/v1/components/rerank"), "{why}");
     // Each in its own place: one of each kind, listed apart.
     let p = registry
-        .upload(&acme.prompt_components(), &prompt, &cancel)
+        .upload(&acme.prompt_components(), &prompt, None, &cancel)
         .unwrap();
-    let r = registry.upload(&acme, &rerank, &cancel).unwrap();
+    let r = registry.upload(&acme, &rerank, None, &cancel).unwrap();
     let listed = |t| -> Vec<String> {
         registry
             .list(t)

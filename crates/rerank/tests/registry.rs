@@ -9,8 +9,13 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+use serde_json::json;
 use sluice_contract::cancel::Cancel;
-use sluice_contract::stages::{ComponentStorage, Components, RerankInput, Reranker};
+use sluice_contract::components::{
+    ComponentCall, ComponentError, ComponentStorage, Components, LogLevel,
+};
+use sluice_contract::stages::FailureKind;
+use sluice_contract::stages::{RerankInput, Reranker};
 use sluice_rerank::{Disk, HostServices, Registry, Sandbox};
 use sluice_testkit::{SlowComponents, hit, tenant};
 
@@ -82,7 +87,7 @@ async fn activate(registry: &Arc<Registry>, name: &str, wat: String) -> String {
     let tenant = tenant(name);
     tokio::task::spawn_blocking(move || {
         let v = r
-            .upload(&tenant, wat.as_bytes(), &Cancel::new())
+            .upload(&tenant, wat.as_bytes(), None, &Cancel::new())
             .unwrap()
             .version;
         r.activate(&tenant, &v).unwrap();
@@ -178,6 +183,7 @@ async fn call(registry: &Arc<Registry>, name: &str) {
             query_vector: &[],
             hits: &hits,
             context: &Default::default(),
+            request_id: "",
         })
     })
     .await
@@ -189,8 +195,8 @@ async fn call(registry: &Arc<Registry>, name: &str) {
 async fn listed_once(
     registry: &Arc<Registry>,
     name: &str,
-    done: impl Fn(&[sluice_contract::stages::ComponentVersion]) -> bool,
-) -> Vec<sluice_contract::stages::ComponentVersion> {
+    done: impl Fn(&[sluice_contract::components::ComponentVersion]) -> bool,
+) -> Vec<sluice_contract::components::ComponentVersion> {
     let by = Instant::now() + Duration::from_secs(10);
     loop {
         let r = Arc::clone(registry);
@@ -228,7 +234,7 @@ async fn each_version_keeps_its_costs_and_last_failures_across_a_rollback() {
         .unwrap();
     call(&registry, "acme").await;
 
-    let failures_of = |listed: &[sluice_contract::stages::ComponentVersion], v: &str| {
+    let failures_of = |listed: &[sluice_contract::components::ComponentVersion], v: &str| {
         listed
             .iter()
             .find(|c| c.version == v)
@@ -291,17 +297,196 @@ fn an_abandoned_upload_stores_nothing() {
     let gone = Cancel::new();
     gone.cancel();
     let e = registry
-        .upload(&tenant("acme"), REVERSE.as_bytes(), &gone)
+        .upload(&tenant("acme"), REVERSE.as_bytes(), None, &gone)
         .unwrap_err();
     assert!(
-        matches!(e, sluice_contract::stages::ComponentError::Abandoned),
+        matches!(e, sluice_contract::components::ComponentError::Abandoned),
         "{e}"
     );
     assert!(registry.list(&tenant("acme")).unwrap().is_empty());
     assert!(storage.versions(&tenant("acme")).unwrap().is_empty());
     // The same upload by a request that is still there is stored.
     registry
-        .upload(&tenant("acme"), REVERSE.as_bytes(), &Cancel::new())
+        .upload(&tenant("acme"), REVERSE.as_bytes(), None, &Cancel::new())
         .unwrap();
     assert_eq!(registry.list(&tenant("acme")).unwrap().len(), 1);
+}
+
+/// `host_calls.wat` logging one line of `text` at info on every call past the upload's smoke
+/// run, then doing `then`.
+fn logging(text: &str, then: &str) -> String {
+    let data = (text.bytes())
+        .enumerate()
+        .map(|(i, b)| format!("(i32.store8 (i32.const {}) (i32.const {b}))", 65536 + i))
+        .collect::<String>();
+    let log = format!(
+        "(call $log (i32.const 1) (i32.const 65536) (i32.const {}))",
+        text.len()
+    );
+    include_str!("host_calls.wat").replace("(nop) ;; flood", &format!("{data} {log} {then}"))
+}
+
+/// The version's log as `registry` answers it, once `done` holds (calls are stored in the
+/// background), within 10 s.
+async fn logs_once(
+    registry: &Arc<Registry>,
+    version: &str,
+    done: impl Fn(&[ComponentCall]) -> bool,
+) -> Vec<ComponentCall> {
+    let by = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (r, v) = (Arc::clone(registry), version.to_string());
+        let logs = tokio::task::spawn_blocking(move || r.logs(&tenant("acme"), &v).unwrap())
+            .await
+            .unwrap();
+        if done(&logs) || Instant::now() > by {
+            return logs;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// What a version's calls logged is kept with the call: its request, its lines, and for a
+/// failed one the failure and the input that made it fail (to run it again) — newest first,
+/// stored for the other processes over the same storage, at most the last fifty.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_versions_log_keeps_each_calls_lines_and_a_failed_calls_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = registry_over(dir.path());
+    let quiet = activate(&registry, "acme", REVERSE.to_string()).await;
+    call(&registry, "acme").await;
+    let chatty = activate(&registry, "acme", logging("ranking three", "")).await;
+    let failing = activate(&registry, "acme", logging("about to fail", "(unreachable)")).await;
+    let by = tokio::time::Instant::now() + Duration::from_secs(10);
+    let active = registry.active(&tenant("acme"), by).await.unwrap().unwrap();
+    let context =
+        sluice_contract::stages::RerankContext::parse(&json!({"plan": "premium"})).unwrap();
+    let failed = tokio::task::spawn_blocking(move || {
+        let hits = [hit("a", 0.3), hit("b", 0.2), hit("c", 0.1)];
+        active.rerank(&RerankInput {
+            query: "what is the SLA?",
+            query_vector: &[],
+            hits: &hits,
+            context: &context,
+            request_id: "req-7",
+        })
+    })
+    .await
+    .unwrap();
+    assert!(failed.order.is_err(), "{failed:?}");
+
+    let r = Arc::clone(&registry);
+    let c = chatty.clone();
+    tokio::task::spawn_blocking(move || r.activate(&tenant("acme"), &c).unwrap())
+        .await
+        .unwrap();
+    call(&registry, "acme").await;
+    call(&registry, "acme").await;
+
+    // A call that neither logged nor failed is not kept.
+    assert!(logs_once(&registry, &quiet, |_| false).await.is_empty());
+    let lines = logs_once(&registry, &chatty, |l| l.len() == 2).await;
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(
+        lines.windows(2).all(|w| w[0].at_ms >= w[1].at_ms),
+        "newest first"
+    );
+    for c in &lines {
+        assert_eq!(c.lines.len(), 1, "{c:?}");
+        assert_eq!(
+            (c.lines[0].level, c.lines[0].message.as_str()),
+            (LogLevel::Info, "ranking three")
+        );
+        assert_eq!((&c.failure, &c.input), (&None, &None));
+    }
+    // Another process over the same storage reads the failed call as it was.
+    let other = registry_over(dir.path());
+    let seen = logs_once(&other, &failing, |l| l.len() == 1).await;
+    let kept = seen.first().expect("the failed call is kept");
+    assert_eq!(kept.request_id.as_deref(), Some("req-7"));
+    assert_eq!(kept.lines[0].message, "about to fail");
+    assert_eq!(
+        kept.failure.as_ref().map(|f| f.kind),
+        Some(FailureKind::Trap)
+    );
+    let input = kept.input.as_ref().expect("a failed call keeps its input");
+    assert_eq!(input.query, "what is the SLA?");
+    assert_eq!(
+        input.context.get("plan").map(String::as_str),
+        Some("premium")
+    );
+    let ids: Vec<&str> = input.candidates.iter().map(|c| c.id.as_str()).collect();
+    assert_eq!(ids, ["a", "b", "c"]);
+    assert_eq!(input.candidates[0].text, hit("a", 0.3).text);
+    // The listing's failures say the request too.
+    let listed = listed_once(&other, "acme", |l| l.iter().any(|v| !v.failures.is_empty())).await;
+    let f = &listed
+        .iter()
+        .find(|v| v.version == failing)
+        .unwrap()
+        .failures;
+    assert_eq!(f[0].request_id.as_deref(), Some("req-7"), "{f:?}");
+
+    // The last fifty calls, no more.
+    for _ in 0..ComponentCall::MAX_CALLS + 5 {
+        call(&registry, "acme").await;
+    }
+    let lines = logs_once(&registry, &chatty, |l| l.len() == ComponentCall::MAX_CALLS).await;
+    assert_eq!(lines.len(), ComponentCall::MAX_CALLS);
+    let unknown = registry.logs(&tenant("acme"), &"0".repeat(64)).unwrap_err();
+    assert!(matches!(unknown, ComponentError::NotFound(_)), "{unknown}");
+}
+
+/// A version is uploaded with a label and its time (the same bytes again keep the first),
+/// and an inactive one can be deleted — its record, bytes, artefact and log — while the
+/// active one cannot.
+#[test]
+fn versions_carry_a_label_and_time_and_an_inactive_one_can_be_deleted() {
+    let dir = tempfile::tempdir().unwrap();
+    let registry = registry_over(dir.path());
+    let acme = tenant("acme");
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let first =
+        (registry.upload(&acme, REVERSE.as_bytes(), Some("reverse"), &Cancel::new())).unwrap();
+    assert_eq!(first.label.as_deref(), Some("reverse"));
+    assert!(first.uploaded_ms.is_some_and(|t| t >= before), "{first:?}");
+    let again = registry
+        .upload(&acme, REVERSE.as_bytes(), Some("other"), &Cancel::new())
+        .unwrap();
+    assert_eq!(again, first, "the first upload's record stands");
+    let keep = keep_order();
+    let second = registry
+        .upload(&acme, keep.as_bytes(), None, &Cancel::new())
+        .unwrap();
+    registry.activate(&acme, &second.version).unwrap();
+    let listed = registry.list(&acme).unwrap();
+    assert_eq!(
+        listed
+            .iter()
+            .map(|v| (v.label.as_deref(), v.active))
+            .collect::<Vec<_>>(),
+        [(Some("reverse"), false), (None, true)]
+    );
+
+    let refused = registry.delete(&acme, &second.version).unwrap_err();
+    assert!(matches!(refused, ComponentError::Active(_)), "{refused}");
+    registry.delete(&acme, &first.version).unwrap();
+    let listed = registry.list(&acme).unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].version, second.version);
+    let left: Vec<String> = std::fs::read_dir(dir.path().join("acme"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with(&first.version))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    for gone in [
+        registry.activate(&acme, &first.version),
+        Err(registry.delete(&acme, &first.version).unwrap_err()),
+    ] {
+        assert!(matches!(gone, Err(ComponentError::NotFound(_))), "{gone:?}");
+    }
 }

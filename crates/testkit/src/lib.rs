@@ -49,9 +49,9 @@ use async_trait::async_trait;
 use sluice_contract::Tenant;
 use sluice_contract::auth::{AuthError, KeyStore, Permission, Principal, digest, new_key};
 use sluice_contract::cache::{CacheEntry, CacheStore};
+use sluice_contract::components::{ComponentError, ComponentStorage, StoredVersion};
 use sluice_contract::error::CacheError;
 use sluice_contract::filter::Filter;
-use sluice_contract::stages::{ComponentError, ComponentStorage};
 use sluice_contract::usage::{Date, Row, Unwritten, UsageError, UsageStore};
 
 /// `name` as a tenant; panics when it is not a valid one (test data is).
@@ -297,16 +297,17 @@ impl ComponentStorage for SlowComponents {
     fn put(&self, key: &str, bytes: &[u8]) -> Result<(), ComponentError> {
         self.inner.put(key, bytes)
     }
-    fn versions(&self, tenant: &Tenant) -> Result<Vec<(String, usize)>, ComponentError> {
+    fn remove(&self, key: &str) -> Result<(), ComponentError> {
+        self.inner.remove(key)
+    }
+    fn versions(&self, tenant: &Tenant) -> Result<Vec<StoredVersion>, ComponentError> {
         self.inner.versions(tenant)
     }
-    fn add_version(
-        &self,
-        tenant: &Tenant,
-        version: &str,
-        size: usize,
-    ) -> Result<(), ComponentError> {
-        self.inner.add_version(tenant, version, size)
+    fn add_version(&self, tenant: &Tenant, version: &StoredVersion) -> Result<(), ComponentError> {
+        self.inner.add_version(tenant, version)
+    }
+    fn remove_version(&self, tenant: &Tenant, version: &str) -> Result<(), ComponentError> {
+        self.inner.remove_version(tenant, version)
     }
     fn active(&self, tenant: &Tenant) -> Result<Option<String>, ComponentError> {
         self.wait(&self.pointer_ms)?;

@@ -10,7 +10,8 @@ use std::time::Duration;
 use serde_json::json;
 use sluice_aws::components::S3Components;
 use sluice_contract::cancel::Cancel;
-use sluice_contract::{stages::ComponentStorage, stages::Components, stages::Reranker};
+use sluice_contract::components::{ComponentStorage, Components, StoredVersion};
+use sluice_contract::stages::Reranker;
 use sluice_rerank::{ComponentLimits, ModelHost, Registry, Sandbox};
 use sluice_tests::aws;
 
@@ -42,6 +43,7 @@ async fn order_of(
             query_vector: &[],
             hits: &hits,
             context: &Default::default(),
+            request_id: "",
         })
     })
     .await;
@@ -71,27 +73,32 @@ async fn bytes_versions_and_the_active_pointer_round_trip() {
         );
 
         assert_eq!(s3.versions(&tenant("acme")).unwrap(), vec![]);
-        s3.add_version(&tenant("acme"), "b", 20).unwrap();
-        // Versions are ordered by the millisecond they were added in: the next is added once
-        // the clock has passed the first's (the clock is what is waited on).
-        let now_ms = || {
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap()
-                .as_millis()
+        let record = |version: &str, size, uploaded_ms, label: Option<&str>| StoredVersion {
+            version: version.into(),
+            size,
+            uploaded_ms,
+            label: label.map(str::to_string),
         };
-        let first = now_ms();
-        while now_ms() <= first {
-            std::thread::yield_now();
-        }
-        s3.add_version(&tenant("acme"), "a", 10).unwrap();
-        // Again: a no-op that keeps the first upload's place.
-        s3.add_version(&tenant("acme"), "b", 20).unwrap();
+        let b = record("b", 20, 2000, Some("first try"));
+        s3.add_version(&tenant("acme"), &b).unwrap();
+        // Versions are listed in the order of their upload times (the time, not the key).
+        let a = record("a", 10, 3000, None);
+        s3.add_version(&tenant("acme"), &a).unwrap();
+        // Again: a no-op that keeps the first upload's place and label.
+        (s3.add_version(&tenant("acme"), &record("b", 20, 4000, Some("again")))).unwrap();
         assert_eq!(
             s3.versions(&tenant("acme")).unwrap(),
-            vec![("b".to_string(), 20), ("a".to_string(), 10)],
-            "upload order, not key order"
+            vec![b.clone(), a.clone()],
+            "upload order, not key order; the first record stands"
         );
+        // A deleted version's record and bytes are gone (and deleting again is no error).
+        s3.remove_version(&tenant("acme"), "a").unwrap();
+        s3.remove_version(&tenant("acme"), "a").unwrap();
+        assert_eq!(s3.versions(&tenant("acme")).unwrap(), vec![b.clone()]);
+        s3.remove("acme/a.wasm").unwrap();
+        s3.remove("acme/a.wasm").unwrap();
+        assert_eq!(s3.get("acme/a.wasm").unwrap(), None);
+        s3.add_version(&tenant("acme"), &a).unwrap();
         assert_eq!(s3.versions(&tenant("globex")).unwrap(), vec![]);
 
         assert_eq!(s3.active(&tenant("acme")).unwrap(), None);
@@ -126,7 +133,7 @@ async fn what_one_registry_compiles_another_loads_and_an_activation_is_seen_afte
     assert_eq!(active(&reader, "acme").await, None);
     let w = writer.clone();
     let version = blocking(move || {
-        w.upload(&tenant("acme"), REVERSE.as_bytes(), &Cancel::new())
+        w.upload(&tenant("acme"), REVERSE.as_bytes(), None, &Cancel::new())
             .unwrap()
             .version
     })
@@ -392,7 +399,7 @@ async fn over_two_regions_an_upload_reaches_both_buckets_before_its_version_is_r
     let w = writer.clone();
     let version = blocking(move || {
         let version = w
-            .upload(&tenant("acme"), REVERSE.as_bytes(), &Cancel::new())
+            .upload(&tenant("acme"), REVERSE.as_bytes(), None, &Cancel::new())
             .unwrap()
             .version;
         w.activate(&tenant("acme"), &version).unwrap();
@@ -432,7 +439,7 @@ async fn over_two_regions_an_upload_reaches_both_buckets_before_its_version_is_r
     );
     let (error, versions) = blocking(move || {
         let error = c
-            .upload(&tenant("globex"), REVERSE.as_bytes(), &Cancel::new())
+            .upload(&tenant("globex"), REVERSE.as_bytes(), None, &Cancel::new())
             .unwrap_err();
         (
             error.to_string(),

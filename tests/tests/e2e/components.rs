@@ -95,7 +95,18 @@ async fn versions_can_be_listed_rolled_back_and_deactivated() {
     let server = start(&[]).await;
     server.ingest_samples_as("acme").await;
     let (fused, _, _) = ids(&server, "acme").await;
-    let reverse = upload(&server, "acme", REVERSE.as_bytes()).await;
+    let labelled = format!("{ROUTE}?label=reverse%20v1");
+    let (status, body) = (server.send_as("acme", Method::PUT, &labelled, REVERSE.into())).await;
+    assert_eq!(
+        (status, &body["label"]),
+        (201, &json!("reverse v1")),
+        "{body}"
+    );
+    assert!(
+        body["uploaded_ms"].as_u64().is_some_and(|t| t > 0),
+        "{body}"
+    );
+    let reverse = body["version"].as_str().unwrap().to_string();
     let boost = upload(
         &server,
         "acme",
@@ -123,8 +134,33 @@ async fn versions_can_be_listed_rolled_back_and_deactivated() {
         .map(|v| v["version"].as_str().unwrap())
         .collect();
     assert_eq!(versions, [reverse.as_str(), boost.as_str()]);
+    assert_eq!(list["versions"][0]["label"], "reverse v1");
     let (reversed, _, _) = ids(&server, "acme").await;
     assert_eq!(reversed.first(), fused.last());
+    // Its log: this component logs nothing and has not failed.
+    let logs = format!("{ROUTE}/{reverse}/logs");
+    let (status, body) = server.send_as("acme", Method::GET, &logs, vec![]).await;
+    assert_eq!((status, &body["calls"]), (200, &json!([])), "{body}");
+
+    // The active version cannot be deleted; an inactive one can, and is gone.
+    let (status, body) = (server.send_as(
+        "acme",
+        Method::DELETE,
+        &format!("{ROUTE}/{reverse}"),
+        vec![],
+    ))
+    .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("version_active")),
+        "{body}"
+    );
+    let (status, body) =
+        (server.send_as("acme", Method::DELETE, &format!("{ROUTE}/{boost}"), vec![])).await;
+    assert_eq!((status, &body["deleted"]), (200, &json!(boost)), "{body}");
+    let (_, list) = server.send_as("acme", Method::GET, ROUTE, vec![]).await;
+    assert_eq!(list["versions"].as_array().map(Vec::len), Some(1), "{list}");
+    assert_eq!(activate(&server, "acme", &boost).await.0, 404);
 
     // Back to the built-in default: the fused order.
     let (status, body) = server.send_as("acme", Method::DELETE, ROUTE, vec![]).await;

@@ -338,15 +338,16 @@ async fn inject(fault: Fault) -> Result<(&'static str, Duration), String> {
             // Stored (and activated) in the server's folder before the server starts, through
             // a registry of its own: the server's registry has not seen the tenant yet.
             let writer = sluice_tests::registry_over(p, component_folder(p));
-            let version = sluice_contract::stages::Components::upload(
+            let version = sluice_contract::components::Components::upload(
                 writer.as_ref(),
                 &tenant("default"),
                 component.as_bytes(),
+                None,
                 &sluice_contract::cancel::Cancel::new(),
             )
             .expect("upload")
             .version;
-            sluice_contract::stages::Components::activate(
+            sluice_contract::components::Components::activate(
                 writer.as_ref(),
                 &tenant("default"),
                 &version,

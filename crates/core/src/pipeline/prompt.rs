@@ -103,6 +103,7 @@ impl Pipeline {
             request.rerank_context.clone(),
             request.prompt_settings().clone(),
         );
+        let request_id = progress.request_id.clone();
         let span = tracing::Span::current();
         let task = tokio::task::spawn_blocking(move || {
             let _span = span.enter();
@@ -113,6 +114,7 @@ impl Pipeline {
                 settings: &settings,
                 budget,
                 built_in: &built_in,
+                request_id: &request_id,
             });
             call.assembled
         });

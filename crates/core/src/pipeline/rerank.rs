@@ -55,6 +55,7 @@ impl Pipeline {
             hits.clone(),
         );
         let context = request.rerank_context.clone();
+        let request_id = progress.request_id.clone();
         let span = tracing::Span::current();
         let task = tokio::task::spawn_blocking(move || {
             let _span = span.enter();
@@ -63,6 +64,7 @@ impl Pipeline {
                 query_vector: &vector,
                 hits: &candidates,
                 context: &context,
+                request_id: &request_id,
             })
         });
         let outcome = match bounded(deadline, task).await {

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use axum::http::Method;
 use serde_json::{Value, json};
+use sluice_contract::components::{
+    CallInput, ComponentCall, ComponentError, ComponentFailure, ComponentVersion, LogLevel, LogLine,
+};
 use sluice_contract::filter::Filter;
 use sluice_contract::{auth::Permission, auth::Principal};
-use sluice_contract::{
-    stages::ComponentError, stages::ComponentFailure, stages::ComponentVersion,
-    stages::FailureKind, stages::RerankFailure, stages::Store,
-};
+use sluice_contract::{stages::FailureKind, stages::RerankFailure, stages::Store};
 use sluice_testkit::MemoryKeys;
 
 use crate::kit::{App, Kit, Reply, UNCHECKED};
@@ -358,11 +358,12 @@ async fn a_bound_key_sees_its_own_usage_and_no_other_keys() {
 /// A registry whose one version failed on some key's call, its message quoting a document.
 struct FailedOnce;
 
-impl sluice_contract::stages::Components for FailedOnce {
+impl sluice_contract::components::Components for FailedOnce {
     fn upload(
         &self,
         _: &sluice_contract::Tenant,
         _: &[u8],
+        _: Option<&str>,
         _: &sluice_contract::cancel::Cancel,
     ) -> Result<ComponentVersion, ComponentError> {
         Err(ComponentError::Invalid("not in this test".into()))
@@ -378,45 +379,94 @@ impl sluice_contract::stages::Components for FailedOnce {
         Ok(vec![ComponentVersion {
             version: "v1".into(),
             size: 1,
+            label: None,
+            uploaded_ms: None,
             active: true,
             cost: None,
             failures: vec![ComponentFailure {
                 at_ms: 1,
-                failure: RerankFailure::new(FailureKind::ComponentError, "team b: salaries 100k"),
+                request_id: Some("r1".into()),
+                failure: quoting(),
             }],
         }])
     }
     fn deactivate(&self, _: &sluice_contract::Tenant) -> Result<(), ComponentError> {
         Ok(())
     }
+    fn logs(
+        &self,
+        _: &sluice_contract::Tenant,
+        _: &str,
+    ) -> Result<Vec<ComponentCall>, ComponentError> {
+        Ok(vec![ComponentCall {
+            at_ms: 1,
+            request_id: Some("r1".into()),
+            lines: vec![LogLine {
+                level: LogLevel::Info,
+                message: "team b: salaries 100k".into(),
+            }],
+            failure: Some(quoting()),
+            input: Some(CallInput {
+                query: "salaries".into(),
+                context: Default::default(),
+                candidates: vec![],
+                cut: false,
+            }),
+        }])
+    }
+    fn delete(&self, _: &sluice_contract::Tenant, _: &str) -> Result<(), ComponentError> {
+        Ok(())
+    }
 }
 
-/// A failure's message can quote any candidate the failing call saw, and that call may have
-/// been another key's: a key bound to a filter — even one made tenant-wide to manage the
-/// components — sees each failure's kind and time, never its message.
+/// A failure whose message quotes another team's document.
+fn quoting() -> RerankFailure {
+    RerankFailure::new(FailureKind::ComponentError, "team b: salaries 100k")
+}
+
+/// A failure's message, a log line and a failed call's input can quote any candidate the
+/// call saw, and that call may have been another key's: a key bound to a filter — even one
+/// made tenant-wide to manage the components — sees each failure's kind, time and request,
+/// and each line's level, never a message, a line's text or an input.
 #[tokio::test]
-async fn failures_quote_documents_only_to_keys_that_may_read_every_document() {
+async fn failures_and_logs_quote_documents_only_to_keys_that_may_read_every_document() {
     let keys = Arc::new(MemoryKeys::default());
     let admin = format!("Bearer {}", keys.add("acme", &Permission::ALL));
     let wide = wide_key(&keys);
     let mut kit = Kit::new(&[]).keys(keys);
     kit.parts.components = Some(Arc::new(FailedOnce));
     let app = kit.app();
-    let list = |key: String| {
+    let get = |path: &'static str, key: String| {
         let app = &app;
         async move {
             let reply = app
-                .send(
-                    Method::GET,
-                    "/v1/components/rerank",
-                    &[("authorization", &key)],
-                    String::new(),
-                )
+                .send(Method::GET, path, &[("authorization", &key)], String::new())
                 .await;
             assert_eq!(reply.status, 200, "{}", reply.raw);
             reply
         }
     };
+    let list = |key: String| get("/v1/components/rerank", key);
+    let logs = |key: String| get("/v1/components/rerank/v1/logs", key);
+    let seen = logs(admin.clone()).await;
+    let call = &seen.body["calls"][0];
+    assert_eq!(call["lines"][0]["message"], "team b: salaries 100k");
+    assert_eq!(call["input"]["query"], "salaries", "{}", seen.raw);
+    let hidden = logs(wide.clone()).await;
+    let call = &hidden.body["calls"][0];
+    assert_eq!(
+        (
+            &call["request_id"],
+            &call["lines"][0]["level"],
+            &call["failure"]["kind"]
+        ),
+        (&json!("r1"), &json!("info"), &json!("component_error")),
+        "{}",
+        hidden.raw
+    );
+    assert!(call.get("input").is_none(), "{}", hidden.raw);
+    assert!(!hidden.raw.contains("salaries"), "{}", hidden.raw);
+
     let seen = list(admin).await;
     assert_eq!(
         seen.body["versions"][0]["failures"][0]["message"],
@@ -425,7 +475,10 @@ async fn failures_quote_documents_only_to_keys_that_may_read_every_document() {
     let hidden = list(wide).await;
     let failure = &hidden.body["versions"][0]["failures"][0];
     assert_eq!(failure["kind"], "component_error");
-    assert_eq!(failure["at_ms"], 1);
+    assert_eq!(
+        (&failure["at_ms"], &failure["request_id"]),
+        (&json!(1), &json!("r1"))
+    );
     assert_eq!(failure["message"], RerankFailure::REDACTED);
     assert!(!hidden.raw.contains("salaries"), "{}", hidden.raw);
 }

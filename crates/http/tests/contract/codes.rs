@@ -12,9 +12,9 @@ use serde_json::{Value, json};
 use sluice_contract::Tenant;
 use sluice_contract::auth::Permission;
 use sluice_contract::codes::Code;
+use sluice_contract::components::{ComponentCall, ComponentError, ComponentVersion, Components};
 use sluice_contract::error::LlmError;
 use sluice_contract::filter::Filter;
-use sluice_contract::{stages::ComponentError, stages::ComponentVersion, stages::Components};
 use sluice_http::StreamDeadline;
 use sluice_testkit::{BrokenCache, BrokenKeys, BrokenUsage, Reply, ScriptedLlm, Troubled};
 
@@ -37,6 +37,7 @@ impl Components for FailingComponents {
         &self,
         _: &Tenant,
         _: &[u8],
+        _: Option<&str>,
         _: &sluice_contract::cancel::Cancel,
     ) -> Result<ComponentVersion, ComponentError> {
         Err(self.fail())
@@ -48,6 +49,12 @@ impl Components for FailingComponents {
         Err(self.fail())
     }
     fn deactivate(&self, _: &Tenant) -> Result<(), ComponentError> {
+        Err(self.fail())
+    }
+    fn logs(&self, _: &Tenant, _: &str) -> Result<Vec<ComponentCall>, ComponentError> {
+        Err(self.fail())
+    }
+    fn delete(&self, _: &Tenant, _: &str) -> Result<(), ComponentError> {
         Err(self.fail())
     }
 }
@@ -264,6 +271,23 @@ async fn provoke(code: Code) -> Seen {
             Seen::Refused(
                 app.send(Method::PUT, "/v1/components/rerank", &[], "not wasm")
                     .await,
+            )
+        }
+        Code::InvalidLabel => Seen::Refused(
+            plain()
+                .send(Method::PUT, "/v1/components/rerank?label=", &[], "wasm")
+                .await,
+        ),
+        Code::VersionActive => {
+            let app = components_app(Some(|| ComponentError::Active("v1 is active".into())));
+            Seen::Refused(
+                app.send(
+                    Method::DELETE,
+                    &format!("/v1/components/rerank/{}", "a".repeat(64)),
+                    &[],
+                    "",
+                )
+                .await,
             )
         }
         Code::InvalidN => {

@@ -1,5 +1,6 @@
 //! Retrieved chunks and the request's context as a component is given them.
 
+use sluice_contract::components::{CallInput, InputCandidate};
 use sluice_contract::metadata::{MetaValue as Value, Metadata};
 
 use crate::{
@@ -107,6 +108,38 @@ fn metadata(metadata: &Metadata) -> Vec<MetaField> {
         })
         .collect()
 }
+/// A failed call's input as the version's log keeps it: the query, the context and the
+/// candidates, their texts cut to an equal share of [`CallInput::MAX_TEXT_BYTES`] when they
+/// hold more.
+pub(super) fn call_input(
+    query: &str,
+    context: &sluice_contract::stages::RerankContext,
+    hits: &[sluice_contract::stages::Hit],
+) -> CallInput {
+    let total: usize = hits.iter().map(|h| h.text.len()).sum();
+    let share = match total > CallInput::MAX_TEXT_BYTES {
+        true => CallInput::MAX_TEXT_BYTES / hits.len().max(1),
+        false => usize::MAX,
+    };
+    CallInput {
+        query: query.to_string(),
+        context: (context.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        candidates: (hits.iter())
+            .map(|h| InputCandidate {
+                id: h.document.id.clone(),
+                title: h.document.title.clone(),
+                chunk: h.chunk,
+                score: h.score,
+                text: truncate(&h.text, share).to_string(),
+                metadata: h.document.metadata.clone(),
+            })
+            .collect(),
+        cut: share != usize::MAX,
+    }
+}
+
 /// The longest prefix of `text` of at most `max` bytes that ends on a character boundary.
 pub(crate) fn truncate(text: &str, max: usize) -> &str {
     if text.len() <= max {

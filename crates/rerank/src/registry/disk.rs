@@ -2,9 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use serde_json::json;
 use sluice_contract::Tenant;
-use sluice_contract::stages::{ComponentError, ComponentStorage as Storage};
+use sluice_contract::components::{ComponentError, ComponentStorage as Storage, StoredVersion};
 
 pub(super) fn storage(e: impl std::fmt::Display) -> ComponentError {
     ComponentError::Storage(e.to_string())
@@ -47,39 +46,34 @@ impl Storage for Disk {
             .map_err(storage)
     }
 
-    fn versions(&self, tenant: &Tenant) -> Result<Vec<(String, usize)>, ComponentError> {
-        let Some(bytes) = self.get(&format!("{tenant}/versions.json"))? else {
-            return Ok(vec![]);
-        };
-        let rows: Vec<serde_json::Value> = serde_json::from_slice(&bytes).map_err(storage)?;
-        Ok(rows
-            .iter()
-            .filter_map(|r| {
-                Some((
-                    r["version"].as_str()?.to_string(),
-                    r["size"].as_u64()? as usize,
-                ))
-            })
-            .collect())
+    fn remove(&self, key: &str) -> Result<(), ComponentError> {
+        match std::fs::remove_file(self.dir.join(key)) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(storage(e)),
+        }
     }
 
-    fn add_version(
-        &self,
-        tenant: &Tenant,
-        version: &str,
-        size: usize,
-    ) -> Result<(), ComponentError> {
+    fn versions(&self, tenant: &Tenant) -> Result<Vec<StoredVersion>, ComponentError> {
+        let Some(bytes) = self.get(&versions_key(tenant))? else {
+            return Ok(vec![]);
+        };
+        serde_json::from_slice(&bytes).map_err(storage)
+    }
+
+    fn add_version(&self, tenant: &Tenant, version: &StoredVersion) -> Result<(), ComponentError> {
         let mut versions = self.versions(tenant)?;
-        if versions.iter().any(|(v, _)| v == version) {
+        if versions.iter().any(|v| v.version == version.version) {
             return Ok(());
         }
-        versions.push((version.to_string(), size));
-        let rows: Vec<_> = versions
-            .iter()
-            .map(|(v, n)| json!({"version": v, "size": n}))
-            .collect();
-        let bytes = serde_json::to_vec_pretty(&rows).map_err(storage)?;
-        self.put(&format!("{tenant}/versions.json"), &bytes)
+        versions.push(version.clone());
+        self.put_versions(tenant, &versions)
+    }
+
+    fn remove_version(&self, tenant: &Tenant, version: &str) -> Result<(), ComponentError> {
+        let mut versions = self.versions(tenant)?;
+        versions.retain(|v| v.version != version);
+        self.put_versions(tenant, &versions)
     }
 
     fn active(&self, tenant: &Tenant) -> Result<Option<String>, ComponentError> {
@@ -92,11 +86,24 @@ impl Storage for Disk {
         let key = format!("{tenant}/active");
         match version {
             Some(v) => self.put(&key, v.as_bytes()),
-            None => match std::fs::remove_file(self.dir.join(key)) {
-                Ok(()) => Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-                Err(e) => Err(storage(e)),
-            },
+            None => self.remove(&key),
         }
+    }
+}
+
+/// Where a tenant's versions are listed: `[{"version", "size", "uploaded_ms", "label"?}]`,
+/// upload order.
+fn versions_key(tenant: &Tenant) -> String {
+    format!("{tenant}/versions.json")
+}
+
+impl Disk {
+    fn put_versions(
+        &self,
+        tenant: &Tenant,
+        versions: &[StoredVersion],
+    ) -> Result<(), ComponentError> {
+        let bytes = serde_json::to_vec_pretty(versions).map_err(storage)?;
+        self.put(&versions_key(tenant), &bytes)
     }
 }

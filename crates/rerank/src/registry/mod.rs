@@ -1,6 +1,6 @@
 //! Tenant-scoped component registry, and the pipeline's rerank stage.
 //!
-//! What it keeps, per tenant, in a [`ComponentStorage`](sluice_contract::stages::ComponentStorage):
+//! What it keeps, per tenant, in a [`ComponentStorage`](sluice_contract::components::ComponentStorage):
 //! `<tenant>/<version>.wasm` (the upload), `<tenant>/<version>.<engine>.cwasm` (its compiled
 //! artefact for this engine configuration), the versions in upload order, and the active
 //! version. A version is the SHA-256 of the
@@ -15,11 +15,15 @@
 //! - this file: [`Registry`] — what each process knows of each tenant's active component, the
 //!   pipeline's rerank stage and the component routes;
 //! - `disk`: [`Disk`], the storage of `sluice serve`;
-//! - `record`: each version's calls, costs and failures, as the registry keeps and stores them;
+//! - `manage`: the component routes' operations (upload, activate, list, deactivate, logs,
+//!   delete);
+//! - `record`: each version's calls, costs, failures and log, as the registry keeps and
+//!   stores them;
 //! - `candidates`: retrieved chunks and the request's context as a component is given them.
 
 mod candidates;
 mod disk;
+mod manage;
 mod record;
 
 use std::collections::HashMap;
@@ -29,22 +33,20 @@ use std::time::{Duration, Instant};
 use futures::future::{BoxFuture, FutureExt, Shared};
 
 use crate::config::RerankConfig;
-use sha2::{Digest, Sha256};
 use sluice_contract::Tenant;
-use sluice_contract::cancel::Cancel;
+use sluice_contract::components::{ComponentCall, ComponentError, ComponentStorage as Storage};
 use sluice_contract::stages::{
-    ActiveComponent, ActivePrompt, Assembled, ChatMessage, ComponentError,
-    ComponentStorage as Storage, ComponentVersion, Components, PromptCall, PromptInput, RerankCall,
-    RerankInput, Reranker,
+    ActiveComponent, ActivePrompt, Assembled, ChatMessage, PromptCall, PromptInput, RerankCall,
+    RerankFailure, RerankInput, Reranker,
 };
 
-use crate::{Call, ComponentLimits, HostServices, Prepared, Sandbox, UploadError};
+use crate::{Call, CallCost, ComponentLimits, HostServices, Prepared, Sandbox};
 
 pub(crate) use candidates::truncate;
 pub use candidates::{candidates, context_entries};
 pub use disk::Disk;
 use disk::storage;
-use record::{FailureWriter, VersionStats, stored_failures};
+use record::{CallWriter, VersionStats};
 
 /// A tenant's active component, compiled, as the pipeline runs it.
 struct Active {
@@ -53,8 +55,8 @@ struct Active {
     sandbox: Arc<Sandbox>,
     /// Its version's record in this process, kept by the registry across activations.
     stats: Arc<VersionStats>,
-    /// Where its failures go to be stored (see [`FailureWriter`]), with its tenant.
-    failures: FailureWriter,
+    /// Where its calls go to be stored (see [`CallWriter`]), with its tenant.
+    calls: CallWriter,
     tenant: Tenant,
 }
 
@@ -64,22 +66,44 @@ impl Active {
         prepared: Prepared,
         sandbox: Arc<Sandbox>,
         stats: Arc<VersionStats>,
-        failures: FailureWriter,
+        calls: CallWriter,
     ) -> Arc<Self> {
         Arc::new(Self {
             version: version.to_string(),
             prepared,
             sandbox,
             stats,
-            failures,
+            calls,
             tenant: tenant.clone(),
         })
     }
+
+    /// Records a call: its cost, and — when it logged a line or failed — the call, in this
+    /// process and (off the request path) in the storage. `input` is asked for only when
+    /// the call failed.
+    fn record(
+        &self,
+        cost: &mut CallCost,
+        failure: Option<&RerankFailure>,
+        request_id: &str,
+        input: impl FnOnce() -> sluice_contract::components::CallInput,
+    ) {
+        let lines = std::mem::take(&mut cost.logs);
+        let call = |at_ms| {
+            (!lines.is_empty() || failure.is_some()).then(|| ComponentCall {
+                at_ms,
+                request_id: (!request_id.is_empty()).then(|| request_id.to_string()),
+                lines,
+                failure: failure.cloned(),
+                input: failure.map(|_| input()),
+            })
+        };
+        if let Some(call) = self.stats.record(cost.fuel, cost.wall, call) {
+            self.calls.send(&self.tenant, &self.version, call);
+        }
+    }
 }
 
-/// The key of a version's stored failures: its last [`ComponentVersion::MAX_FAILURES`], newest
-/// first, as JSON, beside its upload — so the process that lists versions (on Lambda, the
-/// registry function) shows what the processes that run them (the answer function) saw.
 /// What a process knows of a tenant's active component (`None`: the built-in default), since
 /// when, and when it was last asked for.
 struct Known {
@@ -107,7 +131,7 @@ struct Inner {
     /// Each version's record, by tenant and version (versions are few per tenant: what it
     /// uploaded).
     stats: Mutex<HashMap<(Tenant, String), Arc<VersionStats>>>,
-    failures: FailureWriter,
+    calls: CallWriter,
 }
 
 fn is_version(v: &str) -> bool {
@@ -166,7 +190,7 @@ impl Registry {
                 known: Mutex::new(HashMap::new()),
                 loading: Mutex::new(HashMap::new()),
                 stats: Mutex::new(HashMap::new()),
-                failures: FailureWriter::start(Arc::clone(&storage)),
+                calls: CallWriter::start(Arc::clone(&storage)),
                 storage,
             }),
         }
@@ -196,9 +220,9 @@ impl Inner {
                 .or_default(),
         );
         let active = |prepared| {
-            let failures = self.failures.clone();
+            let calls = self.calls.clone();
             let sandbox = Arc::clone(&self.sandbox);
-            Active::new((tenant, version), prepared, sandbox, stats, failures)
+            Active::new((tenant, version), prepared, sandbox, stats, calls)
         };
         if let Some(bytes) = self.storage.get(&artefact)?
             && let Ok(prepared) = self.sandbox.load(&bytes)
@@ -313,11 +337,10 @@ impl ActiveComponent for Active {
             context: &context,
             candidates: &candidates,
         };
-        let (order, cost) = self.sandbox.rerank_costed(&self.prepared, &call, known);
+        let (order, mut cost) = self.sandbox.rerank_costed(&self.prepared, &call, known);
         let order = order.map_err(|e| e.failure());
-        if let Some(failure) = (self.stats).record(cost.fuel, cost.wall, order.as_ref().err()) {
-            self.failures.send(&self.tenant, &self.version, failure);
-        }
+        let kept = || candidates::call_input(input.query, input.context, input.hits);
+        self.record(&mut cost, order.as_ref().err(), input.request_id, kept);
         RerankCall {
             order,
             fuel: cost.fuel,
@@ -332,12 +355,11 @@ impl ActivePrompt for Active {
     }
 
     fn assemble(&self, input: &PromptInput<'_>) -> PromptCall {
-        let input = candidates::prompt_input(input, self.sandbox.limits().max_text_bytes);
-        let (assembled, cost) = self.sandbox.assemble_costed(&self.prepared, &input);
+        let given = candidates::prompt_input(input, self.sandbox.limits().max_text_bytes);
+        let (assembled, mut cost) = self.sandbox.assemble_costed(&self.prepared, &given);
         let assembled = assembled.map_err(|e| e.failure());
-        if let Some(failure) = (self.stats).record(cost.fuel, cost.wall, assembled.as_ref().err()) {
-            self.failures.send(&self.tenant, &self.version, failure);
-        }
+        let kept = || candidates::call_input(input.question, input.context, input.sources);
+        self.record(&mut cost, assembled.as_ref().err(), input.request_id, kept);
         PromptCall {
             assembled: assembled.map(|(messages, tokens)| Assembled {
                 messages: (messages.into_iter())
@@ -400,118 +422,6 @@ impl Reranker for Registry {
     ) -> Result<Option<Arc<dyn ActivePrompt>>, String> {
         let active = self.known_or_read(&tenant.prompt_components(), by).await?;
         Ok(active.map(|a| a as Arc<dyn ActivePrompt>))
-    }
-}
-
-impl Components for Registry {
-    fn upload(
-        &self,
-        tenant: &Tenant,
-        bytes: &[u8],
-        cancel: &Cancel,
-    ) -> Result<ComponentVersion, ComponentError> {
-        let prepared = self.inner.sandbox.compile(bytes).map_err(|e| match e {
-            UploadError::TooLarge { .. } => ComponentError::TooLarge(e.to_string()),
-            UploadError::TooComplex(_) => ComponentError::TooComplex(e.to_string()),
-            other => ComponentError::Invalid(other.to_string()),
-        })?;
-        // A tenant's rerank components and its prompt components are kept apart (the latter
-        // under its `prompt_components` name): each route takes its own world.
-        if prepared.is_prompt() != tenant.is_prompt_components() {
-            let (is, route) = match prepared.is_prompt() {
-                true => ("a prompt-assembly component", "/v1/components/prompt"),
-                false => ("a rerank component", "/v1/components/rerank"),
-            };
-            return Err(ComponentError::Invalid(format!(
-                "this is {is} ({}); upload it to {route}",
-                prepared.world()
-            )));
-        }
-        // The compile cannot be stopped, but what it made is kept only for a request that is
-        // still there.
-        if cancel.is_cancelled() {
-            return Err(ComponentError::Abandoned);
-        }
-        let version = format!("{:x}", Sha256::digest(bytes));
-        self.inner
-            .storage
-            .put(&format!("{tenant}/{version}.wasm"), bytes)?;
-        self.inner.storage.put(
-            &self.inner.artefact_key(tenant, &version),
-            &prepared.artifact,
-        )?;
-        // Recorded last: a listed version always has its bytes stored.
-        self.inner
-            .storage
-            .add_version(tenant, &version, bytes.len())?;
-        let active = self.inner.storage.active(tenant)?.as_deref() == Some(version.as_str());
-        Ok(ComponentVersion {
-            version,
-            size: bytes.len(),
-            active,
-            cost: None,
-            failures: Vec::new(),
-        })
-    }
-
-    fn activate(&self, tenant: &Tenant, version: &str) -> Result<ComponentVersion, ComponentError> {
-        let unknown = || {
-            ComponentError::NotFound(format!(
-                "tenant {tenant:?} has no component version {version:?}"
-            ))
-        };
-        if !is_version(version) {
-            return Err(unknown());
-        }
-        let size = self
-            .inner
-            .storage
-            .versions(tenant)?
-            .into_iter()
-            .find(|(v, _)| v == version)
-            .ok_or_else(unknown)?
-            .1;
-        let active = self.inner.load(tenant, version)?;
-        self.inner.storage.set_active(tenant, Some(version))?;
-        self.inner.remember(tenant, Some(active));
-        Ok(ComponentVersion {
-            version: version.to_string(),
-            size,
-            active: true,
-            cost: None,
-            failures: Vec::new(),
-        })
-    }
-
-    fn list(&self, tenant: &Tenant) -> Result<Vec<ComponentVersion>, ComponentError> {
-        let active = self.inner.storage.active(tenant)?;
-        // What this process saw of each version it has run for the tenant.
-        let stats = lock(&self.inner.stats);
-        Ok(self
-            .inner
-            .storage
-            .versions(tenant)?
-            .into_iter()
-            .map(|(version, size)| {
-                let seen = stats.get(&(tenant.clone(), version.clone()));
-                // What every process stored; this process's own when the record cannot be read.
-                let failures = stored_failures(self.inner.storage.as_ref(), tenant, &version)
-                    .unwrap_or_else(|_| seen.map(|s| s.failures()).unwrap_or_default());
-                ComponentVersion {
-                    active: active.as_deref() == Some(version.as_str()),
-                    cost: seen.and_then(|s| s.costs()),
-                    failures,
-                    version,
-                    size,
-                }
-            })
-            .collect())
-    }
-
-    fn deactivate(&self, tenant: &Tenant) -> Result<(), ComponentError> {
-        self.inner.storage.set_active(tenant, None)?;
-        self.inner.remember(tenant, None);
-        Ok(())
     }
 }
 
