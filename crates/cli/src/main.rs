@@ -4,7 +4,6 @@
 
 mod bench;
 mod client;
-mod component;
 mod doctor;
 mod eval;
 mod keys;
@@ -17,10 +16,10 @@ use anyhow::Result;
 use bench::{BenchCommand, FixtureCommand};
 use clap::{Parser, Subcommand};
 use client::DocumentsCommand;
-use component::ComponentCommand;
 use eval::EvalCommand;
 use keys::KeysCommand;
 use settings::SettingsCommand;
+use sluice_component::cli::ComponentCommand;
 
 #[derive(Parser)]
 #[command(
@@ -122,7 +121,8 @@ enum Command {
         #[command(subcommand)]
         command: EvalCommand,
     },
-    /// Build, test and measure a tenant rerank component locally.
+    /// A tenant's component: build, test and measure it locally; upload it, read its log
+    /// and replay its failures against a server.
     Component {
         #[command(subcommand)]
         command: ComponentCommand,
@@ -298,7 +298,9 @@ fn run() -> Result<()> {
         }
         Command::Keys { command } => runtime.block_on(keys::command(&settings, command)),
         Command::Eval { command } => runtime.block_on(eval::command(&settings, command)),
-        Command::Component { command } => runtime.block_on(component::command(&settings, command)),
+        Command::Component { command } => {
+            Ok(runtime.block_on(sluice_component::cli::command(&settings, command))?)
+        }
         Command::Model {
             command: ModelCommand::Prepare { dir },
         } => {

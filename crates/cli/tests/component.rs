@@ -107,23 +107,6 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
     assert!(!ok && all.contains("already exists"), "{all}");
     let (ok, _, all) = run(&["component", "new", "Premium_Boost"]);
     assert!(!ok && all.contains("not a crate name"), "{all}");
-    // As written, the template builds; then the tenant's rule.
-    let (ok, stdout, all) = run(&["component", "build", "premium-boost"]);
-    assert!(ok, "{all}");
-    std::fs::write(crate_dir.join("src/lib.rs"), PREMIUM_BOOST).unwrap();
-    let (ok, stdout_after, all) = run(&["component", "build", "premium-boost"]);
-    assert!(ok, "{all}");
-    assert_eq!(stdout, stdout_after, "the same place");
-    let wasm = PathBuf::from(stdout_after.trim());
-    assert!(
-        wasm.is_file()
-            && wasm
-                .to_string_lossy()
-                .ends_with("premium-boost.component.wasm"),
-        "{stdout_after}"
-    );
-    let wasm = wasm.to_str().unwrap();
-
     // The tenant's own documents and questions.
     let docs = tmp.path().join("docs");
     std::fs::create_dir_all(&docs).unwrap();
@@ -140,13 +123,51 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
     let queries = tmp.path().join("questions.jsonl");
     std::fs::write(
         &queries,
-        "{\"query\": \"what is the daily card limit\", \"rerank_context\": {\"plan\": \"premium\"}, \"k\": 3}\n\
+        "{\"query\": \"what is the daily card limit\", \"rerank_context\": {\"plan\": \"premium\"}, \"k\": 3, \
+           \"expect\": {\"first\": \"limits-premium\", \"absent\": [\"internal-*\"]}}\n\
          what is the daily card limit\n",
     )
     .unwrap();
     let (q, d) = (queries.to_str().unwrap(), docs.to_str().unwrap());
-    let (ok, stdout, all) = run(&["component", "test", wasm, "--queries", q, "--corpus", d]);
+    // As written, the template builds, and keeps the fused order: the question's expectation
+    // (premium documents first for premium callers) fails with what it got; then the rule.
+    let (ok, stdout, all) = run(&["component", "build", "premium-boost"]);
     assert!(ok, "{all}");
+    let template = stdout.trim().to_string();
+    let (ok, tested, all) = run(&[
+        "component",
+        "test",
+        &template,
+        "--queries",
+        q,
+        "--corpus",
+        d,
+    ]);
+    assert!(
+        !ok && all.contains("1 of 2 questions' expectations failed"),
+        "{all}"
+    );
+    assert!(
+        tested.contains("EXPECTATION FAILED: expected \"limits-premium\" first, got \""),
+        "{tested}"
+    );
+    std::fs::write(crate_dir.join("src/lib.rs"), PREMIUM_BOOST).unwrap();
+    let (ok, stdout_after, all) = run(&["component", "build", "premium-boost"]);
+    assert!(ok, "{all}");
+    assert_eq!(stdout, stdout_after, "the same place");
+    let wasm = PathBuf::from(stdout_after.trim());
+    assert!(
+        wasm.is_file()
+            && wasm
+                .to_string_lossy()
+                .ends_with("premium-boost.component.wasm"),
+        "{stdout_after}"
+    );
+    let wasm = wasm.to_str().unwrap();
+
+    let (ok, stdout, all) = run(&["component", "test", wasm, "--queries", q, "--corpus", d]);
+    assert!(ok, "the rule meets the expectation: {all}");
+    assert!(!stdout.contains("EXPECTATION FAILED"), "{stdout}");
     let block = |marker: &str| -> String {
         (stdout.split("\n\n"))
             .find(|b| b.contains(marker))
@@ -235,34 +256,78 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
     let (ok, stdout, all) = run(&["component", "test", wasm, "--queries", q, "--corpus", d]);
     assert!(!ok, "a failing call fails the test: {all}");
     assert!(stdout.contains(&said), "{stdout}");
-    runtime.block_on(async {
-        upload_and_activate(&server.url, "rerank", wasm).await;
+    let url = server.url.as_str();
+    let (ok, uploaded, all) = run(&[
+        "component",
+        "upload",
+        wasm,
+        "--label",
+        "strict audiences",
+        "--activate",
+        "--url",
+        url,
+    ]);
+    assert!(
+        ok && uploaded.contains("(active)  \"strict audiences\""),
+        "{all}"
+    );
+    let version = uploaded.split_whitespace().next().unwrap().to_string();
+    let request_id = runtime.block_on(async {
         let body = serde_json::json!({"query": "what is the daily card limit",
             "rerank_context": {"plan": "premium"}, "cache": "bypass"});
         let answer = sluice_tests::answer_at(&server.url, None, &body).await;
-        let failure = &answer.first("meta").data["rerank_error"];
+        let meta = &answer.first("meta").data;
+        let failure = &meta["rerank_error"];
         assert_eq!(failure["kind"], "panic", "{failure}");
         assert_eq!(failure["message"], said, "{failure}");
-        // Stored in the background: the listing has it within moments.
-        let mut listed = serde_json::Value::Null;
-        for _ in 0..100 {
-            listed = (reqwest::get(format!("{}/v1/components/rerank", server.url)).await)
-                .unwrap()
-                .json()
-                .await
-                .unwrap();
-            let active = (listed["versions"].as_array().unwrap().iter())
-                .find(|v| v["active"] == true)
-                .cloned()
-                .unwrap_or_default();
-            if active["failures"][0]["kind"] == "panic" {
-                assert_eq!(active["failures"][0]["message"], said);
-                return;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-        }
-        panic!("no panic in the listing: {listed}");
+        meta["request_id"].as_str().unwrap().to_string()
     });
+    // Stored in the background: the listing and the version's log have it within moments,
+    // with the request it failed in.
+    let until = |args: &[&str], holds: &dyn Fn(&str) -> bool| {
+        for _ in 0..100 {
+            let (ok, stdout, all) = run(args);
+            assert!(ok, "{all}");
+            if holds(&stdout) {
+                return stdout;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        panic!("never: {args:?}");
+    };
+    let listed = until(&["component", "versions", "--url", url], &|out| {
+        out.contains("panic:")
+    });
+    assert!(
+        listed.contains("recent failures; last ") && listed.contains(&said),
+        "{listed}"
+    );
+    let logs = until(&["component", "logs", &version, "--url", url], &|out| {
+        out.contains("FAILED")
+    });
+    assert!(logs.contains(&format!("request {request_id}")), "{logs}");
+    assert!(logs.contains(&format!("FAILED panic: {said}")), "{logs}");
+    // The failing call runs again on the local build: it still fails here, the same way.
+    let (ok, replayed, all) = run(&["component", "replay", &version, wasm, "--url", url]);
+    assert!(
+        !ok && all.contains("1 of 1 replayed calls still fail"),
+        "{all}"
+    );
+    assert!(replayed.contains("[plan=premium]"), "{replayed}");
+    assert!(
+        replayed.contains(&format!("here:  FAILED panic: {said}")),
+        "{replayed}"
+    );
+    // Fixed, it passes on the same input.
+    std::fs::write(crate_dir.join("src/lib.rs"), PREMIUM_BOOST).unwrap();
+    let (ok, _, all) = run(&["component", "build", "premium-boost"]);
+    assert!(ok, "{all}");
+    let (ok, replayed, all) = run(&["component", "replay", &version, wasm, "--url", url]);
+    assert!(ok, "{all}");
+    assert!(
+        replayed.contains("here:  ok: limits-premium#0"),
+        "{replayed}"
+    );
 }
 
 /// A prompt component from the template, through the same loop: `new --kind prompt` writes

@@ -212,6 +212,48 @@ fn the_commands_the_readme_shows_exist() {
     assert!(shown >= 4, "the README shows {shown} commands");
 }
 
+/// Every `sluice component …` line of the components page's examples is a command the binary
+/// has, with flags it takes: a tenant with only the binary can run them as written.
+#[test]
+fn the_component_commands_the_docs_show_exist_with_their_flags() {
+    let page = read(&root().join("docs/components.md"));
+    let mut fenced = false;
+    let mut shown = BTreeSet::new();
+    for line in page.lines() {
+        if line.starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let words: Vec<&str> = line.split_whitespace().collect();
+        if let (true, ["sluice", "component", sub, rest @ ..]) = (fenced, words.as_slice()) {
+            let flags = rest.iter().take_while(|w| **w != "#");
+            for flag in flags.filter(|w| w.starts_with("--")) {
+                shown.insert((sub.to_string(), flag.to_string()));
+            }
+            shown.insert((sub.to_string(), String::new()));
+        }
+    }
+    let subcommands: BTreeSet<&str> = shown.iter().map(|(s, _)| s.as_str()).collect();
+    assert!(subcommands.len() >= 9, "{subcommands:?}");
+    for sub in subcommands {
+        let help = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(["component", sub, "--help"])
+            .output()
+            .expect("sluice component --help");
+        assert!(
+            help.status.success(),
+            "`sluice component {sub}` is no command"
+        );
+        let help = String::from_utf8_lossy(&help.stdout).to_string();
+        for (_, flag) in shown.iter().filter(|(s, f)| s == sub && !f.is_empty()) {
+            assert!(
+                help.contains(flag.as_str()),
+                "`sluice component {sub}` has no {flag}: {help}"
+            );
+        }
+    }
+}
+
 /// The `SLUICE_*` names in quotes in the workspace's code, test modules left out, and build
 /// scripts (their variables configure the tests and are in docs/testing.md).
 fn variables_read() -> BTreeSet<String> {

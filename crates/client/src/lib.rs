@@ -20,6 +20,7 @@ use serde::Serialize;
 use serde_json::Value;
 use sluice_contract::auth::KEY_HEADER;
 use sluice_contract::codes::Degraded;
+use sluice_contract::components::{ComponentCall, ComponentVersion};
 use sluice_contract::document::{Document, IngestReport};
 use sluice_contract::escape;
 use sluice_contract::search::Found;
@@ -369,7 +370,7 @@ impl Client {
 
     /// `method` on `path` with the JSON `body` when given, under the request timeout: the
     /// JSON answer.
-    async fn call(
+    pub async fn call(
         &self,
         method: reqwest::Method,
         path: &str,
@@ -460,6 +461,58 @@ impl Client {
         let mut settings = self.get("/v1/settings").await?["settings"].take();
         change(&mut settings);
         self.put_settings(&settings).await
+    }
+
+    /// `PUT /v1/components/{kind}` of a component's bytes, named `label` when given: the
+    /// version as stored.
+    pub async fn upload_component(
+        &self,
+        kind: &str,
+        bytes: Vec<u8>,
+        label: Option<&str>,
+    ) -> Result<ComponentVersion, ClientError> {
+        let mut path = format!("/v1/components/{kind}");
+        if let Some(label) = label {
+            path += &format!("?label={}", escape(label));
+        }
+        let request = self.request(reqwest::Method::PUT, &path);
+        let response = self
+            .send(request.timeout(INGEST_TIMEOUT).body(bytes))
+            .await?;
+        self.read(response).await
+    }
+
+    /// `POST /v1/components/{kind}/activate` of `version`.
+    pub async fn activate_component(
+        &self,
+        kind: &str,
+        version: &str,
+    ) -> Result<ComponentVersion, ClientError> {
+        let path = format!("/v1/components/{kind}/activate");
+        let body = serde_json::json!({ "version": version });
+        let value = self.call(reqwest::Method::POST, &path, Some(&body)).await?;
+        self.value(value)
+    }
+
+    /// `GET /v1/components/{kind}/{version}/logs`: the version's last calls that logged or
+    /// failed, newest first.
+    pub async fn component_logs(
+        &self,
+        kind: &str,
+        version: &str,
+    ) -> Result<Vec<ComponentCall>, ClientError> {
+        let mut logs = self
+            .get(&format!("/v1/components/{kind}/{version}/logs"))
+            .await?;
+        self.value(logs["calls"].take())
+    }
+
+    /// A JSON answer as the type this client expects.
+    fn value<T: serde::de::DeserializeOwned>(&self, value: Value) -> Result<T, ClientError> {
+        serde_json::from_value(value).map_err(|e| ClientError::Body {
+            url: self.base.clone(),
+            message: e.to_string(),
+        })
     }
 
     /// `GET /readyz`: its HTTP status and the server's report of its parts (`None` when it

@@ -6,7 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_contract::Tenant;
-use sluice_contract::stages::{Components, Embedder, Hit, PromptInput, Reranker};
+use sluice_contract::components::Components;
+use sluice_contract::stages::{Embedder, Hit, PromptInput, Reranker};
 use sluice_contract::tenant_settings::PromptSettings;
 use sluice_core::prompt::{Conversation, assemble, input_budget};
 
@@ -34,7 +35,7 @@ pub(crate) async fn test_prompt(
     let registry = sluice_app::registry(&settings.rerank, Arc::clone(embedder), Arc::new(disk))
         .map_err(pipeline)?;
     let space = tenant.prompt_components();
-    let version = (registry.upload(&space, bytes, &sluice_contract::cancel::Cancel::new()))
+    let version = (registry.upload(&space, bytes, None, &sluice_contract::cancel::Cancel::new()))
         .map_err(pipeline)?;
     registry
         .activate(&space, &version.version)
@@ -62,6 +63,7 @@ pub(crate) async fn test_prompt(
                 settings: &own,
                 budget,
                 built_in: &built_in.messages,
+                request_id: "",
             })
         })
         .await

@@ -1,7 +1,9 @@
-//! A tenant's local loop for a rerank component (`sluice component …`): start a crate from the
-//! SDK ([`new`], in a workspace of its own anywhere: the SDK and the WIT come from this
-//! binary), build it into a component ([`build`]), run it on questions over a corpus without
-//! a server ([`test`]), and measure what it costs ([`bench`]). `test` runs the component as
+//! A tenant's loop for a rerank component (`sluice component …`, arguments in [`cli`]): start
+//! a crate from the SDK ([`new`], in a workspace of its own anywhere: the SDK and the WIT come
+//! from this binary), build it into a component ([`build`]), run it on questions over a corpus
+//! without a server and check what each question expects ([`test`]), measure what it costs
+//! ([`bench`]); then on a server: upload it ([`upload`]), read a version's log ([`logs`]) and
+//! run its stored failing calls on a local build ([`replay`]). `test` runs the component as
 //! the answer path does (the registry, the same limits, the same candidates with their
 //! metadata); `bench` runs it in the sandbox alone, on synthetic candidates or the tenant's
 //! own.
@@ -9,14 +11,17 @@
 mod assemble;
 mod bench;
 mod build;
+pub mod cli;
 mod new;
 mod questions;
+mod remote;
 mod test;
 
 pub use bench::{SYNTHETIC, bench};
 pub use build::build;
 pub use new::{Kind, new};
-pub use questions::{Question, questions};
+pub use questions::{Expect, Question, questions};
+pub use remote::{logs, replay, upload};
 pub use test::test;
 
 use std::sync::Arc;

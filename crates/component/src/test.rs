@@ -7,23 +7,75 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_contract::Tenant;
+use sluice_contract::components::{CallCosts, Components};
 use sluice_contract::stages::{
-    CallCosts, Components, Embedder, Hit, RerankInput, Reranker, Search, Store,
+    ActiveComponent, Embedder, Hit, RerankInput, Reranker, Search, Store,
 };
 use sluice_core::Ingest;
 
 use crate::{LoopError, Question, Result, pipeline, questions, report};
+
+/// The component refused at upload, as the loop's error.
+fn refused(file: &Path, reason: impl std::fmt::Display) -> LoopError {
+    LoopError::Refused {
+        file: file.display().to_string(),
+        reason: reason.to_string(),
+    }
+}
+
+/// A rerank component as the answer path runs it: uploaded to a registry of its own in a
+/// scratch folder (validated, compiled, smoke-run under the configured limits) and active.
+pub(crate) struct Local {
+    pub(crate) active: Arc<dyn ActiveComponent>,
+    _scratch: tempfile::TempDir,
+}
+
+impl Local {
+    /// The component `bytes` (read from `file`), with `embedder` behind its host calls.
+    pub(crate) async fn start(
+        settings: &sluice_app::Settings,
+        embedder: &Arc<dyn Embedder>,
+        bytes: &[u8],
+        file: &Path,
+    ) -> Result<Self> {
+        let scratch = tempfile::tempdir().map_err(LoopError::io("making a scratch folder"))?;
+        let disk =
+            sluice_rerank::Disk::open(&scratch.path().join("components")).map_err(pipeline)?;
+        let registry = sluice_app::registry(&settings.rerank, Arc::clone(embedder), Arc::new(disk))
+            .map_err(pipeline)?;
+        let tenant = Tenant::new("local").map_err(pipeline)?;
+        let cancel = sluice_contract::cancel::Cancel::new();
+        let version =
+            (registry.upload(&tenant, bytes, None, &cancel)).map_err(|e| refused(file, e))?;
+        registry
+            .activate(&tenant, &version.version)
+            .map_err(pipeline)?;
+        let by = tokio::time::Instant::now() + Duration::from_secs(60);
+        let active = (registry.active(&tenant, by).await)
+            .map_err(LoopError::Pipeline)?
+            .ok_or_else(|| {
+                LoopError::Pipeline("the registry does not run the component just activated".into())
+            })?;
+        Ok(Self {
+            active,
+            _scratch: scratch,
+        })
+    }
+}
 
 /// What happened to one question.
 struct Outcome {
     fused: Vec<String>,
     reranked: std::result::Result<Vec<String>, String>,
     dropped: Vec<String>,
+    /// What the order breaks of the question's expectation.
+    broken: Vec<String>,
     fuel: u64,
     wall: Duration,
 }
 
-fn label(hit: &Hit) -> String {
+/// A candidate as the reports name it: its document's id and chunk.
+pub(crate) fn label(hit: &Hit) -> String {
     format!("{}#{}", hit.document.id, hit.chunk)
 }
 
@@ -126,12 +178,7 @@ pub async fn test(
 
     // The component as the answer path runs it: uploaded to a registry (validated, compiled,
     // smoke-run under the limits), then called with the same candidates and context.
-    let refused = |reason: String| LoopError::Refused {
-        file: file.display().to_string(),
-        reason,
-    };
-    let prepared =
-        (crate::sandbox(settings)?.compile(&bytes)).map_err(|e| refused(e.to_string()))?;
+    let prepared = (crate::sandbox(settings)?.compile(&bytes)).map_err(|e| refused(file, e))?;
     if prepared.is_prompt() {
         return crate::assemble::test_prompt(
             settings, &bytes, &questions, retrieved, tenant, &embedder, out,
@@ -139,22 +186,8 @@ pub async fn test(
         .await;
     }
     let world = prepared.world();
-    let scratch = tempfile::tempdir().map_err(LoopError::io("making a scratch folder"))?;
-    let disk = sluice_rerank::Disk::open(&scratch.path().join("components")).map_err(pipeline)?;
-    let registry = sluice_app::registry(&settings.rerank, Arc::clone(&embedder), Arc::new(disk))
-        .map_err(pipeline)?;
-    let version = registry
-        .upload(tenant, &bytes, &sluice_contract::cancel::Cancel::new())
-        .map_err(|e| refused(e.to_string()))?;
-    registry
-        .activate(tenant, &version.version)
-        .map_err(pipeline)?;
-    let by = tokio::time::Instant::now() + Duration::from_secs(60);
-    let active = (registry.active(tenant, by).await)
-        .map_err(LoopError::Pipeline)?
-        .ok_or_else(|| {
-            LoopError::Pipeline("the registry does not run the component just activated".into())
-        })?;
+    let local = Local::start(settings, &embedder, &bytes, file).await?;
+    let active = Arc::clone(&local.active);
     eprintln!(
         "component: {} ({} bytes, {}), limits: fuel {}, deadline {:?}, memory {} MiB",
         file.display(),
@@ -175,6 +208,7 @@ pub async fn test(
                 query_vector: &vector,
                 hits: &candidates,
                 context: &context,
+                request_id: "",
             })
         })
         .await
@@ -188,6 +222,15 @@ pub async fn test(
                 .collect(),
             None => Vec::new(),
         };
+        let broken = match &call.order {
+            Ok(order) => {
+                let ids: Vec<&str> = (order.iter())
+                    .map(|&(i, _)| hits[i].document.id.as_str())
+                    .collect();
+                q.expect.broken(&ids)
+            }
+            Err(_) => Vec::new(),
+        };
         // Each list with its own scores: the fused one's, and the component's.
         let scored = |label: String, score: f32| format!("{label} {score:.3}");
         outcomes.push(Outcome {
@@ -200,6 +243,7 @@ pub async fn test(
                 })
                 .map_err(|failure| failure.to_string()),
             dropped,
+            broken,
             fuel: call.fuel,
             wall: call.wall,
         });
@@ -227,6 +271,9 @@ pub async fn test(
                 if !o.dropped.is_empty() {
                     writeln!(out, "  dropped: {}", o.dropped.join(", ")).map_err(report)?;
                 }
+                for line in &o.broken {
+                    writeln!(out, "  EXPECTATION FAILED: {line}").map_err(report)?;
+                }
             }
             Err(e) => {
                 failed += 1;
@@ -241,7 +288,15 @@ pub async fn test(
         writeln!(out, "  fuel {}, {us:.0} µs", o.fuel).map_err(report)?;
     }
     let costs = outcomes.iter().map(|o| (o.fuel, o.wall.as_micros() as u64));
-    summary(costs, failed, out)
+    summary(costs, failed, out)?;
+    let broken = outcomes.iter().filter(|o| !o.broken.is_empty()).count();
+    match broken {
+        0 => Ok(()),
+        n => Err(LoopError::Failed(format!(
+            "{n} of {} questions' expectations failed",
+            outcomes.len()
+        ))),
+    }
 }
 
 /// The last lines of a `test`: the calls' cost percentiles, and a failure when any of them
