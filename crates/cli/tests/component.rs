@@ -168,6 +168,42 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
     let (ok, stdout, all) = run(&["component", "test", wasm, "--queries", q, "--corpus", d]);
     assert!(ok, "the rule meets the expectation: {all}");
     assert!(!stdout.contains("EXPECTATION FAILED"), "{stdout}");
+    // A snapshot of the orders: written once, the same on the next run (the fused order and
+    // the component's are deterministic), and a changed order fails with both.
+    let snap = tmp.path().join("orders.snap");
+    let snap = snap.to_str().unwrap();
+    let test_snap = || {
+        run(&[
+            "component",
+            "test",
+            wasm,
+            "--queries",
+            q,
+            "--corpus",
+            d,
+            "--snapshot",
+            snap,
+        ])
+    };
+    let (ok, written, all) = test_snap();
+    assert!(ok && written.contains("snapshot written"), "{all}");
+    let (ok, again, all) = test_snap();
+    assert!(ok && !again.contains("SNAPSHOT CHANGED"), "{all}");
+    let saved = std::fs::read_to_string(snap).unwrap();
+    assert!(
+        saved.contains(r#"{"plan":"premium"} → limits-premium#0"#),
+        "{saved}"
+    );
+    std::fs::write(snap, saved.replace("→ limits-premium#0", "→ branches#0")).unwrap();
+    let (ok, changed, all) = test_snap();
+    assert!(
+        !ok && all.contains("1 orders differ from the snapshot"),
+        "{all}"
+    );
+    assert!(
+        changed.contains("SNAPSHOT CHANGED:\n  was: ") && changed.contains("branches#0"),
+        "{changed}"
+    );
     let block = |marker: &str| -> String {
         (stdout.split("\n\n"))
             .find(|b| b.contains(marker))
@@ -257,6 +293,21 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
     assert!(!ok, "a failing call fails the test: {all}");
     assert!(stdout.contains(&said), "{stdout}");
     let url = server.url.as_str();
+    // The crate declares the callers its rule treats differently (the template's premium and
+    // free plans): the upload's check runs under each, and refuses the bug with where it is.
+    let refused = run(&["component", "upload", wasm, "--url", url]);
+    assert!(!refused.0, "{}", refused.2);
+    let why =
+        format!("smoke run under the declared context {{\"plan\":\"premium\"}}: panic: {said}");
+    assert!(refused.2.contains(&why), "{}", refused.2);
+    // A crate that does not declare them is let through, and fails live premium traffic.
+    let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
+    let declared = "contexts = [{ plan = \"free\" }, { plan = \"premium\" }]";
+    assert!(manifest.contains(declared), "{manifest}");
+    let manifest = manifest.replace(declared, "contexts = [{ plan = \"free\" }]");
+    std::fs::write(crate_dir.join("Cargo.toml"), manifest).unwrap();
+    let (ok, _, all) = run(&["component", "build", "premium-boost"]);
+    assert!(ok, "{all}");
     let (ok, uploaded, all) = run(&[
         "component",
         "upload",

@@ -133,6 +133,21 @@ pub fn build(dir: &Path) -> Result<PathBuf> {
         .map_err(|e| {
             LoopError::Toolchain(format!("making {} a component: {e:#}", core_path.display()))
         })?;
+    // The contexts its upload check runs under, from `[package.metadata.sluice] contexts`.
+    let package = (metadata["packages"].as_array().into_iter().flatten())
+        .find(|p| p["name"] == name.as_str());
+    let contexts = package.map(|p| &p["metadata"]["sluice"]["contexts"]);
+    let contexts = match contexts {
+        None | Some(Value::Null) => Vec::new(),
+        Some(Value::Array(list)) => list.clone(),
+        Some(_) => {
+            return Err(LoopError::Invalid(
+                "[package.metadata.sluice] contexts must be a list of tables of strings".into(),
+            ));
+        }
+    };
+    let component = sluice_rerank::contexts::declare(&component, &contexts)
+        .map_err(|e| LoopError::Invalid(format!("[package.metadata.sluice] contexts: {e}")))?;
     let out = target.join(format!("{name}.component.wasm"));
     std::fs::write(&out, component).map_err(LoopError::io(format!("writing {}", out.display())))?;
     Ok(out)

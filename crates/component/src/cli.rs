@@ -71,6 +71,10 @@ pub enum ComponentCommand {
         /// Tenant whose documents are searched (default: SLUICE_DEFAULT_TENANT).
         #[arg(long)]
         tenant: Option<String>,
+        /// Compare the orders with this file (written when it does not exist): a changed
+        /// order fails the run; delete the file to accept the new orders.
+        #[arg(long)]
+        snapshot: Option<PathBuf>,
     },
     /// Measure a component's instantiate and call cost under the configured limits: on a
     /// synthetic set at 10, 50 and 200 candidates (what it holds is printed), or with
@@ -182,12 +186,16 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             queries,
             corpus,
             tenant,
+            snapshot,
         } => {
             let tenant = (settings.config.auth.tenant_or_default(tenant.as_deref()))
                 .map_err(|e| LoopError::Invalid(e.to_string()))?;
             let mut out = std::io::stdout();
-            let corpus = corpus.as_deref();
-            crate::test(settings, &file, &queries, corpus, &tenant, &mut out).await?;
+            let (corpus, snapshot) = (corpus.as_deref(), snapshot.as_deref());
+            crate::test(
+                settings, &file, &queries, corpus, &tenant, snapshot, &mut out,
+            )
+            .await?;
             Ok(())
         }
         ComponentCommand::Bench {

@@ -167,6 +167,7 @@ pub async fn test(
     queries: &Path,
     corpus: Option<&Path>,
     tenant: &Tenant,
+    snapshot: Option<&Path>,
     out: &mut dyn Write,
 ) -> Result<()> {
     let bytes =
@@ -290,11 +291,76 @@ pub async fn test(
     let costs = outcomes.iter().map(|o| (o.fuel, o.wall.as_micros() as u64));
     summary(costs, failed, out)?;
     let broken = outcomes.iter().filter(|o| !o.broken.is_empty()).count();
-    match broken {
+    if broken > 0 {
+        return Err(LoopError::Failed(format!(
+            "{broken} of {} questions' expectations failed",
+            outcomes.len()
+        )));
+    }
+    match snapshot {
+        Some(path) => compare_snapshot(path, &questions, &outcomes, out),
+        None => Ok(()),
+    }
+}
+
+/// Each question's order as a snapshot line: the question, its context, the component's
+/// order (document#chunk, best first) or how it failed.
+fn snapshot_lines(questions: &[Question], outcomes: &[Outcome]) -> Vec<String> {
+    (questions.iter().zip(outcomes))
+        .map(|(q, o)| {
+            let context = serde_json::to_string(&q.context).unwrap_or_default();
+            let order = match &o.reranked {
+                Ok(order) => (order.iter())
+                    .filter_map(|scored| scored.split_whitespace().next())
+                    .collect::<Vec<_>>()
+                    .join(" "),
+                Err(e) => format!("FAILED {e}"),
+            };
+            format!("{} {context} → {order}", q.query)
+        })
+        .collect()
+}
+
+/// Writes the orders to `path` when it does not exist; else compares them with it and fails
+/// on any change, naming each (delete the file to accept the new orders).
+fn compare_snapshot(
+    path: &Path,
+    questions: &[Question],
+    outcomes: &[Outcome],
+    out: &mut dyn Write,
+) -> Result<()> {
+    let now = snapshot_lines(questions, outcomes);
+    let was = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let text = now.join("\n") + "\n";
+            std::fs::write(path, text)
+                .map_err(LoopError::io(format!("writing {}", path.display())))?;
+            writeln!(out, "snapshot written to {}", path.display()).map_err(report)?;
+            return Ok(());
+        }
+        Err(e) => return Err(LoopError::io(format!("reading {}", path.display()))(e)),
+    };
+    let was: Vec<&str> = was.lines().collect();
+    let mut changed = 0;
+    for i in 0..was.len().max(now.len()) {
+        let (before, after) = (was.get(i).copied(), now.get(i).map(String::as_str));
+        if before != after {
+            changed += 1;
+            writeln!(
+                out,
+                "SNAPSHOT CHANGED:\n  was: {}\n  now: {}",
+                before.unwrap_or("(none)"),
+                after.unwrap_or("(none)")
+            )
+            .map_err(report)?;
+        }
+    }
+    match changed {
         0 => Ok(()),
         n => Err(LoopError::Failed(format!(
-            "{n} of {} questions' expectations failed",
-            outcomes.len()
+            "{n} orders differ from the snapshot {} (delete it to accept them)",
+            path.display()
         ))),
     }
 }

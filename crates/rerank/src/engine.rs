@@ -186,10 +186,32 @@ impl Sandbox {
             pre,
             artifact: Arc::new(artifact),
         };
+        // Its own smoke context, then each one it declares.
+        let declared = crate::contexts::declared(&binary)?;
+        let contexts = std::iter::once((
+            String::new(),
+            vec![("plan".to_string(), "smoke".to_string())],
+        ))
+        .chain(declared.iter().map(|c| {
+            let entries: Vec<(String, String)> = c
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            let shown = serde_json::to_string(c).unwrap_or_default();
+            (format!(" under the declared context {shown}"), entries)
+        }));
+        let failed = |context: &str| {
+            let context = context.to_string();
+            move |error| UploadError::SmokeRun { context, error }
+        };
         if prepared.is_prompt() {
-            self.assemble_costed(&prepared, &crate::prompt::smoke_input())
-                .0
-                .map_err(UploadError::SmokeRun)?;
+            for (shown, entries) in contexts {
+                let input = crate::worlds::PromptInput {
+                    context: entries,
+                    ..crate::prompt::smoke_input()
+                };
+                (self.assemble_costed(&prepared, &input).0).map_err(failed(&shown))?;
+            }
             return Ok(prepared);
         }
         // Metadata of every kind and a context entry, so that a component reading them is
@@ -237,10 +259,6 @@ impl Sandbox {
                 metadata: Vec::new(),
             },
         ];
-        let context = [ContextEntry {
-            key: "plan".into(),
-            value: "smoke".into(),
-        }];
         // The smoke run's texts come with made-up unit vectors, so that a component calling
         // `embed` is checked without running (or depending on) the host's model.
         let unit = |i: usize| {
@@ -253,14 +271,17 @@ impl Sandbox {
             (smoke[0].text.clone(), unit(1)),
             (smoke[1].text.clone(), unit(2)),
         ]);
-        let call = Call {
-            query: "smoke test",
-            context: &context,
-            candidates: &smoke,
-        };
-        self.rerank_costed(&prepared, &call, known)
-            .0
-            .map_err(UploadError::SmokeRun)?;
+        for (shown, entries) in contexts {
+            let context: Vec<ContextEntry> = (entries.into_iter())
+                .map(|(key, value)| ContextEntry { key, value })
+                .collect();
+            let call = Call {
+                query: "smoke test",
+                context: &context,
+                candidates: &smoke,
+            };
+            (self.rerank_costed(&prepared, &call, known.clone()).0).map_err(failed(&shown))?;
+        }
         Ok(prepared)
     }
 

@@ -41,6 +41,7 @@ use thiserror::Error;
 
 pub mod complexity;
 pub mod config;
+pub mod contexts;
 mod engine;
 mod host;
 mod limits;
@@ -106,9 +107,15 @@ pub enum UploadError {
         "component does not implement the sluice:rerank/reranker world (0.2.0 or 0.1.0) or sluice:prompt/assembler (0.1.0): {0}"
     )]
     WrongWorld(String),
-    /// It failed its smoke run under the limits.
-    #[error("component failed its smoke run: {0}")]
-    SmokeRun(RerankError),
+    /// It failed its smoke run under the limits, under the context named (the smoke run's
+    /// own, or one the component declares: [`contexts`]).
+    #[error("component failed its smoke run{context}: {error}")]
+    SmokeRun {
+        /// ` under the declared context {…}`, or nothing for the smoke run's own.
+        context: String,
+        /// How it failed.
+        error: RerankError,
+    },
 }
 
 /// Why a call failed; the pipeline then keeps the fused order.

@@ -4,6 +4,8 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use serde_json::json;
+
 use sluice_rerank::{
     Call, Candidate, ContextEntry, Date, HostServices, MetaField, MetaValue, Sandbox, WORLD_0_1,
     WORLD_0_2,
@@ -190,4 +192,42 @@ fn policy_drops_what_the_plan_may_not_see_and_lifts_recent_documents() {
         .0
         .unwrap_err();
     assert!(err.to_string().contains("half_life_days"), "{err}");
+}
+
+/// The contexts a component declares are its upload check: the smoke run runs under each of
+/// them besides its own, so a rule that fails for one kind of caller is refused with that
+/// context named; a declaration that is no list of contexts is refused as such.
+#[test]
+fn the_upload_check_runs_under_every_context_the_component_declares() {
+    sluice_testkit::needs!(Components);
+    use sluice_rerank::{RerankError, UploadError, contexts::declare};
+    let sandbox = Sandbox::new(roomy(), Arc::new(WordCount)).unwrap();
+    let policy = sluice_rerank::built_component("policy").unwrap();
+    // Accepted as it is, and under contexts it handles.
+    sandbox.compile(&policy).unwrap();
+    let fine = [json!({"plan": "pro"}), json!({"half_life_days": "30"})];
+    sandbox.compile(&declare(&policy, &fine).unwrap()).unwrap();
+    // Refused under one it fails on, with that context and the component's own reason.
+    let failing = [json!({"plan": "pro"}), json!({"half_life_days": "soon"})];
+    let e = sandbox
+        .compile(&declare(&policy, &failing).unwrap())
+        .err()
+        .expect("refused");
+    assert!(
+        matches!(&e, UploadError::SmokeRun { context, error: RerankError::Guest(m) }
+            if context.contains(r#"{"half_life_days":"soon"}"#) && m.contains("half_life_days")),
+        "{e}"
+    );
+    // Not contexts: refused by `declare`, and by the upload when written by other means.
+    assert!(declare(&policy, &[json!("premium")]).is_err());
+    let too_many = vec![json!({"plan": "x"}); sluice_rerank::contexts::MAX_CONTEXTS + 1];
+    assert!(declare(&policy, &too_many).unwrap_err().contains("at most"));
+    let mut forged = policy.clone();
+    let name = sluice_rerank::contexts::SECTION.as_bytes();
+    let payload = br#"["premium"]"#;
+    forged.extend([0, (1 + name.len() + payload.len()) as u8, name.len() as u8]);
+    forged.extend_from_slice(name);
+    forged.extend_from_slice(payload);
+    let e = sandbox.compile(&forged).err().expect("refused");
+    assert!(e.to_string().contains("sluice:contexts section"), "{e}");
 }

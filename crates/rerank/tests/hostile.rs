@@ -265,7 +265,13 @@ fn a_component_that_fails_its_smoke_run_is_refused() {
         .replace("(i32.le_u (local.get $n) (i32.const 2))", "(i32.const 0)");
     let err = sandbox(roomy()).compile(wat.as_bytes()).err().unwrap();
     assert!(
-        matches!(err, UploadError::SmokeRun(RerankError::Trap(_))),
+        matches!(
+            err,
+            UploadError::SmokeRun {
+                error: RerankError::Trap(_),
+                ..
+            }
+        ),
         "{err:?}"
     );
 }
