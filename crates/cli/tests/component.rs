@@ -381,6 +381,87 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
     );
 }
 
+/// `dev` is the loop on every save: it builds the crate, uploads it (labelled `dev`) and
+/// activates it; a save that breaks the build says why and uploads nothing; the next good
+/// save is a new active version.
+#[test]
+fn dev_builds_uploads_and_activates_on_every_save() {
+    sluice_testkit::needs!(Components, Llm, Model);
+    let tmp = tempfile::tempdir().unwrap();
+    let (ok, _, all) = run_in(tmp.path(), &["component", "new", "live"]);
+    assert!(ok, "{all}");
+    let crate_dir = tmp.path().join("live");
+    let server = serve();
+    let mut child = sluice()
+        .args(["component", "dev", "live", "--url", &server.url])
+        .current_dir(tmp.path())
+        .env(
+            "CARGO_TARGET_DIR",
+            sluice_testkit::services::sluice_home().join("components-target"),
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    struct Stop(std::process::Child);
+    impl Drop for Stop {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let stdout = child.stdout.take().unwrap();
+    let _stop = Stop(child);
+    let (send, lines) = std::sync::mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            let _ = send.send(line);
+        }
+    });
+    // The lines up to the next `watching …`, that round's report.
+    let round = || {
+        let mut said = Vec::new();
+        loop {
+            let line = (lines.recv_timeout(std::time::Duration::from_secs(600)))
+                .unwrap_or_else(|_| panic!("no end of the round: {said:?}"));
+            if line.starts_with("watching ") {
+                return said.join("\n");
+            }
+            said.push(line);
+        }
+    };
+    let first = round();
+    assert!(
+        first.contains("activated ") && first.contains("(active)  \"dev\""),
+        "{first}"
+    );
+    // A save that does not build: said, nothing uploaded.
+    std::fs::write(crate_dir.join("src/lib.rs"), "this is not rust").unwrap();
+    let broken = round();
+    assert!(
+        broken.contains("not uploaded: cargo build failed"),
+        "{broken}"
+    );
+    std::fs::write(crate_dir.join("src/lib.rs"), PREMIUM_BOOST).unwrap();
+    let second = round();
+    assert!(second.contains("activated "), "{second}");
+    let version = |said: &str| {
+        let line = said.lines().find(|l| l.starts_with("activated ")).unwrap();
+        line.split_whitespace().nth(1).unwrap().to_string()
+    };
+    assert_ne!(version(&first), version(&second));
+    let (ok, listed, all) = run_in(tmp.path(), &["component", "versions", "--url", &server.url]);
+    assert!(ok, "{all}");
+    assert!(
+        listed.contains(&format!("{}  (active)", version(&second))),
+        "{listed}"
+    );
+}
+
 /// A prompt component from the template, through the same loop: `new --kind prompt` writes
 /// it, `build` makes it, `test` prints the messages it assembles (the caller's locale first),
 /// `bench` measures it on a synthetic input of 0, 5 and 20 sources; uploaded to `sluice serve`'s prompt route

@@ -1,6 +1,6 @@
 //! `sluice component`: the arguments of a tenant's loop for a rerank or prompt component, and
 //! what each runs — locally (`new`, `build`, `test`, `bench`) or against a server (`upload`,
-//! `activate`, `versions`, `delete`, `logs`, `replay`).
+//! `activate`, `versions`, `delete`, `logs`, `replay`, and `dev`, the loop on every save).
 
 use std::path::PathBuf;
 
@@ -100,6 +100,23 @@ pub enum ComponentCommand {
         /// SLUICE_DEFAULT_TENANT).
         #[arg(long, requires = "queries")]
         tenant: Option<String>,
+    },
+    /// On every save of the crate: build it, run the questions (with --queries), then upload
+    /// it (labelled `dev`) and activate it on a server; a failed step says why and waits for
+    /// the next save. Runs until stopped.
+    Dev {
+        /// The crate's folder.
+        #[arg(default_value = ".")]
+        dir: PathBuf,
+        /// Questions to test each build on before it is uploaded (as `test` reads them).
+        #[arg(long)]
+        queries: Option<PathBuf>,
+        /// With --queries: ingest this folder into a scratch store (default: the configured
+        /// store).
+        #[arg(long, requires = "queries")]
+        corpus: Option<PathBuf>,
+        #[command(flatten)]
+        server: Server,
     },
     /// Upload a `.component.wasm` to a server (`--activate`: and make it the tenant's active
     /// one); prints the version.
@@ -213,6 +230,23 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             let context = context.as_deref();
             crate::bench(settings, &file, runs, context, data, &mut out).await?;
             Ok(())
+        }
+        ComponentCommand::Dev {
+            dir,
+            queries,
+            corpus,
+            server,
+        } => {
+            let tenant = (settings
+                .config
+                .auth
+                .tenant_or_default(server.tenant.as_deref()))
+            .map_err(|e| LoopError::Invalid(e.to_string()))?;
+            let checks = queries.as_deref().map(|q| (q, corpus.as_deref(), &tenant));
+            let kind = server.kind();
+            let client = client(server)?;
+            let mut out = std::io::stdout();
+            crate::dev(settings, &dir, &client, kind, checks, &mut out).await
         }
         ComponentCommand::Upload {
             file,

@@ -2,8 +2,9 @@
 //! a crate from the SDK ([`new`], in a workspace of its own anywhere: the SDK and the WIT come
 //! from this binary), build it into a component ([`build`]), run it on questions over a corpus
 //! without a server and check what each question expects ([`test`]), measure what it costs
-//! ([`bench`]); then on a server: upload it ([`upload`]), read a version's log ([`logs`]) and
-//! run its stored failing calls on a local build ([`replay`]). `test` runs the component as
+//! ([`bench`]); then on a server: upload it ([`upload`]), read a version's log ([`logs`]), run
+//! its stored failing calls on a local build ([`replay`]), and all of it on every save
+//! ([`dev`]). `test` runs the component as
 //! the answer path does (the registry, the same limits, the same candidates with their
 //! metadata); `bench` runs it in the sandbox alone, on synthetic candidates or the tenant's
 //! own.
@@ -12,6 +13,7 @@ mod assemble;
 mod bench;
 mod build;
 pub mod cli;
+mod dev;
 mod new;
 mod questions;
 mod remote;
@@ -19,6 +21,7 @@ mod test;
 
 pub use bench::{SYNTHETIC, bench};
 pub use build::build;
+pub use dev::dev;
 pub use new::{Kind, new};
 pub use questions::{Expect, Question, questions};
 pub use remote::{logs, replay, upload};

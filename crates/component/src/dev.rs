@@ -1,0 +1,87 @@
+//! `dev`: the loop on every save — build, test (when questions are given), upload and
+//! activate on a server — until the process is stopped.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use sluice_client::Client;
+use sluice_contract::Tenant;
+
+use crate::{LoopError, Result, report};
+
+/// How often the crate's files are looked at.
+const POLL: Duration = Duration::from_millis(500);
+
+/// The questions a round runs before it uploads: the file, the corpus, the tenant.
+pub type Checks<'a> = (&'a Path, Option<&'a Path>, &'a Tenant);
+
+/// The newest modification time under the crate's `src/` and of its `Cargo.toml`, with the
+/// number of files (a deleted file changes it too).
+fn stamp(dir: &Path) -> (Option<SystemTime>, usize) {
+    let mut newest = None;
+    let mut files = 0;
+    let mut pending = vec![dir.join("src"), dir.join("Cargo.toml")];
+    while let Some(path) = pending.pop() {
+        let Ok(meta) = std::fs::metadata(&path) else {
+            continue;
+        };
+        if meta.is_dir() {
+            let entries = std::fs::read_dir(&path).into_iter().flatten().flatten();
+            pending.extend(entries.map(|e| e.path()));
+            continue;
+        }
+        files += 1;
+        newest = newest.max(meta.modified().ok());
+    }
+    (newest, files)
+}
+
+/// Builds the crate in `dir`, runs `checks`, and uploads and activates the component on the
+/// server of `client` (labelled `dev`), again on every change of its sources, writing what
+/// each round did to `out`; a round that fails says why and the loop waits for the next
+/// change.
+pub async fn dev(
+    settings: &sluice_app::Settings,
+    dir: &Path,
+    client: &Client,
+    kind: &str,
+    checks: Option<Checks<'_>>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let mut seen = None;
+    loop {
+        let now = stamp(dir);
+        if seen.as_ref() != Some(&now) {
+            seen = Some(now);
+            if let Err(e) = round(settings, dir, client, kind, checks, out).await {
+                writeln!(out, "not uploaded: {e}").map_err(report)?;
+            }
+            writeln!(out, "watching {} for changes (Ctrl-C ends)", dir.display())
+                .map_err(report)?;
+            out.flush().map_err(report)?;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// One round: build, check, upload, activate.
+async fn round(
+    settings: &sluice_app::Settings,
+    dir: &Path,
+    client: &Client,
+    kind: &str,
+    checks: Option<Checks<'_>>,
+    out: &mut dyn Write,
+) -> Result<()> {
+    let wasm = crate::build(dir)?;
+    writeln!(out, "built {}", wasm.display()).map_err(report)?;
+    if let Some((queries, corpus, tenant)) = checks {
+        crate::test(settings, &wasm, queries, corpus, tenant, None, out).await?;
+    }
+    let version = crate::upload(client, kind, &wasm, Some("dev"), true)
+        .await
+        .map_err(|e| LoopError::Pipeline(format!("uploading to the server: {e}")))?;
+    writeln!(out, "activated {}", crate::remote::version_line(&version)).map_err(report)?;
+    Ok(())
+}
