@@ -13,7 +13,7 @@ use wasmtime::{
 };
 
 use crate::host::HostUsage;
-use crate::host::{CallCost, CallState, Clock, HostServices, OverBudget, SMOKE_DIM};
+use crate::host::{CallCost, CallState, Clock, HostServices, OverBudget};
 use crate::limits::{ComponentLimits, EPOCH_TICK, KEEP_RESIDENT, pagemap_scan_supported};
 use crate::worlds::bindings::{Reranker, RerankerPre};
 use crate::worlds::bindings_prompt::{Assembler, AssemblerPre};
@@ -21,7 +21,6 @@ use crate::worlds::{
     ALLOWED_IMPORTS, Candidate, ContextEntry, Message, PromptInput, Scored, WORLD_0_1, WORLD_0_2,
     WORLD_PROMPT, bindings_0_1, candidate_0_1,
 };
-use crate::worlds::{Date, MetaField, MetaValue};
 use crate::{RerankError, UploadError};
 
 /// A compiled component, ready to instantiate.
@@ -186,102 +185,7 @@ impl Sandbox {
             pre,
             artifact: Arc::new(artifact),
         };
-        // Its own smoke context, then each one it declares.
-        let declared = crate::contexts::declared(&binary)?;
-        let contexts = std::iter::once((
-            String::new(),
-            vec![("plan".to_string(), "smoke".to_string())],
-        ))
-        .chain(declared.iter().map(|c| {
-            let entries: Vec<(String, String)> = c
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            let shown = serde_json::to_string(c).unwrap_or_default();
-            (format!(" under the declared context {shown}"), entries)
-        }));
-        let failed = |context: &str| {
-            let context = context.to_string();
-            move |error| UploadError::SmokeRun { context, error }
-        };
-        if prepared.is_prompt() {
-            for (shown, entries) in contexts {
-                let input = crate::worlds::PromptInput {
-                    context: entries,
-                    ..crate::prompt::smoke_input()
-                };
-                (self.assemble_costed(&prepared, &input).0).map_err(failed(&shown))?;
-            }
-            return Ok(prepared);
-        }
-        // Metadata of every kind and a context entry, so that a component reading them is
-        // exercised before it is accepted.
-        let metadata = vec![
-            MetaField {
-                key: "audience".into(),
-                value: MetaValue::Strings(vec!["smoke".into()]),
-            },
-            MetaField {
-                key: "draft".into(),
-                value: MetaValue::Boolean(false),
-            },
-            MetaField {
-                key: "topic".into(),
-                value: MetaValue::Text("smoke".into()),
-            },
-            MetaField {
-                key: "updated_at".into(),
-                value: MetaValue::Date(Date {
-                    text: "2026-01-01T00:00:00Z".into(),
-                    seconds: 1_767_225_600.0,
-                }),
-            },
-            MetaField {
-                key: "year".into(),
-                value: MetaValue::Number(2026.0),
-            },
-        ];
-        let smoke = [
-            Candidate {
-                id: "a".into(),
-                title: "A".into(),
-                text: "first candidate".into(),
-                score: 0.03,
-                chunk: 0,
-                metadata: metadata.clone(),
-            },
-            Candidate {
-                id: "b".into(),
-                title: "B".into(),
-                text: "second candidate".into(),
-                score: 0.02,
-                chunk: 1,
-                metadata: Vec::new(),
-            },
-        ];
-        // The smoke run's texts come with made-up unit vectors, so that a component calling
-        // `embed` is checked without running (or depending on) the host's model.
-        let unit = |i: usize| {
-            (0..SMOKE_DIM)
-                .map(|d| if d == i { 1.0 } else { 0.0 })
-                .collect::<Vec<f32>>()
-        };
-        let known = HashMap::from([
-            ("smoke test".to_string(), unit(0)),
-            (smoke[0].text.clone(), unit(1)),
-            (smoke[1].text.clone(), unit(2)),
-        ]);
-        for (shown, entries) in contexts {
-            let context: Vec<ContextEntry> = (entries.into_iter())
-                .map(|(key, value)| ContextEntry { key, value })
-                .collect();
-            let call = Call {
-                query: "smoke test",
-                context: &context,
-                candidates: &smoke,
-            };
-            (self.rerank_costed(&prepared, &call, known.clone()).0).map_err(failed(&shown))?;
-        }
+        crate::smoke::run(self, &prepared, &binary)?;
         Ok(prepared)
     }
 

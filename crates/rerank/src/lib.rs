@@ -48,6 +48,7 @@ mod limits;
 pub mod measure;
 mod prompt;
 mod registry;
+mod smoke;
 mod worlds;
 
 pub use complexity::Complexity;
