@@ -289,17 +289,16 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
         .find_map(|(i, l)| l.find("expect(").map(|c| (i + 1, c + 1)))
         .unwrap();
     let said = format!("panicked at src/lib.rs:{line}:{column}: every document has one audience");
-    let (ok, stdout, all) = run(&["component", "test", wasm, "--queries", q, "--corpus", d]);
-    assert!(!ok, "a failing call fails the test: {all}");
-    assert!(stdout.contains(&said), "{stdout}");
-    let url = server.url.as_str();
     // The crate declares the callers its rule treats differently (the template's premium and
-    // free plans): the upload's check runs under each, and refuses the bug with where it is.
-    let refused = run(&["component", "upload", wasm, "--url", url]);
-    assert!(!refused.0, "{}", refused.2);
+    // free plans): the upload check runs under each — `test`'s local one and the server's —
+    // and refuses the bug with the context and where the panic is.
     let why =
-        format!("smoke run under the declared context {{\"plan\":\"premium\"}}: panic: {said}");
-    assert!(refused.2.contains(&why), "{}", refused.2);
+        format!("smoke run under the declared context {{\"plan\":\"premium\"}}: {said}");
+    let (ok, _, all) = run(&["component", "test", wasm, "--queries", q, "--corpus", d]);
+    assert!(!ok && all.contains(&why), "{all}");
+    let url = server.url.as_str();
+    let refused = run(&["component", "upload", wasm, "--url", url]);
+    assert!(!refused.0 && refused.2.contains(&why), "{}", refused.2);
     // A crate that does not declare them is let through, and fails live premium traffic.
     let manifest = std::fs::read_to_string(crate_dir.join("Cargo.toml")).unwrap();
     let declared = "contexts = [{ plan = \"free\" }, { plan = \"premium\" }]";
@@ -308,6 +307,11 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
     std::fs::write(crate_dir.join("Cargo.toml"), manifest).unwrap();
     let (ok, _, all) = run(&["component", "build", "premium-boost"]);
     assert!(ok, "{all}");
+    // Locally, the failing call: `test` fails and prints the panic's message and place.
+    let (ok, stdout, all) = run(&["component", "test", wasm, "--queries", q, "--corpus", d]);
+    assert!(!ok, "a failing call fails the test: {all}");
+    let failed = format!("FAILED (the answer keeps the fused order, rerank_failed): panic: {said}");
+    assert!(stdout.contains(&failed), "{stdout}");
     let (ok, uploaded, all) = run(&[
         "component",
         "upload",
