@@ -292,8 +292,7 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
     // The crate declares the callers its rule treats differently (the template's premium and
     // free plans): the upload check runs under each — `test`'s local one and the server's —
     // and refuses the bug with the context and where the panic is.
-    let why =
-        format!("smoke run under the declared context {{\"plan\":\"premium\"}}: {said}");
+    let why = format!("smoke run under the declared context {{\"plan\":\"premium\"}}: {said}");
     let (ok, _, all) = run(&["component", "test", wasm, "--queries", q, "--corpus", d]);
     assert!(!ok && all.contains(&why), "{all}");
     let url = server.url.as_str();

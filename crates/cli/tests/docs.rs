@@ -254,6 +254,25 @@ fn the_component_commands_the_docs_show_exist_with_their_flags() {
     }
 }
 
+/// The questions file the components page shows is one `sluice component test` reads, with
+/// the expectations it says.
+#[test]
+fn the_questions_file_the_components_page_shows_is_read_as_shown() {
+    let page = read(&root().join("docs/components.md"));
+    let example = (page.split("```jsonl\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .expect("a ```jsonl example on docs/components.md");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("questions.jsonl");
+    std::fs::write(&file, example).unwrap();
+    let questions = sluice_component::questions(&file).unwrap();
+    assert_eq!(questions.len(), example.lines().count());
+    let first = &questions[0].expect;
+    assert_eq!(first.first.as_deref(), Some("limits-premium"));
+    assert!(first.broken(&["limits-premium", "branches"]).is_empty());
+    assert_eq!(first.broken(&["branches", "internal-notes"]).len(), 2);
+}
+
 /// The `SLUICE_*` names in quotes in the workspace's code, test modules left out, and build
 /// scripts (their variables configure the tests and are in docs/testing.md).
 fn variables_read() -> BTreeSet<String> {
