@@ -334,6 +334,9 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
         let failure = &meta["rerank_error"];
         assert_eq!(failure["kind"], "panic", "{failure}");
         assert_eq!(failure["message"], said, "{failure}");
+        assert_eq!(failure["context"], serde_json::json!({"plan": "premium"}));
+        let candidates = failure["candidates"].as_array().unwrap();
+        assert!(candidates.contains(&"limits-premium#0".into()), "{failure}");
         meta["request_id"].as_str().unwrap().to_string()
     });
     // Stored in the background: the listing and the version's log have it within moments,

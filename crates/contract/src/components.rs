@@ -9,6 +9,22 @@ use crate::Tenant;
 use crate::metadata::Metadata;
 use crate::stages::{RerankFailure, nearest_rank};
 
+/// Why the tenant's rerank component failed on this request, as `meta.rerank_error` tells a
+/// caller that manages the tenant's components: the failure, with the call's context and its
+/// candidates (`document-id#chunk`, in the order the component was given them).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CallFailure {
+    /// Its kind and message.
+    #[serde(flatten)]
+    pub failure: RerankFailure,
+    /// The request's `rerank_context`.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub context: BTreeMap<String, String>,
+    /// The candidates the call was given.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<String>,
+}
+
 /// A failed call remembered for a component version.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ComponentFailure {

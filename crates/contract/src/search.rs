@@ -7,7 +7,7 @@ use crate::Tenant;
 use crate::codes::Degraded;
 use crate::grounding::Extract;
 use crate::sse::Timings;
-use crate::stages::{RerankFailure, SourceDoc};
+use crate::stages::SourceDoc;
 
 /// The sources a search found, as an answer's `meta` carries them.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,5 +36,5 @@ pub struct Found {
     pub rerank_dropped: Option<usize>,
     /// Why the tenant's component failed (to keys that manage components).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rerank_error: Option<RerankFailure>,
+    pub rerank_error: Option<crate::components::CallFailure>,
 }

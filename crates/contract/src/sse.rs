@@ -138,9 +138,10 @@ pub struct Meta {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerank_dropped: Option<usize>,
     /// Why the tenant's component failed (`degraded` has `rerank_failed`): its kind and
-    /// message, for a caller that manages the tenant's components.
+    /// message, with the call's context and candidates, for a caller that manages the
+    /// tenant's components.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub rerank_error: Option<crate::stages::RerankFailure>,
+    pub rerank_error: Option<crate::components::CallFailure>,
     /// Why the tenant's prompt component failed (`degraded` has `prompt_component_failed`),
     /// to the same callers as `rerank_error`.
     #[serde(default, skip_serializing_if = "Option::is_none")]

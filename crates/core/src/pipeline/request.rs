@@ -188,7 +188,7 @@ pub(super) struct Progress {
     /// The score the tenant's component gave each source it kept, by document id and chunk.
     pub(super) rerank_scores: HashMap<(String, usize), f32>,
     /// Why the tenant's component failed, for `meta` (when the caller may be told).
-    pub(super) rerank_failure: Option<RerankFailure>,
+    pub(super) rerank_failure: Option<sluice_contract::components::CallFailure>,
     /// The tenant's prompt component, once the component read has answered (the rerank stage
     /// takes it; none when retrieval did not run).
     pub(super) assembler: Option<Arc<dyn ActivePrompt>>,

@@ -11,6 +11,7 @@ use super::flow::{bounded, ms};
 use super::scope::{COMPONENT_READ, Component, ScopeRead, take};
 use super::{AnswerRequest, Pipeline, Progress};
 use sluice_contract::codes::Degraded;
+use sluice_contract::components::CallFailure;
 use sluice_contract::{
     stages::FailureKind, stages::Hit, stages::RerankFailure, stages::RerankInput,
 };
@@ -40,12 +41,11 @@ impl Pipeline {
                 "the retrieval deadline passed before the rerank could start; keeping the fused order"
             );
             progress.degraded.push(Degraded::RerankFailed);
-            progress.rerank_failure = request.show_rerank_failure.then(|| {
-                RerankFailure::new(
-                    FailureKind::Deadline,
-                    "the retrieval deadline passed before the component could run",
-                )
-            });
+            let failure = RerankFailure::new(
+                FailureKind::Deadline,
+                "the retrieval deadline passed before the component could run",
+            );
+            progress.rerank_failure = told(request, failure, &hits);
             return hits;
         }
         let started = Instant::now();
@@ -99,9 +99,23 @@ impl Pipeline {
             Err(e) => {
                 warn!(error = %e, "rerank component failed; keeping the fused order");
                 progress.degraded.push(Degraded::RerankFailed);
-                progress.rerank_failure = request.show_rerank_failure.then_some(e);
+                progress.rerank_failure = told(request, e, &hits);
                 hits
             }
         }
     }
+}
+
+/// What `meta.rerank_error` tells a caller that manages the tenant's components (`None` for
+/// others): the failure, the request's context and the call's candidates.
+fn told(request: &AnswerRequest, failure: RerankFailure, hits: &[Hit]) -> Option<CallFailure> {
+    request.show_rerank_failure.then(|| CallFailure {
+        failure,
+        context: (request.rerank_context.iter())
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        candidates: (hits.iter())
+            .map(|h| format!("{}#{}", h.document.id, h.chunk))
+            .collect(),
+    })
 }

@@ -215,16 +215,34 @@ async fn why_a_component_failed_is_told_to_the_callers_that_manage_components_on
         "no plan in the context".into(),
     ))));
     let app = kit.app();
-    let ask = json!({"query": "what is the card limit"});
+    let ask = json!({"query": "what is the card limit", "rerank_context": {"locale": "de"}});
     let as_key = |key: &str| format!("Bearer {key}");
     let told = app
         .answer_with(&[("authorization", &as_key(&admin))], &ask)
         .await;
     told.assert_well_formed();
     assert_eq!(told.degraded(), ["rerank_failed"]);
+    // With the call's context and its candidates: the fused order, kept.
+    let kept: Vec<String> = (told.meta()["documents"].as_array().unwrap().iter())
+        .map(|d| format!("{}#{}", d["id"].as_str().unwrap(), d["chunk"]))
+        .collect();
+    let failure = &told.meta()["rerank_error"];
     assert_eq!(
-        told.meta()["rerank_error"],
-        json!({"kind": "component_error", "message": "no plan in the context"})
+        (&failure["kind"], &failure["message"], &failure["context"]),
+        (
+            &json!("component_error"),
+            &json!("no plan in the context"),
+            &json!({"locale": "de"})
+        ),
+        "{failure}"
+    );
+    let candidates: Vec<String> = (failure["candidates"].as_array().unwrap().iter())
+        .map(|c| c.as_str().unwrap().to_string())
+        .collect();
+    assert!(!kept.is_empty(), "{}", told.meta());
+    assert!(
+        kept.iter().all(|k| candidates.contains(k)),
+        "{candidates:?} {kept:?}"
     );
     // A key that only answers gets the same answer, degraded, without the reason.
     let untold = app
