@@ -182,6 +182,11 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
         let client = sluice_client::Client::new(&url).map_err(crate::remote::server)?;
         Ok::<_, LoopError>(client.for_tenant(server.tenant.as_deref()))
     };
+    // The tenant whose documents a local run searches: the one named, else the default.
+    let tenant_or_default = |tenant: Option<&str>| {
+        (settings.config.auth.tenant_or_default(tenant))
+            .map_err(|e| LoopError::Invalid(e.to_string()))
+    };
     match command {
         ComponentCommand::New { name, kind, dir } => {
             let root = crate::new(&name, kind, dir.as_deref())?;
@@ -205,8 +210,7 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             tenant,
             snapshot,
         } => {
-            let tenant = (settings.config.auth.tenant_or_default(tenant.as_deref()))
-                .map_err(|e| LoopError::Invalid(e.to_string()))?;
+            let tenant = tenant_or_default(tenant.as_deref())?;
             let mut out = std::io::stdout();
             let (corpus, snapshot) = (corpus.as_deref(), snapshot.as_deref());
             crate::test(
@@ -223,8 +227,7 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             corpus,
             tenant,
         } => {
-            let tenant = (settings.config.auth.tenant_or_default(tenant.as_deref()))
-                .map_err(|e| LoopError::Invalid(e.to_string()))?;
+            let tenant = tenant_or_default(tenant.as_deref())?;
             let data = queries.as_deref().map(|q| (q, corpus.as_deref(), &tenant));
             let mut out = std::io::stdout();
             let context = context.as_deref();
@@ -237,11 +240,7 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             corpus,
             server,
         } => {
-            let tenant = (settings
-                .config
-                .auth
-                .tenant_or_default(server.tenant.as_deref()))
-            .map_err(|e| LoopError::Invalid(e.to_string()))?;
+            let tenant = tenant_or_default(server.tenant.as_deref())?;
             let checks = queries.as_deref().map(|q| (q, corpus.as_deref(), &tenant));
             let kind = server.kind();
             let client = client(server)?;

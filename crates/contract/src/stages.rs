@@ -460,6 +460,11 @@ impl RerankContext {
     pub fn iter(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
+
+    /// The entries as a map (what a component's records keep).
+    pub fn to_map(&self) -> std::collections::BTreeMap<String, String> {
+        self.0.clone()
+    }
 }
 
 /// Finds each tenant's active components: rerank and prompt assembly.

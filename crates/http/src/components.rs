@@ -20,7 +20,7 @@ use sluice_contract::codes::Code;
 use sluice_contract::components::{ComponentError, ComponentVersion, Components};
 
 use crate::Server;
-use crate::admit::{Caller, admit};
+use crate::admit::admit;
 use crate::answer::{parse_json, read_body};
 use crate::error::ApiError;
 
@@ -35,6 +35,20 @@ fn components(server: &Server) -> Result<Arc<dyn Components>, ApiError> {
             "this server runs without tenant components",
         )
     })
+}
+
+/// Admits a caller that manages the tenant's components, to the routes of `kind`: the name
+/// the registry keeps them under ([`space`]), and whether the caller is bound to a filter
+/// (even one made tenant-wide) — the calls a version's records keep were other keys' calls,
+/// over documents such a caller may not read, so their texts are hidden from it.
+async fn admit_to(
+    server: &Server,
+    headers: &HeaderMap,
+    kind: &str,
+) -> Result<(Tenant, bool), ApiError> {
+    let caller = admit(server, headers, Permission::Components).await?;
+    let bound = caller.filter.is_some();
+    Ok((space(kind, caller.tenant)?, bound))
 }
 
 /// The name the registry keeps `tenant`'s components of `kind` under (the route's last
@@ -76,10 +90,7 @@ pub(crate) async fn upload_component(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let tenant = admit(&server, &headers, Permission::Components)
-        .await?
-        .tenant;
-    let tenant = space(&kind, tenant)?;
+    let (tenant, _) = admit_to(&server, &headers, &kind).await?;
     let Query(UploadQuery { label }) = query?;
     if let Some(label) = &label {
         ComponentVersion::check_label(label).map_err(|m| ApiError::new(Code::InvalidLabel, m))?;
@@ -105,10 +116,7 @@ pub(crate) async fn activate_component(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let tenant = admit(&server, &headers, Permission::Components)
-        .await?
-        .tenant;
-    let tenant = space(&kind, tenant)?;
+    let (tenant, _) = admit_to(&server, &headers, &kind).await?;
     let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
     let body: ActivateBody = parse_json(&bytes)?;
     let version = registry(&server, move |r| r.activate(&tenant, &body.version)).await?;
@@ -120,9 +128,7 @@ pub(crate) async fn list_components(
     Path(kind): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let caller = admit(&server, &headers, Permission::Components).await?;
-    let redact = sees_only_part(&caller);
-    let tenant = space(&kind, caller.tenant)?;
+    let (tenant, redact) = admit_to(&server, &headers, &kind).await?;
     let mut versions = registry(&server, move |r| r.list(&tenant)).await?;
     // Other keys' calls failed over their documents: a key bound to a filter (even one made
     // tenant-wide) is not shown what those calls' messages may quote.
@@ -143,18 +149,9 @@ pub(crate) async fn deactivate_component(
     Path(kind): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let tenant = admit(&server, &headers, Permission::Components)
-        .await?
-        .tenant;
-    let tenant = space(&kind, tenant)?;
+    let (tenant, _) = admit_to(&server, &headers, &kind).await?;
     registry(&server, move |r| r.deactivate(&tenant)).await?;
     Ok(Json(json!({ "active": null })).into_response())
-}
-
-/// Whether the caller is bound to a filter (even one made tenant-wide): the calls a version's
-/// records keep were other keys' calls, over documents it may not read.
-fn sees_only_part(caller: &Caller) -> bool {
-    caller.filter.is_some()
 }
 
 /// `GET /v1/components/{kind}/{version}/logs`: the version's last calls that logged a line or
@@ -165,9 +162,7 @@ pub(crate) async fn component_logs(
     Path((kind, version)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let caller = admit(&server, &headers, Permission::Components).await?;
-    let redact = sees_only_part(&caller);
-    let tenant = space(&kind, caller.tenant)?;
+    let (tenant, redact) = admit_to(&server, &headers, &kind).await?;
     let asked = version.clone();
     let mut calls = registry(&server, move |r| r.logs(&tenant, &asked)).await?;
     if redact {
@@ -182,10 +177,7 @@ pub(crate) async fn delete_component(
     Path((kind, version)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let tenant = admit(&server, &headers, Permission::Components)
-        .await?
-        .tenant;
-    let tenant = space(&kind, tenant)?;
+    let (tenant, _) = admit_to(&server, &headers, &kind).await?;
     let asked = version.clone();
     registry(&server, move |r| r.delete(&tenant, &asked)).await?;
     Ok(Json(json!({ "deleted": version })).into_response())

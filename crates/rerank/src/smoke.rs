@@ -7,7 +7,9 @@ use std::collections::HashMap;
 use crate::UploadError;
 use crate::engine::{Call, Prepared, Sandbox};
 use crate::host::SMOKE_DIM;
-use crate::worlds::{Candidate, ContextEntry, Date, MetaField, MetaValue};
+use crate::registry::context_entries;
+use crate::worlds::{Candidate, Date, MetaField, MetaValue};
+use sluice_contract::stages::RerankContext;
 
 /// Runs `prepared` (compiled from `binary`) as the upload's check.
 pub(crate) fn run(
@@ -16,27 +18,23 @@ pub(crate) fn run(
     binary: &[u8],
 ) -> Result<(), UploadError> {
     // Its own smoke context, then each one it declares.
+    let own = serde_json::json!({"plan": "smoke"});
+    let own = RerankContext::parse(&own).map_err(UploadError::NotAComponent)?;
     let declared = crate::contexts::declared(binary)?;
-    let contexts = std::iter::once((
-        String::new(),
-        vec![("plan".to_string(), "smoke".to_string())],
-    ))
-    .chain(declared.iter().map(|c| {
-        let entries: Vec<(String, String)> = c
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect();
-        let shown = serde_json::to_string(c).unwrap_or_default();
-        (format!(" under the declared context {shown}"), entries)
+    let contexts = std::iter::once((String::new(), own)).chain(declared.into_iter().map(|c| {
+        let shown = serde_json::to_string(&c).unwrap_or_default();
+        (format!(" under the declared context {shown}"), c)
     }));
     let failed = |context: &str| {
         let context = context.to_string();
         move |error| UploadError::SmokeRun { context, error }
     };
     if prepared.is_prompt() {
-        for (shown, entries) in contexts {
+        for (shown, context) in contexts {
             let input = crate::worlds::PromptInput {
-                context: entries,
+                context: (context.iter())
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
                 ..crate::prompt::smoke_input()
             };
             (sandbox.assemble_costed(prepared, &input).0).map_err(failed(&shown))?;
@@ -100,10 +98,8 @@ pub(crate) fn run(
         (smoke[0].text.clone(), unit(1)),
         (smoke[1].text.clone(), unit(2)),
     ]);
-    for (shown, entries) in contexts {
-        let context: Vec<ContextEntry> = (entries.into_iter())
-            .map(|(key, value)| ContextEntry { key, value })
-            .collect();
+    for (shown, context) in contexts {
+        let context = context_entries(&context);
         let call = Call {
             query: "smoke test",
             context: &context,

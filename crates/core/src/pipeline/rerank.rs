@@ -111,9 +111,7 @@ impl Pipeline {
 fn told(request: &AnswerRequest, failure: RerankFailure, hits: &[Hit]) -> Option<CallFailure> {
     request.show_rerank_failure.then(|| CallFailure {
         failure,
-        context: (request.rerank_context.iter())
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        context: request.rerank_context.to_map(),
         candidates: (hits.iter())
             .map(|h| format!("{}#{}", h.document.id, h.chunk))
             .collect(),

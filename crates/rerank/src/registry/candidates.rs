@@ -123,9 +123,7 @@ pub(super) fn call_input(
     };
     CallInput {
         query: query.to_string(),
-        context: (context.iter())
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect(),
+        context: context.to_map(),
         candidates: (hits.iter())
             .map(|h| InputCandidate {
                 id: h.document.id.clone(),
