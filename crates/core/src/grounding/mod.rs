@@ -15,6 +15,7 @@
 
 mod evidence;
 mod passage;
+mod segment;
 mod verdict;
 
 #[cfg(test)]
