@@ -3,8 +3,8 @@
 # denied, enforced by the build itself: .cargo/config.toml, so neither this nor `make test`
 # rebuilds the other's work) and the in-process tests: every library's unit tests, every
 # integration test target that needs no service, and binaries with unit tests. The rule: a test
-# that needs a service, the model, a built binary or an emulator says so with
-# `sluice_testkit::needs!`; a target none of whose files does is in-process and runs here
+# that needs a service, the model or an emulator says so with `sluice_testkit::needs!`; a target
+# none of whose files does, and that runs no binary of its package, is in-process and runs here
 # (scripts/in-process-tests.sh lists them). Needs no service, model or network; `make test`
 # runs these and everything else.
 set -euo pipefail
@@ -16,6 +16,9 @@ targets=$(scripts/in-process-tests.sh)
   # tests mostly wait on timers and channels (the contract binary: 5.7 s with two threads,
   # 2.2 s with eight), and none shares the local LLM that limits `make test` to two.
   # shellcheck disable=SC2086 # one word per argument
+  # The property tests check the first 1,000 of their seeded cases here, all 10,000 in `make
+  # test` (SLUICE_TEST_CASES): the contract's access property alone took 14 s of CPU.
+  SLUICE_TEST_CASES=${SLUICE_TEST_CASES:-1000} \
   SLUICE_TEST_JOBS=${SLUICE_TEST_JOBS:-3} scripts/run-tests.py --workspace --lib $targets \
     -- --test-threads=8
   # The component templates `sluice component new` writes, their rules tested on this

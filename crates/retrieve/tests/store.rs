@@ -814,7 +814,7 @@ async fn equal_fused_scores_at_the_cut_are_settled_by_id_call_after_call() {
 
 #[tokio::test]
 async fn an_end_users_access_lets_through_exactly_what_they_may_see() {
-    // 40 documents with random access lists; 10,000 random users (or none), key bindings and
+    // 40 documents with random access lists; 10,000 random users (`SLUICE_TEST_CASES`) (or none), key bindings and
     // request filters, as the routes AND them: the search returns exactly the documents the
     // reference lets through (`sluice_testkit::users::access_case`).
     let dir = tempfile::tempdir().unwrap();
@@ -833,7 +833,7 @@ async fn an_end_users_access_lets_through_exactly_what_they_may_see() {
             .unwrap();
     }
     let query = unit(7);
-    for case in 0..10_000 {
+    for case in 0..sluice_testkit::users::case_count() {
         let (filter, expected) = sluice_testkit::users::access_case(&mut cases, &corpus);
         let search = Search::new("card policy", &query, 50).filter(filter.as_ref());
         let hits = store.search(&tenant("t"), &search).await.unwrap();

@@ -84,6 +84,19 @@ pub const USERS: [&str; 8] = [
     "alice", "bob", "carol", "dan", "erin", "frank", "grace", "heidi",
 ];
 
+/// How many random cases each property test checks: `SLUICE_TEST_CASES`, default 10,000
+/// (`make test`); `make check` runs 1,000 of the same seeded sequence, so the fast lane checks
+/// a prefix of what `make test` checks.
+pub fn case_count() -> usize {
+    match std::env::var("SLUICE_TEST_CASES") {
+        Err(_) => 10_000,
+        Ok(n) => match n.parse() {
+            Ok(n) if n >= 100 => n,
+            _ => panic!("SLUICE_TEST_CASES must be a number of at least 100, not {n:?}"),
+        },
+    }
+}
+
 /// Random end users, access lists and filters for property tests, from a seed (the load
 /// generator's SplitMix: cases repeat by their seed).
 pub struct Cases(sluice_bench::load::SplitMix);

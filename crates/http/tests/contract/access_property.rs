@@ -1,4 +1,5 @@
-//! End users' access, as a property: 10,000 random cases — a user of random principals (or
+//! End users' access, as a property: 10,000 random cases (`SLUICE_TEST_CASES`; 1,000 in `make
+//! check`) — a user of random principals (or
 //! none), through a key bound to a random filter (or none), sending a random filter (or none),
 //! asking one of a few questions — over 40 documents with random access lists and labels. For
 //! each, against the reference meaning (`access::may_see` AND the key's and the request's
@@ -16,11 +17,10 @@ use sluice_contract::auth::Permission;
 use sluice_contract::filter::Filter;
 use sluice_contract::metadata::{MetaValue, Metadata};
 use sluice_testkit::MemoryKeys;
-use sluice_testkit::users::{Cases, identity, principals, token};
+use sluice_testkit::users::{Cases, case_count, identity, principals, token};
 
 use crate::kit::{Kit, UNCHECKED};
 
-const CASES: usize = 10_000;
 const DOCUMENTS: usize = 40;
 const QUESTIONS: [&str; 3] = [
     "How long does a replacement card take?",
@@ -48,6 +48,7 @@ fn parsed(filter: &Option<Value>) -> Option<Filter> {
 #[tokio::test]
 async fn no_answer_prompt_cached_answer_or_listing_crosses_a_users_access() {
     let mut cases = Cases::new(58);
+    let count = case_count();
     let keys = Arc::new(MemoryKeys::default());
     let admin = keys.add("acme", &Permission::DEFAULT);
     let app = Kit::new(UNCHECKED).keys(Arc::clone(&keys)).app();
@@ -108,7 +109,7 @@ async fn no_answer_prompt_cached_answer_or_listing_crosses_a_users_access() {
 
     let (mut hits, mut shared, mut sources, mut listed) = (0, 0, 0, 0);
     let mut seen_by: HashMap<bool, usize> = HashMap::new();
-    for case in 0..CASES {
+    for case in 0..count {
         let key = cases.pick(&front_ends);
         let user = cases.below(users.len() + 2);
         let (held, token) = match users.get(user) {
@@ -180,15 +181,15 @@ async fn no_answer_prompt_cached_answer_or_listing_crosses_a_users_access() {
     }
     // The cases reached what they are about: cache hits, documents seen, and nothing to see.
     assert!(
-        hits > CASES / 10 && shared > CASES / 100,
+        hits > count / 10 && shared > count / 100,
         "cache hits: {hits}, {shared} through their sources"
     );
     assert!(
-        sources > CASES && listed > CASES,
+        sources > count && listed > count,
         "{sources} sources, {listed} listed"
     );
     assert!(
-        seen_by.get(&false).copied().unwrap_or(0) > CASES / 50,
+        seen_by.get(&false).copied().unwrap_or(0) > count / 50,
         "{seen_by:?}"
     );
 }

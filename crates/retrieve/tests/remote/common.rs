@@ -194,9 +194,6 @@ pub async fn search_under(store: &dyn Store, filter: Option<&Filter>, k: usize) 
         .unwrap();
 }
 
-/// How many random cases each store's end-user access property is checked on.
-pub const ACCESS_CASES: usize = 10_000;
-
 /// The access corpus (`sluice_testkit::users::access_corpus`, 40 documents) written through
 /// `store` for tenant acme, one chunk each.
 pub async fn ingest_access_corpus(

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::common::{
-    ACCESS_CASES, Request, StandIn, chunk, doc, ingest_access_corpus, ingest_filter_corpus,
-    search_filtered, search_under, spec,
+    Request, StandIn, chunk, doc, ingest_access_corpus, ingest_filter_corpus, search_filtered,
+    search_under, spec,
 };
 use axum::http::StatusCode;
 use serde_json::{Value, json};
@@ -762,7 +762,7 @@ async fn an_end_users_access_in_the_filter_sent_lets_through_exactly_what_they_m
         .flat_map(|r| r.body["vectors"].as_array().cloned().unwrap_or_default())
         .collect();
     assert_eq!(records.len(), corpus.len());
-    for case in 0..ACCESS_CASES {
+    for case in 0..sluice_testkit::users::case_count() {
         let (filter, expected) = sluice_testkit::users::access_case(&mut cases, &corpus);
         s.dense.clear();
         s.sparse.clear();

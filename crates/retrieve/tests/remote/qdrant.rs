@@ -14,8 +14,8 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::common::{
-    ACCESS_CASES, Request, StandIn, chunk, doc, ingest_access_corpus, ingest_filter_corpus,
-    search_filtered, search_under, spec,
+    Request, StandIn, chunk, doc, ingest_access_corpus, ingest_filter_corpus, search_filtered,
+    search_under, spec,
 };
 use axum::http::StatusCode;
 use serde_json::{Value, json};
@@ -562,7 +562,7 @@ async fn an_end_users_access_in_the_filter_sent_lets_through_exactly_what_they_m
         .flat_map(|r| r.body["points"].as_array().cloned().unwrap_or_default())
         .collect();
     assert_eq!(points.len(), corpus.len());
-    for case in 0..ACCESS_CASES {
+    for case in 0..sluice_testkit::users::case_count() {
         let (filter, expected) = sluice_testkit::users::access_case(&mut cases, &corpus);
         stand_in.clear();
         search_under(&store, filter.as_ref(), 50).await;
