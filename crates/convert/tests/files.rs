@@ -372,24 +372,15 @@ fn a_pdf_whose_outline_leads_back_to_itself_converts_without_it() {
 /// decompression bomb when `inflated` is large (a gibibyte of spaces deflates to about a
 /// megabyte).
 fn bomb(pages: usize, inflated: usize) -> Vec<u8> {
-    use std::io::Write;
     let page: &[(f32, &str)] = &[(BODY, "text")];
     let file = pdf(&vec![page; pages], PdfOptions::default());
     let mut doc = lopdf::Document::load_mem(&file).unwrap();
-    let spaces = vec![b' '; 1 << 20];
     let ids: Vec<_> = doc.get_pages().into_values().collect();
     for page in ids {
         let content = doc.get_page_contents(page)[0];
-        let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
-        let mut left = inflated;
-        while left > 0 {
-            let n = left.min(spaces.len());
-            z.write_all(&spaces[..n]).unwrap();
-            left -= n;
-        }
         let stream = lopdf::Stream::new(
             lopdf::dictionary! {"Filter" => "FlateDecode"},
-            z.finish().unwrap(),
+            spaces_zlib(inflated),
         )
         .with_compression(false);
         doc.objects.insert(content, lopdf::Object::Stream(stream));
@@ -399,11 +390,56 @@ fn bomb(pages: usize, inflated: usize) -> Vec<u8> {
     bytes
 }
 
+/// A zlib stream of `n` spaces (at least a mebibyte), made without compressing them all (a
+/// gibibyte took seconds of the test's CPU): after a sync flush the window holds only spaces,
+/// so deflate's output for every further mebibyte is the same — compressed twice here to show
+/// it — and is repeated; then the rest, an empty final block, and Adler-32's closed form for
+/// one repeated byte.
+fn spaces_zlib(n: usize) -> Vec<u8> {
+    use std::io::Write;
+    const MIB: usize = 1 << 20;
+    assert!(n >= MIB, "{n}");
+    let spaces = vec![b' '; MIB];
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    // Where the output of each step ends: the first mebibyte (after the header), two more, and
+    // what is left over a whole number of mebibytes.
+    let mut ends = vec![];
+    for len in [MIB, MIB, MIB, n % MIB] {
+        z.write_all(&spaces[..len]).unwrap();
+        z.flush().unwrap();
+        ends.push(z.get_ref().len());
+    }
+    let out = z.get_ref();
+    let repeated = &out[ends[0]..ends[1]];
+    assert_eq!(
+        repeated,
+        &out[ends[1]..ends[2]],
+        "a mebibyte's output repeats"
+    );
+    let mut stream = out[..ends[0]].to_vec();
+    for _ in 1..n / MIB {
+        stream.extend_from_slice(repeated);
+    }
+    stream.extend_from_slice(&out[ends[2]..ends[3]]);
+    // An empty final block (fixed Huffman codes: BFINAL, BTYPE 01, end of block).
+    stream.extend_from_slice(&[0x03, 0x00]);
+    let (m, n, c) = (65_521u64, n as u64, u64::from(b' '));
+    let a = (1 + c * (n % m)) % m;
+    let b = (n % m + c * ((n * (n + 1) / 2) % m)) % m;
+    stream.extend_from_slice(&(((b << 16) | a) as u32).to_be_bytes());
+    stream
+}
+
 /// A PDF whose streams inflate past the caps is refused while they are inflated — into a
 /// small buffer, counting — before the parser inflates anything whole: per stream, and for
 /// the file in all.
 #[test]
 fn a_pdf_whose_streams_inflate_past_the_caps_is_refused_while_inflating() {
+    // The stream the files are made of inflates to what it says, checksum and all.
+    let mut back = Vec::new();
+    let small = spaces_zlib(5 << 19);
+    std::io::Read::read_to_end(&mut flate2::read::ZlibDecoder::new(&small[..]), &mut back).unwrap();
+    assert!(back.len() == 5 << 19 && back.iter().all(|&b| b == b' '));
     // The audit's file: about a megabyte that inflates to a gibibyte, under the default caps.
     let file = bomb(1, 1 << 30);
     assert!(file.len() < 2 << 20, "{} bytes", file.len());
