@@ -9,7 +9,9 @@ in its package's folder, with `CARGO_MANIFEST_DIR` and `CARGO` set, its output p
 when it ends (never interleaved) with cargo's own lines around it, so a failure reads as it
 would under `cargo test` and the summary lines of the callers count it the same way.
 
-The longest binaries start first (their last durations are kept in
+A binary starts as soon as cargo has built it, while cargo builds the rest: after a change to
+one crate, the binaries that do not depend on it run during the build instead of after it.
+Of the binaries built and waiting, the longest starts first (their last durations are kept in
 `$SLUICE_HOME/test-durations.json`); at most `SLUICE_TEST_JOBS` run at once (default 2: the
 end-to-end binary is the long pole and every other fits beside it one at a time, while a third
 at once overloaded the one local LLM the tests share: a first token past its 30-s timeout).
@@ -37,29 +39,6 @@ def main() -> int:
         stdout=subprocess.PIPE,
         text=True,
     )
-    binaries = []
-    for line in build.stdout:
-        try:
-            message = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if (
-            message.get("reason") == "compiler-artifact"
-            and message.get("profile", {}).get("test")
-            and message.get("executable")
-        ):
-            target = message["target"]
-            package = os.path.dirname(message["manifest_path"])
-            label = target["src_path"]
-            label = (
-                f"unittests {os.path.relpath(label, package)}"
-                if target["kind"] != ["test"]
-                else os.path.relpath(label, package)
-            )
-            binaries.append((message["executable"], package, label))
-    if build.wait() != 0:
-        return build.returncode
-
     home = os.environ.get("SLUICE_HOME") or os.path.expanduser("~/.cache/sluice")
     record = os.path.join(home, "test-durations.json")
     try:
@@ -68,7 +47,40 @@ def main() -> int:
     except (OSError, ValueError):
         durations = {}
     key = lambda b: os.path.basename(b[0]).rsplit("-", 1)[0] + " " + b[2]
-    binaries.sort(key=lambda b: -durations.get(key(b), 0.0))
+
+    # Built binaries not yet started, and whether cargo has finished building.
+    ready = threading.Condition()
+    waiting = []
+    built = [False]
+
+    def read_build():
+        for line in build.stdout:
+            try:
+                message = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if (
+                message.get("reason") == "compiler-artifact"
+                and message.get("profile", {}).get("test")
+                and message.get("executable")
+            ):
+                target = message["target"]
+                package = os.path.dirname(message["manifest_path"])
+                label = target["src_path"]
+                label = (
+                    f"unittests {os.path.relpath(label, package)}"
+                    if target["kind"] != ["test"]
+                    else os.path.relpath(label, package)
+                )
+                with ready:
+                    waiting.append((message["executable"], package, label))
+                    ready.notify()
+        code = build.wait()
+        with ready:
+            if code != 0:
+                waiting.clear()  # a build that failed starts nothing more
+            built[0] = True
+            ready.notify_all()
 
     lock = threading.Lock()
     failed = []
@@ -96,9 +108,27 @@ def main() -> int:
                 print(f"error: test failed, to rerun pass `{' '.join(args)}` ({label})")
             sys.stdout.flush()
 
+    def worker():
+        while True:
+            with ready:
+                while not waiting and not built[0]:
+                    ready.wait()
+                if not waiting:
+                    return
+                waiting.sort(key=lambda b: -durations.get(key(b), 0.0))
+                binary = waiting.pop(0)
+            run(binary)
+
     jobs = int(os.environ.get("SLUICE_TEST_JOBS", "2"))
+    reader = threading.Thread(target=read_build)
+    reader.start()
     with ThreadPoolExecutor(max_workers=jobs) as pool:
-        list(pool.map(run, binaries))
+        workers = [pool.submit(worker) for _ in range(jobs)]
+        for w in workers:
+            w.result()
+    reader.join()
+    if build.returncode != 0:
+        return build.returncode
     os.makedirs(home, exist_ok=True)
     with open(record, "w") as f:
         json.dump(durations, f, indent=1, sort_keys=True)
