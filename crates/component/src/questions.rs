@@ -239,4 +239,24 @@ mod tests {
             assert_eq!(matches(pattern, id), is, "{pattern} {id}");
         }
     }
+
+    /// The questions file the components page shows is one `sluice component test` reads, with
+    /// the expectations it says.
+    #[test]
+    fn the_questions_file_the_components_page_shows_is_read_as_shown() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/components.md");
+        let page = std::fs::read_to_string(&path).expect("docs/components.md");
+        let example = (page.split("```jsonl\n").nth(1))
+            .and_then(|rest| rest.split("```").next())
+            .expect("a ```jsonl example on docs/components.md");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("questions.jsonl");
+        std::fs::write(&file, example).unwrap();
+        let questions = questions(&file).unwrap();
+        assert_eq!(questions.len(), example.lines().count());
+        let first = &questions[0].expect;
+        assert_eq!(first.first.as_deref(), Some("limits-premium"));
+        assert!(first.broken(&["limits-premium", "branches"]).is_empty());
+        assert_eq!(first.broken(&["branches", "internal-notes"]).len(), 2);
+    }
 }
