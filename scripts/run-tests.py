@@ -11,7 +11,9 @@ would under `cargo test` and the summary lines of the callers count it the same 
 
 A binary starts as soon as cargo has built it, while cargo builds the rest: after a change to
 one crate, the binaries that do not depend on it run during the build instead of after it.
-Of the binaries built and waiting, the longest starts first (their last durations are kept in
+Cargo names the binaries already up to date in one burst at its start: the first starts once
+that burst is over (no new one for `SETTLE` seconds), so that they are ordered together. Of
+the binaries built and waiting, the longest starts first (their last durations are kept in
 `$SLUICE_HOME/test-durations.json`); at most `SLUICE_TEST_JOBS` run at once (default 2: the
 end-to-end binary is the long pole and every other fits beside it one at a time, while a third
 at once overloaded the one local LLM the tests share: a first token past its 30-s timeout).
@@ -25,6 +27,8 @@ import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+
+SETTLE = 0.3
 
 
 def main() -> int:
@@ -52,6 +56,7 @@ def main() -> int:
     ready = threading.Condition()
     waiting = []
     built = [False]
+    arrived = [time.monotonic()]
 
     def read_build():
         for line in build.stdout:
@@ -74,6 +79,7 @@ def main() -> int:
                 )
                 with ready:
                     waiting.append((message["executable"], package, label))
+                    arrived[0] = time.monotonic()
                     ready.notify()
         code = build.wait()
         with ready:
@@ -111,10 +117,13 @@ def main() -> int:
     def worker():
         while True:
             with ready:
-                while not waiting and not built[0]:
-                    ready.wait()
-                if not waiting:
-                    return
+                while True:
+                    if not waiting and built[0]:
+                        return
+                    quiet = time.monotonic() - arrived[0]
+                    if waiting and (built[0] or quiet >= SETTLE):
+                        break
+                    ready.wait(SETTLE - quiet if waiting else None)
                 waiting.sort(key=lambda b: -durations.get(key(b), 0.0))
                 binary = waiting.pop(0)
             run(binary)
