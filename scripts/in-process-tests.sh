@@ -32,6 +32,6 @@ for package in json.load(sys.stdin)["packages"]:
     untested = any("lib" in t["kind"] and not t.get("test", True) for t in package["targets"])
     if untested and not chosen:
         chosen = ["--exclude", package["name"]]
-    if chosen:
-        print(*chosen)
+    for i in range(0, len(chosen), 2):
+        print(*chosen[i : i + 2])
 '

@@ -142,8 +142,10 @@ fn a_plain_cargo_build_with_the_repositorys_configuration_fails_a_crate_that_bre
 #[test]
 fn make_check_runs_every_test_target_that_needs_no_service() {
     // The rule scripts/check.sh applies (scripts/in-process-tests.sh): every integration test
-    // target whose files never call `needs!` — the API contract, the stores, the sandbox's
-    // hostile components — and none of those that do; a binary only when it has unit tests.
+    // target whose files never call `needs!` nor run their package's binary — the API
+    // contract, the stores, the sandbox's hostile components, the docs — and none of those
+    // that do; a binary only when it has unit tests; a library without unit tests
+    // (`test = false`) in a package with nothing else chosen is left out.
     let out = Command::new("scripts/in-process-tests.sh")
         .current_dir(sluice_tests::repo())
         .output()
@@ -151,19 +153,20 @@ fn make_check_runs_every_test_target_that_needs_no_service() {
     assert!(out.status.success(), "{out:?}");
     let chosen = String::from_utf8_lossy(&out.stdout);
     for inside in [
-        "contract", "store", "remote", "hostile", "registry", "files",
+        "contract", "store", "remote", "hostile", "registry", "files", "docs",
     ] {
         assert!(
             chosen.contains(&format!("--test {inside}\n")),
             "{inside}: {chosen}"
         );
     }
-    for outside in ["e2e", "soak", "lambda", "browser", "cli"] {
+    for outside in ["e2e", "soak", "lambda", "browser", "cli", "commands"] {
         assert!(
             !chosen.contains(&format!("--test {outside}\n")),
             "{outside}: {chosen}"
         );
     }
+    assert!(chosen.contains("--exclude sluice-tests\n"), "{chosen}");
     // No binary holds a unit test today: none is linked as a test harness for nothing.
     for bin in ["sluice", "answer", "ingest", "registry"] {
         assert!(
