@@ -35,6 +35,7 @@ mod embed;
 mod flow;
 mod generate;
 mod grounding;
+mod parts;
 mod prompt;
 mod request;
 mod rerank;
@@ -42,80 +43,20 @@ mod retrieve;
 mod scope;
 mod search;
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Instant;
 
 use futures::{Stream, StreamExt};
 
+pub use parts::Pipeline;
 use request::Progress;
 pub use request::{AnswerRequest, FOLLOW_UP_TURNS};
 
-use crate::cache::SemanticCache;
-use crate::config::AnswerConfig;
-use crate::language::lexicon::SharedLexicon;
 use cache::Round;
 use flow::{beside, in_span, until};
-use sluice_contract::Tenant;
 use sluice_contract::sse::{CacheState, Event};
 use sluice_contract::stages::SourceDoc;
-use sluice_contract::{stages::Embedder, stages::Llm, stages::Reranker, stages::Store};
-
-/// The answer path's stages, built once at start and shared by every request.
-pub struct Pipeline {
-    /// Settings read at start.
-    pub config: AnswerConfig,
-    /// Query embeddings.
-    pub embedder: Arc<dyn Embedder>,
-    /// Chunks of every tenant.
-    pub store: Arc<dyn Store>,
-    /// The generating model.
-    pub llm: Arc<dyn Llm>,
-    /// Runs tenant rerank components, when the deployment has them.
-    pub reranker: Option<Arc<dyn Reranker>>,
-    /// The answer cache, unless it is off.
-    pub cache: Option<Arc<SemanticCache>>,
-    /// WordNet, for the grounding check's synonyms (empty: words match only as written).
-    pub lexicon: SharedLexicon,
-    /// Set when open streams must end (see [`Pipeline::drain`]).
-    drained: tokio::sync::watch::Sender<bool>,
-    replica_id: String,
-    /// Each tenant's corpus version, and when this process first met it ([`Self::settled`]).
-    versions_seen: std::sync::Mutex<HashMap<Tenant, (u64, Instant)>>,
-}
 
 impl Pipeline {
-    /// Assembles a pipeline from its stages.
-    pub fn new(
-        config: AnswerConfig,
-        embedder: Arc<dyn Embedder>,
-        store: Arc<dyn Store>,
-        llm: Arc<dyn Llm>,
-    ) -> Self {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "local".into());
-        Self {
-            config,
-            embedder,
-            store,
-            llm,
-            reranker: None,
-            cache: None,
-            lexicon: SharedLexicon::default(),
-            drained: tokio::sync::watch::Sender::new(false),
-            replica_id: format!("{host}-{}", std::process::id()),
-            versions_seen: std::sync::Mutex::new(HashMap::new()),
-        }
-    }
-
-    /// Ends every answer still streaming with a retryable `shutting_down` error (and every
-    /// one started later at once): what a server that is shutting down does when its drain
-    /// time is up, so that no client is cut off without an ending.
-    pub fn drain(&self) {
-        self.drained.send_replace(true);
-    }
-
     /// Answers `request` as a stream of SSE events. Every log line it writes carries the
     /// request id, tenant and trace id (the `answer` span).
     pub fn answer(
