@@ -190,25 +190,30 @@ async fn call(registry: &Arc<Registry>, name: &str) {
     .unwrap();
 }
 
-/// The tenant's versions as `registry` lists them, once `done` holds (failures are stored in
-/// the background), within 10 s.
+/// What `read` answers, once `done` holds (the registry stores failures and calls in the
+/// background), within 10 s.
+async fn read_once<T: Send + 'static>(
+    read: impl Fn() -> T + Clone + Send + 'static,
+    done: impl Fn(&T) -> bool,
+) -> T {
+    let by = Instant::now() + Duration::from_secs(10);
+    loop {
+        let got = tokio::task::spawn_blocking(read.clone()).await.unwrap();
+        if done(&got) || Instant::now() > by {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The tenant's versions as `registry` lists them, once `done` holds.
 async fn listed_once(
     registry: &Arc<Registry>,
     name: &str,
     done: impl Fn(&[sluice_contract::components::ComponentVersion]) -> bool,
 ) -> Vec<sluice_contract::components::ComponentVersion> {
-    let by = Instant::now() + Duration::from_secs(10);
-    loop {
-        let r = Arc::clone(registry);
-        let tenant = tenant(name);
-        let listed = tokio::task::spawn_blocking(move || r.list(&tenant).unwrap())
-            .await
-            .unwrap();
-        if done(&listed) || Instant::now() > by {
-            return listed;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (r, tenant) = (Arc::clone(registry), tenant(name));
+    read_once(move || r.list(&tenant).unwrap(), |l| done(l)).await
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -326,24 +331,14 @@ fn logging(text: &str, then: &str) -> String {
     include_str!("host_calls.wat").replace("(nop) ;; flood", &format!("{data} {log} {then}"))
 }
 
-/// The version's log as `registry` answers it, once `done` holds (calls are stored in the
-/// background), within 10 s.
+/// The version's log as `registry` answers it, once `done` holds.
 async fn logs_once(
     registry: &Arc<Registry>,
     version: &str,
     done: impl Fn(&[ComponentCall]) -> bool,
 ) -> Vec<ComponentCall> {
-    let by = Instant::now() + Duration::from_secs(10);
-    loop {
-        let (r, v) = (Arc::clone(registry), version.to_string());
-        let logs = tokio::task::spawn_blocking(move || r.logs(&tenant("acme"), &v).unwrap())
-            .await
-            .unwrap();
-        if done(&logs) || Instant::now() > by {
-            return logs;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let (r, v) = (Arc::clone(registry), version.to_string());
+    read_once(move || r.logs(&tenant("acme"), &v).unwrap(), |l| done(l)).await
 }
 
 /// What a version's calls logged is kept with the call: its request, its lines, and for a
