@@ -372,22 +372,56 @@ fn a_pdf_whose_outline_leads_back_to_itself_converts_without_it() {
 /// decompression bomb when `inflated` is large (a gibibyte of spaces deflates to about a
 /// megabyte).
 fn bomb(pages: usize, inflated: usize) -> Vec<u8> {
+    with_contents(pages, &["FlateDecode"], spaces_zlib(inflated))
+}
+
+/// A PDF of `pages` pages whose content streams are `content`, decoded by `filters` in turn.
+fn with_contents(pages: usize, filters: &[&str], content: Vec<u8>) -> Vec<u8> {
     let page: &[(f32, &str)] = &[(BODY, "text")];
     let file = pdf(&vec![page; pages], PdfOptions::default());
     let mut doc = lopdf::Document::load_mem(&file).unwrap();
     let ids: Vec<_> = doc.get_pages().into_values().collect();
+    let filters: Vec<lopdf::Object> = (filters.iter())
+        .map(|f| lopdf::Object::Name(f.as_bytes().to_vec()))
+        .collect();
     for page in ids {
-        let content = doc.get_page_contents(page)[0];
+        let id = doc.get_page_contents(page)[0];
         let stream = lopdf::Stream::new(
-            lopdf::dictionary! {"Filter" => "FlateDecode"},
-            spaces_zlib(inflated),
+            lopdf::dictionary! {"Filter" => filters.clone()},
+            content.clone(),
         )
         .with_compression(false);
-        doc.objects.insert(content, lopdf::Object::Stream(stream));
+        doc.objects.insert(id, lopdf::Object::Stream(stream));
     }
     let mut bytes = Vec::new();
     doc.save_to(&mut bytes).unwrap();
     bytes
+}
+
+/// `data`, deflated.
+fn zlib(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    z.write_all(data).unwrap();
+    z.finish().unwrap()
+}
+
+/// `data` in ASCII85, with its end marker.
+fn ascii85(data: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for group in data.chunks(4) {
+        let mut word = [0u8; 4];
+        word[..group.len()].copy_from_slice(group);
+        let mut value = u32::from_be_bytes(word);
+        let mut digits = [0u8; 5];
+        for d in digits.iter_mut().rev() {
+            *d = b'!' + (value % 85) as u8;
+            value /= 85;
+        }
+        out.extend_from_slice(&digits[..group.len() + 1]);
+    }
+    out.extend_from_slice(b"~>");
+    out
 }
 
 /// A zlib stream of `n` spaces (at least a mebibyte), made without compressing them all (a
@@ -460,6 +494,86 @@ fn a_pdf_whose_streams_inflate_past_the_caps_is_refused_while_inflating() {
     // Under both, the file is read (its pages hold only spaces: no text).
     let e = convert(Format::Pdf, &bomb(1, 5 << 19), &limits).unwrap_err();
     assert!(matches!(e, ConvertError::NoTextLayer { .. }), "{e}");
+}
+
+/// The cap holds across every decoding step of every filter chain, whatever the chain: a
+/// stream deflated twice (the audit's 2,447-byte file decoded to gigabytes in the parser),
+/// three times, or wrapped in ASCII85, is refused while it is decoded; so is an object
+/// stream, which the parser would expand while loading the file.
+#[test]
+fn a_chain_of_filters_is_bounded_at_every_step() {
+    let once = spaces_zlib(1 << 30);
+    let twice = zlib(&once);
+    let thrice = zlib(&twice);
+    assert!(
+        thrice.len() < twice.len() && twice.len() < 64 << 10,
+        "{}",
+        twice.len()
+    );
+    let flate = "FlateDecode";
+    for (filters, content) in [
+        (vec![flate, flate], twice.clone()),
+        (vec![flate, flate, flate], thrice.clone()),
+        (vec!["ASCII85Decode", flate, flate], ascii85(&twice)),
+    ] {
+        let file = with_contents(1, &filters, content);
+        let e = convert(Format::Pdf, &file, &ConvertLimits::default()).unwrap_err();
+        assert!(
+            e.to_string().contains("SLUICE_MAX_PDF_STREAM_BYTES"),
+            "{filters:?}: {e}"
+        );
+    }
+    // Under the caps, a chained stream is read like any other.
+    let text = b"BT /F1 12 Tf 72 700 Td (Chained filters are read.) Tj ET";
+    let file = with_contents(
+        1,
+        &["ASCII85Decode", flate, flate],
+        ascii85(&zlib(&zlib(text))),
+    );
+    let c = convert(Format::Pdf, &file, &ConvertLimits::default()).unwrap();
+    assert!(
+        c.text().contains("Chained filters are read."),
+        "{:?}",
+        c.text()
+    );
+    // An object stream (which lopdf expands while it loads the file, before any page is read)
+    // whose data is the twice-deflated gibibyte. Read whole, the same file with a small
+    // object stream converts: it is the chain that is refused.
+    let page = zlib(b"BT /F1 12 Tf 72 700 Td (Read past an object stream.) Tj ET");
+    let with_object_stream = |data: &[u8]| {
+        sluice_testkit::files::raw_pdf(&[
+            ("<< /Type /Catalog /Pages 2 0 R >>", None),
+            ("<< /Type /Pages /Kids [3 0 R] /Count 1 >>", None),
+            (
+                "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R \
+                 /Resources << /Font << /F1 5 0 R >> >> >>",
+                None,
+            ),
+            ("<< /Filter /FlateDecode >>", Some(&page)),
+            (
+                "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>",
+                None,
+            ),
+            (
+                "<< /Type /ObjStm /N 1 /First 4 /Filter [/FlateDecode /FlateDecode] >>",
+                Some(data),
+            ),
+        ])
+    };
+    let small = zlib(&zlib(b"7 0 << /Title (kept) >>"));
+    let c = convert(
+        Format::Pdf,
+        &with_object_stream(&small),
+        &ConvertLimits::default(),
+    );
+    assert!(c.unwrap().text().contains("Read past an object stream."));
+    let e = convert(
+        Format::Pdf,
+        &with_object_stream(&twice),
+        &ConvertLimits::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, ConvertError::TooLarge(_)), "{e}");
 }
 
 /// The threads converting files that are alive now.

@@ -116,3 +116,43 @@ pub fn docx(markdown: &str) -> Vec<u8> {
     .expect("the .docx is written");
     bytes.into_inner()
 }
+
+/// A PDF written byte by byte, for shapes lopdf's writer does not keep (it drops object
+/// streams it did not make): `objects[i]` is object `i + 1`'s dictionary, with its stream's
+/// data when it has one (`/Length` is added); object 1 must be the catalog. The
+/// cross-reference table is exact.
+pub fn raw_pdf(objects: &[(&str, Option<&[u8]>)]) -> Vec<u8> {
+    let mut out = b"%PDF-1.7\n%\xE2\xE3\xCF\xD3\n".to_vec();
+    let mut offsets = Vec::with_capacity(objects.len());
+    for (i, (dictionary, stream)) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend_from_slice(format!("{} 0 obj\n", i + 1).as_bytes());
+        match stream {
+            None => out.extend_from_slice(dictionary.as_bytes()),
+            Some(data) => {
+                let open = dictionary.trim_end().trim_end_matches(">>");
+                out.extend_from_slice(
+                    format!("{open} /Length {} >>\nstream\n", data.len()).as_bytes(),
+                );
+                out.extend_from_slice(data);
+                out.extend_from_slice(b"\nendstream");
+            }
+        }
+        out.extend_from_slice(b"\nendobj\n");
+    }
+    let xref = out.len();
+    out.extend_from_slice(
+        format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes(),
+    );
+    for at in offsets {
+        out.extend_from_slice(format!("{at:010} 00000 n \n").as_bytes());
+    }
+    out.extend_from_slice(
+        format!(
+            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+            objects.len() + 1
+        )
+        .as_bytes(),
+    );
+    out
+}

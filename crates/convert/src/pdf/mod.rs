@@ -12,6 +12,8 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+mod streams;
+
 use pdf_extract::{MediaBox, OutputDev, OutputError, Transform};
 
 use sluice_contract::cancel::Cancel;
@@ -37,31 +39,7 @@ pub fn convert(
     budget: &mut TextBudget,
     cancel: &Cancel,
 ) -> Result<Converted, ConvertError> {
-    // lopdf inflates object and cross-reference streams while it loads a file, and
-    // pdf-extract every content stream it reads, each whole into memory with no cap: a 1 MB
-    // file can inflate to gigabytes. Every stream is inflated here first, counting, into a
-    // small buffer, and the file refused at the cap.
-    let mut inflation = Inflation::new(limits, cancel);
-    for at in stream_starts(bytes) {
-        inflation.count(&bytes[at..], declares_lzw(&bytes[..at]))?;
-    }
-    let mut document = lopdf::Document::load_mem(bytes)
-        .map_err(|e| ConvertError::Malformed(format!("not a readable PDF ({e})")))?;
-    // Many PDFs are encrypted with an empty user password, to set permissions: those open.
-    if document.is_encrypted() {
-        if document.decrypt("").is_err() {
-            return Err(ConvertError::Encrypted);
-        }
-        // Its streams were ciphertext to the scan above: counted again now they are not.
-        let mut inflation = Inflation::new(limits, cancel);
-        for stream in document.objects.values().filter_map(|o| o.as_stream().ok()) {
-            let filters = stream.filters().unwrap_or_default();
-            let lzw = filters.iter().any(|f| f == b"LZWDecode");
-            if lzw || filters.iter().any(|f| f == b"FlateDecode") {
-                inflation.count(&stream.content, lzw)?;
-            }
-        }
-    }
+    let document = streams::load(bytes, limits, cancel)?;
     let numbers: Vec<u32> = document.get_pages().into_keys().collect();
     let pages = numbers.len();
     if pages > limits.max_pdf_pages {
@@ -138,116 +116,6 @@ pub fn convert(
         converted.title = title;
     }
     Ok(converted)
-}
-
-/// What a file's streams may still inflate to, per stream and in all.
-struct Inflation<'a> {
-    left: usize,
-    limits: &'a ConvertLimits,
-    cancel: &'a Cancel,
-}
-
-/// Bytes inflated between two checks of `cancel`.
-const INFLATE_STEP: usize = 1 << 20;
-
-impl<'a> Inflation<'a> {
-    fn new(limits: &'a ConvertLimits, cancel: &'a Cancel) -> Self {
-        Self {
-            left: limits.max_pdf_inflated_bytes,
-            limits,
-            cancel,
-        }
-    }
-
-    /// Counts what the stream starting at `data` inflates to, as lopdf would inflate it: a
-    /// zlib stream (lopdf falls back to the raw deflate data after the two-byte header, so
-    /// that is what is inflated here), or LZW when its dictionary says so. Data that does not
-    /// inflate counts what it gave before it failed.
-    fn count(&mut self, data: &[u8], lzw: bool) -> Result<(), ConvertError> {
-        let (limits, cancel) = (self.limits, self.cancel);
-        let cap = limits.max_pdf_stream_bytes.min(self.left);
-        let mut buffer = vec![0u8; 64 << 10];
-        let mut total = 0usize;
-        let mut since_check = 0usize;
-        let mut take = |n: usize, total: &mut usize| -> Result<(), ConvertError> {
-            *total += n;
-            since_check += n;
-            if since_check >= INFLATE_STEP {
-                since_check = 0;
-                cancel.check().map_err(|why| stopped(why, limits))?;
-            }
-            if *total > cap {
-                return Err(if cap == limits.max_pdf_stream_bytes {
-                    ConvertError::TooLarge(format!(
-                        "a compressed stream inflates to more than {} bytes (SLUICE_MAX_PDF_STREAM_BYTES)",
-                        limits.max_pdf_stream_bytes
-                    ))
-                } else {
-                    ConvertError::TooLarge(format!(
-                        "its compressed streams inflate to more than {} bytes together (SLUICE_MAX_PDF_INFLATED_BYTES)",
-                        limits.max_pdf_inflated_bytes
-                    ))
-                });
-            }
-            Ok(())
-        };
-        if lzw {
-            let mut decoder =
-                weezl::decode::Decoder::with_tiff_size_switch(weezl::BitOrder::Msb, 8);
-            let mut input = data;
-            loop {
-                let result = decoder.decode_bytes(input, &mut buffer);
-                input = &input[result.consumed_in..];
-                take(result.consumed_out, &mut total)?;
-                match result.status {
-                    Ok(weezl::LzwStatus::Ok) if result.consumed_in + result.consumed_out > 0 => {}
-                    _ => break,
-                }
-            }
-        } else if data.len() > 2 {
-            let mut inflater = flate2::Decompress::new(false);
-            let input = &data[2..];
-            loop {
-                let (before_in, before_out) = (inflater.total_in(), inflater.total_out());
-                let at = (before_in as usize).min(input.len());
-                let status =
-                    inflater.decompress(&input[at..], &mut buffer, flate2::FlushDecompress::None);
-                let produced = (inflater.total_out() - before_out) as usize;
-                let consumed = (inflater.total_in() - before_in) as usize;
-                take(produced, &mut total)?;
-                match status {
-                    Ok(flate2::Status::Ok) if produced + consumed > 0 => {}
-                    _ => break,
-                }
-            }
-        }
-        self.left -= total.min(self.left);
-        Ok(())
-    }
-}
-
-/// Where the data of each `stream` keyword of the file starts (after its end of line).
-fn stream_starts(bytes: &[u8]) -> impl Iterator<Item = usize> + '_ {
-    const KEYWORD: &[u8] = b"stream";
-    (0..bytes.len().saturating_sub(KEYWORD.len()))
-        .filter(move |&at| bytes[at..].starts_with(KEYWORD) && !bytes[..at].ends_with(b"end"))
-        .filter_map(move |at| {
-            let after = at + KEYWORD.len();
-            match &bytes[after..] {
-                [b'\r', b'\n', ..] => Some(after + 2),
-                [b'\n', ..] | [b'\r', ..] => Some(after + 1),
-                _ => None,
-            }
-        })
-}
-
-/// Whether the dictionary before a stream (the text since its `obj`) names LZW.
-fn declares_lzw(before: &[u8]) -> bool {
-    let from = before.len().saturating_sub(4096);
-    let window = &before[from..];
-    let dictionary =
-        (window.windows(3).rposition(|w| w == b"obj")).map_or(window, |at| &window[at..]);
-    dictionary.windows(4).any(|w| w == b"/LZW")
 }
 
 /// Most outline entries (or name-tree nodes) walked before lopdf reads them, and the deepest
