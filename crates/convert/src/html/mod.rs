@@ -8,17 +8,11 @@
 //! HTML documentation and kept less of the main text (docs/ingestion.md has the figures):
 //! on pages of many sections it keeps the best-scoring block and drops the rest.
 
-use dom_query::Document;
 use encoding_rs::Encoding;
 
-use std::cell::{Cell, RefCell};
-
-use html5ever::tendril::StrTendril;
-use html5ever::tokenizer::{
-    BufferQueue, TagKind, Token, TokenSink, TokenSinkResult, Tokenizer, TokenizerOpts,
-    states::RawKind,
-};
 use sluice_contract::cancel::Cancel;
+
+mod tree;
 
 use crate::markdown;
 use crate::{ConvertError, ConvertLimits, Converted, TextBudget, stopped};
@@ -35,21 +29,15 @@ pub fn convert(
     cancel: &Cancel,
 ) -> Result<Converted, ConvertError> {
     let html = decode(bytes);
-    // Checked while tokenising, before the tree is built: html5ever's tree builder walks its
-    // stack of open elements on every tag, so a page nested 100,000 deep costs it minutes
-    // (quadratic); the tokenizer is linear and stops at the cap.
-    prescan(&html, limits, budget.left(), cancel)?;
-    let document = Document::from(html.as_str());
-    let depth = depth(&document);
-    if depth > limits.max_html_depth {
-        return Err(too_deep(depth, limits));
-    }
+    // Nesting, text and the request are checked while the tree is built (tree.rs says why).
+    let document = tree::parse(&html, limits, budget.left(), cancel)?;
     let title = {
         let t = document.select("head title").text();
         let t = t.split_whitespace().collect::<Vec<_>>().join(" ");
         (!t.is_empty()).then_some(t)
     };
     document.select(NEVER_CONTENT).remove();
+    cancel.check().map_err(|s| stopped(s, limits))?;
     // The page's one main element or article when it marks one, else its body.
     let main = (["main", "[role=main]", "article", "body"].iter())
         .map(|selector| document.select(selector))
@@ -91,132 +79,11 @@ fn meta_charset(head: &[u8]) -> Option<&'static Encoding> {
     Encoding::for_label(label.as_bytes()).map(|e| e.output_encoding())
 }
 
-/// Input fed to the tokenizer between two checks of the caps and of `cancel`.
-const PRESCAN_CHUNK: usize = 64 << 10;
-
-/// Elements that never hold others (no end tag).
-const VOID: &[&str] = &[
-    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
-    "wbr", "param", "keygen",
-];
-
-/// Elements whose end tag is optional: a start tag of one closes an open one of its kind
-/// (`<p>a<p>b`, `<li>`…), as the tree builder would, so that sloppy pages are not counted as
-/// deep.
-const SELF_CLOSING_SIBLINGS: &[&str] = &[
-    "p", "li", "dt", "dd", "option", "optgroup", "tr", "td", "th", "thead", "tbody", "tfoot", "rt",
-    "rp",
-];
-
-/// What the tokenizer has seen: the open elements (an upper bound of the tree's nesting) and
-/// the text so far.
-#[derive(Default)]
-struct Nesting {
-    open: RefCell<Vec<String>>,
-    deepest: Cell<usize>,
-    text: Cell<usize>,
-}
-
-impl TokenSink for Nesting {
-    type Handle = ();
-
-    fn process_token(&self, token: Token, _line: u64) -> TokenSinkResult<()> {
-        match token {
-            Token::TagToken(tag) => {
-                let name: &str = &tag.name;
-                let mut open = self.open.borrow_mut();
-                match tag.kind {
-                    TagKind::StartTag if tag.self_closing || VOID.contains(&name) => {}
-                    TagKind::StartTag => {
-                        if SELF_CLOSING_SIBLINGS.contains(&name)
-                            && let Some(at) = open.iter().rposition(|n| n == name)
-                        {
-                            open.truncate(at);
-                        }
-                        open.push(name.to_string());
-                        self.deepest.set(self.deepest.get().max(open.len()));
-                        // Their content is text, not tags (as the tree builder tells the
-                        // tokenizer), so that `<script>` holding "<div>" counts nothing.
-                        let raw = match name {
-                            "script" => Some(RawKind::ScriptData),
-                            "style" | "xmp" | "iframe" | "noembed" | "noframes" => {
-                                Some(RawKind::Rawtext)
-                            }
-                            "textarea" | "title" => Some(RawKind::Rcdata),
-                            _ => None,
-                        };
-                        if let Some(raw) = raw {
-                            open.pop();
-                            return TokenSinkResult::RawData(raw);
-                        }
-                    }
-                    TagKind::EndTag => {
-                        if let Some(at) = open.iter().rposition(|n| n == name) {
-                            open.truncate(at);
-                        }
-                    }
-                }
-            }
-            Token::CharacterTokens(text) => self.text.set(self.text.get() + text.len()),
-            _ => {}
-        }
-        TokenSinkResult::Continue
-    }
-}
-
-/// Tokenises the page (linear time) and refuses it as soon as its elements nest deeper than
-/// `SLUICE_MAX_HTML_DEPTH` or its text passes `text_left` bytes, or when `cancel` says so.
-fn prescan(
-    html: &str,
-    limits: &ConvertLimits,
-    text_left: usize,
-    cancel: &Cancel,
-) -> Result<(), ConvertError> {
-    let tokenizer = Tokenizer::new(Nesting::default(), TokenizerOpts::default());
-    let queue = BufferQueue::default();
-    let mut rest = html;
-    while !rest.is_empty() {
-        let mut at = rest.len().min(PRESCAN_CHUNK);
-        while !rest.is_char_boundary(at) {
-            at += 1;
-        }
-        let (chunk, after) = rest.split_at(at);
-        rest = after;
-        queue.push_back(StrTendril::from_slice(chunk));
-        let _ = tokenizer.feed(&queue);
-        let sink = &tokenizer.sink;
-        if sink.deepest.get() > limits.max_html_depth {
-            return Err(too_deep(sink.deepest.get(), limits));
-        }
-        if sink.text.get() > text_left {
-            return Err(TextBudget::new(text_left).exceeded());
-        }
-        cancel.check().map_err(|s| stopped(s, limits))?;
-    }
-    tokenizer.end();
-    Ok(())
-}
-
-fn too_deep(depth: usize, limits: &ConvertLimits) -> ConvertError {
+pub(crate) fn too_deep(depth: usize, limits: &ConvertLimits) -> ConvertError {
     ConvertError::TooLarge(format!(
         "its elements nest more than {} deep (SLUICE_MAX_HTML_DEPTH); {depth} levels were read before it was refused",
         limits.max_html_depth
     ))
-}
-
-/// How deep the elements nest, walked without recursion.
-fn depth(document: &Document) -> usize {
-    let mut deepest = 0;
-    let mut stack = vec![(document.root(), 0usize)];
-    while let Some((node, d)) = stack.pop() {
-        deepest = deepest.max(d);
-        for child in node.children_it(false) {
-            if child.is_element() {
-                stack.push((child, d + 1));
-            }
-        }
-    }
-    deepest
 }
 
 #[cfg(test)]
@@ -285,13 +152,19 @@ the back of any other card. We send a replacement within five working days &amp;
         assert!(convert_html(&page).text().contains("naïve"));
     }
 
-    fn refusal(html: &str) -> ConvertError {
-        let limits = ConvertLimits::default();
-        prescan(html, &limits, 1 << 20, &Cancel::new()).unwrap_err()
+    fn parse(html: &str, text_left: usize) -> Result<(), ConvertError> {
+        tree::parse(html, &ConvertLimits::default(), text_left, &Cancel::new()).map(|_| ())
+    }
+
+    /// The depth the refusal says was read.
+    fn read(e: &ConvertError) -> usize {
+        (e.to_string().split(' '))
+            .find_map(|w| w.parse().ok().filter(|&n| n > 256))
+            .unwrap_or_else(|| panic!("{e}"))
     }
 
     #[test]
-    fn nesting_past_the_cap_is_refused_while_tokenising() {
+    fn nesting_past_the_cap_is_refused_while_the_tree_is_built() {
         let deep = "<div>".repeat(400) + "x";
         let e = convert(
             deep.as_bytes(),
@@ -301,50 +174,60 @@ the back of any other card. We send a replacement within five working days &amp;
         )
         .unwrap_err();
         assert!(e.to_string().contains("SLUICE_MAX_HTML_DEPTH"), "{e}");
-        // Refused in the first chunk fed to the tokenizer, not after reading a million tags.
-        let e = refusal(&"<div>".repeat(1_000_000));
-        let read: usize = (e.to_string().split(' '))
-            .find_map(|w| w.parse().ok().filter(|&n| n > 256))
-            .unwrap_or_else(|| panic!("{e}"));
-        assert!(read <= PRESCAN_CHUNK / "<div>".len(), "{read} levels: {e}");
+        // Whatever the tree builder nests: lists whose items it leaves open (an `<li>` closes
+        // an open `<li>` only within its list), formatting elements it reopens after each
+        // paragraph, tables in cells, elements it closes implicitly. Each is refused within a
+        // chunk of the cap, not after the whole page was built.
+        let shapes = [
+            "<ul><li>".repeat(100_000),
+            "<ol><li><p>".repeat(100_000),
+            (1..100_000)
+                .map(|i| format!("<p><b id={i}>x</p>"))
+                .collect(),
+            "<table><tr><td>".repeat(100_000),
+            "<dl><dd><div>".repeat(100_000),
+            "<a><font><i>".repeat(100_000),
+        ];
+        for page in &shapes {
+            let e = parse(page, 1 << 30).unwrap_err();
+            assert!(e.to_string().contains("SLUICE_MAX_HTML_DEPTH"), "{e}");
+            assert!(read(&e) <= 256 + tree::PARSE_CHUNK, "{}: {e}", &page[..40]);
+        }
         // Text is counted as it comes.
-        let e = prescan(
-            &"x".repeat(200_000),
-            &ConvertLimits::default(),
-            100_000,
-            &Cancel::new(),
-        );
-        assert!(e.unwrap_err().to_string().contains("SLUICE_MAX_TEXT_BYTES"));
+        let e = parse(&"x".repeat(200_000), 100_000).unwrap_err();
+        assert!(e.to_string().contains("SLUICE_MAX_TEXT_BYTES"), "{e}");
     }
 
     #[test]
-    fn sloppy_but_shallow_pages_pass_the_prescan() {
-        let limits = ConvertLimits::default();
-        let ok = |html: &str| prescan(html, &limits, 1 << 24, &Cancel::new());
-        // Paragraphs and list items that close each other, void elements, self-closing tags.
-        ok(&"<p>para".repeat(1000)).unwrap();
+    fn sloppy_but_shallow_pages_are_read() {
+        let ok = |html: &str| parse(html, 1 << 24).unwrap();
+        // Paragraphs and list items that close each other, void elements (written
+        // self-closing or not: `<span/>` is no void element, and nests as browsers nest it).
+        ok(&"<p>para".repeat(1000));
         ok(&format!(
             "<ul>{}</ul>",
             "<li>item<br><img src=x>".repeat(1000)
-        ))
-        .unwrap();
-        ok(&"<span/>".repeat(1000)).unwrap();
+        ));
+        ok(&"<br/><img src=x />".repeat(1000));
         // Tags inside scripts and styles are text.
         ok(&format!(
             "<script>{}</script><p>x",
             "var s = '<div>';".repeat(1000)
-        ))
-        .unwrap();
-        ok(&format!("<style>{}</style>", "<div>".repeat(1000))).unwrap();
-        // Closed elements do not add up.
-        ok(&"<div><section>x</section></div>".repeat(1000)).unwrap();
+        ));
+        ok(&format!("<style>{}</style>", "<div>".repeat(1000)));
+        // Closed elements do not add up; nor do table rows, cells or formatting closed in turn.
+        ok(&"<div><section>x</section></div>".repeat(1000));
+        ok(&format!("<table>{}</table>", "<tr><td>a<td>b".repeat(1000)));
+        ok(&"<b>bold</b><i>it</i>".repeat(1000));
     }
 
     #[test]
-    fn a_cancelled_prescan_stops() {
+    fn a_cancelled_parse_stops() {
         let cancel = Cancel::new();
         cancel.cancel();
-        let e = prescan("<p>x</p>", &ConvertLimits::default(), 1 << 20, &cancel).unwrap_err();
+        let e = tree::parse("<p>x</p>", &ConvertLimits::default(), 1 << 20, &cancel)
+            .map(|_| ())
+            .unwrap_err();
         assert!(matches!(e, ConvertError::Cancelled), "{e}");
     }
 }
