@@ -33,6 +33,7 @@ pub mod filter;
 pub mod fusion;
 pub mod grounding;
 pub mod metadata;
+pub mod net;
 pub mod search;
 pub mod settings;
 pub mod sse;

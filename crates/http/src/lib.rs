@@ -135,9 +135,10 @@ impl Server {
             usage: None,
             convert: ConvertLimits::default(),
             tenants: None,
-            identities: Arc::new(sluice_identity::Identities::new(
-                sluice_identity::REFETCH_EVERY,
-            )),
+            identities: Arc::new(
+                sluice_identity::Identities::new(sluice_identity::REFETCH_EVERY)
+                    .allowing(auth.fetch_allow.clone()),
+            ),
         }
     }
 
@@ -364,7 +365,11 @@ async fn ready(State(server): State<Arc<Server>>) -> Response {
     }
     if let Some(pipeline) = &server.answers {
         let llm = match tokio::time::timeout(READY_LLM_TIMEOUT, pipeline.llm.ready()).await {
-            Ok(r) => r.map_err(|e| e.to_string()),
+            // Unauthenticated: the kind of failure, not the LLM's address (that is logged).
+            Ok(r) => r.map_err(|e| {
+                tracing::warn!(error = %e, "readiness: the LLM is not ready");
+                e.public()
+            }),
             Err(_) => Err(format!("no answer within {READY_LLM_TIMEOUT:?}")),
         };
         checks.insert("llm".into(), check(llm));

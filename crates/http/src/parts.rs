@@ -117,7 +117,8 @@ impl Parts {
         server.tenants =
             (self.settings).map(|store| Arc::new(Tenants::new(store, config.auth.settings_fresh)));
         if let Some(secrets) = self.secrets {
-            let identities = sluice_identity::Identities::new(sluice_identity::REFETCH_EVERY);
+            let identities = sluice_identity::Identities::new(sluice_identity::REFETCH_EVERY)
+                .allowing(config.auth.fetch_allow.clone());
             server.identities = Arc::new(identities.with_secrets(secrets));
         }
         server.convert = self.convert;

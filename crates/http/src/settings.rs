@@ -102,6 +102,10 @@ pub(crate) async fn put(
     };
     let settings = TenantSettings::parse(&value, config.max_tokens)
         .map_err(|e| invalid(&e.field, e.message))?;
+    // A static key is read now, not first by an end user's request (which would then fail).
+    if let Some(identity) = &settings.identity {
+        sluice_identity::check_key(identity).map_err(|why| invalid("identity.public_key", why))?;
+    }
     if let Some(text) = &settings.prompt.instructions {
         let budget =
             sluice_core::prompt::input_budget(config.context_tokens, config.max_tokens as usize);

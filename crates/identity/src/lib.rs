@@ -4,7 +4,10 @@
 //!
 //! - **Keys.** A JWKS URL is fetched on first use and kept; a token naming a key (`kid`) the
 //!   set does not hold fetches it again — at most once a minute per URL ([`REFETCH_EVERY`]), within
-//!   [`FETCH_TIMEOUT`], at most [`MAX_JWKS_BYTES`] read. A failed fetch leaves the keys already
+//!   [`FETCH_TIMEOUT`], at most [`MAX_JWKS_BYTES`] read, only from public addresses and never
+//!   through a redirect ([`fetch`]). Each tenant's key sets are its own: at most
+//!   [`MAX_SETS_PER_TENANT`] kept, so one tenant's fetches never push out another's keys. A
+//!   failed fetch leaves the keys already
 //!   held in force; a token whose key is not among them is refused, never let through. Or one
 //!   static public key (PEM) of a stated algorithm. Or, for tests and small setups, an HMAC
 //!   secret read from a [`SecretReader`] (Secrets Manager) on first use and again once it is
@@ -31,6 +34,11 @@ use serde_json::Value;
 use sluice_contract::access::{
     IdentitySettings, MAX_PRINCIPALS, MIN_SECRET_BYTES, SecretReader, check_principal,
 };
+use sluice_contract::net::IpRange;
+
+pub mod fetch;
+
+use fetch::{FetchError, Fetcher};
 
 /// How long one JWKS fetch may take (connect, headers and body).
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -40,8 +48,9 @@ pub const REFETCH_EVERY: Duration = Duration::from_secs(60);
 pub const MAX_JWKS_BYTES: usize = 256 << 10;
 /// Clock skew allowed on `exp` and `nbf`, in seconds.
 pub const LEEWAY_SECS: u64 = 30;
-/// Most JWKS URLs kept (tenants come and go; the least recently fetched are forgotten).
-const MAX_SETS: usize = 1_000;
+/// Most key sources (JWKS URLs, secrets) kept per tenant: a tenant that changes its URL often
+/// forgets its own least recently used ones, never another tenant's.
+pub const MAX_SETS_PER_TENANT: usize = 4;
 
 /// A verified end user.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -96,11 +105,17 @@ struct KeySet {
     tried: Option<Instant>,
 }
 
-/// Verifies end users' tokens; keeps each JWKS URL's keys. Shared by every request.
+/// A tenant's key source in [`Identities`]' map: (tenant, URL or secret).
+type SetKey = (String, String);
+/// A key set shared by the requests that need it, with when it was last used.
+type Slot = (Instant, Arc<tokio::sync::Mutex<KeySet>>);
+
+/// Verifies end users' tokens; keeps each tenant's key sets. Shared by every request.
 pub struct Identities {
-    client: reqwest::Client,
+    fetcher: Fetcher,
     refetch_every: Duration,
-    sets: Mutex<HashMap<String, Arc<tokio::sync::Mutex<KeySet>>>>,
+    /// Each set, with when it was last used.
+    sets: Mutex<HashMap<SetKey, Slot>>,
     /// Where tenants' HMAC secrets are read; `None`: a tenant configured with one is refused.
     secrets: Option<Arc<dyn SecretReader>>,
 }
@@ -116,19 +131,22 @@ enum Source<'a> {
 
 impl Identities {
     /// A verifier that fetches a JWKS URL again for an unknown key at most once per
-    /// `refetch_every` ([`REFETCH_EVERY`]), over one keep-alive client of its own.
+    /// `refetch_every` ([`REFETCH_EVERY`]), over one keep-alive client of its own, from public
+    /// addresses only.
     pub fn new(refetch_every: Duration) -> Self {
-        let client = reqwest::Client::builder()
-            .connect_timeout(FETCH_TIMEOUT)
-            .timeout(FETCH_TIMEOUT)
-            .build()
-            .unwrap_or_default();
         Self {
-            client,
+            fetcher: Fetcher::new(Vec::new(), FETCH_TIMEOUT),
             refetch_every,
             sets: Mutex::new(HashMap::new()),
             secrets: None,
         }
+    }
+
+    /// Fetches key sets from the operator's `allowed` ranges too (`SLUICE_FETCH_ALLOW`), which
+    /// are not public addresses.
+    pub fn allowing(mut self, allowed: Vec<IpRange>) -> Self {
+        self.fetcher = Fetcher::new(allowed, FETCH_TIMEOUT);
+        self
     }
 
     /// Reads tenants' HMAC secrets ([`IdentitySettings::secret_arn`]) from `reader`.
@@ -137,9 +155,10 @@ impl Identities {
         self
     }
 
-    /// Verifies `token` under the tenant's `identity`, and reads its principals.
+    /// Verifies `token` under `tenant`'s `identity`, and reads its principals.
     pub async fn verify(
         &self,
+        tenant: &str,
         identity: &IdentitySettings,
         token: &str,
     ) -> Result<User, TokenError> {
@@ -151,9 +170,11 @@ impl Identities {
             &identity.secret_arn,
         );
         let (key, algorithm) = match configured {
-            (Some(url), _, _) => self.key(Source::Jwks(url), header.kid.as_deref()).await?,
+            (Some(url), _, _) => {
+                (self.key(tenant, Source::Jwks(url), header.kid.as_deref())).await?
+            }
             (None, Some(pem), _) => static_key(pem, identity.algorithm.as_deref())?,
-            (None, None, Some(id)) => self.key(Source::Secret(id), None).await?,
+            (None, None, Some(id)) => self.key(tenant, Source::Secret(id), None).await?,
             (None, None, None) => {
                 return Err(TokenError::KeysUnavailable("no key configured".into()));
             }
@@ -180,6 +201,7 @@ impl Identities {
     /// tenant's secret, read on first use and again once a window old.
     async fn key(
         &self,
+        tenant: &str,
         source: Source<'_>,
         kid: Option<&str>,
     ) -> Result<(DecodingKey, Algorithm), TokenError> {
@@ -189,10 +211,24 @@ impl Identities {
         };
         let slot = {
             let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
-            if sets.len() >= MAX_SETS && !sets.contains_key(&name) {
-                sets.clear();
+            let key = (tenant.to_string(), name);
+            if !sets.contains_key(&key) {
+                let own: Vec<(&SetKey, Instant)> = (sets.iter())
+                    .filter(|((t, _), _)| t == tenant)
+                    .map(|(k, (used, _))| (k, *used))
+                    .collect();
+                if own.len() >= MAX_SETS_PER_TENANT
+                    && let Some((oldest, _)) = own.into_iter().min_by_key(|(_, used)| *used)
+                {
+                    let oldest = oldest.clone();
+                    sets.remove(&oldest);
+                }
             }
-            Arc::clone(sets.entry(name).or_default())
+            let entry = sets
+                .entry(key)
+                .or_insert_with(|| (Instant::now(), Arc::default()));
+            entry.0 = Instant::now();
+            Arc::clone(&entry.1)
         };
         // One fetch at a time per source: the others wait for it, within their own bounds.
         let mut set = slot.lock().await;
@@ -207,7 +243,7 @@ impl Identities {
         if due {
             set.tried = Some(Instant::now());
             let fetched = match source {
-                Source::Jwks(url) => self.fetch(url).await,
+                Source::Jwks(url) => self.fetch(tenant, url).await,
                 Source::Secret(id) => self.read_secret(id).await,
             };
             match fetched {
@@ -252,27 +288,32 @@ impl Identities {
         Ok(HashMap::from([(String::new(), key)]))
     }
 
-    /// The JWKS at `url`: each RS256, ES256 or EdDSA key by its `kid`.
-    async fn fetch(&self, url: &str) -> Result<HashMap<String, (DecodingKey, Algorithm)>, String> {
-        let read = async {
-            let mut response = (self.client.get(url).send().await)
-                .and_then(reqwest::Response::error_for_status)
-                .map_err(|e| e.to_string())?;
-            let mut body = Vec::new();
-            while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
-                if body.len() + chunk.len() > MAX_JWKS_BYTES {
-                    return Err(format!("the key set is over {MAX_JWKS_BYTES} bytes"));
-                }
-                body.extend_from_slice(&chunk);
-            }
-            Ok(body)
-        };
-        let body = tokio::time::timeout(FETCH_TIMEOUT, read)
-            .await
-            .map_err(|_| format!("no answer within {} ms", FETCH_TIMEOUT.as_millis()))??;
-        let document: Value = serde_json::from_slice(&body).map_err(|e| e.to_string())?;
-        let Some(keys) = document.get("keys").and_then(Value::as_array) else {
-            return Err("not a JWKS document (no \"keys\" list)".into());
+    /// The JWKS at `url`, for `tenant`: each RS256, ES256 or EdDSA key by its `kid`. The
+    /// error says what is wrong with the setting, never what the network answered (that is
+    /// logged).
+    async fn fetch(
+        &self,
+        tenant: &str,
+        url: &str,
+    ) -> Result<HashMap<String, (DecodingKey, Algorithm)>, String> {
+        let failed = || format!("no key set was read from jwks_url ({})", FetchError::Failed);
+        let body =
+            tokio::time::timeout(FETCH_TIMEOUT, self.fetcher.get(tenant, url, MAX_JWKS_BYTES))
+                .await
+                .unwrap_or(Err(FetchError::Failed))
+                .map_err(|e| match e {
+                    FetchError::Failed => failed(),
+                    other => format!("jwks_url: {other}"),
+                })?;
+        let keys = (serde_json::from_slice::<Value>(&body).ok())
+            .and_then(|d| d.get("keys").and_then(Value::as_array).cloned());
+        let Some(keys) = keys else {
+            tracing::warn!(
+                tenant,
+                url,
+                "a tenant's jwks_url did not answer with a JWKS document"
+            );
+            return Err(failed());
         };
         Ok(keys.iter().filter_map(usable).collect())
     }
@@ -312,6 +353,20 @@ fn pick(
         Some(kid) => keys.get(kid).cloned(),
         None if keys.len() == 1 => keys.values().next().cloned(),
         None => None,
+    }
+}
+
+/// Whether the identity's static public key (if it has one) reads as a key of its algorithm:
+/// the message says why not, for the tenant's settings.
+pub fn check_key(identity: &IdentitySettings) -> Result<(), String> {
+    match &identity.public_key {
+        Some(pem) => static_key(pem, identity.algorithm.as_deref())
+            .map(|_| ())
+            .map_err(|e| match e {
+                TokenError::KeysUnavailable(why) => why,
+                other => other.to_string(),
+            }),
+        None => Ok(()),
     }
 }
 

@@ -17,6 +17,7 @@ use sluice_identity::{Identities, TokenError};
 
 const ISSUER: &str = "https://idp.example.com/";
 const AUDIENCE: &str = "sluice";
+const TENANT: &str = "acme";
 
 fn pem(name: &str) -> String {
     sluice_testkit::users::key(name)
@@ -110,8 +111,13 @@ fn by_jwks(url: &str) -> IdentitySettings {
     .unwrap()
 }
 
+/// A verifier that may fetch from the stand-in on 127.0.0.1 (the operator's allowed range).
 fn identities(refetch_every: Duration) -> Identities {
-    Identities::new(refetch_every)
+    Identities::new(refetch_every).allowing(loopback())
+}
+
+fn loopback() -> Vec<sluice_contract::net::IpRange> {
+    sluice_contract::net::IpRange::list("127.0.0.0/8").unwrap()
 }
 
 #[tokio::test]
@@ -124,7 +130,7 @@ async fn each_algorithm_verifies_and_its_claims_become_principals() {
     let (_, url) = jwks(signers.iter().map(Signer::jwk).collect()).await;
     let ids = identities(Duration::from_secs(60));
     for s in &signers {
-        let user = ids.verify(&by_jwks(&url), &s.sign(&claims())).await;
+        let user = ids.verify(TENANT, &by_jwks(&url), &s.sign(&claims())).await;
         let user = user.unwrap_or_else(|e| panic!("{:?}: {e}", s.alg));
         assert_eq!(user.subject, "alice");
         assert_eq!(
@@ -145,17 +151,21 @@ async fn a_static_public_key_verifies_its_own_algorithm_only() {
     };
     let ids = identities(Duration::from_secs(60));
     let user = ids
-        .verify(&settings("rsa.pub.pem", "RS256"), &rsa.sign(&claims()))
+        .verify(
+            TENANT,
+            &settings("rsa.pub.pem", "RS256"),
+            &rsa.sign(&claims()),
+        )
         .await;
     assert_eq!(user.unwrap().principals[0], "user:alice");
     let ec_token = ec.sign(&claims());
     assert!(matches!(
-        ids.verify(&settings("rsa.pub.pem", "RS256"), &ec_token)
+        ids.verify(TENANT, &settings("rsa.pub.pem", "RS256"), &ec_token)
             .await,
         Err(TokenError::Algorithm(_))
     ));
     assert!(
-        ids.verify(&settings("ec.pub.pem", "ES256"), &ec_token)
+        ids.verify(TENANT, &settings("ec.pub.pem", "ES256"), &ec_token)
             .await
             .is_ok()
     );
@@ -214,7 +224,7 @@ async fn each_bad_token_is_refused_with_its_reason() {
         }),
     ];
     for (name, token, expected) in cases {
-        let got = ids.verify(&settings, &token).await;
+        let got = ids.verify(TENANT, &settings, &token).await;
         match got {
             Err(e) if expected(&e) => {}
             other => panic!("{name}: {other:?}"),
@@ -228,7 +238,7 @@ async fn each_bad_token_is_refused_with_its_reason() {
     parts[1] = b64(&forged);
     let tampered = parts.join(".");
     assert_eq!(
-        ids.verify(&settings, &tampered).await,
+        ids.verify(TENANT, &settings, &tampered).await,
         Err(TokenError::Signature)
     );
 
@@ -241,7 +251,7 @@ async fn each_bad_token_is_refused_with_its_reason() {
     };
     let payload = b64(claims().to_string().as_bytes());
     let unsigned = format!("{}.{payload}.", header("none"));
-    assert!(ids.verify(&settings, &unsigned).await.is_err());
+    assert!(ids.verify(TENANT, &settings, &unsigned).await.is_err());
     let hs = jsonwebtoken::encode(
         &Header {
             kid: Some("r1".into()),
@@ -252,7 +262,7 @@ async fn each_bad_token_is_refused_with_its_reason() {
     )
     .unwrap();
     assert!(matches!(
-        ids.verify(&settings, &hs).await,
+        ids.verify(TENANT, &settings, &hs).await,
         Err(TokenError::Algorithm(_))
     ));
 }
@@ -284,13 +294,21 @@ async fn an_unknown_key_is_fetched_again_once_a_window_and_never_let_through() {
     let window = Duration::from_secs(2);
     let ids = identities(window);
     let settings = by_jwks(&url);
-    assert!(ids.verify(&settings, &old.sign(&claims())).await.is_ok());
+    assert!(
+        ids.verify(TENANT, &settings, &old.sign(&claims()))
+            .await
+            .is_ok()
+    );
     assert_eq!(server.fetches.load(Ordering::SeqCst), 1);
 
     // The provider rotates: the new key is fetched for the first token that names it.
     *server.keys.lock().unwrap() = vec![old.jwk(), new.jwk()];
     tokio::time::sleep(window).await;
-    assert!(ids.verify(&settings, &new.sign(&claims())).await.is_ok());
+    assert!(
+        ids.verify(TENANT, &settings, &new.sign(&claims()))
+            .await
+            .is_ok()
+    );
     assert_eq!(server.fetches.load(Ordering::SeqCst), 2);
 
     // Down, and a token names a key it never published: refused; the keys held still verify,
@@ -302,7 +320,9 @@ async fn an_unknown_key_is_fetched_again_once_a_window_and_never_let_through() {
     };
     tokio::time::sleep(window).await;
     for _ in 0..20 {
-        let got = ids.verify(&settings, &stranger.sign(&claims())).await;
+        let got = ids
+            .verify(TENANT, &settings, &stranger.sign(&claims()))
+            .await;
         assert!(matches!(got, Err(TokenError::UnknownKey(_))), "{got:?}");
     }
     assert_eq!(
@@ -310,7 +330,11 @@ async fn an_unknown_key_is_fetched_again_once_a_window_and_never_let_through() {
         3,
         "one fetch a window"
     );
-    assert!(ids.verify(&settings, &old.sign(&claims())).await.is_ok());
+    assert!(
+        ids.verify(TENANT, &settings, &old.sign(&claims()))
+            .await
+            .is_ok()
+    );
 }
 
 #[tokio::test]
@@ -319,7 +343,9 @@ async fn with_no_keys_ever_fetched_a_token_cannot_be_checked() {
     let (server, url) = jwks(vec![rsa.jwk()]).await;
     server.down.store(true, Ordering::SeqCst);
     let ids = identities(Duration::from_secs(60));
-    let got = ids.verify(&by_jwks(&url), &rsa.sign(&claims())).await;
+    let got = ids
+        .verify(TENANT, &by_jwks(&url), &rsa.sign(&claims()))
+        .await;
     assert!(
         matches!(got, Err(TokenError::KeysUnavailable(_))),
         "{got:?}"
@@ -328,7 +354,9 @@ async fn with_no_keys_ever_fetched_a_token_cannot_be_checked() {
     let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}/jwks.json", silent.local_addr().unwrap());
     let started = std::time::Instant::now();
-    let got = ids.verify(&by_jwks(&url), &rsa.sign(&claims())).await;
+    let got = ids
+        .verify(TENANT, &by_jwks(&url), &rsa.sign(&claims()))
+        .await;
     assert!(
         matches!(got, Err(TokenError::KeysUnavailable(_))),
         "{got:?}"
@@ -358,7 +386,7 @@ async fn a_token_minted_by_the_documented_script_verifies() {
         "algorithm": "RS256"}))
     .unwrap();
     let user = identities(Duration::from_secs(60))
-        .verify(&settings, token.trim())
+        .verify(TENANT, &settings, token.trim())
         .await;
     assert_eq!(
         user.unwrap().principals,
@@ -400,17 +428,19 @@ async fn a_tenant_secret_verifies_hs256_alone_and_is_read_again_once_a_window() 
         "secret_arn": "arn:aws:secretsmanager:us-east-1:1:secret:idp",
     }))
     .unwrap();
-    let user = ids.verify(&settings, &hs256(&first, &claims())).await;
+    let user = ids
+        .verify(TENANT, &settings, &hs256(&first, &claims()))
+        .await;
     assert_eq!(user.map(|u| u.subject), Ok("alice".to_string()));
     // Another secret, or an RS256 token, or none at all: refused.
     let other = hs256(b"another secret of the same length, 32+ bytes!!", &claims());
     assert_eq!(
-        ids.verify(&settings, &other).await,
+        ids.verify(TENANT, &settings, &other).await,
         Err(TokenError::Signature)
     );
     let rsa = signer(Algorithm::RS256, "rsa.pem", "r1").sign(&claims());
     assert!(matches!(
-        ids.verify(&settings, &rsa).await,
+        ids.verify(TENANT, &settings, &rsa).await,
         Err(TokenError::Algorithm(_))
     ));
     assert_eq!(
@@ -422,25 +452,26 @@ async fn a_tenant_secret_verifies_hs256_alone_and_is_read_again_once_a_window() 
     let second = b"the rotated secret, also thirty-two bytes or more".to_vec();
     *store.value.lock().unwrap() = Some(second.clone());
     assert!(
-        ids.verify(&settings, &hs256(&first, &claims()))
+        ids.verify(TENANT, &settings, &hs256(&first, &claims()))
             .await
             .is_ok()
     );
     tokio::time::sleep(window).await;
     assert!(
-        ids.verify(&settings, &hs256(&second, &claims()))
+        ids.verify(TENANT, &settings, &hs256(&second, &claims()))
             .await
             .is_ok()
     );
     assert_eq!(
-        ids.verify(&settings, &hs256(&first, &claims())).await,
+        ids.verify(TENANT, &settings, &hs256(&first, &claims()))
+            .await,
         Err(TokenError::Signature)
     );
     // The store failing keeps the secret held.
     *store.value.lock().unwrap() = None;
     tokio::time::sleep(window).await;
     assert!(
-        ids.verify(&settings, &hs256(&second, &claims()))
+        ids.verify(TENANT, &settings, &hs256(&second, &claims()))
             .await
             .is_ok()
     );
@@ -449,13 +480,15 @@ async fn a_tenant_secret_verifies_hs256_alone_and_is_read_again_once_a_window() 
     // token cannot be checked.
     let failing = Arc::new(Secrets::default());
     let ids = identities(window).with_secrets(failing as _);
-    let got = ids.verify(&settings, &hs256(&second, &claims())).await;
+    let got = ids
+        .verify(TENANT, &settings, &hs256(&second, &claims()))
+        .await;
     assert!(
         matches!(got, Err(TokenError::KeysUnavailable(ref why)) if why.contains("AccessDenied")),
         "{got:?}"
     );
     let got = identities(window)
-        .verify(&settings, &hs256(&second, &claims()))
+        .verify(TENANT, &settings, &hs256(&second, &claims()))
         .await;
     assert!(
         matches!(got, Err(TokenError::KeysUnavailable(_))),
@@ -464,9 +497,155 @@ async fn a_tenant_secret_verifies_hs256_alone_and_is_read_again_once_a_window() 
     let short = Arc::new(Secrets::default());
     *short.value.lock().unwrap() = Some(b"too short".to_vec());
     let ids = identities(window).with_secrets(short as _);
-    let got = ids.verify(&settings, &hs256(b"too short", &claims())).await;
+    let got = ids
+        .verify(TENANT, &settings, &hs256(b"too short", &claims()))
+        .await;
     assert!(
         matches!(got, Err(TokenError::KeysUnavailable(ref why)) if why.contains("32")),
         "{got:?}"
     );
+}
+
+/// A JWKS stand-in whose one route answers `answer` (a redirect, a 404, text), counting calls.
+async fn answering(answer: Response) -> (Arc<AtomicUsize>, String) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&calls);
+    let answer = Arc::new(std::sync::Mutex::new(Some(answer)));
+    let app = axum::Router::new().fallback(move || {
+        let (calls, answer) = (Arc::clone(&counted), Arc::clone(&answer));
+        async move {
+            calls.fetch_add(1, Ordering::SeqCst);
+            answer
+                .lock()
+                .unwrap()
+                .take()
+                .unwrap_or_else(|| StatusCode::GONE.into_response())
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}/jwks.json", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (calls, url)
+}
+
+fn unavailable(got: Result<sluice_identity::User, TokenError>) -> String {
+    match got {
+        Err(TokenError::KeysUnavailable(why)) => why,
+        other => panic!("{other:?}"),
+    }
+}
+
+/// Where the URL leads is checked, not how it is written: with no range allowed (a
+/// deployment's default), an address and a name that resolves inside are refused before any
+/// request is sent, and the message says what is wrong with the setting.
+#[tokio::test]
+async fn a_jwks_url_that_leads_inside_is_never_fetched() {
+    let rsa = signer(Algorithm::RS256, "rsa.pem", "r1");
+    let (server, url) = jwks(vec![rsa.jwk()]).await;
+    let port = url
+        .split(':')
+        .nth(2)
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let ids = Identities::new(Duration::from_secs(60));
+    let token = rsa.sign(&claims());
+    for url in [
+        url.clone(),
+        format!("http://localhost:{port}/jwks.json"),
+        format!("http://[::ffff:127.0.0.1]:{port}/jwks.json"),
+        format!("http://2130706433:{port}/jwks.json"),
+    ] {
+        let why = unavailable(ids.verify(TENANT, &by_jwks(&url), &token).await);
+        assert!(why.contains("public addresses"), "{url}: {why}");
+    }
+    assert_eq!(
+        server.fetches.load(Ordering::SeqCst),
+        0,
+        "nothing was fetched"
+    );
+    // A name resolved to an inside address for https is refused the same way (the resolver's
+    // check: the connection would go to the address it checked).
+    let why = unavailable(
+        ids.verify(
+            TENANT,
+            &by_jwks(&format!("https://localhost:{port}/jwks.json")),
+            &token,
+        )
+        .await,
+    );
+    assert!(why.contains("loopback"), "{why}");
+    // Allowed by the operator, the same URL is fetched.
+    let allowed = identities(Duration::from_secs(60));
+    assert!(allowed.verify(TENANT, &by_jwks(&url), &token).await.is_ok());
+    assert_eq!(server.fetches.load(Ordering::SeqCst), 1);
+}
+
+/// A redirect is not followed (it could lead anywhere), and what the network answered — a
+/// redirect, a 404, text that is not JSON, a closed port — reads the same to the tenant, never
+/// naming the URL or what was found there.
+#[tokio::test]
+async fn no_redirect_is_followed_and_no_failure_says_what_a_probe_found() {
+    let rsa = signer(Algorithm::RS256, "rsa.pem", "r1");
+    let (keys, target) = jwks(vec![rsa.jwk()]).await;
+    let redirect = (StatusCode::FOUND, [("location", target.clone())]).into_response();
+    let (calls, redirecting) = answering(redirect).await;
+    let (_, missing) = answering(StatusCode::NOT_FOUND.into_response()).await;
+    let (_, text) = answering("<html>an admin page</html>".into_response()).await;
+    let closed = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}/jwks.json", l.local_addr().unwrap())
+    };
+    let ids = identities(Duration::from_secs(60));
+    let token = rsa.sign(&claims());
+    let mut messages = Vec::new();
+    for (tenant, url) in [
+        ("a", &redirecting),
+        ("b", &missing),
+        ("c", &text),
+        ("d", &closed),
+    ] {
+        let why = unavailable(ids.verify(tenant, &by_jwks(url), &token).await);
+        let port = url.split(':').nth(2).unwrap().split('/').next().unwrap();
+        assert!(!why.contains(port) && !why.contains("127.0.0.1"), "{why}");
+        messages.push(why);
+    }
+    assert!(messages.windows(2).all(|w| w[0] == w[1]), "{messages:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        keys.fetches.load(Ordering::SeqCst),
+        0,
+        "the redirect was followed"
+    );
+}
+
+/// One tenant's fetches are rate-limited and its key sets are its own: a tenant that makes
+/// Sluice fetch URL after URL is refused after a few a minute, and pushes out only its own
+/// sets, never another tenant's keys.
+#[tokio::test]
+async fn one_tenants_fetches_are_limited_and_never_evict_anothers_keys() {
+    let rsa = signer(Algorithm::RS256, "rsa.pem", "r1");
+    let (server, url) = jwks(vec![rsa.jwk()]).await;
+    let ids = identities(Duration::from_secs(60));
+    let token = rsa.sign(&claims());
+    assert!(ids.verify("victim", &by_jwks(&url), &token).await.is_ok());
+    let limit = sluice_identity::fetch::FETCHES_PER_MINUTE as usize;
+    let mut refused = 0;
+    for n in 0..limit + 4 {
+        let got = ids
+            .verify("prober", &by_jwks(&format!("{url}?n={n}")), &token)
+            .await;
+        if let Err(TokenError::KeysUnavailable(why)) = &got {
+            assert!(why.contains("in a minute"), "{why}");
+            refused += 1;
+        }
+    }
+    assert_eq!(refused, 4, "{limit} fetches a minute, then refused");
+    let fetched = server.fetches.load(Ordering::SeqCst);
+    assert_eq!(fetched, 1 + limit);
+    // The victim's keys were kept: its token verifies with no new fetch.
+    assert!(ids.verify("victim", &by_jwks(&url), &token).await.is_ok());
+    assert_eq!(server.fetches.load(Ordering::SeqCst), fetched);
 }

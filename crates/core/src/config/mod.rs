@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sluice_contract::fusion::{FusionConfig, InvalidFusion};
+use sluice_contract::net::IpRange;
 use sluice_contract::settings::{self, ConfigError, millis, one_of, parse, ranged};
 use sluice_contract::stages::MAX_K;
 use sluice_contract::tenant::{InvalidTenant, TENANT_RULE, Tenant};
@@ -175,6 +176,10 @@ pub struct AuthConfig {
     /// `SLUICE_SETTINGS_FRESH_MS`: how long a process uses a tenant's settings before reading
     /// them again: a change is in force everywhere within it.
     pub settings_fresh: Duration,
+    /// `SLUICE_FETCH_ALLOW`: address ranges (CIDR, comma-separated; default none) that URLs
+    /// tenants give (`jwks_url`) may reach although they are not public — loopback, private,
+    /// link-local. For tests and identity providers inside the operator's own network.
+    pub fetch_allow: Vec<IpRange>,
 }
 
 impl AuthConfig {
@@ -325,6 +330,13 @@ fn auth_section(
         settings_file: (get("SLUICE_SETTINGS_FILE").map(PathBuf::from))
             .unwrap_or_else(|| data_dir.join("settings.json")),
         settings_fresh: millis(get, "SLUICE_SETTINGS_FRESH_MS", 5_000, 0)?,
+        fetch_allow: (IpRange::list(&get("SLUICE_FETCH_ALLOW").unwrap_or_default())).map_err(
+            |why| ConfigError {
+                name: "SLUICE_FETCH_ALLOW",
+                value: get("SLUICE_FETCH_ALLOW").unwrap_or_default(),
+                expected: format!("addresses or CIDR ranges, comma-separated ({why})"),
+            },
+        )?,
     })
 }
 

@@ -74,6 +74,23 @@ async fn a_bad_document_is_refused_whole_naming_the_field_and_nothing_is_stored(
             json!({"prompt": {"instructions": long.chars().take(3_999).collect::<String>()}}),
             "prompt.instructions",
         ),
+        // A public key that is not a key of its algorithm is refused now, not by the first
+        // end user's request; a URL with credentials in it, as it is parsed.
+        (
+            json!({"identity": {"issuer": "i", "audience": "a", "algorithm": "RS256",
+                                "public_key": "-----BEGIN PUBLIC KEY-----\nnot a key\n-----END PUBLIC KEY-----"}}),
+            "identity.public_key",
+        ),
+        (
+            json!({"identity": {"issuer": "i", "audience": "a", "algorithm": "ES256",
+                                "public_key": sluice_testkit::users::key("rsa.pub.pem")}}),
+            "identity.public_key",
+        ),
+        (
+            json!({"identity": {"issuer": "i", "audience": "a",
+                                "jwks_url": "http://127.0.0.1@10.0.0.1/keys"}}),
+            "identity.jwks_url",
+        ),
     ] {
         let reply = put(&app, "acme", &settings).await;
         assert_eq!(
