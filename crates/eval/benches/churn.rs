@@ -21,10 +21,13 @@
 //!   change by change.
 //! - **Stale**: a hit whose answer was made from sources (as this bench read them from the
 //!   store, text and all, when the LLM was called) that the store no longer returns, neither
-//!   for the question asked nor for the one the answer was made for (a similar hit under an
-//!   unchanged corpus may be made from other sources than its paraphrase would retrieve:
-//!   that is the threshold's judgement, not a change). There must be none: the bench fails
-//!   if any.
+//!   for the question asked nor for one the answer was made or verified for (a similar hit
+//!   under an unchanged corpus may be made from other sources than its paraphrase would
+//!   retrieve: that is the threshold's judgement, not a change; a `sources` hit keeps a copy
+//!   of the answer under the asking question, an entry of that question). An exact hit is
+//!   judged by the questions written as the one asked: its entry was made or verified for
+//!   that question, never vouched for by a similar one's retrieval. There must be none: the
+//!   bench fails if any.
 //! - **Latency**: from the request to its first token, per kind of hit, and for a miss (whose
 //!   LLM answers at once: the pipeline's own time).
 //!
@@ -81,8 +84,14 @@ const OPEN: f64 = 0.7;
 const GROUPS: usize = 4;
 const USERS: usize = 200;
 
-/// Answers every call with the next numbered token (`answer-N`), at once.
-struct Numbered(AtomicUsize);
+/// Answers every call with the next numbered token (`answer-N`), at once. The number is one
+/// count for every pipeline of the bench (the runs side by side share the judge's record of
+/// answers: a number per run would give two answers one token, and judge one by the other's
+/// question and sources).
+struct Numbered;
+
+/// The next answer's number, whichever pipeline asks.
+static ANSWERS: AtomicUsize = AtomicUsize::new(0);
 
 #[async_trait]
 impl Llm for Numbered {
@@ -90,7 +99,7 @@ impl Llm for Numbered {
         "churn-fixture"
     }
     async fn stream(&self, _: Vec<ChatMessage>, _: u32, _: &str) -> Result<LlmStream, LlmError> {
-        let n = self.0.fetch_add(1, Ordering::Relaxed);
+        let n = ANSWERS.fetch_add(1, Ordering::Relaxed);
         let events = vec![
             Ok(LlmEvent::Token(format!("answer-{n}"))),
             Ok(LlmEvent::Finish {
@@ -150,6 +159,8 @@ struct World {
     vectors: HashMap<String, Vec<f32>>,
     /// Each answer's question, the filter it was searched under, and its sources.
     answers: HashMap<String, (String, Option<Filter>, Vec<Source>)>,
+    /// Each answer's copies: the questions (and filters) a later request verified it for.
+    copies: HashMap<String, Vec<(String, Option<Filter>)>>,
 }
 
 impl World {
@@ -223,11 +234,29 @@ impl World {
         } else {
             let (made_for, under, recorded) =
                 self.answers.get(&token).expect("a known answer").clone();
-            let fresh = self.sources(&made_for, under.as_ref()).await == recorded
-                || self.sources(&question, searched.as_ref()).await == recorded;
+            // The questions the answer's entries were made or verified for: the one the LLM
+            // answered, and each one whose own retrieval matched its sources later (its copy
+            // is an entry of that question, made under the version then in use). An exact hit
+            // is an entry of the question asked: judged by the questions written as it is.
+            let own = sluice_core::language::normalise(&question);
+            let mut made: Vec<(String, Option<Filter>)> = vec![
+                (question.clone(), searched.clone()),
+                (made_for.clone(), under),
+            ];
+            made.extend(self.copies.get(&token).into_iter().flatten().cloned());
+            made.retain(|(q, _)| kind != Kind::Exact || sluice_core::language::normalise(q) == own);
+            let mut fresh = false;
+            for (q, f) in &made {
+                fresh = fresh || self.sources(q, f.as_ref()).await == recorded;
+            }
             if !fresh {
                 tally.stale += 1;
                 eprintln!("stale: {question:?} answered by {made_for:?} ({kind:?})");
+            }
+            if kind == Kind::Sources {
+                (self.copies.entry(token))
+                    .or_default()
+                    .push((question.clone(), searched));
             }
         }
         meta.documents.into_iter().map(|d| d.id).collect()
@@ -373,7 +402,7 @@ fn pipeline(
     config.extract = false;
     let corpus = &world.corpus;
     let store: Arc<dyn Store> = Arc::new(corpus.edge.clone());
-    let llm = Arc::new(Numbered(AtomicUsize::new(0)));
+    let llm = Arc::new(Numbered);
     let mut pipeline = Pipeline::new(config, corpus.embedder.clone(), store, llm);
     let cache = SemanticCache::new(
         Arc::new(MemoryCache::new(100_000)),
@@ -453,6 +482,7 @@ async fn run() {
         fusion,
         vectors,
         answers: HashMap::new(),
+        copies: HashMap::new(),
     };
     println!(
         "cache churn: {} questions ({} distinct, {} wordings), one a second for {MINUTES} min, \

@@ -190,6 +190,9 @@ pub struct Troubled {
     /// Every search's hits come back with one score, in an order turned on every call: a
     /// store's arbitrary order among equal scores (identical vectors).
     pub scramble: bool,
+    /// (query, document): searches for that query text leave that document out — a change
+    /// that moved one question's sources and no other's.
+    pub hidden: std::sync::Mutex<Option<(String, String)>>,
     searches: std::sync::atomic::AtomicUsize,
 }
 
@@ -207,6 +210,7 @@ impl Troubled {
             lag: Duration::ZERO,
             memo: Duration::ZERO,
             scramble: false,
+            hidden: Default::default(),
             searches: Default::default(),
         }
     }
@@ -223,6 +227,16 @@ impl Store for Troubled {
             return Err(StoreError::Backend("injected failure".into()));
         }
         let mut hits = self.inner.search(tenant, search).await?;
+        let hidden = self
+            .hidden
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some((query, document)) = hidden
+            && search.query == query
+        {
+            hits.retain(|h| h.document.id != document);
+        }
         if self.scramble && !hits.is_empty() {
             let call = (self.searches).fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             for hit in &mut hits {

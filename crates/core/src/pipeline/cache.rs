@@ -170,9 +170,10 @@ impl Pipeline {
     /// The events of the first answer `write` holds to verify whose sources this request's
     /// `sources` are — the same chunks with the same content in the same order — and
     /// the work that records it for this request's scope (awaited after the events, as a cache
-    /// write is): the entry brought up to the corpus version in use, or, when it was made for
-    /// an end user with other principals, a copy under this request's own key (its `vector`),
-    /// so that the next ask of it is an exact hit. Sources of a degraded request prove nothing
+    /// write is): the entry brought up to the corpus version in use when it is this
+    /// question's own, or, when it was made for another (similar) question or an end user with
+    /// other principals, a copy under this request's own key (its `vector`), so that the next
+    /// ask of it is an exact hit. Sources of a degraded request prove nothing
     /// (a late search, a component that failed), nor do those of a store whose reads may still
     /// return what a recent change removed ([`Self::settled`]).
     pub(super) fn verified(
@@ -193,7 +194,13 @@ impl Pipeline {
         let now: Vec<Cited> = sources.iter().map(Cited::of).collect();
         let (entry, similarity) =
             (candidates.into_iter()).find(|(e, _)| e.answer.built_from(&now))?;
-        let current = match entry.scope.access == write.scope.access {
+        // Retrieval for this request proves the entry's sources for this question, not for
+        // the one it was made for (a similar question whose own retrieval may have changed):
+        // only an entry of this very question (and end user) is brought up to date in place;
+        // any other is copied under this request's own key, and the original keeps needing
+        // its own check.
+        let own = entry.key == write.probe.key && entry.scope.access == write.scope.access;
+        let current = match own {
             true => CacheEntry {
                 scope: write.scope.clone(),
                 ..(*entry).clone()

@@ -104,6 +104,49 @@ async fn an_ingest_elsewhere_keeps_an_answer_whose_sources_retrieval_still_retur
     assert!(next.first("done")["timings"].get("retrieve_ms").is_none());
 }
 
+/// An answer checked against a similar question's retrieval is proven for that question only:
+/// after a change that moved the sources of the question it was made for (and not the similar
+/// one's), the similar question is answered from it and keeps a copy under its own key, while
+/// the original question's entry stays under the old version — never replayed at once by its
+/// exact key.
+#[tokio::test]
+async fn a_check_by_a_similar_question_never_vouches_for_the_original() {
+    let mut kit = Kit::new(&[("SLUICE_CACHE_THRESHOLD", "0.8")]);
+    let store = Arc::new(Troubled::around(kit.store()));
+    kit.parts.store = Some(store.clone());
+    let app = kit.ingested("acme").await.app();
+    let original = "How long does a replacement card take?";
+    let similar = "How long will a replacement card take?";
+    let ask = |q: &str| json!({"query": q, "k": 2});
+    let first = app.answer_as("acme", &ask(original)).await;
+    assert_eq!(first.meta()["cache"], "miss");
+    // A change: the corpus version moves, and with it the original question's sources (one
+    // of them drops out of its retrieval), not the similar question's.
+    let cited = first.meta()["documents"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    *store.hidden.lock().unwrap() = Some((original.into(), cited));
+    let branches = json!({"documents": [{"id": "branches",
+        "text": "Our branch in Leeds closes at 5pm on Saturdays."}]});
+    assert_eq!(
+        app.post_as("acme", "/v1/documents", &branches).await.status,
+        200
+    );
+
+    assert_eq!(answered(&app, &ask(similar)).await, "sources");
+    assert_eq!(answered(&app, &ask(similar)).await, "exact", "its own copy");
+    // The original question's own entry was not brought up to date by the similar one's
+    // check: it is not replayed by its exact key. (The similar question's copy, made under the
+    // version in use, may answer it as any answer made now answers a question within the
+    // threshold.)
+    assert_ne!(
+        answered(&app, &ask(original)).await,
+        "exact",
+        "the original question's sources moved"
+    );
+}
+
 #[tokio::test]
 async fn an_edit_of_a_cited_chunk_or_its_deletion_misses() {
     let app = Kit::new(&[]).ingested("acme").await.app();
