@@ -28,8 +28,11 @@ pub struct Complexity {
     /// Locals × blocks of one function: SSA construction's share.
     pub max_function_cost: u64,
     /// `SLUICE_COMPONENT_MAX_COMPILE_WORK`: the compile work of every function together —
-    /// each function 5, plus its blocks × (blocks + 2,000) / 2,000: linear for small functions
-    /// and quadratic for big ones, and a function's own cost about five blocks', as measured.
+    /// each function 5, plus its blocks × (blocks + 2,000) / 2,000, plus its locals / 256:
+    /// linear for small functions and quadratic for big ones, a function's own cost about five
+    /// blocks', and every 256 locals it declares (used or not: Cranelift sets each up) about
+    /// one, as measured. Summed over functions, so that many functions each under the
+    /// per-function limits are bounded together.
     pub max_work: u64,
 }
 
@@ -45,9 +48,13 @@ impl Default for Complexity {
     }
 }
 
-/// The compile work of a function of `blocks` blocks ([`Complexity::max_work`]).
-fn work(blocks: u64) -> u64 {
-    5 + blocks.saturating_mul(blocks + 2_000) / 2_000
+/// Locals that cost the compiler about as much as one unit of work ([`Complexity::max_work`]).
+const LOCALS_PER_WORK: u64 = 256;
+
+/// The compile work of a function of `blocks` blocks and `locals` locals
+/// ([`Complexity::max_work`]).
+fn work(blocks: u64, locals: u64) -> u64 {
+    5 + blocks.saturating_mul(blocks + 2_000) / 2_000 + locals / LOCALS_PER_WORK
 }
 
 /// The shape of the biggest function, and the total, of what was read.
@@ -130,10 +137,10 @@ pub fn check(bytes: &[u8], limits: &Complexity) -> Result<Shape, String> {
                 limits.max_function_cost
             ));
         }
-        shape.work = shape.work.saturating_add(work(blocks));
+        shape.work = shape.work.saturating_add(work(blocks, locals));
         if shape.work > limits.max_work {
             return Err(format!(
-                "its functions are more work to compile together than the limit of {} (SLUICE_COMPONENT_MAX_COMPILE_WORK: each function 5 plus blocks × (blocks + 2,000) / 2,000, summed; {} functions read)",
+                "its functions are more work to compile together than the limit of {} (SLUICE_COMPONENT_MAX_COMPILE_WORK: each function 5 plus blocks × (blocks + 2,000) / 2,000 plus locals / 256, summed; {} functions read)",
                 limits.max_work, shape.functions
             ));
         }
@@ -195,6 +202,31 @@ mod tests {
         // Work adds up over functions: one of 90 blocks is within, two are not.
         let one = check(&hostile(0, 90, false), &limits).unwrap();
         assert_eq!(one.work, 5 + 90 * 2090 / 2000);
+        // Locals count too, in every function: many functions each under the per-function
+        // limits (the audit's 9,000 × 10,000 unused locals) are bounded together.
+        let each = "(local i32)".repeat(100);
+        let wide = |n: usize| {
+            let funcs = format!("(func (param i32) {each})").repeat(n);
+            wat::parse_str(format!("(component (core module {funcs}))")).unwrap()
+        };
+        assert_eq!(check(&wide(1), &limits).unwrap().work, 5);
+        let locals_limits = Complexity {
+            max_work: 1_000,
+            ..Complexity::default()
+        };
+        let thousands = format!("(func (param i32) {})", "(local i32)".repeat(9_000));
+        let many = format!("(component (core module {}))", thousands.repeat(30));
+        let e = check(&wat::parse_str(&many).unwrap(), &locals_limits).unwrap_err();
+        assert!(e.contains("more work to compile together"), "{e}");
+        assert_eq!(
+            check(
+                &wat::parse_str(format!("(component (core module {thousands}))")).unwrap(),
+                &locals_limits
+            )
+            .unwrap()
+            .work,
+            5 + 9_000 / 256
+        );
         let two = wat::parse_str(
             "(component (core module (func (param i32) (block) (block)) (func (param i32) (block))))",
         )

@@ -20,6 +20,17 @@ impl Components for Registry {
         label: Option<&str>,
         cancel: &Cancel,
     ) -> Result<ComponentVersion, ComponentError> {
+        let version = format!("{:x}", Sha256::digest(bytes));
+        // The same bytes again: their compile is stored already (a listed version always has
+        // its artefact), never made twice.
+        if let Some(record) = self.stored(tenant, &version)? {
+            let active = self.inner.storage.active(tenant)?.as_deref() == Some(version.as_str());
+            return Ok(shown(record, active));
+        }
+        // A client that left before the compile started costs nothing.
+        if cancel.is_cancelled() {
+            return Err(ComponentError::Abandoned);
+        }
         let prepared = self.inner.sandbox.compile(bytes).map_err(|e| match e {
             UploadError::TooLarge { .. } => ComponentError::TooLarge(e.to_string()),
             UploadError::TooComplex(_) => ComponentError::TooComplex(e.to_string()),
@@ -42,7 +53,6 @@ impl Components for Registry {
         if cancel.is_cancelled() {
             return Err(ComponentError::Abandoned);
         }
-        let version = format!("{:x}", Sha256::digest(bytes));
         self.inner
             .storage
             .put(&format!("{tenant}/{version}.wasm"), bytes)?;
