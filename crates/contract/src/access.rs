@@ -14,6 +14,49 @@ use serde::{Deserialize, Serialize};
 
 use crate::filter::{Filter, Op, Scalar};
 
+/// How much of its tenant's documents' text a caller may read: the one rule behind every route
+/// that returns text — answers and their prompts, search, listing and reading, MCP's tools,
+/// and the records of other requests (component failures, log lines, replay inputs). A route
+/// that reads documents for the caller applies it as a filter inside the store's query
+/// ([`access_filter`] with the key's filter); a route that shows records of calls made for
+/// other requests applies [`TextAccess::reads_record`] to each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TextAccess {
+    /// Every document of the tenant: the tenant's admin — a key that holds the `documents`
+    /// permission, bound to no filter, with no end user's token (or any caller with auth off).
+    All,
+    /// Documents without an access list: a key without the `documents` permission and without
+    /// an end user's token (a front end's key).
+    Open,
+    /// What its own filter lets it retrieve, document by document: a key bound to a filter, or
+    /// an end user. Records of other requests' calls are never shown it whole: which documents
+    /// those calls saw is not kept to be filtered again.
+    Filtered,
+}
+
+impl TextAccess {
+    /// The access of a caller whose key holds `documents` (or not), is `bound` to a filter (or
+    /// not), and carries an `end_user`'s token (or not).
+    pub fn of(documents: bool, bound: bool, end_user: bool) -> Self {
+        match (documents, bound || end_user) {
+            (_, true) => TextAccess::Filtered,
+            (true, false) => TextAccess::All,
+            (false, false) => TextAccess::Open,
+        }
+    }
+
+    /// Whether a record of a call made for another request — its messages, lines and input,
+    /// any of which can quote a document it saw — may be shown whole; `restricted`: the call
+    /// saw a document with an access list.
+    pub fn reads_record(self, restricted: bool) -> bool {
+        match self {
+            TextAccess::All => true,
+            TextAccess::Open => !restricted,
+            TextAccess::Filtered => false,
+        }
+    }
+}
+
 /// The header that carries the end user's token (a JWT).
 pub const USER_HEADER: &str = "x-sluice-user";
 /// The metadata key of a document's access list.
@@ -210,14 +253,8 @@ impl IdentitySettings {
                 }
             }
             (Some(url), None, None) => {
-                let loopback = ["http://127.0.0.1", "http://localhost", "http://[::1]"]
-                    .iter()
-                    .any(|p| url.starts_with(p));
-                if !(url.starts_with("https://") || loopback) || url.len() > 2_048 {
-                    return bad(
-                        "jwks_url",
-                        "must be an https URL (http only on a loopback address)".into(),
-                    );
+                if let Err(why) = crate::net::tenant_url(url) {
+                    return bad("jwks_url", why);
                 }
                 if self.algorithm.is_some() {
                     return bad(
@@ -277,6 +314,23 @@ impl IdentitySettings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn who_reads_what_text() {
+        use TextAccess::*;
+        assert_eq!(TextAccess::of(true, false, false), All);
+        assert_eq!(TextAccess::of(false, false, false), Open);
+        for (documents, bound, user) in [
+            (true, true, false),
+            (true, false, true),
+            (false, true, true),
+        ] {
+            assert_eq!(TextAccess::of(documents, bound, user), Filtered);
+        }
+        assert!(All.reads_record(true) && All.reads_record(false));
+        assert!(Open.reads_record(false) && !Open.reads_record(true));
+        assert!(!Filtered.reads_record(false) && !Filtered.reads_record(true));
+    }
 
     #[test]
     fn control_characters_are_found_as_char_is_control_finds_them() {

@@ -36,6 +36,9 @@ pub struct ComponentFailure {
     /// What.
     #[serde(flatten)]
     pub failure: RerankFailure,
+    /// Whether the call saw a document with an access list (its message may quote one).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restricted: bool,
 }
 
 /// A version of a tenant's rerank component.
@@ -142,6 +145,11 @@ pub struct ComponentCall {
     /// fail, and for callers that may not read every document the call saw).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input: Option<CallInput>,
+    /// Whether the call saw a document with an access list (its lines, failure and input may
+    /// quote one): shown whole only to a caller that may read such documents
+    /// ([`crate::access::TextAccess::reads_record`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub restricted: bool,
 }
 
 impl ComponentCall {
@@ -163,6 +171,7 @@ impl ComponentCall {
                 .collect(),
             failure: self.failure.as_ref().map(RerankFailure::redacted),
             input: None,
+            restricted: self.restricted,
         }
     }
 }
@@ -373,6 +382,7 @@ mod tests {
                 candidates: vec![],
                 cut: false,
             }),
+            restricted: true,
         };
         let shown = serde_json::to_string(&call.redacted()).unwrap();
         assert!(!shown.contains("secret"), "{shown}");

@@ -14,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::json;
 use sluice_contract::Tenant;
+use sluice_contract::access::TextAccess;
 use sluice_contract::auth::Permission;
 use sluice_contract::cancel::Cancel;
 use sluice_contract::codes::Code;
@@ -38,17 +39,18 @@ fn components(server: &Server) -> Result<Arc<dyn Components>, ApiError> {
 }
 
 /// Admits a caller that manages the tenant's components, to the routes of `kind`: the name
-/// the registry keeps them under ([`space`]), and whether the caller is bound to a filter
-/// (even one made tenant-wide) — the calls a version's records keep were other keys' calls,
-/// over documents such a caller may not read, so their texts are hidden from it.
+/// the registry keeps them under ([`space`]), and how much of the tenant's documents' text the
+/// caller may read — the calls a version's records keep were other requests' calls, over
+/// documents the caller may not read, so a record is shown whole only under
+/// [`TextAccess::reads_record`].
 async fn admit_to(
     server: &Server,
     headers: &HeaderMap,
     kind: &str,
-) -> Result<(Tenant, bool), ApiError> {
+) -> Result<(Tenant, TextAccess), ApiError> {
     let caller = admit(server, headers, Permission::Components).await?;
-    let bound = caller.filter.is_some();
-    Ok((space(kind, caller.tenant)?, bound))
+    let text = caller.text();
+    Ok((space(kind, caller.tenant)?, text))
 }
 
 /// The name the registry keeps `tenant`'s components of `kind` under (the route's last
@@ -128,12 +130,12 @@ pub(crate) async fn list_components(
     Path(kind): Path<String>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let (tenant, redact) = admit_to(&server, &headers, &kind).await?;
+    let (tenant, text) = admit_to(&server, &headers, &kind).await?;
     let mut versions = registry(&server, move |r| r.list(&tenant)).await?;
-    // Other keys' calls failed over their documents: a key bound to a filter (even one made
-    // tenant-wide) is not shown what those calls' messages may quote.
-    if redact {
-        for failure in versions.iter_mut().flat_map(|v| v.failures.iter_mut()) {
+    // Other requests' calls failed over their documents: what their messages may quote is
+    // shown only to a caller that may read those documents.
+    for failure in versions.iter_mut().flat_map(|v| v.failures.iter_mut()) {
+        if !text.reads_record(failure.restricted) {
             failure.failure = failure.failure.redacted();
         }
     }
@@ -162,11 +164,13 @@ pub(crate) async fn component_logs(
     Path((kind, version)): Path<(String, String)>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let (tenant, redact) = admit_to(&server, &headers, &kind).await?;
+    let (tenant, text) = admit_to(&server, &headers, &kind).await?;
     let asked = version.clone();
     let mut calls = registry(&server, move |r| r.logs(&tenant, &asked)).await?;
-    if redact {
-        calls = calls.iter().map(|c| c.redacted()).collect();
+    for call in &mut calls {
+        if !text.reads_record(call.restricted) {
+            *call = call.redacted();
+        }
     }
     Ok(Json(json!({ "version": version, "calls": calls })).into_response())
 }

@@ -383,11 +383,20 @@ impl sluice_contract::components::Components for FailedOnce {
             uploaded_ms: None,
             active: true,
             cost: None,
-            failures: vec![ComponentFailure {
-                at_ms: 1,
-                request_id: Some("r1".into()),
-                failure: quoting(),
-            }],
+            failures: vec![
+                ComponentFailure {
+                    at_ms: 1,
+                    request_id: Some("r1".into()),
+                    failure: quoting(),
+                    restricted: true,
+                },
+                ComponentFailure {
+                    at_ms: 2,
+                    request_id: Some("r2".into()),
+                    failure: RerankFailure::new(FailureKind::ComponentError, "open: card fees"),
+                    restricted: false,
+                },
+            ],
         }])
     }
     fn deactivate(&self, _: &sluice_contract::Tenant) -> Result<(), ComponentError> {
@@ -398,21 +407,26 @@ impl sluice_contract::components::Components for FailedOnce {
         _: &sluice_contract::Tenant,
         _: &str,
     ) -> Result<Vec<ComponentCall>, ComponentError> {
-        Ok(vec![ComponentCall {
-            at_ms: 1,
-            request_id: Some("r1".into()),
+        let call = |n: u64, text: &str, restricted: bool| ComponentCall {
+            at_ms: n,
+            request_id: Some(format!("r{n}")),
             lines: vec![LogLine {
                 level: LogLevel::Info,
-                message: "team b: salaries 100k".into(),
+                message: text.into(),
             }],
-            failure: Some(quoting()),
+            failure: Some(RerankFailure::new(FailureKind::ComponentError, text)),
             input: Some(CallInput {
-                query: "salaries".into(),
+                query: text.into(),
                 context: Default::default(),
                 candidates: vec![],
                 cut: false,
             }),
-        }])
+            restricted,
+        };
+        Ok(vec![
+            call(1, "team b: salaries 100k", true),
+            call(2, "open: card fees", false),
+        ])
     }
     fn delete(&self, _: &sluice_contract::Tenant, _: &str) -> Result<(), ComponentError> {
         Ok(())
@@ -425,13 +439,17 @@ fn quoting() -> RerankFailure {
 }
 
 /// A failure's message, a log line and a failed call's input can quote any candidate the
-/// call saw, and that call may have been another key's: a key bound to a filter — even one
-/// made tenant-wide to manage the components — sees each failure's kind, time and request,
-/// and each line's level, never a message, a line's text or an input.
+/// call saw, and that call may have been another request's: they are shown by the one rule of
+/// who may read a document's text. The tenant's admin (`documents`, no filter) sees every
+/// record whole; a key that manages components without the `documents` permission sees the
+/// records of calls that saw only documents open to everyone, and of the others only the
+/// kind, time, request and each line's level; a key bound to a filter — even one made
+/// tenant-wide to manage the components — sees no record's text.
 #[tokio::test]
 async fn failures_and_logs_quote_documents_only_to_keys_that_may_read_every_document() {
     let keys = Arc::new(MemoryKeys::default());
     let admin = format!("Bearer {}", keys.add("acme", &Permission::ALL));
+    let developer = format!("Bearer {}", keys.add("acme", &[Permission::Components]));
     let wide = wide_key(&keys);
     let mut kit = Kit::new(&[]).keys(keys);
     kit.parts.components = Some(Arc::new(FailedOnce));
@@ -448,37 +466,43 @@ async fn failures_and_logs_quote_documents_only_to_keys_that_may_read_every_docu
     };
     let list = |key: String| get("/v1/components/rerank", key);
     let logs = |key: String| get("/v1/components/rerank/v1/logs", key);
-    let seen = logs(admin.clone()).await;
-    let call = &seen.body["calls"][0];
-    assert_eq!(call["lines"][0]["message"], "team b: salaries 100k");
-    assert_eq!(call["input"]["query"], "salaries", "{}", seen.raw);
-    let hidden = logs(wide.clone()).await;
-    let call = &hidden.body["calls"][0];
-    assert_eq!(
-        (
-            &call["request_id"],
-            &call["lines"][0]["level"],
-            &call["failure"]["kind"]
-        ),
-        (&json!("r1"), &json!("info"), &json!("component_error")),
-        "{}",
-        hidden.raw
-    );
-    assert!(call.get("input").is_none(), "{}", hidden.raw);
-    assert!(!hidden.raw.contains("salaries"), "{}", hidden.raw);
-
-    let seen = list(admin).await;
-    assert_eq!(
-        seen.body["versions"][0]["failures"][0]["message"],
-        "team b: salaries 100k"
-    );
-    let hidden = list(wide).await;
-    let failure = &hidden.body["versions"][0]["failures"][0];
-    assert_eq!(failure["kind"], "component_error");
-    assert_eq!(
-        (&failure["at_ms"], &failure["request_id"]),
-        (&json!(1), &json!("r1"))
-    );
-    assert_eq!(failure["message"], RerankFailure::REDACTED);
-    assert!(!hidden.raw.contains("salaries"), "{}", hidden.raw);
+    // (key, sees the restricted call's text, sees the open call's text)
+    for (key, restricted, open) in [
+        (admin, true, true),
+        (developer, false, true),
+        (wide, false, false),
+    ] {
+        let seen = logs(key.clone()).await;
+        let calls = &seen.body["calls"];
+        for (call, shown, text) in [
+            (&calls[0], restricted, "team b: salaries 100k"),
+            (&calls[1], open, "open: card fees"),
+        ] {
+            assert_eq!(call["lines"][0]["level"], "info", "{}", seen.raw);
+            assert_eq!(call["failure"]["kind"], "component_error", "{}", seen.raw);
+            assert!(call["request_id"].is_string(), "{}", seen.raw);
+            match shown {
+                true => {
+                    assert_eq!(call["lines"][0]["message"], text, "{}", seen.raw);
+                    assert_eq!(call["input"]["query"], text, "{}", seen.raw);
+                }
+                false => {
+                    assert!(call.get("input").is_none(), "{}", seen.raw);
+                    assert!(!call.to_string().contains(text), "{}", seen.raw);
+                }
+            }
+        }
+        let seen = list(key).await;
+        let failures = &seen.body["versions"][0]["failures"];
+        for (failure, shown, text) in [
+            (&failures[0], restricted, "team b: salaries 100k"),
+            (&failures[1], open, "open: card fees"),
+        ] {
+            assert_eq!(failure["kind"], "component_error");
+            match shown {
+                true => assert_eq!(failure["message"], text, "{}", seen.raw),
+                false => assert_eq!(failure["message"], RerankFailure::REDACTED),
+            }
+        }
+    }
 }

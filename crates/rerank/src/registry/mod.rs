@@ -36,8 +36,8 @@ use crate::config::RerankConfig;
 use sluice_contract::Tenant;
 use sluice_contract::components::{ComponentCall, ComponentError, ComponentStorage as Storage};
 use sluice_contract::stages::{
-    ActiveComponent, ActivePrompt, Assembled, ChatMessage, PromptCall, PromptInput, RerankCall,
-    RerankFailure, RerankInput, Reranker,
+    ActiveComponent, ActivePrompt, Assembled, ChatMessage, Hit, PromptCall, PromptInput,
+    RerankCall, RerankFailure, RerankInput, Reranker,
 };
 
 use crate::{Call, CallCost, ComponentLimits, HostServices, Prepared, Sandbox};
@@ -78,16 +78,21 @@ impl Active {
         })
     }
 
-    /// Records a call: its cost, and — when it logged a line or failed — the call, in this
-    /// process and (off the request path) in the storage. `input` is asked for only when
-    /// the call failed.
+    /// Records a call over `hits`: its cost, and — when it logged a line or failed — the
+    /// call, in this process and (off the request path) in the storage, marked restricted
+    /// when one of `hits` has an access list. `input` is asked for only when the call failed.
     fn record(
         &self,
         cost: &mut CallCost,
-        failure: Option<&RerankFailure>,
+        (failure, hits): (Option<&RerankFailure>, &[Hit]),
         request_id: &str,
         input: impl FnOnce() -> sluice_contract::components::CallInput,
     ) {
+        let restricted = (hits.iter()).any(|h| {
+            (h.document.metadata)
+                .get(sluice_contract::access::ACCESS_KEY)
+                .is_some()
+        });
         let lines = std::mem::take(&mut cost.logs);
         let call = |at_ms| {
             (!lines.is_empty() || failure.is_some()).then(|| ComponentCall {
@@ -96,6 +101,7 @@ impl Active {
                 lines,
                 failure: failure.cloned(),
                 input: failure.map(|_| input()),
+                restricted,
             })
         };
         if let Some(call) = self.stats.record(cost.fuel, cost.wall, call) {
@@ -340,7 +346,8 @@ impl ActiveComponent for Active {
         let (order, mut cost) = self.sandbox.rerank_costed(&self.prepared, &call, known);
         let order = order.map_err(|e| e.failure());
         let kept = || candidates::call_input(input.query, input.context, input.hits);
-        self.record(&mut cost, order.as_ref().err(), input.request_id, kept);
+        let ended = (order.as_ref().err(), input.hits);
+        self.record(&mut cost, ended, input.request_id, kept);
         RerankCall {
             order,
             fuel: cost.fuel,
@@ -359,7 +366,8 @@ impl ActivePrompt for Active {
         let (assembled, mut cost) = self.sandbox.assemble_costed(&self.prepared, &given);
         let assembled = assembled.map_err(|e| e.failure());
         let kept = || candidates::call_input(input.question, input.context, input.sources);
-        self.record(&mut cost, assembled.as_ref().err(), input.request_id, kept);
+        let ended = (assembled.as_ref().err(), input.sources);
+        self.record(&mut cost, ended, input.request_id, kept);
         PromptCall {
             assembled: assembled.map(|(messages, tokens)| Assembled {
                 messages: (messages.into_iter())

@@ -126,6 +126,7 @@ fn failure(call: &ComponentCall) -> Option<ComponentFailure> {
         at_ms: call.at_ms,
         request_id: call.request_id.clone(),
         failure: call.failure.clone()?,
+        restricted: call.restricted,
     })
 }
 
