@@ -16,6 +16,12 @@ use crate::metadata::Metadata;
 /// Largest `k` a request may ask for (and fewest candidates a rerank component is given).
 pub const MAX_K: usize = 50;
 
+/// More bytes per counted token than any text gives (WordPiece's pieces of long words give
+/// about 10; a run too long for it is counted a token per byte): `bytes / MAX_BYTES_PER_TOKEN`
+/// is a floor of a text's count, known without counting. Text whose floor is over a budget is
+/// refused uncounted, so counting costs at most the budget's worth of bytes.
+pub const MAX_BYTES_PER_TOKEN: usize = 16;
+
 /// Turns text into unit-length vectors, in-process (loaded once at start).
 ///
 /// Calls are CPU-bound and synchronous; the pipeline runs them on the blocking pool.
@@ -27,7 +33,8 @@ pub trait Embedder: Send + Sync {
     /// Embeds each text (mean pooling over tokens, L2-normalised).
     fn embed(&self, texts: &[&str]) -> Result<Vec<Vec<f32>>, EmbedError>;
     /// Number of model tokens in `text` (without special tokens). Used by the chunker and,
-    /// as an estimate of LLM tokens, by the prompt budget.
+    /// as an estimate of LLM tokens, by the prompt budget. Never fewer than
+    /// `text.len() / MAX_BYTES_PER_TOKEN`.
     fn count_tokens(&self, text: &str) -> usize;
 }
 

@@ -80,9 +80,7 @@ pub fn input_budget(context_tokens: usize, max_output: usize) -> usize {
         .saturating_sub(context_tokens / 10)
 }
 
-/// More bytes per counted token than any text WordPiece splits gives (whole long words give
-/// about 10): a stored count above it is not trusted.
-const MAX_BYTES_PER_TOKEN: usize = 16;
+use sluice_contract::stages::MAX_BYTES_PER_TOKEN;
 
 /// Tokens of the framing around each source (`[n]`, line breaks).
 const PER_SOURCE_FRAMING: usize = 4;
@@ -145,7 +143,12 @@ pub fn assemble(
     let turns = &conversation.history;
     let mut first_kept = turns.len();
     while first_kept > 0 {
-        let cost = count(&turns[first_kept - 1].content) + PER_MESSAGE_OVERHEAD;
+        let text = &turns[first_kept - 1].content;
+        // A turn that cannot fit what is left is not counted (counting costs its bytes).
+        if estimated_tokens + text.len() / MAX_BYTES_PER_TOKEN > budget {
+            break;
+        }
+        let cost = count(text) + PER_MESSAGE_OVERHEAD;
         if estimated_tokens + cost > budget {
             break;
         }

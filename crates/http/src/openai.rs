@@ -40,7 +40,9 @@ use serde_json::{Value, json};
 use sluice_contract::auth::Permission;
 use sluice_contract::codes::{Code, Degraded};
 use sluice_contract::sse::{Done, ErrorEvent, Event, Meta};
-use sluice_contract::stages::ChatMessage;
+use sluice_contract::stages::{ChatMessage, MAX_BYTES_PER_TOKEN};
+use sluice_core::Pipeline;
+use sluice_core::pipeline::AnswerRequest;
 use sluice_core::prompt::Conversation;
 
 use crate::admit::admit_reader;
@@ -209,6 +211,43 @@ pub(crate) fn conversation_of(messages: &[Message]) -> Result<Conversation, ApiE
     })
 }
 
+/// Refuses (413 `conversation_too_long`) a request whose system messages and question take
+/// more than half of the prompt's token budget, counted before the LLM is asked (on the
+/// blocking pool): what the client sends is always sent whole, so it must fit beside the
+/// tenant's instructions (at most a quarter), Sluice's rules and at least some sources.
+/// Earlier turns are not refused: those that do not fit are left out, oldest first. Text
+/// whose floor of tokens is already over is refused uncounted.
+async fn fits(pipeline: &Arc<Pipeline>, request: &AnswerRequest) -> Result<(), ApiError> {
+    let config = &pipeline.config;
+    let output = request.max_tokens_under(config.max_tokens) as usize;
+    let most = sluice_core::prompt::input_budget(config.context_tokens, output) / 2;
+    let system = request.conversation.system.clone().unwrap_or_default();
+    let question = request.query.clone();
+    let floor = (system.len() + question.len()) / MAX_BYTES_PER_TOKEN;
+    let tokens = match floor > most {
+        true => None,
+        false => {
+            let embedder = Arc::clone(&pipeline.embedder);
+            let counting = tokio::task::spawn_blocking(move || {
+                embedder.count_tokens(&system) + embedder.count_tokens(&question)
+            });
+            Some(counting.await.unwrap_or(usize::MAX))
+        }
+    };
+    match tokens {
+        Some(tokens) if tokens <= most => Ok(()),
+        counted => Err(ApiError::new(
+            Code::ConversationTooLong,
+            format!(
+                "the system messages and the question are {} tokens; they may take {most}, \
+                 half of the prompt's budget (SLUICE_LLM_CONTEXT_TOKENS less max_tokens and \
+                 a margin)",
+                counted.map_or(format!("at least {floor}"), |t| t.to_string()),
+            ),
+        )),
+    }
+}
+
 /// The question `messages` ask: the last user message's text.
 pub(crate) fn question_of(messages: &[Message]) -> Result<String, ApiError> {
     (messages.iter().rev())
@@ -368,6 +407,7 @@ pub(crate) async fn chat_completions(
     )?;
     request.conversation = parts.conversation;
     request.max_tokens = parts.max_tokens;
+    fits(pipeline, &request).await?;
     let events = open_answer(&server, pipeline, &caller, deadline, request)?;
     let created = now();
     if chat.stream {

@@ -3,7 +3,7 @@
 
 use crate::worlds::{Message, PromptInput, PromptSettings, Source, Turn};
 use crate::{ComponentLimits, RerankError};
-use sluice_contract::stages::MESSAGE_OVERHEAD_TOKENS;
+use sluice_contract::stages::{MAX_BYTES_PER_TOKEN, MESSAGE_OVERHEAD_TOKENS};
 
 /// Roles a returned message may have.
 const ROLES: [&str; 3] = ["system", "user", "assistant"];
@@ -108,13 +108,63 @@ pub(crate) fn check(
             limits.max_prompt_bytes
         ));
     }
-    let tokens: usize = (messages.iter())
-        .map(|m| count(&m.content) + MESSAGE_OVERHEAD_TOKENS)
-        .sum();
-    if tokens > budget {
-        return invalid(format!(
+    // Counting costs CPU in proportion to the bytes, whatever the deadline: text whose floor
+    // of tokens is over the budget is refused uncounted, and counting stops once it is passed.
+    let over = |tokens: String| {
+        invalid(format!(
             "{tokens} tokens of messages; the prompt's budget is {budget}"
-        ));
+        ))
+    };
+    if bytes / MAX_BYTES_PER_TOKEN > budget {
+        return over(format!("at least {}", bytes / MAX_BYTES_PER_TOKEN));
+    }
+    let mut tokens = 0;
+    for message in messages {
+        tokens += count(&message.content) + MESSAGE_OVERHEAD_TOKENS;
+        if tokens > budget {
+            return over(format!("{tokens} or more"));
+        }
     }
     Ok(tokens)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn message(role: &str, content: String) -> Message {
+        Message {
+            role: role.into(),
+            content,
+        }
+    }
+
+    /// What counting a component's messages may cost is bounded by the budget, not by what
+    /// the component returned: text that cannot fit is refused before any of it is counted,
+    /// and counting stops at the first message that passes the budget.
+    #[test]
+    fn messages_over_the_budget_are_refused_without_counting_them_all() {
+        let counted = std::cell::Cell::new(0usize);
+        let count = |text: &str| {
+            counted.set(counted.get() + text.len());
+            text.split_whitespace().count()
+        };
+        let limits = ComponentLimits::default();
+        let huge = vec![message("user", "word ".repeat(200_000))];
+        let e = check(&huge, 2048, &limits, &count).unwrap_err();
+        assert!(e.to_string().contains("budget is 2048"), "{e}");
+        assert_eq!(counted.get(), 0, "nothing was counted");
+        // Many messages, each small, together over: counting stops once past the budget.
+        let mut many: Vec<Message> = (0..50)
+            .map(|_| message("system", "word ".repeat(100)))
+            .collect();
+        many.push(message("user", "question".into()));
+        let e = check(&many, 2048, &limits, &count).unwrap_err();
+        assert!(e.to_string().contains("or more"), "{e}");
+        assert!(counted.get() <= 25 * 500, "{} bytes counted", counted.get());
+        // Within the budget, every message is counted.
+        counted.set(0);
+        assert!(check(&many[32..], 2048, &limits, &count).is_ok());
+        assert_eq!(counted.get(), 18 * 500 + "question".len());
+    }
 }

@@ -49,7 +49,7 @@ use futures::{Stream, StreamExt};
 
 pub use parts::Pipeline;
 use request::Progress;
-pub use request::{AnswerRequest, FOLLOW_UP_TURNS};
+pub use request::{AnswerRequest, FOLLOW_UP_TURNS, MAX_FOLLOW_UP_BYTES};
 
 use cache::Round;
 use flow::{beside, in_span, until};

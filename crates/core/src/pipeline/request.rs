@@ -80,6 +80,11 @@ pub struct AnswerRequest {
 /// few enough that a change of subject is still retrieved mostly by its own words.
 pub const FOLLOW_UP_TURNS: usize = 1;
 
+/// Most bytes of an earlier turn that retrieval reads (its start): more than the embedding
+/// model's window holds, and a bound on what tokenising and BM25 cost before the deadline
+/// can matter — a turn may be hundreds of kilobytes.
+pub const MAX_FOLLOW_UP_BYTES: usize = 2_048;
+
 impl AnswerRequest {
     /// The most tokens this answer may generate: the deployment's `cap`, lowered by the
     /// tenant's `max_tokens` and the client's.
@@ -114,14 +119,20 @@ impl AnswerRequest {
     }
 
     /// What retrieval (embedding, BM25, rerank) reads: the question, then the last
-    /// [`FOLLOW_UP_TURNS`] earlier user turns, newest first — so that a follow-up is found by
-    /// what it refers to, and a question too long for the embedding window loses the oldest
-    /// context, not itself.
+    /// [`FOLLOW_UP_TURNS`] earlier user turns, newest first, each cut to its first
+    /// [`MAX_FOLLOW_UP_BYTES`] — so that a follow-up is found by what it refers to, and a
+    /// question too long for the embedding window loses the oldest context, not itself.
     pub fn retrieval_text(&self) -> std::borrow::Cow<'_, str> {
         let earlier: Vec<&str> = (self.conversation.history.iter().rev())
             .filter(|m| m.role == "user")
             .take(FOLLOW_UP_TURNS)
-            .map(|m| m.content.as_str())
+            .map(|m| {
+                let mut end = m.content.len().min(MAX_FOLLOW_UP_BYTES);
+                while !m.content.is_char_boundary(end) {
+                    end -= 1;
+                }
+                &m.content[..end]
+            })
             .collect();
         if earlier.is_empty() {
             return std::borrow::Cow::Borrowed(&self.query);

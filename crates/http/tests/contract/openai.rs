@@ -445,3 +445,78 @@ async fn a_conversation_over_its_caps_is_refused_before_any_tokenising() {
         .await;
     assert_eq!(reply.status, 200, "{}", reply.raw);
 }
+
+/// Everything the client sends counts before the LLM is asked. System messages that cannot
+/// fit half of the prompt's budget beside the question are refused (413), uncounted when their
+/// bytes already say so; a long earlier turn is read by retrieval only up to its first
+/// `MAX_FOLLOW_UP_BYTES` (what is tokenised before the deadline stays small) and left out of
+/// the prompt, which stays within its budget.
+#[tokio::test]
+async fn what_the_client_sends_counts_against_the_budget_before_the_llm_is_asked() {
+    use sluice_core::pipeline::MAX_FOLLOW_UP_BYTES;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (counted, embedded) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (c, e) = (Arc::clone(&counted), Arc::clone(&embedded));
+    let hooked = sluice_testkit::Hooked::new()
+        .on_count(move |text| {
+            c.fetch_max(text.len(), Ordering::SeqCst);
+        })
+        .on_embed(move |texts| {
+            let longest = texts.iter().map(|t| t.len()).max().unwrap_or(0);
+            e.fetch_max(longest, Ordering::SeqCst);
+            Ok(())
+        });
+    let mut kit = Kit::new(&[]);
+    kit.parts.embedder = Some(Arc::new(hooked));
+    let kit = kit.ingested("default").await;
+    let llm = kit.llm.clone();
+    let app = kit.app();
+    counted.store(0, Ordering::SeqCst);
+    embedded.store(0, Ordering::SeqCst);
+    let chat = |system: String, earlier: String| {
+        json!({"model": "m", "messages": [
+            {"role": "system", "content": system},
+            {"role": "user", "content": earlier},
+            {"role": "assistant", "content": "Yes."},
+            {"role": "user", "content": "How long does a replacement card take?"},
+        ]})
+    };
+    for system in ["policy ".repeat(24_000), "x".repeat(500_000)] {
+        let reply = app
+            .post("/v1/chat/completions", &chat(system, "Hi".into()))
+            .await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (413, "conversation_too_long"),
+            "{}",
+            reply.raw
+        );
+    }
+    assert!(llm.calls().is_empty(), "the LLM was not asked");
+    assert!(
+        counted.load(Ordering::SeqCst) < 1_000,
+        "over the floor: nothing counted"
+    );
+
+    let earlier = "card ".repeat(80_000);
+    let reply = app
+        .post("/v1/chat/completions", &chat("Be brief.".into(), earlier))
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let question = "How long does a replacement card take?";
+    let longest = embedded.load(Ordering::SeqCst);
+    assert!(
+        longest <= question.len() + 1 + MAX_FOLLOW_UP_BYTES,
+        "{longest} bytes embedded"
+    );
+    let sent = &llm.calls()[0].messages;
+    let roles: Vec<&str> = sent.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(
+        roles,
+        ["system", "assistant", "user"],
+        "the long turn left out"
+    );
+    let degraded = reply.body["sluice"]["degraded"].to_string();
+    assert!(degraded.contains("history_truncated"), "{degraded}");
+}
