@@ -215,6 +215,7 @@ fn make(documents: &[Doc], lexicon: &Lexicon) -> Vec<Case> {
             });
         }
     };
+    let mut turn = 0usize;
     for (d, (_, text)) in documents.iter().enumerate() {
         let source = window(text);
         for sentence in sentences(&source) {
@@ -228,8 +229,36 @@ fn make(documents: &[Doc], lexicon: &Lexicon) -> Vec<Case> {
                 push("faithful:clauses_reordered", &source, answer, false);
             }
             if let Some(answer) = changed_number(&sentence) {
+                push(
+                    "changed:number_fullwidth",
+                    &source,
+                    fullwidth(&answer),
+                    true,
+                );
+                push(
+                    "changed:number_hidden",
+                    &source,
+                    hidden_numbers(&answer),
+                    true,
+                );
                 push("changed:number", &source, answer, true);
             }
+            if sentence.bytes().any(|b| b.is_ascii_digit()) {
+                push("faithful:fullwidth", &source, fullwidth(&sentence), false);
+            }
+            if let Some(answer) = Some(hidden_numbers(&sentence)).filter(|a| *a != sentence) {
+                push("faithful:hidden", &source, answer, false);
+            }
+            turn += 1;
+            let courtesy = COURTESIES[turn % COURTESIES.len()];
+            push(
+                "faithful:with_courtesy",
+                &source,
+                format!("{sentence} {courtesy}"),
+                false,
+            );
+            let claim = UNRELATED[turn % UNRELATED.len()];
+            push("changed:unrelated_claim", &source, claim.to_string(), true);
             if let Some(answer) = changed_name(&sentence, &names) {
                 push("changed:name", &source, answer, true);
             }
@@ -248,6 +277,61 @@ fn make(documents: &[Doc], lexicon: &Lexicon) -> Vec<Case> {
             && d + 1 < documents.len()
         {
             push("changed:other_document", &source, foreign, true);
+        }
+    }
+    out
+}
+
+/// What an answer may add that is no claim about the sources.
+const COURTESIES: [&str; 4] = [
+    "I hope this helps!",
+    "Let me know if you have any other questions.",
+    "Feel free to ask if anything is unclear.",
+    "Happy to help further.",
+];
+
+/// Claims about nothing any source of a bank's or a product's documents says (no number, no
+/// name): an answer's sentence with nothing behind it.
+const UNRELATED: [&str; 6] = [
+    "The moon is made of green cheese.",
+    "Cats are excellent pilots and often fly commercial jets.",
+    "Penguins prefer tropical beaches to ice.",
+    "Volcanoes erupt chocolate during winter.",
+    "Elephants enjoy composing classical symphonies.",
+    "Rainbows taste like fresh lemons after storms.",
+];
+
+/// `s` with its ASCII digits written as Unicode's fullwidth digits (`９５`): what a reader
+/// reads as the same number.
+fn fullwidth(s: &str) -> String {
+    s.chars()
+        .map(|c| match c.to_digit(10) {
+            Some(d) if c.is_ascii_digit() => char::from_u32(0xFF10 + d).unwrap_or(c),
+            _ => c,
+        })
+        .collect()
+}
+
+/// `s` with a zero-width space inside each number (digits, or a number word): it reads the
+/// same.
+fn hidden_numbers(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 16);
+    for (i, (_, w)) in words(s).into_iter().enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let (lead, core) = bare(w);
+        let number = core.chars().count() >= 2
+            && (core.chars().all(|c| c.is_ascii_digit() || c == ',')
+                || WORDS.contains(&core.to_lowercase().as_str()));
+        match number {
+            true => {
+                let split = lead + core.chars().next().map_or(0, char::len_utf8);
+                out.push_str(&w[..split]);
+                out.push('\u{200B}');
+                out.push_str(&w[split..]);
+            }
+            false => out.push_str(w),
         }
     }
     out

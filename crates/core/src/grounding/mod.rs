@@ -11,12 +11,15 @@
 //!
 //! - [`passage`]: a text as paragraphs, sentences, clauses and terms, with their spans;
 //! - [`evidence`]: highlights and the extract;
-//! - [`verdict`]: the verdict.
+//! - [`verdict`]: the verdict;
+//! - [`visible`]: text as a reader sees it (compatibility forms folded, invisible characters
+//!   dropped), so that look-alike characters cannot carry a fact past the check.
 
 mod evidence;
 mod passage;
 mod segment;
 mod verdict;
+mod visible;
 
 #[cfg(test)]
 mod tests;

@@ -8,6 +8,7 @@ use std::ops::Range;
 use sluice_contract::grounding::FactKind;
 
 use super::segment::{blank_citations, clauses, is_heading, sentences, trim_marker};
+use super::visible::visible;
 use crate::language::words::{NOT, STOP, stem};
 use crate::language::words_in;
 
@@ -206,9 +207,10 @@ pub(super) struct Passage {
 }
 
 impl Passage {
-    /// Reads `text`.
+    /// Reads `text` as [`visible`] shows it; every span is in `text` as written.
     pub fn read(text: &str) -> Self {
-        let chars: Vec<char> = text.chars().collect();
+        let written: Vec<char> = text.chars().collect();
+        let (chars, origin) = visible(&written);
         // Citation markers are read as cites and blanked, so that their digits are no facts.
         let (plain, marks) = blank_citations(&chars);
         let mut passage = Passage {
@@ -265,6 +267,18 @@ impl Passage {
                 heading,
             });
         }
+        // Back to the places of the text as written.
+        let at = |span: &Range<usize>| origin[span.start]..origin[span.end];
+        for sentence in &mut passage.sentences {
+            sentence.span = at(&sentence.span);
+        }
+        for clause in &mut passage.clauses {
+            clause.span = at(&clause.span);
+            for term in &mut clause.terms {
+                term.span = at(&term.span);
+            }
+        }
+        passage.chars = written;
         passage
     }
 

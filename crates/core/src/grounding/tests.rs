@@ -198,3 +198,59 @@ fn highlights_are_the_sentences_that_answer_best_first() {
     );
     assert!(found.highlights[0].len() <= evidence::HIGHLIGHTS_PER_SOURCE);
 }
+
+/// A claim with nothing behind it is not supported, cited or not: no word of it near any
+/// source and no fact to look up does not make it a courtesy. What is said to the reader
+/// ("I hope this helps!") still is one.
+#[test]
+fn a_claim_no_source_comes_near_is_unsupported() {
+    for claim in [
+        "The moon is made of green cheese.",
+        "Cats are excellent pilots and often fly commercial jets.",
+    ] {
+        let g = check(claim, &["lost-card.md"]);
+        assert_eq!(g.unsupported, 1, "{claim}: {g:#?}");
+    }
+    for courtesy in [
+        "I hope this helps!",
+        "Let me know if you have any other questions.",
+        "Feel free to ask if anything is unclear.",
+    ] {
+        let g = check(courtesy, &["lost-card.md"]);
+        assert_eq!(g.unsupported, 0, "{courtesy}: {g:#?}");
+    }
+}
+
+/// Characters that look like a number, or hide inside one, read as what a reader reads:
+/// fullwidth digits are digits, a zero-width space inside "fifty" leaves "fifty" — a changed
+/// number is caught however it is written, and spans stay in the answer as written.
+#[test]
+fn lookalike_and_hidden_characters_carry_no_fact_past_the_check() {
+    let wrong = [
+        "A replacement card arrives within \u{FF19} business days [1].",
+        "A replacement card arrives within fi\u{200B}fty business days [1].",
+        "A replacement card arrives within \u{FEFF}nine business days [1].",
+    ];
+    for answer in wrong {
+        let g = check(answer, &["lost-card.md"]);
+        assert_eq!(g.unsupported, 1, "{answer}: {g:#?}");
+        let fact = &g.sentences[0].unsupported_facts[0];
+        let spanned: String = (answer.chars())
+            .skip(fact.start)
+            .take(fact.end - fact.start)
+            .collect();
+        assert_eq!(spanned, fact.text, "{answer}");
+        assert!(!fact.text.is_empty(), "{answer}");
+    }
+    // The same numbers written the same way as the source, in look-alike characters: still
+    // supported.
+    for answer in [
+        "A replacement card arrives within fi\u{200B}ve business days [1].",
+        "A replacement card arrives within \u{FF15} business days [1].",
+    ] {
+        let g = check(answer, &["lost-card.md"]);
+        assert_eq!(g.unsupported, 0, "{answer}: {g:#?}");
+        let end = g.sentences[0].end;
+        assert_eq!(end, answer.chars().count(), "{answer}");
+    }
+}

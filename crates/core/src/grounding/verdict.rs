@@ -84,15 +84,17 @@ struct Check {
 }
 
 /// `clause` of the answer `said` against the sources; `None` when it states nothing to check
-/// (fewer than two content words and no fact: "Sure.", "I don't know."; or no fact and words
-/// no source comes near).
+/// (fewer than two content words and no fact: "Sure.", "I don't know."; or no fact and every
+/// content word a courtesy's: "I hope this helps!").
 fn check(clause: &Clause, said: &Passage, read: &Sources) -> Option<Check> {
     let facts: Vec<&Term> = clause
         .facts()
         .filter(|t| t.fact != Some(FactKind::Negation))
         .collect();
     let claims = clause.keys.len() >= 2 || !facts.is_empty();
-    if !claims {
+    // A courtesy ("I hope this helps!", "Happy to help further."), however near a source's
+    // words, says something to the reader, not about the sources.
+    if !claims || facts.is_empty() && courtesy(clause) {
         return None;
     }
     if clause.keys.is_empty() {
@@ -121,9 +123,9 @@ fn check(clause: &Clause, said: &Passage, read: &Sources) -> Option<Check> {
     scored.sort_by(|a, b| b.0.total_cmp(&a.0));
     let best = scored.first().map_or(0.0, |s| s.0);
     if facts.is_empty() && best < MIN_SHOWN {
-        // Words no source comes near and no fact: a courtesy ("I hope this helps!"), not a
-        // claim about the sources.
-        return None;
+        // Words no source comes near and no fact: a claim with nothing behind it ("The moon
+        // is made of green cheese.").
+        return Some(unsupported(clause, said, read, None, best, &facts));
     }
     if best < MIN_COVERAGE {
         let closest = (best >= MIN_SHOWN).then(|| (scored[0].1, scored[0].2));
@@ -144,6 +146,83 @@ fn check(clause: &Clause, said: &Passage, read: &Sources) -> Option<Check> {
     }
     let (_, n, i) = scored[0];
     Some(unsupported(clause, said, read, Some((n, i)), best, &facts))
+}
+
+/// Words an answer says to its reader rather than about the sources: offers of help, thanks,
+/// apologies, pointers to the answer itself.
+const COURTESY: &[&str] = &[
+    "hope",
+    "help",
+    "helpful",
+    "glad",
+    "happy",
+    "assist",
+    "assistance",
+    "question",
+    "ask",
+    "contact",
+    "feel",
+    "free",
+    "thank",
+    "thanks",
+    "please",
+    "sorry",
+    "apologize",
+    "welcome",
+    "answer",
+    "find",
+    "found",
+    "look",
+    "information",
+    "detail",
+    "further",
+    "additional",
+    "clarification",
+    "clarify",
+    "unclear",
+    "reach",
+    "great",
+    "good",
+    "day",
+    "anything",
+    "else",
+    "here",
+    "below",
+    "following",
+    "summary",
+    "provide",
+    "provided",
+    "context",
+    "based",
+    "unable",
+    "able",
+    "unfortunately",
+    "certainly",
+    "course",
+    "hear",
+    "understand",
+    "note",
+    "hesitate",
+    "wish",
+    "support",
+    "team",
+    "customer",
+    "service",
+    "further",
+    "info",
+    "check",
+    "sure",
+];
+
+/// Whether every content word of `clause` is a [`COURTESY`] word.
+fn courtesy(clause: &Clause) -> bool {
+    static KEYS: std::sync::LazyLock<HashSet<String>> = std::sync::LazyLock::new(|| {
+        COURTESY
+            .iter()
+            .map(|w| crate::language::words::stem(w))
+            .collect()
+    });
+    clause.keys.iter().all(|k| KEYS.contains(k))
 }
 
 /// Whether `candidate` states every fact of `clause` (`facts`, negations apart) and says
