@@ -173,6 +173,9 @@ wire_names! {
         SettingsDisabled = "settings_disabled",
         /// A wrong method on a known route.
         MethodNotAllowed = "method_not_allowed",
+        /// A response of a type the request's `Accept` does not take (`/mcp` answers JSON and
+        /// event streams: its clients must accept both).
+        NotAcceptable = "not_acceptable",
         /// A deletion of the component version that is active (activate another, or
         /// deactivate, first).
         VersionActive = "version_active",
@@ -243,6 +246,7 @@ impl Code {
             NotFound | UnknownVersion | UnknownDocument | UnknownTool | UnknownSession
             | CacheDisabled | ComponentsDisabled | UsageDisabled | SettingsDisabled => 404,
             MethodNotAllowed => 405,
+            NotAcceptable => 406,
             VersionActive => 409,
             BodyTimeout => 408,
             UriTooLong => 414,

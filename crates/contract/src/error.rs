@@ -53,6 +53,17 @@ pub enum LlmError {
 }
 
 impl LlmError {
+    /// What a client is told (the whole error, with the endpoint's address and what it said,
+    /// is for the operator's log): the kind of failure and, for an answer, its status only.
+    pub fn public(&self) -> String {
+        match self {
+            LlmError::Unavailable(_) => "the LLM cannot be reached".into(),
+            LlmError::Status { status, .. } => format!("the LLM answered {status}"),
+            LlmError::Timeout(_) => self.to_string(),
+            LlmError::Stream(_) => "the LLM's stream broke".into(),
+        }
+    }
+
     /// Whether a client may retry the same request and expect it to work.
     pub fn retryable(&self) -> bool {
         match self {

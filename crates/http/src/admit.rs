@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use axum::http::{HeaderMap, header};
 use sluice_contract::Tenant;
-use sluice_contract::access::{USER_HEADER, access_filter};
+use sluice_contract::access::{TextAccess, USER_HEADER, access_filter};
 use sluice_contract::auth::{KEY_HEADER, Permission, digest, key_id};
 use sluice_contract::codes::Code;
 use sluice_contract::filter::Filter;
@@ -39,12 +39,21 @@ pub(crate) struct Caller {
     pub(crate) may_see_component_failures: bool,
     /// Whether every request of the key must carry an end user's token.
     pub(crate) user_token: bool,
+    /// Whether the key holds the `documents` permission (with auth off: yes): with no filter
+    /// and no end user, the tenant's admin, who may read every document's text.
+    pub(crate) documents: bool,
     /// The documents the end user may see ([`sluice_contract::access`]), set by
     /// [`admit_reader`]: `None` for a tenant without an identity (all the key allows).
     pub(crate) access: Option<Filter>,
 }
 
 impl Caller {
+    /// How much of the tenant's documents' text the caller may read
+    /// ([`sluice_contract::access::TextAccess`]: one rule for every route that returns text).
+    pub(crate) fn text(&self) -> TextAccess {
+        TextAccess::of(self.documents, self.filter.is_some(), self.access.is_some())
+    }
+
     /// What the caller may read: the key's filter and the end user's access, ANDed (a
     /// request's own filter is ANDed to it, so it can narrow and never widen).
     pub(crate) fn reads(&self) -> Option<Filter> {
@@ -79,6 +88,46 @@ pub(crate) async fn admit_reader(
     let mut caller = admitted(server, headers, permission).await?;
     caller.access = end_user(server, headers, &caller).await?;
     Ok(caller)
+}
+
+/// Which of `permissions` the caller's key holds, admitted as one request — one token of its
+/// tenant's rate, its end user's token checked once — for a listing of what it may do (MCP's
+/// `tools/list`).
+pub(crate) async fn admit_any(
+    server: &Server,
+    headers: &HeaderMap,
+    permissions: &[Permission],
+) -> Result<Vec<bool>, ApiError> {
+    if let Some(why) = cross_site(headers) {
+        return Err(ApiError::new(Code::CrossOrigin, why));
+    }
+    let (mut held, mut caller) = (Vec::with_capacity(permissions.len()), None);
+    for &permission in permissions {
+        match identify(server, headers, permission).await {
+            Ok(c) => {
+                caller.get_or_insert(c);
+                held.push(true);
+            }
+            Err(e) if e.code == Code::PermissionDenied => held.push(false),
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some(caller) = caller {
+        (server.quotas.request(&caller.tenant)).map_err(|l| limited(&caller.tenant, l))?;
+        end_user(server, headers, &caller).await?;
+    }
+    Ok(held)
+}
+
+/// Whether the request carries a key this server knows (any key, whatever it may do; always
+/// with auth off): checked before a transport that would otherwise answer a missing key with
+/// a 200 (MCP's). Costs no token of the tenant's rate.
+pub(crate) async fn authenticated(server: &Server, headers: &HeaderMap) -> Result<(), ApiError> {
+    match identify(server, headers, Permission::Search).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.code == Code::PermissionDenied => Ok(()),
+        Err(e) => Err(e),
+    }
 }
 
 /// The end user's access filter (see [`admit_reader`]).
@@ -141,7 +190,10 @@ async fn end_user(
             false => Ok(Some(access_filter(None))),
         };
     };
-    match server.identities.verify(&identity, token).await {
+    match (server.identities)
+        .verify(caller.tenant.as_str(), &identity, token)
+        .await
+    {
         Ok(user) => Ok(Some(access_filter(Some(&user.principals)))),
         Err(e @ TokenError::KeysUnavailable(_)) => Err(unavailable(e.to_string())),
         Err(e) => {
@@ -222,6 +274,7 @@ async fn identify(
             confined: false,
             may_see_component_failures: true,
             user_token: false,
+            documents: true,
             access: None,
         });
     };
@@ -306,6 +359,7 @@ async fn identify(
         key: Some(key_id(&hash)),
         token_budget: principal.token_budget,
         user_token: principal.user_token,
+        documents: principal.may(Permission::Documents),
         tenant: principal.tenant,
         filter: principal.filter,
         access: None,

@@ -57,9 +57,12 @@ pub(crate) fn router(server: Arc<Server>) -> axum::Router {
         .layer(axum::middleware::from_fn_with_state(server, gate))
 }
 
-/// Refuses, as a JSON-RPC error with Sluice's code, a web page of another origin, a session id
-/// (none is ever issued), and a body over the cap or slower than the body timeout (the
-/// transport's own read has a cap but no timeout); passes the body read on.
+/// Refuses, as a JSON-RPC error with Sluice's code and the HTTP status of the routes, a web
+/// page of another origin, a missing or unknown API key (401, as every route: not a 200 with an
+/// error inside), a session id (none is ever issued), and a body over the cap or slower than
+/// the body timeout (the transport's own read has a cap but no timeout); passes the body read
+/// on, and gives what the transport itself refuses (a method, an `Accept`, a content type,
+/// JSON it cannot read) the same JSON shape.
 async fn gate(
     axum::extract::State(server): axum::extract::State<Arc<Server>>,
     request: axum::extract::Request,
@@ -69,6 +72,9 @@ async fn gate(
     if let Some(why) = crate::admit::cross_site(headers) {
         return rpc_error(&ApiError::new(Code::CrossOrigin, why));
     }
+    if let Err(e) = crate::admit::authenticated(&server, headers).await {
+        return rpc_error(&e);
+    }
     if headers.contains_key("mcp-session-id") {
         return rpc_error(&ApiError::new(
             Code::UnknownSession,
@@ -77,10 +83,54 @@ async fn gate(
         ));
     }
     let (parts, body) = request.into_parts();
-    match crate::answer::read_body(&server, body, server.limits.max_body_bytes).await {
-        Ok(bytes) => (next.run(Request::from_parts(parts, Body::from(bytes)))).await,
-        Err(e) => rpc_error(&e),
+    let bytes = match crate::answer::read_body(&server, body, server.limits.max_body_bytes).await {
+        Ok(bytes) => bytes,
+        Err(e) => return rpc_error(&e),
+    };
+    // A body that is not one JSON-RPC message is refused here in the routes' words (the
+    // transport answers unreadable JSON with a 415): JSON that does not parse, and a batch.
+    if parts.method == Method::POST
+        && (parts.headers.get(axum::http::header::CONTENT_TYPE))
+            .and_then(|t| t.to_str().ok())
+            .is_some_and(|t| t.starts_with("application/json"))
+    {
+        match serde_json::from_slice::<Value>(&bytes) {
+            Err(e) => {
+                let why = format!("the body is not JSON: {e}");
+                return rpc_error(&ApiError::new(Code::InvalidJson, why));
+            }
+            Ok(Value::Array(_)) => {
+                let why = "a batch of JSON-RPC requests: send one request a POST";
+                return rpc_error(&ApiError::new(Code::InvalidRequest, why));
+            }
+            Ok(_) => {}
+        }
     }
+    let response = next
+        .run(Request::from_parts(parts, Body::from(bytes)))
+        .await;
+    let json = (response.headers().get(axum::http::header::CONTENT_TYPE))
+        .and_then(|t| t.to_str().ok())
+        .is_some_and(|t| t.starts_with("application/json") || t.starts_with("text/event-stream"));
+    if !response.status().is_client_error() || json {
+        return response;
+    }
+    // The transport's refusals are plain text: the same words, in the routes' shape.
+    let code = match response.status() {
+        StatusCode::METHOD_NOT_ALLOWED => Code::MethodNotAllowed,
+        StatusCode::NOT_ACCEPTABLE => Code::NotAcceptable,
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => Code::UnsupportedFormat,
+        StatusCode::NOT_FOUND => Code::NotFound,
+        StatusCode::FORBIDDEN => Code::PermissionDenied,
+        _ => Code::InvalidRequest,
+    };
+    let text = axum::body::to_bytes(response.into_body(), 4 << 10).await;
+    let text = text.map(|b| String::from_utf8_lossy(&b).trim().to_string());
+    let message = match text {
+        Ok(t) if !t.is_empty() => t,
+        _ => "the MCP transport refused the request".into(),
+    };
+    rpc_error(&ApiError::new(code, message))
 }
 
 /// A refusal before the request was read: its HTTP status, and a JSON-RPC error (its id
@@ -373,17 +423,16 @@ impl Tools {
         }))
     }
 
-    /// The tools the caller's key may call (all of them with auth off).
+    /// The tools the caller's key may call (all of them with auth off), admitted as one
+    /// request: one token of its tenant's rate, as `initialize` or a tool call costs.
     async fn allowed(&self, headers: &HeaderMap) -> Result<Vec<&'static Spec>, ErrorData> {
-        let mut allowed = Vec::new();
-        for spec in &SPECS {
-            match crate::admit::admit_reader(&self.server, headers, spec.permission).await {
-                Ok(_) => allowed.push(spec),
-                Err(e) if e.code == sluice_contract::codes::Code::PermissionDenied => {}
-                Err(e) => return Err(api_refusal(&e)),
-            }
-        }
-        Ok(allowed)
+        let permissions: Vec<Permission> = SPECS.iter().map(|s| s.permission).collect();
+        let held = (crate::admit::admit_any(&self.server, headers, &permissions).await)
+            .map_err(|e| api_refusal(&e))?;
+        Ok((SPECS.iter().zip(held))
+            .filter(|(_, h)| *h)
+            .map(|(s, _)| s)
+            .collect())
     }
 }
 

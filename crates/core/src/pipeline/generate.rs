@@ -193,7 +193,8 @@ fn llm_error(e: &LlmError, mid_stream: bool) -> ErrorEvent {
         LlmError::Timeout(_) => Code::LlmTimeout,
         LlmError::Stream(_) => Code::LlmStreamFailed,
     };
-    ErrorEvent::new(code, e.to_string())
+    tracing::warn!(error = %e, "the LLM failed");
+    ErrorEvent::new(code, e.public())
 }
 
 /// The answer of a tenant that does not answer without sources: its refusal as one token,

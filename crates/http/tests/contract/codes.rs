@@ -86,6 +86,7 @@ async fn mcp(headers: &[(&str, &str)], method: &str, params: Value) -> Seen {
         ("accept", "application/json, text/event-stream"),
         ("host", "127.0.0.1"),
     ];
+    all.retain(|(name, _)| !headers.iter().any(|(h, _)| h == name));
     all.extend_from_slice(headers);
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
     let app = Kit::new(&[]).app();
@@ -178,6 +179,7 @@ async fn provoke(code: Code) -> Seen {
                 .await,
         ),
         Code::UnknownTool => mcp(&[], "tools/call", json!({"name": "no_such_tool"})).await,
+        Code::NotAcceptable => mcp(&[("accept", "text/plain")], "tools/list", json!({})).await,
         Code::UnknownSession => {
             let search = json!({"name": "search", "arguments": {"query": "q"}});
             mcp(&[("mcp-session-id", "s-1")], "tools/call", search).await
@@ -772,5 +774,34 @@ async fn the_routers_own_refusals_are_json_errors_with_a_code() {
             "{method} {path}"
         );
         assert!(!reply.body["error"]["message"].as_str().unwrap().is_empty());
+    }
+}
+
+/// What the LLM's endpoint said — its internal address, the body it answered — is for the
+/// operator's log: the answer's `error` event, the chat route and the unauthenticated
+/// readiness check say the kind of failure only.
+#[tokio::test]
+async fn an_llm_failure_never_shows_where_the_llm_is() {
+    let inside = "http://10.1.2.3:8000/v1/chat/completions";
+    for refused in [
+        LlmError::Unavailable(format!("error sending request for url ({inside})")),
+        LlmError::Status {
+            status: 503,
+            body: format!("upstream {inside} is overloaded"),
+        },
+        LlmError::Stream(format!("connection to {inside} reset")),
+    ] {
+        let app = llm_app(Reply::Refuse(refused.clone()));
+        let answer = app
+            .answer(&json!({"query": "How long does a replacement card take?"}))
+            .await;
+        let error = answer.first("error").to_string();
+        assert!(!error.contains("10.1.2.3"), "{error}");
+        let chat = json!({"messages": [{"role": "user", "content": "Hi?"}], "stream": false});
+        let chat = app.post("/v1/chat/completions", &chat).await;
+        assert!(!chat.raw.contains("10.1.2.3"), "{}", chat.raw);
+        let ready = app.send(Method::GET, "/readyz", &[], "").await;
+        assert_eq!(ready.status, 503, "{refused}");
+        assert!(!ready.raw.contains("10.1.2.3"), "{}", ready.raw);
     }
 }

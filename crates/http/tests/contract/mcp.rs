@@ -176,11 +176,18 @@ async fn a_keys_permissions_decide_the_tools_it_sees_and_calls() {
     let keys = Arc::new(MemoryKeys::default());
     let searcher = keys.add("acme", &[Permission::Search]);
     let app = Kit::new(UNCHECKED).keys(keys).app();
-    let (status, refused) = rpc(&app, &[], "tools/list", json!({})).await;
-    assert_eq!(
-        refused["error"]["data"]["code"], "missing_api_key",
-        "{status} {refused}"
-    );
+    // Refused with the status every route gives (not a 200 with an error inside), an unknown
+    // key too; `initialize` as well, before any JSON-RPC is read.
+    for (headers, code) in [
+        (vec![], "missing_api_key"),
+        (vec![("authorization", "Bearer nope")], "invalid_api_key"),
+    ] {
+        for method in ["tools/list", "initialize"] {
+            let (status, refused) = rpc(&app, &headers, method, json!({})).await;
+            assert_eq!(status, 401, "{method}: {refused}");
+            assert_eq!(refused["error"]["data"]["code"], code, "{refused}");
+        }
+    }
     let auth = format!("Bearer {searcher}");
     let as_searcher = [("authorization", auth.as_str())];
     let (_, listed) = rpc(&app, &as_searcher, "tools/list", json!({})).await;
@@ -370,4 +377,67 @@ async fn past_the_deadline_a_tool_returns_what_was_found_and_says_so() {
     let found = &reply["result"]["structuredContent"];
     assert_eq!(found["degraded"], json!(["retrieval_timeout"]), "{reply}");
     assert_eq!(found["documents"], json!([]), "{reply}");
+}
+
+/// What the transport itself refuses — a method, an `Accept` it cannot answer, a content type,
+/// a body that is not JSON-RPC, a batch — comes back in the JSON shape of every refusal, with
+/// its HTTP status, never as plain text.
+#[tokio::test]
+async fn the_transports_refusals_are_json_with_their_status() {
+    let app = Kit::new(UNCHECKED).app();
+    let post = |headers: Vec<(&'static str, &'static str)>, body: &'static str| {
+        let mut all = HEADERS.to_vec();
+        all.retain(|(name, _)| !headers.iter().any(|(h, _)| h == name));
+        all.extend(headers);
+        let app = &app;
+        async move { app.send(Method::POST, "/mcp", &all, body.to_string()).await }
+    };
+    let list = r#"{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}"#;
+    let cases = [
+        (post(vec![("accept", "text/plain")], list).await, 406),
+        (post(vec![("content-type", "text/plain")], list).await, 415),
+        (post(vec![], "{not json").await, 400),
+        (
+            post(
+                vec![],
+                r#"[{"jsonrpc": "2.0", "id": 1, "method": "tools/list"}]"#,
+            )
+            .await,
+            400,
+        ),
+        (app.send(Method::PUT, "/mcp", &HEADERS, "").await, 405),
+    ];
+    for (reply, status) in cases {
+        assert_eq!(reply.status, status, "{}", reply.raw);
+        let body: Value = serde_json::from_str(&reply.raw)
+            .unwrap_or_else(|_| panic!("not JSON ({status}): {}", reply.raw));
+        assert_eq!(body["error"]["data"]["status"], status, "{body}");
+        assert!(body["error"]["data"]["code"].is_string(), "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
+    }
+}
+
+/// `tools/list` is one request of the tenant's rate, as `initialize` and a tool call are:
+/// with a burst of three, three lists pass and the fourth is refused.
+#[tokio::test]
+async fn a_tool_listing_costs_one_request_of_the_rate() {
+    let app = Kit::new(&[
+        ("SLUICE_TENANT_RATE", "0.001"),
+        ("SLUICE_TENANT_BURST", "3"),
+    ])
+    .app();
+    for n in 0..3 {
+        let (status, listed) = rpc(&app, &[], "tools/list", json!({})).await;
+        assert_eq!(status, 200, "list {n}: {listed}");
+        assert_eq!(names(&listed).len(), 4, "{listed}");
+    }
+    let (_, refused) = rpc(&app, &[], "tools/list", json!({})).await;
+    assert_eq!(
+        refused["error"]["data"]["code"], "rate_limited",
+        "{refused}"
+    );
 }
