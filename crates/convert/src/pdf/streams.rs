@@ -37,6 +37,9 @@ const CHECK_STEP: usize = 1 << 20;
 /// stream through each, so their number multiplies its work.
 const MAX_CHAINS: usize = 8;
 
+/// The most bytes a `/Filter` array is read over (real ones are a few dozen).
+const MAX_ARRAY_BYTES: usize = 1 << 10;
+
 /// What lopdf names its object streams' and encryption's keys, and what they are renamed to in
 /// the copy it loads (the same length, so that no offset moves).
 const OBJECT_STREAM: (&[u8], &[u8]) = (b"ObjStm", b"ObjStq");
@@ -199,7 +202,13 @@ fn declared_chains(bytes: &[u8]) -> Result<BTreeSet<Vec<Filter>>, ConvertError> 
         let after = &bytes[at + len..];
         let value = after.trim_ascii_start();
         let names: Vec<&[u8]> = if value.starts_with(b"[") {
-            let close = value.iter().position(|&b| b == b']').unwrap_or(value.len());
+            // Looked for within a bound: a file of unclosed arrays must not cost a scan to its
+            // end each.
+            let window = &value[..value.len().min(MAX_ARRAY_BYTES)];
+            let close = window
+                .iter()
+                .position(|&b| b == b']')
+                .unwrap_or(window.len());
             let end = at + len + (after.len() - value.len()) + close;
             (tokens[i + 1..].iter())
                 .take_while(|(a, _, _)| *a < end)
@@ -351,10 +360,11 @@ impl Counter<'_> {
     }
 }
 
-/// One decoding step and the steps that decode its output.
+/// One decoding step and the steps that decode its output. A step's decoder is made when
+/// its first input comes: data that fails an earlier step costs no later step anything.
 struct Step {
     filter: Filter,
-    decoder: Decoder,
+    decoder: Option<Decoder>,
     next: Vec<Step>,
 }
 
@@ -368,7 +378,7 @@ impl Step {
             None => {
                 steps.push(Step {
                     filter: first,
-                    decoder: Decoder::new(first),
+                    decoder: None,
                     next: Vec::new(),
                 });
                 steps.len() - 1
@@ -380,7 +390,12 @@ impl Step {
     /// Decodes `input` (the next piece of this step's input), counting what comes out and
     /// passing it on to the next steps.
     fn feed(&mut self, input: &[u8], counter: &mut Counter) -> Result<(), ConvertError> {
-        let Step { decoder, next, .. } = self;
+        let Step {
+            filter,
+            decoder,
+            next,
+        } = self;
+        let decoder = decoder.get_or_insert_with(|| Decoder::new(*filter));
         decoder.decode(input, &mut |out| {
             counter.take(out.len())?;
             next.iter_mut().try_for_each(|step| step.feed(out, counter))
@@ -577,6 +592,13 @@ mod tests {
             .map(|n| format!("<</Filter [{}]>>", "/FlateDecode ".repeat(n)))
             .collect();
         assert!(declared_chains(many.as_bytes()).is_err());
+        // An unclosed array is read over a bounded window, up to the first name that is no
+        // filter (here the next `/Filter`).
+        let unclosed = "/Filter [/FlateDecode ".repeat(1_000);
+        let chains: Vec<Vec<Filter>> = (declared_chains(unclosed.as_bytes()).unwrap())
+            .into_iter()
+            .collect();
+        assert_eq!(chains, [vec![Filter::Flate]]);
     }
 
     #[test]
