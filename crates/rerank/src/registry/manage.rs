@@ -27,10 +27,11 @@ impl Components for Registry {
             let active = self.inner.storage.active(tenant)?.as_deref() == Some(version.as_str());
             return Ok(shown(record, active));
         }
-        // A client that left before the compile started costs nothing.
-        if cancel.is_cancelled() {
+        // A client that left before the compile started — while it waited for a place among
+        // the compiles under way — costs nothing.
+        let Some(_place) = self.inner.compiles.take(cancel) else {
             return Err(ComponentError::Abandoned);
-        }
+        };
         let prepared = self.inner.sandbox.compile(bytes).map_err(|e| match e {
             UploadError::TooLarge { .. } => ComponentError::TooLarge(e.to_string()),
             UploadError::TooComplex(_) => ComponentError::TooComplex(e.to_string()),

@@ -138,6 +138,55 @@ struct Inner {
     /// uploaded).
     stats: Mutex<HashMap<(Tenant, String), Arc<VersionStats>>>,
     calls: CallWriter,
+    /// Compiles under way at once, at most one a core.
+    compiles: Slots,
+}
+
+/// Places for compiles: a compile cannot be stopped once Cranelift runs, so uploads beyond
+/// one a core wait here for a place instead, and one whose client leaves while it waits never
+/// compiles.
+struct Slots {
+    free: Mutex<usize>,
+    freed: std::sync::Condvar,
+}
+
+/// How often a waiting upload looks whether its client is still there.
+const SLOT_CHECK: Duration = Duration::from_millis(50);
+
+impl Slots {
+    fn new(places: usize) -> Self {
+        Self {
+            free: Mutex::new(places.max(1)),
+            freed: std::sync::Condvar::new(),
+        }
+    }
+
+    /// A place, held until the guard is dropped; `None` once `cancel` says the request is gone.
+    fn take(&self, cancel: &sluice_contract::cancel::Cancel) -> Option<SlotGuard<'_>> {
+        let mut free = lock(&self.free);
+        loop {
+            if cancel.check().is_err() {
+                return None;
+            }
+            if *free > 0 {
+                *free -= 1;
+                return Some(SlotGuard(self));
+            }
+            free = (self.freed.wait_timeout(free, SLOT_CHECK))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+/// A held place of [`Slots`], given back when dropped.
+struct SlotGuard<'a>(&'a Slots);
+
+impl Drop for SlotGuard<'_> {
+    fn drop(&mut self) {
+        *lock(&self.0.free) += 1;
+        self.0.freed.notify_one();
+    }
 }
 
 fn is_version(v: &str) -> bool {
@@ -198,6 +247,7 @@ impl Registry {
                 stats: Mutex::new(HashMap::new()),
                 calls: CallWriter::start(Arc::clone(&storage)),
                 storage,
+                compiles: Slots::new(std::thread::available_parallelism().map_or(1, |n| n.get())),
             }),
         }
     }

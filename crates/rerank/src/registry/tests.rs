@@ -49,3 +49,36 @@ fn what_the_registry_remembers_stays_bounded_whatever_tenants_ask() {
         "the newest is kept"
     );
 }
+
+/// Compiles wait for a place, one a core: an upload whose client leaves while it waits gets
+/// none (and so compiles nothing); a place given back goes to the next upload.
+#[test]
+fn an_upload_waiting_for_a_compile_place_gives_up_when_its_client_leaves() {
+    use sluice_contract::cancel::Cancel;
+    let slots = Slots::new(1);
+    let held = slots.take(&Cancel::new()).expect("a free place");
+    let gone = Cancel::new();
+    std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| slots.take(&gone).is_some());
+        // While the place is held the upload waits (however long the machine takes to get
+        // here), then gives up once its client is gone.
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!waiting.is_finished(), "it waits for the held place");
+        gone.cancel();
+        assert!(
+            !waiting.join().unwrap(),
+            "no place for a request that is gone"
+        );
+    });
+    std::thread::scope(|scope| {
+        let next = scope.spawn(|| slots.take(&Cancel::new()).is_some());
+        std::thread::sleep(Duration::from_millis(200));
+        assert!(!next.is_finished(), "it waits for the held place");
+        drop(held);
+        assert!(next.join().unwrap(), "the place given back goes to it");
+    });
+    // A request already gone never takes a free place.
+    let left = Cancel::new();
+    left.cancel();
+    assert!(slots.take(&left).is_none());
+}
