@@ -16,7 +16,9 @@
 //!   read from it, never which — a tenant cannot use the error to map ports or services.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::net::{IpAddr, SocketAddr};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -53,13 +55,37 @@ pub struct Fetcher {
     counts: Mutex<HashMap<String, (Instant, u32)>>,
 }
 
+/// A name service: the addresses a host name resolves to now. The system's ([`system`]), or
+/// a test's (one whose answers change from one lookup to the next, as a rebinding name's do).
+pub type Lookup = Arc<
+    dyn Fn(String) -> Pin<Box<dyn Future<Output = std::io::Result<Vec<IpAddr>>> + Send>>
+        + Send
+        + Sync,
+>;
+
+/// The system's name service.
+pub fn system() -> Lookup {
+    Arc::new(|name: String| {
+        Box::pin(async move {
+            let found = tokio::net::lookup_host((name.as_str(), 0)).await?;
+            Ok(found.map(|a| a.ip()).collect())
+        })
+    })
+}
+
 impl Fetcher {
     /// A fetcher that connects only to public addresses and to `allowed` ranges, each fetch
-    /// within `timeout`.
+    /// within `timeout`, resolving names with the system's name service.
     pub fn new(allowed: Vec<IpRange>, timeout: Duration) -> Self {
+        Self::resolving(allowed, timeout, system())
+    }
+
+    /// [`Fetcher::new`] with names resolved by `lookup`.
+    pub fn resolving(allowed: Vec<IpRange>, timeout: Duration, lookup: Lookup) -> Self {
         let allowed = Arc::new(allowed);
         let resolver = Checked {
             allowed: Arc::clone(&allowed),
+            lookup,
         };
         let client = reqwest::Client::builder()
             .connect_timeout(timeout)
@@ -182,14 +208,17 @@ impl std::error::Error for Refusal {}
 /// The system resolver, with every address that is not public (and not allowed) dropped.
 struct Checked {
     allowed: Arc<Vec<IpRange>>,
+    lookup: Lookup,
 }
 
 impl reqwest::dns::Resolve for Checked {
     fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
         let allowed = Arc::clone(&self.allowed);
+        let found = (self.lookup)(name.as_str().to_string());
         Box::pin(async move {
-            let found: Vec<SocketAddr> =
-                tokio::net::lookup_host((name.as_str(), 0)).await?.collect();
+            let found: Vec<SocketAddr> = (found.await?.into_iter())
+                .map(|ip| SocketAddr::new(ip, 0))
+                .collect();
             let mut why = None;
             let kept: Vec<SocketAddr> = (found.into_iter())
                 .filter(|a| match refused(a.ip(), &allowed) {

@@ -649,3 +649,77 @@ async fn one_tenants_fetches_are_limited_and_never_evict_anothers_keys() {
     assert!(ids.verify("victim", &by_jwks(&url), &token).await.is_ok());
     assert_eq!(server.fetches.load(Ordering::SeqCst), fetched);
 }
+
+/// A listener on `ip` at `port` that counts the connections it is offered (and answers none:
+/// which address a fetch reaches is what is counted).
+async fn counting(ip: &str, port: u16) -> Option<Arc<AtomicUsize>> {
+    let listener = tokio::net::TcpListener::bind((ip, port)).await.ok()?;
+    let seen = Arc::new(AtomicUsize::new(0));
+    let counted = Arc::clone(&seen);
+    tokio::spawn(async move {
+        while let Ok((socket, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            drop(socket);
+        }
+    });
+    Some(seen)
+}
+
+/// The connection goes to an address that was checked, from the lookup that was checked: a
+/// name that answers an inside address beside an allowed one reaches only the allowed one, and
+/// a name that answers differently from one lookup to the next (rebinding) is checked again at
+/// each — the inside address is never reached.
+#[tokio::test]
+async fn a_rebinding_name_reaches_only_addresses_that_were_checked() {
+    use sluice_identity::fetch::{FetchError, Fetcher, Lookup};
+    // The same port on two loopback addresses: 127.0.0.2 stands for an address the operator
+    // allows, 127.0.0.1 for one inside.
+    let probe = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
+    let port = probe.local_addr().unwrap().port();
+    drop(probe);
+    let (Some(allowed_seen), Some(inside_seen)) = (
+        counting("127.0.0.2", port).await,
+        counting("127.0.0.1", port).await,
+    ) else {
+        panic!("port {port} is taken on one of the two addresses");
+    };
+    let answers = Arc::new(std::sync::Mutex::new(vec![
+        vec!["127.0.0.1".parse().unwrap(), "127.0.0.2".parse().unwrap()],
+        vec!["127.0.0.2".parse().unwrap()],
+        vec!["127.0.0.1".parse().unwrap()],
+    ]));
+    let lookups = Arc::new(AtomicUsize::new(0));
+    let (given, counted) = (Arc::clone(&answers), Arc::clone(&lookups));
+    let lookup: Lookup = Arc::new(move |name: String| {
+        assert_eq!(name, "rebinding.example");
+        let n = counted.fetch_add(1, Ordering::SeqCst);
+        let answer = given.lock().unwrap()[n.min(2)].clone();
+        Box::pin(async move { Ok(answer) })
+    });
+    let allowed = sluice_contract::net::IpRange::list("127.0.0.2").unwrap();
+    let fetcher = Fetcher::resolving(allowed, Duration::from_secs(2), lookup);
+    let url = format!("https://rebinding.example:{port}/keys");
+    // Lookup 1 (inside and allowed) and 2 (allowed): each fetch reaches the allowed address
+    // alone (and fails there: it speaks no TLS).
+    for tenant in ["a", "b"] {
+        let got = fetcher.get(tenant, &url, 1024).await;
+        assert_eq!(got, Err(FetchError::Failed), "{tenant}");
+    }
+    assert!(allowed_seen.load(Ordering::SeqCst) >= 2);
+    // Lookup 3: the name now answers the inside address alone: refused, nothing reached.
+    let got = fetcher.get("c", &url, 1024).await;
+    assert!(
+        matches!(&got, Err(FetchError::Refused(why)) if why.contains("loopback")),
+        "{got:?}"
+    );
+    assert_eq!(
+        lookups.load(Ordering::SeqCst),
+        3,
+        "one lookup a fetch, each checked"
+    );
+    assert_eq!(
+        inside_seen.load(Ordering::SeqCst),
+        0,
+        "the inside address was never reached"
+    );
+}
