@@ -52,10 +52,12 @@ pub(super) fn load(
     limits: &ConvertLimits,
     cancel: &Cancel,
 ) -> Result<Document, ConvertError> {
+    // The file's names, read once for both uses below.
+    let tokens: Vec<Name> = names(bytes).collect();
     // 1. What lopdf decodes before it parses any object: the cross-reference streams.
-    scan_raw(bytes, limits, cancel)?;
+    scan_raw(bytes, &tokens, limits, cancel)?;
     // 2. The rest is loaded with nothing decoded, and counted before it is.
-    let mut document = Document::load_mem(&hide_names(bytes))
+    let mut document = Document::load_mem(&hide_names(bytes, &tokens))
         .map_err(|e| ConvertError::Malformed(format!("not a readable PDF ({e})")))?;
     if let Some(encrypt) = document.trailer.remove(ENCRYPT.1) {
         document.trailer.set(ENCRYPT.0, encrypt);
@@ -114,9 +116,9 @@ fn expand(
 /// A copy of the file in which every name that reads `/ObjStm` or `/Encrypt` (written plainly
 /// or with `#xx` escapes) is renamed, so lopdf neither expands an object stream nor decrypts
 /// one while loading. An escaped name is rewritten plainly, padded with spaces (delimiters).
-fn hide_names(bytes: &[u8]) -> Vec<u8> {
+fn hide_names(bytes: &[u8], tokens: &[Name]) -> Vec<u8> {
     let mut copy = bytes.to_vec();
-    for (at, len, name) in names(bytes) {
+    for &(at, len, ref name) in tokens {
         for (from, to) in [OBJECT_STREAM, ENCRYPT] {
             if name == from {
                 let token = &mut copy[at..at + len];
@@ -129,9 +131,12 @@ fn hide_names(bytes: &[u8]) -> Vec<u8> {
     copy
 }
 
-/// Every name token of the raw bytes: where it starts (its `/`), its length, and the name it
+/// A name token of the raw bytes: where it starts (its `/`), its length, and the name it
 /// spells once `#xx` escapes are decoded.
-fn names(bytes: &[u8]) -> impl Iterator<Item = (usize, usize, Vec<u8>)> + '_ {
+type Name = (usize, usize, Vec<u8>);
+
+/// Every name token of the raw bytes.
+fn names(bytes: &[u8]) -> impl Iterator<Item = Name> + '_ {
     let regular = |b: u8| !b.is_ascii_whitespace() && !b"()<>[]{}/%\0".contains(&b);
     let mut at = 0;
     std::iter::from_fn(move || {
@@ -191,8 +196,7 @@ impl Filter {
 /// The chains a raw scan decodes every stream through: every `/Filter` value the file holds
 /// (a name, or an array's names, up to the first lopdf does not decode), each LZW step both
 /// ways when the file says `EarlyChange` anywhere, and a plain zlib stream.
-fn declared_chains(bytes: &[u8]) -> Result<BTreeSet<Vec<Filter>>, ConvertError> {
-    let tokens: Vec<(usize, usize, Vec<u8>)> = names(bytes).collect();
+fn declared_chains(bytes: &[u8], tokens: &[Name]) -> Result<BTreeSet<Vec<Filter>>, ConvertError> {
     let says_early = tokens.iter().any(|(_, _, n)| n == b"EarlyChange");
     let mut chains = BTreeSet::from([vec![Filter::Flate]]);
     for (i, (at, len, name)) in tokens.iter().enumerate() {
@@ -241,8 +245,13 @@ fn declared_chains(bytes: &[u8]) -> Result<BTreeSet<Vec<Filter>>, ConvertError> 
 }
 
 /// Counts what every `stream` of the raw bytes decodes to through every declared chain.
-fn scan_raw(bytes: &[u8], limits: &ConvertLimits, cancel: &Cancel) -> Result<(), ConvertError> {
-    let chains = declared_chains(bytes)?;
+fn scan_raw(
+    bytes: &[u8],
+    tokens: &[Name],
+    limits: &ConvertLimits,
+    cancel: &Cancel,
+) -> Result<(), ConvertError> {
+    let chains = declared_chains(bytes, tokens)?;
     let mut inflation = Inflation::new(limits, cancel);
     for at in stream_starts(bytes) {
         inflation.count(&bytes[at..], &chains)?;
@@ -562,16 +571,21 @@ mod tests {
             ["Type", "ObjStm", "Filter", "FlateDecode", "A85Decode"]
         );
         // Renamed in place, plainly, at the same length.
-        let hidden = hide_names(b"<</Type/Obj#53tm /Encrypt 5 0 R/EncryptMetadata true>>");
+        let file = b"<</Type/Obj#53tm /Encrypt 5 0 R/EncryptMetadata true>>";
+        let hidden = hide_names(file, &names(file).collect::<Vec<_>>());
         assert_eq!(
             &hidden[..],
             &b"<</Type/ObjStq   /Encrypq 5 0 R/EncryptMetadata true>>"[..]
         );
     }
 
+    fn chains_of(bytes: &[u8]) -> Result<BTreeSet<Vec<Filter>>, ConvertError> {
+        declared_chains(bytes, &names(bytes).collect::<Vec<_>>())
+    }
+
     #[test]
     fn every_declared_chain_is_found() {
-        let chains = declared_chains(
+        let chains = chains_of(
             b"1 0 obj <</Filter [/FlateDecode /FlateDecode] /F (x)>> 2 0 obj <</Filter/LZWDecode \
               /DecodeParms <</EarlyChange 0>>>> 3 0 obj <</Filter /DCTDecode>>",
         )
@@ -591,11 +605,11 @@ mod tests {
         let many: String = (1..=MAX_CHAINS + 1)
             .map(|n| format!("<</Filter [{}]>>", "/FlateDecode ".repeat(n)))
             .collect();
-        assert!(declared_chains(many.as_bytes()).is_err());
+        assert!(chains_of(many.as_bytes()).is_err());
         // An unclosed array is read over a bounded window, up to the first name that is no
         // filter (here the next `/Filter`).
         let unclosed = "/Filter [/FlateDecode ".repeat(1_000);
-        let chains: Vec<Vec<Filter>> = (declared_chains(unclosed.as_bytes()).unwrap())
+        let chains: Vec<Vec<Filter>> = (chains_of(unclosed.as_bytes()).unwrap())
             .into_iter()
             .collect();
         assert_eq!(chains, [vec![Filter::Flate]]);
