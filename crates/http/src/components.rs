@@ -22,7 +22,7 @@ use sluice_contract::components::{ComponentError, ComponentVersion, Components};
 
 use crate::Server;
 use crate::admit::admit;
-use crate::answer::{parse_json, read_body};
+use crate::body::{parse_json, read_body};
 use crate::error::ApiError;
 
 /// Largest component upload.

@@ -1,21 +1,29 @@
-//! The wire: the HTTP surface the pipeline is served through, shared by `sluice serve` and the
-//! Lambda functions (`sluice-app` builds the [`Server`] each one needs):
+//! The wire: the doors Sluice is served through, shared by `sluice serve` and the Lambda
+//! functions (`sluice-app` builds the [`Server`] each one needs). Each door reads its
+//! transport into the [`service`]'s typed requests — who is asking, the body, the deadline —
+//! and writes what the service returns in its own shape; the rules around the pipeline
+//! (admission, settings, budgets, streams, billing) live once, in the service.
 //!
 //! | route | what |
 //! |---|---|
-//! | `POST /v1/answer` | `{"query", "k"?, "session_id"?, "retrieval_deadline_ms"?, "cache"?, "include_prompt"?}` → `text/event-stream` |
+//! | `POST /v1/answer` | `{"query", "k"?, "session_id"?, "retrieval_deadline_ms"?, "cache"?, "include_prompt"?, "filter"?, "rerank_context"?, "extract"?}` → `text/event-stream` |
+//! | `POST /v1/search` | the sources an answer would be built from, as JSON, without the LLM |
+//! | `POST /v1/chat/completions`, `GET /v1/models` | OpenAI-compatible ([`openai`]) |
+//! | `POST /mcp` | the MCP server (Streamable HTTP): tools `search`, `answer`, `list_documents`, `get_document` |
 //! | `POST /v1/documents` | `{"documents": [{"id", "text", "title"?, "source"?}]}`, or a file's bytes with `?filename=` → ingest report |
+//! | `GET /v1/documents`, `GET /v1/documents/{id}` | a page of the tenant's documents; one document |
+//! | `DELETE /v1/documents/{id}`, `DELETE /v1/documents` | one document; those a filter matches |
 //! | `PUT /v1/components/rerank` | upload a rerank component (bytes) → its version |
 //! | `POST /v1/components/rerank/activate` | `{"version"}` → make it the tenant's active one |
 //! | `GET /v1/components/rerank` | the tenant's versions and the active one |
 //! | `DELETE /v1/components/rerank` | back to the built-in default (fused order) |
 //! | `GET /v1/components/rerank/{version}/logs` | the version's last calls that logged or failed |
 //! | `DELETE /v1/components/rerank/{version}` | delete an inactive version |
-//! | `/v1/components/prompt` (the same four) | the tenant's prompt-assembly components |
+//! | `/v1/components/prompt` (the same six) | the tenant's prompt-assembly components |
+//! | `GET`, `PUT /v1/settings` | the tenant's own settings |
 //! | `DELETE /v1/cache` | forget the tenant's cached answers → `{"deleted": n}` |
 //! | `GET /v1/cache` | the tenant's similarity threshold now, and what its learning says |
-//! | `GET /v1/usage` | the tenant's usage per day (`?from&to`, `&keys=true` per key) ([`usage`]) |
-//! | `POST /v1/chat/completions`, `GET /v1/models` | OpenAI-compatible ([`openai`]) |
+//! | `GET /v1/usage` | the tenant's usage per day (`?from&to`, `&keys=true` per key) |
 //! | `GET /healthz` | the process is up |
 //! | `GET /readyz` | model loaded, store open, LLM reachable (503 otherwise) |
 //!
@@ -28,16 +36,17 @@
 //! route the key has no [`Permission`] for, a 403. Without a key store auth is off and the
 //! tenant is the `x-sluice-tenant` header, or `SLUICE_DEFAULT_TENANT` without it: that trusts
 //! the network in front of the server. A browser's request from a page of another origin is
-//! refused on every `/v1` route ([`admit`]). Then each tenant's request rate and open streams
-//! are limited ([`quota`]): over a limit is a 429 with `Retry-After`.
+//! refused on every `/v1` route. Then each tenant's request rate and open streams are limited
+//! ([`quota`]): over a limit is a 429 with `Retry-After`.
 //!
 //! A `traceparent` header (W3C) is continued into the LLM call. Every response is counted by
 //! route and status, and every answer by how it ended, in the [`metrics`] — read from the
 //! pipeline's events as they pass, so the pipeline knows nothing of them.
 #![warn(missing_docs)]
 
-pub mod admit;
+mod admit;
 pub mod answer;
+mod body;
 mod components;
 mod documents;
 pub mod error;
@@ -48,6 +57,7 @@ mod parts;
 pub mod quota;
 mod search;
 mod serve;
+pub mod service;
 mod settings;
 mod usage;
 
@@ -174,13 +184,6 @@ impl Server {
         self.answers
             .as_ref()
             .ok_or_else(|| not_served(method, path, "answers"))
-    }
-
-    /// The document path, or the 404 of a process that serves no documents.
-    pub(crate) fn ingest(&self) -> Result<&Arc<Ingest>, ApiError> {
-        self.ingest
-            .as_ref()
-            .ok_or_else(|| not_served("POST", "/v1/documents", "documents"))
     }
 }
 

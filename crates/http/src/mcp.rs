@@ -1,17 +1,19 @@
 //! `/mcp`: the Model Context Protocol server, on the official SDK's Streamable HTTP transport
-//! (`rmcp`), for agents. Each tool is one of the HTTP routes, called in process through the
-//! same router with the MCP request's own headers — the API key (`x-api-key`, or
-//! `Authorization: Bearer` for clients that know only that), the tenant, the end user's token,
-//! the trace — so that every promise of the routes holds as it is: permissions, key-bound
-//! filters, the end user's access, the retrieval deadline, rate limits and budgets, body caps,
-//! usage. A route's JSON error comes back as a JSON-RPC error whose `data` carries Sluice's
-//! code and HTTP status.
+//! (`rmcp`), for agents. Each tool is one of the service's operations, called directly with
+//! the MCP request's own credentials — the API key (`x-api-key`, or `Authorization: Bearer`
+//! for clients that know only that), the tenant, the end user's token — its trace and the
+//! entry point's deadline, so that every promise of the routes holds as it is: permissions,
+//! key-bound filters, the end user's access, the retrieval deadline and the invocation's,
+//! rate limits and budgets, usage. A refusal comes back as a JSON-RPC error whose `data`
+//! carries Sluice's code and HTTP status.
 //!
 //! Stateless (no MCP session is kept): any environment of a Lambda function answers any
 //! request, as the HTTP routes do.
 
 use std::borrow::Cow;
 use std::sync::Arc;
+
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
@@ -24,30 +26,17 @@ use rmcp::model::{
 use rmcp::service::{Peer, RequestContext, RoleServer};
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
+use serde::Deserialize;
 use serde_json::{Value, json};
 use sluice_contract::auth::Permission;
 use sluice_contract::codes::Code;
 use sluice_contract::sse::Event;
-use tower::ServiceExt;
+use sluice_contract::stages::MAX_K;
 
-use crate::Server;
 use crate::error::ApiError;
-
-/// The headers of the MCP request that its tools' route calls carry.
-const FORWARDED: [&str; 8] = [
-    "host",
-    "sec-fetch-site",
-    "authorization",
-    "x-api-key",
-    "x-sluice-tenant",
-    "x-sluice-user",
-    "traceparent",
-    "origin",
-];
-
-/// Most bytes of a route's answer a tool reads (an answer's stream is bounded by its token cap
-/// long before this).
-const MAX_TOOL_BYTES: usize = 16 << 20;
+use crate::service::Call;
+use crate::service::documents::{Listing, parse_filter};
+use crate::{Server, StreamDeadline};
 
 /// `/mcp`: the transport behind a gate that holds the routes' own rules before any JSON-RPC
 /// is read.
@@ -69,10 +58,13 @@ async fn gate(
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     let headers = request.headers();
-    if let Some(why) = crate::admit::cross_site(headers) {
-        return rpc_error(&ApiError::new(Code::CrossOrigin, why));
+    if let Err(e) = crate::admit::same_site(headers) {
+        return rpc_error(&e);
     }
-    if let Err(e) = crate::admit::authenticated(&server, headers).await {
+    if let Err(e) = server
+        .authenticated(&crate::admit::credentials(headers))
+        .await
+    {
         return rpc_error(&e);
     }
     if headers.contains_key("mcp-session-id") {
@@ -83,7 +75,7 @@ async fn gate(
         ));
     }
     let (parts, body) = request.into_parts();
-    let bytes = match crate::answer::read_body(&server, body, server.limits.max_body_bytes).await {
+    let bytes = match crate::body::read_body(&server, body, server.limits.max_body_bytes).await {
         Ok(bytes) => bytes,
         Err(e) => return rpc_error(&e),
     };
@@ -165,7 +157,7 @@ pub(crate) struct Tools {
     server: Arc<Server>,
 }
 
-/// One tool: its name, the permission it needs, its route, and what an LLM is told.
+/// One tool: its name, the permission it needs, and what an LLM is told.
 struct Spec {
     name: &'static str,
     permission: Permission,
@@ -176,7 +168,7 @@ struct Spec {
 fn retrieval_properties() -> Value {
     json!({
         "query": {"type": "string", "description": "The question, in natural language."},
-        "k": {"type": "integer", "minimum": 1, "maximum": 50,
+        "k": {"type": "integer", "minimum": 1, "maximum": MAX_K,
               "description": "How many sources (default: the tenant's, else 5)."},
         "filter": {"type": "object",
                    "description": "A metadata filter: {\"field\": value}, {\"field\": {\"$in\": [...]}}, $and, $or, $gte, ..."},
@@ -233,60 +225,31 @@ impl Spec {
     }
 }
 
-/// The MCP request's HTTP headers (the transport puts its parts in the request's extensions).
-fn headers(context: &RequestContext<RoleServer>) -> HeaderMap {
+/// The MCP request as the service sees it: its headers read as a REST request's, and the
+/// entry point's deadline (the transport puts the HTTP request's parts, extensions included,
+/// in the call's extensions).
+fn call_of(context: &RequestContext<RoleServer>) -> Call {
     let parts = context.extensions.get::<axum::http::request::Parts>();
-    let mut forwarded = HeaderMap::new();
-    for (name, value) in parts.iter().flat_map(|p| p.headers.iter()) {
-        if FORWARDED.contains(&name.as_str()) {
-            forwarded.append(name.clone(), value.clone());
-        }
-    }
-    forwarded
+    let empty = HeaderMap::new();
+    let headers = parts.map_or(&empty, |p| &p.headers);
+    let deadline = parts.and_then(|p| p.extensions.get::<StreamDeadline>());
+    crate::admit::call(headers, Instant::now(), deadline)
 }
 
-/// A refusal as a JSON-RPC error: Sluice's message, and its code and HTTP status in `data`.
-fn refusal(status: StatusCode, code: &str, message: &str) -> ErrorData {
+/// Sluice's refusal as a JSON-RPC error: its message, and in `data` its code, HTTP status and
+/// whether to try again (as an answer stream's `error` event says it).
+fn api_refusal(e: &ApiError) -> ErrorData {
     // The protocol's own codes where they fit (an unknown tool is "invalid params" in the MCP
     // specification); the implementation-defined -32000 for the others.
-    let unknown_tool = code == Code::UnknownTool.as_str();
+    let status = e.status();
     let rpc = match status {
-        _ if unknown_tool => ErrorCode::INVALID_PARAMS,
+        _ if e.code == Code::UnknownTool => ErrorCode::INVALID_PARAMS,
         StatusCode::BAD_REQUEST | StatusCode::PAYLOAD_TOO_LARGE => ErrorCode::INVALID_PARAMS,
         s if s.is_server_error() => ErrorCode::INTERNAL_ERROR,
         _ => ErrorCode(-32000),
     };
-    let data = json!({"code": code, "status": status.as_u16()});
-    ErrorData::new(rpc, message.to_string(), Some(data))
-}
-
-/// A route's JSON error body as a JSON-RPC error.
-fn refused(status: StatusCode, body: &Value) -> ErrorData {
-    let error = &body["error"];
-    let code = error["code"].as_str().unwrap_or(Code::Internal.as_str());
-    refusal(
-        status,
-        code,
-        error["message"].as_str().unwrap_or("the route failed"),
-    )
-}
-
-/// A JSON route's response read: its body, or its refusal.
-async fn reply(response: axum::response::Response) -> Result<Value, ErrorData> {
-    let status = response.status();
-    let bytes = axum::body::to_bytes(response.into_body(), MAX_TOOL_BYTES)
-        .await
-        .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-    let value: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
-    match status.is_success() {
-        true => Ok(value),
-        false => Err(refused(status, &value)),
-    }
-}
-
-/// Sluice's own refusal as a JSON-RPC error.
-fn api_refusal(e: &ApiError) -> ErrorData {
-    refusal(e.status(), e.code.as_str(), &e.message)
+    let data = json!({"code": e.code, "status": status.as_u16(), "retryable": e.code.retryable()});
+    ErrorData::new(rpc, e.message.clone(), Some(data))
 }
 
 /// Where an answer's progress goes when the client asked for it (a `progressToken`).
@@ -317,101 +280,44 @@ impl Progress {
 }
 
 impl Tools {
-    /// `method path` with `body` through the router, as the MCP request's caller: the
-    /// route's response, its body not yet read.
-    async fn open(
-        &self,
-        headers: &HeaderMap,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<axum::response::Response, ErrorData> {
-        let mut request = Request::builder().method(method).uri(path);
-        for (name, value) in headers {
-            request = request.header(name, value);
-        }
-        let body = match body {
-            Some(b) => {
-                request = request.header("content-type", "application/json");
-                Body::from(b.to_string())
-            }
-            None => Body::empty(),
-        };
-        let request =
-            (request.body(body)).map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-        (crate::router(Arc::clone(&self.server))
-            .oneshot(request)
-            .await)
-            .map_err(|e| ErrorData::internal_error(e.to_string(), None))
-    }
-
-    /// A JSON route's answer, or its refusal.
-    async fn json(
-        &self,
-        headers: &HeaderMap,
-        method: Method,
-        path: &str,
-        body: Option<&Value>,
-    ) -> Result<Value, ErrorData> {
-        reply(self.open(headers, method, path, body).await?).await
-    }
-
-    /// The answer tool: `POST /v1/answer`'s stream read as it comes (each token a progress
+    /// The answer tool: the service's answer read as it comes (each token a progress
     /// notification when the client asked for them), the answer whole at its end.
     async fn answer(
         &self,
-        headers: &HeaderMap,
+        call: &Call,
         arguments: &Value,
         progress: Option<&Progress>,
-    ) -> Result<Value, ErrorData> {
-        let response = (self.open(headers, Method::POST, "/v1/answer", Some(arguments))).await?;
-        if !response.status().is_success() {
-            // A refusal is JSON, as every route's.
-            return reply(response).await;
-        }
-        let mut body = response.into_body().into_data_stream();
-        let (mut pending, mut read) = (Vec::new(), 0);
+    ) -> Result<Value, ApiError> {
+        let server = &self.server;
+        let caller = server
+            .admit_reader(&call.credentials, Permission::Answer)
+            .await?;
+        server.pipeline()?;
+        let mut events = server.answer(&caller, call, arguments_as(arguments)?)?;
         let (mut answer, mut tokens, mut meta, mut done) = (String::new(), 0, None, None);
-        while let Some(chunk) = body.next().await {
-            let chunk = chunk.map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
-            read += chunk.len();
-            if read > MAX_TOOL_BYTES {
-                return Err(ErrorData::internal_error(
-                    format!("the answer is over {MAX_TOOL_BYTES} bytes"),
-                    None,
-                ));
-            }
-            pending.extend_from_slice(&chunk);
-            while let Some(end) = pending.windows(2).position(|w| w == b"\n\n") {
-                let block: Vec<u8> = pending.drain(..end + 2).collect();
-                match Event::parse(&String::from_utf8_lossy(&block)) {
-                    Ok(Some(Event::Meta(m))) => {
-                        if let Some(p) = progress {
-                            let found = m.documents.len();
-                            p.tell(0, format!("{found} sources found; writing the answer"))
-                                .await;
-                        }
-                        meta = Some(m);
+        while let Some(event) = events.next().await {
+            match event {
+                Event::Meta(m) => {
+                    if let Some(p) = progress {
+                        let found = m.documents.len();
+                        p.tell(0, format!("{found} sources found; writing the answer"))
+                            .await;
                     }
-                    Ok(Some(Event::Token(t))) => {
-                        answer.push_str(&t.text);
-                        tokens += 1;
-                        if let Some(p) = progress {
-                            p.tell(tokens, t.text).await;
-                        }
-                    }
-                    Ok(Some(Event::Done(d))) => done = Some(d),
-                    Ok(Some(Event::Error(e))) => {
-                        let status = StatusCode::from_u16(e.code.status());
-                        let status = status.unwrap_or(StatusCode::SERVICE_UNAVAILABLE);
-                        return Err(refusal(status, e.code.as_str(), &e.message));
-                    }
-                    Ok(None) | Err(_) => {}
+                    meta = Some(m);
                 }
+                Event::Token(t) => {
+                    answer.push_str(&t.text);
+                    tokens += 1;
+                    if let Some(p) = progress {
+                        p.tell(tokens, t.text).await;
+                    }
+                }
+                Event::Done(d) => done = Some(d),
+                Event::Error(e) => return Err(ApiError::new(e.code, e.message)),
             }
         }
         let (Some(meta), Some(done)) = (meta, done) else {
-            return Err(ErrorData::internal_error("the answer ended early", None));
+            return Err(ApiError::new(Code::Internal, "the answer ended early"));
         };
         Ok(json!({
             "answer": answer,
@@ -423,17 +329,83 @@ impl Tools {
         }))
     }
 
+    /// The search tool: `POST /v1/search`'s body, searched by the service.
+    async fn search(&self, call: &Call, arguments: &Value) -> Result<Value, ApiError> {
+        let server = &self.server;
+        let caller = server
+            .admit_reader(&call.credentials, Permission::Search)
+            .await?;
+        server.pipeline()?;
+        let (asked, conversation) = crate::search::asked(arguments_as(arguments)?)?;
+        let found = server.search(&caller, call, asked, conversation).await?;
+        Ok(serde_json::to_value(found).unwrap_or_default())
+    }
+
+    /// The list_documents tool: a page of the documents the caller may read.
+    async fn list_documents(&self, call: &Call, arguments: &Value) -> Result<Value, ApiError> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Arguments {
+            limit: Option<Value>,
+            cursor: Option<String>,
+            filter: Option<Value>,
+        }
+        let server = &self.server;
+        let caller = server
+            .admit_reader(&call.credentials, Permission::Documents)
+            .await?;
+        server.ingest()?;
+        let asked: Arguments = arguments_as(arguments)?;
+        let limit = (asked.limit.as_ref())
+            .map(|v| {
+                v.as_u64().map(|n| n as usize).ok_or_else(|| {
+                    let most = sluice_contract::document::MAX_PAGE;
+                    let why = format!("limit must be a whole number from 1 to {most}, not {v}");
+                    ApiError::new(Code::InvalidPage, why)
+                })
+            })
+            .transpose()?;
+        let filter = asked.filter.as_ref().map(parse_filter).transpose()?;
+        let listing = Listing {
+            limit,
+            cursor: asked.cursor,
+            filter,
+        };
+        let page = server.list_documents(&caller, listing).await?;
+        Ok(json!({"documents": page.documents, "next_cursor": page.next}))
+    }
+
+    /// The get_document tool: one document the caller may read.
+    async fn get_document(&self, call: &Call, arguments: &Value) -> Result<Value, ApiError> {
+        let server = &self.server;
+        let caller = server
+            .admit_reader(&call.credentials, Permission::Documents)
+            .await?;
+        let Some(id) = arguments["id"].as_str() else {
+            let why = "\"id\" (a string) is required";
+            return Err(ApiError::new(Code::InvalidRequest, why));
+        };
+        let document = server.get_document(&caller, id).await?;
+        Ok(serde_json::to_value(document).unwrap_or_default())
+    }
+
     /// The tools the caller's key may call (all of them with auth off), admitted as one
-    /// request: one token of its tenant's rate, as `initialize` or a tool call costs.
-    async fn allowed(&self, headers: &HeaderMap) -> Result<Vec<&'static Spec>, ErrorData> {
+    /// request: the key looked up once and one token of its tenant's rate, as `initialize`
+    /// or a tool call costs.
+    async fn allowed(&self, call: &Call) -> Result<Vec<&'static Spec>, ErrorData> {
         let permissions: Vec<Permission> = SPECS.iter().map(|s| s.permission).collect();
-        let held = (crate::admit::admit_any(&self.server, headers, &permissions).await)
+        let held = (self.server.admit_any(&call.credentials, &permissions).await)
             .map_err(|e| api_refusal(&e))?;
         Ok((SPECS.iter().zip(held))
             .filter(|(_, h)| *h)
             .map(|(s, _)| s)
             .collect())
     }
+}
+
+/// A tool's arguments read as the route's body would be (the same fields, the same refusals).
+fn arguments_as<T: for<'de> Deserialize<'de>>(arguments: &Value) -> Result<T, ApiError> {
+    crate::body::parse_json(arguments.to_string().as_bytes())
 }
 
 impl rmcp::ServerHandler for Tools {
@@ -451,7 +423,7 @@ impl rmcp::ServerHandler for Tools {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let allowed = self.allowed(&headers(&context)).await?;
+        let allowed = self.allowed(&call_of(&context)).await?;
         Ok(ListToolsResult::with_all_items(
             allowed.iter().map(|s| s.tool()).collect(),
         ))
@@ -462,7 +434,7 @@ impl rmcp::ServerHandler for Tools {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        let headers = headers(&context);
+        let call = call_of(&context);
         let arguments = Value::Object(request.arguments.unwrap_or_default());
         let name: Cow<'static, str> = request.name;
         // The transport runs the call on a task of its own and cancels this token when the
@@ -471,49 +443,32 @@ impl rmcp::ServerHandler for Tools {
         let ct = context.ct.clone();
         let progress = Progress::of(&context);
         tokio::select! {
-            called = self.call_named(&name, &headers, &arguments, progress.as_ref()) => called,
+            called = self.call_named(&name, &call, &arguments, progress.as_ref()) => called,
             () = ct.cancelled() => Err(ErrorData::internal_error("the client went away", None)),
         }
     }
 }
 
 impl Tools {
-    /// The tool `name` called with `arguments`, as the caller of `headers`.
+    /// The tool `name` called with `arguments`, as `call`'s caller.
     async fn call_named(
         &self,
         name: &str,
-        headers: &HeaderMap,
+        call: &Call,
         arguments: &Value,
         progress: Option<&Progress>,
     ) -> Result<CallToolResponse, ErrorData> {
         let value = match name {
-            "search" => (self.json(headers, Method::POST, "/v1/search", Some(arguments))).await?,
-            "answer" => self.answer(headers, arguments, progress).await?,
-            "list_documents" => {
-                let mut query = Vec::new();
-                for (key, value) in arguments.as_object().into_iter().flatten() {
-                    let text = match value {
-                        Value::String(s) => s.clone(),
-                        other => other.to_string(),
-                    };
-                    query.push(format!("{}={}", key, sluice_contract::escape(&text)));
-                }
-                let path = format!("/v1/documents?{}", query.join("&"));
-                self.json(headers, Method::GET, &path, None).await?
-            }
-            "get_document" => {
-                let Some(id) = arguments["id"].as_str() else {
-                    let why = "\"id\" (a string) is required";
-                    return Err(api_refusal(&ApiError::new(Code::InvalidRequest, why)));
-                };
-                let path = format!("/v1/documents/{}", sluice_contract::escape(id));
-                self.json(headers, Method::GET, &path, None).await?
-            }
+            "search" => self.search(call, arguments).await,
+            "answer" => self.answer(call, arguments, progress).await,
+            "list_documents" => self.list_documents(call, arguments).await,
+            "get_document" => self.get_document(call, arguments).await,
             other => {
                 let why = format!("no tool is called {other:?}: see tools/list");
-                return Err(api_refusal(&ApiError::new(Code::UnknownTool, why)));
+                Err(ApiError::new(Code::UnknownTool, why))
             }
         };
+        let value = value.map_err(|e| api_refusal(&e))?;
         let mut result = CallToolResult::structured(value);
         result.content = vec![ContentBlock::text(
             result

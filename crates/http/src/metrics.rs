@@ -8,9 +8,8 @@
 //!   line per answer on stdout ([`Metrics::with_emf`]); CloudWatch turns it into metrics in
 //!   the `Sluice` namespace with no API call on the request path.
 //!
-//! Each answer's usage (tokens, cache hit, component fuel) is also handed to the usage
-//! [`Meter`] here, from the same events. Recording is a few atomic adds and one short lock
-//! per answer; nothing here blocks.
+//! Recording is a few atomic adds per answer; nothing here blocks. What an answer costs is
+//! billed apart, from the same events ([`crate::service::billing`]).
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, OnceLock};
@@ -24,13 +23,13 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
 use serde_json::{Map, Value, json};
 
+use crate::service::billing::Tally;
 use futures::{Stream, StreamExt};
 use sluice_contract::Tenant;
 use sluice_contract::sse::{CacheState, Event, Timings};
 use sluice_contract::usage::Counts;
 use sluice_contract::{codes::Code, codes::Degraded};
 use sluice_core::cache::SemanticCache;
-use sluice_core::{usage::Hold, usage::Meter};
 
 /// The content type of [`Metrics::encode`]'s output.
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -291,9 +290,6 @@ impl Metrics {
         AnswerGuard {
             metrics: self.clone(),
             finished: false,
-            asker: None,
-            dropped: None,
-            streamed: 0,
         }
     }
 
@@ -380,45 +376,30 @@ impl Metrics {
     }
 }
 
-/// Who asked for an answer, and where its usage is counted.
-pub struct Asker {
-    /// The tenant.
-    pub tenant: Tenant,
-    /// The id of the API key (`None` with auth off).
-    pub key: Option<String>,
-    /// The usage meter (`None` with `SLUICE_USAGE=off`).
-    pub usage: Option<Arc<Meter>>,
-    /// What the answer holds against its budgets, released once its usage is recorded.
-    pub hold: Option<Hold>,
-}
-
-/// `events` (an answer's), recorded in `metrics` and in the asker's usage as they pass: how
-/// the answer ended (its closing event, with `meta`'s cache state, degraded reasons and
-/// timings, or `done`'s timings and token counts), or as `dropped` when the stream is dropped
-/// before its end (the client went away; the tokens it was sent still count). Label values
-/// come from fixed sets (the typed codes and reasons): a series per tenant or per free-form
-/// string would grow forever.
+/// `events` (an answer's, asked for `tenant` by the key whose id is `key`), recorded in
+/// `metrics` as they pass: how the answer ended (its closing event, with `meta`'s cache state,
+/// degraded reasons and timings, or `done`'s timings and token counts), or as `dropped` when
+/// the stream is dropped before its end (the client went away). Label values come from fixed
+/// sets (the typed codes and reasons): a series per tenant or per free-form string would grow
+/// forever. What the answer costs is billed apart ([`crate::service::billing`]).
 pub fn observed(
     metrics: &Metrics,
-    asker: Asker,
+    tenant: Tenant,
+    key: Option<String>,
     events: impl Stream<Item = Event> + Send + 'static,
 ) -> impl Stream<Item = Event> + Send + 'static {
     let mut guard = metrics.stream_opened();
-    let tenant = asker.tenant.clone();
-    let key = asker.key.clone();
-    guard.asker = Some(asker);
     // What `meta` said: the cache state, degraded reasons and timings so far.
     let mut meta: Option<(CacheState, Vec<Degraded>, Timings)> = None;
-    let mut prompt = 0;
+    let mut tally = Tally::default();
     let mut request_id = String::new();
-    let mut tokens = 0;
     events.inspect(move |event| {
+        let used = tally.see(event);
         let none = Timings::default();
         let (cache, degraded, timings) = match &meta {
             Some((cache, degraded, timings)) => (*cache, degraded.as_slice(), timings),
             None => (CacheState::Bypass, &[][..], &none),
         };
-        let hit = cache == CacheState::Hit;
         let outcome = |timings, error, usage, ungrounded| Outcome {
             ungrounded,
             tenant: &tenant,
@@ -426,35 +407,24 @@ pub fn observed(
             timings,
             cache,
             degraded,
-            tokens,
+            tokens: tally.tokens(),
             error,
             key: key.as_deref(),
             usage,
         };
-        match event {
-            Event::Meta(m) => {
+        match (event, used) {
+            (Event::Meta(m), _) => {
                 request_id = m.request_id.clone();
                 meta = Some((m.cache, m.degraded.clone(), m.timings.clone()));
-                prompt = m.prompt_tokens.unwrap_or(0);
-                guard.dropped = Some((m.cache == CacheState::Hit, prompt, m.timings.clone()));
             }
-            Event::Token(_) => {
-                // Only the count moves per token: the counts of a dropped stream are made
-                // once, if it is dropped.
-                tokens += 1;
-                guard.streamed = tokens;
-            }
-            Event::Done(d) => {
-                let usage =
-                    sluice_core::usage::counts_of_answer(Some(d), hit, tokens, prompt, &d.timings);
+            (Event::Done(d), Some(usage)) => {
                 let ungrounded = d.grounding.as_ref().map(|g| !g.grounded());
                 guard.finish(&outcome(&d.timings, None, &usage, ungrounded));
             }
-            Event::Error(e) => {
-                let usage =
-                    sluice_core::usage::counts_of_answer(None, hit, tokens, prompt, timings);
+            (Event::Error(e), Some(usage)) => {
                 guard.finish(&outcome(timings, Some(e.code), &usage, None));
             }
+            _ => {}
         }
     })
 }
@@ -463,32 +433,13 @@ pub fn observed(
 pub struct AnswerGuard {
     metrics: Metrics,
     finished: bool,
-    /// Whose usage the answer is, when it is counted.
-    asker: Option<Asker>,
-    /// What `meta` said (a cache hit, the prompt's tokens, the timings), from which the usage
-    /// of an answer dropped before its end is counted, with the token events sent
-    /// ([`Self::streamed`]).
-    dropped: Option<(bool, u64, Timings)>,
-    /// Token events sent so far.
-    streamed: u64,
 }
 
 impl AnswerGuard {
-    /// Records how the answer ended, and its usage (once; a second call is ignored).
+    /// Records how the answer ended (once; a second call is ignored).
     pub fn finish(&mut self, outcome: &Outcome<'_>) {
         if !std::mem::replace(&mut self.finished, true) {
             self.metrics.record(outcome);
-            if let Some(Asker {
-                tenant,
-                key,
-                usage: Some(meter),
-                hold,
-            }) = &mut self.asker
-            {
-                meter.record(tenant, key.as_deref(), *outcome.usage);
-                // Counted as used now: no longer held.
-                drop(hold.take());
-            }
         }
     }
 }
@@ -497,39 +448,8 @@ impl Drop for AnswerGuard {
     fn drop(&mut self) {
         let i = &self.metrics.inner;
         i.active.dec();
-        if self.finished {
-            return;
-        }
-        i.answers.get_or_create(&Ending { ending: "dropped" }).inc();
-        // The client went away: what it was sent is counted, and written by a task of its own
-        // (nothing awaits a dropped stream). On Lambda the environment may be frozen first;
-        // then the next invocation's flush writes it, and if the environment is never used
-        // again it is lost.
-        if let Some(Asker {
-            tenant,
-            key,
-            usage: Some(meter),
-            hold,
-        }) = self.asker.take()
-        {
-            let used = (self.dropped.as_ref())
-                .map(|(hit, prompt, timings)| {
-                    sluice_core::usage::counts_of_answer(
-                        None,
-                        *hit,
-                        self.streamed,
-                        *prompt,
-                        timings,
-                    )
-                })
-                .unwrap_or_default();
-            meter.record(&tenant, key.as_deref(), used);
-            drop(hold);
-            if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                runtime.spawn(async move {
-                    let _ = meter.flush().await;
-                });
-            }
+        if !self.finished {
+            i.answers.get_or_create(&Ending { ending: "dropped" }).inc();
         }
     }
 }

@@ -45,9 +45,11 @@ use sluice_core::Pipeline;
 use sluice_core::pipeline::AnswerRequest;
 use sluice_core::prompt::Conversation;
 
-use crate::admit::admit_reader;
-use crate::answer::{AnswerBody, checked_request, open_answer, read_body, sse_response};
+use crate::admit::{admit_reader, same_site};
+use crate::answer::sse_response;
+use crate::body::read_body;
 use crate::error::ApiError;
+use crate::service::answer::AnswerBody;
 use crate::{Server, StreamDeadline};
 
 /// Longest conversation a chat request may send besides its question: the bytes of its
@@ -389,26 +391,20 @@ pub(crate) async fn chat_completions(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, OpenAiError> {
-    let received = Instant::now();
-    let caller = admit_reader(&server, &headers, Permission::Answer).await?;
-    let pipeline = server.answers("POST", "/v1/chat/completions")?;
+    let call = crate::admit::call(&headers, Instant::now(), deadline.as_deref());
+    same_site(&headers)?;
+    let caller = server
+        .admit_reader(&call.credentials, Permission::Answer)
+        .await?;
+    let pipeline = server.pipeline()?;
     let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
     let (chat, answer) = answer_body(&bytes)?;
     let parts = chat_parts(&chat)?;
-    let settings = crate::settings::of_tenant(&server, &caller.tenant, received).await;
-    let mut request = checked_request(
-        &pipeline.config,
-        caller.tenant.clone(),
-        caller.filter.as_ref(),
-        &headers,
-        answer,
-        received,
-        settings,
-    )?;
+    let mut request = server.request(&caller, &call, answer)?;
     request.conversation = parts.conversation;
     request.max_tokens = parts.max_tokens;
     fits(pipeline, &request).await?;
-    let events = open_answer(&server, pipeline, &caller, deadline, request)?;
+    let events = server.open_answer(&caller, &call, request)?;
     let created = now();
     if chat.stream {
         let usage = chat.stream_options.is_some_and(|o| o.include_usage);

@@ -26,12 +26,14 @@ use crate::Server;
 pub enum Role {
     /// Every route (`sluice serve`).
     All,
-    /// `/v1/answer`, the OpenAI routes and `DELETE /v1/cache` (the answer function): the
-    /// model, the store, the LLM pool, the cache, and the rerank sandbox that runs components.
+    /// `/v1/answer`, `/v1/search`, the OpenAI routes, `/mcp`, `/v1/settings` and `/v1/cache`
+    /// (the answer function): the model, the store, the LLM pool, the cache, and the rerank
+    /// sandbox that runs components.
     Answers,
-    /// `POST /v1/documents` (the ingest function): the model and the store; no LLM pool.
+    /// `/v1/documents` and the S3 uploads (the ingest function): the model and the store; no
+    /// LLM pool.
     Documents,
-    /// `/v1/components/rerank` (the registry function): the sandbox that validates uploads,
+    /// `/v1/components/…` (the registry function): the sandbox that validates uploads,
     /// the component storage and the tokenizer; no model, store or LLM pool.
     Components,
 }

@@ -5,7 +5,6 @@
 //! every key's answers).
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::State;
@@ -20,7 +19,7 @@ use sluice_core::tenants::Tenants;
 
 use crate::Server;
 use crate::admit::admit;
-use crate::answer::{parse_json, read_body};
+use crate::body::{parse_json, read_body};
 use crate::error::ApiError;
 
 /// The share of the prompt's token budget the tenant's instructions may take: the rest is for
@@ -36,19 +35,6 @@ fn tenants(server: &Server) -> Result<&Arc<Tenants>, ApiError> {
              SLUICE_SETTINGS_TABLE is not set)",
         )
     })
-}
-
-/// The settings an answer of `tenant` that arrived at `received` follows: read within the
-/// configured retrieval deadline (from memory while fresh); `None` when it has set none, or
-/// when this process keeps none.
-pub(crate) async fn of_tenant(
-    server: &Server,
-    tenant: &Tenant,
-    received: Instant,
-) -> Option<Arc<StoredSettings>> {
-    let (tenants, pipeline) = (server.tenants.as_ref()?, server.answers.as_ref()?);
-    let by = tokio::time::Instant::from_std(received + pipeline.config.retrieval_deadline);
-    tenants.get(tenant, by).await
 }
 
 fn shown(tenant: &Tenant, stored: Option<&StoredSettings>) -> Value {

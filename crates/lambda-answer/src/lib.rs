@@ -243,4 +243,54 @@ mod tests {
             .expect("usage");
         assert_eq!(rows.len(), 1, "{rows:?}");
     }
+
+    /// The MCP server is behind the answer function's URL too: its `answer` tool ends by the
+    /// invocation's deadline as `/v1/answer` does, with the same retryable error — the
+    /// deadline travels with the request into the service, whichever door it came in by.
+    #[tokio::test]
+    async fn an_mcp_answer_ends_by_the_invocations_deadline_as_the_answer_route_does() {
+        use tower::ServiceExt;
+        let (server, _) = stalling_server();
+        let router = sluice_http::router(server.clone())
+            .layer(axum::middleware::map_request(per_invocation));
+        let question = serde_json::json!({"query": "how long does a new card take?"});
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "answer", "arguments": question}});
+        for (path, body) in [("/v1/answer", question.clone()), ("/mcp", call)] {
+            let mut request = Request::post(path)
+                .header("content-type", "application/json")
+                .header("accept", "application/json, text/event-stream")
+                .header("host", "127.0.0.1")
+                .body(Body::from(body.to_string()))
+                .unwrap();
+            // The stalling LLM would go on for ten minutes; the invocation has a moment.
+            let mut context = lambda_http::Context::default();
+            context.deadline = now_ms() + DEADLINE_MARGIN.as_millis() as u64 + 300;
+            request.extensions_mut().insert(context);
+            let read = async {
+                let response = router.clone().oneshot(request).await.unwrap();
+                let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await;
+                String::from_utf8_lossy(&bytes.unwrap()).into_owned()
+            };
+            let text = tokio::time::timeout(Duration::from_secs(60), read)
+                .await
+                .unwrap_or_else(|_| panic!("{path}: the answer did not end by its deadline"));
+            let (code, retryable) = match path {
+                "/mcp" => {
+                    let reply: serde_json::Value = serde_json::from_str(&text).expect("JSON");
+                    let data = &reply["error"]["data"];
+                    (data["code"].clone(), data["retryable"].clone())
+                }
+                _ => {
+                    let error = (text.split("\n\n"))
+                        .find_map(|e| e.strip_prefix("event: error\ndata: "))
+                        .unwrap_or_else(|| panic!("no error event in {text}"));
+                    let error: serde_json::Value = serde_json::from_str(error).expect("JSON");
+                    (error["code"].clone(), error["retryable"].clone())
+                }
+            };
+            assert_eq!(code, "deadline_exceeded", "{path}: {text}");
+            assert_eq!(retryable, true, "{path}: {text}");
+        }
+    }
 }

@@ -1,9 +1,10 @@
 //! The ingest function, with two triggers:
 //!
 //! - HTTP (API Gateway, function URL): `POST /v1/documents` of the core router, buffered.
-//! - S3 `ObjectCreated` on the document bucket: each uploaded `<tenant>/<name>` is read,
-//!   parsed by its extension (.txt, .md, .json, .jsonl — as `sluice ingest` does), chunked,
-//!   embedded and written to the tenant's store, replacing any document with the same id.
+//! - S3 `ObjectCreated` on the document bucket: each uploaded `<tenant>/<name>` is read and
+//!   ingested by the service's one ingest operation — the one `POST /v1/documents` runs:
+//!   converted by its format (its extension, else its `Content-Type`), chunked, embedded and
+//!   written to the tenant's store, replacing any document with the same id.
 //!   Each document remembers the object it came from (`origin`: `s3://<bucket>/<key>`), and
 //!   its access list is the object's `sluice-access` tag, when it has one. `ObjectTagging`
 //!   (a tag set or removed) reads the object again, so a changed access list takes effect.
@@ -25,11 +26,9 @@ use lambda_http::tower::{Service, ServiceExt};
 use serde::Serialize;
 use serde_json::Value;
 use sluice_aws::documents::{self, Documents, ReadError};
-use sluice_contract::error::IngestError;
-use sluice_convert::Format;
-use sluice_convert::{ConvertLimits, parse_upload};
-use sluice_core::Ingest;
-use sluice_core::usage::Meter;
+use sluice_contract::codes::Code;
+use sluice_http::Server;
+use sluice_http::service::documents::{Upload, Writer};
 use tracing::{info, warn};
 
 /// What an S3 invocation did, per object.
@@ -67,13 +66,11 @@ struct Skipped {
     reason: String,
 }
 
-/// Ingests the objects an S3 notification names, counting each in the tenant's usage (with
-/// no key: an upload has none); `Err` only for what a retry could fix.
+/// Ingests the objects an S3 notification names through the service's ingest — the one
+/// `POST /v1/documents` calls — each counted in the tenant's usage (with no key: an upload has
+/// none); `Err` only for what a retry could fix.
 async fn ingest_uploads(
-    ingest: &Ingest,
-    usage: Option<&Meter>,
-    max_bytes: usize,
-    convert: &ConvertLimits,
+    server: &Server,
     documents: &Documents,
     event: S3Event,
 ) -> anyhow::Result<S3Report> {
@@ -108,26 +105,20 @@ async fn ingest_uploads(
             continue;
         };
         if removed {
-            // Up to a thousand documents per call; an object that made more is deleted over
-            // several calls here, each bumping the version.
-            let mut total = 0;
-            let done = loop {
-                let done = (ingest.delete_origin(&upload.tenant, &origin).await)
-                    .with_context(|| format!("deleting the documents of {origin}"))?;
-                total += done.deleted;
-                if !done.more {
-                    break done;
-                }
-            };
+            let (total, corpus_version) = (server.forget_origin(&upload.tenant, &origin).await)
+                .map_err(|e| {
+                    anyhow::anyhow!("deleting the documents of {origin}: {}", e.message)
+                })?;
             info!(%bucket, %key, tenant = %upload.tenant, documents = total, "upload removed");
             report.removed.push(Removed {
                 key,
                 tenant: upload.tenant.to_string(),
                 documents: total,
-                corpus_version: done.corpus_version,
+                corpus_version,
             });
             continue;
         }
+        let max_bytes = server.limits.max_ingest_bytes;
         let object = match documents.read(&bucket, &key, max_bytes).await {
             Ok(o) => o,
             Err(e @ ReadError::TooLarge { .. }) => {
@@ -136,40 +127,21 @@ async fn ingest_uploads(
             }
             Err(e) => return Err(e).with_context(|| format!("reading s3://{bucket}/{key}")),
         };
-        let Some(format) = Format::of(Some(&upload.name), object.content_type.as_deref()) else {
-            skip(format!(
-                "{}: unsupported file type (use {}, or a Content-Type that names one)",
-                upload.name,
-                Format::EXTENSIONS
-            ));
-            continue;
+        let writer = Writer {
+            tenant: &upload.tenant,
+            key: None,
+            filter: None,
+            origin: Some(&origin),
         };
-        let limits = convert.clone();
-        let parsed = match parse_upload(format, upload.name.clone(), object.bytes, limits).await {
-            Ok(mut d) => {
-                if let Some(access) = &object.access {
-                    d.iter_mut().for_each(|doc| doc.set_access(access));
-                }
-                d
-            }
-            Err(e) => {
-                skip(e.to_string());
-                continue;
-            }
+        let file = Upload::File {
+            name: Some(upload.name.clone()),
+            media_type: object.content_type,
+            bytes: object.bytes,
+            access: object.access,
         };
-        match ingest
-            .ingest_from(&upload.tenant, parsed, Some(&origin))
-            .await
-        {
+        match server.ingest_upload(writer, file).await {
             Ok(done) => {
                 info!(%bucket, %key, tenant = %upload.tenant, documents = done.documents, unchanged = done.unchanged, chunks = done.chunks, "upload ingested");
-                if let Some(meter) = usage {
-                    meter.record(
-                        &upload.tenant,
-                        None,
-                        sluice_core::usage::counts_of_ingest(&done),
-                    );
-                }
                 report.ingested.push(Ingested {
                     key,
                     tenant: upload.tenant.to_string(),
@@ -181,16 +153,11 @@ async fn ingest_uploads(
                 });
             }
             // What a retry could fix fails the invocation; the rest is the upload's own fault.
-            Err(e @ (IngestError::Embed(_) | IngestError::Store(_))) => {
-                return Err(e).with_context(|| format!("ingesting s3://{bucket}/{key}"));
+            Err(e) if e.code == Code::IngestFailed => {
+                anyhow::bail!("ingesting s3://{bucket}/{key}: {}", e.message);
             }
-            Err(e) => skip(e.to_string()),
+            Err(e) => skip(e.message),
         }
-    }
-    if let Some(meter) = usage {
-        // Before the invocation ends; a failure keeps the counts for this environment's next
-        // flush (and is logged), it does not fail the uploads.
-        let _ = meter.flush().await;
     }
     Ok(report)
 }
@@ -200,29 +167,17 @@ async fn main() -> Result<(), lambda_runtime::Error> {
     let server = sluice_app::function("ingest", sluice_app::Role::Documents)
         .await
         .context("building the ingest path")?;
-    let ingest = Arc::clone(server.ingest.as_ref().context("the ingest path")?);
-    let max_bytes = server.limits.max_ingest_bytes;
-    let convert = server.convert.clone();
+    server.ingest().map_err(|e| anyhow::anyhow!(e.message))?;
     let documents = Arc::new(Documents::connect().await.context("S3 client")?);
-    let usage = server.usage.clone();
-    let router = sluice_http::router(server);
+    let router = sluice_http::router(Arc::clone(&server));
     let handler = lambda_runtime::service_fn(move |event: LambdaEvent<Value>| {
-        let (ingest, documents, router) = (ingest.clone(), documents.clone(), router.clone());
-        let (usage, convert) = (usage.clone(), convert.clone());
+        let (server, documents, router) = (server.clone(), documents.clone(), router.clone());
         async move {
             let LambdaEvent { payload, context } = event;
             // An S3 notification has `Records`; anything else is an HTTP event.
             if payload.get("Records").is_some() {
                 let event: S3Event = serde_json::from_value(payload).context("S3 event")?;
-                let report = ingest_uploads(
-                    &ingest,
-                    usage.as_deref(),
-                    max_bytes,
-                    &convert,
-                    &documents,
-                    event,
-                )
-                .await?;
+                let report = ingest_uploads(&server, &documents, event).await?;
                 return Ok::<Value, lambda_runtime::Error>(serde_json::to_value(report)?);
             }
             let request: LambdaRequest =

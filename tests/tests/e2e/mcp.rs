@@ -65,12 +65,12 @@ async fn the_mcp_python_sdk_lists_and_calls_each_tool() {
     assert_eq!(failures["search"]["code"], -32602, "{failures}");
     assert_eq!(
         failures["search"]["data"],
-        json!({"code": "missing_query", "status": 400})
+        json!({"code": "missing_query", "status": 400, "retryable": false})
     );
     assert_eq!(failures["no_such_tool"]["data"]["code"], "unknown_tool");
     assert_eq!(
         failures["get_document"]["data"],
-        json!({"code": "unknown_document", "status": 404})
+        json!({"code": "unknown_document", "status": 404, "retryable": false})
     );
 }
 

@@ -623,7 +623,7 @@ async fn every_code_reaches_the_client_with_its_status_and_retryability() {
                 let error = &reply.body["error"];
                 assert_eq!(
                     error["data"],
-                    json!({"code": code.as_str(), "status": code.status()}),
+                    json!({"code": code.as_str(), "status": code.status(), "retryable": code.retryable()}),
                     "{code}: {}",
                     reply.raw
                 );

@@ -12,6 +12,7 @@ mod cache;
 mod codes;
 mod degraded;
 mod documents;
+mod doors;
 mod end_users;
 mod endings;
 mod files;

@@ -238,7 +238,7 @@ async fn bad_requests_get_a_clear_answer() {
         assert_eq!(got, status, "{refused}");
         assert_eq!(
             refused["error"]["data"],
-            json!({"code": code, "status": status}),
+            json!({"code": code, "status": status, "retryable": false}),
             "{refused}"
         );
         assert_eq!(refused["id"], Value::Null, "{refused}");
@@ -254,7 +254,7 @@ async fn bad_requests_get_a_clear_answer() {
     .await;
     assert_eq!(
         wrong["error"]["data"],
-        json!({"code": "invalid_json", "status": 400}),
+        json!({"code": "invalid_json", "status": 400, "retryable": false}),
         "{wrong}"
     );
 }
@@ -440,4 +440,102 @@ async fn a_tool_listing_costs_one_request_of_the_rate() {
         refused["error"]["data"]["code"], "rate_limited",
         "{refused}"
     );
+}
+
+/// A key store that counts its lookups.
+struct Counting {
+    keys: Arc<MemoryKeys>,
+    finds: std::sync::atomic::AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl sluice_contract::auth::KeyStore for Counting {
+    async fn find(
+        &self,
+        hash: &str,
+    ) -> Result<Option<sluice_contract::auth::Principal>, sluice_contract::auth::AuthError> {
+        (self.finds).fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        self.keys.find(hash).await
+    }
+}
+
+#[tokio::test]
+async fn a_listing_of_the_tools_is_one_admission_whatever_the_number_of_tools() {
+    let keys = Arc::new(MemoryKeys::default());
+    let all = keys.add(
+        "acme",
+        &[
+            Permission::Answer,
+            Permission::Search,
+            Permission::Documents,
+        ],
+    );
+    let counting = Arc::new(Counting {
+        keys,
+        finds: Default::default(),
+    });
+    let mut kit = Kit::new(&[
+        ("SLUICE_TENANT_BURST", "2"),
+        ("SLUICE_TENANT_RATE", "0.001"),
+    ]);
+    kit.parts.keys = Some(counting.clone());
+    let app = kit.app();
+    let auth = format!("Bearer {all}");
+    let headers = [("authorization", auth.as_str())];
+    let (_, listed) = rpc(&app, &headers, "tools/list", json!({})).await;
+    assert_eq!(names(&listed).len(), 4, "{listed}");
+    // The key looked up once for the four tools, besides the transport's gate (which answers
+    // a missing or unknown key with a 401 before any JSON-RPC is read).
+    let finds = counting.finds.load(std::sync::atomic::Ordering::SeqCst);
+    assert_eq!(finds, 2, "{finds} key lookups for one listing");
+    // One token of the tenant's rate (its burst is two): a second listing passes, a third
+    // is over.
+    let (_, again) = rpc(&app, &headers, "tools/list", json!({})).await;
+    assert_eq!(names(&again).len(), 4, "{again}");
+    let (status, over) = rpc(&app, &headers, "tools/list", json!({})).await;
+    assert_eq!(
+        over["error"]["data"]["code"], "rate_limited",
+        "{status} {over}"
+    );
+}
+
+#[tokio::test]
+async fn an_answer_through_mcp_is_one_request_and_one_answer_in_the_metrics_and_the_usage() {
+    let app = Kit::new(UNCHECKED).ingested("default").await.app();
+    let (_, answered) = rpc(
+        &app,
+        &[],
+        "tools/call",
+        json!({"name": "answer", "arguments": {"query": QUESTION}}),
+    )
+    .await;
+    assert!(
+        answered["result"]["structuredContent"]["answer"].is_string(),
+        "{answered}"
+    );
+    let metrics = app.server.metrics.encode();
+    let requests: Vec<&str> = (metrics.lines())
+        .filter(|l| l.starts_with("sluice_http_requests_total{"))
+        .collect();
+    assert_eq!(
+        requests,
+        ["sluice_http_requests_total{route=\"/mcp\",status=\"200\"} 1"],
+        "{metrics}"
+    );
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l == "sluice_answers_total{ending=\"done\"} 1"),
+        "{metrics}"
+    );
+    let meter = app.server.usage.clone().expect("usage on");
+    meter.flush().await.expect("flushed");
+    let today = sluice_core::usage::today();
+    let rows = (meter
+        .store()
+        .read(&sluice_testkit::tenant("default"), today, today))
+    .await
+    .unwrap();
+    let answers: u64 = rows.iter().map(|(_, c)| c.answers).sum();
+    assert_eq!(answers, 1, "{rows:?}");
 }
