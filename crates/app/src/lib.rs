@@ -243,11 +243,21 @@ pub async fn parts(
         settings,
         config,
         convert,
+        replica_id: Some(replica_id()),
     };
     if let Some(storage) = storage {
         add_registry(&mut parts, &rerank, &embed, &aws, storage)?;
     }
     Ok(parts)
+}
+
+/// This process as answers name it (`done.replica_id`): the host's name (on Lambda, the
+/// execution environment's) and the process id.
+fn replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "local".into());
+    format!("{host}-{}", std::process::id())
 }
 
 /// Adds the rerank registry over `storage`: with the model lent to components where answers

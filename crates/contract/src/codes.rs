@@ -1,8 +1,9 @@
 //! Every code a client can see, in one place: the `code` of an error response or of an `error`
-//! event, and the reasons of `meta.degraded`. An error code carries its HTTP status (for an
-//! error response; a stream's code has one too, for the whole OpenAI completion that failed)
-//! and whether the same request may succeed if sent again. The wire name is the snake_case
-//! one, and it never changes: clients match on it.
+//! event, and the reasons of `meta.degraded`. An error code is one row: its meaning, its wire
+//! name, its HTTP status (for an error response; a stream's code has one too, for the whole
+//! OpenAI completion that failed) and whether the same request may succeed if sent again. The
+//! wire name is the snake_case one, and it never changes: clients match on it. A domain
+//! error says which code it is where it is declared ([`ErrorCode`]).
 
 use std::fmt;
 
@@ -57,232 +58,231 @@ macro_rules! wire_names {
     };
 }
 
-wire_names! {
-    /// The `code` of an error response (`{"error": {"code", "message"}}`) or `error` event.
-    pub enum Code {
-        /// Not JSON, a field of the wrong type, or an unknown field.
-        InvalidJson = "invalid_json",
-        /// `query` absent (or a chat request without a user message).
-        MissingQuery = "missing_query",
-        /// `query` blank.
-        EmptyQuery = "empty_query",
-        /// `query` over the length limit.
-        QueryTooLong = "query_too_long",
-        /// `k` not a whole number in range.
-        InvalidK = "invalid_k",
-        /// `retrieval_deadline_ms` out of range.
-        InvalidDeadline = "invalid_deadline",
-        /// `session_id` empty or too long.
-        InvalidSessionId = "invalid_session_id",
-        /// `cache` other than `auto` or `bypass`.
-        InvalidCache = "invalid_cache",
-        /// A document or file that cannot be ingested.
-        InvalidDocument = "invalid_document",
-        /// A file of a type Sluice does not read (by its name's extension, or the
-        /// `Content-Type` when no name is given).
-        UnsupportedFormat = "unsupported_format",
-        /// A PDF with no text layer (a scan): it needs OCR before it can be ingested.
-        NoTextLayer = "no_text_layer",
-        /// A PDF that opens only with a password.
-        EncryptedDocument = "encrypted_document",
-        /// A file its parser failed on or took too long over (`SLUICE_CONVERT_TIMEOUT_MS`).
-        UnreadableDocument = "unreadable_document",
-        /// The path or query string cannot be read (a segment that is not UTF-8 once
-        /// percent-decoded, a parameter given twice or of the wrong form).
-        InvalidRequest = "invalid_request",
-        /// A document listing's `limit` or `cursor` that is not valid.
-        InvalidPage = "invalid_page",
-        /// A deletion by filter without `"confirm": true`, or without a filter.
-        ConfirmationRequired = "confirmation_required",
-        /// A metadata `filter` that is not valid: not an object, an unknown operator, a value
-        /// of the wrong type.
-        InvalidFilter = "invalid_filter",
-        /// A `rerank_context` that is not a small object of strings (too many entries, a bad
-        /// key, a value too long or not a string).
-        InvalidRerankContext = "invalid_rerank_context",
-        /// A usage query's `from` or `to` that is not a day, or a range that is backwards or
-        /// too long.
-        InvalidRange = "invalid_range",
-        /// A bad `x-sluice-tenant` header.
-        InvalidTenant = "invalid_tenant",
-        /// An upload that is not an acceptable rerank component.
-        InvalidComponent = "invalid_component",
-        /// A component whose code is too big to compile within the limits (locals, blocks,
-        /// nesting per function; see docs/security.md).
-        ComponentTooComplex = "component_too_complex",
-        /// A component upload's `label` that is empty, too long or holds control characters.
-        InvalidLabel = "invalid_label",
-        /// A chat completion asking for `n` other than 1.
-        InvalidN = "invalid_n",
-        /// A chat completion's `max_tokens` (or `max_completion_tokens`) not a whole number
-        /// from 1.
-        InvalidMaxTokens = "invalid_max_tokens",
-        /// The request body could not be read.
-        UnreadableBody = "unreadable_body",
-        /// The request body did not arrive within `SLUICE_BODY_READ_TIMEOUT_MS`.
-        BodyTimeout = "body_timeout",
-        /// The request's headers are too many or too large (hyper's cap, about 400 KiB or 100
-        /// headers).
-        HeadersTooLarge = "headers_too_large",
-        /// The request's URI is longer than the server reads.
-        UriTooLong = "uri_too_long",
-        /// Auth on and no API key.
-        MissingApiKey = "missing_api_key",
-        /// An API key that is not valid.
-        InvalidApiKey = "invalid_api_key",
-        /// The tenant requires a user token (`x-sluice-user`), or the key must always carry
-        /// one, and the request has none.
-        MissingUserToken = "missing_user_token",
-        /// A user token that does not verify: expired, not yet valid, another issuer or
-        /// audience, a bad signature, an unknown key or algorithm, malformed; the message says
-        /// which.
-        InvalidUserToken = "invalid_user_token",
-        /// `x-sluice-tenant` names another tenant than the key's.
-        ForbiddenTenant = "forbidden_tenant",
-        /// The key lacks the permission the request needs (or holds it, but is bound to a
-        /// filter and the action reaches the whole tenant).
-        PermissionDenied = "permission_denied",
-        /// A key bound to a filter sent a document whose metadata does not pass it.
-        OutsideKeyFilter = "outside_key_filter",
-        /// A browser's request from a page of another origin.
-        CrossOrigin = "cross_origin",
-        /// A `Host` the server does not answer to.
-        ForbiddenHost = "forbidden_host",
-        /// An unknown route.
-        NotFound = "not_found",
-        /// A settings document with an unknown field or a value out of range; the message
-        /// names the field.
-        InvalidSettings = "invalid_settings",
-        /// A component version the tenant does not have.
-        UnknownVersion = "unknown_version",
-        /// A document id the tenant (or the key's filter) does not have.
-        UnknownDocument = "unknown_document",
-        /// An MCP tool this server does not have (`tools/list` names those the key may call).
-        UnknownTool = "unknown_tool",
-        /// An MCP request with a session id: the server keeps no sessions, so it issued none
-        /// (start again without one).
-        UnknownSession = "unknown_session",
-        /// The answer cache is off.
-        CacheDisabled = "cache_disabled",
-        /// This deployment does not count usage (`SLUICE_USAGE=off`).
-        UsageDisabled = "usage_disabled",
-        /// This deployment runs without tenant components.
-        ComponentsDisabled = "components_disabled",
-        /// This process keeps no tenant settings (a function that serves no answers, or one
-        /// without `SLUICE_SETTINGS_TABLE`).
-        SettingsDisabled = "settings_disabled",
-        /// A wrong method on a known route.
-        MethodNotAllowed = "method_not_allowed",
-        /// A response of a type the request's `Accept` does not take (`/mcp` answers JSON and
-        /// event streams: its clients must accept both).
-        NotAcceptable = "not_acceptable",
-        /// A deletion of the component version that is active (activate another, or
-        /// deactivate, first).
-        VersionActive = "version_active",
-        /// A body over its cap.
-        BodyTooLarge = "body_too_large",
-        /// An ingest over its documents or chunks limit.
-        IngestTooLarge = "ingest_too_large",
-        /// A chat request whose conversation (earlier turns and system messages) is over its
-        /// byte or message limit.
-        ConversationTooLong = "conversation_too_long",
-        /// The tenant is over its request rate.
-        RateLimited = "rate_limited",
-        /// The tenant has too many answers streaming.
-        TooManyStreams = "too_many_streams",
-        /// The key's or the tenant's monthly token budget is spent (until the next month).
-        BudgetExceeded = "budget_exceeded",
-        /// The model or the store failed during an ingest.
-        IngestFailed = "ingest_failed",
-        /// The component storage failed.
-        StorageFailed = "storage_failed",
-        /// The vector store failed while listing or deleting documents.
-        StoreUnavailable = "store_unavailable",
-        /// A bug: work that should not fail died.
-        Internal = "internal",
-        /// The answer cache cannot be reached.
-        CacheUnavailable = "cache_unavailable",
-        /// The tenant settings store could not be read or written.
-        SettingsUnavailable = "settings_unavailable",
-        /// The usage store cannot be read.
-        UsageUnavailable = "usage_unavailable",
-        /// The API keys cannot be checked.
-        AuthUnavailable = "auth_unavailable",
-        /// The tenant's identity provider's keys cannot be fetched (and none are known yet),
-        /// or its identity settings cannot be read: a user token cannot be checked now.
-        IdentityUnavailable = "identity_unavailable",
-        /// Under `strict` grounding, an answer with a sentence no source supports, refused by a
-        /// non-streaming route (the verdict is in the body).
-        Ungrounded = "ungrounded",
-        /// The LLM refused the connection, or answered 429 or 5xx before the first token.
-        LlmUnavailable = "llm_unavailable",
-        /// The LLM refused the request (another 4xx).
-        LlmRejected = "llm_rejected",
-        /// No first token from the LLM in time.
-        LlmTimeout = "llm_timeout",
-        /// The LLM's stream broke, stalled, carried garbage or ended without a finish reason.
-        LlmStreamFailed = "llm_stream_failed",
-        /// The entry point's time limit came before the answer ended (Lambda).
-        DeadlineExceeded = "deadline_exceeded",
-        /// The server is shutting down and its drain time is up.
-        ShuttingDown = "shutting_down",
-    }
+/// Declares [`Code`]: each row a code's meaning (its doc comment), wire name, HTTP status and
+/// retryability, so that a new code is one row and the compiler asks for all four.
+macro_rules! error_codes {
+    (
+        $(#[$meta:meta])*
+        pub enum $name:ident {
+            $( $(#[doc = $doc:expr])* $variant:ident = ($wire:literal, $status:literal, $retry:literal) ),* $(,)?
+        }
+    ) => {
+        wire_names! {
+            $(#[$meta])*
+            pub enum $name { $( $(#[doc = $doc])* $variant = $wire ),* }
+        }
+
+        impl $name {
+            /// The HTTP status of an error response with this code.
+            pub const fn status(self) -> u16 {
+                match self { $($name::$variant => $status),* }
+            }
+
+            /// Whether sending the same request again may succeed.
+            pub const fn retryable(self) -> bool {
+                match self { $($name::$variant => $retry),* }
+            }
+
+            /// What the code means, in one line (its row's comment).
+            pub fn meaning(self) -> &'static str {
+                match self { $($name::$variant => concat!($($doc),*)),* }.trim()
+            }
+        }
+    };
 }
 
-impl Code {
-    /// The HTTP status of an error response with this code.
-    pub const fn status(self) -> u16 {
-        use Code::*;
-        match self {
-            InvalidJson | MissingQuery | EmptyQuery | QueryTooLong | InvalidK | InvalidDeadline
-            | InvalidSessionId | InvalidCache | InvalidDocument | InvalidRequest
-            | InvalidFilter | InvalidTenant | InvalidComponent | InvalidN | InvalidMaxTokens
-            | UnreadableBody | InvalidPage | ConfirmationRequired | InvalidRange
-            | InvalidRerankContext | InvalidSettings | InvalidLabel => 400,
-            MissingApiKey | InvalidApiKey | MissingUserToken | InvalidUserToken => 401,
-            ForbiddenTenant | PermissionDenied | OutsideKeyFilter | CrossOrigin | ForbiddenHost => {
-                403
-            }
-            NotFound | UnknownVersion | UnknownDocument | UnknownTool | UnknownSession
-            | CacheDisabled | ComponentsDisabled | UsageDisabled | SettingsDisabled => 404,
-            MethodNotAllowed => 405,
-            NotAcceptable => 406,
-            VersionActive => 409,
-            BodyTimeout => 408,
-            UriTooLong => 414,
-            HeadersTooLarge => 431,
-            UnsupportedFormat => 415,
-            NoTextLayer | EncryptedDocument | UnreadableDocument | ComponentTooComplex
-            | Ungrounded => 422,
-            BodyTooLarge | IngestTooLarge | ConversationTooLong => 413,
-            RateLimited | TooManyStreams | BudgetExceeded => 429,
-            IngestFailed | StorageFailed | Internal => 500,
-            LlmRejected | LlmStreamFailed => 502,
-            CacheUnavailable | AuthUnavailable | IdentityUnavailable | LlmUnavailable
-            | StoreUnavailable | UsageUnavailable | SettingsUnavailable | ShuttingDown => 503,
-            LlmTimeout | DeadlineExceeded => 504,
-        }
-    }
-
-    /// Whether sending the same request again may succeed.
-    pub const fn retryable(self) -> bool {
-        use Code::*;
-        matches!(
-            self,
-            RateLimited
-                | TooManyStreams
-                | CacheUnavailable
-                | AuthUnavailable
-                | IdentityUnavailable
-                | StoreUnavailable
-                | UsageUnavailable
-                | SettingsUnavailable
-                | LlmUnavailable
-                | LlmTimeout
-                | LlmStreamFailed
-                | DeadlineExceeded
-                | ShuttingDown
-        )
+error_codes! {
+    /// The `code` of an error response (`{"error": {"code", "message"}}`) or `error` event:
+    /// one row each — its meaning, wire name, HTTP status, and whether the same request may
+    /// succeed if sent again. The API reference's error table is these rows
+    /// (`the_documented_error_table_is_these_rows`).
+    pub enum Code {
+        /// Not JSON, a field of the wrong type, or an unknown field.
+        InvalidJson = ("invalid_json", 400, false),
+        /// `query` absent (or a chat request without a user message).
+        MissingQuery = ("missing_query", 400, false),
+        /// `query` blank.
+        EmptyQuery = ("empty_query", 400, false),
+        /// `query` over the length limit.
+        QueryTooLong = ("query_too_long", 400, false),
+        /// `k` not a whole number from 1 to 50.
+        InvalidK = ("invalid_k", 400, false),
+        /// `retrieval_deadline_ms` out of range.
+        InvalidDeadline = ("invalid_deadline", 400, false),
+        /// `session_id` empty or too long.
+        InvalidSessionId = ("invalid_session_id", 400, false),
+        /// `cache` other than `auto` or `bypass`.
+        InvalidCache = ("invalid_cache", 400, false),
+        /// Empty batch, empty id or text, duplicate id, id over 256 characters, invalid `metadata`,
+        /// a file that is not valid in its format.
+        InvalidDocument = ("invalid_document", 400, false),
+        /// A file of a type Sluice does not read (by its name's extension, or its `Content-Type`
+        /// when it has no name); an `/mcp` request that is not `application/json`.
+        UnsupportedFormat = ("unsupported_format", 415, false),
+        /// A PDF whose pages carry no text (a scan: it needs OCR first).
+        NoTextLayer = ("no_text_layer", 422, false),
+        /// A PDF that opens only with a password.
+        EncryptedDocument = ("encrypted_document", 422, false),
+        /// A file its parser failed on (malformed: the message says so; the parser's own words go
+        /// to the log), or took longer than `SLUICE_CONVERT_TIMEOUT_MS` over.
+        UnreadableDocument = ("unreadable_document", 422, false),
+        /// The path or query string cannot be read: a segment that is not UTF-8 once
+        /// percent-decoded, a query parameter given twice or of the wrong form; on `sluice serve`,
+        /// also a request head that cannot be parsed (a garbage request line, a `Content-Length`
+        /// that is not a number).
+        InvalidRequest = ("invalid_request", 400, false),
+        /// A document listing's `limit` not a whole number from 1 to 1,000, an unknown query
+        /// parameter, or a `cursor` no listing returned.
+        InvalidPage = ("invalid_page", 400, false),
+        /// `DELETE /v1/documents` without a `filter` (or `"all": true`) and `"confirm": true`.
+        ConfirmationRequired = ("confirmation_required", 400, false),
+        /// A `filter` that is not an object, names an unknown operator or compares a value of the
+        /// wrong type.
+        InvalidFilter = ("invalid_filter", 400, false),
+        /// A `rerank_context` that is not an object of strings, or has more than 16 entries, a bad
+        /// key, a value over 256 characters or more than 2,048 bytes.
+        InvalidRerankContext = ("invalid_rerank_context", 400, false),
+        /// A usage query's `from` or `to` not a day (`YYYY-MM-DD`), `from` after `to`, more than
+        /// 366 days, or an unknown parameter.
+        InvalidRange = ("invalid_range", 400, false),
+        /// Bad `x-sluice-tenant` header.
+        InvalidTenant = ("invalid_tenant", 400, false),
+        /// An upload that is not an acceptable rerank component (the message says why).
+        InvalidComponent = ("invalid_component", 400, false),
+        /// A component whose functions are bigger than the compiler may be asked to compile
+        /// (locals, blocks, nesting, their product; [Security](security.md#tenant-components));
+        /// refused before compiling, nothing stored.
+        ComponentTooComplex = ("component_too_complex", 422, false),
+        /// A component upload's `label` that is empty, over 64 characters or holds control
+        /// characters.
+        InvalidLabel = ("invalid_label", 400, false),
+        /// A chat completion asking for `n` other than 1.
+        InvalidN = ("invalid_n", 400, false),
+        /// A chat completion's `max_tokens` or `max_completion_tokens` not a whole number from 1.
+        InvalidMaxTokens = ("invalid_max_tokens", 400, false),
+        /// The request body could not be read (the client broke off mid-body).
+        UnreadableBody = ("unreadable_body", 400, false),
+        /// The request body did not arrive, whole, within `SLUICE_BODY_READ_TIMEOUT_MS` (a
+        /// request's head that does not arrive within `SLUICE_HEADER_READ_TIMEOUT_MS` closes the
+        /// connection without a response).
+        BodyTimeout = ("body_timeout", 408, false),
+        /// `sluice serve`: too many headers, or too large.
+        HeadersTooLarge = ("headers_too_large", 431, false),
+        /// `sluice serve`: a request URI longer than the server reads.
+        UriTooLong = ("uri_too_long", 414, false),
+        /// Auth on and no API key.
+        MissingApiKey = ("missing_api_key", 401, false),
+        /// An API key that is not valid.
+        InvalidApiKey = ("invalid_api_key", 401, false),
+        /// No `x-sluice-user` where the tenant's identity is `required`, or the key was made
+        /// `--user-token` ([End users](#end-users)).
+        MissingUserToken = ("missing_user_token", 401, false),
+        /// An `x-sluice-user` token that does not verify — expired, not yet valid, another issuer
+        /// or audience, a bad signature, a key the identity provider does not publish, an algorithm
+        /// the key does not take, malformed, claims that are not principals — (the message says
+        /// which), or one sent to a tenant without an identity.
+        InvalidUserToken = ("invalid_user_token", 401, false),
+        /// `x-sluice-tenant` names another tenant than the key's.
+        ForbiddenTenant = ("forbidden_tenant", 403, false),
+        /// The key lacks the route's permission, or `prompt` for `include_prompt`, or is bound to a
+        /// filter and the route acts on the whole tenant (components, `usage:keys`) without the key
+        /// being made `--tenant-wide`.
+        PermissionDenied = ("permission_denied", 403, false),
+        /// A key bound to a filter sent a document whose metadata does not pass it (nothing is
+        /// written).
+        OutsideKeyFilter = ("outside_key_filter", 403, false),
+        /// A browser's request from a page of another origin (any `/v1` route).
+        CrossOrigin = ("cross_origin", 403, false),
+        /// `sluice serve`: a `Host` that is not one of `SLUICE_ALLOWED_HOSTS` (DNS rebinding).
+        ForbiddenHost = ("forbidden_host", 403, false),
+        /// Unknown route.
+        NotFound = ("not_found", 404, false),
+        /// A `PUT /v1/settings` document with an unknown field, a value of the wrong type or out of
+        /// range, or instructions over their share of the prompt; the message starts with the field
+        /// (`prompt.citations: …`); nothing stored.
+        InvalidSettings = ("invalid_settings", 400, false),
+        /// Activating, reading the log of or deleting a component version the tenant does not have.
+        UnknownVersion = ("unknown_version", 404, false),
+        /// A document id the tenant does not have (or the key's filter does not let through); also
+        /// a bound key's ingest with the id of a document outside its filter (nothing is replaced).
+        UnknownDocument = ("unknown_document", 404, false),
+        /// An MCP tool this server does not have (a JSON-RPC error, `-32602`).
+        UnknownTool = ("unknown_tool", 404, false),
+        /// An MCP request with an `Mcp-Session-Id`: the server keeps no sessions and issued none.
+        UnknownSession = ("unknown_session", 404, false),
+        /// `DELETE /v1/cache` with `SLUICE_CACHE=off`.
+        CacheDisabled = ("cache_disabled", 404, false),
+        /// `GET /v1/usage` with `SLUICE_USAGE=off`.
+        UsageDisabled = ("usage_disabled", 404, false),
+        /// A component route on a deployment without tenant components.
+        ComponentsDisabled = ("components_disabled", 404, false),
+        /// `/v1/settings` in a process that keeps no tenant settings (one that serves no answers,
+        /// or a Lambda function without `SLUICE_SETTINGS_TABLE`).
+        SettingsDisabled = ("settings_disabled", 404, false),
+        /// Wrong method on a known route.
+        MethodNotAllowed = ("method_not_allowed", 405, false),
+        /// An `/mcp` request whose `Accept` does not take both `application/json` and
+        /// `text/event-stream`.
+        NotAcceptable = ("not_acceptable", 406, false),
+        /// Deleting the component version that is active (activate another, or deactivate, first).
+        VersionActive = ("version_active", 409, false),
+        /// Body over `SLUICE_MAX_BODY_BYTES` (answers), `SLUICE_MAX_INGEST_BYTES` (documents) or 2
+        /// MiB (components).
+        BodyTooLarge = ("body_too_large", 413, false),
+        /// More than `SLUICE_MAX_DOCUMENTS` documents or `SLUICE_MAX_CHUNKS` chunks in one ingest,
+        /// chunking and embedding longer than `SLUICE_INGEST_TIMEOUT_MS`, or a file over a
+        /// conversion cap (`SLUICE_MAX_PDF_PAGES`, `SLUICE_MAX_PDF_STREAM_BYTES`,
+        /// `SLUICE_MAX_PDF_INFLATED_BYTES`, `SLUICE_MAX_DOCX_BYTES`, `SLUICE_MAX_HTML_DEPTH`,
+        /// `SLUICE_MAX_TEXT_BYTES`); nothing written.
+        IngestTooLarge = ("ingest_too_large", 413, false),
+        /// A chat request's earlier turns and system messages over 512 KiB together, or more than
+        /// 512 messages (what fits is still trimmed to the model's window, oldest turns first); or
+        /// its system messages and question over half of the prompt's token budget (they are sent
+        /// whole, so they must fit beside the instructions and the sources).
+        ConversationTooLong = ("conversation_too_long", 413, false),
+        /// The tenant is over its request rate.
+        RateLimited = ("rate_limited", 429, true),
+        /// The tenant has too many answers streaming.
+        TooManyStreams = ("too_many_streams", 429, true),
+        /// The key's or the tenant's monthly token budget is spent; `Retry-After` runs to the next
+        /// month.
+        BudgetExceeded = ("budget_exceeded", 429, false),
+        /// The model or the store failed during an ingest.
+        IngestFailed = ("ingest_failed", 500, false),
+        /// The component storage (folder, or S3 and DynamoDB) failed.
+        StorageFailed = ("storage_failed", 500, false),
+        /// The vector store failed while listing, reading or deleting documents.
+        StoreUnavailable = ("store_unavailable", 503, true),
+        /// The component registry's work died (a bug: the log has it).
+        Internal = ("internal", 500, false),
+        /// `DELETE /v1/cache` while the cache backend is unreachable.
+        CacheUnavailable = ("cache_unavailable", 503, true),
+        /// `/v1/settings` while the settings store cannot be read or written.
+        SettingsUnavailable = ("settings_unavailable", 503, true),
+        /// `GET /v1/usage` while the usage store cannot be read (with `Retry-After: 1`).
+        UsageUnavailable = ("usage_unavailable", 503, true),
+        /// The key table cannot be read (with `Retry-After: 1`).
+        AuthUnavailable = ("auth_unavailable", 503, true),
+        /// On a route that reads documents: the tenant's settings (which say who its end users are)
+        /// cannot be read and were never read by this process, or its identity provider's keys
+        /// cannot be fetched and none are held yet (with `Retry-After: 1`).
+        IdentityUnavailable = ("identity_unavailable", 503, true),
+        /// A non-streamed chat completion under `strict` grounding whose answer has a sentence no
+        /// source supports (see [Evidence and the grounding
+        /// verdict](#evidence-and-the-grounding-verdict)).
+        Ungrounded = ("ungrounded", 422, false),
+        /// The LLM refused the connection, or answered 429 or 5xx before the first token.
+        LlmUnavailable = ("llm_unavailable", 503, true),
+        /// The LLM refused the request (another 4xx).
+        LlmRejected = ("llm_rejected", 502, false),
+        /// No first token from the LLM in time.
+        LlmTimeout = ("llm_timeout", 504, true),
+        /// The LLM's stream broke, stalled, carried garbage or ended without a finish reason.
+        LlmStreamFailed = ("llm_stream_failed", 502, true),
+        /// The entry point's time limit came before the answer ended (Lambda).
+        DeadlineExceeded = ("deadline_exceeded", 504, true),
+        /// The server is shutting down and its drain time is up.
+        ShuttingDown = ("shutting_down", 503, true),
     }
 }
 
@@ -326,6 +326,31 @@ wire_names! {
         /// `done.degraded`, and the answer is not cached).
         Ungrounded = "ungrounded",
     }
+}
+
+/// A domain error that is one of the [`Code`]s clients see: its code said once, next to the
+/// error's type, for every door that reports it.
+pub trait ErrorCode: fmt::Display {
+    /// The code clients see for this error.
+    fn code(&self) -> Code;
+}
+
+/// The API reference's error table, one row per [`Code`] in the order of their statuses:
+/// what `docs/api.md` shows under "Errors".
+pub fn error_table() -> String {
+    let mut codes = Code::ALL.to_vec();
+    codes.sort_by_key(|c| c.status());
+    let mut table = String::from("| status | code | retry | meaning |\n|---|---|---|---|\n");
+    for code in codes {
+        let retry = if code.retryable() { "yes" } else { "no" };
+        table.push_str(&format!(
+            "| {} | `{}` | {retry} | {} |\n",
+            code.status(),
+            code.as_str(),
+            code.meaning()
+        ));
+    }
+    table
 }
 
 #[cfg(test)]
@@ -377,40 +402,19 @@ mod tests {
     /// The API reference, where every code and degraded reason is documented.
     const API_DOC: &str = include_str!("../../../docs/api.md");
 
-    /// The rows of the API reference's error table (`| status | code | when |`): each code
-    /// with its status, several codes in a row separated by ` / `.
-    fn documented_error_table() -> Vec<(String, u16)> {
-        let table = API_DOC
-            .split("\n## Errors")
-            .nth(1)
-            .expect("docs/api.md has an Errors section");
-        table
-            .lines()
-            .skip_while(|l| !l.starts_with("| status | code |"))
-            .skip(2)
-            .take_while(|l| l.starts_with('|'))
-            .flat_map(|row| {
-                let cells: Vec<&str> = row.split('|').map(str::trim).collect();
-                let status: u16 = cells[1].parse().expect("a status in the first column");
-                cells[2]
-                    .split(" / ")
-                    .map(|c| (c.trim_matches('`').to_string(), status))
-                    .collect::<Vec<_>>()
-            })
-            .collect()
-    }
-
     #[test]
-    fn the_documented_error_table_lists_exactly_these_codes_with_their_statuses() {
-        let rows = documented_error_table();
-        let mut listed: Vec<&str> = rows.iter().map(|(c, _)| c.as_str()).collect();
-        listed.sort();
-        let mut declared: Vec<&str> = Code::ALL.iter().map(|c| c.as_str()).collect();
-        declared.sort();
-        assert_eq!(listed, declared, "docs/api.md error table vs codes.rs");
-        for (name, status) in &rows {
-            let code = Code::from_wire(name).expect("declared");
-            assert_eq!(code.status(), *status, "{name}'s status in docs/api.md");
+    fn the_documented_error_table_is_these_rows() {
+        let table = error_table();
+        assert!(
+            API_DOC.contains(&table),
+            "docs/api.md's error table is not the codes' rows; put this under \"## Errors\":\n{table}"
+        );
+        for code in Code::ALL {
+            assert!(!code.meaning().is_empty(), "{code} has no meaning");
+            assert!(
+                !code.meaning().contains('|'),
+                "{code}'s meaning breaks the table"
+            );
         }
     }
 

@@ -283,6 +283,21 @@ pub enum ComponentError {
     Storage(String),
 }
 
+impl crate::codes::ErrorCode for ComponentError {
+    fn code(&self) -> crate::codes::Code {
+        use crate::codes::Code;
+        match self {
+            // An abandoned upload has nobody left to read it.
+            ComponentError::Invalid(_) | ComponentError::Abandoned => Code::InvalidComponent,
+            ComponentError::TooLarge(_) => Code::BodyTooLarge,
+            ComponentError::TooComplex(_) => Code::ComponentTooComplex,
+            ComponentError::NotFound(_) => Code::UnknownVersion,
+            ComponentError::Active(_) => Code::VersionActive,
+            ComponentError::Storage(_) => Code::StorageFailed,
+        }
+    }
+}
+
 /// Tenant-scoped registry of rerank components: upload, activate, list, deactivate.
 pub trait Components: Send + Sync {
     /// Validates, compiles and stores `bytes` for `tenant`; returns the version (not active

@@ -131,3 +131,21 @@ pub enum CacheError {
     #[error("{0}")]
     Setup(String),
 }
+
+impl crate::codes::ErrorCode for IngestError {
+    fn code(&self) -> crate::codes::Code {
+        use crate::codes::Code;
+        match self {
+            IngestError::Invalid(_) => Code::InvalidDocument,
+            IngestError::Unsupported(_) => Code::UnsupportedFormat,
+            IngestError::NoTextLayer(_) => Code::NoTextLayer,
+            IngestError::Encrypted(_) => Code::EncryptedDocument,
+            IngestError::Unreadable(_) => Code::UnreadableDocument,
+            IngestError::TooLarge(_) => Code::IngestTooLarge,
+            IngestError::OutsideScope(_) => Code::OutsideKeyFilter,
+            // As for reading or deleting it: to this key the id does not exist.
+            IngestError::HiddenId(_) => Code::UnknownDocument,
+            IngestError::Embed(_) | IngestError::Store(_) => Code::IngestFailed,
+        }
+    }
+}

@@ -34,6 +34,7 @@ pub mod fusion;
 pub mod grounding;
 pub mod metadata;
 pub mod net;
+pub mod random;
 pub mod search;
 pub mod settings;
 pub mod sse;

@@ -52,13 +52,13 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use futures::StreamExt;
-use sluice_bench::load::SplitMix;
 use sluice_contract::access::{ACCESS_KEY, access_filter, may_see};
 use sluice_contract::document::Document;
 use sluice_contract::error::LlmError;
 use sluice_contract::filter::Filter;
 use sluice_contract::fusion::Fusion;
 use sluice_contract::grounding::GroundingMode;
+use sluice_contract::random::SplitMix;
 use sluice_contract::sse::{CacheMatch, CacheState, Event};
 use sluice_contract::stages::{ChatMessage, Hit, Llm, LlmEvent, LlmStream, Search, Store};
 use sluice_core::Pipeline;

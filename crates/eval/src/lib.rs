@@ -22,10 +22,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
-use sluice_bench::load::SplitMix;
 use sluice_contract::Tenant;
 use sluice_contract::cancel::Cancel;
 use sluice_contract::document::Document;
+use sluice_contract::random::SplitMix;
 use sluice_contract::{
     components::ComponentError, components::Components, stages::Embedder, stages::Hit,
     stages::Reranker, stages::Search,

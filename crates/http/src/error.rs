@@ -6,7 +6,7 @@ use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
-use sluice_contract::codes::Code;
+use sluice_contract::codes::{Code, ErrorCode};
 use sluice_contract::components::ComponentError;
 
 use crate::quota::Limited;
@@ -30,6 +30,11 @@ impl ApiError {
             message: message.into(),
             retry_after: None,
         }
+    }
+
+    /// A domain error as clients see it: its code ([`ErrorCode`]) and its message.
+    pub fn of(e: &impl ErrorCode) -> Self {
+        Self::new(e.code(), e.to_string())
     }
 
     /// The HTTP status.
@@ -102,18 +107,9 @@ impl From<Limited> for ApiError {
 
 impl From<ComponentError> for ApiError {
     fn from(e: ComponentError) -> Self {
-        match e {
-            ComponentError::Invalid(m) => ApiError::new(Code::InvalidComponent, m),
-            ComponentError::TooLarge(m) => ApiError::new(Code::BodyTooLarge, m),
-            ComponentError::TooComplex(m) => ApiError::new(Code::ComponentTooComplex, m),
-            // Nobody is left to read it.
-            e @ ComponentError::Abandoned => ApiError::new(Code::InvalidComponent, e.to_string()),
-            ComponentError::NotFound(m) => ApiError::new(Code::UnknownVersion, m),
-            ComponentError::Active(m) => ApiError::new(Code::VersionActive, m),
-            ComponentError::Storage(m) => {
-                tracing::error!(error = %m, "component storage failed");
-                ApiError::new(Code::StorageFailed, m)
-            }
+        if let ComponentError::Storage(m) = &e {
+            tracing::error!(error = %m, "component storage failed");
         }
+        ApiError::of(&e)
     }
 }

@@ -59,6 +59,9 @@ impl Role {
 pub struct Parts {
     /// What the parts were built from.
     pub config: Config,
+    /// Which process this is, as answers name it (`done.replica_id`): `None` for the
+    /// pipeline's own default.
+    pub replica_id: Option<String>,
     /// Caps and the time budget of converting one uploaded file.
     pub convert: ConvertLimits,
     /// What the process serves.
@@ -114,6 +117,9 @@ impl Parts {
             pipeline.reranker = self.reranker;
             pipeline.cache = self.cache;
             pipeline.lexicon = self.lexicon;
+            if let Some(replica_id) = self.replica_id {
+                pipeline.replica_id = replica_id;
+            }
             server = server.with_answers(Arc::new(pipeline));
         }
         server.tenants =

@@ -176,6 +176,7 @@ mod tests {
         let llm = ScriptedLlm::answering("one two").gap(Duration::from_secs(600));
         let parts = sluice_http::Parts {
             config,
+            replica_id: None,
             convert: Default::default(),
             role: sluice_http::Role::Answers,
             embedder: Some(Arc::new(HashEmbedder::new())),

@@ -99,12 +99,12 @@ pub fn case_count() -> usize {
 
 /// Random end users, access lists and filters for property tests, from a seed (the load
 /// generator's SplitMix: cases repeat by their seed).
-pub struct Cases(sluice_bench::load::SplitMix);
+pub struct Cases(sluice_contract::random::SplitMix);
 
 impl Cases {
     /// A generator from `seed`.
     pub fn new(seed: u64) -> Self {
-        Self(sluice_bench::load::SplitMix(seed))
+        Self(sluice_contract::random::SplitMix(seed))
     }
 
     /// A number in `0..n` (n ≥ 1).

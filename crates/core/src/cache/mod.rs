@@ -167,7 +167,12 @@ pub struct SemanticCache {
     lexicon: SharedLexicon,
     /// The comparisons of tenants that learn their threshold, in this process.
     learned: std::sync::Mutex<HashMap<Tenant, Observations>>,
+    /// Seconds since the epoch, which entries expire by ([`now`]; a test's own clock).
+    clock: Clock,
 }
+
+/// Seconds since the epoch.
+type Clock = Arc<dyn Fn() -> u64 + Send + Sync>;
 
 impl SemanticCache {
     /// A cache over `store` for query vectors of `dim` components.
@@ -178,7 +183,15 @@ impl SemanticCache {
             lsh: Lsh::new(dim),
             lexicon: SharedLexicon::default(),
             learned: Default::default(),
+            clock: Arc::new(now),
         }
+    }
+
+    /// The cache telling time by `clock` (seconds since the epoch) instead of the system's:
+    /// entries written and expired by it.
+    pub fn with_clock(mut self, clock: impl Fn() -> u64 + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
     }
 
     /// The cache with the guard reading `lexicon` (WordNet) for words that may stand for
@@ -261,7 +274,7 @@ impl SemanticCache {
             Err(_) => Lookup::Failed(self.late()),
             Ok(Err(e)) => Lookup::Failed(e.to_string()),
             Ok(Ok(Some(entry))) if entry.query == probe.normalised => {
-                match fit(&entry, tenant, scope, now()) {
+                match fit(&entry, tenant, scope, (self.clock)()) {
                     Some(fit) => fit.lookup(entry, 1.0),
                     None => Lookup::Miss,
                 }
@@ -297,7 +310,7 @@ impl SemanticCache {
             threshold
         };
         let lexicon = self.lexicon();
-        let now = now();
+        let now = (self.clock)();
         let mut fitting: Vec<(f32, Fit, CacheEntry)> = (candidates.into_iter())
             .filter_map(|e| Some((fit(&e, tenant, scope, now)?, e)))
             .map(|(fit, e)| (cosine(vector, &e.vector), fit, e))
@@ -389,7 +402,7 @@ impl SemanticCache {
             buckets: self.lsh.buckets(&vector),
             vector,
             scope,
-            expires_at: now() + self.settings.ttl.as_secs(),
+            expires_at: (self.clock)() + self.settings.ttl.as_secs(),
             answer,
         }
     }

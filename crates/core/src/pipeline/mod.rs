@@ -1,7 +1,7 @@
 //! The answer path, stage by stage ([`Pipeline::answer`]): a file per stage, and
 //! [`Pipeline::events`] below reads as the request path —
 //!
-//! 0. **admit** ([`scope`]): the tenant's corpus version (for the cache) and active rerank
+//! 0. **scope** ([`scope`]): the tenant's corpus version (for the cache) and active rerank
 //!    component, read beside the embedding, each bounded;
 //! 1. **cache** ([`cache`]): an in-process cache by exact key first (a hit skips the
 //!    embedding), then by similar question once the query is embedded; a remote cache in one

@@ -30,7 +30,9 @@ pub struct Pipeline {
     pub lexicon: SharedLexicon,
     /// Set when open streams must end (see [`Pipeline::drain`]).
     pub(super) drained: tokio::sync::watch::Sender<bool>,
-    pub(super) replica_id: String,
+    /// Which process answered (`done.replica_id`): named by the composition root (the host
+    /// and the process id); `process-<pid>` until it does.
+    pub replica_id: String,
     /// Each tenant's corpus version, and when this process first met it ([`Self::settled`]).
     pub(super) versions_seen: std::sync::Mutex<HashMap<Tenant, (u64, Instant)>>,
 }
@@ -43,9 +45,6 @@ impl Pipeline {
         store: Arc<dyn Store>,
         llm: Arc<dyn Llm>,
     ) -> Self {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
-            .map(|h| h.trim().to_string())
-            .unwrap_or_else(|_| "local".into());
         Self {
             config,
             embedder,
@@ -55,7 +54,7 @@ impl Pipeline {
             cache: None,
             lexicon: SharedLexicon::default(),
             drained: tokio::sync::watch::Sender::new(false),
-            replica_id: format!("{host}-{}", std::process::id()),
+            replica_id: format!("process-{}", std::process::id()),
             versions_seen: std::sync::Mutex::new(HashMap::new()),
         }
     }

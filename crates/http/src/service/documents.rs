@@ -120,7 +120,7 @@ impl Server {
                 let limits = self.convert.clone();
                 let mut parsed = sluice_convert::parse_upload(format, name, bytes, limits)
                     .await
-                    .map_err(refusal)?;
+                    .map_err(|e| ApiError::of(&e))?;
                 if let Some(access) = &access {
                     parsed.iter_mut().for_each(|doc| doc.set_access(access));
                 }
@@ -139,7 +139,7 @@ impl Server {
             if matches!(e, IngestError::Embed(_) | IngestError::Store(_)) {
                 tracing::error!(tenant = %writer.tenant, error = %e, "ingest failed");
             }
-            refusal(e)
+            ApiError::of(&e)
         })?;
         if let Some(meter) = &self.usage {
             let counted = sluice_core::usage::counts_of_ingest(&report);
@@ -251,23 +251,6 @@ impl Server {
 /// A metadata filter sent as JSON, checked.
 pub(crate) fn parse_filter(value: &serde_json::Value) -> Result<Filter, ApiError> {
     Filter::parse(value).map_err(|e| ApiError::new(Code::InvalidFilter, format!("\"filter\": {e}")))
-}
-
-/// Why an ingest was refused, as clients see it.
-fn refusal(e: IngestError) -> ApiError {
-    let code = match &e {
-        IngestError::Invalid(_) => Code::InvalidDocument,
-        IngestError::Unsupported(_) => Code::UnsupportedFormat,
-        IngestError::NoTextLayer(_) => Code::NoTextLayer,
-        IngestError::Encrypted(_) => Code::EncryptedDocument,
-        IngestError::Unreadable(_) => Code::UnreadableDocument,
-        IngestError::TooLarge(_) => Code::IngestTooLarge,
-        IngestError::OutsideScope(_) => Code::OutsideKeyFilter,
-        // As for reading or deleting it: to this key the id does not exist.
-        IngestError::HiddenId(_) => Code::UnknownDocument,
-        IngestError::Embed(_) | IngestError::Store(_) => Code::IngestFailed,
-    };
-    ApiError::new(code, e.to_string())
 }
 
 /// What went wrong in a listing or a deletion, as clients see it.

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use axum::http::Method;
 use serde_json::json;
-use sluice_testkit::Troubled;
+use sluice_core::cache::memory::MemoryCache;
+use sluice_core::cache::{CacheSettings, SemanticCache};
+use sluice_testkit::{HashEmbedder, Troubled};
 
 use crate::kit::Kit;
 
@@ -276,14 +278,25 @@ async fn delete_forgets_one_tenants_answers() {
 
 #[tokio::test]
 async fn expired_entries_are_not_served() {
-    let app = Kit::new(&[("SLUICE_CACHE_TTL_SECS", "1")])
+    let mut kit = Kit::new(&[("SLUICE_CACHE_TTL_SECS", "60")])
         .ingested("default")
-        .await
-        .app();
+        .await;
+    // The cache's own clock, moved by the test (seconds since the epoch).
+    let clock = Arc::new(std::sync::atomic::AtomicU64::new(1_900_000_000));
+    let read = Arc::clone(&clock);
+    let cache = SemanticCache::new(
+        Arc::new(MemoryCache::new(100)),
+        CacheSettings::from_config(&kit.parts.config.cache),
+        HashEmbedder::DIM,
+    )
+    .with_clock(move || read.load(std::sync::atomic::Ordering::SeqCst));
+    kit.parts.cache = Some(Arc::new(cache));
+    let app = kit.app();
     let ask = json!({"query": QUESTION});
     app.answer(&ask).await;
+    clock.fetch_add(59, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(app.answer(&ask).await.meta()["cache"], "hit");
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    clock.fetch_add(2, std::sync::atomic::Ordering::SeqCst);
     assert_eq!(app.answer(&ask).await.meta()["cache"], "miss");
 }
 

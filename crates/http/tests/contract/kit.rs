@@ -95,6 +95,7 @@ impl Kit {
         .expect("conversion limits");
         let parts = Parts {
             config,
+            replica_id: None,
             convert,
             role: Role::All,
             embedder: Some(Arc::new(HashEmbedder::new())),
