@@ -23,7 +23,6 @@ use sluice_contract::{
     stages::Store,
 };
 use sluice_contract::{error::CacheError, error::EmbedError, error::LlmError, error::StoreError};
-use sluice_convert::ConvertLimits;
 use sluice_core::Config;
 use sluice_core::cache::memory::MemoryCache;
 use sluice_core::language::lexicon::{LexiconError, SharedLexicon};
@@ -104,8 +103,10 @@ pub struct Settings {
     pub embed: EmbedConfig,
     /// The deployment's AWS names (`sluice-aws`).
     pub aws: AwsConfig,
-    /// File conversion's caps (`sluice-convert`).
-    pub convert: ConvertLimits,
+    /// File conversion's caps (`sluice-convert`), in the processes that read files (the
+    /// `files` feature: `sluice`, the ingest function).
+    #[cfg(feature = "files")]
+    pub convert: sluice_convert::ConvertLimits,
 }
 
 impl Settings {
@@ -120,7 +121,8 @@ impl Settings {
             rerank: RerankConfig::from_lookup(&get)?,
             embed: EmbedConfig::from_lookup(&get)?,
             aws: AwsConfig::from_lookup(&get)?,
-            convert: ConvertLimits::from_lookup(&get)?,
+            #[cfg(feature = "files")]
+            convert: sluice_convert::ConvertLimits::from_lookup(&get)?,
             config,
         })
     }
@@ -171,6 +173,7 @@ pub async fn parts(
         rerank,
         embed,
         aws,
+        #[cfg(feature = "files")]
         convert,
     } = settings;
     let joined = |e: tokio::task::JoinError| AppError::Task(e.to_string());
@@ -226,6 +229,14 @@ pub async fn parts(
         Some(loading) => Some(loading.await.map_err(joined)??),
         None => model.filter(|_| uses_model),
     };
+    // The file parsers, where the role ingests: only a process built with the `files` feature
+    // (`sluice`, the ingest function) links them.
+    #[cfg(feature = "files")]
+    let converter = (role.documents()).then(|| {
+        Arc::new(sluice_convert::Files(convert)) as Arc<dyn sluice_contract::document::Converter>
+    });
+    #[cfg(not(feature = "files"))]
+    let converter = None;
     let mut parts = Parts {
         role,
         embedder,
@@ -242,7 +253,7 @@ pub async fn parts(
             .then(|| Arc::new(sluice_aws::secrets::Reader::default()) as _),
         settings,
         config,
-        convert,
+        converter,
         replica_id: Some(replica_id()),
     };
     if let Some(storage) = storage {

@@ -147,6 +147,27 @@ pub struct Section {
     pub text: String,
 }
 
+/// Files made documents — PDF, HTML, Word, Markdown, text, JSON (`sluice-convert`) — handed by
+/// the composition root to the processes that ingest, so that the others (the answer and
+/// registry functions) link no file parser.
+#[async_trait::async_trait]
+pub trait Converter: Send + Sync {
+    /// Whether a `Content-Type` names a file format read here, other than JSON and plain text
+    /// (which a client sends documents as).
+    fn reads_media_type(&self, media_type: &str) -> bool;
+
+    /// The documents of a file whose format its `name`'s extension names, else its
+    /// `media_type`; without a name, its content names it (the same file sent again replaces
+    /// the same documents). [`IngestError::Unsupported`] for a type not read here. The
+    /// conversion runs off the async threads and stops when this future is dropped.
+    async fn convert(
+        &self,
+        name: Option<String>,
+        media_type: Option<&str>,
+        bytes: Vec<u8>,
+    ) -> Result<Vec<Document>, IngestError>;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 use sluice_contract::cancel::Cancel;
-use sluice_contract::document::Document;
+use sluice_contract::document::{Converter, Document};
 use sluice_contract::error::IngestError;
 
 use crate::{ConvertError, ConvertLimits, Format};
@@ -145,6 +145,39 @@ pub async fn parse_upload(
     tokio::task::spawn_blocking(move || parse_until(format, &name, &bytes, &limits, &cancel))
         .await
         .map_err(|e| IngestError::Unreadable(format!("{failed} ({e})")))?
+}
+
+/// The file parsers as the processes that ingest use them ([`Converter`]): uploads converted
+/// within these caps and time budget.
+#[derive(Debug, Clone, Default)]
+pub struct Files(pub ConvertLimits);
+
+#[async_trait::async_trait]
+impl Converter for Files {
+    fn reads_media_type(&self, media_type: &str) -> bool {
+        Format::from_media_type(media_type)
+            .is_some_and(|f| !matches!(f, Format::Json | Format::Text))
+    }
+
+    async fn convert(
+        &self,
+        name: Option<String>,
+        media_type: Option<&str>,
+        bytes: Vec<u8>,
+    ) -> Result<Vec<Document>, IngestError> {
+        let format = Format::of(name.as_deref(), media_type).ok_or_else(|| {
+            IngestError::Unsupported(format!(
+                "{}: unsupported file type (use {}, or a Content-Type that names one)",
+                name.as_deref().unwrap_or("the body"),
+                Format::EXTENSIONS
+            ))
+        })?;
+        let name = name.unwrap_or_else(|| {
+            let digest = sluice_contract::sha256_hex(&bytes);
+            format!("upload-{}.{}", &digest[..16], format.extension())
+        });
+        parse_upload(format, name, bytes, self.0.clone()).await
+    }
 }
 
 /// The documents of every supported file under `paths` (folders searched recursively, files

@@ -13,7 +13,7 @@ mod html;
 mod markdown;
 mod pdf;
 
-pub use files::{parse_as, parse_file, parse_until, parse_upload, read_files};
+pub use files::{Files, parse_as, parse_file, parse_until, parse_upload, read_files};
 
 use std::time::Duration;
 

@@ -16,7 +16,6 @@ use serde_json::json;
 use sluice_contract::auth::Permission;
 use sluice_contract::codes::Code;
 use sluice_contract::document::Document;
-use sluice_convert::Format;
 
 use crate::Server;
 use crate::admit::{admit, admit_reader};
@@ -55,9 +54,8 @@ pub(crate) async fn documents(
         (headers.get(axum::http::header::CONTENT_TYPE)).and_then(|v| v.to_str().ok());
     // A file by its name, or by a Content-Type that names a file format; JSON (and text,
     // which clients send JSON as) without a file name is the `{"documents": [...]}` body.
-    let file_type = content_type
-        .and_then(Format::from_media_type)
-        .filter(|f| !matches!(f, Format::Json | Format::Text));
+    let file_type =
+        content_type.filter(|t| (server.converter.as_ref()).is_some_and(|c| c.reads_media_type(t)));
     if query.access.is_some() && query.filename.is_none() && file_type.is_none() {
         return Err(ApiError::new(
             Code::InvalidRequest,

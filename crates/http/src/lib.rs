@@ -74,8 +74,8 @@ use serde_json::json;
 use sluice_contract::Tenant;
 use sluice_contract::codes::Code;
 use sluice_contract::components::Components;
+use sluice_contract::document::Converter;
 use sluice_contract::{auth::KeyStore, auth::Permission};
-use sluice_convert::ConvertLimits;
 use sluice_core::config::{AuthConfig, RequestLimits, ServerConfig};
 use sluice_core::usage::Meter;
 use sluice_core::{Ingest, Pipeline};
@@ -115,8 +115,9 @@ pub struct Server {
     /// Counts each answer's and ingest's usage, and checks budgets; `None` with
     /// `SLUICE_USAGE=off`.
     pub usage: Option<Arc<Meter>>,
-    /// Caps and the time budget of converting one uploaded file (`sluice-convert`).
-    pub convert: ConvertLimits,
+    /// Files made documents (`sluice-convert`, handed in by the composition root); `None` in
+    /// a process that ingests none.
+    pub converter: Option<Arc<dyn Converter>>,
     /// Each tenant's own settings (`/v1/settings`, and what its answers follow); `None` in a
     /// process that keeps none.
     pub tenants: Option<Arc<sluice_core::tenants::Tenants>>,
@@ -143,7 +144,7 @@ impl Server {
             sse_keepalive: server.sse_keepalive,
             default_tenant: auth.default_tenant.clone(),
             usage: None,
-            convert: ConvertLimits::default(),
+            converter: None,
             tenants: None,
             identities: Arc::new(
                 sluice_identity::Identities::new(sluice_identity::REFETCH_EVERY)

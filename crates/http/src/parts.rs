@@ -6,12 +6,12 @@ use std::sync::Arc;
 
 use sluice_contract::access::SecretReader;
 use sluice_contract::auth::KeyStore;
+use sluice_contract::document::Converter;
 use sluice_contract::tenant_settings::SettingsStore;
 use sluice_contract::usage::UsageStore;
 use sluice_contract::{
     components::Components, stages::Embedder, stages::Llm, stages::Reranker, stages::Store,
 };
-use sluice_convert::ConvertLimits;
 use sluice_core::cache::SemanticCache;
 use sluice_core::language::lexicon::SharedLexicon;
 use sluice_core::tenants::Tenants;
@@ -62,8 +62,9 @@ pub struct Parts {
     /// Which process this is, as answers name it (`done.replica_id`): `None` for the
     /// pipeline's own default.
     pub replica_id: Option<String>,
-    /// Caps and the time budget of converting one uploaded file.
-    pub convert: ConvertLimits,
+    /// Files made documents (documents): the file parsers, which only the processes that
+    /// ingest link.
+    pub converter: Option<Arc<dyn Converter>>,
     /// What the process serves.
     pub role: Role,
     /// The embedding model (answers, documents).
@@ -129,7 +130,7 @@ impl Parts {
                 .allowing(config.auth.fetch_allow.clone());
             server.identities = Arc::new(identities.with_secrets(secrets));
         }
-        server.convert = self.convert;
+        server.converter = self.converter;
         server.components = self.components;
         server.keys = self.keys;
         server.usage = self

@@ -118,6 +118,8 @@ pub struct Identities {
     sets: Mutex<HashMap<SetKey, Slot>>,
     /// Where tenants' HMAC secrets are read; `None`: a tenant configured with one is refused.
     secrets: Option<Arc<dyn SecretReader>>,
+    /// What time it is, for the refetch windows (the system's; a test's own clock).
+    clock: Arc<dyn Fn() -> Instant + Send + Sync>,
 }
 
 /// Where a tenant's keys come from.
@@ -139,7 +141,14 @@ impl Identities {
             refetch_every,
             sets: Mutex::new(HashMap::new()),
             secrets: None,
+            clock: Arc::new(Instant::now),
         }
+    }
+
+    /// Tells time by `clock` instead of the system's: a window passes when it says so.
+    pub fn with_clock(mut self, clock: impl Fn() -> Instant + Send + Sync + 'static) -> Self {
+        self.clock = Arc::new(clock);
+        self
     }
 
     /// Fetches key sets from the operator's `allowed` ranges too (`SLUICE_FETCH_ALLOW`), which
@@ -209,6 +218,7 @@ impl Identities {
             Source::Jwks(url) => url.to_string(),
             Source::Secret(id) => format!("secret {id}"),
         };
+        let now = (self.clock)();
         let slot = {
             let mut sets = self.sets.lock().unwrap_or_else(|p| p.into_inner());
             let key = (tenant.to_string(), name);
@@ -224,15 +234,14 @@ impl Identities {
                     sets.remove(&oldest);
                 }
             }
-            let entry = sets
-                .entry(key)
-                .or_insert_with(|| (Instant::now(), Arc::default()));
-            entry.0 = Instant::now();
+            let entry = sets.entry(key).or_insert_with(|| (now, Arc::default()));
+            entry.0 = now;
             Arc::clone(&entry.1)
         };
         // One fetch at a time per source: the others wait for it, within their own bounds.
         let mut set = slot.lock().await;
-        let due = set.tried.is_none_or(|t| t.elapsed() >= self.refetch_every);
+        let due =
+            (set.tried).is_none_or(|t| now.saturating_duration_since(t) >= self.refetch_every);
         let held = set.keys.as_ref().and_then(|k| pick(k, kid));
         match (source, held) {
             (Source::Jwks(_), Some(found)) => return Ok(found),
@@ -241,7 +250,7 @@ impl Identities {
         }
         let mut failure = None;
         if due {
-            set.tried = Some(Instant::now());
+            set.tried = Some(now);
             let fetched = match source {
                 Source::Jwks(url) => self.fetch(tenant, url).await,
                 Source::Secret(id) => self.read_secret(id).await,

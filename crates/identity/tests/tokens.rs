@@ -116,6 +116,24 @@ fn identities(refetch_every: Duration) -> Identities {
     Identities::new(refetch_every).allowing(loopback())
 }
 
+/// A clock the test moves: the time it was made, plus how far it has been moved.
+#[derive(Clone, Default)]
+struct Moved(Arc<std::sync::atomic::AtomicU64>);
+
+impl Moved {
+    /// [`identities`] telling time by this clock.
+    fn identities(&self, refetch_every: Duration) -> Identities {
+        let (start, moved) = (std::time::Instant::now(), Arc::clone(&self.0));
+        identities(refetch_every)
+            .with_clock(move || start + Duration::from_millis(moved.load(Ordering::SeqCst)))
+    }
+
+    /// Moves the clock on by `by`.
+    fn pass(&self, by: Duration) {
+        self.0.fetch_add(by.as_millis() as u64, Ordering::SeqCst);
+    }
+}
+
 fn loopback() -> Vec<sluice_contract::net::IpRange> {
     sluice_contract::net::IpRange::list("127.0.0.0/8").unwrap()
 }
@@ -290,9 +308,9 @@ async fn an_unknown_key_is_fetched_again_once_a_window_and_never_let_through() {
     let old = signer(Algorithm::RS256, "rsa.pem", "old");
     let new = signer(Algorithm::ES256, "ec.pem", "new");
     let (server, url) = jwks(vec![old.jwk()]).await;
-    // Long enough for the checks within it on a busy machine.
-    let window = Duration::from_secs(2);
-    let ids = identities(window);
+    let window = Duration::from_secs(60);
+    let clock = Moved::default();
+    let ids = clock.identities(window);
     let settings = by_jwks(&url);
     assert!(
         ids.verify(TENANT, &settings, &old.sign(&claims()))
@@ -303,7 +321,7 @@ async fn an_unknown_key_is_fetched_again_once_a_window_and_never_let_through() {
 
     // The provider rotates: the new key is fetched for the first token that names it.
     *server.keys.lock().unwrap() = vec![old.jwk(), new.jwk()];
-    tokio::time::sleep(window).await;
+    clock.pass(window);
     assert!(
         ids.verify(TENANT, &settings, &new.sign(&claims()))
             .await
@@ -318,7 +336,7 @@ async fn an_unknown_key_is_fetched_again_once_a_window_and_never_let_through() {
         kid: "stranger",
         ..signer(Algorithm::RS256, "rsa2.pem", "x")
     };
-    tokio::time::sleep(window).await;
+    clock.pass(window);
     for _ in 0..20 {
         let got = ids
             .verify(TENANT, &settings, &stranger.sign(&claims()))
@@ -420,9 +438,11 @@ async fn a_tenant_secret_verifies_hs256_alone_and_is_read_again_once_a_window() 
     let first = b"a secret the identity provider shares, 32+ bytes".to_vec();
     let store = Arc::new(Secrets::default());
     *store.value.lock().unwrap() = Some(first.clone());
-    // Long enough for the checks within it on a busy machine.
-    let window = Duration::from_secs(2);
-    let ids = identities(window).with_secrets(Arc::clone(&store) as _);
+    let window = Duration::from_secs(60);
+    let clock = Moved::default();
+    let ids = clock
+        .identities(window)
+        .with_secrets(Arc::clone(&store) as _);
     let settings: IdentitySettings = serde_json::from_value(json!({
         "issuer": ISSUER, "audience": AUDIENCE,
         "secret_arn": "arn:aws:secretsmanager:us-east-1:1:secret:idp",
@@ -456,7 +476,7 @@ async fn a_tenant_secret_verifies_hs256_alone_and_is_read_again_once_a_window() 
             .await
             .is_ok()
     );
-    tokio::time::sleep(window).await;
+    clock.pass(window);
     assert!(
         ids.verify(TENANT, &settings, &hs256(&second, &claims()))
             .await
@@ -469,7 +489,7 @@ async fn a_tenant_secret_verifies_hs256_alone_and_is_read_again_once_a_window() 
     );
     // The store failing keeps the secret held.
     *store.value.lock().unwrap() = None;
-    tokio::time::sleep(window).await;
+    clock.pass(window);
     assert!(
         ids.verify(TENANT, &settings, &hs256(&second, &claims()))
             .await

@@ -177,7 +177,7 @@ mod tests {
         let parts = sluice_http::Parts {
             config,
             replica_id: None,
-            convert: Default::default(),
+            converter: None,
             role: sluice_http::Role::Answers,
             embedder: Some(Arc::new(HashEmbedder::new())),
             store: Some(Arc::new(MemoryStore::new())),

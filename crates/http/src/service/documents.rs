@@ -12,7 +12,6 @@ use sluice_contract::document::{DEFAULT_PAGE, DeleteReport, Document, IngestRepo
 use sluice_contract::error::{IngestError, StoreError};
 use sluice_contract::filter::Filter;
 use sluice_contract::stages::{DocumentPage, StoredDocument};
-use sluice_convert::Format;
 use sluice_core::Ingest;
 
 use super::Caller;
@@ -103,23 +102,13 @@ impl Server {
                 bytes,
                 access,
             } => {
-                let format = Format::of(name.as_deref(), media_type.as_deref()).ok_or_else(|| {
+                let converter = self.converter.as_ref().ok_or_else(|| {
                     ApiError::new(
                         Code::UnsupportedFormat,
-                        format!(
-                            "{}: unsupported file type (use {}, or a Content-Type that names one)",
-                            name.as_deref().unwrap_or("the body"),
-                            Format::EXTENSIONS
-                        ),
+                        "this process reads no files (the ingest function does)",
                     )
                 })?;
-                let name = name.unwrap_or_else(|| {
-                    let digest = sluice_contract::sha256_hex(&bytes);
-                    format!("upload-{}.{}", &digest[..16], format.extension())
-                });
-                let limits = self.convert.clone();
-                let mut parsed = sluice_convert::parse_upload(format, name, bytes, limits)
-                    .await
+                let mut parsed = (converter.convert(name, media_type.as_deref(), bytes).await)
                     .map_err(|e| ApiError::of(&e))?;
                 if let Some(access) = &access {
                     parsed.iter_mut().for_each(|doc| doc.set_access(access));

@@ -96,7 +96,7 @@ impl Kit {
         let parts = Parts {
             config,
             replica_id: None,
-            convert,
+            converter: Some(Arc::new(sluice_convert::Files(convert))),
             role: Role::All,
             embedder: Some(Arc::new(HashEmbedder::new())),
             store: Some(Arc::new(MemoryStore::new())),
