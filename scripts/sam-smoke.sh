@@ -44,7 +44,7 @@ trap 'stop; kill "$llm_pid" 2>/dev/null || true; rm -rf "$tmp"' EXIT
 function_up() {
   local name=$1 port=$2
   # The emulator reads the package metadata of the folder it starts in.
-  (cd crates/lambda-answer && exec "$cache/venv/bin/cargo-lambda" lambda watch --only-lambda-apis \
+  (cd functions/answer && exec "$cache/venv/bin/cargo-lambda" lambda watch --only-lambda-apis \
     -A 127.0.0.1 -P "$port") >"$tmp/$name-emulator.log" 2>&1 &
   pids+=($!)
   sleep 1

@@ -400,7 +400,7 @@ async fn a_slow_component_fetch_does_not_hold_the_first_token() {
     )
     .unwrap();
     tokio::task::spawn_blocking(move || {
-        let wat = include_str!("../../rerank/tests/reverse.wat");
+        let wat = include_str!("../../../crates/rerank/tests/reverse.wat");
         let acme = sluice_tests::tenant("acme");
         let version = registry
             .upload(
