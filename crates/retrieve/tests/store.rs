@@ -1,136 +1,25 @@
-//! The Qdrant Edge store: hybrid search, tenant isolation, replacement, corpus versions and
-//! persistence, on a real shard in a temporary folder. Vectors are synthetic (deterministic
+//! The Qdrant Edge store, on a real shard in a temporary folder: the store contract every
+//! backend keeps, then its own hybrid search, fusion, indexes and persistence. Vectors are synthetic (deterministic
 //! unit vectors): these tests are about the store, not the model.
 
+use std::sync::Arc;
+
 use sluice_contract::error::StoreError;
-use sluice_contract::stages::{DocumentInfo, Hit, Search, Store, StoredChunk};
+use sluice_contract::stages::{DocumentInfo, Hit, Search, Store};
 use sluice_retrieve::EdgeStore;
+use sluice_testkit::store_suite::{DIM, chunks, doc, unit};
 use sluice_testkit::tenant;
 
-const DIM: usize = 384;
-
-fn unit(seed: u64) -> Vec<f32> {
-    let v: Vec<f32> = (0..DIM)
-        .map(|i| ((seed as f32 + 1.0) * (i as f32 + 1.0) * 0.618).sin())
-        .collect();
-    let n = v.iter().map(|x| x * x).sum::<f32>().sqrt();
-    v.into_iter().map(|x| x / n).collect()
-}
-
-fn doc(id: &str) -> DocumentInfo {
-    DocumentInfo {
-        format: None,
-        digest: None,
-        id: id.into(),
-        title: format!("Title of {id}"),
-        source: format!("src/{id}"),
-        metadata: Default::default(),
-        origin: None,
-    }
-}
-
-fn chunks(texts: &[&str], seed: u64) -> Vec<StoredChunk> {
-    texts
-        .iter()
-        .enumerate()
-        .map(|(i, t)| StoredChunk {
-            place: Default::default(),
-            header: String::new(),
-            index: i,
-            text: t.to_string(),
-            tokens: t.split_whitespace().count(),
-            vector: unit(seed + i as u64),
-        })
-        .collect()
-}
-
-#[tokio::test]
-async fn a_tenant_never_sees_another_tenants_chunks() {
+/// A Qdrant Edge store in a folder of its own, and the folder.
+async fn edge() -> (Arc<dyn Store>, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let store = EdgeStore::open(dir.path(), DIM).unwrap();
-    store
-        .replace_document(
-            &tenant("acme"),
-            &doc("policy"),
-            chunks(&["acme refund policy is thirty days"], 1),
-        )
-        .await
-        .unwrap();
-    store
-        .replace_document(
-            &tenant("globex"),
-            &doc("policy"),
-            chunks(&["globex refund policy is ninety days"], 1),
-        )
-        .await
-        .unwrap();
-
-    for (name, own, other) in [("acme", "thirty", "ninety"), ("globex", "ninety", "thirty")] {
-        // Same id, same vector, same words: only the tenant filter separates them.
-        let tenant = &tenant(name);
-        let hits = store
-            .search(tenant, &Search::new("refund policy", &unit(1), 10))
-            .await
-            .unwrap();
-        assert_eq!(hits.len(), 1, "{tenant}: {hits:?}");
-        assert!(
-            hits[0].text.contains(own) && !hits[0].text.contains(other),
-            "{tenant}: {hits:?}"
-        );
-        assert_eq!(store.count(tenant).await.unwrap(), 1);
-    }
-    assert!(
-        store
-            .search(
-                &tenant("initech"),
-                &Search::new("refund policy", &unit(1), 10)
-            )
-            .await
-            .unwrap()
-            .is_empty()
-    );
+    (Arc::new(store), dir)
 }
 
-#[tokio::test]
-async fn reingesting_a_document_replaces_all_its_chunks() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = EdgeStore::open(dir.path(), DIM).unwrap();
-    store
-        .replace_document(
-            &tenant("t"),
-            &doc("d"),
-            chunks(&["old one", "old two", "old three"], 10),
-        )
-        .await
-        .unwrap();
-    store
-        .replace_document(
-            &tenant("t"),
-            &doc("keep"),
-            chunks(&["another document"], 20),
-        )
-        .await
-        .unwrap();
-    assert_eq!(store.count(&tenant("t")).await.unwrap(), 4);
-
-    store
-        .replace_document(&tenant("t"), &doc("d"), chunks(&["new only"], 30))
-        .await
-        .unwrap();
-    assert_eq!(store.count(&tenant("t")).await.unwrap(), 2);
-    let hits = store
-        .search(&tenant("t"), &Search::new("old new", &unit(30), 10))
-        .await
-        .unwrap();
-    assert!(hits.iter().all(|h| !h.text.starts_with("old")), "{hits:?}");
-    let top = &hits[0];
-    assert_eq!(
-        (top.document.id.as_str(), top.chunk, top.text.as_str()),
-        ("d", 0, "new only")
-    );
-    assert_eq!(top.document.title, "Title of d");
-    assert_eq!(top.document.source, "src/d");
-}
+// The store contract every backend keeps (`sluice_testkit::store_suite`); what follows is
+// Qdrant Edge's own: persistence, the engine's fusion, its indexes.
+sluice_testkit::store_suite!(edge());
 
 #[tokio::test]
 async fn both_dense_and_bm25_candidates_reach_the_fused_result() {
@@ -248,40 +137,6 @@ async fn filter_corpus(dir: &std::path::Path) -> EdgeStore {
         }
     }
     store
-}
-
-#[tokio::test]
-async fn every_filter_returns_exactly_the_documents_its_meaning_lets_through() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = filter_corpus(dir.path()).await;
-    for (filter, expected) in sluice_testkit::filters::expected() {
-        let hits = store
-            .search(
-                &tenant("acme"),
-                &Search::new("policy text", &unit(0), 50).filter(Some(&filter)),
-            )
-            .await
-            .unwrap();
-        let mut got: Vec<&str> = hits.iter().map(|h| h.document.id.as_str()).collect();
-        got.sort();
-        let mut want = expected.clone();
-        want.sort();
-        assert_eq!(got, want, "{}", filter.to_json());
-        // What comes back carries the document's metadata as it was sent.
-        for hit in &hits {
-            assert!(filter.matches(&hit.document.metadata), "{hit:?}");
-        }
-    }
-    // The metadata round trip, dates as sent (offset kept).
-    let all = store
-        .search(&tenant("acme"), &Search::new("policy text", &unit(0), 50))
-        .await
-        .unwrap();
-    let p25 = all.iter().find(|h| h.document.id == "policy-2025").unwrap();
-    assert_eq!(
-        serde_json::to_value(&p25.document.metadata).unwrap()["updated_at"],
-        "2025-03-01T11:00:00+02:00"
-    );
 }
 
 #[tokio::test]
@@ -545,204 +400,6 @@ async fn a_convex_fusion_weighs_normalised_scores_and_keeps_the_filter() {
 }
 
 /// Every document a listing of `selection` returns, page by page at `limit`.
-async fn listed(
-    store: &EdgeStore,
-    tenant: &str,
-    selection: &sluice_contract::stages::Selection<'_>,
-    limit: usize,
-) -> Vec<sluice_contract::stages::StoredDocument> {
-    use sluice_contract::stages::Page;
-    let mut all = Vec::new();
-    let mut cursor: Option<String> = None;
-    loop {
-        let page = Page {
-            limit,
-            cursor: cursor.as_deref(),
-        };
-        let got = store
-            .documents(&sluice_testkit::tenant(tenant), selection, page)
-            .await
-            .unwrap();
-        assert!(got.documents.len() <= limit);
-        all.extend(got.documents);
-        match got.next {
-            Some(next) => cursor = Some(next),
-            None => break,
-        }
-    }
-    all
-}
-
-#[tokio::test]
-async fn documents_are_listed_once_each_with_their_chunks_and_deleted_whole() {
-    use sluice_contract::filter::Filter;
-    use sluice_contract::stages::{Page, Selection};
-    let dir = tempfile::tempdir().unwrap();
-    let store = EdgeStore::open(dir.path(), DIM).unwrap();
-    // 25 documents of 1 to 3 chunks for acme (the odd ones from one upload), one for globex.
-    for i in 0..25u64 {
-        let n = 1 + (i % 3) as usize;
-        let texts: Vec<String> = (0..n).map(|c| format!("document {i} chunk {c}")).collect();
-        let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
-        let info = DocumentInfo {
-            metadata: sluice_testkit::filters::metadata(serde_json::json!({"n": i})),
-            origin: (i % 2 == 1).then(|| "s3://docs/acme/batch.jsonl".to_string()),
-            digest: (i % 2 == 1).then(|| format!("digest of d{i:02}")),
-            ..doc(&format!("d{i:02}"))
-        };
-        store
-            .replace_document(&tenant("acme"), &info, chunks(&texts, i * 10))
-            .await
-            .unwrap();
-    }
-    store
-        .replace_document(&tenant("globex"), &doc("g"), chunks(&["other"], 1))
-        .await
-        .unwrap();
-
-    let everything = Selection::default();
-    for limit in [1, 7, 25, 100] {
-        let all = listed(&store, "acme", &everything, limit).await;
-        let mut ids: Vec<&str> = all.iter().map(|d| d.document.id.as_str()).collect();
-        ids.sort();
-        let expected: Vec<String> = (0..25).map(|i| format!("d{i:02}")).collect();
-        assert_eq!(ids, expected, "limit {limit}: every document once");
-    }
-    let all = listed(&store, "acme", &everything, 100).await;
-    let d04 = all.iter().find(|d| d.document.id == "d04").unwrap();
-    assert_eq!(d04.chunks, Some(2));
-    // What an ingest compares a document sent again with: kept where it was given.
-    let d05 = all.iter().find(|d| d.document.id == "d05").unwrap();
-    assert_eq!(d05.document.digest.as_deref(), Some("digest of d05"));
-    assert_eq!(d04.document.digest, None);
-    assert_eq!(d04.document.title, "Title of d04");
-    assert_eq!(
-        serde_json::to_value(&d04.document.metadata).unwrap(),
-        serde_json::json!({"n": 4})
-    );
-    let at = d04.ingested_at.as_deref().unwrap();
-    assert!(
-        time::OffsetDateTime::parse(at, &time::format_description::well_known::Rfc3339).is_ok(),
-        "{at}"
-    );
-    assert_eq!(
-        all.iter()
-            .find(|d| d.document.id == "d05")
-            .unwrap()
-            .document
-            .origin
-            .as_deref(),
-        Some("s3://docs/acme/batch.jsonl")
-    );
-
-    // By id, by origin, by metadata filter.
-    let ids = ["d03".to_string(), "d20".to_string(), "nope".to_string()];
-    let by_id = Selection {
-        ids: Some(&ids),
-        ..Selection::default()
-    };
-    let mut got: Vec<String> = listed(&store, "acme", &by_id, 10)
-        .await
-        .into_iter()
-        .map(|d| d.document.id)
-        .collect();
-    got.sort();
-    assert_eq!(got, ["d03", "d20"]);
-    let by_origin = Selection {
-        origin: Some("s3://docs/acme/batch.jsonl"),
-        ..Selection::default()
-    };
-    assert_eq!(listed(&store, "acme", &by_origin, 5).await.len(), 12);
-    let filter = Filter::parse(&serde_json::json!({"n": {"$gte": 20}})).unwrap();
-    let by_filter = Selection {
-        filter: Some(&filter),
-        ..Selection::default()
-    };
-    assert_eq!(listed(&store, "acme", &by_filter, 2).await.len(), 5);
-    // A cursor this store never handed out is refused as such.
-    let bad = store
-        .documents(
-            &tenant("acme"),
-            &everything,
-            Page {
-                limit: 5,
-                cursor: Some("page-two"),
-            },
-        )
-        .await
-        .unwrap_err();
-    assert!(matches!(bad, StoreError::Invalid(_)), "{bad:?}");
-
-    // Deleting by origin removes every chunk of those documents and nothing else.
-    let before = store.count(&tenant("acme")).await.unwrap();
-    let odd_chunks: usize = (0..25u64)
-        .filter(|i| i % 2 == 1)
-        .map(|i| 1 + (i % 3) as usize)
-        .sum();
-    store
-        .delete_documents(&tenant("acme"), &by_origin)
-        .await
-        .unwrap();
-    assert_eq!(
-        store.count(&tenant("acme")).await.unwrap(),
-        before - odd_chunks
-    );
-    assert_eq!(listed(&store, "acme", &everything, 100).await.len(), 13);
-    assert!(listed(&store, "acme", &by_origin, 100).await.is_empty());
-    // By id, under a filter the document does not pass: kept.
-    let d02 = ["d02".to_string()];
-    let miss = Filter::parse(&serde_json::json!({"n": 99})).unwrap();
-    let only_d02 = Selection {
-        ids: Some(&d02),
-        ..Selection::default()
-    };
-    let under_miss = Selection {
-        filter: Some(&miss),
-        ..only_d02
-    };
-    store
-        .delete_documents(&tenant("acme"), &under_miss)
-        .await
-        .unwrap();
-    assert_eq!(listed(&store, "acme", &only_d02, 5).await.len(), 1);
-    store
-        .delete_documents(&tenant("acme"), &only_d02)
-        .await
-        .unwrap();
-    assert!(listed(&store, "acme", &only_d02, 5).await.is_empty());
-    // The other tenant's document is untouched, and its search still finds it.
-    assert_eq!(listed(&store, "globex", &everything, 10).await.len(), 1);
-    let hits = store
-        .search(
-            &tenant("acme"),
-            &Search::new("document chunk", &unit(1), 50),
-        )
-        .await
-        .unwrap();
-    assert!(
-        hits.iter()
-            .all(|h| h.document.id != "d02" && !h.document.id.ends_with(['1', '3', '5', '7', '9'])),
-        "{hits:?}"
-    );
-    // A replacement with fewer chunks lists the new count.
-    store
-        .replace_document(&tenant("acme"), &doc("d04"), chunks(&["only one now"], 3))
-        .await
-        .unwrap();
-    let d04 = ["d04".to_string()];
-    let got = listed(
-        &store,
-        "acme",
-        &Selection {
-            ids: Some(&d04),
-            ..Selection::default()
-        },
-        5,
-    )
-    .await;
-    assert_eq!(got[0].chunks, Some(1));
-}
-
 #[tokio::test]
 async fn bm25_reads_a_chunks_header_and_a_hit_quotes_its_text_alone() {
     use sluice_retrieve::Retrieval;
@@ -810,40 +467,4 @@ async fn equal_fused_scores_at_the_cut_are_settled_by_id_call_after_call() {
         }
     }
     assert!(straddling > 0, "no case had equal scores across the cut");
-}
-
-#[tokio::test]
-async fn an_end_users_access_lets_through_exactly_what_they_may_see() {
-    // 40 documents with random access lists; 10,000 random users (`SLUICE_TEST_CASES`) (or none), key bindings and
-    // request filters, as the routes AND them: the search returns exactly the documents the
-    // reference lets through (`sluice_testkit::users::access_case`).
-    let dir = tempfile::tempdir().unwrap();
-    let store = EdgeStore::open(dir.path(), DIM).unwrap();
-    let mut cases = sluice_testkit::users::Cases::new(58);
-    let corpus = sluice_testkit::users::access_corpus(&mut cases, 40);
-    for (i, (id, metadata)) in corpus.iter().enumerate() {
-        let info = DocumentInfo {
-            metadata: metadata.clone(),
-            ..doc(id)
-        };
-        let text = "the card policy";
-        store
-            .replace_document(&tenant("t"), &info, chunks(&[text], i as u64))
-            .await
-            .unwrap();
-    }
-    let query = unit(7);
-    for case in 0..sluice_testkit::users::case_count() {
-        let (filter, expected) = sluice_testkit::users::access_case(&mut cases, &corpus);
-        let search = Search::new("card policy", &query, 50).filter(filter.as_ref());
-        let hits = store.search(&tenant("t"), &search).await.unwrap();
-        let mut got: Vec<String> = hits.iter().map(|h| h.document.id.clone()).collect();
-        got.sort();
-        assert_eq!(
-            got,
-            expected,
-            "case {case}: {:?}",
-            filter.map(|f| f.to_json())
-        );
-    }
 }

@@ -32,6 +32,7 @@ mod rerank;
 pub mod services;
 mod settings;
 mod store;
+pub mod store_suite;
 pub mod users;
 
 pub use embed::{HashEmbedder, Hooked};

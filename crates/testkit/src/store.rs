@@ -17,6 +17,29 @@ use crate::HashEmbedder;
 struct Corpus {
     version: u64,
     documents: BTreeMap<String, (DocumentInfo, Vec<StoredChunk>)>,
+    /// When each document was last written (RFC 3339, UTC).
+    written: HashMap<String, String>,
+}
+
+/// Where a page of a listing starts: the id of its first document, marked as this store's.
+const CURSOR: &str = "memory:";
+
+/// Now, as RFC 3339 in UTC to the second (the civil date from the days since the epoch).
+fn now_rfc3339() -> String {
+    let secs = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
+        .map_or(0, |d| d.as_secs());
+    let (days, rest) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    let (h, m, s) = (rest / 3600, rest / 60 % 60, rest % 60);
+    format!("{year:04}-{month:02}-{day:02}T{h:02}:{m:02}:{s:02}Z")
 }
 
 /// A hybrid store in memory: a search ranks the tenant's chunks by cosine to the query vector
@@ -98,15 +121,14 @@ impl Store for MemoryStore {
         document: &DocumentInfo,
         chunks: Vec<StoredChunk>,
     ) -> Result<(), StoreError> {
-        self.lock()
-            .entry(tenant.clone())
-            .or_default()
-            .documents
-            .insert(document.id.clone(), (document.clone(), chunks));
+        let mut tenants = self.lock();
+        let corpus = tenants.entry(tenant.clone()).or_default();
+        corpus.written.insert(document.id.clone(), now_rfc3339());
+        (corpus.documents).insert(document.id.clone(), (document.clone(), chunks));
         Ok(())
     }
 
-    /// By id; the cursor is the id the next page starts at.
+    /// By id; the cursor is the id the next page starts at, marked as this store's.
     async fn documents(
         &self,
         tenant: &Tenant,
@@ -117,16 +139,21 @@ impl Store for MemoryStore {
         let Some(corpus) = tenants.get(tenant) else {
             return Ok(DocumentPage::default());
         };
-        let from = page.cursor.unwrap_or_default();
+        let from = match page.cursor {
+            None => "",
+            Some(cursor) => cursor.strip_prefix(CURSOR).ok_or_else(|| {
+                StoreError::Invalid(format!("{cursor:?} is not a cursor this store handed out"))
+            })?,
+        };
         let mut picked = (corpus.documents.range(from.to_string()..))
             .filter(|(_, (info, _))| selection.matches(info))
-            .map(|(_, (info, chunks))| StoredDocument {
+            .map(|(id, (info, chunks))| StoredDocument {
                 document: info.clone(),
                 chunks: Some(chunks.len()),
-                ingested_at: None,
+                ingested_at: corpus.written.get(id).cloned(),
             });
         let documents: Vec<StoredDocument> = picked.by_ref().take(page.limit).collect();
-        let next = picked.next().map(|d| d.document.id);
+        let next = picked.next().map(|d| format!("{CURSOR}{}", d.document.id));
         Ok(DocumentPage { documents, next })
     }
 
