@@ -169,8 +169,10 @@ pub(super) fn clauses(chars: &[char], span: Range<usize>) -> Vec<Range<usize>> {
     let mut out = Vec::new();
     let mut start = span.start;
     let mut i = span.start;
+    // The word starting at `at`, within the span (none past its end: a comma that ends the
+    // span may be followed by the next sentence's space).
     let word_at = |at: usize| -> String {
-        chars[at..span.end]
+        chars[at.min(span.end)..span.end]
             .iter()
             .take_while(|c| c.is_alphabetic())
             .collect::<String>()

@@ -254,3 +254,15 @@ fn lookalike_and_hidden_characters_carry_no_fact_past_the_check() {
         assert_eq!(end, answer.chars().count(), "{answer}");
     }
 }
+
+#[test]
+fn a_span_that_ends_at_a_comma_reads_no_word_past_its_end() {
+    // A comma at the span's last place, the next sentence's space and "but" after it: the
+    // clause split looks for the conjunction inside the span only (it read past the end, and
+    // panicked, when a sentence was cut there).
+    let chars: Vec<char> = "Five days, but more abroad.".chars().collect();
+    let clauses = super::segment::clauses(&chars, 0..10);
+    assert_eq!(clauses.len(), 1, "{clauses:?}");
+    assert_eq!(clauses[0].start, 0);
+    assert!(clauses[0].end <= 10, "{clauses:?}");
+}
