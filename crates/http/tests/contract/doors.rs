@@ -118,14 +118,7 @@ async fn acme(overrides: &[(&str, &str)], budget: Option<u64>, llm: ScriptedLlm)
     });
     let app = Kit::with_llm(overrides, llm).keys(keys).app();
     let as_admin = [("x-api-key", admin.as_str())];
-    let docs = json!({"documents": [
-        {"id": "cards", "text": "A replacement card takes 5 days.", "metadata": {"topic": "cards"}},
-        {"id": "hr-cards", "text": "Staff replacement cards take 2 days.",
-         "metadata": {"topic": "cards", "_access": ["group:hr"]}},
-        {"id": "loans", "text": "A replacement loan offer takes 5 days.", "metadata": {"topic": "loans"}},
-    ]});
-    let sent = (app.send(Method::POST, "/v1/documents", &as_admin, docs.to_string())).await;
-    assert_eq!(sent.status, 200, "{}", sent.raw);
+    crate::kit::post_replacements(&app, &as_admin).await;
     let put = json!({"identity": sluice_testkit::users::identity(false)});
     let put = (app.send(Method::PUT, "/v1/settings", &as_admin, put.to_string())).await;
     assert_eq!(put.status, 200, "{}", put.raw);

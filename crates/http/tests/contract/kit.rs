@@ -430,3 +430,16 @@ impl Stream {
         sluice_testkit::assert_well_formed(&events);
     }
 }
+
+/// Three documents about replacements, sent with `headers`: `cards` and `hr-cards` (HR's
+/// alone, by its access list) under `{"topic": "cards"}`, `loans` under `{"topic": "loans"}`.
+pub async fn post_replacements(app: &App, headers: &[(&str, &str)]) {
+    let docs = json!({"documents": [
+        {"id": "cards", "text": "A replacement card takes 5 days.", "metadata": {"topic": "cards"}},
+        {"id": "hr-cards", "text": "Staff replacement cards take 2 days.",
+         "metadata": {"topic": "cards", "_access": ["group:hr"]}},
+        {"id": "loans", "text": "A replacement loan offer takes 5 days.", "metadata": {"topic": "loans"}},
+    ]});
+    let sent = (app.send(Method::POST, "/v1/documents", headers, docs.to_string())).await;
+    assert_eq!(sent.status, 200, "{}", sent.raw);
+}

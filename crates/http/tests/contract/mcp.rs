@@ -313,14 +313,7 @@ async fn the_routes_rules_hold_through_the_tools() {
     let bound = keys.add_filtered("acme", &[Permission::Search], cards);
     let app = Kit::new(UNCHECKED).keys(keys).app();
     let as_admin = [("x-api-key", admin.as_str())];
-    let docs = json!({"documents": [
-        {"id": "cards", "text": "A replacement card takes 5 days.", "metadata": {"topic": "cards"}},
-        {"id": "hr-cards", "text": "Staff replacement cards take 2 days.",
-         "metadata": {"topic": "cards", "_access": ["group:hr"]}},
-        {"id": "loans", "text": "A replacement loan offer takes 5 days.", "metadata": {"topic": "loans"}},
-    ]});
-    let sent = (app.send(Method::POST, "/v1/documents", &as_admin, docs.to_string())).await;
-    assert_eq!(sent.status, 200, "{}", sent.raw);
+    crate::kit::post_replacements(&app, &as_admin).await;
     let search = |headers: Vec<(&'static str, String)>, arguments: Value| {
         let app = &app;
         async move {
