@@ -179,21 +179,6 @@ impl Server {
         self.keys = Some(keys);
         self
     }
-
-    /// The answer path, or the 404 of a process that serves no answers.
-    pub(crate) fn answers(&self, method: &str, path: &str) -> Result<&Arc<Pipeline>, ApiError> {
-        self.answers
-            .as_ref()
-            .ok_or_else(|| not_served(method, path, "answers"))
-    }
-}
-
-/// The 404 of a route whose part this process does not run (another function serves it).
-fn not_served(method: &str, path: &str, part: &str) -> ApiError {
-    ApiError::new(
-        Code::NotFound,
-        format!("no route for {method} {path}: this process does not serve {part}"),
-    )
 }
 
 /// The point an answer stream must have ended by, set as a request extension by an entry
@@ -395,21 +380,14 @@ fn check<E: std::fmt::Display>(result: Result<(), E>) -> serde_json::Value {
     }
 }
 
-/// The answer path's cache, for `method` on `/v1/cache`; 404 `cache_disabled` without one.
-fn answer_cache(
-    server: &Server,
-    method: &'static str,
-) -> Result<Arc<sluice_core::cache::SemanticCache>, ApiError> {
-    server
-        .answers(method, "/v1/cache")?
-        .cache
-        .clone()
-        .ok_or_else(|| {
-            ApiError::new(
-                Code::CacheDisabled,
-                "this server runs without an answer cache (SLUICE_CACHE=off)",
-            )
-        })
+/// The answer path's cache; 404 `cache_disabled` without one.
+fn answer_cache(server: &Server) -> Result<Arc<sluice_core::cache::SemanticCache>, ApiError> {
+    server.pipeline()?.cache.clone().ok_or_else(|| {
+        ApiError::new(
+            Code::CacheDisabled,
+            "this server runs without an answer cache (SLUICE_CACHE=off)",
+        )
+    })
 }
 
 /// `GET /v1/cache`: the threshold the tenant's lookups use now and, for a tenant that learns
@@ -420,7 +398,7 @@ async fn cache_state(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let caller = admit::admit(&server, &headers, Permission::Usage).await?;
-    let cache = answer_cache(&server, "GET")?;
+    let cache = answer_cache(&server)?;
     Ok(Json(json!({
         "threshold": sluice_core::cache::learn::rounded(cache.threshold(&caller.tenant)),
         "learning": cache.estimate(&caller.tenant),
@@ -440,7 +418,7 @@ async fn clear_cache(
         .filter
         .as_ref()
         .map(sluice_contract::filter::Filter::digest);
-    let cache = answer_cache(&server, "DELETE")?;
+    let cache = answer_cache(&server)?;
     match cache.clear(&tenant, binding.as_deref()).await {
         Ok(deleted) => Ok(Json(json!({ "deleted": deleted })).into_response()),
         Err(e) => {

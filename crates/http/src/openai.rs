@@ -524,7 +524,7 @@ pub(crate) async fn models(
     headers: HeaderMap,
 ) -> Result<Response, OpenAiError> {
     admit_reader(&server, &headers, Permission::Answer).await?;
-    let pipeline = server.answers("GET", "/v1/models")?;
+    let pipeline = server.pipeline()?;
     let mut response = Json(json!({
         "object": "list",
         "data": [{

@@ -79,7 +79,7 @@ pub(crate) async fn put(
 ) -> Result<Response, ApiError> {
     let caller = admit(&server, &headers, Permission::Settings).await?;
     let tenants = tenants(&server)?;
-    let pipeline = server.answers("PUT", "/v1/settings")?;
+    let pipeline = server.pipeline()?;
     let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
     let value: Value = parse_json(&bytes)?;
     let config = &pipeline.config;
