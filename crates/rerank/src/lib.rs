@@ -54,7 +54,7 @@ mod worlds;
 pub use complexity::Complexity;
 pub use config::RerankConfig;
 pub use engine::{Call, Prepared, Sandbox};
-pub use host::{CallCost, HostServices, HostUsage, ModelHost, UploadHost};
+pub use host::{CallCost, HostServices, HostUsage, ModelHost, UploadHost, WALL_DEADLINES};
 pub use limits::{ComponentLimits, memory_reset};
 pub use registry::{Disk, Registry, candidates, context_entries, limits};
 pub use worlds::{

@@ -52,20 +52,16 @@ fn slow(dir: &std::path::Path) -> Arc<SlowComponents> {
     Arc::new(SlowComponents::around(Arc::new(Disk::open(dir).unwrap())))
 }
 
-/// What `registry` answers for the tenant `name` when the caller waits at most `wait`, and how long it
-/// took; `None` when the wait ran out (nothing known for the tenant).
-async fn ask(
-    registry: &Registry,
-    name: &str,
-    wait: Duration,
-) -> (Option<Option<String>>, Duration) {
-    let started = Instant::now();
+/// What `registry` answers for the tenant `name` when the caller waits at most `wait`; `None`
+/// when the wait ran out (nothing known for the tenant). The caller's timeout is the bound: an
+/// answer (`Some`) under a 50-ms wait while the storage takes seconds is an answer that did
+/// not wait for the storage, however busy the machine.
+async fn ask(registry: &Registry, name: &str, wait: Duration) -> Option<Option<String>> {
     let by = tokio::time::Instant::now() + wait;
-    let answer = tokio::time::timeout_at(by, registry.active(&tenant(name), by))
+    tokio::time::timeout_at(by, registry.active(&tenant(name), by))
         .await
         .ok()
-        .map(|r| r.unwrap().map(|c| c.version().to_string()));
-    (answer, started.elapsed())
+        .map(|r| r.unwrap().map(|c| c.version().to_string()))
 }
 
 /// Asks until `registry` serves `version` for `name` — the background load it started has
@@ -73,7 +69,7 @@ async fn ask(
 async fn until_served(registry: &Registry, name: &str, version: &str) {
     let by = Instant::now() + Duration::from_secs(10);
     while Instant::now() < by {
-        if ask(registry, name, Duration::from_millis(50)).await.0 == Some(Some(version.into())) {
+        if ask(registry, name, Duration::from_millis(50)).await == Some(Some(version.into())) {
             return;
         }
         tokio::task::yield_now().await;
@@ -101,34 +97,32 @@ async fn activate(registry: &Arc<Registry>, name: &str, wat: String) -> String {
 async fn a_changed_version_loads_in_the_background_while_the_known_one_serves() {
     let dir = tempfile::tempdir().unwrap();
     let storage = slow(dir.path());
-    // The answer function's registry (checks after 100 ms) and the registry function's,
-    // another process sharing the storage.
-    let answers = registry(storage.clone(), Duration::from_millis(100));
+    // The answer function's registry and the registry function's, another process sharing
+    // the storage. The answers' refresh interval is zero: every request is due for a check
+    // (no sleep to wait one out), and none may wait for it past the caller's wait.
+    let answers = registry(storage.clone(), Duration::ZERO);
     let uploads = registry(storage.clone(), Duration::ZERO);
     let first = activate(&uploads, "acme", REVERSE.to_string()).await;
-    let (known, _) = ask(&answers, "acme", Duration::from_secs(5)).await;
+    let known = ask(&answers, "acme", Duration::from_secs(5)).await;
     assert_eq!(known, Some(Some(first.clone())));
 
     // A new version is activated elsewhere, and fetching it is slow (2 s).
     let second = activate(&uploads, "acme", keep_order()).await;
     storage.fetch_ms.store(2000, Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(150)).await;
-    // Due for a check: the request waits 50 ms for it, then the known version serves.
-    let (served, took) = ask(&answers, "acme", Duration::from_millis(50)).await;
+    // The check finds it: the request waits 50 ms for its fetch, then the known version serves.
+    let served = ask(&answers, "acme", Duration::from_millis(50)).await;
     assert_eq!(
         served,
         Some(Some(first.clone())),
         "the known version serves"
     );
-    assert!(took < Duration::from_millis(500), "waited {took:?}");
-    // Meanwhile the fetch goes on in the background; once it is done, the new one serves
-    // without any wait on the storage.
+    // Meanwhile the fetch goes on in the background; once it is done, the new one serves,
+    // a slow check (2 s) or not.
     storage.fetch_ms.store(0, Ordering::SeqCst);
     until_served(&answers, "acme", &second).await;
     storage.pointer_ms.store(2000, Ordering::SeqCst);
-    let (served, took) = ask(&answers, "acme", Duration::from_millis(50)).await;
+    let served = ask(&answers, "acme", Duration::from_millis(50)).await;
     assert_eq!(served, Some(Some(second)));
-    assert!(took < Duration::from_millis(500), "waited {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -139,30 +133,28 @@ async fn a_tenant_never_seen_waits_only_as_long_as_the_caller_allows() {
     let version = activate(&uploads, "acme", REVERSE.to_string()).await;
     let answers = registry(storage.clone(), Duration::from_secs(60));
     storage.pointer_ms.store(1000, Ordering::SeqCst);
-    let (nothing, took) = ask(&answers, "acme", Duration::from_millis(50)).await;
+    let nothing = ask(&answers, "acme", Duration::from_millis(50)).await;
     assert_eq!(nothing, None, "no answer within the caller's wait");
-    assert!(took < Duration::from_millis(500), "waited {took:?}");
     // A second request joins the same load instead of starting another.
-    let (nothing, _) = ask(&answers, "acme", Duration::from_millis(50)).await;
+    let nothing = ask(&answers, "acme", Duration::from_millis(50)).await;
     assert_eq!(nothing, None);
     // The load finishes in the background: later requests get the component at once.
     until_served(&answers, "acme", &version).await;
     storage.pointer_ms.store(5000, Ordering::SeqCst);
-    let (served, took) = ask(&answers, "acme", Duration::from_millis(50)).await;
+    let served = ask(&answers, "acme", Duration::from_millis(50)).await;
     assert_eq!(served, Some(Some(version)));
-    assert!(took < Duration::from_millis(500), "waited {took:?}");
 }
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_failed_check_keeps_the_known_version() {
     let dir = tempfile::tempdir().unwrap();
     let storage = slow(dir.path());
-    let answers = registry(storage.clone(), Duration::from_millis(50));
+    // Every request due for a check (a refresh interval of zero), and every check fails.
+    let answers = registry(storage.clone(), Duration::ZERO);
     let version = activate(&answers, "acme", REVERSE.to_string()).await;
     storage.failing.store(true, Ordering::SeqCst);
-    tokio::time::sleep(Duration::from_millis(100)).await;
     for _ in 0..3 {
-        let (served, _) = ask(&answers, "acme", Duration::from_secs(2)).await;
+        let served = ask(&answers, "acme", Duration::from_secs(2)).await;
         assert_eq!(served, Some(Some(version.clone())));
     }
     // A tenant never seen has nothing to fall back on: the failure is the answer.
