@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use sluice_contract::{cache::CacheStore, cache::CachedAnswer, cache::Scope};
-use sluice_core::cache::memory::MemoryCache;
 use sluice_core::{cache::CacheSettings, cache::Lookup, cache::Probe, cache::SemanticCache};
+use sluice_local::MemoryCache;
 
 const DIM: usize = 384;
 /// Table sizes measured, in order (the table grows from one to the next).

@@ -21,10 +21,10 @@ use sluice_contract::sse::{Event, Timings};
 use sluice_contract::{
     stages::ChatMessage, stages::Llm, stages::LlmEvent, stages::LlmStream, stages::Store,
 };
-use sluice_core::cache::memory::MemoryCache;
 use sluice_core::cache::{CacheSettings, SemanticCache};
 use sluice_core::pipeline::AnswerRequest;
 use sluice_core::{Config, Pipeline};
+use sluice_local::MemoryCache;
 use sluice_retrieve::EdgeStore;
 
 /// Records the instant `stream` is called; yields one token and finishes.
@@ -251,8 +251,13 @@ fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
     config.data_dir = data.path().to_path_buf();
     // One client sends 1,200 requests back to back: the tenant's rate limit (50/s by default)
     // would refuse most of them, and this measures the cache, not the limiter.
-    config.limits.tenant_rate = 0.0;
-    config.limits.tenant_max_streams = 0;
+    let mut wire = sluice_http::WireConfig::from_lookup(
+        &|name: &str| std::env::var(name).ok(),
+        &config.data_dir,
+    )
+    .expect("config");
+    wire.limits.tenant_rate = 0.0;
+    wire.limits.tenant_max_streams = 0;
     let store: Arc<dyn Store> =
         Arc::new(EdgeStore::open(&config.data_dir, sluice_embed::DIM).unwrap());
     let cache = SemanticCache::new(
@@ -264,8 +269,7 @@ fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
         sluice_core::Ingest::new(config.ingest.clone(), sluice_tests::model(), store.clone());
     let mut pipeline = Pipeline::new(config.answer.clone(), sluice_tests::model(), store, llm);
     pipeline.cache = Some(Arc::new(cache));
-    let server = sluice_http::Server::new(&config.limits, &config.server, &config.auth)
-        .with_answers(Arc::new(pipeline));
+    let server = sluice_http::Server::new(&wire).with_answers(Arc::new(pipeline));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (url, server) = runtime.block_on(async {
         let mut docs = Vec::new();
@@ -359,7 +363,8 @@ fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
 /// rows already in the file for 100 tenants × 5 keys — printed as percentiles.
 fn usage_costs(runtime: &tokio::runtime::Runtime) {
     use sluice_contract::{usage::Counts, usage::UsageKey, usage::UsageStore};
-    use sluice_core::{usage::LocalUsage, usage::Meter, usage::MeterSettings};
+    use sluice_core::{usage::Meter, usage::MeterSettings};
+    use sluice_local::LocalUsage;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("usage.json");
     let store = Arc::new(LocalUsage::open(&path).unwrap());

@@ -158,7 +158,7 @@ pub fn key_file(
     entries: &[(&str, &[sluice_contract::auth::Permission])],
 ) -> (tempfile::TempDir, String, Vec<String>) {
     use sluice_contract::{auth::KeyRecord, auth::Principal, auth::digest, auth::new_key};
-    use sluice_core::auth::append_to_file;
+    use sluice_local::append_to_file;
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("keys.json");
     let keys = entries

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
 
+pub use parts::{Parts, Role};
 use sluice_aws::settings::DynamoSettings;
 use sluice_aws::{AwsConfig, ComponentsConfig};
 use sluice_cache_dynamodb::DynamoCache;
@@ -24,19 +25,15 @@ use sluice_contract::{
 };
 use sluice_contract::{error::CacheError, error::EmbedError, error::LlmError, error::StoreError};
 use sluice_core::Config;
-use sluice_core::cache::memory::MemoryCache;
 use sluice_core::language::lexicon::{LexiconError, SharedLexicon};
-use sluice_core::tenants::FileSettings;
-use sluice_core::usage::LocalUsage;
 use sluice_core::{cache::CacheSettings, cache::SemanticCache};
-use sluice_core::{
-    config::AuthConfig, config::CacheBackend, config::CacheConfig, config::UsageBackend,
-};
+use sluice_core::{config::CacheBackend, config::CacheConfig, config::UsageBackend};
 use sluice_embed::{EmbedConfig, MiniLm, Tokens};
-use sluice_http::Server;
-pub use sluice_http::{Parts, Role};
+use sluice_http::{AuthConfig, Server, WireConfig};
+use sluice_local::{FileKeys, FileSettings, LocalUsage, MemoryCache};
 
 pub mod doctor;
+mod parts;
 use sluice_llm::{LlmConfig, OpenAiClient};
 use sluice_rerank::{Disk, HostServices, ModelHost, Registry, RerankConfig, UploadHost};
 use sluice_retrieve::StoreConfig;
@@ -86,13 +83,15 @@ pub enum AppError {
     NoKeyStore,
 }
 
-/// Everything a process reads from its environment, one section per owner: the engine's and
-/// the wire's (`sluice-core`'s [`Config`]), and each adapter's own, which that adapter reads
-/// and checks.
+/// Everything a process reads from its environment, one section per owner: the engine's
+/// (`sluice-core`'s [`Config`]), the wire's (`sluice-http`'s [`WireConfig`]), and each
+/// adapter's own, which that adapter reads and checks.
 #[derive(Debug, Clone)]
 pub struct Settings {
-    /// The pipeline's and the wire's: the cache's rules, keys, usage.
+    /// The engine's: the answer, ingest, cache and usage sections.
     pub config: Config,
+    /// The wire's (`sluice-http`): the listener, request limits, keys and tenants' settings.
+    pub wire: WireConfig,
     /// The LLM client's (`sluice-llm`).
     pub llm: LlmConfig,
     /// The vector store's (`sluice-retrieve`).
@@ -116,6 +115,7 @@ impl Settings {
         let get = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
         let config = Config::from_lookup(get)?;
         Ok(Settings {
+            wire: WireConfig::from_lookup(&get, &config.data_dir)?,
             llm: LlmConfig::from_lookup(&get)?,
             store: StoreConfig::from_lookup(&get, &config.data_dir)?,
             rerank: RerankConfig::from_lookup(&get)?,
@@ -168,6 +168,7 @@ pub async fn parts(
 ) -> Result<Parts, AppError> {
     let Settings {
         config,
+        wire,
         llm,
         store,
         rerank,
@@ -202,7 +203,7 @@ pub async fn parts(
         true => Some(component_storage(&config, &aws.components).await?),
         false => None,
     };
-    let keys = keys(&config.auth, &aws).await?;
+    let keys = keys(&wire.auth, &aws).await?;
     // Tenants' settings, where answers or documents are served (the documents routes check
     // end users by the tenant's identity): the DynamoDB table on Lambda
     // (`SLUICE_SETTINGS_TABLE`), else `sluice serve`'s file; a function without the table
@@ -210,7 +211,7 @@ pub async fn parts(
     let settings: Option<Arc<dyn SettingsStore>> = match (&aws.settings_table, role) {
         (_, role) if !role.answers() && !role.documents() => None,
         (Some(table), _) => Some(Arc::new(DynamoSettings::connect(table).await?)),
-        (None, Role::All) => Some(Arc::new(FileSettings::new(&config.auth.settings_file))),
+        (None, Role::All) => Some(Arc::new(FileSettings::new(&wire.auth.settings_file))),
         (None, _) => None,
     };
     let usage = match role.answers() || role.documents() {
@@ -253,6 +254,7 @@ pub async fn parts(
             .then(|| Arc::new(sluice_aws::secrets::Reader::default()) as _),
         settings,
         config,
+        wire,
         converter,
         replica_id: Some(replica_id()),
     };
@@ -450,7 +452,8 @@ async fn keys(config: &AuthConfig, aws: &AwsConfig) -> Result<Option<Arc<dyn Key
             sluice_aws::keys::DynamoKeys::connect(table).await?,
         )));
     }
-    Ok(match sluice_core::auth::file_keys(config)? {
+    let file = (config.api_keys_file.as_deref()).map(FileKeys::load);
+    Ok(match file.transpose()? {
         Some(keys) => {
             info!(keys = keys.len(), file = ?config.api_keys_file, "auth on: API keys from the key file");
             Some(Arc::new(keys))
@@ -477,11 +480,11 @@ pub async fn create_cache_table(aws: &AwsConfig) -> Result<(String, bool), AppEr
 /// `sluice serve`, else the DynamoDB table of the Lambda functions); says where, for people.
 pub async fn store_key(settings: &Settings, record: KeyRecord) -> Result<String, AppError> {
     match (
-        &settings.config.auth.api_keys_file,
+        &settings.wire.auth.api_keys_file,
         &settings.aws.api_keys_table,
     ) {
         (Some(file), _) => {
-            sluice_core::auth::append_to_file(file, record)?;
+            sluice_local::append_to_file(file, record)?;
             Ok(format!(
                 "{} (restart sluice serve to use it)",
                 file.display()

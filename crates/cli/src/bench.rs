@@ -105,7 +105,7 @@ pub enum FixtureCommand {
 }
 
 /// `sluice bench …`.
-pub async fn command(config: &sluice_core::Config, command: BenchCommand) -> Result<()> {
+pub async fn command(wire: &sluice_http::WireConfig, command: BenchCommand) -> Result<()> {
     match command {
         BenchCommand::Run {
             url,
@@ -129,7 +129,7 @@ pub async fn command(config: &sluice_core::Config, command: BenchCommand) -> Res
                 bail!("--warmup-s must be zero or more seconds");
             }
             let plan = sluice_bench::Plan {
-                url: crate::server_url(config, url),
+                url: crate::server_url(wire, url),
                 tenant,
                 k,
                 use_cache,

@@ -162,7 +162,7 @@ pub async fn command(settings: &sluice_app::Settings, command: EvalCommand) -> R
             tenant,
             apply,
         } => {
-            let tenant = config.auth.tenant_or_default(tenant.as_deref())?;
+            let tenant = settings.wire.auth.tenant_or_default(tenant.as_deref())?;
             (data, Vec::new(), out, Some((tenant, apply)))
         }
     };

@@ -241,9 +241,8 @@ fn run() -> Result<()> {
     sluice_app::logs(sluice_app::Logs::Terminal { json });
     let cli = Cli::parse();
     let settings = sluice_app::Settings::from_env()?;
-    let config = &settings.config;
     let server = |target: Target| {
-        let client = sluice_client::Client::new(&server_url(config, target.url))?;
+        let client = sluice_client::Client::new(&server_url(&settings.wire, target.url))?;
         let client = client.for_tenant(target.tenant.as_deref());
         Ok::<_, anyhow::Error>(client.for_user(target.user_token.as_deref()))
     };
@@ -310,12 +309,12 @@ fn run() -> Result<()> {
             Ok(())
         }
         Command::Fixture { command } => runtime.block_on(bench::fixture(command)),
-        Command::Bench { command } => runtime.block_on(bench::command(config, command)),
+        Command::Bench { command } => runtime.block_on(bench::command(&settings.wire, command)),
         Command::Cache {
             command: CacheCommand::Clear { mut target },
         } => {
-            let tenant =
-                (target.tenant.take()).unwrap_or_else(|| config.auth.default_tenant.to_string());
+            let tenant = (target.tenant.take())
+                .unwrap_or_else(|| settings.wire.auth.default_tenant.to_string());
             target.tenant = Some(tenant.clone());
             runtime.block_on(client::clear_cache(&server(target)?, &tenant))
         }
@@ -323,6 +322,6 @@ fn run() -> Result<()> {
 }
 
 /// The server a client command talks to: `--url`, else `http://$SLUICE_ADDR`.
-fn server_url(config: &sluice_core::Config, url: Option<String>) -> String {
+fn server_url(config: &sluice_http::WireConfig, url: Option<String>) -> String {
     url.unwrap_or_else(|| format!("http://{}", config.server.addr))
 }

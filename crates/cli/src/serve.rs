@@ -45,7 +45,7 @@ pub fn router(server: Arc<Server>) -> axum::Router {
 /// finish for up to `SLUICE_DRAIN_TIMEOUT_MS`; any still open then end with a retryable
 /// `shutting_down` error, and the process exits.
 pub async fn run(settings: sluice_app::Settings) -> Result<()> {
-    let config = &settings.config;
+    let config = &settings.wire;
     let addr = config.server.addr;
     let auth = config.auth.api_keys_file.is_some() || settings.aws.api_keys_table.is_some();
     if !auth && !addr.ip().is_loopback() && !config.server.allow_unauthenticated {

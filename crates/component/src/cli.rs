@@ -178,13 +178,13 @@ pub enum ComponentCommand {
 /// `sluice component …`.
 pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand) -> Result<()> {
     let client = |server: Server| {
-        let url = (server.url).unwrap_or_else(|| format!("http://{}", settings.config.server.addr));
+        let url = (server.url).unwrap_or_else(|| format!("http://{}", settings.wire.server.addr));
         let client = sluice_client::Client::new(&url).map_err(crate::remote::server)?;
         Ok::<_, LoopError>(client.for_tenant(server.tenant.as_deref()))
     };
     // The tenant whose documents a local run searches: the one named, else the default.
     let tenant_or_default = |tenant: Option<&str>| {
-        (settings.config.auth.tenant_or_default(tenant))
+        (settings.wire.auth.tenant_or_default(tenant))
             .map_err(|e| LoopError::Invalid(e.to_string()))
     };
     match command {

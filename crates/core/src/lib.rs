@@ -10,19 +10,19 @@
 //!   English words (normalisation, canonical words, WordNet).
 //! - [`ingest`]: the document path — validate, [`chunk`], embed, replace in the store — which
 //!   needs no LLM (files become documents before: `sluice-convert`).
-//! - [`auth`]: the key file of `sluice serve`; [`trace`]: W3C trace context; [`config`]: the
-//!   engine's and the wire's sections of the environment; [`usage`]: what each tenant and key
-//!   used, and the monthly token budgets.
+//! - [`trace`]: W3C trace context; [`config`]: the engine's sections of the environment;
+//!   [`usage`]: what each tenant and key used, and the monthly token budgets; [`tenants`]:
+//!   each tenant's settings as the pipeline reads them.
 //!
 //! What passes between the stages — traits, errors, codes, tenants, documents, the stream's
 //! events — is the crate `sluice-contract`, used under its own paths. The heavy work lives in
 //! adapter crates that implement its traits: `sluice-embed` (tract + tokenizers),
 //! `sluice-retrieve` (Qdrant Edge, Qdrant, Pinecone), `sluice-llm` (OpenAI-compatible
-//! streaming), `sluice-cache-dynamodb`, `sluice-rerank` (wasmtime). The wire — routes, auth,
-//! quotas, the OpenAI surface, SSE framing, metrics — is `sluice-http`.
+//! streaming), `sluice-cache-dynamodb`, `sluice-rerank` (wasmtime); the local backends of
+//! `sluice serve` (key, usage and settings files, the in-memory cache) are `sluice-local`. The wire —
+//! routes, auth, quotas, the OpenAI surface, SSE framing, metrics — is `sluice-http`.
 #![warn(missing_docs)]
 
-pub mod auth;
 pub mod cache;
 pub mod chunk;
 pub mod config;
@@ -40,15 +40,3 @@ pub use config::Config;
 pub use ingest::Ingest;
 
 pub use pipeline::Pipeline;
-
-/// Replaces the file at `path` with `text` whole (its folder made if missing): written beside
-/// it, then renamed over it, so that a reader never sees half a file (the key file, the usage
-/// file).
-pub fn replace_file(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let part = path.with_extension("part");
-    std::fs::write(&part, text)?;
-    std::fs::rename(&part, path)
-}

@@ -62,11 +62,11 @@ use sluice_contract::random::SplitMix;
 use sluice_contract::sse::{CacheMatch, CacheState, Event};
 use sluice_contract::stages::{ChatMessage, Hit, Llm, LlmEvent, LlmStream, Search, Store};
 use sluice_core::Pipeline;
-use sluice_core::cache::memory::MemoryCache;
 use sluice_core::cache::{CacheSettings, SemanticCache};
 use sluice_core::language::lexicon::{Lexicon, SharedLexicon};
 use sluice_core::pipeline::AnswerRequest;
 use sluice_eval::Corpus;
+use sluice_local::MemoryCache;
 
 /// Sources per answer (the request path's default).
 const K: usize = 5;

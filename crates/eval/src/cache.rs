@@ -22,9 +22,9 @@ use serde::Serialize;
 use sluice_contract::cache::{CacheStore, CachedAnswer, Cited, Scope};
 use sluice_contract::stages::{Search, Store};
 use sluice_core::cache::guard::Guard;
-use sluice_core::cache::memory::MemoryCache;
 use sluice_core::cache::{CacheSettings, Lookup, Probe, SemanticCache};
 use sluice_core::language::lexicon::{Lexicon, SharedLexicon};
+use sluice_local::MemoryCache;
 
 use crate::{Corpus, EvalError, Result, load, split};
 

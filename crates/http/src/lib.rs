@@ -42,18 +42,21 @@
 //! A `traceparent` header (W3C) is continued into the LLM call. Every response is counted by
 //! route and status, and every answer by how it ended, in the [`metrics`] — read from the
 //! pipeline's events as they pass, so the pipeline knows nothing of them.
+//!
+//! The wire's own sections of the environment — the listener, request limits, who may call —
+//! are [`WireConfig`].
 #![warn(missing_docs)]
 
 mod admit;
 pub mod answer;
 mod body;
 mod components;
+mod config;
 mod documents;
 pub mod error;
 mod mcp;
 pub mod metrics;
 pub mod openai;
-mod parts;
 pub mod quota;
 mod search;
 mod serve;
@@ -76,14 +79,13 @@ use sluice_contract::codes::Code;
 use sluice_contract::components::Components;
 use sluice_contract::document::Converter;
 use sluice_contract::{auth::KeyStore, auth::Permission};
-use sluice_core::config::{AuthConfig, RequestLimits, ServerConfig};
 use sluice_core::usage::Meter;
 use sluice_core::{Ingest, Pipeline};
 
 pub use answer::answer_request;
+pub use config::{AuthConfig, RequestLimits, ServerConfig, WireConfig};
 pub use error::ApiError;
 use metrics::Metrics;
-pub use parts::{Parts, Role};
 use quota::Quotas;
 pub use serve::serve;
 
@@ -128,7 +130,12 @@ pub struct Server {
 impl Server {
     /// The wire alone — tenant limits, body caps, keep-alive, the default tenant — with no
     /// part to serve yet, and auth off.
-    pub fn new(limits: &RequestLimits, server: &ServerConfig, auth: &AuthConfig) -> Self {
+    pub fn new(wire: &WireConfig) -> Self {
+        let WireConfig {
+            limits,
+            server,
+            auth,
+        } = wire;
         Self {
             answers: None,
             ingest: None,
@@ -240,7 +247,7 @@ pub fn router(server: Arc<Server>) -> Router {
 
 /// The `Host` names the server answers to: `SLUICE_ALLOWED_HOSTS`, else the loopback names and
 /// the address it listens on (when it is one address).
-pub fn allowed_hosts(config: &sluice_core::config::ServerConfig) -> Vec<String> {
+pub fn allowed_hosts(config: &ServerConfig) -> Vec<String> {
     if let Some(hosts) = &config.allowed_hosts {
         return hosts.clone();
     }
@@ -432,12 +439,13 @@ async fn clear_cache(
 mod tests {
     use super::*;
 
-    fn server(addr: &str, hosts: Option<&str>) -> sluice_core::config::ServerConfig {
-        let config = sluice_core::Config::from_lookup(|name| match name {
+    fn server(addr: &str, hosts: Option<&str>) -> ServerConfig {
+        let get = |name: &str| match name {
             "SLUICE_ADDR" => Some(addr.to_string()),
             "SLUICE_ALLOWED_HOSTS" => hosts.map(str::to_string),
             _ => None,
-        });
+        };
+        let config = WireConfig::from_lookup(&get, std::path::Path::new("data"));
         config.expect("config").server
     }
 

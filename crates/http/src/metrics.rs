@@ -652,8 +652,8 @@ mod tests {
 
     #[test]
     fn learning_tenants_threshold_and_bound_are_read_at_scrape_time() {
-        use sluice_core::cache::memory::MemoryCache;
         use sluice_core::cache::{CacheSettings, SemanticCache};
+        use sluice_local::MemoryCache;
         let acme = Tenant::new("acme").unwrap();
         let settings = CacheSettings {
             threshold: 0.9,

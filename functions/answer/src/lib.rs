@@ -164,21 +164,22 @@ mod tests {
     /// A server whose LLM sends one token and then stalls, its usage counted in memory.
     fn stalling_server() -> (Arc<Server>, Arc<dyn sluice_contract::usage::UsageStore>) {
         use sluice_contract::usage::UsageStore;
-        use sluice_core::usage::LocalUsage;
+        use sluice_local::LocalUsage;
         use sluice_testkit::{HashEmbedder, MemoryStore, ScriptedLlm};
         let vars = std::collections::HashMap::from([
             ("SLUICE_DATA_DIR", "/nonexistent/sluice-answer"),
             ("SLUICE_CACHE", "off"),
         ]);
-        let config = sluice_core::Config::from_lookup(|k| vars.get(k).map(|v| v.to_string()))
+        let settings = sluice_app::Settings::from_lookup(|k| vars.get(k).map(|v| v.to_string()))
             .expect("configuration");
         let usage: Arc<dyn UsageStore> = Arc::new(LocalUsage::in_memory());
         let llm = ScriptedLlm::answering("one two").gap(Duration::from_secs(600));
-        let parts = sluice_http::Parts {
-            config,
+        let parts = sluice_app::Parts {
+            config: settings.config,
+            wire: settings.wire,
             replica_id: None,
             converter: None,
-            role: sluice_http::Role::Answers,
+            role: sluice_app::Role::Answers,
             embedder: Some(Arc::new(HashEmbedder::new())),
             store: Some(Arc::new(MemoryStore::new())),
             llm: Some(Arc::new(llm)),

@@ -91,7 +91,7 @@ async fn the_dynamodb_backend_serves_hits_across_server_instances() {
 
 /// The memory backend with writes that take `delay`, counting the finished ones.
 struct SlowWrites {
-    inner: sluice_core::cache::memory::MemoryCache,
+    inner: sluice_local::MemoryCache,
     delay: Duration,
     written: std::sync::atomic::AtomicUsize,
 }
@@ -136,7 +136,7 @@ impl CacheStore for SlowWrites {
 /// A server over the samples whose cache writes take 400 ms, and the cache.
 async fn with_slow_writes() -> (Arc<SlowWrites>, TestServer) {
     let cache = Arc::new(SlowWrites {
-        inner: sluice_core::cache::memory::MemoryCache::new(100),
+        inner: sluice_local::MemoryCache::new(100),
         delay: Duration::from_millis(400),
         written: 0.into(),
     });

@@ -31,11 +31,11 @@ use sluice_contract::stages::Embedder;
 use sluice_contract::{cache::CacheStore, cache::CachedAnswer, cache::Scope};
 use sluice_core::cache::guard::same_facts;
 use sluice_core::cache::learn::{FLOOR, Observations, SAME_ANSWER};
-use sluice_core::cache::memory::MemoryCache;
 use sluice_core::language::lexicon::{Lexicon, SharedLexicon};
 use sluice_core::{
     cache::CacheSettings, cache::Lookup, cache::Probe, cache::SemanticCache, cache::cosine,
 };
+use sluice_local::MemoryCache;
 use sluice_tests::model;
 
 /// How a run guards: the cosine threshold, and whether the guard reads the lexicon.

@@ -773,8 +773,8 @@ fn waf_blocks_exactly_the_bodies_over_sluices_cap() {
     assert!(rule["Action"].get("Block").is_some());
     let pattern = regex::Regex::new(statement["RegexString"].as_str().unwrap()).unwrap();
     // The answer function's cap: the default, as the template does not set it.
-    let config = sluice_core::config::Config::from_lookup(|_| None).unwrap();
-    let cap = config.limits.max_body_bytes;
+    let wire = sluice_http::WireConfig::from_lookup(&|_: &str| None, "data".as_ref()).unwrap();
+    let cap = wire.limits.max_body_bytes;
     assert!(
         !t["Resources"]["AnswerFunction"]["Properties"]["Environment"]
             .to_string()

@@ -22,14 +22,13 @@
 //! Every lookup runs under its own small budget; late, failed or doubtful is a miss. Entries
 //! are written after `done`, only for complete answers that were not degraded.
 //!
-//! Backends implement [`CacheStore`]: [`memory::MemoryCache`] (the local default) here, and
+//! Backends implement [`CacheStore`]: `sluice-local`'s `MemoryCache` (the local default) and
 //! DynamoDB in the `sluice-cache-dynamodb` crate. They store and find; every decision is made here.
 
 mod fit;
 pub mod guard;
 pub mod learn;
 pub mod lsh;
-pub mod memory;
 
 use std::collections::HashMap;
 use std::sync::Arc;

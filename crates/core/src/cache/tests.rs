@@ -1,5 +1,5 @@
 use super::*;
-use memory::MemoryCache;
+use sluice_local::MemoryCache;
 
 fn scope(corpus_version: u64) -> Scope {
     Scope {

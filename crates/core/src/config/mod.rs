@@ -1,20 +1,19 @@
 //! Configuration from `SLUICE_*` environment variables, validated once at start-up.
 //!
-//! The engine's and the wire's sections; each adapter reads its own (`sluice-llm`, `sluice-retrieve`,
-//! `sluice-rerank`), and `sluice-app` composes them into one `Settings`. Every variable has a
+//! The engine's sections; the wire (`sluice-http`) and each adapter read their own
+//! (`sluice-llm`, `sluice-retrieve`, `sluice-rerank`, …), and `sluice-app` composes them into
+//! one `Settings`. Every variable has a
 //! default; docs/configuration.md lists them all (a test holds it to the code).
 
 use sluice_contract::grounding::GroundingMode;
 use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use sluice_contract::fusion::{FusionConfig, InvalidFusion};
-use sluice_contract::net::IpRange;
 use sluice_contract::settings::{self, ConfigError, millis, one_of, parse, ranged};
 use sluice_contract::stages::MAX_K;
-use sluice_contract::tenant::{InvalidTenant, TENANT_RULE, Tenant};
+use sluice_contract::tenant::Tenant;
 
 mod cache;
 
@@ -29,18 +28,12 @@ pub struct Config {
     pub home: PathBuf,
     /// `SLUICE_DATA_DIR`: the Qdrant Edge shard and the local component folder.
     pub data_dir: PathBuf,
-    /// `sluice serve`'s listener and the streams' keep-alive.
-    pub server: ServerConfig,
-    /// Request sizes and per-tenant rates (the wire's).
-    pub limits: RequestLimits,
     /// How an answer is made (the pipeline's).
     pub answer: AnswerConfig,
     /// How documents are chunked, and how many one request may bring.
     pub ingest: IngestConfig,
     /// The answer cache.
     pub cache: CacheConfig,
-    /// API keys and the tenant of unauthenticated requests.
-    pub auth: AuthConfig,
     /// Where usage is counted, and tenants' token budgets.
     pub usage: UsageConfig,
 }
@@ -68,45 +61,6 @@ pub enum UsageBackend {
     File,
     /// A DynamoDB table, added to by every process (`SLUICE_USAGE_TABLE`).
     Dynamodb,
-}
-
-/// `sluice serve`'s listener, and what every entry point's streams do.
-#[derive(Debug, Clone)]
-pub struct ServerConfig {
-    /// `SLUICE_ADDR`: where `sluice serve` listens.
-    pub addr: SocketAddr,
-    /// `SLUICE_DRAIN_TIMEOUT_MS`: after SIGTERM, how long `sluice serve` lets open streams
-    /// finish before ending them with a retryable error.
-    pub drain_timeout: Duration,
-    /// `SLUICE_ALLOWED_HOSTS`: the `Host` names `sluice serve` answers to (`*`: any); `None`
-    /// for the default, the loopback names and the address it listens on.
-    pub allowed_hosts: Option<Vec<String>>,
-    /// `SLUICE_ALLOW_UNAUTHENTICATED`: let `sluice serve` listen beyond loopback with auth off.
-    pub allow_unauthenticated: bool,
-    /// `SLUICE_SSE_KEEPALIVE_MS`: after this long without an event, a stream sends an SSE
-    /// comment line, so that proxies with idle timeouts keep it open (0: never).
-    pub sse_keepalive: Duration,
-}
-
-/// What one request may bring, and how fast each tenant may send them.
-#[derive(Debug, Clone)]
-pub struct RequestLimits {
-    /// `SLUICE_MAX_BODY_BYTES`: request body cap for `/v1/answer` (413 above).
-    pub max_body_bytes: usize,
-    /// `SLUICE_MAX_INGEST_BYTES`: request body cap for `/v1/documents` (413 above).
-    pub max_ingest_bytes: usize,
-    /// `SLUICE_TENANT_RATE`: requests per second per tenant (0 = no limit).
-    pub tenant_rate: f64,
-    /// `SLUICE_TENANT_BURST`: requests a tenant may make at once above its rate.
-    pub tenant_burst: u32,
-    /// `SLUICE_TENANT_MAX_STREAMS`: answers one tenant may have streaming at once (0 = no limit).
-    pub tenant_max_streams: usize,
-    /// `SLUICE_HEADER_READ_TIMEOUT_MS`: how long `sluice serve` waits for a request's head
-    /// (its line and headers) before it closes the connection.
-    pub header_timeout: Duration,
-    /// `SLUICE_BODY_READ_TIMEOUT_MS`: how long a request's body may take to arrive, whole
-    /// (408 `body_timeout` past it).
-    pub body_timeout: Duration,
 }
 
 /// How the pipeline makes an answer.
@@ -162,33 +116,6 @@ pub struct IngestConfig {
     pub pack_sections: bool,
 }
 
-/// Who may call: API keys, and the tenant of a request while auth is off.
-#[derive(Debug, Clone)]
-pub struct AuthConfig {
-    /// `SLUICE_DEFAULT_TENANT`: the tenant of requests without `x-sluice-tenant` while auth
-    /// is off.
-    pub default_tenant: Tenant,
-    /// `SLUICE_API_KEYS_FILE`: the key file of `sluice serve` (auth on when set).
-    pub api_keys_file: Option<PathBuf>,
-    /// `SLUICE_SETTINGS_FILE`: where `sluice serve` keeps each tenant's settings (default
-    /// `settings.json` in `SLUICE_DATA_DIR`).
-    pub settings_file: PathBuf,
-    /// `SLUICE_SETTINGS_FRESH_MS`: how long a process uses a tenant's settings before reading
-    /// them again: a change is in force everywhere within it.
-    pub settings_fresh: Duration,
-    /// `SLUICE_FETCH_ALLOW`: address ranges (CIDR, comma-separated; default none) that URLs
-    /// tenants give (`jwks_url`) may reach although they are not public — loopback, private,
-    /// link-local. For tests and identity providers inside the operator's own network.
-    pub fetch_allow: Vec<IpRange>,
-}
-
-impl AuthConfig {
-    /// The tenant a command names (`--tenant`), else `SLUICE_DEFAULT_TENANT`.
-    pub fn tenant_or_default(&self, named: Option<&str>) -> Result<Tenant, InvalidTenant> {
-        named.map_or_else(|| Ok(self.default_tenant.clone()), Tenant::new)
-    }
-}
-
 impl Config {
     /// Reads the process environment.
     pub fn from_env() -> Result<Self, ConfigError> {
@@ -205,8 +132,6 @@ impl Config {
         let cache_budget = millis(&get, "SLUICE_CACHE_BUDGET_MS", 50, 1)?;
         Ok(Config {
             cache: cache_section(&get, cache_budget, &settings::model_dir(&get))?,
-            server: server_section(&get)?,
-            limits: limits_section(&get)?,
             answer: AnswerConfig {
                 top_k: ranged(&get, "SLUICE_TOP_K", 5, 1, MAX_K)?,
                 retrieval_deadline: millis(&get, "SLUICE_RETRIEVAL_DEADLINE_MS", 200, 0)?,
@@ -223,35 +148,11 @@ impl Config {
                 extract: parse(&get, "SLUICE_EXTRACT", "true", "true or false")?,
             },
             ingest: ingest_section(&get)?,
-            auth: auth_section(&get, &data_dir)?,
             usage: usage_section(&get, &data_dir)?,
             home,
             data_dir,
         })
     }
-}
-
-fn server_section(get: &impl Fn(&str) -> Option<String>) -> Result<ServerConfig, ConfigError> {
-    Ok(ServerConfig {
-        addr: parse(
-            get,
-            "SLUICE_ADDR",
-            "127.0.0.1:8080",
-            "a socket address such as 127.0.0.1:8080",
-        )?,
-        drain_timeout: millis(get, "SLUICE_DRAIN_TIMEOUT_MS", 25_000, 0)?,
-        allowed_hosts: match get("SLUICE_ALLOWED_HOSTS") {
-            None => None,
-            Some(list) => Some(host_names(&list)?),
-        },
-        allow_unauthenticated: parse(
-            get,
-            "SLUICE_ALLOW_UNAUTHENTICATED",
-            "false",
-            "true or false",
-        )?,
-        sse_keepalive: millis(get, "SLUICE_SSE_KEEPALIVE_MS", 5000, 0)?,
-    })
 }
 
 fn fusion_section(get: &impl Fn(&str) -> Option<String>) -> Result<FusionConfig, ConfigError> {
@@ -268,27 +169,6 @@ fn fusion_section(get: &impl Fn(&str) -> Option<String>) -> Result<FusionConfig,
             value: tenants.clone(),
             expected: format!("comma-separated tenant=fusion pairs, such as acme=convex:dense=0.7,globex=rrf:k=20 — {e}"),
         })?,
-    })
-}
-
-fn limits_section(get: &impl Fn(&str) -> Option<String>) -> Result<RequestLimits, ConfigError> {
-    const RATE: &str = "requests per second, from 0 (no limit) to 100000";
-    let tenant_rate: f64 = parse(get, "SLUICE_TENANT_RATE", "50", RATE)?;
-    if !(0.0..=100_000.0).contains(&tenant_rate) {
-        return Err(ConfigError {
-            name: "SLUICE_TENANT_RATE",
-            value: tenant_rate.to_string(),
-            expected: RATE.into(),
-        });
-    }
-    Ok(RequestLimits {
-        max_body_bytes: ranged(get, "SLUICE_MAX_BODY_BYTES", 1 << 20, 1024, 1 << 30)?,
-        max_ingest_bytes: ranged(get, "SLUICE_MAX_INGEST_BYTES", 16 << 20, 1024, 1 << 30)?,
-        tenant_rate,
-        tenant_burst: ranged(get, "SLUICE_TENANT_BURST", 100, 1, 1_000_000)? as u32,
-        tenant_max_streams: ranged(get, "SLUICE_TENANT_MAX_STREAMS", 64, 0, 1_000_000)?,
-        header_timeout: millis(get, "SLUICE_HEADER_READ_TIMEOUT_MS", 10_000, 100)?,
-        body_timeout: millis(get, "SLUICE_BODY_READ_TIMEOUT_MS", 30_000, 100)?,
     })
 }
 
@@ -313,31 +193,6 @@ fn ingest_section(get: &impl Fn(&str) -> Option<String>) -> Result<IngestConfig,
         });
     }
     Ok(ingest)
-}
-
-fn auth_section(
-    get: &impl Fn(&str) -> Option<String>,
-    data_dir: &Path,
-) -> Result<AuthConfig, ConfigError> {
-    let default_tenant = get("SLUICE_DEFAULT_TENANT").unwrap_or_else(|| "default".into());
-    Ok(AuthConfig {
-        default_tenant: Tenant::new(&default_tenant).map_err(|_| ConfigError {
-            name: "SLUICE_DEFAULT_TENANT",
-            value: default_tenant.clone(),
-            expected: TENANT_RULE.into(),
-        })?,
-        api_keys_file: get("SLUICE_API_KEYS_FILE").map(PathBuf::from),
-        settings_file: (get("SLUICE_SETTINGS_FILE").map(PathBuf::from))
-            .unwrap_or_else(|| data_dir.join("settings.json")),
-        settings_fresh: millis(get, "SLUICE_SETTINGS_FRESH_MS", 5_000, 0)?,
-        fetch_allow: (IpRange::list(&get("SLUICE_FETCH_ALLOW").unwrap_or_default())).map_err(
-            |why| ConfigError {
-                name: "SLUICE_FETCH_ALLOW",
-                value: get("SLUICE_FETCH_ALLOW").unwrap_or_default(),
-                expected: format!("addresses or CIDR ranges, comma-separated ({why})"),
-            },
-        )?,
-    })
 }
 
 /// `tenant=value` pairs separated by commas (`what` names the value, `example` shows a
@@ -396,36 +251,6 @@ fn usage_section(
         )?,
         refresh: millis(get, "SLUICE_USAGE_REFRESH_MS", 10_000, 0)?,
     })
-}
-
-/// `SLUICE_ALLOWED_HOSTS`: comma-separated host names or addresses (no port; IPv6 in
-/// brackets), or `*` alone; lower-cased.
-fn host_names(value: &str) -> Result<Vec<String>, ConfigError> {
-    let names: Vec<String> = value
-        .split(',')
-        .map(|h| h.trim().to_ascii_lowercase())
-        .filter(|h| !h.is_empty())
-        .collect();
-    let valid = |h: &String| {
-        h == "*"
-            || h.strip_prefix('[')
-                .and_then(|v6| v6.strip_suffix(']'))
-                .is_some_and(|v6| v6.parse::<std::net::Ipv6Addr>().is_ok())
-            || (h.len() <= 253
-                && h.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-'))
-    };
-    if names.is_empty()
-        || !names.iter().all(valid)
-        || (names.len() > 1 && names.iter().any(|h| h == "*"))
-    {
-        return Err(ConfigError {
-            name: "SLUICE_ALLOWED_HOSTS",
-            value: value.to_string(),
-            expected: "comma-separated host names or addresses without a port (IPv6 in brackets), such as localhost,sluice.internal,10.0.0.5; or * alone for any".into(),
-        });
-    }
-    Ok(names)
 }
 
 #[cfg(test)]

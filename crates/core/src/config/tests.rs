@@ -1,4 +1,5 @@
 use super::*;
+use std::path::Path;
 
 fn with(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
     Config::from_lookup(sluice_contract::settings::pairs(vars))
@@ -7,7 +8,6 @@ fn with(vars: &[(&str, &str)]) -> Result<Config, ConfigError> {
 #[test]
 fn defaults_apply_when_nothing_is_set() {
     let c = with(&[("HOME", "/home/u")]).unwrap();
-    assert_eq!(c.server.addr.to_string(), "127.0.0.1:8080");
     assert_eq!(c.home, PathBuf::from("/home/u/.cache/sluice"));
     assert_eq!(
         c.cache.lexicon,
@@ -35,8 +35,6 @@ fn bad_values_name_the_variable_and_the_expectation() {
     let e = with(&[("SLUICE_TOP_K", "0")]).unwrap_err();
     assert_eq!(e.name, "SLUICE_TOP_K");
     assert!(e.to_string().contains("from 1 to 50"), "{e}");
-    let e = with(&[("SLUICE_ADDR", "localhost")]).unwrap_err();
-    assert_eq!(e.name, "SLUICE_ADDR");
     let e = with(&[("SLUICE_RETRIEVAL_DEADLINE_MS", "soon")]).unwrap_err();
     assert_eq!(e.name, "SLUICE_RETRIEVAL_DEADLINE_MS");
     let e = with(&[
@@ -55,85 +53,16 @@ fn bad_values_name_the_variable_and_the_expectation() {
     );
     let e = with(&[("SLUICE_PACK_SECTIONS", "1")]).unwrap_err();
     assert_eq!(e.name, "SLUICE_PACK_SECTIONS");
-    let e = with(&[("SLUICE_DEFAULT_TENANT", "a b")]).unwrap_err();
-    assert_eq!(e.name, "SLUICE_DEFAULT_TENANT");
 }
 
 #[test]
-fn auth_and_limits_have_defaults_and_are_checked() {
+fn ingest_limits_have_defaults_and_are_checked() {
     let c = with(&[]).unwrap();
-    assert_eq!(c.auth.api_keys_file, None);
-    assert_eq!(
-        (
-            c.limits.tenant_rate,
-            c.limits.tenant_burst,
-            c.limits.tenant_max_streams
-        ),
-        (50.0, 100, 64)
-    );
     assert_eq!(
         (c.ingest.max_documents, c.ingest.max_chunks),
         (1000, 20_000)
     );
-    let c = with(&[
-        ("SLUICE_API_KEYS_FILE", "/etc/sluice/keys.json"),
-        ("SLUICE_TENANT_RATE", "0.5"),
-    ])
-    .unwrap();
-    assert_eq!(
-        c.auth.api_keys_file,
-        Some(PathBuf::from("/etc/sluice/keys.json"))
-    );
-    assert_eq!(c.limits.tenant_rate, 0.5);
-    for (name, value) in [
-        ("SLUICE_TENANT_RATE", "-1"),
-        ("SLUICE_TENANT_RATE", "lots"),
-        ("SLUICE_TENANT_BURST", "0"),
-        ("SLUICE_MAX_DOCUMENTS", "0"),
-        ("SLUICE_MAX_CHUNKS", "x"),
-    ] {
-        let e = with(&[(name, value)]).unwrap_err();
-        assert_eq!(e.name, name, "{name}={value}: {e}");
-    }
-}
-
-#[test]
-fn the_local_server_guards_have_safe_defaults_and_are_checked() {
-    let c = with(&[]).unwrap();
-    assert_eq!(c.server.allowed_hosts, None);
-    assert!(!c.server.allow_unauthenticated);
-    assert_eq!(c.server.sse_keepalive, Duration::from_secs(5));
-    let c = with(&[
-        ("SLUICE_ALLOWED_HOSTS", " Sluice.Internal ,10.0.0.5,[::1]"),
-        ("SLUICE_ALLOW_UNAUTHENTICATED", "true"),
-        ("SLUICE_SSE_KEEPALIVE_MS", "0"),
-    ])
-    .unwrap();
-    assert_eq!(
-        c.server.allowed_hosts,
-        Some(vec![
-            "sluice.internal".into(),
-            "10.0.0.5".into(),
-            "[::1]".into()
-        ])
-    );
-    assert!(c.server.allow_unauthenticated);
-    assert_eq!(c.server.sse_keepalive, Duration::ZERO);
-    assert_eq!(
-        with(&[("SLUICE_ALLOWED_HOSTS", "*")])
-            .unwrap()
-            .server
-            .allowed_hosts,
-        Some(vec!["*".into()])
-    );
-    for (name, value) in [
-        ("SLUICE_ALLOWED_HOSTS", "localhost:8080"),
-        ("SLUICE_ALLOWED_HOSTS", "*,localhost"),
-        ("SLUICE_ALLOWED_HOSTS", "http://x"),
-        ("SLUICE_ALLOWED_HOSTS", ","),
-        ("SLUICE_ALLOW_UNAUTHENTICATED", "yes"),
-        ("SLUICE_SSE_KEEPALIVE_MS", "-1"),
-    ] {
+    for (name, value) in [("SLUICE_MAX_DOCUMENTS", "0"), ("SLUICE_MAX_CHUNKS", "x")] {
         let e = with(&[(name, value)]).unwrap_err();
         assert_eq!(e.name, name, "{name}={value}: {e}");
     }

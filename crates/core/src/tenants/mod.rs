@@ -1,15 +1,11 @@
 //! Each tenant's own settings as the routes read them: from a [`SettingsStore`] (the file
-//! beside `sluice serve`'s keys, [`FileSettings`]; DynamoDB on Lambda), kept in memory for
+//! beside `sluice serve`'s keys, `sluice-local`'s `FileSettings`; DynamoDB on Lambda), kept in memory for
 //! `SLUICE_SETTINGS_FRESH_MS`. A change made through any process is in force in every process
 //! within that time: an entry older than it is read again before it is used (bounded by the
 //! caller's deadline; a read that fails or is late keeps the last known settings, and is tried
 //! again only after another `SLUICE_SETTINGS_FRESH_MS`, so a broken store costs one bounded
 //! read per tenant per period, never one per request). A `PUT` is in force at once in the
 //! process that took it.
-
-mod file;
-
-pub use file::FileSettings;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -4,6 +4,7 @@ use async_trait::async_trait;
 use sluice_contract::tenant_settings::Citations;
 
 use super::*;
+use sluice_local::FileSettings;
 
 fn acme() -> Tenant {
     Tenant::new("acme").unwrap()

@@ -4,7 +4,7 @@
 //!
 //! The wire records what each answer and ingest used into a process-wide [`Meter`], in
 //! memory; [`Meter::flush`] writes what it holds to a [`UsageStore`] as one batch of
-//! additions (a JSON file in the data folder for `sluice serve`, [`LocalUsage`]; a DynamoDB
+//! additions (a JSON file in the data folder for `sluice serve`, `sluice-local`'s `LocalUsage`; a DynamoDB
 //! table on Lambda, `sluice-aws`), after the answer's last event, never before its first
 //! token. A failed write keeps the counts for the next flush: losing the store never fails an
 //! answer.
@@ -22,11 +22,9 @@
 //! spend in one refresh interval, plus one answer each.
 //!
 //! - this file: what an answer or an ingest counts, and the calendar of budgets;
-//! - `file`: [`LocalUsage`], the data folder's JSON file;
 //! - `meter`: [`Meter`], the process-wide counter that flushes to a [`UsageStore`] and keeps
 //!   budgets.
 
-mod file;
 mod meter;
 
 use std::collections::BTreeMap;
@@ -36,7 +34,6 @@ use sluice_contract::usage::*;
 
 use sluice_contract::sse::{Done, Timings};
 
-pub use file::LocalUsage;
 pub use meter::{Hold, MAX_PENDING, Meter, MeterSettings, OverBudget, STORE_TIMEOUT};
 
 /// What one answer used: its `done` when it ended with one; else (an `error`, or a client

@@ -1,6 +1,7 @@
 use super::*;
 use async_trait::async_trait;
 use sluice_contract::Tenant;
+use sluice_local::LocalUsage;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::time::Duration;

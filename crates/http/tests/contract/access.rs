@@ -351,7 +351,7 @@ async fn an_ingest_over_its_limits_is_refused_whole_naming_the_limit() {
 async fn a_process_serves_only_its_parts() {
     // The registry function: no answers, no documents.
     let mut kit = Kit::new(&[]);
-    kit.parts.role = sluice_http::Role::Components;
+    kit.parts.role = sluice_app::Role::Components;
     let app = kit.app();
     for path in ["/v1/answer", "/v1/documents", "/v1/chat/completions"] {
         let reply = app.post(path, &json!({})).await;

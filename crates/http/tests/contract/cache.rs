@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use axum::http::Method;
 use serde_json::json;
-use sluice_core::cache::memory::MemoryCache;
 use sluice_core::cache::{CacheSettings, SemanticCache};
+use sluice_local::MemoryCache;
 use sluice_testkit::{HashEmbedder, Troubled};
 
 use crate::kit::Kit;

@@ -8,16 +8,16 @@ use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
+use sluice_app::{Parts, Role, Settings};
 use sluice_contract::auth::Permission;
 use sluice_contract::document::Document;
 use sluice_contract::stages::Store;
 use sluice_contract::usage::UsageStore;
-use sluice_core::cache::memory::MemoryCache;
+use sluice_core::Ingest;
 use sluice_core::cache::{CacheSettings, SemanticCache};
 use sluice_core::config::{CacheBackend, UsageBackend};
-use sluice_core::usage::LocalUsage;
-use sluice_core::{Config, Ingest};
-use sluice_http::{Parts, Role, Server};
+use sluice_http::Server;
+use sluice_local::{LocalUsage, MemoryCache};
 use sluice_testkit::{HashEmbedder, MemoryKeys, MemoryStore, ScriptedLlm};
 use tower::ServiceExt;
 
@@ -42,7 +42,7 @@ pub fn documents() -> Value {
 
 /// The configuration from `overrides` alone (not the environment: these tests must not depend
 /// on it), with the tenant limits off unless a test sets them.
-pub fn config(overrides: &[(&str, &str)]) -> Config {
+pub fn settings(overrides: &[(&str, &str)]) -> Settings {
     let mut vars: HashMap<String, String> = HashMap::from([
         ("SLUICE_TENANT_RATE".into(), "0".into()),
         ("SLUICE_TENANT_MAX_STREAMS".into(), "0".into()),
@@ -54,7 +54,7 @@ pub fn config(overrides: &[(&str, &str)]) -> Config {
     for (k, v) in overrides {
         vars.insert(k.to_string(), v.to_string());
     }
-    Config::from_lookup(|k| vars.get(k).cloned()).expect("test configuration")
+    Settings::from_lookup(|k| vars.get(k).cloned()).expect("test configuration")
 }
 
 /// The parts of a server that serves every route over doubles: the hashing embedder, a
@@ -74,7 +74,12 @@ impl Kit {
     }
 
     pub fn with_llm(overrides: &[(&str, &str)], llm: ScriptedLlm) -> Self {
-        let config = config(overrides);
+        let Settings {
+            config,
+            wire,
+            convert,
+            ..
+        } = settings(overrides);
         let llm = Arc::new(llm);
         let cache = match config.cache.backend {
             CacheBackend::Off => None,
@@ -89,12 +94,9 @@ impl Kit {
             UsageBackend::Off => None,
             _ => Some(Arc::new(LocalUsage::in_memory())),
         };
-        let convert = sluice_convert::ConvertLimits::from_lookup(
-            &sluice_contract::settings::pairs(overrides),
-        )
-        .expect("conversion limits");
         let parts = Parts {
             config,
+            wire,
             replica_id: None,
             converter: Some(Arc::new(sluice_convert::Files(convert))),
             role: Role::All,

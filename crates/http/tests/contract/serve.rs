@@ -39,7 +39,7 @@ pub(crate) async fn over_the_wire(request: &[u8]) -> crate::kit::Reply {
 /// Serves the kit's app with `overrides` on a port of 127.0.0.1; its address.
 async fn serving(overrides: &[(&str, &str)]) -> std::net::SocketAddr {
     let kit = Kit::new(overrides);
-    let header_timeout = kit.parts.config.limits.header_timeout;
+    let header_timeout = kit.parts.wire.limits.header_timeout;
     let app = kit.app();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

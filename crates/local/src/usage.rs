@@ -10,7 +10,7 @@ use sluice_contract::usage::*;
 
 use sluice_contract::Tenant;
 
-use super::lock;
+use crate::lock;
 
 /// Usage kept by `sluice serve`: in memory, and in a JSON file (`SLUICE_DATA_DIR/usage.json`)
 /// replaced whole on every write (written beside it, then renamed), so a crash leaves the old

@@ -1,6 +1,6 @@
 //! What a process serves, before it is put together: the stages as trait objects, so that
-//! `sluice-app` (which chooses the real backends) and the tests (which put doubles in their
-//! place) assemble a [`Server`] the same way.
+//! [`crate::parts`] (which chooses the real backends) and the tests (which put doubles in
+//! their place) assemble a [`Server`] the same way.
 
 use std::sync::Arc;
 
@@ -18,7 +18,7 @@ use sluice_core::tenants::Tenants;
 use sluice_core::{Config, Ingest, Pipeline};
 use sluice_core::{usage::Meter, usage::MeterSettings};
 
-use crate::Server;
+use sluice_http::{Server, WireConfig};
 
 /// The parts of Sluice a process serves. Each Lambda function builds only what its routes
 /// need; `sluice serve` builds everything.
@@ -57,8 +57,10 @@ impl Role {
 /// put together: [`Parts::into_server`] assembles them. A part the role does not need is
 /// `None`; tests and benchmarks put doubles in place of some before assembling.
 pub struct Parts {
-    /// What the parts were built from.
+    /// What the engine's parts were built from.
     pub config: Config,
+    /// The wire's limits, listener and auth.
+    pub wire: WireConfig,
     /// Which process this is, as answers name it (`done.replica_id`): `None` for the
     /// pipeline's own default.
     pub replica_id: Option<String>,
@@ -100,7 +102,7 @@ impl Parts {
     /// and a store (and it serves documents), the component routes where there is a registry.
     pub fn into_server(self) -> Server {
         let config = self.config;
-        let mut server = Server::new(&config.limits, &config.server, &config.auth);
+        let mut server = Server::new(&self.wire);
         if let (true, Some(embedder), Some(store)) =
             (self.role.documents(), &self.embedder, &self.store)
         {
@@ -123,11 +125,11 @@ impl Parts {
             }
             server = server.with_answers(Arc::new(pipeline));
         }
-        server.tenants =
-            (self.settings).map(|store| Arc::new(Tenants::new(store, config.auth.settings_fresh)));
+        server.tenants = (self.settings)
+            .map(|store| Arc::new(Tenants::new(store, self.wire.auth.settings_fresh)));
         if let Some(secrets) = self.secrets {
             let identities = sluice_identity::Identities::new(sluice_identity::REFETCH_EVERY)
-                .allowing(config.auth.fetch_allow.clone());
+                .allowing(self.wire.auth.fetch_allow.clone());
             server.identities = Arc::new(identities.with_secrets(secrets));
         }
         server.converter = self.converter;

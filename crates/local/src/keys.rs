@@ -1,4 +1,4 @@
-//! API keys → tenants.
+//! [`FileKeys`]: the API keys of `sluice serve`, in a JSON file.
 //!
 //! A key is `sk-sluice-` and 64 hex digits (244 random bits, from two v4 UUIDs). Only its
 //! SHA-256 is stored — a file for `sluice serve` ([`FileKeys`], `SLUICE_API_KEYS_FILE`), a
@@ -100,16 +100,6 @@ impl KeyStore for FileKeys {
     async fn find(&self, hash: &str) -> Result<Option<Principal>, AuthError> {
         Ok(self.by_hash.get(hash).cloned())
     }
-}
-
-/// The key store `config` names for `sluice serve` (`SLUICE_API_KEYS_FILE`); `None` when it
-/// names none. The DynamoDB store of the Lambda functions is built by `sluice-app`.
-pub fn file_keys(config: &crate::config::AuthConfig) -> Result<Option<FileKeys>, AuthError> {
-    config
-        .api_keys_file
-        .as_deref()
-        .map(FileKeys::load)
-        .transpose()
 }
 
 #[cfg(test)]
