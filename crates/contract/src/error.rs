@@ -132,6 +132,42 @@ pub enum CacheError {
     Setup(String),
 }
 
+impl crate::codes::ErrorCode for StoreError {
+    fn code(&self) -> crate::codes::Code {
+        use crate::codes::Code;
+        match self {
+            // A listing cursor the store never handed out: the client's to fix.
+            StoreError::Invalid(_) => Code::InvalidPage,
+            StoreError::Open(_) | StoreError::Backend(_) | StoreError::CircuitOpen => {
+                Code::StoreUnavailable
+            }
+        }
+    }
+}
+
+impl crate::codes::ErrorCode for LlmError {
+    /// Before the first token; a failure after it is `llm_stream_failed` whatever its cause.
+    fn code(&self) -> crate::codes::Code {
+        use crate::codes::Code;
+        match self {
+            LlmError::Unavailable(_) => Code::LlmUnavailable,
+            // Overloaded or failing upstream: another try may pass.
+            LlmError::Status { status, .. } if *status == 429 || *status >= 500 => {
+                Code::LlmUnavailable
+            }
+            LlmError::Status { .. } => Code::LlmRejected,
+            LlmError::Timeout(_) => Code::LlmTimeout,
+            LlmError::Stream(_) => Code::LlmStreamFailed,
+        }
+    }
+}
+
+impl crate::codes::ErrorCode for CacheError {
+    fn code(&self) -> crate::codes::Code {
+        crate::codes::Code::CacheUnavailable
+    }
+}
+
 impl crate::codes::ErrorCode for IngestError {
     fn code(&self) -> crate::codes::Code {
         use crate::codes::Code;

@@ -430,7 +430,7 @@ async fn clear_cache(
         Ok(deleted) => Ok(Json(json!({ "deleted": deleted })).into_response()),
         Err(e) => {
             tracing::error!(%tenant, error = %e, "clearing the cache failed");
-            Err(ApiError::new(Code::CacheUnavailable, e.to_string()))
+            Err(ApiError::of(&e))
         }
     }
 }

@@ -96,6 +96,17 @@ pub enum TokenError {
     KeysUnavailable(String),
 }
 
+impl sluice_contract::codes::ErrorCode for TokenError {
+    fn code(&self) -> sluice_contract::codes::Code {
+        use sluice_contract::codes::Code;
+        match self {
+            // Who the end user is cannot be known now: not the token's fault.
+            TokenError::KeysUnavailable(_) => Code::IdentityUnavailable,
+            _ => Code::InvalidUserToken,
+        }
+    }
+}
+
 /// One JWKS URL's keys, by `kid`, each with the algorithm it allows (or a tenant's secret,
 /// as the one key of a set).
 #[derive(Default)]

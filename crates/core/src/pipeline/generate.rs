@@ -185,13 +185,9 @@ impl Pipeline {
 
 /// The `error` event for an LLM failure; `mid_stream` when tokens were already sent.
 fn llm_error(e: &LlmError, mid_stream: bool) -> ErrorEvent {
-    let code = match e {
-        _ if mid_stream => Code::LlmStreamFailed,
-        LlmError::Unavailable(_) => Code::LlmUnavailable,
-        LlmError::Status { status, .. } if *status == 429 || *status >= 500 => Code::LlmUnavailable,
-        LlmError::Status { .. } => Code::LlmRejected,
-        LlmError::Timeout(_) => Code::LlmTimeout,
-        LlmError::Stream(_) => Code::LlmStreamFailed,
+    let code = match mid_stream {
+        true => Code::LlmStreamFailed,
+        false => sluice_contract::codes::ErrorCode::code(e),
     };
     tracing::warn!(error = %e, "the LLM failed");
     ErrorEvent::new(code, e.public())

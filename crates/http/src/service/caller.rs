@@ -10,12 +10,11 @@ use std::time::Duration;
 use sluice_contract::Tenant;
 use sluice_contract::access::{TextAccess, access_filter};
 use sluice_contract::auth::{Permission, Principal, digest, key_id};
-use sluice_contract::codes::Code;
+use sluice_contract::codes::{Code, ErrorCode};
 use sluice_contract::filter::Filter;
 use sluice_contract::tenant::TENANT_RULE;
 use sluice_contract::tenant_settings::StoredSettings;
 use sluice_core::pipeline::AnswerRequest;
-use sluice_identity::TokenError;
 
 use super::{Credentials, Key};
 use crate::Server;
@@ -310,10 +309,10 @@ impl Server {
             .await
         {
             Ok(user) => Ok(Some(access_filter(Some(&user.principals)))),
-            Err(e @ TokenError::KeysUnavailable(_)) => Err(unavailable(e.to_string())),
+            Err(e) if e.code() == Code::IdentityUnavailable => Err(unavailable(e.to_string())),
             Err(e) => {
                 tracing::info!(tenant = %caller.tenant, reason = %e, "user token refused");
-                Err(ApiError::new(Code::InvalidUserToken, e.to_string()))
+                Err(ApiError::of(&e))
             }
         }
     }
