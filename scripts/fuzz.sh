@@ -23,10 +23,15 @@ export RUSTC_WORKSPACE_WRAPPER=
 export CARGO_TARGET_DIR=$cache/fuzz-target
 targets=(request upstream_sse chunker rerank_output convert_pdf convert_html convert_docx)
 
+started=$SECONDS
 cargo +nightly fuzz build -s none >/dev/null 2>"$cache/fuzz-build.log" || {
   tail -n 40 "$cache/fuzz-build.log" >&2
   exit 1
 }
+# What the build cost, for the CI budget's records: its wall time and the CPU of this
+# script's children (bash's `times`: user and system, second line).
+cpu=$(times | sed -n 2p)
+echo "fuzz build: $((SECONDS - started)) s, CPU (user system) $cpu" | tee -a "$cache/fuzz-build.log" >&2
 [ "$secs" = build ] && exit 0
 status=0
 summary=()
