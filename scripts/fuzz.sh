@@ -29,9 +29,11 @@ cargo +nightly fuzz build -s none >/dev/null 2>"$cache/fuzz-build.log" || {
   exit 1
 }
 # What the build cost, for the CI budget's records: its wall time and the CPU of this
-# script's children (bash's `times`: user and system, second line).
-cpu=$(times | sed -n 2p)
-echo "fuzz build: $((SECONDS - started)) s, CPU (user system) $cpu" | tee -a "$cache/fuzz-build.log" >&2
+# script's children (bash's `times`, second line: user and system). `times` runs in this shell,
+# not in a command substitution, whose subshell has no children of its own.
+times >"$cache/fuzz-build.times"
+echo "fuzz build: $((SECONDS - started)) s, CPU (user system) $(sed -n 2p "$cache/fuzz-build.times")" |
+  tee -a "$cache/fuzz-build.log" >&2
 [ "$secs" = build ] && exit 0
 status=0
 summary=()
