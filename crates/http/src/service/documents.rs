@@ -244,16 +244,15 @@ pub(crate) fn parse_filter(value: &serde_json::Value) -> Result<Filter, ApiError
 
 /// What went wrong in a listing or a deletion, as clients see it.
 fn store_error(tenant: &Tenant, e: IngestError) -> ApiError {
-    let e = match e {
-        // Here a request the store cannot run as asked: a cursor it never handed out.
-        IngestError::Invalid(m) => StoreError::Invalid(m),
-        IngestError::Store(e) => e,
-        e => StoreError::Backend(e.to_string()),
-    };
-    if !matches!(e, StoreError::Invalid(_)) {
-        tracing::error!(%tenant, error = %e, "documents: store failed");
+    match e {
+        // A request the store cannot run as asked: a cursor it never handed out.
+        IngestError::Invalid(m) => ApiError::new(Code::InvalidPage, m),
+        IngestError::Store(e @ StoreError::Invalid(_)) => ApiError::of(&e),
+        e => {
+            tracing::error!(%tenant, error = %e, "documents: store failed");
+            ApiError::new(Code::StoreUnavailable, e.to_string())
+        }
     }
-    ApiError::of(&e)
 }
 
 fn unknown(id: &str) -> ApiError {
