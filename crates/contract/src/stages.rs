@@ -201,12 +201,18 @@ impl Hit {
             .then_with(|| a.chunk.cmp(&b.chunk))
     }
 
+    /// What fusion knows a chunk by: its document and position, in an order that ranks equal
+    /// scores by document id (a store's own record ids would rank them at random).
+    pub fn fusion_key(document: &str, chunk: usize) -> String {
+        format!("{document}\u{1f}{chunk}")
+    }
+
     /// Two rankings of hits (each with its retriever's score) fused by `fusion`: the best
     /// `limit`, each with its fused score. A chunk is known by its document and position.
     pub fn fuse(fusion: &Fusion, dense: Vec<Hit>, bm25: Vec<Hit>, limit: usize) -> Vec<Hit> {
         let ranking = |hits: Vec<Hit>| -> crate::fusion::Ranking<Hit> {
             (hits.into_iter())
-                .map(|h| (format!("{}\u{1f}{}", h.document.id, h.chunk), h.score, h))
+                .map(|h| (Hit::fusion_key(&h.document.id, h.chunk), h.score, h))
                 .collect()
         };
         (fusion
@@ -287,7 +293,10 @@ pub trait Store: Send + Sync {
         tenant: &Tenant,
         selection: &Selection<'_>,
     ) -> Result<(), StoreError>;
-    /// Increments and returns the tenant's corpus version (every ingest calls this once).
+    /// Raises the tenant's corpus version above every one before and returns it (every ingest
+    /// calls this once): by one on an in-process store; to the time in milliseconds (at least
+    /// one more) on a remote one, so that a version is never handed out twice even when a
+    /// memo of the last one was lost.
     async fn bump_corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError>;
     /// The tenant's current corpus version (0 before the first ingest).
     async fn corpus_version(&self, tenant: &Tenant) -> Result<u64, StoreError>;

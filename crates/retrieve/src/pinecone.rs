@@ -316,15 +316,28 @@ impl Match<'_> {
     }
 }
 
-/// The matches of a query response body, best first, as (record id, score, match).
+/// The matches of a query response body, best first, each known by its chunk
+/// ([`Hit::fusion_key`]: the document id and position from its metadata, not the record id,
+/// so that fusion ranks equal scores by document id as every store does).
 fn parse_matches(text: &str) -> Result<Ranking<Match<'_>>, StoreError> {
+    /// The two fields of a match's metadata that name its chunk (the rest is skipped).
+    #[derive(Deserialize)]
+    struct Chunk<'a> {
+        #[serde(borrow)]
+        doc_id: std::borrow::Cow<'a, str>,
+        #[serde(default)]
+        chunk: f64,
+    }
     let response: QueryResponse = serde_json::from_str(text)
         .map_err(|e| backend(format!("unexpected query response: {e}")))?;
-    Ok(response
-        .matches
-        .into_iter()
-        .map(|m| (m.id.clone(), m.score, m))
-        .collect())
+    (response.matches.into_iter())
+        .map(|m| {
+            let raw = m.metadata.map_or("null", RawValue::get);
+            let at: Chunk =
+                serde_json::from_str(raw).map_err(|e| backend(format!("match {}: {e}", m.id)))?;
+            Ok((Hit::fusion_key(&at.doc_id, at.chunk as usize), m.score, m))
+        })
+        .collect()
 }
 
 /// The hits of a whole query response body, best first (score left at 0: fusion sets it).
@@ -366,7 +379,9 @@ fn flatten(mut payload: Value) -> Value {
 }
 
 /// Pinecone metadata back in the payload form [`hit_from`] reads (the inverse of
-/// [`flatten`] for the document's metadata).
+/// [`flatten`] for the document's metadata, whose whole numbers come back whole: Pinecone
+/// keeps every number as a double, and a document sent with `{"year": 2025}` is listed and
+/// cited with 2025, not 2025.0, as on the other stores).
 fn nest(mut metadata: serde_json::Map<String, Value>) -> serde_json::Map<String, Value> {
     let prefix = format!("{META}.");
     let keys: Vec<String> = metadata
@@ -377,13 +392,23 @@ fn nest(mut metadata: serde_json::Map<String, Value>) -> serde_json::Map<String,
     let mut nested = serde_json::Map::new();
     for key in keys {
         if let Some(value) = metadata.remove(&key) {
-            nested.insert(key[prefix.len()..].to_string(), value);
+            nested.insert(key[prefix.len()..].to_string(), whole_number(value));
         }
     }
     if !nested.is_empty() {
         metadata.insert(META.to_string(), Value::Object(nested));
     }
     metadata
+}
+
+/// A double that holds a whole number exactly (within ±2^53) as that integer; any other
+/// value as it is.
+fn whole_number(value: Value) -> Value {
+    const EXACT: f64 = 9_007_199_254_740_992.0;
+    match value.as_f64() {
+        Some(x) if value.is_f64() && x.fract() == 0.0 && x.abs() <= EXACT => json!(x as i64),
+        _ => value,
+    }
 }
 
 /// The records of the documents `selection` picks, in Pinecone's filter language (the
@@ -700,10 +725,11 @@ mod tests {
 
     #[test]
     fn only_the_winners_metadata_and_values_are_read() {
-        // The second match's metadata is not even an object; fusion never looks at it.
+        // The second match's values are not numbers; fusion reads no more of a match than the
+        // document and position its metadata names.
         let body = r#"{"matches": [
             {"id": "a", "score": 0.9, "values": [0.6, 0.8], "metadata": {"doc_id": "a", "text": "x"}},
-            {"id": "b", "score": 0.1, "values": [1.0], "metadata": 7}
+            {"id": "b", "score": 0.1, "values": [1.0, "x"], "metadata": {"doc_id": "b", "chunk": 0}}
         ]}"#;
         let matches = parse_matches(body).unwrap();
         let fused = Fusion::default().fuse(matches, vec![], 1);

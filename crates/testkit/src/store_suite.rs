@@ -9,8 +9,9 @@
 use serde_json::json;
 use sluice_contract::error::StoreError;
 use sluice_contract::filter::Filter;
+use sluice_contract::fusion::Fusion;
 use sluice_contract::stages::{
-    DocumentInfo, Page, Search, Selection, Store, StoredChunk, StoredDocument,
+    DocumentInfo, Hit, Page, Search, Selection, Store, StoredChunk, StoredDocument,
 };
 
 use crate::tenant;
@@ -376,42 +377,66 @@ pub async fn an_end_users_access_lets_through_exactly_what_they_may_see(store: &
     }
 }
 
-/// Each tenant's corpus version starts at 0 and counts its own bumps.
-pub async fn corpus_versions_count_each_tenants_own_changes(store: &dyn Store) {
-    assert_eq!(
-        store.corpus_version(&tenant("t")).await.expect("a version"),
-        0
-    );
-    assert_eq!(
-        store
-            .bump_corpus_version(&tenant("t"))
-            .await
-            .expect("bumped"),
-        1
-    );
-    assert_eq!(
-        store
-            .bump_corpus_version(&tenant("t"))
-            .await
-            .expect("bumped"),
-        2
-    );
-    assert_eq!(
-        store
-            .bump_corpus_version(&tenant("u"))
-            .await
-            .expect("bumped"),
-        1
-    );
+/// Ten chunks that tie in both retrievers (the same words, the same vector, under ten
+/// document ids written in reverse): under every fusion rule the hits come in rank order
+/// ([`Hit::rank_order`]) and the same search gives the same hits; under a rule fused here
+/// (convex) the ties are ranked by document id, the lower first, whatever order they were
+/// written in. (Under RRF an engine that fuses — Qdrant — ranks ties inside each retriever in
+/// its own order before fusing, so which of exact duplicates comes first is its choice.)
+pub async fn tied_chunks_come_in_rank_order_and_by_document_id_when_fused_here(store: &dyn Store) {
+    for i in (0..10).rev() {
+        let id = format!("twin{i}");
+        put(store, "t", &doc(&id), chunks(&["the same card policy"], 5)).await;
+    }
     settled(store).await;
-    assert_eq!(
-        store.corpus_version(&tenant("t")).await.expect("a version"),
-        2
-    );
-    assert_eq!(
-        store.corpus_version(&tenant("u")).await.expect("a version"),
-        1
-    );
+    let vector = unit(5);
+    for fusion in [Fusion::default(), Fusion::Convex { dense: 0.5 }] {
+        for k in [1, 3, 10] {
+            let search = Search::new("card policy", &vector, k).fusion(fusion);
+            let hits = store.search(&tenant("t"), &search).await.expect("hits");
+            let again = store.search(&tenant("t"), &search).await.expect("hits");
+            let ids = |hits: &[Hit]| -> Vec<String> {
+                hits.iter().map(|h| h.document.id.clone()).collect()
+            };
+            assert_eq!(ids(&hits), ids(&again), "{fusion}, k = {k}");
+            assert_eq!(hits.len(), k, "{fusion}");
+            assert!(
+                hits.windows(2)
+                    .all(|w| Hit::rank_order(&w[0], &w[1]).is_lt()),
+                "{fusion}, k = {k}: {hits:?}"
+            );
+            if let Fusion::Convex { .. } = fusion {
+                let expected: Vec<String> = (0..k).map(|i| format!("twin{i}")).collect();
+                assert_eq!(ids(&hits), expected, "{fusion}, k = {k}");
+            }
+        }
+    }
+}
+
+/// Each tenant's corpus version starts at 0, rises with each of its own bumps, and reads back
+/// as its last bump; another tenant's bumps leave it as it is.
+pub async fn corpus_versions_rise_with_each_tenants_own_changes(store: &dyn Store) {
+    let version = |name| async move {
+        store
+            .corpus_version(&tenant(name))
+            .await
+            .expect("a version")
+    };
+    let bump = |name| async move {
+        store
+            .bump_corpus_version(&tenant(name))
+            .await
+            .expect("bumped")
+    };
+    assert_eq!(version("t").await, 0);
+    let first = bump("t").await;
+    let second = bump("t").await;
+    assert!(0 < first && first < second, "{first} then {second}");
+    let other = bump("u").await;
+    assert!(other > 0);
+    settled(store).await;
+    assert_eq!(version("t").await, second);
+    assert_eq!(version("u").await, other);
 }
 
 /// Writes a `#[tokio::test]` per case of the store contract ([`crate::store_suite`]) for the
@@ -426,7 +451,8 @@ macro_rules! store_suite {
             documents_are_listed_once_each_and_deleted_whole,
             every_filter_returns_exactly_the_documents_its_meaning_lets_through,
             an_end_users_access_lets_through_exactly_what_they_may_see,
-            corpus_versions_count_each_tenants_own_changes,
+            tied_chunks_come_in_rank_order_and_by_document_id_when_fused_here,
+            corpus_versions_rise_with_each_tenants_own_changes,
         );
     };
     (@cases $make:expr; $($case:ident),* $(,)?) => {
@@ -435,11 +461,10 @@ macro_rules! store_suite {
             $(
                 #[tokio::test]
                 async fn $case() {
-                    let (store, keep) = $make.await;
-                    $crate::store_suite::$case(&*store).await;
-                    // The store first: it may write to what is kept (its folder) as it closes.
-                    drop(store);
-                    drop(keep);
+                    // A tuple drops its fields in order, also when a case fails: the store
+                    // first, as it may write to what is kept (its folder) as it closes.
+                    let made = $make.await;
+                    $crate::store_suite::$case(&*made.0).await;
                 }
             )*
         }

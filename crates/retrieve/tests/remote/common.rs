@@ -121,6 +121,24 @@ pub async fn stand_in(respond: Respond) -> (Arc<StandIn>, String) {
     (state, url)
 }
 
+/// Serves `answer` (method, URI, JSON body → status, JSON body; a body that is not JSON is
+/// null) on 127.0.0.1; returns the base URL.
+pub async fn serve_json<F>(answer: F) -> String
+where
+    F: Fn(&Method, &Uri, Value) -> (StatusCode, Value) + Clone + Send + Sync + 'static,
+{
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let app =
+        axum::Router::new().fallback(move |method: Method, uri: Uri, body: Bytes| async move {
+            let body = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let (status, body) = answer(&method, &uri, body);
+            (status, axum::Json(body)).into_response()
+        });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    url
+}
+
 /// A config from `vars` over the defaults.
 pub fn config(vars: &[(&str, &str)]) -> StoreConfig {
     StoreConfig::from_lookup(
@@ -192,28 +210,6 @@ pub async fn search_under(store: &dyn Store, filter: Option<&Filter>, k: usize) 
         )
         .await
         .unwrap();
-}
-
-/// The access corpus (`sluice_testkit::users::access_corpus`, 40 documents) written through
-/// `store` for tenant acme, one chunk each.
-pub async fn ingest_access_corpus(
-    store: &dyn Store,
-    cases: &mut sluice_testkit::users::Cases,
-) -> Vec<(String, sluice_contract::metadata::Metadata)> {
-    let corpus = sluice_testkit::users::access_corpus(cases, 40);
-    for (id, metadata) in &corpus {
-        let info = DocumentInfo {
-            id: id.clone(),
-            metadata: metadata.clone(),
-            ..doc()
-        };
-        let chunks = vec![chunk(0, "policy text")];
-        store
-            .replace_document(&tenant("acme"), &info, chunks)
-            .await
-            .unwrap();
-    }
-    corpus
 }
 
 // ---- the official documents ---------------------------------------------------------------

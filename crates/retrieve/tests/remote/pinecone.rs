@@ -6,6 +6,10 @@
 //!   for index creation, in `SLUICE_SPECS_DIR`, default `../shared/specs`; the test says so and
 //!   skips when they are absent), and responses are parsed from bodies that validate against
 //!   the documents' response schemas;
+//! - meaning: the store contract every backend keeps (`sluice_testkit::store_suite`), run
+//!   against two index hosts that keep what they are sent ([`PineconeIndex`]: Pinecone's
+//!   documented query, fetch, listing, deletion and filter semantics, in memory), under both
+//!   readings of what Pinecone leaves undocumented (a negation on a missing key);
 //! - transport: stand-in HTTP servers on 127.0.0.1 (one per index host, one for the control
 //!   plane) — stand-ins for the transport only, with canned answers; they rank nothing.
 
@@ -15,10 +19,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::common::{
-    Request, StandIn, chunk, doc, ingest_access_corpus, ingest_filter_corpus, search_filtered,
-    search_under, spec,
-};
+use crate::common::{Request, StandIn, chunk, doc, ingest_filter_corpus, search_filtered, spec};
+use crate::pinecone_server::{PineconeIndex, passes};
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use sluice_contract::error::StoreError;
@@ -186,6 +188,54 @@ async fn setup(overrides: &[(&str, &str)]) -> Setup {
         control,
         config: crate::common::config(&vars),
     }
+}
+
+/// The adapter on two index hosts that keep what they are sent, reading a negation on a
+/// missing key as `absent_negations` says.
+async fn on_indexes(absent_negations: bool) -> (Arc<dyn Store>, [Arc<PineconeIndex>; 2]) {
+    let (dense, dense_url) = PineconeIndex::start(absent_negations).await;
+    let (sparse, sparse_url) = PineconeIndex::start(absent_negations).await;
+    let config = crate::common::config(&[
+        ("SLUICE_STORE", "pinecone"),
+        ("SLUICE_PINECONE_API_KEY", KEY),
+        ("SLUICE_PINECONE_HOST", dense_url.as_str()),
+        ("SLUICE_PINECONE_SPARSE_HOST", sparse_url.as_str()),
+        // These hosts' reads see a write at once.
+        ("SLUICE_PINECONE_LAG_MS", "0"),
+    ]);
+    let store = PineconeStore::from_config(&config).unwrap();
+    (Arc::new(store), [dense, sparse])
+}
+
+/// A negation (`$ne`, `$nin`) lets a record without the key through.
+mod negations_pass_a_missing_key {
+    use super::*;
+    sluice_testkit::store_suite!(on_indexes(true));
+}
+
+/// A negation (`$ne`, `$nin`) stops a record without the key.
+mod negations_stop_a_missing_key {
+    use super::*;
+    sluice_testkit::store_suite!(on_indexes(false));
+}
+
+/// Both indexes' answers are fused here, so under RRF too chunks that tie in both (the same
+/// words and vector under five ids, written in reverse) are ranked by document id — not by
+/// Pinecone's record ids, which are hashes.
+#[tokio::test]
+async fn chunks_tied_in_both_indexes_are_ranked_by_document_id() {
+    use sluice_testkit::store_suite::{chunks, doc, unit};
+    let (store, _indexes) = on_indexes(true).await;
+    for i in (0..5).rev() {
+        let twin = doc(&format!("twin{i}"));
+        (store.replace_document(&tenant("t"), &twin, chunks(&["the card policy"], 5)))
+            .await
+            .unwrap();
+    }
+    let vector = unit(5);
+    let search = Search::new("card policy", &vector, 3);
+    let hits = store.search(&tenant("t"), &search).await.unwrap();
+    assert_eq!(ids(&hits), ["twin0", "twin1", "twin2"]);
 }
 
 fn ids(hits: &[sluice_contract::stages::Hit]) -> Vec<&str> {
@@ -630,172 +680,18 @@ async fn a_slow_index_hits_the_call_timeout() {
 
 // ---- metadata filters -----------------------------------------------------------------------
 
-/// Whether a record's metadata passes a Pinecone filter, by Pinecone's documented semantics:
-/// the keys of an object ANDed, `$and`/`$or`, `$eq $ne $gt $gte $lt $lte $in $nin $exists`,
-/// a list value holding when one element does (`$ne`/`$nin`: when none does), numbers
-/// compared as doubles. What `$ne`/`$nin` do to a record without the key is not documented:
-/// `absent_negations` says which reading to apply, and Sluice's filter must mean the same
-/// under both. An independent reading of the filter Sluice sends: the stand-in applies it
-/// to the records it was sent.
-fn pinecone_passes(filter: &Value, metadata: &Value, absent_negations: bool) -> bool {
-    filter
-        .as_object()
-        .unwrap()
-        .iter()
-        .all(|(key, arg)| match key.as_str() {
-            "$and" => arg
-                .as_array()
-                .unwrap()
-                .iter()
-                .all(|f| pinecone_passes(f, metadata, absent_negations)),
-            "$or" => arg
-                .as_array()
-                .unwrap()
-                .iter()
-                .any(|f| pinecone_passes(f, metadata, absent_negations)),
-            field => arg.as_object().unwrap().iter().all(|(op, arg)| {
-                let value = metadata.get(field);
-                if op == "$exists" {
-                    return value.is_some() == arg.as_bool().unwrap();
-                }
-                let Some(value) = value else {
-                    return matches!(op.as_str(), "$ne" | "$nin") && absent_negations;
-                };
-                let items: Vec<&Value> = match value {
-                    Value::Array(items) => items.iter().collect(),
-                    v => vec![v],
-                };
-                let same = |a: &Value, b: &Value| match (a.as_f64(), b.as_f64()) {
-                    (Some(x), Some(y)) => x == y,
-                    _ => a == b,
-                };
-                let among = |list: &Value| {
-                    items
-                        .iter()
-                        .any(|i| list.as_array().unwrap().iter().any(|x| same(i, x)))
-                };
-                let cmp = |test: fn(f64, f64) -> bool| {
-                    items.iter().any(|i| {
-                        i.as_f64()
-                            .zip(arg.as_f64())
-                            .is_some_and(|(x, b)| test(x, b))
-                    })
-                };
-                match op.as_str() {
-                    "$eq" => items.iter().any(|i| same(i, arg)),
-                    "$ne" => !items.iter().any(|i| same(i, arg)),
-                    "$in" => among(arg),
-                    "$nin" => !among(arg),
-                    "$gt" => cmp(|x, b| x > b),
-                    "$gte" => cmp(|x, b| x >= b),
-                    "$lt" => cmp(|x, b| x < b),
-                    "$lte" => cmp(|x, b| x <= b),
-                    other => panic!("not a Pinecone operator: {other}"),
-                }
-            }),
-        })
-}
-
-#[tokio::test]
-async fn the_filter_sent_selects_exactly_the_documents_its_meaning_lets_through() {
-    let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config).unwrap();
-    ingest_filter_corpus(&store, &["acme"]).await;
-    let records: Vec<Value> = s
-        .dense
-        .requests()
-        .into_iter()
-        .filter(|r| r.path == "/vectors/upsert")
-        .flat_map(|r| r.body["vectors"].as_array().cloned().unwrap_or_default())
-        .collect();
-    assert_eq!(records.len(), 5);
-    // Flat metadata: the document's under meta.KEY, dates' instants under meta_ts.KEY.
-    let p25 = records
-        .iter()
-        .find(|r| r["metadata"]["doc_id"] == "policy-2025")
-        .unwrap();
-    assert_eq!(
-        p25["metadata"]["meta.updated_at"],
-        "2025-03-01T11:00:00+02:00"
-    );
-    assert_eq!(
-        p25["metadata"]["meta_ts.updated_at"],
-        json!(1_740_819_600.0)
-    );
-    assert_eq!(p25["metadata"]["meta.groups"], json!(["finance"]));
-    for (filter, expected) in sluice_testkit::filters::expected() {
-        s.dense.clear();
-        s.sparse.clear();
-        search_filtered(&store, &filter, 50).await;
-        // Both indexes' queries carry the same filter.
-        let dense = s.dense.requests().pop().unwrap().body;
-        let sparse = s.sparse.requests().pop().unwrap().body;
-        let sent = &dense["filter"];
-        assert_eq!(&sparse["filter"], sent);
-        for absent_negations in [false, true] {
-            let mut got: Vec<&str> = records
-                .iter()
-                .filter(|r| pinecone_passes(sent, &r["metadata"], absent_negations))
-                .map(|r| r["metadata"]["doc_id"].as_str().unwrap())
-                .collect();
-            got.sort();
-            let mut want = expected.clone();
-            want.sort();
-            assert_eq!(
-                got,
-                want,
-                "{} sent as {sent} ({absent_negations})",
-                filter.to_json()
-            );
-        }
-    }
-}
-
-#[tokio::test]
-async fn an_end_users_access_in_the_filter_sent_lets_through_exactly_what_they_may_see() {
-    let s = setup(&[]).await;
-    let store = PineconeStore::from_config(&s.config).unwrap();
-    let mut cases = sluice_testkit::users::Cases::new(58);
-    let corpus = ingest_access_corpus(&store, &mut cases).await;
-    let records: Vec<Value> = (s.dense.requests().into_iter())
-        .filter(|r| r.path == "/vectors/upsert")
-        .flat_map(|r| r.body["vectors"].as_array().cloned().unwrap_or_default())
-        .collect();
-    assert_eq!(records.len(), corpus.len());
-    for case in 0..sluice_testkit::users::case_count() {
-        let (filter, expected) = sluice_testkit::users::access_case(&mut cases, &corpus);
-        s.dense.clear();
-        s.sparse.clear();
-        search_under(&store, filter.as_ref(), 50).await;
-        let sent = s.dense.requests().pop().unwrap().body["filter"].clone();
-        for absent_negations in [false, true] {
-            let mut got: Vec<&str> = (records.iter())
-                // No filter (the tenant is the namespace): every record.
-                .filter(|r| {
-                    sent.is_null() || pinecone_passes(&sent, &r["metadata"], absent_negations)
-                })
-                .map(|r| r["metadata"]["doc_id"].as_str().unwrap())
-                .collect();
-            got.sort();
-            assert_eq!(
-                got, expected,
-                "case {case}: sent {sent} ({absent_negations})"
-            );
-        }
-    }
-}
-
 #[tokio::test]
 async fn metadata_comes_back_as_sent_from_a_query_response() {
     let body = json!({"matches": [{"id": "x", "score": 0.5, "metadata": {
         "tenant": "acme", "doc_id": "d", "chunk": 0, "title": "T", "source": "s", "text": "t",
-        "tokens": 1, "meta.year": 2025.0, "meta.groups": ["hr"],
+        "tokens": 1, "meta.year": 2025.0, "meta.rate": 2.5, "meta.groups": ["hr"],
         "meta.updated_at": "2025-03-01", "meta_ts.updated_at": 1_740_787_200.0,
     }}]});
     let hits = parse_query_response(&body.to_string()).unwrap();
     assert_eq!(
         serde_json::to_value(&hits[0].document.metadata).unwrap(),
-        json!({"year": 2025.0, "groups": ["hr"], "updated_at": "2025-03-01"})
+        // Whole numbers whole (Pinecone keeps doubles), others as they are.
+        json!({"year": 2025, "rate": 2.5, "groups": ["hr"], "updated_at": "2025-03-01"})
     );
 }
 
@@ -866,7 +762,7 @@ async fn listings_and_deletions_validate_against_the_official_documents() {
     );
     assert_eq!(
         serde_json::to_value(&page.documents[0].document.metadata).unwrap(),
-        json!({"year": 2025.0})
+        json!({"year": 2025})
     );
     let next = page.next.expect("a next page");
     let second = Page {
@@ -1020,12 +916,12 @@ async fn the_listing_and_deletion_filters_select_what_the_selection_means() {
                     let m = &r["metadata"];
                     let first = m["chunk"] == 0;
                     assert_eq!(
-                        pinecone_passes(&deletion, m, absent_negations),
+                        passes(&deletion, m, absent_negations),
                         meaning(r),
                         "deletion {deletion} of {m}"
                     );
                     assert_eq!(
-                        pinecone_passes(&listing, m, absent_negations),
+                        passes(&listing, m, absent_negations),
                         meaning(r) && first,
                         "listing {listing} of {m}"
                     );

@@ -4,6 +4,10 @@
 //!   OpenAPI document (`qdrant-1.19.0-openapi.json` in `SLUICE_SPECS_DIR`, default
 //!   `../shared/specs` beside the project; the test says so and skips when it is absent), and
 //!   responses are parsed from bodies that validate against that document's response schemas;
+//! - meaning: the store contract every backend keeps (`sluice_testkit::store_suite`), run
+//!   against Qdrant's own engine behind its REST API ([`QdrantServer`]: Qdrant Edge shards
+//!   served on 127.0.0.1) — filters, fusion, listings, deletions and counts as the engine
+//!   does them;
 //! - transport: a stand-in HTTP server on 127.0.0.1 — a stand-in for the transport only, it
 //!   knows nothing of vectors — records requests and counts TCP connections, and can answer
 //!   slowly or with 503.
@@ -13,10 +17,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use crate::common::{
-    Request, StandIn, chunk, doc, ingest_access_corpus, ingest_filter_corpus, search_filtered,
-    search_under, spec,
-};
+use crate::common::{Request, StandIn, chunk, doc, ingest_filter_corpus, search_filtered, spec};
+use crate::qdrant_server::QdrantServer;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 use sluice_contract::error::StoreError;
@@ -25,6 +27,7 @@ use sluice_contract::{stages::Search, stages::Store};
 use sluice_retrieve::StoreConfig;
 use sluice_retrieve::breaker::{Breaker, GuardedStore};
 use sluice_retrieve::qdrant::{QdrantStore, parse_query_response};
+use sluice_testkit::store_suite::DIM;
 
 const SPEC: &str = "qdrant-1.19.0-openapi.json";
 
@@ -103,6 +106,20 @@ async fn stand_in(overrides: &[(&str, &str)]) -> (Arc<StandIn>, StoreConfig) {
     vars.extend_from_slice(overrides);
     (state, crate::common::config(&vars))
 }
+
+/// The adapter on Qdrant's engine behind its REST API, with its collection made.
+async fn on_the_engine() -> (Arc<dyn Store>, Arc<QdrantServer>) {
+    let (server, url) = QdrantServer::start().await;
+    let config = crate::common::config(&[
+        ("SLUICE_STORE", "qdrant"),
+        ("SLUICE_QDRANT_URL", url.as_str()),
+    ]);
+    let store = QdrantStore::from_config(&config).unwrap();
+    assert!(store.create_collection(DIM).await.unwrap());
+    (Arc::new(store), server)
+}
+
+sluice_testkit::store_suite!(on_the_engine());
 
 #[cfg_attr(
     specs_absent,
@@ -464,117 +481,6 @@ async fn the_breaker_opens_skips_at_once_then_probes_and_closes() {
 }
 
 // ---- metadata filters -----------------------------------------------------------------------
-
-/// Whether a point's payload passes a Qdrant filter, by Qdrant's documented semantics: every
-/// `must`, at least one `should` (when there are any), no `must_not`; a condition on a key
-/// whose payload value is a list holds when it holds for one element; `match.value` is
-/// equality, `match.any` membership, `range` compares numbers, `is_empty` holds for a missing
-/// key, null or an empty list. An independent reading of the filter Sluice sends: the stand-in
-/// applies it to the points it was sent.
-fn qdrant_passes(filter: &Value, payload: &Value) -> bool {
-    let list = |k: &str| filter.get(k).and_then(Value::as_array).cloned();
-    list("must").is_none_or(|cs| cs.iter().all(|c| condition(c, payload)))
-        && list("should").is_none_or(|cs| cs.is_empty() || cs.iter().any(|c| condition(c, payload)))
-        && list("must_not").is_none_or(|cs| !cs.iter().any(|c| condition(c, payload)))
-}
-
-fn condition(c: &Value, payload: &Value) -> bool {
-    if ["must", "should", "must_not"]
-        .iter()
-        .any(|k| c.get(k).is_some())
-    {
-        return qdrant_passes(c, payload);
-    }
-    let lookup = |key: &str| key.split('.').try_fold(payload, |v, part| v.get(part));
-    if let Some(empty) = c.get("is_empty") {
-        return match lookup(empty["key"].as_str().unwrap()) {
-            None | Some(Value::Null) => true,
-            Some(Value::Array(items)) => items.is_empty(),
-            Some(_) => false,
-        };
-    }
-    let values: Vec<&Value> = match lookup(c["key"].as_str().expect("a field condition")) {
-        None => vec![],
-        Some(Value::Array(items)) => items.iter().collect(),
-        Some(v) => vec![v],
-    };
-    if let Some(m) = c.get("match") {
-        if let Some(v) = m.get("value") {
-            return values.contains(&v);
-        }
-        let any = m["any"].as_array().expect("match value or any");
-        return values.iter().any(|v| any.contains(v));
-    }
-    let range = c
-        .get("range")
-        .unwrap_or_else(|| panic!("unknown condition {c}"));
-    values.iter().filter_map(|v| v.as_f64()).any(|x| {
-        let bound = |k: &str| range.get(k).and_then(Value::as_f64);
-        bound("gt").is_none_or(|b| x > b)
-            && bound("gte").is_none_or(|b| x >= b)
-            && bound("lt").is_none_or(|b| x < b)
-            && bound("lte").is_none_or(|b| x <= b)
-    })
-}
-
-#[tokio::test]
-async fn the_filter_sent_selects_exactly_the_documents_its_meaning_lets_through() {
-    let (stand_in, config) = stand_in(&[]).await;
-    let store = QdrantStore::from_config(&config).unwrap();
-    ingest_filter_corpus(&store, &["acme", "globex"]).await;
-    let points: Vec<Value> = stand_in
-        .requests()
-        .into_iter()
-        .filter(|r| r.method == "PUT" && r.path.contains("/points?"))
-        .flat_map(|r| r.body["points"].as_array().cloned().unwrap_or_default())
-        .collect();
-    assert_eq!(points.len(), 10);
-    for (filter, expected) in sluice_testkit::filters::expected() {
-        stand_in.clear();
-        search_filtered(&store, &filter, 50).await;
-        let query = stand_in.requests().pop().unwrap().body;
-        let sent = &query["filter"];
-        // The same filter on the fused query and inside both prefetches: the engine filters
-        // while it searches, never after.
-        for prefetch in query["prefetch"].as_array().unwrap() {
-            assert_eq!(&prefetch["filter"], sent);
-        }
-        let mut got: Vec<&str> = points
-            .iter()
-            .filter(|p| qdrant_passes(sent, &p["payload"]))
-            .map(|p| p["payload"]["doc_id"].as_str().unwrap())
-            .collect();
-        got.sort();
-        let mut want = expected.clone();
-        want.sort();
-        assert_eq!(got, want, "{} sent as {sent}", filter.to_json());
-    }
-}
-
-#[tokio::test]
-async fn an_end_users_access_in_the_filter_sent_lets_through_exactly_what_they_may_see() {
-    let (stand_in, config) = stand_in(&[]).await;
-    let store = QdrantStore::from_config(&config).unwrap();
-    let mut cases = sluice_testkit::users::Cases::new(58);
-    let corpus = ingest_access_corpus(&store, &mut cases).await;
-    let points: Vec<Value> = (stand_in.requests().into_iter())
-        .filter(|r| r.method == "PUT" && r.path.contains("/points?"))
-        .flat_map(|r| r.body["points"].as_array().cloned().unwrap_or_default())
-        .collect();
-    assert_eq!(points.len(), corpus.len());
-    for case in 0..sluice_testkit::users::case_count() {
-        let (filter, expected) = sluice_testkit::users::access_case(&mut cases, &corpus);
-        stand_in.clear();
-        search_under(&store, filter.as_ref(), 50).await;
-        let sent = stand_in.requests().pop().unwrap().body["filter"].clone();
-        let mut got: Vec<&str> = (points.iter())
-            .filter(|p| qdrant_passes(&sent, &p["payload"]))
-            .map(|p| p["payload"]["doc_id"].as_str().unwrap())
-            .collect();
-        got.sort();
-        assert_eq!(got, expected, "case {case}: sent {sent}");
-    }
-}
 
 #[cfg_attr(
     specs_absent,
