@@ -213,10 +213,13 @@ mod negations_pass_a_missing_key {
     sluice_testkit::store_suite!(on_indexes(true));
 }
 
-/// A negation (`$ne`, `$nin`) stops a record without the key.
+/// A negation (`$ne`, `$nin`) stops a record without the key: the cases that filter.
 mod negations_stop_a_missing_key {
     use super::*;
-    sluice_testkit::store_suite!(on_indexes(false));
+    sluice_testkit::store_suite!(@cases on_indexes(false);
+        every_filter_returns_exactly_the_documents_its_meaning_lets_through,
+        an_end_users_access_lets_through_exactly_what_they_may_see,
+    );
 }
 
 /// Both indexes' answers are fused here, so under RRF too chunks that tie in both (the same
