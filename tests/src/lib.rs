@@ -157,7 +157,7 @@ pub fn sample_documents() -> Vec<sluice_contract::document::Document> {
 pub fn key_file(
     entries: &[(&str, &[sluice_contract::auth::Permission])],
 ) -> (tempfile::TempDir, String, Vec<String>) {
-    use sluice_contract::{auth::KeyRecord, auth::Principal, auth::digest, auth::new_key};
+    use sluice_contract::{auth::KeyRecord, auth::Principal, auth::new_key};
     use sluice_local::append_to_file;
     let dir = tempfile::tempdir().expect("temp dir");
     let path = dir.path().join("keys.json");
@@ -165,18 +165,9 @@ pub fn key_file(
         .iter()
         .map(|(tenant, permissions)| {
             let key = new_key();
-            let record = KeyRecord {
-                hash: digest(&key),
-                principal: Principal {
-                    tenant: Tenant::new(tenant).expect("a tenant"),
-                    permissions: permissions.to_vec(),
-                    filter: None,
-                    token_budget: None,
-                    tenant_wide: false,
-                    user_token: false,
-                },
-                name: None,
-            };
+            let tenant = Tenant::new(tenant).expect("a tenant");
+            let principal = Principal::new(tenant, permissions.to_vec());
+            let record = KeyRecord::new(&key, principal, None);
             append_to_file(&path, record).expect("key file");
             key
         })

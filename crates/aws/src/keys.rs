@@ -225,14 +225,7 @@ mod tests {
     use super::*;
 
     fn principal() -> Principal {
-        Principal {
-            tenant: Tenant::new("acme").unwrap(),
-            permissions: vec![Permission::Answer],
-            filter: None,
-            token_budget: None,
-            tenant_wide: false,
-            user_token: false,
-        }
+        Principal::new(Tenant::new("acme").unwrap(), vec![Permission::Answer])
     }
 
     /// A found key is trusted for 60 s and an unknown one refused for 5 s without asking the

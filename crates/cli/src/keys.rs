@@ -3,7 +3,7 @@
 use anyhow::{Result, bail};
 use clap::Subcommand;
 use sluice_app::Settings;
-use sluice_contract::auth::{KeyAsk, KeyRecord, Principal, digest, key_id, new_key};
+use sluice_contract::auth::{KeyAsk, KeyRecord, Principal, key_id, new_key};
 
 /// Makes a key, stores its digest where `settings` say, and prints the key. A key bound to a
 /// `filter` gets only `answer` unless told otherwise, and a permission that acts on the whole
@@ -23,11 +23,7 @@ pub async fn create(settings: &Settings, new: NewKey) -> Result<()> {
     })?;
     let key = new_key();
     let tenant = principal.tenant.clone();
-    let record = KeyRecord {
-        hash: digest(&key),
-        principal,
-        name: new.name,
-    };
+    let record = KeyRecord::new(&key, principal, new.name);
     let id = key_id(&record.hash);
     let place = sluice_app::store_key(settings, record).await?;
     eprintln!(

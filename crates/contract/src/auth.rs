@@ -154,6 +154,19 @@ pub struct Principal {
 }
 
 impl Principal {
+    /// A key of `tenant` that may do `permissions` and nothing more: no filter of its own, no
+    /// token budget, no end user's token required.
+    pub fn new(tenant: Tenant, permissions: Vec<Permission>) -> Self {
+        Self {
+            tenant,
+            permissions,
+            filter: None,
+            token_budget: None,
+            tenant_wide: false,
+            user_token: false,
+        }
+    }
+
     /// Whether the key may do `p`: it holds `p`, and `p` does not reach past the key's filter
     /// unless the key was made [`tenant_wide`](Self::tenant_wide).
     pub fn may(&self, p: Permission) -> bool {
@@ -288,6 +301,17 @@ pub struct KeyRecord {
     /// A label for people ("ci", "alice's laptop"); never used for access.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
+}
+
+impl KeyRecord {
+    /// The record of `key` (stored by its [`digest`], never itself) for `principal`.
+    pub fn new(key: &str, principal: Principal, name: Option<String>) -> Self {
+        Self {
+            hash: digest(key),
+            principal,
+            name,
+        }
+    }
 }
 
 /// Why keys could not be read.

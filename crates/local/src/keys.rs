@@ -108,18 +108,8 @@ mod tests {
     use sluice_contract::Tenant;
 
     fn record(key: &str, tenant: &str, permissions: &[Permission]) -> KeyRecord {
-        KeyRecord {
-            hash: digest(key),
-            principal: Principal {
-                tenant: Tenant::new(tenant).unwrap(),
-                permissions: permissions.to_vec(),
-                filter: None,
-                token_budget: None,
-                tenant_wide: false,
-                user_token: false,
-            },
-            name: None,
-        }
+        let principal = Principal::new(Tenant::new(tenant).unwrap(), permissions.to_vec());
+        KeyRecord::new(key, principal, None)
     }
 
     #[test]

@@ -157,12 +157,8 @@ impl MemoryKeys {
         filter: Option<Filter>,
     ) -> String {
         self.add_principal(Principal {
-            tenant: self::tenant(tenant),
-            permissions: permissions.to_vec(),
             filter,
-            token_budget: None,
-            tenant_wide: false,
-            user_token: false,
+            ..Principal::new(self::tenant(tenant), permissions.to_vec())
         })
     }
 

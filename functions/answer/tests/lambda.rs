@@ -147,22 +147,10 @@ async fn mcp(base: &str, call: &serde_json::Value) -> (u16, String) {
 
 /// A new API key that may ask for answers as `tenant`, and its record.
 fn answer_key(tenant: &str) -> (String, sluice_contract::auth::KeyRecord) {
-    use sluice_contract::{
-        auth::KeyRecord, auth::Permission, auth::Principal, auth::digest, auth::new_key,
-    };
+    use sluice_contract::{auth::KeyRecord, auth::Permission, auth::Principal, auth::new_key};
     let key = new_key();
-    let record = KeyRecord {
-        hash: digest(&key),
-        principal: Principal {
-            tenant: sluice_tests::tenant(tenant),
-            permissions: vec![Permission::Answer],
-            filter: None,
-            token_budget: None,
-            tenant_wide: false,
-            user_token: false,
-        },
-        name: Some("lambda test".into()),
-    };
+    let principal = Principal::new(sluice_tests::tenant(tenant), vec![Permission::Answer]);
+    let record = KeyRecord::new(&key, principal, Some("lambda test".into()));
     (key, record)
 }
 

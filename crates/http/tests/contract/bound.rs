@@ -48,12 +48,9 @@ fn wide_key(keys: &MemoryKeys) -> String {
     format!(
         "Bearer {}",
         keys.add_principal(Principal {
-            tenant: sluice_testkit::tenant("acme"),
-            permissions: Permission::ALL.to_vec(),
             filter: Some(team_a()),
-            token_budget: None,
             tenant_wide: true,
-            user_token: false,
+            ..Principal::new(sluice_testkit::tenant("acme"), Permission::ALL.to_vec())
         })
     )
 }

@@ -109,12 +109,12 @@ async fn acme(overrides: &[(&str, &str)], budget: Option<u64>, llm: ScriptedLlm)
     let admin = keys.add("acme", &[Permission::Documents, Permission::Settings]);
     let cards = Filter::parse(&json!({"topic": "cards"})).ok();
     let bound = keys.add_principal(sluice_contract::auth::Principal {
-        tenant: sluice_testkit::tenant("acme"),
-        permissions: vec![Permission::Answer],
         filter: cards,
         token_budget: budget,
-        tenant_wide: false,
-        user_token: false,
+        ..sluice_contract::auth::Principal::new(
+            sluice_testkit::tenant("acme"),
+            vec![Permission::Answer],
+        )
     });
     let app = Kit::with_llm(overrides, llm).keys(keys).app();
     let as_admin = [("x-api-key", admin.as_str())];

@@ -316,17 +316,14 @@ async fn end_users_only_read() {
 #[tokio::test]
 async fn a_key_made_for_end_users_needs_a_token_and_only_reads() {
     let keys = Arc::new(MemoryKeys::default());
+    let permissions = vec![
+        Permission::Answer,
+        Permission::Documents,
+        Permission::Settings,
+    ];
     let key = keys.add_principal(Principal {
-        tenant: sluice_testkit::tenant("acme"),
-        permissions: vec![
-            Permission::Answer,
-            Permission::Documents,
-            Permission::Settings,
-        ],
-        filter: None,
-        token_budget: None,
-        tenant_wide: false,
         user_token: true,
+        ..Principal::new(sluice_testkit::tenant("acme"), permissions)
     });
     let admin = keys.add("acme", &Permission::DEFAULT);
     let app = Kit::new(UNCHECKED).keys(keys).app();

@@ -275,12 +275,8 @@ async fn answers_started_together_cannot_overshoot_a_budget_together() {
     // may spend up to the 2,048-token window, against a key's budget of 5,000.
     let keys = Arc::new(MemoryKeys::default());
     let capped = keys.add_principal(Principal {
-        tenant: tenant("acme"),
-        permissions: Permission::DEFAULT.to_vec(),
-        filter: None,
         token_budget: Some(5_000),
-        tenant_wide: false,
-        user_token: false,
+        ..Principal::new(tenant("acme"), Permission::DEFAULT.to_vec())
     });
     let stalling =
         sluice_testkit::ScriptedLlm::new(sluice_testkit::Reply::StallAfter(vec!["w ".into()]));
@@ -361,12 +357,8 @@ async fn budgets_refuse_answers_once_spent_and_start_again_with_the_month() {
     // A key whose budget one answer spends, another with none, under a tenant budget that
     // a few answers spend.
     let capped = keys.add_principal(Principal {
-        tenant: tenant("acme"),
-        permissions: Permission::DEFAULT.to_vec(),
-        filter: None,
         token_budget: Some(1),
-        tenant_wide: false,
-        user_token: false,
+        ..Principal::new(tenant("acme"), Permission::DEFAULT.to_vec())
     });
     let free = keys.add("acme", &Permission::DEFAULT);
     let globex = keys.add("globex", &Permission::DEFAULT);
