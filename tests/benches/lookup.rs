@@ -8,33 +8,19 @@
 //! whole table, so its figures grow with the table and say nothing about DynamoDB's service
 //! time (where a `Query` reads only the items it returns); they bound the client's own cost.
 
-use sluice_testkit::tenant;
+use sluice_testkit::{scope, tenant};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use sluice_contract::{cache::CacheStore, cache::CachedAnswer, cache::Scope};
+use sluice_contract::{cache::CacheStore, cache::CachedAnswer};
 use sluice_core::{cache::CacheSettings, cache::Lookup, cache::Probe, cache::SemanticCache};
 use sluice_local::MemoryCache;
 
 const DIM: usize = 384;
 /// Table sizes measured, in order (the table grows from one to the next).
 const SIZES: [usize; 2] = [100, 1000];
-
-fn scope() -> Scope {
-    Scope {
-        corpus_version: 1,
-        llm_model: "llm".into(),
-        embed_model: "minilm".into(),
-        prompt_version: 1,
-        k: 5,
-        rerank: None,
-        variant: None,
-        binding: None,
-        access: None,
-    }
-}
 
 /// A deterministic pseudo-random unit vector.
 fn vector(seed: u64) -> Vec<f32> {
@@ -91,7 +77,7 @@ impl Bench {
                 &tenant("bench"),
                 &Probe::new(&q),
                 vector(i as u64),
-                scope(),
+                scope(1),
                 answer,
             );
             self.cache.put(&entry).await.expect("put");
@@ -101,7 +87,7 @@ impl Bench {
     async fn exact(&self, i: usize, entries: usize) -> Duration {
         let probe = Probe::new(&question(i % entries));
         let started = Instant::now();
-        let found = self.cache.exact(&tenant("bench"), &probe, &scope()).await;
+        let found = self.cache.exact(&tenant("bench"), &probe, &scope(1)).await;
         let took = started.elapsed();
         assert!(
             matches!(found, Lookup::Hit { .. }),
@@ -118,7 +104,7 @@ impl Bench {
         let started = Instant::now();
         let found = self
             .cache
-            .similar(&tenant("bench"), &probe, &v, &scope())
+            .similar(&tenant("bench"), &probe, &v, &scope(1))
             .await;
         let took = started.elapsed();
         if let Lookup::Failed(e) = &found {

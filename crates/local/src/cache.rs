@@ -157,7 +157,7 @@ mod tests {
         (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
             .map_or(0, |d| d.as_secs())
     }
-    use sluice_contract::{cache::CachedAnswer, cache::Scope};
+    use sluice_contract::cache::CachedAnswer;
 
     fn t(name: &str) -> Tenant {
         Tenant::new(name).unwrap()
@@ -170,17 +170,7 @@ mod tests {
             query: key.into(),
             vector: vec![1.0],
             buckets,
-            scope: Scope {
-                corpus_version: 0,
-                llm_model: "m".into(),
-                embed_model: "e".into(),
-                prompt_version: 1,
-                k: 5,
-                rerank: None,
-                variant: None,
-                binding: None,
-                access: None,
-            },
+            scope: sluice_testkit::scope(0),
             expires_at: now() + 60,
             answer: CachedAnswer {
                 tokens: vec![],

@@ -49,11 +49,27 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sluice_contract::Tenant;
 use sluice_contract::auth::{AuthError, KeyStore, Permission, Principal, digest, new_key};
-use sluice_contract::cache::{CacheEntry, CacheStore};
+use sluice_contract::cache::{CacheEntry, CacheStore, Scope};
 use sluice_contract::components::{ComponentError, ComponentStorage, StoredVersion};
 use sluice_contract::error::CacheError;
 use sluice_contract::filter::Filter;
 use sluice_contract::usage::{Date, Row, Unwritten, UsageError, UsageStore};
+
+/// The scope of a cached answer made under `corpus_version` by the test LLM (`llm`) with the
+/// test embedding model (`minilm`), for 5 sources, nothing else shaping it.
+pub fn scope(corpus_version: u64) -> Scope {
+    Scope {
+        corpus_version,
+        llm_model: "llm".into(),
+        embed_model: "minilm".into(),
+        prompt_version: 1,
+        k: 5,
+        rerank: None,
+        variant: None,
+        binding: None,
+        access: None,
+    }
+}
 
 /// `name` as a tenant; panics when it is not a valid one (test data is).
 pub fn tenant(name: &str) -> Tenant {

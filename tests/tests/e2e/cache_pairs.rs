@@ -99,15 +99,8 @@ fn pairs(fixture: &str) -> Vec<Pair> {
 
 fn scope() -> Scope {
     Scope {
-        corpus_version: 1,
-        llm_model: "llm".into(),
         embed_model: model().model_id().to_string(),
-        prompt_version: 1,
-        k: 5,
-        rerank: None,
-        variant: None,
-        binding: None,
-        access: None,
+        ..sluice_testkit::scope(1)
     }
 }
 

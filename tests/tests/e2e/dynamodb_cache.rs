@@ -3,14 +3,14 @@
 //! `make test` on 127.0.0.1 and named by the standard `AWS_ENDPOINT_URL_DYNAMODB`).
 //! Each test works in its own table.
 
-use sluice_testkit::tenant;
+use sluice_testkit::{scope, tenant};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use sluice_cache_dynamodb::DynamoCache;
 use sluice_contract::error::CacheError;
-use sluice_contract::{cache::CacheEntry, cache::CacheStore, cache::CachedAnswer, cache::Scope};
+use sluice_contract::{cache::CacheEntry, cache::CacheStore, cache::CachedAnswer};
 use sluice_core::{cache::CacheSettings, cache::Lookup, cache::Probe, cache::SemanticCache};
 
 async fn table(name: &str) -> DynamoCache {
@@ -21,20 +21,6 @@ async fn table(name: &str) -> DynamoCache {
         "fresh table"
     );
     cache
-}
-
-fn scope() -> Scope {
-    Scope {
-        corpus_version: 3,
-        llm_model: "llm".into(),
-        embed_model: "minilm".into(),
-        prompt_version: 1,
-        k: 5,
-        rerank: None,
-        variant: None,
-        binding: None,
-        access: None,
-    }
 }
 
 fn semantic(store: DynamoCache) -> SemanticCache {
@@ -67,7 +53,7 @@ fn entry(cache: &SemanticCache, name: &str, query: &str, vector: Vec<f32>) -> Ca
         &tenant(name),
         &Probe::new(query),
         vector,
-        scope(),
+        scope(3),
         answer(query),
     )
 }
@@ -118,7 +104,7 @@ async fn exact_and_similar_hits_round_trip_through_the_table() {
         .exact(
             &tenant("acme"),
             &Probe::new("how do I reset my pin"),
-            &scope(),
+            &scope(3),
         )
         .await;
     assert_eq!(hit_text(&exact).as_deref(), Some("How do I reset my PIN?"));
@@ -130,7 +116,7 @@ async fn exact_and_similar_hits_round_trip_through_the_table() {
             &tenant("acme"),
             &Probe::new("how can I reset my pin"),
             &near,
-            &scope(),
+            &scope(3),
         )
         .await;
     match &similar {
@@ -153,8 +139,15 @@ async fn one_tenant_never_reads_another_tenants_entry() {
         .await
         .unwrap();
     let probe = Probe::new("what is the fee");
-    assert!(hit_text(&cache.exact(&tenant("globex"), &probe, &scope()).await).is_none());
-    assert!(hit_text(&cache.similar(&tenant("globex"), &probe, &v, &scope()).await).is_none());
+    assert!(hit_text(&cache.exact(&tenant("globex"), &probe, &scope(3)).await).is_none());
+    assert!(
+        hit_text(
+            &cache
+                .similar(&tenant("globex"), &probe, &v, &scope(3))
+                .await
+        )
+        .is_none()
+    );
     // Not even the raw backend returns it: the tenant is part of every key it reads.
     assert!(
         store
@@ -199,8 +192,8 @@ async fn expired_entries_are_ignored_although_the_emulator_keeps_them() {
             .is_some(),
         "still stored"
     );
-    assert!(hit_text(&cache.exact(&tenant("acme"), &probe, &scope()).await).is_none());
-    assert!(hit_text(&cache.similar(&tenant("acme"), &probe, &v, &scope()).await).is_none());
+    assert!(hit_text(&cache.exact(&tenant("acme"), &probe, &scope(3)).await).is_none());
+    assert!(hit_text(&cache.similar(&tenant("acme"), &probe, &v, &scope(3)).await).is_none());
 }
 
 #[tokio::test]
@@ -346,7 +339,7 @@ async fn a_lookup_is_one_parallel_round_of_one_get_item_and_ten_index_queries() 
             &tenant("acme"),
             &Probe::new("what's the fee, please"),
             &[0.99, 0.141, 0.0, 0.0],
-            &scope(),
+            &scope(3),
         )
         .await;
     let took = started.elapsed();
@@ -400,7 +393,7 @@ async fn with_a_tenant_role_each_tenant_calls_with_credentials_assumed_for_it() 
             &tenant("acme"),
             &Probe::new("fee for acme"),
             &[1.0, 0.0, 0.0, 0.0],
-            &scope(),
+            &scope(3),
         )
         .await;
     assert_eq!(hit_text(&found).as_deref(), Some("fee for acme"));

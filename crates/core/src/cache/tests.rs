@@ -1,19 +1,6 @@
 use super::*;
 use sluice_local::MemoryCache;
-
-fn scope(corpus_version: u64) -> Scope {
-    Scope {
-        corpus_version,
-        llm_model: "llm".into(),
-        embed_model: "minilm".into(),
-        prompt_version: 1,
-        k: 5,
-        rerank: None,
-        variant: None,
-        binding: None,
-        access: None,
-    }
-}
+use sluice_testkit::scope;
 
 fn answer(text: &str) -> CachedAnswer {
     CachedAnswer::one_token(text)
