@@ -22,7 +22,7 @@
 //! (or a paraphrase of one), so that every hit can be judged from its own pair.
 
 use sluice_testkit::tenant;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -104,8 +104,19 @@ fn scope() -> Scope {
     }
 }
 
+/// The model's embedding of `text`, each text embedded once for the whole binary: the guard
+/// table alone asks for every sentence of its sets eighteen times (three thresholds, two
+/// guards, three sets), and the model is deterministic.
 fn embed(text: &str) -> Vec<f32> {
-    model().embed(&[text]).expect("embedding").remove(0)
+    static SEEN: std::sync::OnceLock<std::sync::Mutex<HashMap<String, Vec<f32>>>> =
+        std::sync::OnceLock::new();
+    let seen = SEEN.get_or_init(Default::default);
+    if let Some(v) = seen.lock().expect("embeddings").get(text) {
+        return v.clone();
+    }
+    let v = model().embed(&[text]).expect("embedding").remove(0);
+    (seen.lock().expect("embeddings")).insert(text.to_string(), v.clone());
+    v
 }
 
 /// What a set of pairs gave.
