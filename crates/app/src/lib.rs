@@ -249,6 +249,9 @@ pub async fn parts(
         components: None,
         keys,
         usage,
+        // Evaluation sets and runs: `sluice serve`'s files; the Lambda functions keep none yet.
+        records: (role == Role::All)
+            .then(|| Arc::new(sluice_local::FileRecords::new(&wire.auth.records_dir)) as _),
         secrets: settings
             .is_some()
             .then(|| Arc::new(sluice_aws::secrets::Reader::default()) as _),

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use sluice_contract::access::SecretReader;
 use sluice_contract::auth::KeyStore;
 use sluice_contract::document::Converter;
+use sluice_contract::evals::Records;
 use sluice_contract::tenant_settings::SettingsStore;
 use sluice_contract::usage::UsageStore;
 use sluice_contract::{
@@ -94,6 +95,9 @@ pub struct Parts {
     /// Where tenants' HMAC secrets for their end users' tokens are read (Secrets Manager);
     /// `None`: a tenant whose identity names one has its tokens refused as unverifiable.
     pub secrets: Option<Arc<dyn SecretReader>>,
+    /// Where tenants' evaluation sets and runs are kept (answers); `None`: `/v1/evals` is 404
+    /// `evals_disabled`.
+    pub records: Option<Arc<dyn Records>>,
 }
 
 impl Parts {
@@ -132,6 +136,8 @@ impl Parts {
                 .allowing(self.wire.auth.fetch_allow.clone());
             server.identities = Arc::new(identities.with_secrets(secrets));
         }
+        let answers = server.answers.is_some();
+        server.records = self.records.filter(|_| answers);
         server.converter = self.converter;
         server.components = self.components;
         server.keys = self.keys;

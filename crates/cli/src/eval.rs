@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use clap::Subcommand;
 use serde::Serialize;
 use sluice_contract::fusion::Fusion;
@@ -79,12 +79,109 @@ pub enum EvalCommand {
         #[arg(long, default_value = "eval-grounding")]
         out: PathBuf,
     },
+    /// A tenant's evaluation sets on a running server: store one (a JSON file, or - for
+    /// standard input), print one, list them, delete one.
+    Sets {
+        #[command(subcommand)]
+        command: SetsCommand,
+        #[command(flatten)]
+        target: crate::Target,
+    },
+    /// Run one of the tenant's evaluation sets on a running server, through its own
+    /// pipeline: each question as it is scored, then the figures with their 95 % intervals
+    /// and the difference from the set's last finished run.
+    Run {
+        /// The set.
+        #[arg(long)]
+        set: String,
+        /// Answer each question whole (the LLM and the grounding verdict; tokens are counted
+        /// as answers'), not only its retrieval.
+        #[arg(long)]
+        answers: bool,
+        /// Sources per question [default: the tenant's k].
+        #[arg(short, long)]
+        k: Option<u32>,
+        /// Compare with this run [default: the set's last finished run in the same mode].
+        #[arg(long)]
+        compare_to: Option<String>,
+        /// Print the report's JSON.
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        target: crate::Target,
+    },
     /// Paraphrases the cache answers by retrieval agreement (tests/fixtures' labelled pairs,
     /// run from the repository, over τ²-bench's documents), measured on held-out halves.
     Cache {
         #[arg(long, default_value = "eval-cache")]
         out: PathBuf,
     },
+}
+
+#[derive(Subcommand)]
+pub enum SetsCommand {
+    /// Store a set (replacing one of the same name): {"description"?, "questions": [{"question",
+    /// "documents"?, "first"?, "facts"?, …}]}.
+    Put { name: String, file: PathBuf },
+    /// Print a set.
+    Get { name: String },
+    /// List the tenant's sets.
+    List,
+    /// Delete a set (its runs stay).
+    Delete { name: String },
+}
+
+/// `sluice eval sets …` against the server `client` talks to.
+pub async fn sets(client: &sluice_client::Client, command: SetsCommand) -> Result<()> {
+    let path = |name: &str| format!("/v1/evals/sets/{}", sluice_contract::escape(name));
+    let answer = match command {
+        SetsCommand::Put { name, file } => {
+            let text = match file.as_os_str() == "-" {
+                true => std::io::read_to_string(std::io::stdin())?,
+                false => std::fs::read_to_string(&file)
+                    .with_context(|| format!("reading {}", file.display()))?,
+            };
+            let set: serde_json::Value =
+                serde_json::from_str(&text).context("the set is not JSON")?;
+            client.put(&path(&name), &set).await?
+        }
+        SetsCommand::Get { name } => client.get(&path(&name)).await?,
+        SetsCommand::List => client.get("/v1/evals/sets").await?,
+        SetsCommand::Delete { name } => client.delete(&path(&name), None).await?,
+    };
+    println!("{answer:#}");
+    Ok(())
+}
+
+/// `sluice eval run`: the run streamed, a line per question, then the figures.
+pub async fn run_set(
+    client: &sluice_client::Client,
+    set: String,
+    answers: bool,
+    k: Option<u32>,
+    compare_to: Option<String>,
+    json: bool,
+) -> Result<()> {
+    use futures::StreamExt;
+    let mode = if answers { "answer" } else { "retrieval" };
+    let body = serde_json::json!({"set": set, "mode": mode, "k": k, "compare_to": compare_to});
+    let mut events = client.post_events("/v1/evals/runs", &body).await?;
+    while let Some(event) = events.next().await {
+        let (name, data) = event?;
+        let data: serde_json::Value = serde_json::from_str(&data)?;
+        match name.as_str() {
+            "run" => eprintln!(
+                "run {}: {} questions of {set} ({mode})",
+                data["id"], data["total"]
+            ),
+            "question" => eprintln!("{}", sluice_client::eval_question_line(&data)),
+            "report" if json => println!("{data:#}"),
+            "report" => println!("{}", sluice_client::eval_report_lines(&data).join("\n")),
+            "error" => anyhow::bail!("the run failed: {}", data["message"]),
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 /// The dataset and the split of an evaluation.
@@ -147,6 +244,9 @@ pub async fn command(settings: &sluice_app::Settings, command: EvalCommand) -> R
                 sluice_eval::pages::run(settings, &folder, &questions, |line| eprintln!("{line}"))
                     .await?;
             return write_reports(&out, &report, &sluice_eval::pages::table(&report));
+        }
+        EvalCommand::Sets { .. } | EvalCommand::Run { .. } => {
+            unreachable!("a server's evaluations are dispatched by main")
         }
         EvalCommand::Cache { out } => {
             let report = sluice_eval::cache::run_installed(settings, &default_data(config)).await?;

@@ -116,7 +116,7 @@ enum Command {
         #[command(subcommand)]
         command: BenchCommand,
     },
-    /// Evaluate retrieval quality on a labelled dataset.
+    /// Evaluate retrieval quality on a labelled dataset, or a tenant's own sets on a server.
     Eval {
         #[command(subcommand)]
         command: EvalCommand,
@@ -296,6 +296,27 @@ fn run() -> Result<()> {
             Ok(())
         }
         Command::Keys { command } => runtime.block_on(keys::command(&settings, command)),
+        Command::Eval {
+            command: EvalCommand::Sets { command, target },
+        } => runtime.block_on(eval::sets(&server(target)?, command)),
+        Command::Eval {
+            command:
+                EvalCommand::Run {
+                    set,
+                    answers,
+                    k,
+                    compare_to,
+                    json,
+                    target,
+                },
+        } => runtime.block_on(eval::run_set(
+            &server(target)?,
+            set,
+            answers,
+            k,
+            compare_to,
+            json,
+        )),
         Command::Eval { command } => runtime.block_on(eval::command(&settings, command)),
         Command::Component { command } => {
             Ok(runtime.block_on(sluice_component::cli::command(&settings, command))?)

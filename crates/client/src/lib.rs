@@ -99,6 +99,65 @@ pub fn found_lines(found: &Found) -> Vec<String> {
         .collect()
 }
 
+/// A question of an evaluation run as it is scored (its `question` event), for people:
+/// `[done/total] id:` and the scores it has.
+pub fn eval_question_line(event: &Value) -> String {
+    let q = &event["question"];
+    let scores = [
+        "recall",
+        "reciprocal_rank",
+        "first_source",
+        "grounded",
+        "error",
+    ]
+    .map(|key| match &q[key] {
+        Value::Null => String::new(),
+        v => format!(" {key} {v}"),
+    })
+    .concat();
+    format!(
+        "[{}/{}] {}:{scores}",
+        event["done"], event["total"], q["id"]
+    )
+}
+
+/// An evaluation run's report for people: where it ended, each figure with its interval and
+/// its change since the baseline, the counts, each stage's p50 and p99.
+pub fn eval_report_lines(report: &Value) -> Vec<String> {
+    let cell = |figure: &Value| match figure["value"].as_f64() {
+        Some(v) => format!(
+            "{v:.3} [{:.3}, {:.3}] n={}",
+            figure["ci"][0].as_f64().unwrap_or(0.0),
+            figure["ci"][1].as_f64().unwrap_or(0.0),
+            figure["n"]
+        ),
+        None => "-".into(),
+    };
+    let (f, r) = (&report["figures"], report);
+    let mut lines = vec![format!(
+        "run {} of {}: {}, {} of {} questions{}",
+        r["id"],
+        r["set"],
+        r["status"],
+        r["done"],
+        r["total"],
+        (r["baseline"].as_str()).map_or(String::new(), |b| format!(", compared with {b}"))
+    )];
+    lines.push(format!("{:<14} {:<36} change", "figure", "value [95 %]"));
+    for figure in ["recall", "mrr", "first_source", "grounded", "facts"] {
+        let (now, change) = (cell(&f[figure]), cell(&r["versus"][figure]));
+        lines.push(format!("{figure:<14} {now:<36} {change}"));
+    }
+    lines.push(format!(
+        "unsupported facts {}, refusals {}, cache hits {}, errors {}, tokens {}",
+        f["unsupported"], f["refusals"], f["cache_hits"], f["errors"], r["tokens"]
+    ));
+    for (stage, p) in f["stages"].as_object().into_iter().flatten() {
+        lines.push(format!("{stage:<14} p50 {} ms, p99 {} ms", p[0], p[1]));
+    }
+    lines
+}
+
 /// One line of a document listing for people: id, chunks, when ingested, title (tab-separated;
 /// `-` for what is absent).
 pub fn document_line(d: &Value) -> String {
@@ -321,18 +380,34 @@ impl Client {
     /// `POST /v1/answer` with `body`: the stream of its events, once the server has accepted
     /// it (a refusal before the stream is [`ClientError::Server`]).
     pub async fn answer(&self, body: &impl Serialize) -> Result<Events, ClientError> {
+        let events = self.post_events("/v1/answer", body).await?;
+        let decoded = events.filter_map(|event| async move {
+            match event {
+                Ok((name, data)) => decode(&name, &data).transpose(),
+                Err(e) => Some(Err(e)),
+            }
+        });
+        Ok(decoded.boxed())
+    }
+
+    /// `POST path` with `body`, answered as `text/event-stream`: each event's name and data,
+    /// once the server has accepted it (a refusal is [`ClientError::Server`]). An evaluation
+    /// run (`/v1/evals/runs`) is read this way.
+    pub async fn post_events(
+        &self,
+        path: &str,
+        body: &impl Serialize,
+    ) -> Result<BoxStream<'static, Result<(String, String), ClientError>>, ClientError> {
         use eventsource_stream::Eventsource;
         let (headers, bytes) = json_body(body);
-        let request = self.request(reqwest::Method::POST, "/v1/answer");
+        let request = self.request(reqwest::Method::POST, path);
         let response = self.send(request.headers(headers).body(bytes)).await?;
         let events = response
             .bytes_stream()
             .eventsource()
-            .filter_map(|event| async move {
-                match event {
-                    Ok(event) => decode(&event.event, &event.data).transpose(),
-                    Err(e) => Some(Err(ClientError::Stream(e.to_string()))),
-                }
+            .map(|event| match event {
+                Ok(event) => Ok((event.event, event.data)),
+                Err(e) => Err(ClientError::Stream(e.to_string())),
             });
         Ok(events.boxed())
     }
@@ -361,6 +436,11 @@ impl Client {
     /// `GET` of `path` (with its query, values [`escape`]d): the JSON answer.
     pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
         self.call(reqwest::Method::GET, path, None).await
+    }
+
+    /// `PUT` of `body` to `path`: the JSON answer.
+    pub async fn put(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.call(reqwest::Method::PUT, path, Some(body)).await
     }
 
     /// `DELETE` of `path`, with `body` when given: the JSON answer.
@@ -449,7 +529,7 @@ impl Client {
     /// `PUT /v1/settings` with `settings`: the tenant's settings as stored, with their new
     /// version.
     pub async fn put_settings(&self, settings: &Value) -> Result<Value, ClientError> {
-        (self.call(reqwest::Method::PUT, "/v1/settings", Some(settings))).await
+        self.put("/v1/settings", settings).await
     }
 
     /// The tenant's settings read (`GET /v1/settings`), changed by `change`, and stored

@@ -201,11 +201,17 @@ error_codes! {
         /// range, or instructions over their share of the prompt; the message starts with the field
         /// (`prompt.citations: …`); nothing stored.
         InvalidSettings = ("invalid_settings", 400, false),
+        /// An evaluation set (`PUT /v1/evals/sets/{name}`) or run (`POST /v1/evals/runs`) that is
+        /// not valid: an unknown field, a cap passed, a question an answer would refuse; the
+        /// message starts with the field (`questions[3].documents[0]: …`); nothing stored or run.
+        InvalidEvalSet = ("invalid_eval_set", 400, false),
         /// Activating, reading the log of or deleting a component version the tenant does not have.
         UnknownVersion = ("unknown_version", 404, false),
         /// A document id the tenant does not have (or the key's filter does not let through); also
         /// a bound key's ingest with the id of a document outside its filter (nothing is replaced).
         UnknownDocument = ("unknown_document", 404, false),
+        /// An evaluation set or run the tenant does not have.
+        UnknownEvalSet = ("unknown_eval_set", 404, false),
         /// An MCP tool this server does not have (a JSON-RPC error, `-32602`).
         UnknownTool = ("unknown_tool", 404, false),
         /// An MCP request with an `Mcp-Session-Id`: the server keeps no sessions and issued none.
@@ -219,6 +225,9 @@ error_codes! {
         /// `/v1/settings` in a process that keeps no tenant settings (one that serves no answers,
         /// or a Lambda function without `SLUICE_SETTINGS_TABLE`).
         SettingsDisabled = ("settings_disabled", 404, false),
+        /// `/v1/evals/…` in a process that keeps no evaluation sets (one that serves no answers,
+        /// or a Lambda function without a records store).
+        EvalsDisabled = ("evals_disabled", 404, false),
         /// Wrong method on a known route.
         MethodNotAllowed = ("method_not_allowed", 405, false),
         /// An `/mcp` request whose `Accept` does not take both `application/json` and
@@ -226,6 +235,9 @@ error_codes! {
         NotAcceptable = ("not_acceptable", 406, false),
         /// Deleting the component version that is active (activate another, or deactivate, first).
         VersionActive = ("version_active", 409, false),
+        /// A run started while the tenant has as many going as it may
+        /// (`SLUICE_EVAL_RUNS_PER_TENANT`): wait for one to end, or cancel it.
+        EvalRunActive = ("eval_run_active", 409, false),
         /// Body over `SLUICE_MAX_BODY_BYTES` (answers), `SLUICE_MAX_INGEST_BYTES` (documents) or 2
         /// MiB (components).
         BodyTooLarge = ("body_too_large", 413, false),
@@ -259,6 +271,8 @@ error_codes! {
         CacheUnavailable = ("cache_unavailable", 503, true),
         /// `/v1/settings` while the settings store cannot be read or written.
         SettingsUnavailable = ("settings_unavailable", 503, true),
+        /// `/v1/evals/…` while the store of sets and runs cannot be read or written.
+        EvalsUnavailable = ("evals_unavailable", 503, true),
         /// `GET /v1/usage` while the usage store cannot be read (with `Retry-After: 1`).
         UsageUnavailable = ("usage_unavailable", 503, true),
         /// The key table cannot be read (with `Retry-After: 1`).

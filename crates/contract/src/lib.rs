@@ -13,6 +13,8 @@
 //! - [`cancel`]: how CPU work on other threads stops when its request ends;
 //! - [`settings`]: how each owner of a configuration section reads and checks its variables;
 //! - [`access`]: end users, their principals, and the documents they may see;
+//! - [`evals`]: a tenant's evaluation sets, and the records store they and their runs are
+//!   kept in;
 //! - [`cache`], [`auth`] and [`usage`]: the storage boundaries of the answer cache, the API
 //!   keys and usage — what a backend keeps and answers (the rules over them are the engine's).
 //!
@@ -29,6 +31,7 @@ pub mod codes;
 pub mod components;
 pub mod document;
 pub mod error;
+pub mod evals;
 pub mod filter;
 pub mod fusion;
 pub mod grounding;

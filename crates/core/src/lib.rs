@@ -10,6 +10,8 @@
 //!   English words (normalisation, canonical words, WordNet).
 //! - [`ingest`]: the document path — validate, [`chunk`], embed, replace in the store — which
 //!   needs no LLM (files become documents before: `sluice-convert`).
+//! - [`quality`]: the retrieval metrics, and an evaluation set's questions scored from what
+//!   the pipeline gave for them.
 //! - [`trace`]: W3C trace context; [`config`]: the engine's sections of the environment;
 //!   [`usage`]: what each tenant and key used, and the monthly token budgets; [`tenants`]:
 //!   each tenant's settings as the pipeline reads them.
@@ -31,6 +33,7 @@ pub mod ingest;
 pub mod language;
 pub mod pipeline;
 pub mod prompt;
+pub mod quality;
 pub mod tenants;
 pub mod trace;
 pub mod usage;

@@ -35,6 +35,12 @@ use sluice_convert::parse_as;
 use sluice_convert::{ConvertLimits, Format};
 use sluice_retrieve::{EdgeStore, Retrieval};
 
+/// The metrics and the bootstrap are the engine's, the same that score a tenant's evaluation
+/// runs (`sluice_core::quality`).
+pub use sluice_core::quality::{
+    BOOTSTRAP, bootstrap_ci, first_seen, mean, ndcg_at, recall_at, reciprocal_rank,
+};
+
 /// The tenant the evaluation's documents are ingested for.
 pub mod cache;
 pub mod grounding;
@@ -242,43 +248,6 @@ pub fn documents_of(hits: &[Hit]) -> Vec<String> {
     first_seen(hits.iter().map(|h| h.document.id.clone()))
 }
 
-/// Each document id once, where it first appears.
-fn first_seen(ids: impl Iterator<Item = String>) -> Vec<String> {
-    let mut seen = HashSet::new();
-    ids.filter(|id| seen.insert(id.clone())).collect()
-}
-
-/// Share of `required` in the first `k` of `ranked`.
-pub fn recall_at(ranked: &[String], required: &[String], k: usize) -> f64 {
-    let top: HashSet<&str> = ranked.iter().take(k).map(String::as_str).collect();
-    let found = required.iter().filter(|r| top.contains(r.as_str())).count();
-    found as f64 / required.len().max(1) as f64
-}
-
-/// nDCG@k with binary relevance: DCG of `ranked` over the DCG of a ranking with every
-/// required document first.
-pub fn ndcg_at(ranked: &[String], required: &[String], k: usize) -> f64 {
-    let relevant: HashSet<&str> = required.iter().map(String::as_str).collect();
-    let gain = |rank: usize| 1.0 / ((rank + 2) as f64).log2();
-    let dcg: f64 = ranked
-        .iter()
-        .take(k)
-        .enumerate()
-        .filter(|(_, d)| relevant.contains(d.as_str()))
-        .map(|(i, _)| gain(i))
-        .sum();
-    let ideal: f64 = (0..relevant.len().min(k)).map(gain).sum();
-    if ideal == 0.0 { 0.0 } else { dcg / ideal }
-}
-
-/// 1 / the rank of the first required document (0 when none is ranked).
-pub fn reciprocal_rank(ranked: &[String], required: &[String]) -> f64 {
-    ranked
-        .iter()
-        .position(|d| required.contains(d))
-        .map_or(0.0, |i| 1.0 / (i + 1) as f64)
-}
-
 /// The evaluation's knobs (the command line's).
 #[derive(Debug, Clone)]
 pub struct Options {
@@ -353,11 +322,6 @@ impl TaskScores {
     }
 }
 
-fn mean(xs: impl Iterator<Item = f64>) -> f64 {
-    let (sum, n) = xs.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));
-    if n == 0 { 0.0 } else { sum / n as f64 }
-}
-
 /// Mean scores of one way of retrieving over the held-out tasks.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Scores {
@@ -382,9 +346,6 @@ pub struct Scores {
     /// Median time of one retrieval (and rerank), milliseconds.
     pub median_ms: f64,
 }
-
-/// Bootstrap resamples behind each confidence interval.
-pub const BOOTSTRAP: usize = 2000;
 
 impl Scores {
     fn of(
@@ -420,20 +381,6 @@ pub fn split(n: usize, seed: u64) -> (Vec<usize>, Vec<usize>) {
     }
     let held_out = order.split_off(n / 2);
     (order, held_out)
-}
-
-/// The 95 % percentile bootstrap interval of the mean of `xs`.
-pub fn bootstrap_ci(xs: &[f64], seed: u64) -> [f64; 2] {
-    if xs.is_empty() {
-        return [0.0, 0.0];
-    }
-    let mut rng = SplitMix(seed ^ 0xb007);
-    let mut means: Vec<f64> = (0..BOOTSTRAP)
-        .map(|_| mean((0..xs.len()).map(|_| xs[rng.below(xs.len())])))
-        .collect();
-    means.sort_by(f64::total_cmp);
-    let at = |q: f64| means[((BOOTSTRAP as f64 * q) as usize).min(BOOTSTRAP - 1)];
-    [at(0.025), at(0.975)]
 }
 
 /// The fusion settings tuning tries, simplest first: weighted RRF over k and both weights

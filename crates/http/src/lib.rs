@@ -21,6 +21,9 @@
 //! | `DELETE /v1/components/rerank/{version}` | delete an inactive version |
 //! | `/v1/components/prompt` (the same six) | the tenant's prompt-assembly components |
 //! | `GET`, `PUT /v1/settings` | the tenant's own settings |
+//! | `GET /v1/evals/sets`; `GET`, `PUT`, `DELETE /v1/evals/sets/{name}` | the tenant's evaluation sets |
+//! | `POST /v1/evals/runs` | `{"set", "mode"?, "k"?, "cache"?, "compare_to"?}` → a run, as `text/event-stream` |
+//! | `GET /v1/evals/runs`, `GET /v1/evals/runs/{id}`, `POST /v1/evals/runs/{id}/cancel` | the tenant's runs |
 //! | `DELETE /v1/cache` | forget the tenant's cached answers → `{"deleted": n}` |
 //! | `GET /v1/cache` | the tenant's similarity threshold now, and what its learning says |
 //! | `GET /v1/usage` | the tenant's usage per day (`?from&to`, `&keys=true` per key) |
@@ -54,6 +57,7 @@ mod components;
 mod config;
 mod documents;
 pub mod error;
+mod evals;
 mod mcp;
 pub mod metrics;
 pub mod openai;
@@ -125,6 +129,11 @@ pub struct Server {
     pub tenants: Option<Arc<sluice_core::tenants::Tenants>>,
     /// Verifies end users' tokens by each tenant's identity (and keeps its providers' keys).
     pub identities: Arc<sluice_identity::Identities>,
+    /// Each tenant's evaluation sets and runs' reports (`/v1/evals`); `None` in a process
+    /// that keeps none.
+    pub records: Option<Arc<dyn sluice_contract::evals::Records>>,
+    /// The evaluation runs going in this process.
+    pub(crate) runs: Arc<service::evals::Runs>,
 }
 
 impl Server {
@@ -157,6 +166,8 @@ impl Server {
                 sluice_identity::Identities::new(sluice_identity::REFETCH_EVERY)
                     .allowing(auth.fetch_allow.clone()),
             ),
+            records: None,
+            runs: Arc::default(),
         }
     }
 
@@ -234,6 +245,19 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/v1/cache", delete(clear_cache).get(cache_state))
         .route("/v1/usage", get(usage::usage))
         .route("/v1/settings", get(settings::get).put(settings::put))
+        .route("/v1/evals/sets", get(evals::list_sets))
+        .route(
+            "/v1/evals/sets/{name}",
+            get(evals::get_set)
+                .put(evals::put_set)
+                .delete(evals::delete_set),
+        )
+        .route(
+            "/v1/evals/runs",
+            get(evals::list_runs).post(evals::start_run),
+        )
+        .route("/v1/evals/runs/{id}", get(evals::get_run))
+        .route("/v1/evals/runs/{id}/cancel", post(evals::cancel_run))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models))
         .fallback(not_found)

@@ -191,6 +191,7 @@ mod tests {
             usage: Some(usage.clone()),
             settings: None,
             secrets: None,
+            records: None,
         };
         (Arc::new(parts.into_server()), usage)
     }

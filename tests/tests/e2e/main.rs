@@ -13,6 +13,7 @@ mod cache_pairs;
 mod components;
 mod disconnect;
 mod dynamodb_cache;
+mod evals;
 mod faults;
 mod iac;
 mod mcp;

@@ -73,6 +73,11 @@ pub struct RequestLimits {
     /// `SLUICE_BODY_READ_TIMEOUT_MS`: how long a request's body may take to arrive, whole
     /// (408 `body_timeout` past it).
     pub body_timeout: Duration,
+    /// `SLUICE_EVAL_RUNS_PER_TENANT`: evaluation runs one tenant may have going at once.
+    pub eval_runs_per_tenant: usize,
+    /// `SLUICE_EVAL_RUN_TIMEOUT_MS`: the longest an evaluation run may take, whole; past it
+    /// the run stops and what it answered is scored.
+    pub eval_run_timeout: Duration,
 }
 
 /// Who may call: API keys, and the tenant of a request while auth is off.
@@ -86,6 +91,9 @@ pub struct AuthConfig {
     /// `SLUICE_SETTINGS_FILE`: where `sluice serve` keeps each tenant's settings (default
     /// `settings.json` in `SLUICE_DATA_DIR`).
     pub settings_file: PathBuf,
+    /// `SLUICE_RECORDS_DIR`: where `sluice serve` keeps each tenant's evaluation sets and runs
+    /// (default `records` in `SLUICE_DATA_DIR`).
+    pub records_dir: PathBuf,
     /// `SLUICE_SETTINGS_FRESH_MS`: how long a process uses a tenant's settings before reading
     /// them again: a change is in force everywhere within it.
     pub settings_fresh: Duration,
@@ -143,6 +151,8 @@ fn limits_section(get: &impl Fn(&str) -> Option<String>) -> Result<RequestLimits
         tenant_max_streams: ranged(get, "SLUICE_TENANT_MAX_STREAMS", 64, 0, 1_000_000)?,
         header_timeout: millis(get, "SLUICE_HEADER_READ_TIMEOUT_MS", 10_000, 100)?,
         body_timeout: millis(get, "SLUICE_BODY_READ_TIMEOUT_MS", 30_000, 100)?,
+        eval_runs_per_tenant: ranged(get, "SLUICE_EVAL_RUNS_PER_TENANT", 1, 1, 16)?,
+        eval_run_timeout: millis(get, "SLUICE_EVAL_RUN_TIMEOUT_MS", 600_000, 1_000)?,
     })
 }
 
@@ -160,6 +170,8 @@ fn auth_section(
         api_keys_file: get("SLUICE_API_KEYS_FILE").map(PathBuf::from),
         settings_file: (get("SLUICE_SETTINGS_FILE").map(PathBuf::from))
             .unwrap_or_else(|| data_dir.join("settings.json")),
+        records_dir: (get("SLUICE_RECORDS_DIR").map(PathBuf::from))
+            .unwrap_or_else(|| data_dir.join("records")),
         settings_fresh: millis(get, "SLUICE_SETTINGS_FRESH_MS", 5_000, 0)?,
         fetch_allow: (IpRange::list(&get("SLUICE_FETCH_ALLOW").unwrap_or_default())).map_err(
             |why| ConfigError {

@@ -249,7 +249,10 @@ impl Server {
     /// The tenant's settings, read once per request within the retrieval deadline (from
     /// memory while fresh); an error where they cannot be read and none were known before,
     /// since they say who the tenant's end users are and a rule about them must not fail open.
-    async fn settings_of(&self, tenant: &Tenant) -> Result<Option<Arc<StoredSettings>>, ApiError> {
+    pub(crate) async fn settings_of(
+        &self,
+        tenant: &Tenant,
+    ) -> Result<Option<Arc<StoredSettings>>, ApiError> {
         let Some(tenants) = &self.tenants else {
             return Ok(None);
         };

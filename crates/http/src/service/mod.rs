@@ -22,6 +22,7 @@ pub(crate) mod answer;
 pub(crate) mod billing;
 pub(crate) mod caller;
 pub mod documents;
+pub(crate) mod evals;
 
 use std::time::Instant;
 

@@ -429,6 +429,40 @@ async fn provoke(code: Code) -> Seen {
                 .send(Method::PUT, "/v1/settings", &[], r#"{"k": 0}"#.to_string())
                 .await,
         ),
+        Code::InvalidEvalSet => Seen::Refused(
+            plain()
+                .send(Method::PUT, "/v1/evals/sets/s", &[], r#"{"questions": []}"#)
+                .await,
+        ),
+        Code::UnknownEvalSet => Seen::Refused(
+            plain()
+                .send(Method::POST, "/v1/evals/runs", &[], r#"{"set": "none"}"#)
+                .await,
+        ),
+        Code::EvalsDisabled => {
+            let mut kit = Kit::new(&[]);
+            kit.parts.records = None;
+            Seen::Refused(kit.app().send(Method::GET, "/v1/evals/sets", &[], "").await)
+        }
+        Code::EvalsUnavailable => {
+            let mut kit = Kit::new(&[]);
+            let broken = sluice_testkit::MemoryRecords::default();
+            broken
+                .failing
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            kit.parts.records = Some(Arc::new(broken));
+            Seen::Refused(kit.app().send(Method::GET, "/v1/evals/sets", &[], "").await)
+        }
+        Code::EvalRunActive => {
+            let app = llm_app(Reply::StallAfter(vec![]));
+            let set = r#"{"questions": [{"question": "How long does a card take?"}]}"#;
+            let put = app.send(Method::PUT, "/v1/evals/sets/s", &[], set).await;
+            assert_eq!(put.status, 200, "{}", put.raw);
+            let run = r#"{"set": "s", "mode": "answer"}"#;
+            let open = || kit::request(Method::POST, "/v1/evals/runs", &[], run);
+            let _held = app.open(open()).await;
+            Seen::Refused(kit::Reply::read(app.open(open()).await).await)
+        }
         Code::SettingsDisabled => {
             let mut kit = Kit::new(&[]);
             kit.parts.settings = None;

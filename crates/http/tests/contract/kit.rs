@@ -111,6 +111,7 @@ impl Kit {
             usage,
             settings: Some(Arc::new(sluice_testkit::MemorySettings::default())),
             secrets: None,
+            records: Some(Arc::new(sluice_testkit::MemoryRecords::default())),
         };
         Self { parts, llm }
     }
@@ -199,21 +200,7 @@ pub async fn call(router: axum::Router, request: Request<Body>) -> Reply {
         .oneshot(request)
         .await
         .expect("the router is infallible");
-    let status = response.status().as_u16();
-    let headers = response.headers().clone();
-    let bytes = response
-        .into_body()
-        .collect()
-        .await
-        .expect("the body")
-        .to_bytes();
-    let raw = String::from_utf8_lossy(&bytes).into_owned();
-    Reply {
-        status,
-        headers,
-        body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
-        raw,
-    }
+    Reply::read(response).await
 }
 
 /// A response: status, headers, and the body as JSON (`Null` when it is not JSON).
@@ -226,6 +213,25 @@ pub struct Reply {
 }
 
 impl Reply {
+    /// `response`, read whole.
+    pub async fn read(response: axum::response::Response) -> Reply {
+        let status = response.status().as_u16();
+        let headers = response.headers().clone();
+        let bytes = response
+            .into_body()
+            .collect()
+            .await
+            .expect("the body")
+            .to_bytes();
+        let raw = String::from_utf8_lossy(&bytes).into_owned();
+        Reply {
+            status,
+            headers,
+            body: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+            raw,
+        }
+    }
+
     /// The error code of an error body.
     pub fn code(&self) -> &str {
         self.body["error"]["code"].as_str().unwrap_or("")

@@ -15,6 +15,7 @@ mod documents;
 mod doors;
 mod end_users;
 mod endings;
+mod evals;
 mod files;
 mod filters;
 mod fusion;

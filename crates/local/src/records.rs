@@ -1,0 +1,164 @@
+//! Tenants' records (evaluation sets and runs) in files, `sluice serve`'s: one JSON file per
+//! tenant and shelf, `<dir>/<tenant>/<shelf>.json` (`{"name": {"name", "version",
+//! "updated_at", "body"}}`), replaced whole on each write, so a reader never sees half a
+//! file. A tenant's name is a safe file name (letters, digits, `-`, `_`).
+
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use sluice_contract::Tenant;
+use sluice_contract::evals::{Record, Records, RecordsError, Shelf, Shelved, next_record};
+
+/// The records folder.
+pub struct FileRecords {
+    dir: PathBuf,
+    /// One write at a time in this process: a write reads the shelf's file, changes one
+    /// record and writes it back.
+    writing: tokio::sync::Mutex<()>,
+}
+
+impl FileRecords {
+    /// The folder at `dir` (made at the first write).
+    pub fn new(dir: &Path) -> Self {
+        Self {
+            dir: dir.to_path_buf(),
+            writing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn path(&self, tenant: &Tenant, shelf: Shelf) -> PathBuf {
+        self.dir
+            .join(tenant.as_str())
+            .join(format!("{}.json", shelf.as_str()))
+    }
+
+    fn fail(path: &Path, e: impl std::fmt::Display) -> RecordsError {
+        RecordsError::Unavailable(format!("{}: {e}", path.display()))
+    }
+
+    async fn read(&self, tenant: &Tenant, shelf: Shelf) -> Result<Shelved, RecordsError> {
+        let path = self.path(tenant, shelf);
+        match tokio::fs::read_to_string(&path).await {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| Self::fail(&path, e)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Shelved::default()),
+            Err(e) => Err(Self::fail(&path, e)),
+        }
+    }
+
+    /// Changes the shelf's file by `change`, one writer at a time.
+    async fn change<T>(
+        &self,
+        tenant: &Tenant,
+        shelf: Shelf,
+        change: impl FnOnce(&mut Shelved) -> T,
+    ) -> Result<T, RecordsError> {
+        let _one_at_a_time = self.writing.lock().await;
+        let mut records = self.read(tenant, shelf).await?;
+        let out = change(&mut records);
+        let path = self.path(tenant, shelf);
+        let text = serde_json::to_string_pretty(&records).map_err(|e| Self::fail(&path, e))?;
+        let at = path.clone();
+        tokio::task::spawn_blocking(move || crate::replace_file(&at, &(text + "\n")))
+            .await
+            .map_err(|e| Self::fail(&path, e))?
+            .map_err(|e| Self::fail(&path, e))?;
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl Records for FileRecords {
+    async fn get(
+        &self,
+        tenant: &Tenant,
+        shelf: Shelf,
+        name: &str,
+    ) -> Result<Option<Record>, RecordsError> {
+        Ok(self.read(tenant, shelf).await?.remove(name))
+    }
+
+    async fn list(&self, tenant: &Tenant, shelf: Shelf) -> Result<Vec<Record>, RecordsError> {
+        Ok(self.read(tenant, shelf).await?.into_values().collect())
+    }
+
+    async fn put(
+        &self,
+        tenant: &Tenant,
+        shelf: Shelf,
+        name: &str,
+        body: serde_json::Value,
+    ) -> Result<Record, RecordsError> {
+        self.change(tenant, shelf, |s| next_record(s, name, body))
+            .await
+    }
+
+    async fn delete(
+        &self,
+        tenant: &Tenant,
+        shelf: Shelf,
+        name: &str,
+    ) -> Result<bool, RecordsError> {
+        self.change(tenant, shelf, |s| s.remove(name).is_some())
+            .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[tokio::test]
+    async fn records_survive_a_new_process_and_stay_on_their_tenant_and_shelf() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (acme, globex) = (Tenant::new("acme").unwrap(), Tenant::new("globex").unwrap());
+        let records = FileRecords::new(dir.path());
+        let first = records
+            .put(&acme, Shelf::EvalSets, "smoke", json!({"n": 1}))
+            .await
+            .expect("put");
+        assert_eq!(first.version, 1);
+        let again = records
+            .put(&acme, Shelf::EvalSets, "smoke", json!({"n": 2}))
+            .await
+            .expect("put");
+        assert_eq!(again.version, 2);
+
+        let reopened = FileRecords::new(dir.path());
+        let read = reopened.get(&acme, Shelf::EvalSets, "smoke").await.unwrap();
+        assert_eq!(read.map(|r| r.body), Some(json!({"n": 2})));
+        assert!(
+            reopened
+                .get(&globex, Shelf::EvalSets, "smoke")
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            reopened
+                .list(&acme, Shelf::EvalRuns)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert!(
+            reopened
+                .delete(&acme, Shelf::EvalSets, "smoke")
+                .await
+                .unwrap()
+        );
+        assert!(
+            !reopened
+                .delete(&acme, Shelf::EvalSets, "smoke")
+                .await
+                .unwrap()
+        );
+        assert!(
+            reopened
+                .list(&acme, Shelf::EvalSets)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+    }
+}

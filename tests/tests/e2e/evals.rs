@@ -1,0 +1,92 @@
+//! A tenant's evaluation set run through `sluice serve`'s pipeline with the real model, Qdrant
+//! Edge and llama-server: questions about the sample pages find the page each is about, and a
+//! run of whole answers carries the verdict and the tokens spent.
+
+use serde_json::{Value, json};
+use sluice_tests::{TestServer, http, start};
+
+/// Runs `asked` on `server`; the stream's events, `(name, data)`.
+async fn run(server: &TestServer, asked: &Value) -> Vec<(String, Value)> {
+    let response = http()
+        .post(format!("{}/v1/evals/runs", server.url))
+        .body(asked.to_string())
+        .send()
+        .await
+        .expect("the run");
+    assert_eq!(response.status(), 200);
+    let body = response.text().await.expect("the whole run");
+    (body.split("\n\n"))
+        .filter_map(|frame| {
+            let name = frame.lines().find_map(|l| l.strip_prefix("event: "))?;
+            let data = frame.lines().find_map(|l| l.strip_prefix("data: "))?;
+            Some((
+                name.to_string(),
+                serde_json::from_str(data).expect("JSON data"),
+            ))
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn an_evaluation_set_finds_the_sample_page_each_question_is_about() {
+    sluice_testkit::needs!(Llm, Model);
+    let server = start(&[]).await;
+    server.ingest_samples().await;
+    let set = json!({"questions": [
+        {"id": "card", "question": "How many days does a replacement card take to arrive after I lose my card?",
+         "documents": ["samples/lost-card.md"], "first": "samples/lost-card.md", "facts": ["5 working days"]},
+        {"id": "password", "question": "How do I reset my online banking password?",
+         "documents": ["samples/password-*"]},
+        {"id": "transfer", "question": "What does an international transfer cost?",
+         "documents": ["samples/international-transfers.md"]},
+        {"id": "savings", "question": "What interest rate do savings accounts pay?",
+         "documents": ["samples/savings-rates.md"]},
+    ]});
+    let (status, stored) = (server.send_as(
+        "default",
+        reqwest::Method::PUT,
+        "/v1/evals/sets/samples",
+        set.to_string().into_bytes(),
+    ))
+    .await;
+    assert_eq!(status, 200, "{stored}");
+
+    let events = run(&server, &json!({"set": "samples", "k": 3})).await;
+    let (name, report) = events.last().expect("events");
+    assert_eq!(name, "report", "{events:?}");
+    assert_eq!(report["status"], "finished", "{report}");
+    assert_eq!(events.iter().filter(|(n, _)| n == "question").count(), 4);
+    for q in report["questions"].as_array().unwrap() {
+        assert_eq!(
+            q["recall"], 1.0,
+            "each question's page among its 3 sources: {q}"
+        );
+    }
+    assert_eq!(report["figures"]["first_source"]["value"], 1.0, "{report}");
+    assert!(report["figures"]["stages"]["embed_ms"][0].as_f64().unwrap() > 0.0);
+
+    let answered = run(
+        &server,
+        &json!({"set": "samples", "mode": "answer", "k": 3}),
+    )
+    .await;
+    let (_, report) = answered.last().expect("events");
+    assert_eq!(report["status"], "finished", "{report}");
+    assert!(report["tokens"].as_u64().unwrap() > 0, "{report}");
+    let card = &report["questions"][0];
+    assert!(
+        card["answer"].as_str().is_some_and(|a| !a.is_empty()),
+        "{card}"
+    );
+    assert!(
+        card["grounded"].is_boolean(),
+        "the verdict on the real answer: {card}"
+    );
+    assert!(
+        report["figures"]["stages"]["ttft_ms"].is_array(),
+        "{report}"
+    );
+    let (_, usage) = server.get("/v1/usage").await;
+    assert_eq!(usage["total"]["answers"], 4, "{usage}");
+    server.stop().await;
+}
