@@ -123,6 +123,7 @@ fn bench(c: &mut Criterion) {
         show_rerank_failure: false,
         settings: None,
         extract: None,
+        pinned: Default::default(),
     };
     let overhead = |i: usize| -> Duration {
         let request = ask(i);

@@ -158,6 +158,36 @@ pub fn eval_report_lines(report: &Value) -> Vec<String> {
     lines
 }
 
+/// What a quality gate's run says (an activation's or a settings change's `quality`, or the
+/// `details` of its refusal), for people: each figure it held with its change and interval,
+/// what it refused, and the questions that lost most.
+pub fn gate_lines(quality: &Value) -> Vec<String> {
+    let mut lines = vec![format!(
+        "quality gate: set {} (run {})",
+        quality["set"], quality["run"]
+    )];
+    for (figure, change) in quality["versus"].as_object().into_iter().flatten() {
+        lines.push(format!(
+            "  {figure}: {:+.3} [{:+.3}, {:+.3}] over {} questions (live {:.3})",
+            change["value"].as_f64().unwrap_or(0.0),
+            change["ci"][0].as_f64().unwrap_or(0.0),
+            change["ci"][1].as_f64().unwrap_or(0.0),
+            change["n"],
+            quality["live"][figure]["value"].as_f64().unwrap_or(0.0),
+        ));
+    }
+    for refused in quality["refused"].as_array().into_iter().flatten() {
+        lines.push(format!(
+            "  refused: {} may drop by {} at most",
+            refused["figure"], refused["max_drop"]
+        ));
+    }
+    for q in quality["worst"].as_array().into_iter().flatten() {
+        lines.push(format!("  lost most: {} {}", q["id"], q["question"]));
+    }
+    lines
+}
+
 /// One line of a document listing for people: id, chunks, when ingested, title (tab-separated;
 /// `-` for what is absent).
 pub fn document_line(d: &Value) -> String {
@@ -204,8 +234,9 @@ pub enum ClientError {
         /// What failed.
         message: String,
     },
-    /// The server refused: its status, and its error's code and message.
-    #[error("server answered {status}: {message} ({code})")]
+    /// The server refused: its status, and its error's code and message (and, for a quality
+    /// gate's refusal, the comparison's lines).
+    #[error("server answered {status}: {message} ({code}){}", details.iter().map(|l| format!("\n  {l}")).collect::<String>())]
     Server {
         /// The HTTP status.
         status: u16,
@@ -213,6 +244,8 @@ pub enum ClientError {
         code: String,
         /// The error's message.
         message: String,
+        /// What `error.details` says, for people ([`gate_lines`] of a quality gate's).
+        details: Vec<String>,
     },
     /// The answer's stream broke or carried what is not an event of the contract.
     #[error("reading the answer stream: {0}")]
@@ -567,11 +600,12 @@ impl Client {
         &self,
         kind: &str,
         version: &str,
-    ) -> Result<ComponentVersion, ClientError> {
+    ) -> Result<(ComponentVersion, Option<Value>), ClientError> {
         let path = format!("/v1/components/{kind}/activate");
         let body = serde_json::json!({ "version": version });
-        let value = self.call(reqwest::Method::POST, &path, Some(&body)).await?;
-        self.value(value)
+        let mut value = self.call(reqwest::Method::POST, &path, Some(&body)).await?;
+        let quality = value.get_mut("quality").map(Value::take);
+        Ok((self.value(value)?, quality))
     }
 
     /// `GET /v1/components/{kind}/{version}/logs`: the version's last calls that logged or
@@ -632,6 +666,10 @@ impl Client {
             status,
             code: text(&body["error"]["code"], "?"),
             message: text(&body["error"]["message"], "(no Sluice error in the body)"),
+            details: match &body["error"]["details"] {
+                Value::Null => Vec::new(),
+                details => gate_lines(details),
+            },
         })
     }
 

@@ -100,6 +100,7 @@ async fn a_refusal_carries_the_servers_code_and_message() {
             status,
             code,
             message,
+            ..
         } => assert_eq!(
             (status, code.as_str(), message.as_str()),
             (400, "invalid_request", "no documents to ingest")
@@ -279,4 +280,23 @@ fn sources_show_the_components_score_and_what_it_dropped() {
         source_lines(&[doc("a", None)], &[], Some(0)),
         ["[1] A (a.md) score 0.016"]
     );
+}
+
+#[test]
+fn a_quality_gates_comparison_reads_as_its_figures_what_it_refused_and_what_lost_most() {
+    let quality = serde_json::json!({
+        "set": "help", "run": "run-1",
+        "versus": {"mrr": {"value": -0.5, "ci": [-0.7, -0.3], "n": 3}},
+        "live": {"mrr": {"value": 1.0}},
+        "refused": [{"figure": "mrr", "max_drop": 0.0}],
+        "worst": [{"id": "card", "question": "How long?"}],
+    });
+    let lines = gate_lines(&quality);
+    assert_eq!(lines[0], "quality gate: set \"help\" (run \"run-1\")");
+    assert_eq!(
+        lines[1],
+        "  mrr: -0.500 [-0.700, -0.300] over 3 questions (live 1.000)"
+    );
+    assert_eq!(lines[2], "  refused: \"mrr\" may drop by 0.0 at most");
+    assert_eq!(lines[3], "  lost most: \"card\" \"How long?\"");
 }

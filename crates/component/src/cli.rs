@@ -255,16 +255,22 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
         } => {
             let kind = server.kind();
             let client = client(server)?;
-            let version =
+            let (version, quality) =
                 crate::remote::upload(&client, kind, &file, label.as_deref(), activate).await?;
-            println!("{}", crate::remote::version_line(&version));
+            println!(
+                "{}",
+                crate::remote::activated_lines(&version, quality.as_ref())
+            );
             Ok(())
         }
         ComponentCommand::Activate { version, server } => {
             let kind = server.kind();
-            let version = (client(server)?.activate_component(kind, &version).await)
+            let (version, quality) = (client(server)?.activate_component(kind, &version).await)
                 .map_err(crate::remote::server)?;
-            println!("{}", crate::remote::version_line(&version));
+            println!(
+                "{}",
+                crate::remote::activated_lines(&version, quality.as_ref())
+            );
             Ok(())
         }
         ComponentCommand::Versions { server } => {

@@ -79,9 +79,10 @@ async fn round(
     if let Some((queries, corpus, tenant)) = checks {
         crate::test(settings, &wasm, queries, corpus, tenant, None, out).await?;
     }
-    let version = crate::upload(client, kind, &wasm, Some("dev"), true)
+    let (version, quality) = crate::upload(client, kind, &wasm, Some("dev"), true)
         .await
         .map_err(|e| LoopError::Pipeline(format!("uploading to the server: {e}")))?;
-    writeln!(out, "activated {}", crate::remote::version_line(&version)).map_err(report)?;
+    let activated = crate::remote::activated_lines(&version, quality.as_ref());
+    writeln!(out, "activated {activated}").map_err(report)?;
     Ok(())
 }

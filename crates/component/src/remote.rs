@@ -57,21 +57,31 @@ pub(crate) fn version_line(v: &ComponentVersion) -> String {
     line
 }
 
-/// Uploads `file` (as `label`), and activates it when `activate` says: the version.
+/// Uploads `file` (as `label`), and activates it when `activate` says: the version, and
+/// what the tenant's quality gate said of it (when it has one and the version was activated).
 pub async fn upload(
     client: &Client,
     kind: &str,
     file: &Path,
     label: Option<&str>,
     activate: bool,
-) -> Result<ComponentVersion> {
+) -> Result<(ComponentVersion, Option<serde_json::Value>)> {
     let bytes =
         std::fs::read(file).map_err(LoopError::io(format!("reading {}", file.display())))?;
     let version = (client.upload_component(kind, bytes, label).await).map_err(server)?;
     if !activate {
-        return Ok(version);
+        return Ok((version, None));
     }
     (client.activate_component(kind, &version.version).await).map_err(server)
+}
+
+/// A version as activated: its line, and the quality gate's comparison under it.
+pub fn activated_lines(version: &ComponentVersion, quality: Option<&serde_json::Value>) -> String {
+    let gate = quality.map(sluice_client::gate_lines).unwrap_or_default();
+    std::iter::once(version_line(version))
+        .chain(gate)
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A call of a version's log as lines: when, the request, what it logged, how it failed.

@@ -238,6 +238,10 @@ error_codes! {
         /// A run started while the tenant has as many going as it may
         /// (`SLUICE_EVAL_RUNS_PER_TENANT`): wait for one to end, or cancel it.
         EvalRunActive = ("eval_run_active", 409, false),
+        /// Activating a component version or saving settings that the tenant's quality gate
+        /// refuses: on the gate's set a figure drops by more than its `max_drop`, beyond the
+        /// noise; `details` has the figures and the questions that lost most. Nothing changed.
+        QualityRegression = ("quality_regression", 409, false),
         /// Body over `SLUICE_MAX_BODY_BYTES` (answers), `SLUICE_MAX_INGEST_BYTES` (documents) or 2
         /// MiB (components).
         BodyTooLarge = ("body_too_large", 413, false),

@@ -34,6 +34,74 @@ pub const MAX_RUNS: usize = 50;
 /// The rule of a set's name, as the error says it.
 pub const NAME_RULE: &str = "1 to 64 letters, digits, '.', '_' or '-'";
 
+/// How a run answers its questions.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    /// The tenant's search: scope, embedding, retrieval, its rerank component; no LLM, no
+    /// tokens.
+    #[default]
+    Retrieval,
+    /// The tenant's whole pipeline, the LLM and the grounding verdict included (tokens are
+    /// counted and budgeted as answers').
+    Answer,
+}
+
+/// The figures a run reports and a gate may hold: what each measures is
+/// `sluice_core::quality`'s.
+pub const FIGURES: [&str; 5] = ["recall", "mrr", "first_source", "grounded", "facts"];
+
+/// A tenant's quality gate (its settings' `quality_gate`): the set every change to its
+/// answers is tried on before it goes live — activating a component version, saving its
+/// settings — and how much each figure may drop. A change is refused when a figure drops by
+/// more than its `max_drop` and the drop is beyond the noise of the set's questions (the 95 %
+/// interval of the paired difference lies below zero).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QualityGate {
+    /// The set.
+    pub set: String,
+    /// Retrieval only (default), or whole answers.
+    #[serde(default)]
+    pub mode: Mode,
+    /// The most each figure may drop, 0 to 1 (the figures of [`FIGURES`]); empty: recall and
+    /// MRR may not drop at all.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub max_drop: BTreeMap<String, f64>,
+}
+
+impl QualityGate {
+    /// The most each held figure may drop.
+    pub fn held(&self) -> BTreeMap<String, f64> {
+        match self.max_drop.is_empty() {
+            true => [("recall".to_string(), 0.0), ("mrr".to_string(), 0.0)].into(),
+            false => self.max_drop.clone(),
+        }
+    }
+
+    /// Checks the set's name and each figure's drop; the error names the field.
+    pub fn validate(&self) -> Result<(), (String, String)> {
+        check_name(&self.set).map_err(|why| ("set".to_string(), why))?;
+        for (figure, drop) in &self.max_drop {
+            if !FIGURES.contains(&figure.as_str()) {
+                let why = format!("unknown figure; the figures are {}", FIGURES.join(", "));
+                return Err((format!("max_drop.{figure}"), why));
+            }
+            if !(0.0..=1.0).contains(drop) {
+                return Err((
+                    format!("max_drop.{figure}"),
+                    format!("{drop} is not from 0 to 1"),
+                ));
+            }
+            if self.mode == Mode::Retrieval && matches!(figure.as_str(), "grounded" | "facts") {
+                let why = "is measured on answers: set \"mode\": \"answer\"".to_string();
+                return Err((format!("max_drop.{figure}"), why));
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Whether `name` may name a set (or a run): [`NAME_RULE`].
 pub fn check_name(name: &str) -> Result<(), String> {
     let ok = (1..=64).contains(&name.len())
@@ -369,6 +437,33 @@ mod tests {
             .map(|_| json!({"question": "a"}))
             .collect();
         assert_eq!(field(json!({"questions": many})), "questions");
+    }
+
+    #[test]
+    fn a_gate_holds_known_figures_within_range_and_answer_figures_only_on_answers() {
+        let gate = |v: Value| serde_json::from_value::<QualityGate>(v).expect("a gate");
+        let plain = gate(json!({"set": "help"}));
+        assert!(plain.validate().is_ok());
+        assert_eq!(
+            plain.held(),
+            [("mrr".into(), 0.0), ("recall".into(), 0.0)].into()
+        );
+        let field = |v: Value| gate(v).validate().expect_err("refused").0;
+        assert_eq!(field(json!({"set": "a b"})), "set");
+        assert_eq!(
+            field(json!({"set": "s", "max_drop": {"speed": 0.1}})),
+            "max_drop.speed"
+        );
+        assert_eq!(
+            field(json!({"set": "s", "max_drop": {"mrr": 1.5}})),
+            "max_drop.mrr"
+        );
+        assert_eq!(
+            field(json!({"set": "s", "max_drop": {"grounded": 0.1}})),
+            "max_drop.grounded"
+        );
+        let answers = gate(json!({"set": "s", "mode": "answer", "max_drop": {"grounded": 0.1}}));
+        assert!(answers.validate().is_ok());
     }
 
     #[test]

@@ -511,6 +511,31 @@ pub trait Reranker: Send + Sync {
         let _ = (tenant, by);
         Ok(None)
     }
+
+    /// The tenant's stored rerank component `version`, active or not: what an evaluation
+    /// tries before it goes live. A deployment that keeps no versions has none.
+    async fn version(
+        &self,
+        tenant: &Tenant,
+        version: &str,
+    ) -> Result<Arc<dyn ActiveComponent>, String> {
+        let _ = tenant;
+        Err(format!(
+            "this deployment keeps no component version {version:?}"
+        ))
+    }
+
+    /// The tenant's stored prompt component `version`, as [`Reranker::version`].
+    async fn prompt_version(
+        &self,
+        tenant: &Tenant,
+        version: &str,
+    ) -> Result<Arc<dyn ActivePrompt>, String> {
+        let _ = tenant;
+        Err(format!(
+            "this deployment keeps no component version {version:?}"
+        ))
+    }
 }
 
 /// Checks what a rerank component returned — `(index, score)` for each candidate it keeps

@@ -58,6 +58,11 @@ pub struct TenantSettings {
     /// the key lets them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub identity: Option<crate::access::IdentitySettings>,
+    /// The evaluation set every change to its answers is tried on before it goes live, and
+    /// how much each figure may drop ([`crate::evals::QualityGate`]). Unset: changes go live
+    /// untried.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quality_gate: Option<crate::evals::QualityGate>,
 }
 
 /// What the tenant's assistant is told, before Sluice's own rules (sources numbered, answers
@@ -179,6 +184,7 @@ impl TenantSettings {
                 "grounding",
                 "extract",
                 "identity",
+                "quality_gate",
             ],
         )?;
         let prompt = json.get("prompt").unwrap_or(&serde_json::Value::Null);
@@ -247,6 +253,11 @@ impl TenantSettings {
             identity
                 .validate()
                 .map_err(|(field, why)| InvalidSettings::new(&format!("identity.{field}"), why))?;
+        }
+        if let Some(gate) = &self.quality_gate {
+            (gate.validate()).map_err(|(field, why)| {
+                InvalidSettings::new(&format!("quality_gate.{field}"), why)
+            })?;
         }
         Ok(())
     }

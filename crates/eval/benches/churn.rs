@@ -285,6 +285,7 @@ fn request(corpus: &Corpus, question: &str, received: Instant) -> AnswerRequest 
         show_rerank_failure: false,
         settings: None,
         extract: None,
+        pinned: Default::default(),
     }
 }
 

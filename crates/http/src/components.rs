@@ -24,6 +24,7 @@ use crate::Server;
 use crate::admit::admit;
 use crate::body::{parse_json, read_body};
 use crate::error::ApiError;
+use crate::service::gate::CandidateAsked;
 
 /// Largest component upload.
 const MAX_COMPONENT_BYTES: usize = 2 << 20;
@@ -118,11 +119,36 @@ pub(crate) async fn activate_component(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let (tenant, _) = admit_to(&server, &headers, &kind).await?;
+    let call = crate::admit::call(&headers, std::time::Instant::now(), None);
+    let mut caller = admit(&server, &headers, Permission::Components).await?;
+    let tenant = space(&kind, caller.tenant.clone())?;
+    components(&server)?;
     let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
     let body: ActivateBody = parse_json(&bytes)?;
+    // The tenant's quality gate, if its settings hold one: the version tried on the gate's set
+    // beside the live one, and refused if it does worse.
+    caller.settings = server.settings_of(&caller.tenant).await?;
+    let gated = caller
+        .settings
+        .as_ref()
+        .is_some_and(|s| s.settings.quality_gate.is_some());
+    let quality = match gated {
+        false => None,
+        true => {
+            let candidate = CandidateAsked {
+                rerank: (kind == "rerank").then(|| body.version.clone()),
+                prompt: (kind == "prompt").then(|| body.version.clone()),
+                settings: None,
+            };
+            server.gate(&caller, &call, candidate).await?
+        }
+    };
     let version = registry(&server, move |r| r.activate(&tenant, &body.version)).await?;
-    Ok(Json(version).into_response())
+    let mut shown = json!(version);
+    if let Some(quality) = quality {
+        shown["quality"] = quality;
+    }
+    Ok(Json(shown).into_response())
 }
 
 pub(crate) async fn list_components(

@@ -1,4 +1,5 @@
-//! Errors as clients see them: `{"error": {"code", "message"}}` with the code's status.
+//! Errors as clients see them: `{"error": {"code", "message"}}` with the code's status
+//! (and `details` where the code has more to say).
 
 use std::time::Duration;
 
@@ -20,6 +21,9 @@ pub struct ApiError {
     pub message: String,
     /// When to try again (`Retry-After`, whole seconds), for 429 and 503.
     pub retry_after: Option<Duration>,
+    /// What the error is about, as JSON, where a message alone would not do (a quality gate's
+    /// figures and questions): the body's `error.details`.
+    pub details: Option<serde_json::Value>,
 }
 
 impl ApiError {
@@ -29,6 +33,7 @@ impl ApiError {
             code,
             message: message.into(),
             retry_after: None,
+            details: None,
         }
     }
 
@@ -79,7 +84,10 @@ pub(crate) fn once_each(params: &[(String, String)]) -> Result<(), ApiError> {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        let body = json!({"error": {"code": self.code, "message": self.message}});
+        let mut body = json!({"error": {"code": self.code, "message": self.message}});
+        if let Some(details) = self.details {
+            body["error"]["details"] = details;
+        }
         let mut response = (status, Json(body)).into_response();
         let headers = response.headers_mut();
         if let Some(after) = self.retry_after {

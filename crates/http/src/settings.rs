@@ -17,14 +17,12 @@ use sluice_contract::codes::Code;
 use sluice_contract::tenant_settings::{StoredSettings, TenantSettings};
 use sluice_core::tenants::Tenants;
 
+use crate::service::gate::CandidateAsked;
+
 use crate::Server;
 use crate::admit::admit;
 use crate::body::{parse_json, read_body};
 use crate::error::ApiError;
-
-/// The share of the prompt's token budget the tenant's instructions may take: the rest is for
-/// the sources, the conversation and the question.
-const INSTRUCTIONS_SHARE: usize = 4;
 
 /// The settings store, or 404 `settings_disabled` in a process that keeps none.
 fn tenants(server: &Server) -> Result<&Arc<Tenants>, ApiError> {
@@ -71,45 +69,49 @@ pub(crate) async fn get(
 /// `PUT /v1/settings`: replaces the tenant's settings with the body, checked whole (an
 /// unknown field, a value out of range or instructions over their share of the prompt: 400
 /// `invalid_settings` naming the field; nothing stored). The answer is what `GET` returns,
-/// with the new version; answers cached under the old version are not replayed.
+/// with the new version; answers cached under the old version are not replayed. A tenant
+/// whose settings hold a quality gate has the new settings tried on its set first (not a
+/// change of the gate alone): 409 `quality_regression` when they do worse, and otherwise the
+/// comparison in `quality`.
 pub(crate) async fn put(
     State(server): State<Arc<Server>>,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let caller = admit(&server, &headers, Permission::Settings).await?;
+    let call = crate::admit::call(&headers, std::time::Instant::now(), None);
+    let mut caller = admit(&server, &headers, Permission::Settings).await?;
     let tenants = tenants(&server)?;
-    let pipeline = server.pipeline()?;
+    server.pipeline()?;
     let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
     let value: Value = parse_json(&bytes)?;
-    let config = &pipeline.config;
-    let invalid = |field: &str, message: String| {
-        ApiError::new(Code::InvalidSettings, format!("{field}: {message}"))
-    };
-    let settings = TenantSettings::parse(&value, config.max_tokens)
-        .map_err(|e| invalid(&e.field, e.message))?;
-    // A static key is read now, not first by an end user's request (which would then fail).
-    if let Some(identity) = &settings.identity {
-        sluice_identity::check_key(identity).map_err(|why| invalid("identity.public_key", why))?;
+    let settings = server.checked_settings(&value)?;
+    if let Some(gate) = &settings.quality_gate {
+        server.check_gate(&caller, gate).await?;
     }
-    if let Some(text) = &settings.prompt.instructions {
-        let budget =
-            sluice_core::prompt::input_budget(config.context_tokens, config.max_tokens as usize);
-        let (tokens, most) = (
-            pipeline.embedder.count_tokens(text),
-            budget / INSTRUCTIONS_SHARE,
-        );
-        if tokens > most {
-            let why = format!(
-                "{tokens} tokens; the limit is {most}, a quarter of the prompt's budget \
-                 (SLUICE_LLM_CONTEXT_TOKENS less SLUICE_MAX_TOKENS and a margin)"
-            );
-            return Err(invalid("prompt.instructions", why));
+    let stored = tenants.read(&caller.tenant).await.map_err(unavailable)?;
+    let gate_alone = stored.as_ref().is_some_and(|s| {
+        let mut before = s.settings.clone();
+        before.quality_gate = settings.quality_gate.clone();
+        before == settings
+    });
+    caller.settings = stored.map(Arc::new);
+    let quality = match gate_alone {
+        true => None,
+        false => {
+            let candidate = CandidateAsked {
+                settings: Some(value),
+                ..CandidateAsked::default()
+            };
+            server.gate(&caller, &call, candidate).await?
         }
-    }
+    };
     let stored = (tenants.put(&caller.tenant, settings).await).map_err(unavailable)?;
     tracing::info!(tenant = %caller.tenant, version = stored.version, "tenant settings changed");
-    Ok(Json(shown(&caller.tenant, Some(&stored))).into_response())
+    let mut shown = shown(&caller.tenant, Some(&stored));
+    if let Some(quality) = quality {
+        shown["quality"] = quality;
+    }
+    Ok(Json(shown).into_response())
 }
 
 fn unavailable(e: sluice_contract::tenant_settings::SettingsError) -> ApiError {

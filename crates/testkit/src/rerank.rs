@@ -23,6 +23,8 @@ pub enum Verdict {
     Reverse,
     /// Fails with this message (a trap, a limit, bad output).
     Fail(String),
+    /// Puts the hits of this document first, the rest after them in the fused order.
+    Prefer(String),
     /// Keeps the fused order of the hits whose document's metadata `field` (a string or a
     /// list of them) holds the value of the request context's `key`, and drops the others
     /// (all of them when the context has no `key`): a 0.2 component's audience rule.
@@ -49,6 +51,8 @@ pub enum PromptVerdict {
 /// finding it fails: the component storage unreachable).
 pub struct ScriptedReranker {
     verdict: Option<Verdict>,
+    /// Stored versions besides the active one, by version (what [`Reranker::version`] finds).
+    stored: Vec<(String, Verdict)>,
     prompt: Option<PromptVerdict>,
     version: String,
     tenants: Option<Vec<Tenant>>,
@@ -61,6 +65,7 @@ impl ScriptedReranker {
     pub fn new(verdict: Verdict) -> Self {
         Self {
             verdict: Some(verdict),
+            stored: Vec::new(),
             prompt: None,
             version: "v1".into(),
             tenants: None,
@@ -101,6 +106,18 @@ impl ScriptedReranker {
         self.version = version.into();
         self
     }
+
+    /// No tenant has an active rerank component.
+    pub fn none_active(mut self) -> Self {
+        self.verdict = None;
+        self
+    }
+
+    /// A stored, inactive version `version` that does `verdict`.
+    pub fn stored(mut self, version: &str, verdict: Verdict) -> Self {
+        self.stored.push((version.into(), verdict));
+        self
+    }
 }
 
 struct Scripted {
@@ -123,6 +140,11 @@ impl ActiveComponent for Scripted {
         };
         let order = match &self.verdict {
             Verdict::Reverse => Ok(scored((0..hits.len()).rev().collect())),
+            Verdict::Prefer(id) => {
+                let (first, rest): (Vec<usize>, Vec<usize>) =
+                    (0..hits.len()).partition(|&i| &hits[i].document.id == id);
+                Ok(scored(first.into_iter().chain(rest).collect()))
+            }
             Verdict::Fail(why) => Err(sluice_contract::stages::RerankFailure::new(
                 sluice_contract::stages::FailureKind::ComponentError,
                 why.clone(),
@@ -177,6 +199,21 @@ impl Reranker for ScriptedReranker {
                 verdict,
                 version: self.version.clone(),
             }) as Arc<dyn ActiveComponent>
+        }))
+    }
+
+    async fn version(
+        &self,
+        tenant: &Tenant,
+        version: &str,
+    ) -> Result<Arc<dyn ActiveComponent>, String> {
+        let _ = self.has_components(tenant).await?;
+        let (version, verdict) = (self.stored.iter())
+            .find(|(v, _)| v == version)
+            .ok_or_else(|| format!("no stored version {version:?}"))?;
+        Ok(Arc::new(Scripted {
+            verdict: verdict.clone(),
+            version: version.clone(),
         }))
     }
 

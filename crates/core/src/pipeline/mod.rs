@@ -49,7 +49,7 @@ use futures::{Stream, StreamExt};
 
 pub use parts::Pipeline;
 use request::Progress;
-pub use request::{AnswerRequest, FOLLOW_UP_TURNS, MAX_FOLLOW_UP_BYTES};
+pub use request::{AnswerRequest, FOLLOW_UP_TURNS, MAX_FOLLOW_UP_BYTES, Pinned};
 
 use cache::Round;
 use flow::{beside, in_span, until};
@@ -84,7 +84,10 @@ impl Pipeline {
         let this = self;
         async_stream::stream! {
             let mut progress = Progress::new(&this.config, &request, request_id);
-            let cache = this.cache.clone().filter(|_| !request.bypass_cache);
+            // A candidate's answers (pinned components) are never read from or written to the
+            // cache: its scope would name versions nobody else runs.
+            let cache = (this.cache.clone())
+                .filter(|_| !request.bypass_cache && request.pinned.is_empty());
 
             // 0. Admit: the scope reads start now and run beside the embedding.
             let mut reads = this.read_scope(&request, cache.is_some(), progress.deadline);

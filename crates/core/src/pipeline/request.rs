@@ -15,7 +15,7 @@ use sluice_contract::filter::Filter;
 use sluice_contract::fusion::Fusion;
 use sluice_contract::grounding::{Extract, GroundingMode};
 use sluice_contract::sse::Timings;
-use sluice_contract::stages::{ActivePrompt, RerankContext, RerankFailure};
+use sluice_contract::stages::{ActiveComponent, ActivePrompt, RerankContext, RerankFailure};
 use sluice_contract::tenant_settings::{PromptSettings, StoredSettings};
 
 /// A validated answer request.
@@ -73,6 +73,41 @@ pub struct AnswerRequest {
     /// Whether `meta` carries the extract (`"extract": false` turns it off); `None`: as the
     /// tenant's settings, else the deployment's `SLUICE_EXTRACT`, say.
     pub extract: Option<bool>,
+    /// Components to run in place of the tenant's active ones (an evaluation's candidate):
+    /// each one given replaces its kind's.
+    pub pinned: Pinned,
+}
+
+/// A tenant's component versions pinned for one request, in place of the active ones: a
+/// candidate tried before it goes live. An answer with one is never cached.
+#[derive(Clone, Default)]
+pub struct Pinned {
+    /// The rerank component.
+    pub rerank: Option<Arc<dyn ActiveComponent>>,
+    /// The prompt component.
+    pub prompt: Option<Arc<dyn ActivePrompt>>,
+}
+
+impl Pinned {
+    /// Whether nothing is pinned.
+    pub fn is_empty(&self) -> bool {
+        self.rerank.is_none() && self.prompt.is_none()
+    }
+}
+
+impl std::fmt::Debug for Pinned {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pinned")
+            .field(
+                "rerank",
+                &self.rerank.as_ref().map(|c| c.version().to_string()),
+            )
+            .field(
+                "prompt",
+                &self.prompt.as_ref().map(|c| c.version().to_string()),
+            )
+            .finish()
+    }
 }
 
 /// How many earlier user turns a follow-up's retrieval reads besides the question (newest

@@ -58,16 +58,32 @@ impl Pipeline {
                 .boxed()
             }
         };
+        let pinned = request.pinned.clone();
         let component = match self.reranker.clone() {
-            None => async { Read::Got(Component::default()) }.boxed(),
+            None => async move {
+                Read::Got(Component {
+                    rerank: pinned.rerank,
+                    prompt: pinned.prompt,
+                })
+            }
+            .boxed(),
             Some(reranker) => {
                 let tenant = request.tenant.clone();
                 async move {
-                    let both = futures::future::join(
-                        reranker.active(&tenant, check_by),
-                        reranker.active_prompt(&tenant, check_by),
-                    );
-                    match bounded(deadline, both).await {
+                    // A pinned component (a candidate) replaces its kind's active one.
+                    let rerank = async {
+                        match pinned.rerank {
+                            Some(c) => Ok(Some(c)),
+                            None => reranker.active(&tenant, check_by).await,
+                        }
+                    };
+                    let prompt = async {
+                        match pinned.prompt {
+                            Some(c) => Ok(Some(c)),
+                            None => reranker.active_prompt(&tenant, check_by).await,
+                        }
+                    };
+                    match bounded(deadline, futures::future::join(rerank, prompt)).await {
                         Some((Ok(rerank), Ok(prompt))) => Read::Got(Component { rerank, prompt }),
                         Some((Err(e), _) | (_, Err(e))) => Read::Failed(e),
                         None => Read::Late,

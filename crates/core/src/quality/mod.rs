@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use sluice_contract::codes::Degraded;
-use sluice_contract::evals::{EvalQuestion, matches};
+pub use sluice_contract::evals::Mode;
+use sluice_contract::evals::{EvalQuestion, QualityGate, matches};
 use sluice_contract::grounding::Grounding;
 use sluice_contract::random::SplitMix;
 use sluice_contract::sse::Timings;
@@ -75,19 +76,6 @@ pub fn reciprocal_rank(ranked: &[String], required: &[String]) -> f64 {
         .iter()
         .position(|d| required.contains(d))
         .map_or(0.0, |i| 1.0 / (i + 1) as f64)
-}
-
-/// How a run answers its questions.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Mode {
-    /// The tenant's search: scope, embedding, retrieval, its rerank component; no LLM, no
-    /// tokens.
-    #[default]
-    Retrieval,
-    /// The tenant's whole pipeline, the LLM and the grounding verdict included (tokens are
-    /// counted and budgeted as answers').
-    Answer,
 }
 
 /// What the pipeline gave for one question.
@@ -419,6 +407,34 @@ pub fn compare(
     differences
 }
 
+/// A figure the gate holds that dropped too far: by more than its `max_drop`, and beyond the
+/// noise (the 95 % interval of the paired difference lies below zero).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Regression {
+    /// The figure.
+    pub figure: String,
+    /// The candidate less the live configuration, with its interval.
+    pub change: Figure,
+    /// The most the gate lets it drop.
+    pub max_drop: f64,
+}
+
+/// The figures of `versus` (a candidate less the live configuration, see [`compare`]) that
+/// `gate` refuses.
+pub fn regressions(gate: &QualityGate, versus: &BTreeMap<String, Figure>) -> Vec<Regression> {
+    (gate.held().into_iter())
+        .filter_map(|(figure, max_drop)| {
+            let change = *versus.get(&figure)?;
+            let refused = -change.value > max_drop + 1e-12 && change.ci[1] < 0.0;
+            refused.then_some(Regression {
+                figure,
+                change,
+                max_drop,
+            })
+        })
+        .collect()
+}
+
 /// Where a run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -463,9 +479,17 @@ pub struct RunReport {
     /// one asked for.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub baseline: Option<String>,
-    /// Each figure less the baseline's, over the questions both answered (see [`compare`]).
+    /// Each figure less the baseline's (or, for a candidate, less the live configuration's),
+    /// over the questions both answered (see [`compare`]).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub versus: BTreeMap<String, Figure>,
+    /// The change tried beside the live configuration (a component version, a settings
+    /// draft), as asked; the figures and questions are then the candidate's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub candidate: Option<serde_json::Value>,
+    /// The live configuration's figures on the same questions, in a candidate's run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub live: Option<Figures>,
     /// Each question, in the set's order (absent from a listing).
     #[serde(default)]
     pub questions: Vec<QuestionResult>,

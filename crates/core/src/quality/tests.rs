@@ -143,3 +143,42 @@ fn the_metrics_are_the_evaluations_own() {
     assert!((reciprocal_rank(&ranked, &required) - 1.0 / 3.0).abs() < 1e-12);
     assert!(ndcg_at(&ranked, &required, 10) > 0.0 && ndcg_at(&ranked, &required, 2) == 0.0);
 }
+
+#[test]
+fn a_gate_refuses_a_drop_past_its_limit_only_when_it_is_beyond_the_noise() {
+    let gate: QualityGate =
+        serde_json::from_value(json!({"set": "s", "max_drop": {"mrr": 0.1, "recall": 0.0}}))
+            .unwrap();
+    let figure = |value: f64, ci: [f64; 2]| Figure { value, ci, n: 20 };
+    let versus =
+        |recall, mrr| BTreeMap::from([("recall".to_string(), recall), ("mrr".to_string(), mrr)]);
+    // A clear drop of recall; MRR within its limit.
+    let refused = regressions(
+        &gate,
+        &versus(figure(-0.3, [-0.5, -0.1]), figure(-0.05, [-0.1, -0.01])),
+    );
+    assert_eq!(
+        refused
+            .iter()
+            .map(|r| r.figure.as_str())
+            .collect::<Vec<_>>(),
+        ["recall"]
+    );
+    // A drop whose interval reaches zero is noise.
+    assert!(
+        regressions(
+            &gate,
+            &versus(figure(-0.2, [-0.5, 0.05]), figure(0.0, [0.0, 0.0]))
+        )
+        .is_empty()
+    );
+    // Better, or no figure at all, passes.
+    assert!(
+        regressions(
+            &gate,
+            &versus(figure(0.2, [0.1, 0.3]), figure(0.1, [0.0, 0.2]))
+        )
+        .is_empty()
+    );
+    assert!(regressions(&gate, &BTreeMap::new()).is_empty());
+}

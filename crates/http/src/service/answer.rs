@@ -158,6 +158,7 @@ pub(crate) fn checked_request(
         show_rerank_failure: false,
         settings,
         extract: body.extract,
+        pinned: Default::default(),
     })
 }
 

@@ -22,6 +22,7 @@ use crate::error::ApiError;
 use crate::quota::Limited;
 
 /// Who is asking: the tenant, and what its key allows and is bound to.
+#[derive(Clone)]
 pub(crate) struct Caller {
     pub(crate) tenant: Tenant,
     pub(crate) may_see_prompt: bool,

@@ -24,7 +24,7 @@ use sluice_contract::evals::{
 };
 use sluice_contract::sse::Event;
 use sluice_contract::usage::Counts;
-use sluice_core::pipeline::AnswerRequest;
+use sluice_core::pipeline::{AnswerRequest, Pinned};
 use sluice_core::quality::{self, Mode, Outcome, RunReport, RunStatus};
 
 use super::answer::AnswerBody;
@@ -51,6 +51,8 @@ pub(crate) struct RunAsked {
     pub(crate) cache: Option<String>,
     /// The run to compare with (default: the last finished run of the same set and mode).
     pub(crate) compare_to: Option<String>,
+    /// A change to try beside the live configuration, question by question.
+    pub(crate) candidate: Option<super::gate::CandidateAsked>,
 }
 
 /// One event of a run's stream.
@@ -356,6 +358,9 @@ impl Server {
     /// Runs a set as `asked`: a stream of events — `run` (its id, the set, how many
     /// questions), a `question` per question scored, then `report` (the figures, the
     /// comparison with the baseline, every question), which is kept — or 4xx before it starts.
+    /// With a candidate, each question is asked of the live configuration and of the
+    /// candidate, one after the other; the report's questions and figures are the
+    /// candidate's, compared with the live configuration's (`live`, `versus`).
     pub(crate) async fn start_eval_run(
         self: &Arc<Self>,
         caller: Caller,
@@ -377,19 +382,30 @@ impl Server {
             .map_err(unavailable)?
             .ok_or_else(|| unknown("set", &asked.set))?;
         let set = EvalSet::parse(&record.body).map_err(|e| invalid(&e.field, e.message))?;
+        let candidate = match &asked.candidate {
+            Some(c) => Some(self.candidate(&caller, c).await?),
+            None => None,
+        };
+        let mut arms = vec![(caller, Pinned::default())];
+        if let Some(c) = &candidate {
+            arms.push((c.caller.clone(), c.pinned.clone()));
+        }
         // Checked before the first question: a set the tenant's settings now refuse (a `k`)
         // is refused whole rather than failing question by question.
-        for (i, q) in set.questions.iter().enumerate() {
-            self.question_request(&caller, call, q, asked.k.as_ref(), asked.cache.as_deref())
-                .map_err(|e| invalid(&format!("questions[{i}]"), e.message))?;
+        for (who, _) in &arms {
+            for (i, q) in set.questions.iter().enumerate() {
+                self.question_request(who, call, q, asked.k.as_ref(), asked.cache.as_deref())
+                    .map_err(|e| invalid(&format!("questions[{i}]"), e.message))?;
+            }
         }
-        let baseline = match &asked.compare_to {
-            Some(id) => Some(
+        let baseline = match (&asked.compare_to, &candidate) {
+            (_, Some(_)) => None,
+            (Some(id), None) => Some(
                 (records.get(&tenant, Shelf::EvalRuns, id).await)
                     .map_err(unavailable)?
                     .ok_or_else(|| unknown("run", id))?,
             ),
-            None => {
+            (None, None) => {
                 let mut kept =
                     (records.list(&tenant, Shelf::EvalRuns).await).map_err(unavailable)?;
                 kept.sort_by(|a, b| b.name.cmp(&a.name));
@@ -397,6 +413,7 @@ impl Server {
                     r.body["set"] == asked.set.as_str()
                         && r.body["mode"] == json!(asked.mode)
                         && r.body["status"] == json!(RunStatus::Finished)
+                        && r.body.get("candidate").is_none()
                 })
             }
         };
@@ -438,38 +455,57 @@ impl Server {
                 figures: Default::default(),
                 baseline: baseline.as_ref().map(|b| b.id.clone()),
                 versus: Default::default(),
+                candidate: asked.candidate.as_ref().map(|c| json!(c)),
+                live: None,
                 questions: Vec::with_capacity(live.total),
             };
-            for question in &set.questions {
+            // Each arm's questions scored: the live configuration's, then the candidate's.
+            let mut scored: Vec<Vec<quality::QuestionResult>> = vec![Vec::new(); arms.len()];
+            'questions: for question in &set.questions {
                 if live.cancel.is_cancelled() {
                     report.status = RunStatus::Canceled;
                     break;
                 }
-                let call = Call::new(credentials.clone());
-                let asking = server.question_request(
-                    &caller, &call, question, asked.k.as_ref(), asked.cache.as_deref(),
-                );
-                let outcome = match asking {
-                    Err(e) => Outcome { error: Some(e.code.to_string()), ..Outcome::default() },
-                    Ok(request) => {
-                        let answered = server.ask(&caller, &call, request, asked.mode);
-                        match tokio::time::timeout_at(ends_by, answered).await {
-                            Ok(outcome) => outcome,
-                            Err(_) => {
-                                report.status = RunStatus::TimedOut;
-                                break;
+                for (arm, (who, pinned)) in arms.iter().enumerate() {
+                    let call = Call::new(credentials.clone());
+                    let asking = server.question_request(
+                        who, &call, question, asked.k.as_ref(), asked.cache.as_deref(),
+                    );
+                    let outcome = match asking {
+                        Err(e) => Outcome { error: Some(e.code.to_string()), ..Outcome::default() },
+                        Ok(request) => {
+                            let request = AnswerRequest { pinned: pinned.clone(), ..request };
+                            let answered = server.ask(who, &call, request, asked.mode);
+                            match tokio::time::timeout_at(ends_by, answered).await {
+                                Ok(outcome) => outcome,
+                                Err(_) => {
+                                    report.status = RunStatus::TimedOut;
+                                    break 'questions;
+                                }
                             }
                         }
-                    }
-                };
-                report.tokens += outcome.tokens;
-                let scored = quality::score(question, outcome);
+                    };
+                    report.tokens += outcome.tokens;
+                    scored[arm].push(quality::score(question, outcome));
+                }
                 report.done += 1;
                 live.done.store(report.done, Ordering::SeqCst);
-                let data = json!({"done": report.done, "total": report.total, "question": scored});
-                report.questions.push(scored);
+                let latest = scored.last().and_then(|s| s.last());
+                let data = json!({"done": report.done, "total": report.total, "question": latest});
                 yield RunEvent { name: "question", data };
             }
+            // A question the time limit cut short in the candidate's arm is left out of both.
+            let answered = report.done;
+            let mut arms_scored = scored.into_iter().map(|mut s| { s.truncate(answered); s });
+            let live_scored = arms_scored.next().unwrap_or_default();
+            report.questions = match arms_scored.next() {
+                Some(mut candidate) => {
+                    report.live = Some(quality::figures(&live_scored, SEED));
+                    report.versus = quality::compare(&live_scored, &mut candidate, SEED);
+                    candidate
+                }
+                None => live_scored,
+            };
             report.figures = quality::figures(&report.questions, SEED);
             if let Some(before) = &baseline {
                 report.versus = quality::compare(&before.questions, &mut report.questions, SEED);

@@ -463,6 +463,41 @@ async fn provoke(code: Code) -> Seen {
             let _held = app.open(open()).await;
             Seen::Refused(kit::Reply::read(app.open(open()).await).await)
         }
+        Code::QualityRegression => {
+            let mut kit = Kit::new(&[]);
+            let reranker = sluice_testkit::ScriptedReranker::new(sluice_testkit::Verdict::Reverse)
+                .none_active()
+                .stored("reverse", sluice_testkit::Verdict::Reverse);
+            kit.parts.reranker = Some(Arc::new(reranker));
+            // A registry that would fail: the gate refuses before it is asked.
+            let never = || ComponentError::Invalid("not reached".into());
+            kit.parts.components = Some(Arc::new(FailingComponents(Some(never))));
+            let app = kit.app();
+            app.ingest("default").await;
+            let set = r#"{"questions": [{"question": "How long does a replacement card take?", "first": "lost-card", "documents": ["lost-card"]}, {"question": "What is the daily ATM withdrawal limit?", "documents": ["atm-limits"]}]}"#;
+            assert_eq!(
+                app.send(Method::PUT, "/v1/evals/sets/s", &[], set)
+                    .await
+                    .status,
+                200
+            );
+            let gate = r#"{"quality_gate": {"set": "s"}}"#;
+            assert_eq!(
+                app.send(Method::PUT, "/v1/settings", &[], gate)
+                    .await
+                    .status,
+                200
+            );
+            Seen::Refused(
+                app.send(
+                    Method::POST,
+                    "/v1/components/rerank/activate",
+                    &[],
+                    r#"{"version": "reverse"}"#,
+                )
+                .await,
+            )
+        }
         Code::SettingsDisabled => {
             let mut kit = Kit::new(&[]);
             kit.parts.settings = None;

@@ -19,6 +19,7 @@ mod evals;
 mod files;
 mod filters;
 mod fusion;
+mod gate;
 mod grounding;
 mod kit;
 mod mcp;

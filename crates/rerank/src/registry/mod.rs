@@ -481,6 +481,39 @@ impl Reranker for Registry {
         let active = self.known_or_read(&tenant.prompt_components(), by).await?;
         Ok(active.map(|a| a as Arc<dyn ActivePrompt>))
     }
+
+    async fn version(
+        &self,
+        tenant: &Tenant,
+        version: &str,
+    ) -> Result<Arc<dyn ActiveComponent>, String> {
+        Ok(self.loaded(tenant, version).await? as Arc<dyn ActiveComponent>)
+    }
+
+    async fn prompt_version(
+        &self,
+        tenant: &Tenant,
+        version: &str,
+    ) -> Result<Arc<dyn ActivePrompt>, String> {
+        let stored = self.loaded(&tenant.prompt_components(), version).await?;
+        Ok(stored as Arc<dyn ActivePrompt>)
+    }
+}
+
+impl Registry {
+    /// A stored version of the tenant's (active or not), loaded on the blocking pool: its
+    /// artefact, or a compile.
+    async fn loaded(&self, tenant: &Tenant, version: &str) -> Result<Arc<Active>, String> {
+        if !is_version(version) {
+            return Err(format!("{version:?} is not a component version"));
+        }
+        let (inner, tenant, version) =
+            (Arc::clone(&self.inner), tenant.clone(), version.to_string());
+        tokio::task::spawn_blocking(move || inner.load(&tenant, &version))
+            .await
+            .map_err(|e| format!("the load task failed: {e}"))?
+            .map_err(|e| e.to_string())
+    }
 }
 
 #[cfg(test)]
