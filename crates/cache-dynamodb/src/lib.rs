@@ -12,6 +12,7 @@
 //! | `cv`, `lm`, `em`, `pv`, `k`, `rr` | corpus version, LLM, embedding model, prompt version, k, rerank component (absent: none) |
 //! | `vr` | digest of what else shaped the answer (filter, conversation, …; absent: nothing) |
 //! | `bd` | digest of the filter of the key the answer was made for (absent: an unbound key); a bound key's clear deletes only its own |
+//! | `ad` | the answer's digest (`CachedAnswer::digest`): a down-vote deletes every item holding the answer |
 //! | `ttl` | Unix seconds; DynamoDB's TTL deletes the item some time after (checked in code too) |
 //! | `a` | the answer as JSON: tokens, sources (and what each was: id, chunk, digest), finish reason, token count, verdict |
 //!
@@ -411,6 +412,22 @@ impl CacheStore for DynamoCache {
     }
 
     async fn clear(&self, tenant: &Tenant, binding: Option<&str>) -> Result<usize, CacheError> {
+        self.delete_where(tenant, binding.map(|b| ("bd", b))).await
+    }
+
+    async fn forget(&self, tenant: &Tenant, answer: &str) -> Result<usize, CacheError> {
+        self.delete_where(tenant, Some(("ad", answer))).await
+    }
+}
+
+impl DynamoCache {
+    /// Deletes the tenant's items — those whose attribute `equal.0` is `equal.1`, when given —
+    /// a page of its partition at a time; returns how many.
+    async fn delete_where(
+        &self,
+        tenant: &Tenant,
+        equal: Option<(&str, &str)>,
+    ) -> Result<usize, CacheError> {
         let client = self.client(tenant).await?;
         let mut deleted = 0;
         let mut start: Option<HashMap<String, AttributeValue>> = None;
@@ -422,10 +439,10 @@ impl CacheStore for DynamoCache {
                 .expression_attribute_values(":t", s(tenant))
                 .projection_expression("pk, sk")
                 .set_exclusive_start_key(start.take());
-            if let Some(binding) = binding {
+            if let Some((attribute, value)) = equal {
                 query = query
-                    .filter_expression("bd = :b")
-                    .expression_attribute_values(":b", s(binding));
+                    .filter_expression(format!("{attribute} = :v"))
+                    .expression_attribute_values(":v", s(value));
             }
             let page = query.send().await.map_err(backend)?;
             let keys: Vec<_> = page.items().to_vec();
@@ -448,9 +465,7 @@ impl CacheStore for DynamoCache {
         }
         Ok(deleted)
     }
-}
 
-impl DynamoCache {
     /// One `BatchWriteItem`, resending what DynamoDB left unprocessed (throttling) a few times.
     async fn write_all(
         &self,
@@ -531,6 +546,7 @@ pub fn encode(entry: &CacheEntry) -> Result<HashMap<String, AttributeValue>, Cac
         ("k".to_string(), n(entry.scope.k)),
         ("ttl".to_string(), n(entry.expires_at)),
         ("a".to_string(), s(&answer)),
+        ("ad".to_string(), s(&entry.answer.digest())),
     ]);
     if let Some(version) = &entry.scope.rerank {
         item.insert("rr".to_string(), s(version));
@@ -597,7 +613,11 @@ pub fn decode(item: &HashMap<String, AttributeValue>) -> Result<CacheEntry, Stri
             .collect(),
         _ => return Err("attribute v is missing or not f16 bytes".into()),
     };
-    let buckets = (0..BANDS)
+    // An item in no band (a question kept out of the cache: `SemanticCache::block`) has no
+    // bucket attribute at all; an answer has every one.
+    let in_no_band = (0..BANDS).all(|band| !item.contains_key(&bucket_attr(band)));
+    let bands = if in_no_band { 0 } else { BANDS };
+    let buckets = (0..bands)
         .map(|band| {
             let value = text(&bucket_attr(band))?;
             value

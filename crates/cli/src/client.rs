@@ -238,35 +238,7 @@ pub async fn usage(client: &Client, days: UsageDays) -> Result<()> {
         println!("{usage:#}");
         return Ok(());
     }
-    let columns = sluice_contract::usage::Counts::FIELDS;
-    let line = |label: &str, row: &Value| {
-        let cells: Vec<String> = columns
-            .iter()
-            .map(|c| row[*c].as_u64().unwrap_or(0).to_string())
-            .collect();
-        format!("{label}\t{}", cells.join("\t"))
-    };
-    let table = |label: &str, block: &Value| {
-        println!("{label}\t{}", columns.join("\t"));
-        for day in block["days"].as_array().into_iter().flatten() {
-            println!("{}", line(day["day"].as_str().unwrap_or("?"), day));
-        }
-        println!("{}", line("total", &block["total"]));
-    };
-    println!(
-        "tenant {} from {} to {}",
-        usage["tenant"].as_str().unwrap_or("?"),
-        usage["from"].as_str().unwrap_or("?"),
-        usage["to"].as_str().unwrap_or("?")
-    );
-    table("day", &usage);
-    for key in usage["keys"].as_array().into_iter().flatten() {
-        println!();
-        table(
-            &format!("key {}", key["key"].as_str().unwrap_or("(none)")),
-            key,
-        );
-    }
+    println!("{}", sluice_client::usage_lines(&usage).join("\n"));
     let budgets = &usage["budgets"];
     for whose in ["tenant", "key"] {
         if let Some(budget) = budgets[whose].as_u64() {

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Subcommand;
 use serde::Serialize;
 use sluice_contract::fusion::Fusion;
@@ -91,22 +91,8 @@ pub enum EvalCommand {
     /// pipeline: each question as it is scored, then the figures with their 95 % intervals
     /// and the difference from the set's last finished run.
     Run {
-        /// The set.
-        #[arg(long)]
-        set: String,
-        /// Answer each question whole (the LLM and the grounding verdict; tokens are counted
-        /// as answers'), not only its retrieval.
-        #[arg(long)]
-        answers: bool,
-        /// Sources per question [default: the tenant's k].
-        #[arg(short, long)]
-        k: Option<u32>,
-        /// Compare with this run [default: the set's last finished run in the same mode].
-        #[arg(long)]
-        compare_to: Option<String>,
-        /// Print the report's JSON.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        run: RunArgs,
         #[command(flatten)]
         target: crate::Target,
     },
@@ -116,6 +102,27 @@ pub enum EvalCommand {
         #[arg(long, default_value = "eval-cache")]
         out: PathBuf,
     },
+}
+
+/// `sluice eval run`'s arguments.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// The set.
+    #[arg(long)]
+    set: String,
+    /// Answer each question whole (the LLM and the grounding verdict; tokens are counted as
+    /// answers'), not only its retrieval.
+    #[arg(long)]
+    answers: bool,
+    /// Sources per question [default: the tenant's k].
+    #[arg(short, long)]
+    k: Option<u32>,
+    /// Compare with this run [default: the set's last finished run in the same mode].
+    #[arg(long)]
+    compare_to: Option<String>,
+    /// Print the report's JSON.
+    #[arg(long)]
+    json: bool,
 }
 
 #[derive(Subcommand)]
@@ -129,6 +136,44 @@ pub enum SetsCommand {
     List,
     /// Delete a set (its runs stay).
     Delete { name: String },
+    /// Add to a set (made if missing) each down-vote that names the source its answer should
+    /// have been built from, as a question expecting that source first.
+    Add {
+        name: String,
+        #[arg(long, required = true)]
+        from_feedback: bool,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum FeedbackCommand {
+    /// The tenant's ratings, newest first: when, the rating, the question, the source it should
+    /// have come from, the comment.
+    List {
+        /// Only the down-votes.
+        #[arg(long)]
+        down: bool,
+        /// One JSON object a line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `sluice feedback list` against the server `client` talks to.
+pub async fn feedback(client: &sluice_client::Client, command: FeedbackCommand) -> Result<()> {
+    let FeedbackCommand::List { down, json } = command;
+    let path = ["/v1/feedback", "/v1/feedback?rating=down"][usize::from(down)];
+    for rating in client.get(path).await?["feedback"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        println!(
+            "{}",
+            [sluice_client::feedback_line(rating), rating.to_string()][usize::from(json)]
+        );
+    }
+    Ok(())
 }
 
 /// `sluice eval sets …` against the server `client` talks to.
@@ -136,50 +181,33 @@ pub async fn sets(client: &sluice_client::Client, command: SetsCommand) -> Resul
     let path = |name: &str| format!("/v1/evals/sets/{}", sluice_contract::escape(name));
     let answer = match command {
         SetsCommand::Put { name, file } => {
-            let text = match file.as_os_str() == "-" {
-                true => std::io::read_to_string(std::io::stdin())?,
-                false => std::fs::read_to_string(&file)
-                    .with_context(|| format!("reading {}", file.display()))?,
-            };
-            let set: serde_json::Value =
-                serde_json::from_str(&text).context("the set is not JSON")?;
-            client.put(&path(&name), &set).await?
+            client.put(&path(&name), &crate::read_json(&file)?).await?
         }
         SetsCommand::Get { name } => client.get(&path(&name)).await?,
         SetsCommand::List => client.get("/v1/evals/sets").await?,
         SetsCommand::Delete { name } => client.delete(&path(&name), None).await?,
+        SetsCommand::Add { name, .. } => {
+            let from = format!("{}/from-feedback", path(&name));
+            client.post(&from, &serde_json::json!({})).await?
+        }
     };
     println!("{answer:#}");
     Ok(())
 }
 
 /// `sluice eval run`: the run streamed, a line per question, then the figures.
-pub async fn run_set(
-    client: &sluice_client::Client,
-    set: String,
-    answers: bool,
-    k: Option<u32>,
-    compare_to: Option<String>,
-    json: bool,
-) -> Result<()> {
-    use futures::StreamExt;
-    let mode = if answers { "answer" } else { "retrieval" };
-    let body = serde_json::json!({"set": set, "mode": mode, "k": k, "compare_to": compare_to});
-    let mut events = client.post_events("/v1/evals/runs", &body).await?;
-    while let Some(event) = events.next().await {
-        let (name, data) = event?;
-        let data: serde_json::Value = serde_json::from_str(&data)?;
-        match name.as_str() {
-            "run" => eprintln!(
-                "run {}: {} questions of {set} ({mode})",
-                data["id"], data["total"]
-            ),
-            "question" => eprintln!("{}", sluice_client::eval_question_line(&data)),
-            "report" if json => println!("{data:#}"),
-            "report" => println!("{}", sluice_client::eval_report_lines(&data).join("\n")),
-            "error" => anyhow::bail!("the run failed: {}", data["message"]),
-            _ => {}
-        }
+pub async fn run_set(client: &sluice_client::Client, run: RunArgs) -> Result<()> {
+    let mode = ["retrieval", "answer"][usize::from(run.answers)];
+    let body =
+        serde_json::json!({"set": run.set, "mode": mode, "k": run.k, "compare_to": run.compare_to});
+    let report = (client.run_eval(&body, &mut |name, data| match name {
+        "run" => eprintln!("run {}: {} questions ({mode})", data["id"], data["total"]),
+        _ => eprintln!("{}", sluice_client::eval_question_line(data)),
+    }))
+    .await?;
+    match run.json {
+        true => println!("{report:#}"),
+        false => println!("{}", sluice_client::eval_report_lines(&report).join("\n")),
     }
     Ok(())
 }

@@ -12,7 +12,7 @@ mod settings;
 
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
 use bench::{BenchCommand, FixtureCommand};
 use clap::{Parser, Subcommand};
 use client::DocumentsCommand;
@@ -82,6 +82,13 @@ enum Command {
     Settings {
         #[command(subcommand)]
         command: SettingsCommand,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// The tenant's ratings of its answers on a running server.
+    Feedback {
+        #[command(subcommand)]
+        command: eval::FeedbackCommand,
         #[command(flatten)]
         target: Target,
     },
@@ -277,6 +284,9 @@ fn run() -> Result<()> {
         Command::Settings { command, target } => {
             runtime.block_on(settings::command(&server(target)?, command))
         }
+        Command::Feedback { command, target } => {
+            runtime.block_on(eval::feedback(&server(target)?, command))
+        }
         Command::Doctor { url } => runtime.block_on(doctor::run(&settings, url.as_deref())),
         Command::Store {
             command: StoreCommand::CreateCollection,
@@ -300,23 +310,8 @@ fn run() -> Result<()> {
             command: EvalCommand::Sets { command, target },
         } => runtime.block_on(eval::sets(&server(target)?, command)),
         Command::Eval {
-            command:
-                EvalCommand::Run {
-                    set,
-                    answers,
-                    k,
-                    compare_to,
-                    json,
-                    target,
-                },
-        } => runtime.block_on(eval::run_set(
-            &server(target)?,
-            set,
-            answers,
-            k,
-            compare_to,
-            json,
-        )),
+            command: EvalCommand::Run { run, target },
+        } => runtime.block_on(eval::run_set(&server(target)?, run)),
         Command::Eval { command } => runtime.block_on(eval::command(&settings, command)),
         Command::Component { command } => {
             Ok(runtime.block_on(sluice_component::cli::command(&settings, command))?)
@@ -340,6 +335,17 @@ fn run() -> Result<()> {
             runtime.block_on(client::clear_cache(&server(target)?, &tenant))
         }
     }
+}
+
+/// A JSON document from `file` (`-`: standard input).
+fn read_json(file: &std::path::Path) -> Result<serde_json::Value> {
+    let text = match file.as_os_str() == "-" {
+        true => std::io::read_to_string(std::io::stdin()).context("reading standard input")?,
+        false => {
+            std::fs::read_to_string(file).with_context(|| format!("reading {}", file.display()))?
+        }
+    };
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))
 }
 
 /// The server a client command talks to: `--url`, else `http://$SLUICE_ADDR`.

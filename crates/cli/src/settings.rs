@@ -2,9 +2,8 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Subcommand;
-use serde_json::Value;
 use sluice_client::Client;
 
 #[derive(Subcommand)]
@@ -19,17 +18,12 @@ pub enum SettingsCommand {
 
 /// `sluice settings …` against the server `client` talks to.
 pub async fn command(client: &Client, command: SettingsCommand) -> Result<()> {
-    let text = match command {
+    let settings = match command {
         SettingsCommand::Get => {
             println!("{:#}", client.get("/v1/settings").await?);
             return Ok(());
         }
-        SettingsCommand::Set { file } if file.as_os_str() == "-" => {
-            std::io::read_to_string(std::io::stdin()).context("reading standard input")?
-        }
-        SettingsCommand::Set { file } => {
-            std::fs::read_to_string(&file).with_context(|| format!("reading {}", file.display()))?
-        }
+        SettingsCommand::Set { file } => crate::read_json(&file)?,
         SettingsCommand::Edit => {
             let now = client.get("/v1/settings").await?;
             let draft = tempfile::Builder::new().suffix(".json").tempfile()?;
@@ -42,10 +36,9 @@ pub async fn command(client: &Client, command: SettingsCommand) -> Result<()> {
                 status?.success(),
                 "{editor} did not exit cleanly; nothing stored"
             );
-            std::fs::read_to_string(draft.path())?
+            crate::read_json(draft.path())?
         }
     };
-    let settings: Value = serde_json::from_str(&text).context("the settings are not JSON")?;
     let stored = client.put_settings(&settings).await?;
     println!("{stored:#}");
     Ok(())

@@ -188,6 +188,53 @@ pub fn gate_lines(quality: &Value) -> Vec<String> {
     lines
 }
 
+/// A tenant's usage (`GET /v1/usage`), for people: the period, then a tab-separated table of
+/// the counters a day and in total, and one per key when the usage has them.
+pub fn usage_lines(usage: &Value) -> Vec<String> {
+    let columns = sluice_contract::usage::Counts::FIELDS;
+    let line = |label: &str, row: &Value| {
+        let cells: Vec<String> = (columns.iter())
+            .map(|c| row[*c].as_u64().unwrap_or(0).to_string())
+            .collect();
+        format!("{label}\t{}", cells.join("\t"))
+    };
+    let table = |label: &str, block: &Value, lines: &mut Vec<String>| {
+        lines.push(format!("{label}\t{}", columns.join("\t")));
+        for day in block["days"].as_array().into_iter().flatten() {
+            lines.push(line(day["day"].as_str().unwrap_or("?"), day));
+        }
+        lines.push(line("total", &block["total"]));
+    };
+    let text = |v: &Value| v.as_str().unwrap_or("?").to_string();
+    let mut lines = vec![format!(
+        "tenant {} from {} to {}",
+        text(&usage["tenant"]),
+        text(&usage["from"]),
+        text(&usage["to"])
+    )];
+    table("day", usage, &mut lines);
+    for key in usage["keys"].as_array().into_iter().flatten() {
+        lines.push(String::new());
+        let label = format!("key {}", key["key"].as_str().unwrap_or("(none)"));
+        table(&label, key, &mut lines);
+    }
+    lines
+}
+
+/// A rating of an answer (`GET /v1/feedback`), for people: when, up or down, the question,
+/// the source it should have come from, the comment (tab-separated; `-` for what is absent).
+pub fn feedback_line(rating: &Value) -> String {
+    let or_dash = |v: &Value| v.as_str().unwrap_or("-").to_string();
+    [
+        or_dash(&rating["at"]),
+        or_dash(&rating["rating"]),
+        or_dash(&rating["answer"]["question"]),
+        or_dash(&rating["expected_source"]),
+        or_dash(&rating["comment"]),
+    ]
+    .join("\t")
+}
+
 /// One line of a document listing for people: id, chunks, when ingested, title (tab-separated;
 /// `-` for what is absent).
 pub fn document_line(d: &Value) -> String {
@@ -469,6 +516,40 @@ impl Client {
     /// `GET` of `path` (with its query, values [`escape`]d): the JSON answer.
     pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
         self.call(reqwest::Method::GET, path, None).await
+    }
+
+    /// `POST` of `body` to `path`: the JSON answer.
+    pub async fn post(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
+        self.call(reqwest::Method::POST, path, Some(body)).await
+    }
+
+    /// Runs an evaluation set (`POST /v1/evals/runs` with `body`), telling `progress` each
+    /// event before the report (`run`, then each `question`): the report. A run that ends
+    /// with `error` is [`ClientError::Stream`] with its message.
+    pub async fn run_eval(
+        &self,
+        body: &Value,
+        progress: &mut (dyn FnMut(&str, &Value) + Send),
+    ) -> Result<Value, ClientError> {
+        let mut events = self.post_events("/v1/evals/runs", body).await?;
+        while let Some(event) = events.next().await {
+            let (name, data) = event?;
+            let data: Value =
+                serde_json::from_str(&data).map_err(|e| ClientError::Stream(e.to_string()))?;
+            match name.as_str() {
+                "report" => return Ok(data),
+                "error" => {
+                    return Err(ClientError::Stream(format!(
+                        "the run failed: {}",
+                        data["message"]
+                    )));
+                }
+                _ => progress(&name, &data),
+            }
+        }
+        Err(ClientError::Stream(
+            "the run ended without its report".into(),
+        ))
     }
 
     /// `PUT` of `body` to `path`: the JSON answer.

@@ -57,6 +57,13 @@ impl CachedAnswer {
         }
     }
 
+    /// The answer's identity: hex SHA-256 of its text (its tokens, joined). Every entry that
+    /// holds this answer — under the question that made it, and the copies made for other
+    /// keys or end users — has the same.
+    pub fn digest(&self) -> String {
+        crate::sha256_hex(self.tokens.concat().as_bytes())
+    }
+
     /// Whether the sources a request's retrieval gave now are the ones this answer was built
     /// from: the same chunks, with the same content, in the same order.
     pub fn built_from(&self, now: &[Cited]) -> bool {
@@ -201,4 +208,7 @@ pub trait CacheStore: Send + Sync {
     /// Deletes the entries of `tenant` — those made for keys bound to `binding`
     /// ([`Scope::binding`]) when it is given, else every one; returns how many there were.
     async fn clear(&self, tenant: &Tenant, binding: Option<&str>) -> Result<usize, CacheError>;
+    /// Deletes the entries of `tenant` that hold the answer whose [`CachedAnswer::digest`] is
+    /// `answer`, whatever their key; returns how many there were.
+    async fn forget(&self, tenant: &Tenant, answer: &str) -> Result<usize, CacheError>;
 }

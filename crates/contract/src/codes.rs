@@ -205,6 +205,10 @@ error_codes! {
         /// not valid: an unknown field, a cap passed, a question an answer would refuse; the
         /// message starts with the field (`questions[3].documents[0]: …`); nothing stored or run.
         InvalidEvalSet = ("invalid_eval_set", 400, false),
+        /// A `POST /v1/feedback` body that is not valid: no `request_id`, a `rating` other than
+        /// `up` or `down`, a comment or expected source over its limit; the message names the
+        /// field; nothing stored.
+        InvalidFeedback = ("invalid_feedback", 400, false),
         /// Activating, reading the log of or deleting a component version the tenant does not have.
         UnknownVersion = ("unknown_version", 404, false),
         /// A document id the tenant does not have (or the key's filter does not let through); also
@@ -212,6 +216,9 @@ error_codes! {
         UnknownDocument = ("unknown_document", 404, false),
         /// An evaluation set or run the tenant does not have.
         UnknownEvalSet = ("unknown_eval_set", 404, false),
+        /// Feedback on a `request_id` this server keeps no answer of: never answered, another
+        /// tenant's, another end user's, or answered longer ago than answers are kept for.
+        UnknownRequest = ("unknown_request", 404, false),
         /// An MCP tool this server does not have (a JSON-RPC error, `-32602`).
         UnknownTool = ("unknown_tool", 404, false),
         /// An MCP request with an `Mcp-Session-Id`: the server keeps no sessions and issued none.
@@ -225,8 +232,8 @@ error_codes! {
         /// `/v1/settings` in a process that keeps no tenant settings (one that serves no answers,
         /// or a Lambda function without `SLUICE_SETTINGS_TABLE`).
         SettingsDisabled = ("settings_disabled", 404, false),
-        /// `/v1/evals/…` in a process that keeps no evaluation sets (one that serves no answers,
-        /// or a Lambda function without a records store).
+        /// `/v1/evals/…` or `/v1/feedback` in a process that keeps no evaluation sets or
+        /// ratings (one that serves no answers, or a Lambda function: they keep none yet).
         EvalsDisabled = ("evals_disabled", 404, false),
         /// Wrong method on a known route.
         MethodNotAllowed = ("method_not_allowed", 405, false),
@@ -275,7 +282,8 @@ error_codes! {
         CacheUnavailable = ("cache_unavailable", 503, true),
         /// `/v1/settings` while the settings store cannot be read or written.
         SettingsUnavailable = ("settings_unavailable", 503, true),
-        /// `/v1/evals/…` while the store of sets and runs cannot be read or written.
+        /// `/v1/evals/…` or `/v1/feedback` while the store of sets, runs and ratings cannot be
+        /// read or written.
         EvalsUnavailable = ("evals_unavailable", 503, true),
         /// `GET /v1/usage` while the usage store cannot be read (with `Retry-After: 1`).
         UsageUnavailable = ("usage_unavailable", 503, true),

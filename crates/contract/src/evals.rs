@@ -301,6 +301,8 @@ pub enum Shelf {
     EvalSets,
     /// Finished evaluation runs' reports, by run id.
     EvalRuns,
+    /// Ratings of answers, by the answer's request id.
+    Feedback,
 }
 
 impl Shelf {
@@ -309,6 +311,7 @@ impl Shelf {
         match self {
             Shelf::EvalSets => "eval_sets",
             Shelf::EvalRuns => "eval_runs",
+            Shelf::Feedback => "feedback",
         }
     }
 }

@@ -68,6 +68,8 @@ counters! {
     documents,
     /// Chunks embedded and stored.
     chunks,
+    /// Ratings of answers (`POST /v1/feedback`), up and down.
+    feedback,
 }
 
 impl Counts {

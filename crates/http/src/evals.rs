@@ -62,6 +62,17 @@ pub(crate) async fn put_set(
     Ok(Json(server.put_eval_set(&caller, &name, &set).await?))
 }
 
+/// `POST /v1/evals/sets/{name}/from-feedback`: the tenant's down-votes that name the source
+/// an answer should have come from, added to the set as questions.
+pub(crate) async fn set_from_feedback(
+    State(server): State<Arc<Server>>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let caller = admitted(&server, &headers).await?;
+    Ok(Json(server.eval_set_from_feedback(&caller, &name).await?))
+}
+
 /// `DELETE /v1/evals/sets/{name}`.
 pub(crate) async fn delete_set(
     State(server): State<Arc<Server>>,

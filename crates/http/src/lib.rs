@@ -22,8 +22,11 @@
 //! | `/v1/components/prompt` (the same six) | the tenant's prompt-assembly components |
 //! | `GET`, `PUT /v1/settings` | the tenant's own settings |
 //! | `GET /v1/evals/sets`; `GET`, `PUT`, `DELETE /v1/evals/sets/{name}` | the tenant's evaluation sets |
+//! | `POST /v1/evals/sets/{name}/from-feedback` | the tenant's down-votes with an expected source, added to the set |
 //! | `POST /v1/evals/runs` | `{"set", "mode"?, "k"?, "cache"?, "compare_to"?}` → a run, as `text/event-stream` |
 //! | `GET /v1/evals/runs`, `GET /v1/evals/runs/{id}`, `POST /v1/evals/runs/{id}/cancel` | the tenant's runs |
+//! | `POST /v1/feedback` | `{"request_id", "rating": "up"\|"down", "comment"?, "expected_source"?}` → a rating of an answer |
+//! | `GET /v1/feedback` | the tenant's ratings (`?rating=down`, `&limit=`) |
 //! | `DELETE /v1/cache` | forget the tenant's cached answers → `{"deleted": n}` |
 //! | `GET /v1/cache` | the tenant's similarity threshold now, and what its learning says |
 //! | `GET /v1/usage` | the tenant's usage per day (`?from&to`, `&keys=true` per key) |
@@ -58,6 +61,7 @@ mod config;
 mod documents;
 pub mod error;
 mod evals;
+mod feedback;
 mod mcp;
 pub mod metrics;
 pub mod openai;
@@ -134,6 +138,8 @@ pub struct Server {
     pub records: Option<Arc<dyn sluice_contract::evals::Records>>,
     /// The evaluation runs going in this process.
     pub(crate) runs: Arc<service::evals::Runs>,
+    /// The answers this process made lately, kept by request id for their ratings.
+    pub(crate) answered: Arc<service::feedback::AnswerLog>,
 }
 
 impl Server {
@@ -168,6 +174,7 @@ impl Server {
             ),
             records: None,
             runs: Arc::default(),
+            answered: Arc::default(),
         }
     }
 
@@ -256,8 +263,13 @@ pub fn router(server: Arc<Server>) -> Router {
             "/v1/evals/runs",
             get(evals::list_runs).post(evals::start_run),
         )
+        .route(
+            "/v1/evals/sets/{name}/from-feedback",
+            post(evals::set_from_feedback),
+        )
         .route("/v1/evals/runs/{id}", get(evals::get_run))
         .route("/v1/evals/runs/{id}/cancel", post(evals::cancel_run))
+        .route("/v1/feedback", post(feedback::rate).get(feedback::list))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models))
         .fallback(not_found)

@@ -79,6 +79,10 @@ struct Source {
 struct Verdict {
     verdict: &'static str,
 }
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct Rating {
+    rating: &'static str,
+}
 
 /// How an answer ended, for [`Metrics::answered`].
 #[derive(Debug, Clone, Copy)]
@@ -121,6 +125,7 @@ struct Inner {
     degraded: Family<Reason, Counter>,
     tokens: Family<Source, Counter>,
     grounding: Family<Verdict, Counter>,
+    feedback: Family<Rating, Counter>,
     component_fuel: Counter,
     active: Gauge,
     resident: Gauge,
@@ -165,6 +170,7 @@ impl Metrics {
             degraded: Family::default(),
             tokens: Family::default(),
             grounding: Family::default(),
+            feedback: Family::default(),
             component_fuel: Counter::default(),
             active: Gauge::default(),
             resident: Gauge::default(),
@@ -211,6 +217,11 @@ impl Metrics {
             "grounding_checks",
             "Answers checked against their sources, by verdict (verdict=grounded|ungrounded)",
             inner.grounding.clone(),
+        );
+        registry.register(
+            "feedback",
+            "Ratings of answers (POST /v1/feedback), by rating (rating=up|down)",
+            inner.feedback.clone(),
         );
         registry.register(
             "tokens",
@@ -262,6 +273,12 @@ impl Metrics {
     /// Reads the learning tenants of `cache` at each scrape.
     pub fn watch_cache(&self, cache: Arc<SemanticCache>) {
         let _ = self.inner.learning.set(cache);
+    }
+
+    /// Counts one rating of an answer (`up` or `down`).
+    pub fn feedback(&self, down: bool) {
+        let rating = if down { "down" } else { "up" };
+        self.inner.feedback.get_or_create(&Rating { rating }).inc();
     }
 
     /// Counts one HTTP response (`route` is the matched route pattern, not the raw path).
@@ -589,6 +606,7 @@ mod tests {
         ingests: 0,
         documents: 0,
         chunks: 0,
+        feedback: 0,
     };
 
     fn outcome<'a>(timings: &'a Timings, degraded: &'a [Degraded]) -> Outcome<'a> {

@@ -72,6 +72,25 @@ impl MemoryCache {
     }
 }
 
+impl MemoryCache {
+    /// Deletes the tenant's entries that `doomed` picks; how many.
+    fn delete_where(
+        &self,
+        tenant: &Tenant,
+        doomed: impl Fn(&CacheEntry) -> bool,
+    ) -> Result<usize, CacheError> {
+        let mut inner = self.lock()?;
+        let ids: Vec<Id> = (inner.entries.iter())
+            .filter(|((t, _), (_, e))| t == tenant && doomed(e))
+            .map(|(id, _)| id.clone())
+            .collect();
+        for id in &ids {
+            inner.remove(id);
+        }
+        Ok(ids.len())
+    }
+}
+
 #[async_trait]
 impl CacheStore for MemoryCache {
     fn backend(&self) -> &'static str {
@@ -134,23 +153,24 @@ impl CacheStore for MemoryCache {
     }
 
     async fn clear(&self, tenant: &Tenant, binding: Option<&str>) -> Result<usize, CacheError> {
-        let mut inner = self.lock()?;
-        let ids: Vec<Id> = (inner.entries.iter())
-            .filter(|((t, _), (_, e))| {
-                t == tenant && binding.is_none_or(|b| e.scope.binding.as_deref() == Some(b))
-            })
-            .map(|(id, _)| id.clone())
-            .collect();
-        for id in &ids {
-            inner.remove(id);
-        }
-        Ok(ids.len())
+        self.delete_where(tenant, |e| {
+            binding.is_none_or(|b| e.scope.binding.as_deref() == Some(b))
+        })
+    }
+
+    async fn forget(&self, tenant: &Tenant, answer: &str) -> Result<usize, CacheError> {
+        self.delete_where(tenant, |e| e.answer.digest() == answer)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_down_voted_answer_is_forgotten_wherever_it_is_held() {
+        sluice_testkit::forgets_an_answer_wherever_it_is_held(&MemoryCache::new(10)).await;
+    }
 
     /// Unix time in seconds.
     fn now() -> u64 {

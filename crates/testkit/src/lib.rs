@@ -264,6 +264,9 @@ impl CacheStore for BrokenCache {
     async fn clear(&self, _: &Tenant, _: Option<&str>) -> Result<usize, CacheError> {
         Err(CacheError::Backend("injected: cache unreachable".into()))
     }
+    async fn forget(&self, _: &Tenant, _: &str) -> Result<usize, CacheError> {
+        Err(CacheError::Backend("injected: cache unreachable".into()))
+    }
 }
 
 /// Component storage that is slow or failing as set, and may be set again while in use: reads
@@ -329,4 +332,60 @@ impl ComponentStorage for SlowComponents {
     fn set_active(&self, tenant: &Tenant, version: Option<&str>) -> Result<(), ComponentError> {
         self.inner.set_active(tenant, version)
     }
+}
+
+/// What every cache backend must do when a user votes an answer down
+/// ([`CacheStore::forget`]): the entries holding that answer go, under whatever key and
+/// scope; another answer's entry and another tenant's entry of the same answer stay.
+pub async fn forgets_an_answer_wherever_it_is_held(store: &dyn CacheStore) {
+    use sluice_contract::cache::CachedAnswer;
+    let answer = |text: &str| CachedAnswer {
+        tokens: vec![text.to_string(), " [1].".into()],
+        ..CachedAnswer::one_token("")
+    };
+    let entry = |who: &str, key: &str, text: &str, binding: Option<&str>| CacheEntry {
+        tenant: tenant(who),
+        key: key.into(),
+        query: key.into(),
+        vector: vec![1.0, 0.0, 0.0, 0.0],
+        buckets: vec![1; sluice_contract::cache::BANDS],
+        scope: Scope {
+            binding: binding.map(str::to_string),
+            ..scope(1)
+        },
+        expires_at: u64::MAX / 2,
+        answer: answer(text),
+    };
+    let wrong = answer("Five days");
+    let held = [
+        entry("acme", "k1", "Five days", None),
+        entry("acme", "k2", "Five days", Some("team-a")),
+        entry("acme", "k3", "Ten days", None),
+        entry("globex", "k1", "Five days", None),
+    ];
+    for e in &held {
+        store.put(e).await.expect("put");
+    }
+    let forgotten = store.forget(&tenant("acme"), &wrong.digest()).await;
+    assert_eq!(
+        forgotten.expect("forget"),
+        2,
+        "both of acme's entries holding it"
+    );
+    for (who, key, kept) in [
+        ("acme", "k1", false),
+        ("acme", "k2", false),
+        ("acme", "k3", true),
+        ("globex", "k1", true),
+    ] {
+        let found = store.get(&tenant(who), key).await.expect("get");
+        assert_eq!(found.is_some(), kept, "{who}/{key}");
+    }
+    assert_eq!(
+        store
+            .forget(&tenant("acme"), &wrong.digest())
+            .await
+            .expect("forget"),
+        0
+    );
 }

@@ -131,6 +131,13 @@ impl CacheStore for SlowWrites {
     ) -> Result<usize, CacheError> {
         self.inner.clear(tenant, binding).await
     }
+    async fn forget(
+        &self,
+        tenant: &sluice_contract::Tenant,
+        answer: &str,
+    ) -> Result<usize, CacheError> {
+        self.inner.forget(tenant, answer).await
+    }
 }
 
 /// A server over the samples whose cache writes take 400 ms, and the cache.

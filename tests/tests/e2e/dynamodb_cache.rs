@@ -406,3 +406,33 @@ async fn with_a_tenant_role_each_tenant_calls_with_credentials_assumed_for_it() 
     );
     assert_eq!(store.tenant_clients(), 2, "one client per tenant, reused");
 }
+
+#[tokio::test]
+async fn a_down_voted_answer_is_forgotten_from_the_table_and_its_question_kept_out() {
+    sluice_testkit::needs!(Aws);
+    let store = table("sluice-forget").await;
+    sluice_testkit::forgets_an_answer_wherever_it_is_held(&store).await;
+    // The mark that keeps the question out round-trips through the table, under its own
+    // key and in no band: no similar-question lookup finds it.
+    let cache = semantic(store.clone());
+    let acme = tenant("acme");
+    cache
+        .block(&acme, "How long does a card take?", 7)
+        .await
+        .unwrap();
+    let normalised = Probe::new("how long does a card take").normalised;
+    assert!(cache.blocked(&acme, &normalised, 7).await);
+    assert!(
+        !cache.blocked(&acme, &normalised, 8).await,
+        "the documents changed"
+    );
+    assert!(!cache.blocked(&tenant("globex"), &normalised, 7).await);
+    let near = store
+        .candidates(&acme, &[1; sluice_contract::cache::BANDS])
+        .await
+        .unwrap();
+    assert!(
+        near.iter().all(|e| !e.key.starts_with("blocked:")),
+        "{near:?}"
+    );
+}

@@ -90,3 +90,43 @@ async fn an_evaluation_set_finds_the_sample_page_each_question_is_about() {
     assert_eq!(usage["total"]["answers"], 4, "{usage}");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_down_vote_through_the_real_pipeline_forgets_the_answer_and_becomes_a_question() {
+    sluice_testkit::needs!(Llm, Model);
+    let server = start(&[("SLUICE_GROUNDING", "off")]).await;
+    server.ingest_samples().await;
+    let ask = json!({"query": "How many days does a replacement card take to arrive?", "k": 3});
+    let first = server.answer(&ask).await;
+    let meta = &first.first("meta").data;
+    assert_eq!(meta["cache"], "miss");
+    assert_eq!(server.answer(&ask).await.first("meta").data["cache"], "hit");
+    let rating = json!({"request_id": meta["request_id"], "rating": "down",
+        "comment": "wrong page", "expected_source": "samples/lost-card.md"});
+    let (status, rated) = server.post("/v1/feedback", &rating).await;
+    assert_eq!(status, 200, "{rated}");
+    assert!(rated["evicted"].as_u64().unwrap() >= 1, "{rated}");
+    assert_eq!(
+        server.answer(&ask).await.first("meta").data["cache"],
+        "miss"
+    );
+    assert_eq!(
+        server.answer(&ask).await.first("meta").data["cache"],
+        "miss",
+        "kept out"
+    );
+
+    let (_, listed) = server.get("/v1/feedback?rating=down").await;
+    assert_eq!(
+        listed["feedback"][0]["answer"]["question"], ask["query"],
+        "{listed}"
+    );
+    let (status, set) = server
+        .post("/v1/evals/sets/from-users/from-feedback", &json!({}))
+        .await;
+    assert_eq!((status, set["added"].clone()), (200, json!(1)), "{set}");
+    let events = run(&server, &json!({"set": "from-users", "k": 3})).await;
+    let (_, report) = events.last().expect("events");
+    assert_eq!(report["questions"][0]["recall"], 1.0, "{report}");
+    server.stop().await;
+}

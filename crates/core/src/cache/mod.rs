@@ -417,12 +417,72 @@ impl SemanticCache {
         self.store.clear(tenant, binding).await
     }
 
+    /// Forgets the answer whose [`CachedAnswer::digest`] is `answer` (a user voted it down):
+    /// every entry of the tenant that holds it, under any key; returns how many.
+    pub async fn forget(&self, tenant: &Tenant, answer: &str) -> Result<usize, CacheError> {
+        self.store.forget(tenant, answer).await
+    }
+
+    /// Keeps answers to `question` from being cached for `tenant` while its corpus is at
+    /// `corpus_version` (a user voted its answer down: the same question over the same
+    /// documents would make it again). The mark is an entry of its own, under a key no
+    /// question has and in no band, which expires with the cache's TTL.
+    pub async fn block(
+        &self,
+        tenant: &Tenant,
+        question: &str,
+        corpus_version: u64,
+    ) -> Result<(), CacheError> {
+        let normalised = crate::language::normalise(question);
+        let mark = CacheEntry {
+            tenant: tenant.clone(),
+            key: blocked_key(&normalised),
+            query: normalised,
+            vector: vec![0.0],
+            buckets: Vec::new(),
+            scope: Scope {
+                corpus_version,
+                llm_model: String::new(),
+                embed_model: String::new(),
+                prompt_version: 0,
+                k: 0,
+                rerank: None,
+                variant: None,
+                binding: None,
+                access: None,
+            },
+            expires_at: (self.clock)() + self.settings.ttl.as_secs(),
+            answer: CachedAnswer::one_token(""),
+        };
+        self.store.put(&mark).await
+    }
+
+    /// Whether answers to the `normalised` question are kept out of the cache under
+    /// `corpus_version` ([`Self::block`]); a mark that cannot be read blocks nothing.
+    pub async fn blocked(&self, tenant: &Tenant, normalised: &str, corpus_version: u64) -> bool {
+        match self.store.get(tenant, &blocked_key(normalised)).await {
+            Ok(Some(mark)) => {
+                mark.scope.corpus_version == corpus_version && mark.expires_at > (self.clock)()
+            }
+            _ => false,
+        }
+    }
+
     fn late(&self) -> String {
         format!(
             "no answer within the {} ms cache budget",
             self.settings.budget.as_millis()
         )
     }
+}
+
+/// The key of the mark that keeps answers to a question out of the cache: not a hex digest,
+/// so no question's key.
+fn blocked_key(normalised: &str) -> String {
+    format!(
+        "blocked:{}",
+        sluice_contract::sha256_hex(normalised.as_bytes())
+    )
 }
 
 /// Cosine similarity (the stored vector may have lost precision, so both are normalised).

@@ -342,3 +342,30 @@ async fn an_answer_made_for_other_principals_answers_only_through_its_sources() 
         .await;
     assert!(matches!(found, Lookup::Miss), "{found:?}");
 }
+
+#[tokio::test]
+async fn a_blocked_question_stays_out_only_under_the_corpus_version_it_was_blocked_at() {
+    let cache = cache(0.95);
+    let acme = sluice_testkit::tenant("acme");
+    let normalised = Probe::new("How long does a card take?").normalised;
+    assert!(!cache.blocked(&acme, &normalised, 3).await);
+    cache
+        .block(&acme, "how long does a CARD take", 3)
+        .await
+        .unwrap();
+    assert!(
+        cache.blocked(&acme, &normalised, 3).await,
+        "the same question, normalised"
+    );
+    assert!(
+        !cache.blocked(&acme, &normalised, 4).await,
+        "until the documents change"
+    );
+    assert!(
+        !cache
+            .blocked(&sluice_testkit::tenant("globex"), &normalised, 3)
+            .await
+    );
+    let other = Probe::new("What is the ATM limit?").normalised;
+    assert!(!cache.blocked(&acme, &other, 3).await);
+}

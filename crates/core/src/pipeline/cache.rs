@@ -401,6 +401,16 @@ impl Pipeline {
             .cache
             .entry(&request.tenant, &write.probe, vector, write.scope, answer);
         work.push(tokio::spawn(async move {
+            // A question whose answer a user voted down over these documents is not cached
+            // again until they change.
+            let version = entry.scope.corpus_version;
+            if write
+                .cache
+                .blocked(&entry.tenant, &entry.query, version)
+                .await
+            {
+                return;
+            }
             if let Err(e) = write.cache.put(&entry).await {
                 warn!(tenant = %entry.tenant, error = %e, "answer not cached");
             }

@@ -241,6 +241,7 @@ impl Server {
             ends_by: call.ends_by,
             ..caller.asks(request)
         };
+        let asked = super::feedback::asked(caller, &request.query, "answer");
         let (tenant, key) = (caller.tenant.clone(), caller.key.clone());
         let observed = crate::metrics::observed(
             &self.metrics,
@@ -249,7 +250,8 @@ impl Server {
             pipeline.answer(request),
         );
         let billed = billing::billed(self.usage.clone(), tenant, key, hold, observed);
-        Ok(billed
+        Ok(self
+            .keeping(asked, billed.boxed())
             .map(move |e| {
                 let _held = &permit;
                 e
@@ -271,7 +273,10 @@ impl Server {
         let pipeline = self.pipeline()?;
         let mut request = self.request(caller, call, body)?;
         request.conversation = conversation;
+        let asked = super::feedback::asked(caller, &request.query, "search");
         let found = pipeline.search(&caller.asks(request)).await;
+        let sources = found.documents.iter().map(|d| d.id.clone()).collect();
+        self.keep_search(&found.request_id, asked, sources);
         if let Some(meter) = &self.usage {
             let counted = Counts {
                 searches: 1,

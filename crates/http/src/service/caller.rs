@@ -49,6 +49,9 @@ pub(crate) struct Caller {
     /// The documents the end user may see ([`sluice_contract::access`]), set by
     /// [`Server::admit_reader`]: `None` for a tenant without an identity (all the key allows).
     pub(crate) access: Option<Filter>,
+    /// The end user's own principal (`user:<sub>`), when a token was verified: whose answers
+    /// its feedback may rate.
+    pub(crate) user: Option<String>,
     /// The tenant's settings, read once by [`Server::admit_reader`] (`None`: it has set none,
     /// the process keeps none, or the caller was admitted to an operation that reads none).
     pub(crate) settings: Option<Arc<StoredSettings>>,
@@ -130,7 +133,7 @@ impl Server {
     ) -> Result<Caller, ApiError> {
         let mut caller = self.admitted(who, permission).await?;
         caller.settings = self.settings_of(&caller.tenant).await?;
-        caller.access = self.end_user(who, &caller).await?;
+        (caller.access, caller.user) = self.end_user(who, &caller).await?;
         Ok(caller)
     }
 
@@ -268,12 +271,13 @@ impl Server {
         })
     }
 
-    /// The end user's access filter (see [`admit_reader`](Self::admit_reader)).
+    /// The end user's access filter (see [`admit_reader`](Self::admit_reader)), and their own
+    /// principal when a token was verified.
     async fn end_user(
         &self,
         who: &Credentials,
         caller: &Caller,
-    ) -> Result<Option<Filter>, ApiError> {
+    ) -> Result<(Option<Filter>, Option<String>), ApiError> {
         let token = match who.user_token.as_deref().map(str::trim) {
             None => None,
             Some("") => {
@@ -293,7 +297,7 @@ impl Server {
         };
         let Some(identity) = identity else {
             return match (token, caller.user_token) {
-                (None, false) => Ok(None),
+                (None, false) => Ok((None, None)),
                 (None, true) => Err(missing()),
                 (Some(_), _) => Err(ApiError::new(
                     Code::InvalidUserToken,
@@ -305,14 +309,17 @@ impl Server {
         let Some(token) = token else {
             return match identity.required || caller.user_token {
                 true => Err(missing()),
-                false => Ok(Some(access_filter(None))),
+                false => Ok((Some(access_filter(None)), None)),
             };
         };
         match (self.identities)
             .verify(caller.tenant.as_str(), &identity, token)
             .await
         {
-            Ok(user) => Ok(Some(access_filter(Some(&user.principals)))),
+            Ok(user) => Ok((
+                Some(access_filter(Some(&user.principals))),
+                user.principals.first().cloned(),
+            )),
             Err(e) if e.code() == Code::IdentityUnavailable => Err(unavailable(e.to_string())),
             Err(e) => {
                 tracing::info!(tenant = %caller.tenant, reason = %e, "user token refused");
@@ -346,6 +353,7 @@ fn authorize(identified: &Identified, permission: Permission) -> Result<Caller, 
                 user_token: false,
                 documents: true,
                 access: None,
+                user: None,
                 settings: None,
             });
         }
@@ -377,6 +385,7 @@ fn authorize(identified: &Identified, permission: Permission) -> Result<Caller, 
         tenant: principal.tenant.clone(),
         filter: principal.filter.clone(),
         access: None,
+        user: None,
         settings: None,
     })
 }

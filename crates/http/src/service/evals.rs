@@ -234,6 +234,51 @@ impl Server {
         Ok(shown(&record, true))
     }
 
+    /// Adds to the tenant's set `name` (made if it has none) each down-vote that names the
+    /// source its answer should have been built from, as a question expecting that source
+    /// first (id `fb-` and the answer's request id; one already in the set is left as it is);
+    /// the set, checked as a `PUT` would be, and how many were added.
+    pub(crate) async fn eval_set_from_feedback(
+        &self,
+        caller: &Caller,
+        name: &str,
+    ) -> Result<Value, ApiError> {
+        let records = self.records()?;
+        let tenant = &caller.tenant;
+        let mut set =
+            match (records.get(tenant, Shelf::EvalSets, name).await).map_err(unavailable)? {
+                Some(record) => record.body,
+                None => json!({"questions": []}),
+            };
+        let votes = (records.list(tenant, Shelf::Feedback).await).map_err(unavailable)?;
+        let questions = set["questions"]
+            .as_array_mut()
+            .ok_or_else(|| invalid("set", "no questions"))?;
+        let before = questions.len();
+        for vote in votes.iter().map(|r| &r.body) {
+            let (Some(source), Some(question), Some(id)) = (
+                vote["expected_source"].as_str(),
+                vote["answer"]["question"].as_str(),
+                vote["request_id"].as_str(),
+            ) else {
+                continue;
+            };
+            let id: String = format!("fb-{id}")
+                .chars()
+                .take(sluice_contract::evals::MAX_ID_CHARS)
+                .collect();
+            if vote["rating"] == "down" && !questions.iter().any(|q| q["id"] == id.as_str()) {
+                questions.push(
+                    json!({"id": id, "question": question, "documents": [source], "first": source}),
+                );
+            }
+        }
+        let added = questions.len() - before;
+        let mut stored = self.put_eval_set(caller, name, &set).await?;
+        stored["added"] = added.into();
+        Ok(stored)
+    }
+
     /// The tenant's set `name`, whole.
     pub(crate) async fn eval_set(&self, caller: &Caller, name: &str) -> Result<Value, ApiError> {
         let record = (self

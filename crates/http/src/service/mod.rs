@@ -23,6 +23,7 @@ pub(crate) mod billing;
 pub(crate) mod caller;
 pub mod documents;
 pub(crate) mod evals;
+pub(crate) mod feedback;
 pub(crate) mod gate;
 
 use std::time::Instant;

@@ -498,6 +498,26 @@ async fn provoke(code: Code) -> Seen {
                 .await,
             )
         }
+        Code::InvalidFeedback => Seen::Refused(
+            plain()
+                .send(
+                    Method::POST,
+                    "/v1/feedback",
+                    &[],
+                    r#"{"request_id": "r", "rating": "meh"}"#,
+                )
+                .await,
+        ),
+        Code::UnknownRequest => Seen::Refused(
+            plain()
+                .send(
+                    Method::POST,
+                    "/v1/feedback",
+                    &[],
+                    r#"{"request_id": "r", "rating": "up"}"#,
+                )
+                .await,
+        ),
         Code::SettingsDisabled => {
             let mut kit = Kit::new(&[]);
             kit.parts.settings = None;

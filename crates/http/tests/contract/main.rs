@@ -16,6 +16,7 @@ mod doors;
 mod end_users;
 mod endings;
 mod evals;
+mod feedback;
 mod files;
 mod filters;
 mod fusion;

@@ -1,0 +1,331 @@
+//! Feedback on answers. Every answer and search carries a `request_id`; what it was — the
+//! question, the sources, the verdict, who asked, the answer's identity — is kept here by
+//! that id for [`KEPT_FOR`] (at most [`MAX_KEPT`] in this process), so that a rating can say
+//! what it rates. A rating is stored with it on the tenant's feedback shelf, counted in the
+//! usage and the metrics; a down-vote forgets the answer from the cache (every entry that
+//! holds it) and keeps the question's answer out of the cache until the tenant's documents
+//! change.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use futures::stream::BoxStream;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use sluice_contract::Tenant;
+use sluice_contract::codes::Code;
+use sluice_contract::evals::{Record, Shelf};
+use sluice_contract::sse::{CacheState, Event};
+use sluice_contract::usage::Counts;
+
+use super::Caller;
+use crate::Server;
+use crate::error::ApiError;
+
+/// How long an answer can be rated after it was made.
+pub const KEPT_FOR: Duration = Duration::from_secs(24 * 3600);
+/// The most answers this process keeps for rating (the oldest go first).
+pub const MAX_KEPT: usize = 100_000;
+/// The most ratings a tenant keeps (the oldest go first).
+pub const MAX_FEEDBACK: usize = 10_000;
+/// Longest comment, in characters.
+pub const MAX_COMMENT_CHARS: usize = 2_000;
+/// Longest expected source (a document id), in bytes.
+const MAX_SOURCE_BYTES: usize = 512;
+
+/// An answer or a search, as a rating of it reads it.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Answered {
+    #[serde(skip)]
+    tenant: Tenant,
+    /// `answer` or `search`.
+    kind: &'static str,
+    question: String,
+    sources: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grounded: Option<bool>,
+    unsupported: usize,
+    cached: bool,
+    /// The end user who asked (`user:<sub>`), whose answers only they may rate.
+    #[serde(skip)]
+    user: Option<String>,
+    /// The answer's digest (`CachedAnswer::digest`), for a down-vote to forget.
+    #[serde(skip)]
+    digest: Option<String>,
+    at: String,
+}
+
+/// The answers this process keeps for rating, by request id.
+#[derive(Default)]
+pub(crate) struct AnswerLog {
+    kept: Mutex<Kept>,
+}
+
+/// The answers kept, and their ids in the order they were kept (the oldest first out).
+#[derive(Default)]
+struct Kept {
+    by_id: HashMap<String, Answered>,
+    order: VecDeque<(Instant, String)>,
+}
+
+impl AnswerLog {
+    fn keep(&self, request_id: String, answered: Answered) {
+        let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        let Kept { by_id, order } = &mut *kept;
+        while order.len() >= MAX_KEPT
+            || order.front().is_some_and(|(at, _)| at.elapsed() > KEPT_FOR)
+        {
+            let Some((_, old)) = order.pop_front() else {
+                break;
+            };
+            by_id.remove(&old);
+        }
+        order.push_back((Instant::now(), request_id.clone()));
+        by_id.insert(request_id, answered);
+    }
+
+    fn get(&self, request_id: &str) -> Option<Answered> {
+        let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.by_id.get(request_id).cloned()
+    }
+}
+
+/// A question as asked by `caller`, before its answer or search is known.
+pub(crate) fn asked(caller: &Caller, question: &str, kind: &'static str) -> Answered {
+    Answered {
+        tenant: caller.tenant.clone(),
+        kind,
+        question: question.to_string(),
+        sources: Vec::new(),
+        grounded: None,
+        unsupported: 0,
+        cached: false,
+        user: caller.user.clone(),
+        digest: None,
+        at: sluice_contract::tenant_settings::now(),
+    }
+}
+
+impl Server {
+    /// Keeps a search's sources for rating.
+    pub(crate) fn keep_search(
+        &self,
+        request_id: &str,
+        mut answered: Answered,
+        sources: Vec<String>,
+    ) {
+        answered.sources = sources;
+        self.answered.keep(request_id.to_string(), answered);
+    }
+
+    /// `events` as they pass, the answer they make kept for rating once `done` has passed.
+    pub(crate) fn keeping(
+        &self,
+        answered: Answered,
+        events: BoxStream<'static, Event>,
+    ) -> BoxStream<'static, Event> {
+        let log = std::sync::Arc::clone(&self.answered);
+        let mut answered = Some(answered);
+        let (mut request_id, mut text) = (String::new(), String::new());
+        events
+            .map(move |event| {
+                if let Some(a) = answered.as_mut() {
+                    match &event {
+                        Event::Meta(meta) => {
+                            request_id.clone_from(&meta.request_id);
+                            a.sources = meta.documents.iter().map(|d| d.id.clone()).collect();
+                            a.cached = meta.cache == CacheState::Hit;
+                        }
+                        Event::Token(token) => text.push_str(&token.text),
+                        Event::Done(done) => {
+                            a.grounded = done.grounding.as_ref().map(|g| g.grounded());
+                            a.unsupported = done.grounding.as_ref().map_or(0, |g| g.unsupported);
+                            a.digest = Some(sluice_contract::sha256_hex(text.as_bytes()));
+                        }
+                        Event::Error(_) => {}
+                    }
+                }
+                if matches!(event, Event::Done(_))
+                    && let Some(a) = answered.take()
+                {
+                    log.keep(std::mem::take(&mut request_id), a);
+                }
+                event
+            })
+            .boxed()
+    }
+}
+
+/// A rating, as sent (`POST /v1/feedback`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct FeedbackAsked {
+    /// The answer's (or search's, or chat completion's) `request_id`.
+    request_id: String,
+    /// `up` or `down`.
+    rating: String,
+    /// What was wrong, or right.
+    comment: Option<String>,
+    /// The document the answer should have been built from.
+    expected_source: Option<String>,
+}
+
+fn invalid(field: &str, why: impl std::fmt::Display) -> ApiError {
+    ApiError::new(Code::InvalidFeedback, format!("{field}: {why}"))
+}
+
+fn unavailable(e: impl std::fmt::Display) -> ApiError {
+    tracing::error!(error = %e, "the feedback store failed");
+    ApiError::new(
+        Code::EvalsUnavailable,
+        "feedback cannot be read or written right now; try again",
+    )
+}
+
+impl Server {
+    /// Stores `asked` as `caller`'s rating of the answer it names: its own tenant's answer
+    /// (an end user: only one it asked), kept by this process (404 `unknown_request`
+    /// otherwise). A down-vote forgets the answer from the cache and keeps the question out of
+    /// it until the documents change. One rating per answer: a second replaces the first.
+    pub(crate) async fn feedback(
+        &self,
+        caller: &Caller,
+        asked: FeedbackAsked,
+    ) -> Result<Value, ApiError> {
+        let records = self
+            .records
+            .as_ref()
+            .ok_or_else(|| ApiError::new(Code::EvalsDisabled, "this process keeps no feedback"))?;
+        let down = match asked.rating.as_str() {
+            "up" => false,
+            "down" => true,
+            other => {
+                return Err(invalid(
+                    "rating",
+                    format!("{other:?}; use \"up\" or \"down\""),
+                ));
+            }
+        };
+        if let Some(c) = &asked.comment
+            && c.chars().count() > MAX_COMMENT_CHARS
+        {
+            return Err(invalid(
+                "comment",
+                format!("longer than {MAX_COMMENT_CHARS} characters"),
+            ));
+        }
+        if let Some(s) = &asked.expected_source
+            && (s.is_empty() || s.len() > MAX_SOURCE_BYTES || s.chars().any(char::is_control))
+        {
+            return Err(invalid(
+                "expected_source",
+                format!("a document id of 1 to {MAX_SOURCE_BYTES} bytes"),
+            ));
+        }
+        let answered = (self.answered.get(&asked.request_id))
+            .filter(|a| a.tenant == caller.tenant)
+            .filter(|a| caller.user.is_none() || a.user == caller.user)
+            .ok_or_else(|| {
+                ApiError::new(
+                    Code::UnknownRequest,
+                    format!(
+                        "no answer {:?} of yours is kept to rate (answers are kept {} hours)",
+                        asked.request_id,
+                        KEPT_FOR.as_secs() / 3600
+                    ),
+                )
+            })?;
+        let tenant = &caller.tenant;
+        let (mut evicted, mut blocked) = (0, false);
+        if down
+            && let Some(pipeline) = &self.answers
+            && let Some(cache) = &pipeline.cache
+        {
+            if let Some(digest) = &answered.digest {
+                evicted = cache.forget(tenant, digest).await.unwrap_or_else(|e| {
+                    tracing::warn!(%tenant, error = %e, "a down-voted answer was not forgotten");
+                    0
+                });
+            }
+            let version = tokio::time::timeout(
+                Duration::from_secs(2),
+                pipeline.store.corpus_version(tenant),
+            );
+            if let Ok(Ok(version)) = version.await {
+                blocked = cache
+                    .block(tenant, &answered.question, version)
+                    .await
+                    .is_ok();
+            }
+        }
+        let body = json!({
+            "request_id": asked.request_id,
+            "rating": asked.rating,
+            "comment": asked.comment,
+            "expected_source": asked.expected_source,
+            "by": caller.user.clone().or(caller.key.clone()),
+            "answer": answered,
+        });
+        (records
+            .put(tenant, Shelf::Feedback, &asked.request_id, body)
+            .await)
+            .map_err(unavailable)?;
+        self.trim_feedback(tenant).await?;
+        if let Some(meter) = &self.usage {
+            let counted = Counts {
+                feedback: 1,
+                ..Counts::default()
+            };
+            meter.record(tenant, caller.key.as_deref(), counted);
+            let _ = meter.flush().await;
+        }
+        self.metrics.feedback(down);
+        tracing::info!(%tenant, request_id = %asked.request_id, rating = %asked.rating, evicted, "feedback");
+        Ok(
+            json!({"request_id": asked.request_id, "rating": asked.rating, "evicted": evicted, "blocked": blocked}),
+        )
+    }
+
+    /// Forgets the tenant's oldest ratings past [`MAX_FEEDBACK`].
+    async fn trim_feedback(&self, tenant: &Tenant) -> Result<(), ApiError> {
+        let Some(records) = &self.records else {
+            return Ok(());
+        };
+        let mut kept = (records.list(tenant, Shelf::Feedback).await).map_err(unavailable)?;
+        if kept.len() > MAX_FEEDBACK {
+            kept.sort_by(|a, b| a.updated_at.cmp(&b.updated_at));
+            for old in &kept[..kept.len() - MAX_FEEDBACK] {
+                (records.delete(tenant, Shelf::Feedback, &old.name).await).map_err(unavailable)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The tenant's ratings, newest first (`down`: only down-votes; at most `limit`).
+    pub(crate) async fn feedback_list(
+        &self,
+        caller: &Caller,
+        down: bool,
+        limit: usize,
+    ) -> Result<Value, ApiError> {
+        let records = self
+            .records
+            .as_ref()
+            .ok_or_else(|| ApiError::new(Code::EvalsDisabled, "this process keeps no feedback"))?;
+        let mut kept: Vec<Record> =
+            (records.list(&caller.tenant, Shelf::Feedback).await).map_err(unavailable)?;
+        kept.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.name.cmp(&a.name)));
+        let shown: Vec<Value> = (kept.into_iter())
+            .filter(|r| !down || r.body["rating"] == "down")
+            .take(limit)
+            .map(|r| {
+                let mut body = r.body;
+                body["at"] = r.updated_at.into();
+                body
+            })
+            .collect();
+        Ok(json!({ "feedback": shown }))
+    }
+}
