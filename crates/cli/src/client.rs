@@ -98,21 +98,9 @@ pub async fn ask(client: &Client, query: &str, options: &AnswerOptions) -> Resul
                 out.flush()?;
             }
             Event::Done(done) => {
-                println!("\n");
-                if let Some(g) = done.grounding.as_ref() {
-                    if !g.grounded() {
-                        println!("unsupported, marked: {}\n", g.marked(&text, "[[", "]]"));
-                    }
-                    println!("{}", g.summary());
-                }
-                for line in meta.iter().flat_map(|m| sluice_client::meta_lines(m)) {
-                    println!("{line}");
-                }
                 let ttft = ttft.unwrap_or_default();
-                println!(
-                    "{}",
-                    sluice_client::timings_line(ttft, meta.as_deref(), &done)
-                );
+                let lines = sluice_client::done_lines(&text, meta.as_deref(), &done, ttft);
+                println!("\n\n{}", lines.join("\n"));
                 return Ok(());
             }
             Event::Error(e) => {
@@ -157,26 +145,14 @@ pub async fn list_documents(client: &Client, filter: Option<&str>, json_lines: b
     if let Some(f) = filter {
         serde_json::from_str::<Value>(f).context("--filter is not JSON")?;
     }
-    let mut cursor: Option<String> = None;
-    let mut count = 0;
     if !json_lines {
         println!("id\tchunks\tingested_at\ttitle");
     }
-    loop {
-        let page = client.documents(filter, cursor.as_deref()).await?;
-        for d in page["documents"].as_array().into_iter().flatten() {
-            count += 1;
-            if json_lines {
-                println!("{d}");
-            } else {
-                println!("{}", sluice_client::document_line(d));
-            }
-        }
-        match page["next_cursor"].as_str() {
-            Some(next) => cursor = Some(next.to_string()),
-            None => break,
-        }
-    }
+    let count = (client.each_document(filter, &mut |d| match json_lines {
+        true => println!("{d}"),
+        false => println!("{}", sluice_client::document_line(d)),
+    }))
+    .await?;
     eprintln!("{count} documents");
     Ok(())
 }

@@ -153,25 +153,49 @@ pub enum FeedbackCommand {
         /// Only the down-votes.
         #[arg(long)]
         down: bool,
-        /// One JSON object a line.
+        /// The server's JSON.
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Subcommand)]
+pub enum InsightsCommand {
+    /// The questions the corpus did not answer (no source, an unsupported answer, a
+    /// down-vote), grouped by similar question, most asked first.
+    Gaps {
+        /// The server's JSON.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `sluice insights gaps` against the server `client` talks to.
+pub async fn insights(client: &sluice_client::Client, command: InsightsCommand) -> Result<()> {
+    let InsightsCommand::Gaps { json } = command;
+    show(
+        client.get("/v1/insights/gaps").await?,
+        json,
+        sluice_client::gap_lines,
+    )
 }
 
 /// `sluice feedback list` against the server `client` talks to.
 pub async fn feedback(client: &sluice_client::Client, command: FeedbackCommand) -> Result<()> {
     let FeedbackCommand::List { down, json } = command;
     let path = ["/v1/feedback", "/v1/feedback?rating=down"][usize::from(down)];
-    for rating in client.get(path).await?["feedback"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        println!(
-            "{}",
-            [sluice_client::feedback_line(rating), rating.to_string()][usize::from(json)]
-        );
+    show(client.get(path).await?, json, sluice_client::feedback_lines)
+}
+
+/// What the server answered: its JSON, or `lines` of it for people.
+fn show(
+    answer: serde_json::Value,
+    json: bool,
+    lines: fn(&serde_json::Value) -> Vec<String>,
+) -> Result<()> {
+    match json {
+        true => println!("{answer:#}"),
+        false => lines(&answer).iter().for_each(|l| println!("{l}")),
     }
     Ok(())
 }
@@ -205,11 +229,7 @@ pub async fn run_set(client: &sluice_client::Client, run: RunArgs) -> Result<()>
         _ => eprintln!("{}", sluice_client::eval_question_line(data)),
     }))
     .await?;
-    match run.json {
-        true => println!("{report:#}"),
-        false => println!("{}", sluice_client::eval_report_lines(&report).join("\n")),
-    }
-    Ok(())
+    show(report, run.json, sluice_client::eval_report_lines)
 }
 
 /// The dataset and the split of an evaluation.

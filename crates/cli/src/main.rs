@@ -92,6 +92,13 @@ enum Command {
         #[command(flatten)]
         target: Target,
     },
+    /// What the tenant's corpus does not answer, from a running server.
+    Insights {
+        #[command(subcommand)]
+        command: eval::InsightsCommand,
+        #[command(flatten)]
+        target: Target,
+    },
     /// Check the model, the data folder, the LLM and the server.
     Doctor {
         /// Check the server running at this URL (its /readyz) instead of this environment.
@@ -286,6 +293,9 @@ fn run() -> Result<()> {
         }
         Command::Feedback { command, target } => {
             runtime.block_on(eval::feedback(&server(target)?, command))
+        }
+        Command::Insights { command, target } => {
+            runtime.block_on(eval::insights(&server(target)?, command))
         }
         Command::Doctor { url } => runtime.block_on(doctor::run(&settings, url.as_deref())),
         Command::Store {

@@ -77,6 +77,25 @@ fn source_lines(
     skipped.into_iter().chain(dropped).chain(numbered).collect()
 }
 
+/// What follows a streamed answer, for people: the answer again with its unsupported facts
+/// between `[[` and `]]` (when it has any), the verdict's line, the sources, and the timings
+/// (`ttft` measured by the client).
+pub fn done_lines(text: &str, meta: Option<&Meta>, done: &Done, ttft: Duration) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(g) = done.grounding.as_ref() {
+        if !g.grounded() {
+            lines.push(format!(
+                "unsupported, marked: {}\n",
+                g.marked(text, "[[", "]]")
+            ));
+        }
+        lines.push(g.summary());
+    }
+    lines.extend(meta.iter().flat_map(|m| meta_lines(m)));
+    lines.push(timings_line(ttft, meta, done));
+    lines
+}
+
 /// An answer's sources for people, from its `meta` ([`source_lines`]).
 pub fn meta_lines(meta: &Meta) -> Vec<String> {
     source_lines(&meta.documents, &meta.degraded, meta.rerank_dropped)
@@ -221,18 +240,58 @@ pub fn usage_lines(usage: &Value) -> Vec<String> {
     lines
 }
 
-/// A rating of an answer (`GET /v1/feedback`), for people: when, up or down, the question,
-/// the source it should have come from, the comment (tab-separated; `-` for what is absent).
-pub fn feedback_line(rating: &Value) -> String {
+/// What the corpus does not answer (`GET /v1/insights/gaps`), for people: a line per group
+/// of similar questions — how many times, why — with its questions under it, then the count
+/// of those whose text the tenant keeps no longer.
+pub fn gap_lines(gaps: &Value) -> Vec<String> {
+    let reasons = |r: &Value| {
+        let each = (r.as_object().into_iter().flatten()).map(|(why, n)| format!("{why} {n}"));
+        each.collect::<Vec<_>>().join(", ")
+    };
+    let mut lines = Vec::new();
+    for gap in gaps["gaps"].as_array().into_iter().flatten() {
+        lines.push(format!(
+            "{} times ({})",
+            gap["count"],
+            reasons(&gap["reasons"])
+        ));
+        for q in gap["questions"].as_array().into_iter().flatten() {
+            lines.push(format!("  {}", q.as_str().unwrap_or("?")));
+        }
+    }
+    let unkept = &gaps["unkept"];
+    if unkept["count"].as_u64().unwrap_or(0) > 0 {
+        lines.push(format!(
+            "{} more whose text is not kept ({}; question_retention_days {})",
+            unkept["count"],
+            reasons(&unkept["reasons"]),
+            gaps["retention_days"]
+        ));
+    }
+    lines
+}
+
+/// The tenant's ratings (`GET /v1/feedback`), for people: a line each — when, up or down,
+/// the question, the source it should have come from, the comment (tab-separated; `-` for
+/// what is absent).
+pub fn feedback_lines(listed: &Value) -> Vec<String> {
     let or_dash = |v: &Value| v.as_str().unwrap_or("-").to_string();
-    [
-        or_dash(&rating["at"]),
-        or_dash(&rating["rating"]),
-        or_dash(&rating["answer"]["question"]),
-        or_dash(&rating["expected_source"]),
-        or_dash(&rating["comment"]),
-    ]
-    .join("\t")
+    let line = |rating: &Value| {
+        [
+            or_dash(&rating["at"]),
+            or_dash(&rating["rating"]),
+            or_dash(&rating["answer"]["question"]),
+            or_dash(&rating["expected_source"]),
+            or_dash(&rating["comment"]),
+        ]
+        .join("\t")
+    };
+    listed["feedback"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(line)
+        .collect()
 }
 
 /// One line of a document listing for people: id, chunks, when ingested, title (tab-separated;
@@ -594,6 +653,27 @@ impl Client {
             query += &format!("&cursor={}", escape(c));
         }
         self.get(&format!("/v1/documents?{query}")).await
+    }
+
+    /// Every page of the tenant's documents passing `filter`, each document handed to `each`
+    /// in order: how many there were.
+    pub async fn each_document(
+        &self,
+        filter: Option<&str>,
+        each: &mut (dyn FnMut(&Value) + Send),
+    ) -> Result<usize, ClientError> {
+        let (mut cursor, mut count) = (None::<String>, 0);
+        loop {
+            let page = self.documents(filter, cursor.as_deref()).await?;
+            for d in page["documents"].as_array().into_iter().flatten() {
+                count += 1;
+                each(d);
+            }
+            match page["next_cursor"].as_str() {
+                Some(next) => cursor = Some(next.to_string()),
+                None => return Ok(count),
+            }
+        }
     }
 
     /// `DELETE /v1/documents` with `selection` (`{"filter": …}` or `{"all": true}`),

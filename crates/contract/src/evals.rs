@@ -303,6 +303,8 @@ pub enum Shelf {
     EvalRuns,
     /// Ratings of answers, by the answer's request id.
     Feedback,
+    /// Questions the corpus did not answer, by a digest of the question.
+    Gaps,
 }
 
 impl Shelf {
@@ -312,6 +314,7 @@ impl Shelf {
             Shelf::EvalSets => "eval_sets",
             Shelf::EvalRuns => "eval_runs",
             Shelf::Feedback => "feedback",
+            Shelf::Gaps => "gaps",
         }
     }
 }

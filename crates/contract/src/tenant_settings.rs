@@ -63,7 +63,16 @@ pub struct TenantSettings {
     /// untried.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quality_gate: Option<crate::evals::QualityGate>,
+    /// How many days the questions behind `GET /v1/insights/gaps` keep their text (0: none is
+    /// kept, only counts; default [`DEFAULT_QUESTION_DAYS`], at most [`MAX_QUESTION_DAYS`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub question_retention_days: Option<u32>,
 }
+
+/// How many days a tenant's unanswered questions keep their text unless its settings say.
+pub const DEFAULT_QUESTION_DAYS: u32 = 30;
+/// The most days a tenant may keep them.
+pub const MAX_QUESTION_DAYS: u32 = 365;
 
 /// What the tenant's assistant is told, before Sluice's own rules (sources numbered, answers
 /// from the sources), which stay.
@@ -185,6 +194,7 @@ impl TenantSettings {
                 "extract",
                 "identity",
                 "quality_gate",
+                "question_retention_days",
             ],
         )?;
         let prompt = json.get("prompt").unwrap_or(&serde_json::Value::Null);
@@ -253,6 +263,13 @@ impl TenantSettings {
             identity
                 .validate()
                 .map_err(|(field, why)| InvalidSettings::new(&format!("identity.{field}"), why))?;
+        }
+        if let Some(days) = self
+            .question_retention_days
+            .filter(|d| *d > MAX_QUESTION_DAYS)
+        {
+            let why = format!("{days} is over the limit, {MAX_QUESTION_DAYS}");
+            return Err(InvalidSettings::new("question_retention_days", why));
         }
         if let Some(gate) = &self.quality_gate {
             (gate.validate()).map_err(|(field, why)| {

@@ -1,7 +1,8 @@
 //! `POST /v1/feedback` and `GET /v1/feedback`: ratings of answers, over the service's
-//! operations ([`crate::service::feedback`]). Rating needs the `answer` permission (an end
-//! user, with their token, rates only their own answers); reading the tenant's ratings needs
-//! `settings`.
+//! operations ([`crate::service::feedback`]); and `GET /v1/insights/gaps`, what the corpus did
+//! not answer ([`crate::service::insights`]). Rating needs the `answer` permission (an end
+//! user, with their token, rates only their own answers); reading the tenant's ratings and gaps
+//! needs `settings`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -51,4 +52,14 @@ pub(crate) async fn list(
             .ok_or_else(|| bad(format!("limit={n:?}: a whole number from 1 to 10000")))?,
     };
     Ok(Json(server.feedback_list(&caller, down, limit).await?))
+}
+
+/// `GET /v1/insights/gaps`.
+pub(crate) async fn gaps(
+    State(server): State<Arc<Server>>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let mut caller = admit(&server, &headers, Permission::Settings).await?;
+    caller.settings = server.settings_of(&caller.tenant).await?;
+    Ok(Json(server.gaps(&caller).await?))
 }

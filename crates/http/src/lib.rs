@@ -27,6 +27,7 @@
 //! | `GET /v1/evals/runs`, `GET /v1/evals/runs/{id}`, `POST /v1/evals/runs/{id}/cancel` | the tenant's runs |
 //! | `POST /v1/feedback` | `{"request_id", "rating": "up"\|"down", "comment"?, "expected_source"?}` → a rating of an answer |
 //! | `GET /v1/feedback` | the tenant's ratings (`?rating=down`, `&limit=`) |
+//! | `GET /v1/insights/gaps` | the questions the tenant's corpus did not answer, grouped |
 //! | `DELETE /v1/cache` | forget the tenant's cached answers → `{"deleted": n}` |
 //! | `GET /v1/cache` | the tenant's similarity threshold now, and what its learning says |
 //! | `GET /v1/usage` | the tenant's usage per day (`?from&to`, `&keys=true` per key) |
@@ -140,6 +141,8 @@ pub struct Server {
     pub(crate) runs: Arc<service::evals::Runs>,
     /// The answers this process made lately, kept by request id for their ratings.
     pub(crate) answered: Arc<service::feedback::AnswerLog>,
+    /// Notes the questions the tenants' corpora did not answer.
+    pub(crate) gaps: Arc<service::insights::GapWriter>,
 }
 
 impl Server {
@@ -175,6 +178,7 @@ impl Server {
             records: None,
             runs: Arc::default(),
             answered: Arc::default(),
+            gaps: Arc::default(),
         }
     }
 
@@ -270,6 +274,7 @@ pub fn router(server: Arc<Server>) -> Router {
         .route("/v1/evals/runs/{id}", get(evals::get_run))
         .route("/v1/evals/runs/{id}/cancel", post(evals::cancel_run))
         .route("/v1/feedback", post(feedback::rate).get(feedback::list))
+        .route("/v1/insights/gaps", get(feedback::gaps))
         .route("/v1/chat/completions", post(openai::chat_completions))
         .route("/v1/models", get(openai::models))
         .fallback(not_found)

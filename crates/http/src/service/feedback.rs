@@ -21,6 +21,7 @@ use sluice_contract::sse::{CacheState, Event};
 use sluice_contract::usage::Counts;
 
 use super::Caller;
+use super::insights::Why;
 use crate::Server;
 use crate::error::ApiError;
 
@@ -54,6 +55,9 @@ pub(crate) struct Answered {
     /// The answer's digest (`CachedAnswer::digest`), for a down-vote to forget.
     #[serde(skip)]
     digest: Option<String>,
+    /// How many days the tenant keeps a question's text (its `question_retention_days`).
+    #[serde(skip)]
+    keep_days: u32,
     at: String,
 }
 
@@ -104,6 +108,7 @@ pub(crate) fn asked(caller: &Caller, question: &str, kind: &'static str) -> Answ
         cached: false,
         user: caller.user.clone(),
         digest: None,
+        keep_days: super::insights::retention_days(caller),
         at: sluice_contract::tenant_settings::now(),
     }
 }
@@ -127,6 +132,7 @@ impl Server {
         events: BoxStream<'static, Event>,
     ) -> BoxStream<'static, Event> {
         let log = std::sync::Arc::clone(&self.answered);
+        let noter = self.noter();
         let mut answered = Some(answered);
         let (mut request_id, mut text) = (String::new(), String::new());
         events
@@ -150,6 +156,14 @@ impl Server {
                 if matches!(event, Event::Done(_))
                     && let Some(a) = answered.take()
                 {
+                    let why = match (a.sources.is_empty(), a.grounded) {
+                        (true, _) => Some(Why::NoSources),
+                        (false, Some(false)) => Some(Why::Ungrounded),
+                        _ => None,
+                    };
+                    if let Some(why) = why {
+                        noter.note(&a.tenant, &a.question, why, a.keep_days);
+                    }
                     log.keep(std::mem::take(&mut request_id), a);
                 }
                 event
@@ -259,6 +273,14 @@ impl Server {
                     .await
                     .is_ok();
             }
+        }
+        if down {
+            self.noter().note(
+                tenant,
+                &answered.question,
+                Why::DownVoted,
+                answered.keep_days,
+            );
         }
         let body = json!({
             "request_id": asked.request_id,

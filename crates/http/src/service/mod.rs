@@ -25,6 +25,7 @@ pub mod documents;
 pub(crate) mod evals;
 pub(crate) mod feedback;
 pub(crate) mod gate;
+pub(crate) mod insights;
 
 use std::time::Instant;
 

@@ -22,6 +22,7 @@ mod filters;
 mod fusion;
 mod gate;
 mod grounding;
+mod insights;
 mod kit;
 mod mcp;
 mod openai;
