@@ -248,6 +248,27 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
             .any(|p| p["method"] == "PUT" && p["path"] == "/v1/settings"),
         "{posts:?}"
     );
+    // The quality section: the answer rated down (with the page it should have come from), the
+    // rating listed with its question, a set stored and run to its report, its figures shown.
+    let quality = &seen["quality"];
+    assert!(
+        text(&quality["rated"]).starts_with("Rated down:"),
+        "{quality}"
+    );
+    assert!(
+        text(&quality["ratings"])
+            .contains("down\tWhat should I do if I lose my card?\tlost-card.md"),
+        "{quality}"
+    );
+    assert_eq!(quality["stored"], 200, "{quality}");
+    assert!(
+        text(&quality["run"]).contains("finished, 1 of 1 questions"),
+        "{quality}"
+    );
+    assert!(
+        text(&quality["figures"]).starts_with("recall 1.000"),
+        "{quality}"
+    );
     // End users: the HR page is listed for a user of HR and hidden from one of sales, whose
     // answer does not cite it; the token went with every question and listing made while it
     // was set, and with no write.
@@ -280,9 +301,13 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
     };
     assert!(carried("GET", "/v1/documents").contains(&true), "{sent:?}");
     assert!(carried("POST", "/v1/answer").contains(&true), "{sent:?}");
+    // A rating is an end user's own (with the token while one is set); every other write is
+    // the tenant's.
     assert!(
         sent.iter()
-            .filter(|r| r["method"] != "GET" && r["path"] != "/v1/answer")
+            .filter(|r| r["method"] != "GET"
+                && r["path"] != "/v1/answer"
+                && r["path"] != "/v1/feedback")
             .all(|r| r["user"] == false),
         "{sent:?}"
     );

@@ -85,6 +85,30 @@ const question = "What should I do if I lose my card?";
     }));
     await page.screenshot({ path: screenshot, fullPage: true });
 
+    // The answer rated down, naming the page it should have come from; the ratings listed; a
+    // set stored (through the page's own request helpers) and run, its progress shown.
+    await page.fill("#expected", "lost-card.md");
+    await page.click("#rate-down");
+    await page.waitForFunction(() => document.getElementById("rate-status").textContent.length > 0,
+      null, { timeout: 10000 });
+    const rated = await page.textContent("#rate-status");
+    await page.click("#list-feedback");
+    await page.waitForFunction(() => document.getElementById("quality").textContent.length > 0,
+      null, { timeout: 10000 });
+    const ratings = await page.textContent("#quality");
+    const stored = await page.evaluate(async () => {
+      const text = JSON.stringify({ questions: [{ question: "What should I do if I lose my card?", documents: ["*lost-card*"] }] });
+      const r = await fetch("/v1/evals/sets/web", { method: "PUT",
+        headers: await withHash(headers({ "content-type": "application/json" }), text), body: text });
+      return r.status;
+    });
+    await page.fill("#eval-set", "web");
+    await page.click("#run-eval");
+    await page.waitForFunction(() => document.getElementById("eval-status").textContent.startsWith("Run "),
+      null, { timeout: 30000 });
+    const quality = { rated, ratings, stored, run: await page.textContent("#eval-status"),
+      figures: await page.textContent("#quality") };
+
     // A metadata filter typed in the page: not JSON is refused there; JSON goes with the
     // question, and the sources show their metadata.
     await page.fill("#filter", "{topic: accounts");
@@ -185,7 +209,7 @@ const question = "What should I do if I lose my card?";
     const asHr = await listAs(process.env.HR_TOKEN);
     await page.fill("#user", "");
     const users = { identitySaved, asSales, salesSources, asHr, sent: sentUser };
-    console.log(JSON.stringify({ title, uploaded, early, done, badFilter, filtered, searched, documents, settings, users, problems, hashed }));
+    console.log(JSON.stringify({ title, uploaded, early, done, quality, badFilter, filtered, searched, documents, settings, users, problems, hashed }));
   } finally {
     await browser.close();
   }
