@@ -13,44 +13,15 @@ use sluice_testkit::tenant;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use criterion::{Criterion, criterion_group, criterion_main};
 use futures::StreamExt;
-use sluice_contract::error::LlmError;
 use sluice_contract::sse::{Event, Timings};
-use sluice_contract::{
-    stages::ChatMessage, stages::Llm, stages::LlmEvent, stages::LlmStream, stages::Store,
-};
+use sluice_contract::stages::Store;
 use sluice_core::cache::{CacheSettings, SemanticCache};
 use sluice_core::pipeline::AnswerRequest;
 use sluice_core::{Config, Pipeline};
 use sluice_local::MemoryCache;
 use sluice_retrieve::EdgeStore;
-
-/// Records the instant `stream` is called; yields one token and finishes.
-struct Stopwatch(Mutex<Option<Instant>>);
-
-#[async_trait]
-impl Llm for Stopwatch {
-    fn model_id(&self) -> &str {
-        "bench-fixture"
-    }
-    async fn stream(&self, _: Vec<ChatMessage>, _: u32, _: &str) -> Result<LlmStream, LlmError> {
-        *self.0.lock().unwrap() = Some(Instant::now());
-        let events = vec![
-            Ok(LlmEvent::Token("ok".into())),
-            Ok(LlmEvent::Finish {
-                finish_reason: "stop".into(),
-                completion_tokens: Some(1),
-                prompt_tokens: None,
-            }),
-        ];
-        Ok(Box::pin(futures::stream::iter(events)))
-    }
-    async fn ready(&self) -> Result<(), LlmError> {
-        Ok(())
-    }
-}
 
 const QUERIES: &[&str] = &[
     "How long does a replacement card take?",
@@ -70,7 +41,7 @@ fn bench(c: &mut Criterion) {
     config.data_dir = data.path().to_path_buf();
     let store: Arc<dyn Store> =
         Arc::new(EdgeStore::open(&config.data_dir, sluice_embed::DIM).unwrap());
-    let llm = Arc::new(Stopwatch(Mutex::new(None)));
+    let llm = Arc::new(sluice_tests::Stopwatch::default());
     let ingest =
         sluice_core::Ingest::new(config.ingest.clone(), sluice_tests::model(), store.clone());
     let pipeline = Arc::new(Pipeline::new(
@@ -82,23 +53,7 @@ fn bench(c: &mut Criterion) {
 
     // The sample corpus, copied 40 times under different ids (360 documents).
     runtime.block_on(async {
-        let mut docs = Vec::new();
-        for entry in std::fs::read_dir(sluice_tests::samples_dir()).unwrap() {
-            let p = entry.unwrap().path();
-            let name = p.display().to_string();
-            docs.extend(
-                sluice_convert::parse_file(&name, &std::fs::read(&p).unwrap(), &Default::default())
-                    .unwrap(),
-            );
-        }
-        let mut all = Vec::new();
-        for copy in 0..40 {
-            for d in &docs {
-                let mut d = d.clone();
-                d.id = format!("{}#{copy}", d.id);
-                all.push(d);
-            }
-        }
+        let all = sluice_tests::sample_copies(40);
         ingest.ingest(&tenant("default"), all).await.unwrap();
     });
 
@@ -246,7 +201,7 @@ const PARAPHRASES: &[&str] = &[
 ];
 
 /// Client-measured TTFT of cache hits over HTTP, printed as percentiles.
-fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
+fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<sluice_tests::Stopwatch>) {
     let data = tempfile::tempdir().unwrap();
     let mut config = Config::from_env().expect("config");
     config.data_dir = data.path().to_path_buf();
@@ -273,15 +228,7 @@ fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<Stopwatch>) {
     let server = sluice_http::Server::new(&wire).with_answers(Arc::new(pipeline));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let (url, server) = runtime.block_on(async {
-        let mut docs = Vec::new();
-        for entry in std::fs::read_dir(sluice_tests::samples_dir()).unwrap() {
-            let p = entry.unwrap().path();
-            let name = p.display().to_string();
-            docs.extend(
-                sluice_convert::parse_file(&name, &std::fs::read(&p).unwrap(), &Default::default())
-                    .unwrap(),
-            );
-        }
+        let docs = sluice_tests::sample_documents();
         ingest.ingest(&tenant("default"), docs).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}/v1/answer", listener.local_addr().unwrap());

@@ -13,39 +13,13 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use async_trait::async_trait;
 use futures::StreamExt;
 use serde_json::{Value, json};
-use sluice_contract::error::LlmError;
-use sluice_contract::stages::{ChatMessage, Llm, LlmEvent, LlmStream, Store};
+use sluice_contract::stages::Store;
 use sluice_core::cache::{CacheSettings, SemanticCache};
 use sluice_core::{Config, Pipeline};
 use sluice_retrieve::EdgeStore;
 use sluice_testkit::tenant;
-
-/// An upstream that answers "ok" at once.
-struct Instant1;
-
-#[async_trait]
-impl Llm for Instant1 {
-    fn model_id(&self) -> &str {
-        "bench-fixture"
-    }
-    async fn stream(&self, _: Vec<ChatMessage>, _: u32, _: &str) -> Result<LlmStream, LlmError> {
-        let events = vec![
-            Ok(LlmEvent::Token("ok".into())),
-            Ok(LlmEvent::Finish {
-                finish_reason: "stop".into(),
-                completion_tokens: Some(1),
-                prompt_tokens: None,
-            }),
-        ];
-        Ok(Box::pin(futures::stream::iter(events)))
-    }
-    async fn ready(&self) -> Result<(), LlmError> {
-        Ok(())
-    }
-}
 
 const TOPICS: &[&str] = &[
     "How long does a replacement card take",
@@ -109,7 +83,7 @@ fn main() {
         config.answer.clone(),
         sluice_tests::model(),
         store,
-        Arc::new(Instant1),
+        Arc::new(sluice_tests::Stopwatch::default()),
     );
     pipeline.cache = Some(Arc::new(SemanticCache::new(
         Arc::new(sluice_local::MemoryCache::new(10_000)),
@@ -121,21 +95,7 @@ fn main() {
         &data.path().join("records"),
     )));
     let (url, _stop) = runtime.block_on(async {
-        let mut docs = Vec::new();
-        for entry in std::fs::read_dir(sluice_tests::samples_dir()).unwrap() {
-            let p = entry.unwrap().path();
-            let name = p.display().to_string();
-            let bytes = std::fs::read(&p).unwrap();
-            docs.extend(sluice_convert::parse_file(&name, &bytes, &Default::default()).unwrap());
-        }
-        let mut all = Vec::new();
-        for copy in 0..40 {
-            for d in &docs {
-                let mut d = d.clone();
-                d.id = format!("{}#{copy}", d.id);
-                all.push(d);
-            }
-        }
+        let all = sluice_tests::sample_copies(40);
         ingest.ingest(&tenant("default"), all).await.unwrap();
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());

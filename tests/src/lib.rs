@@ -152,6 +152,53 @@ pub fn sample_documents() -> Vec<sluice_contract::document::Document> {
     documents
 }
 
+/// [`sample_documents`] `copies` times over, each copy's ids suffixed `#<copy>`: a corpus of
+/// the benchmarks' size made of pages whose questions are known.
+pub fn sample_copies(copies: usize) -> Vec<sluice_contract::document::Document> {
+    let documents = sample_documents();
+    (0..copies)
+        .flat_map(|copy| {
+            documents.iter().cloned().map(move |mut d| {
+                d.id = format!("{}#{copy}", d.id);
+                d
+            })
+        })
+        .collect()
+}
+
+/// An upstream that records when it was called and answers "ok" at once: a benchmark
+/// fixture, not a model (what is timed is Sluice's own work).
+#[derive(Default)]
+pub struct Stopwatch(pub std::sync::Mutex<Option<Instant>>);
+
+#[async_trait::async_trait]
+impl sluice_contract::stages::Llm for Stopwatch {
+    fn model_id(&self) -> &str {
+        "bench-fixture"
+    }
+    async fn stream(
+        &self,
+        _: Vec<sluice_contract::stages::ChatMessage>,
+        _: u32,
+        _: &str,
+    ) -> Result<sluice_contract::stages::LlmStream, sluice_contract::error::LlmError> {
+        use sluice_contract::stages::LlmEvent;
+        *self.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+        let events = vec![
+            Ok(LlmEvent::Token("ok".into())),
+            Ok(LlmEvent::Finish {
+                finish_reason: "stop".into(),
+                completion_tokens: Some(1),
+                prompt_tokens: None,
+            }),
+        ];
+        Ok(Box::pin(futures::stream::iter(events)))
+    }
+    async fn ready(&self) -> Result<(), sluice_contract::error::LlmError> {
+        Ok(())
+    }
+}
+
 /// A key file (auth on with `SLUICE_API_KEYS_FILE`) with one new key per `(tenant,
 /// permissions)`: the folder holding it (deleted when dropped), its path and the keys in order.
 pub fn key_file(

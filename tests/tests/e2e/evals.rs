@@ -130,3 +130,52 @@ async fn a_down_vote_through_the_real_pipeline_forgets_the_answer_and_becomes_a_
     assert_eq!(report["questions"][0]["recall"], 1.0, "{report}");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_quality_gate_tries_a_settings_change_on_the_real_pipeline_and_gaps_are_grouped() {
+    sluice_testkit::needs!(Llm, Model);
+    let server = start(&[]).await;
+    server.ingest_samples().await;
+    let set = json!({"questions": [
+        {"question": "How many days does a replacement card take to arrive?", "documents": ["samples/lost-card.md"], "first": "samples/lost-card.md"},
+        {"question": "How do I reset my online banking password?", "documents": ["samples/password-reset.md"], "first": "samples/password-reset.md"},
+        {"question": "What does an international transfer cost?", "documents": ["samples/international-transfers.md"], "first": "samples/international-transfers.md"},
+    ]});
+    let put = |path: &str, body: &Value| server.send_as("default", reqwest::Method::PUT, path, body.to_string().into_bytes());
+    assert_eq!(put("/v1/evals/sets/gate", &set).await.0, 200);
+    let (status, gated) = put("/v1/settings", &json!({"quality_gate": {"set": "gate"}})).await;
+    assert_eq!(status, 200, "{gated}");
+    // A change of k tried on the set through the real model and store: each page stays
+    // first, so it is saved, with the comparison.
+    let (status, saved) = put("/v1/settings", &json!({"k": 2, "quality_gate": {"set": "gate"}})).await;
+    assert_eq!(status, 200, "{saved}");
+    assert_eq!(saved["quality"]["versus"]["mrr"]["value"], 0.0, "{saved}");
+    assert_eq!(saved["quality"]["live"]["first_source"]["value"], 1.0, "{saved}");
+
+    // Questions no document answers (a filter none passes), in two wordings of one
+    // question: grouped by the real model's embedding.
+    for question in [
+        "How do I open a business account?",
+        "How can I open a business account?",
+        "How do I open a business account?",
+    ] {
+        let asked = json!({"query": question, "k": 2, "filter": {"topic": "business"}});
+        server.answer(&asked).await;
+    }
+    let mut gaps = Value::Null;
+    for _ in 0..100 {
+        gaps = server.get("/v1/insights/gaps").await.1;
+        let counted: u64 = (gaps["gaps"].as_array().into_iter().flatten())
+            .map(|g| g["count"].as_u64().unwrap_or(0))
+            .sum();
+        if counted >= 3 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let business = (gaps["gaps"].as_array().unwrap().iter())
+        .find(|g| g["questions"].to_string().contains("business account"))
+        .unwrap_or_else(|| panic!("{gaps}"));
+    assert_eq!(business["count"], 3, "both wordings in one gap: {gaps}");
+    server.stop().await;
+}
