@@ -141,16 +141,34 @@ async fn a_quality_gate_tries_a_settings_change_on_the_real_pipeline_and_gaps_ar
         {"question": "How do I reset my online banking password?", "documents": ["samples/password-reset.md"], "first": "samples/password-reset.md"},
         {"question": "What does an international transfer cost?", "documents": ["samples/international-transfers.md"], "first": "samples/international-transfers.md"},
     ]});
-    let put = |path: &str, body: &Value| server.send_as("default", reqwest::Method::PUT, path, body.to_string().into_bytes());
-    assert_eq!(put("/v1/evals/sets/gate", &set).await.0, 200);
-    let (status, gated) = put("/v1/settings", &json!({"quality_gate": {"set": "gate"}})).await;
+    async fn put(server: &TestServer, path: &str, body: &Value) -> (u16, Value) {
+        let bytes = body.to_string().into_bytes();
+        server
+            .send_as("default", reqwest::Method::PUT, path, bytes)
+            .await
+    }
+    assert_eq!(put(&server, "/v1/evals/sets/gate", &set).await.0, 200);
+    let (status, gated) = put(
+        &server,
+        "/v1/settings",
+        &json!({"quality_gate": {"set": "gate"}}),
+    )
+    .await;
     assert_eq!(status, 200, "{gated}");
     // A change of k tried on the set through the real model and store: each page stays
     // first, so it is saved, with the comparison.
-    let (status, saved) = put("/v1/settings", &json!({"k": 2, "quality_gate": {"set": "gate"}})).await;
+    let (status, saved) = put(
+        &server,
+        "/v1/settings",
+        &json!({"k": 2, "quality_gate": {"set": "gate"}}),
+    )
+    .await;
     assert_eq!(status, 200, "{saved}");
     assert_eq!(saved["quality"]["versus"]["mrr"]["value"], 0.0, "{saved}");
-    assert_eq!(saved["quality"]["live"]["first_source"]["value"], 1.0, "{saved}");
+    assert_eq!(
+        saved["quality"]["live"]["first_source"]["value"], 1.0,
+        "{saved}"
+    );
 
     // Questions no document answers (a filter none passes), in two wordings of one
     // question: grouped by the real model's embedding.
