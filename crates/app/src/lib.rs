@@ -214,6 +214,20 @@ pub async fn parts(
         (None, Role::All) => Some(Arc::new(FileSettings::new(&wire.auth.settings_file))),
         (None, _) => None,
     };
+    // Evaluation sets, runs, ratings and gaps, where answers are served: the DynamoDB table on
+    // Lambda (`SLUICE_RECORDS_TABLE`), else `sluice serve`'s files; a function without the
+    // table keeps none.
+    let records: Option<Arc<dyn sluice_contract::evals::Records>> = match (&aws.records_table, role)
+    {
+        (_, role) if !role.answers() => None,
+        (Some(table), _) => Some(Arc::new(
+            sluice_aws::records::DynamoRecords::connect(table).await?,
+        )),
+        (None, Role::All) => Some(Arc::new(sluice_local::FileRecords::new(
+            &wire.auth.records_dir,
+        ))),
+        (None, _) => None,
+    };
     let usage = match role.answers() || role.documents() {
         true => usage_store(&config, &aws).await?,
         false => None,
@@ -249,9 +263,7 @@ pub async fn parts(
         components: None,
         keys,
         usage,
-        // Evaluation sets and runs: `sluice serve`'s files; the Lambda functions keep none yet.
-        records: (role == Role::All)
-            .then(|| Arc::new(sluice_local::FileRecords::new(&wire.auth.records_dir)) as _),
+        records,
         secrets: settings
             .is_some()
             .then(|| Arc::new(sluice_aws::secrets::Reader::default()) as _),

@@ -22,6 +22,9 @@ pub struct AwsConfig {
     /// `SLUICE_SETTINGS_TABLE`: the DynamoDB table of tenants' settings on Lambda (unset: the
     /// functions keep none, and every tenant answers with the deployment's defaults).
     pub settings_table: Option<String>,
+    /// `SLUICE_RECORDS_TABLE`: the DynamoDB table of tenants' evaluation sets, runs, ratings
+    /// and gaps on Lambda (unset: the functions keep none).
+    pub records_table: Option<String>,
     /// Where tenants' rerank components are kept.
     pub components: ComponentsConfig,
 }
@@ -72,6 +75,7 @@ impl AwsConfig {
             usage_table: get("SLUICE_USAGE_TABLE").unwrap_or_else(|| "sluice-usage".into()),
             api_keys_table,
             settings_table: get("SLUICE_SETTINGS_TABLE"),
+            records_table: get("SLUICE_RECORDS_TABLE"),
             components: components_section(get)?,
         })
     }

@@ -7,6 +7,7 @@
 //! - [`keys::DynamoKeys`]: API keys (digests → tenants) for the functions' auth.
 //! - [`documents::Documents`]: reads an uploaded document from S3 for the ingest function.
 //! - [`usage::DynamoUsage`]: usage counters per tenant, key and day, added to atomically.
+//! - [`records::DynamoRecords`]: tenants' evaluation sets, runs, ratings and gaps.
 //! - [`secrets::settings`]: `SLUICE_*` settings (the vector store's API key) from a Secrets
 //!   Manager secret, read once at start.
 //!
@@ -25,6 +26,7 @@ pub mod components;
 mod config;
 pub mod documents;
 pub mod keys;
+pub mod records;
 pub mod secrets;
 pub mod settings;
 pub mod usage;

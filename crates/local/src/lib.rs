@@ -7,7 +7,7 @@
 //! | API keys ([`KeyStore`](sluice_contract::auth::KeyStore)) | [`FileKeys`]: `SLUICE_API_KEYS_FILE` | `sluice-aws` `keys`: `SLUICE_API_KEYS_TABLE` |
 //! | Usage ([`UsageStore`](sluice_contract::usage::UsageStore)) | [`LocalUsage`]: `SLUICE_DATA_DIR/usage.json` | `sluice-aws` `usage`: `SLUICE_USAGE_TABLE` |
 //! | Tenants' settings ([`SettingsStore`](sluice_contract::tenant_settings::SettingsStore)) | [`FileSettings`]: `SLUICE_SETTINGS_FILE` | `sluice-aws` `settings`: `SLUICE_SETTINGS_TABLE` |
-//! | Tenants' evaluation sets and runs ([`Records`](sluice_contract::evals::Records)) | [`FileRecords`]: `SLUICE_RECORDS_DIR` | none yet: the answer function serves no `/v1/evals` |
+//! | Tenants' evaluation sets and runs ([`Records`](sluice_contract::evals::Records)) | [`FileRecords`]: `SLUICE_RECORDS_DIR` | `sluice-aws` `records`: `SLUICE_RECORDS_TABLE` |
 //! | The answer cache ([`CacheStore`](sluice_contract::cache::CacheStore)) | [`MemoryCache`]: `SLUICE_CACHE=memory` | `sluice-cache-dynamodb`: `SLUICE_CACHE=dynamodb` |
 //!
 //! `sluice-app` chooses one of each from the configuration. The files are replaced whole on

@@ -38,7 +38,7 @@ pub mod users;
 pub use embed::{HashEmbedder, Hooked};
 pub use llm::{LlmCall, Reply, ScriptedLlm};
 pub use rerank::{PromptVerdict, SCRIPTED_FUEL_PER_HIT, ScriptedReranker, Verdict};
-pub use settings::{MemoryRecords, MemorySettings};
+pub use settings::{MemoryRecords, MemorySettings, records_keep_each_tenants_shelves_apart};
 pub use store::{MemoryStore, Troubled};
 
 use std::collections::HashMap;

@@ -118,3 +118,121 @@ impl Records for MemoryRecords {
         Ok(self.with(tenant, shelf, |s| s.remove(name).is_some()))
     }
 }
+
+/// What every records store must do (`sluice_contract::evals::Records`): versions that rise
+/// with each write of a name, each tenant's shelves apart from each other and from another
+/// tenant's, the body read back as written, listings of a shelf, deletions that say whether
+/// there was something to delete. Run on the memory, file and DynamoDB stores.
+pub async fn records_keep_each_tenants_shelves_apart(records: &dyn Records) {
+    use serde_json::json;
+    let (acme, globex) = (crate::tenant("acme"), crate::tenant("globex"));
+    let body =
+        json!({"questions": [{"question": "How long?", "documents": ["cards/*"]}], "n": 1.5});
+    let first = records
+        .put(&acme, Shelf::EvalSets, "help", body.clone())
+        .await
+        .expect("put");
+    assert_eq!((first.name.as_str(), first.version), ("help", 1));
+    let second = records
+        .put(&acme, Shelf::EvalSets, "help", json!({"v": 2}))
+        .await
+        .expect("put");
+    assert_eq!(second.version, 2, "one more at each write");
+    records
+        .put(&acme, Shelf::EvalSets, "other", body.clone())
+        .await
+        .expect("put");
+    records
+        .put(&acme, Shelf::Feedback, "help", body.clone())
+        .await
+        .expect("put");
+    records
+        .put(&globex, Shelf::EvalSets, "help", body.clone())
+        .await
+        .expect("put");
+
+    let read = records
+        .get(&acme, Shelf::EvalSets, "help")
+        .await
+        .expect("get");
+    assert_eq!(
+        read.map(|r| (r.version, r.body)),
+        Some((2, json!({"v": 2})))
+    );
+    let theirs = records
+        .get(&globex, Shelf::EvalSets, "help")
+        .await
+        .expect("get");
+    assert_eq!(
+        theirs.map(|r| (r.version, r.body)),
+        Some((1, body.clone())),
+        "another tenant's own"
+    );
+    let mut names: Vec<String> = (records.list(&acme, Shelf::EvalSets).await.expect("list"))
+        .into_iter()
+        .map(|r| r.name)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["help", "other"], "a shelf lists its own");
+    assert_eq!(
+        records.list(&acme, Shelf::EvalRuns).await.expect("list"),
+        vec![]
+    );
+    assert!(
+        records
+            .get(&acme, Shelf::Gaps, "help")
+            .await
+            .expect("get")
+            .is_none()
+    );
+
+    assert!(
+        records
+            .delete(&acme, Shelf::EvalSets, "help")
+            .await
+            .expect("delete")
+    );
+    assert!(
+        !records
+            .delete(&acme, Shelf::EvalSets, "help")
+            .await
+            .expect("delete"),
+        "nothing left"
+    );
+    assert!(
+        records
+            .get(&acme, Shelf::EvalSets, "help")
+            .await
+            .expect("get")
+            .is_none()
+    );
+    assert!(
+        records
+            .get(&acme, Shelf::Feedback, "help")
+            .await
+            .expect("get")
+            .is_some(),
+        "other shelf"
+    );
+    assert!(
+        records
+            .get(&globex, Shelf::EvalSets, "help")
+            .await
+            .expect("get")
+            .is_some(),
+        "other tenant"
+    );
+    let again = records
+        .put(&acme, Shelf::EvalSets, "help", body)
+        .await
+        .expect("put");
+    assert_eq!(again.version, 1, "a name deleted starts again");
+}
+
+#[cfg(test)]
+mod tests {
+    #[tokio::test]
+    async fn the_memory_records_keep_each_tenants_shelves_apart() {
+        super::records_keep_each_tenants_shelves_apart(&super::MemoryRecords::default()).await;
+    }
+}

@@ -500,3 +500,35 @@ async fn tenant_settings_in_dynamodb_take_one_version_per_write_and_reach_anothe
     assert_eq!((seen.version, &seen.settings), (5, &last.settings));
     assert!(writer.get(&tenant("globex")).await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn tenants_records_in_dynamodb_keep_each_tenants_shelves_apart_and_refuse_what_an_item_cannot_hold()
+ {
+    sluice_testkit::needs!(Aws);
+    use sluice_aws::records::{DynamoRecords, MAX_BODY_BYTES};
+    use sluice_contract::evals::{Records, Shelf};
+    let table = format!("records-{}", uuid::Uuid::new_v4().simple());
+    let records = DynamoRecords::connect(&table).await.unwrap();
+    records.create_table().await.unwrap();
+    sluice_testkit::records_keep_each_tenants_shelves_apart(&records).await;
+    // Racing writers of one name each get a version of their own.
+    let acme = tenant("acme");
+    let writes = (0..8).map(|i| records.put(&acme, Shelf::Gaps, "q", serde_json::json!({"i": i})));
+    let mut versions: Vec<u64> = futures::future::join_all(writes)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().version)
+        .collect();
+    versions.sort();
+    assert_eq!(versions, (1..=8).collect::<Vec<u64>>());
+    let big = serde_json::json!({"text": "x".repeat(MAX_BODY_BYTES)});
+    let refused = records.put(&acme, Shelf::EvalSets, "big", big).await;
+    assert!(refused.is_err(), "over what an item holds");
+    assert!(
+        records
+            .get(&acme, Shelf::EvalSets, "big")
+            .await
+            .unwrap()
+            .is_none()
+    );
+}
