@@ -66,7 +66,9 @@ const question = "What should I do if I lose my card?";
       ttft: document.getElementById("ttft").textContent,
       busy: document.getElementById("answer").getAttribute("aria-busy"),
     }));
-    await page.waitForFunction(() => document.getElementById("total").textContent !== "–",
+    // Done: the total shown and the stream closed (the answer no longer busy).
+    await page.waitForFunction(() => document.getElementById("total").textContent !== "–"
+      && document.getElementById("answer").getAttribute("aria-busy") === "false",
       null, { timeout: 60000 });
     const done = await page.evaluate(() => ({
       answer: document.getElementById("answer").textContent,
