@@ -203,19 +203,7 @@ const PARAPHRASES: &[&str] = &[
 /// Client-measured TTFT of cache hits over HTTP, printed as percentiles.
 fn cache_hits(runtime: &tokio::runtime::Runtime, llm: Arc<sluice_tests::Stopwatch>) {
     let data = tempfile::tempdir().unwrap();
-    let mut config = Config::from_env().expect("config");
-    config.data_dir = data.path().to_path_buf();
-    // One client sends 1,200 requests back to back: the tenant's rate limit (50/s by default)
-    // would refuse most of them, and this measures the cache, not the limiter.
-    let mut wire = sluice_http::WireConfig::from_lookup(
-        &|name: &str| std::env::var(name).ok(),
-        &config.data_dir,
-    )
-    .expect("config");
-    wire.limits.tenant_rate = 0.0;
-    wire.limits.tenant_max_streams = 0;
-    let store: Arc<dyn Store> =
-        Arc::new(EdgeStore::open(&config.data_dir, sluice_embed::DIM).unwrap());
+    let (config, wire, store) = sluice_tests::bench_parts(data.path());
     let cache = SemanticCache::new(
         Arc::new(MemoryCache::new(10_000)),
         CacheSettings::from_config(&config.cache),

@@ -15,10 +15,8 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use serde_json::{Value, json};
-use sluice_contract::stages::Store;
+use sluice_core::Pipeline;
 use sluice_core::cache::{CacheSettings, SemanticCache};
-use sluice_core::{Config, Pipeline};
-use sluice_retrieve::EdgeStore;
 use sluice_testkit::tenant;
 
 const TOPICS: &[&str] = &[
@@ -66,17 +64,7 @@ fn main() {
         .build()
         .unwrap();
     let data = tempfile::tempdir().unwrap();
-    let mut config = Config::from_env().expect("config");
-    config.data_dir = data.path().to_path_buf();
-    let mut wire = sluice_http::WireConfig::from_lookup(
-        &|name: &str| std::env::var(name).ok(),
-        &config.data_dir,
-    )
-    .expect("config");
-    wire.limits.tenant_rate = 0.0;
-    wire.limits.tenant_max_streams = 0;
-    let store: Arc<dyn Store> =
-        Arc::new(EdgeStore::open(&config.data_dir, sluice_embed::DIM).unwrap());
+    let (config, wire, store) = sluice_tests::bench_parts(data.path());
     let ingest =
         sluice_core::Ingest::new(config.ingest.clone(), sluice_tests::model(), store.clone());
     let mut pipeline = Pipeline::new(

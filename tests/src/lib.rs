@@ -166,6 +166,25 @@ pub fn sample_copies(copies: usize) -> Vec<sluice_contract::document::Document> 
         .collect()
 }
 
+/// What a benchmark's server is built from: the environment's configuration over the folder
+/// `data`, with the tenant's request rate and streams unlimited (one client sends requests
+/// back to back: a limit would refuse most of them, and the bench measures Sluice, not the
+/// limiter), and the Qdrant Edge store opened there.
+pub fn bench_parts(data: &std::path::Path) -> (Config, sluice_http::WireConfig, Arc<dyn Store>) {
+    let mut config = Config::from_env().expect("config");
+    config.data_dir = data.to_path_buf();
+    let mut wire = sluice_http::WireConfig::from_lookup(
+        &|name: &str| std::env::var(name).ok(),
+        &config.data_dir,
+    )
+    .expect("config");
+    wire.limits.tenant_rate = 0.0;
+    wire.limits.tenant_max_streams = 0;
+    let store = sluice_retrieve::EdgeStore::open(&config.data_dir, sluice_embed::DIM)
+        .expect("a Qdrant Edge store");
+    (config, wire, Arc::new(store))
+}
+
 /// An upstream that records when it was called and answers "ok" at once: a benchmark
 /// fixture, not a model (what is timed is Sluice's own work).
 #[derive(Default)]
