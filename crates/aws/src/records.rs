@@ -24,6 +24,10 @@ const OPERATION_TIMEOUT: Duration = Duration::from_millis(5000);
 /// other attributes.
 pub const MAX_BODY_BYTES: usize = 390 * 1024;
 
+/// The table's keys, partition then sort: what [`DynamoRecords::create_table`] makes and the SAM
+/// template's `RecordsTable` declares (a test compares them).
+pub const KEYS: [&str; 2] = ["shelf", "name"];
+
 /// The records table.
 pub struct DynamoRecords {
     client: Client,
@@ -71,7 +75,7 @@ impl DynamoRecords {
     /// Creates the table (on-demand billing), for the tests and a deployment without the SAM
     /// template's.
     pub async fn create_table(&self) -> Result<(), AwsError> {
-        crate::create_table(&self.client, &self.table, &["shelf", "name"]).await
+        crate::create_table(&self.client, &self.table, &KEYS).await
     }
 }
 

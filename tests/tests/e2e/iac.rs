@@ -247,6 +247,27 @@ fn the_cache_table_is_the_one_the_code_creates() {
 }
 
 #[test]
+fn tenants_records_are_kept_in_the_table_the_code_writes_and_the_answer_function_may_reach_it() {
+    sluice_testkit::needs!(Tools);
+    let (_file, t) = translate(&sam_template());
+    let table = &t["Resources"]["RecordsTable"]["Properties"];
+    let keys: Vec<&str> = (table["KeySchema"].as_array().unwrap().iter())
+        .map(|k| k["AttributeName"].as_str().unwrap())
+        .collect();
+    assert_eq!(keys, sluice_aws::records::KEYS);
+    let env = &t["Resources"]["AnswerFunction"]["Properties"]["Environment"]["Variables"];
+    assert_eq!(env["SLUICE_RECORDS_TABLE"]["Ref"], "RecordsTable");
+    let policy = t["Resources"]["AnswerPolicy"]["Properties"]["PolicyDocument"].to_string();
+    for action in ["GetItem", "Query", "UpdateItem", "DeleteItem"] {
+        assert!(
+            policy.contains(&format!("dynamodb:{action}")),
+            "{action}: {policy}"
+        );
+    }
+    assert!(policy.contains("RecordsTable"), "{policy}");
+}
+
+#[test]
 fn usage_is_counted_in_the_table_the_code_reads_and_documents_routes_reach_the_ingest_function() {
     sluice_testkit::needs!(Tools);
     let (_file, t) = translate(&sam_template());
