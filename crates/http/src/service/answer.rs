@@ -277,15 +277,11 @@ impl Server {
         let found = pipeline.search(&caller.asks(request)).await;
         let sources = found.documents.iter().map(|d| d.id.clone()).collect();
         self.keep_search(&found.request_id, asked, sources);
-        if let Some(meter) = &self.usage {
-            let counted = Counts {
-                searches: 1,
-                ..Counts::default()
-            };
-            meter.record(&caller.tenant, caller.key.as_deref(), counted);
-            // A failure keeps the counts for the next flush and is logged by the meter.
-            let _ = meter.flush().await;
-        }
+        let searched = Counts {
+            searches: 1,
+            ..Counts::default()
+        };
+        self.count_now(caller, searched).await;
         Ok(found)
     }
 }

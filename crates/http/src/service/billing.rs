@@ -137,3 +137,23 @@ pub(crate) fn billed(
     .filter_map(|()| std::future::ready(None::<Event>));
     counted.chain(written).boxed()
 }
+
+impl crate::Server {
+    /// Counts what `caller` used in the usage meter (written by a later flush); nothing with
+    /// `SLUICE_USAGE=off`.
+    pub(crate) fn count(&self, caller: &super::Caller, used: Counts) {
+        if let Some(meter) = &self.usage {
+            meter.record(&caller.tenant, caller.key.as_deref(), used);
+        }
+    }
+
+    /// [`Self::count`], written before returning (a buffered response ends a Lambda
+    /// invocation, and work after it would be frozen). A failure keeps the counts for the
+    /// next flush and is logged by the meter.
+    pub(crate) async fn count_now(&self, caller: &super::Caller, used: Counts) {
+        self.count(caller, used);
+        if let Some(meter) = &self.usage {
+            let _ = meter.flush().await;
+        }
+    }
+}

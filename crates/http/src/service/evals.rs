@@ -20,7 +20,7 @@ use sluice_contract::access::access_filter;
 use sluice_contract::cancel::Cancel;
 use sluice_contract::codes::Code;
 use sluice_contract::evals::{
-    EvalQuestion, EvalSet, MAX_RUNS, MAX_SETS, Record, Records, RecordsError, Shelf, check_name,
+    EvalQuestion, EvalSet, MAX_RUNS, MAX_SETS, Record, Shelf, check_name,
 };
 use sluice_contract::sse::Event;
 use sluice_contract::usage::Counts;
@@ -28,6 +28,7 @@ use sluice_core::pipeline::{AnswerRequest, Pinned};
 use sluice_core::quality::{self, Mode, Outcome, RunReport, RunStatus};
 
 use super::answer::AnswerBody;
+use super::records::{keep_at_most, unavailable};
 use super::{Call, Caller};
 use crate::Server;
 use crate::error::ApiError;
@@ -151,14 +152,6 @@ fn invalid(field: &str, message: impl std::fmt::Display) -> ApiError {
     ApiError::new(Code::InvalidEvalSet, format!("{field}: {message}"))
 }
 
-fn unavailable(e: RecordsError) -> ApiError {
-    tracing::error!(error = %e, "the evaluation store failed");
-    ApiError::new(
-        Code::EvalsUnavailable,
-        "the evaluation sets and runs cannot be read or written right now; try again",
-    )
-}
-
 fn unknown(what: &str, name: &str) -> ApiError {
     ApiError::new(
         Code::UnknownEvalSet,
@@ -182,24 +175,15 @@ fn shown(record: &Record, whole: bool) -> Value {
     shown
 }
 
-/// Now, as milliseconds since the epoch.
-fn now_ms() -> u128 {
-    (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
-        .map_or(0, |d| d.as_millis())
+/// A new run's id: the time in ms (runs' ids sort as they started) and this process's count
+/// of runs, so that two runs started in one millisecond are two.
+fn run_id() -> String {
+    static STARTED: AtomicUsize = AtomicUsize::new(0);
+    let n = STARTED.fetch_add(1, Ordering::Relaxed);
+    format!("run-{}-{:04x}", super::now_ms(), n & 0xffff)
 }
 
 impl Server {
-    /// The records store, or 404 `evals_disabled` in a process that keeps none.
-    fn records(&self) -> Result<&Arc<dyn Records>, ApiError> {
-        self.records.as_ref().ok_or_else(|| {
-            ApiError::new(
-                Code::EvalsDisabled,
-                "this process keeps no evaluation sets (it serves no answers, or has no \
-                 records store)",
-            )
-        })
-    }
-
     /// Stores `body` as the tenant's set `name`, checked whole: its shape and caps, and each
     /// question as an answer to it would be checked (its text, filter, request context) with
     /// the tenant's settings. At most [`MAX_SETS`] sets.
@@ -465,7 +449,7 @@ impl Server {
         let baseline: Option<RunReport> =
             baseline.and_then(|r| serde_json::from_value(r.body).ok());
         let live = Live {
-            id: format!("run-{}-{:04x}", now_ms(), now_ms() as u16 ^ 0x5a5a),
+            id: run_id(),
             set: asked.set.clone(),
             mode: asked.mode,
             started_at: sluice_contract::tenant_settings::now(),
@@ -576,14 +560,16 @@ impl Server {
         let records = self.records()?;
         let body = serde_json::to_value(report).map_err(|e| invalid("run", e))?;
         (records.put(tenant, Shelf::EvalRuns, &report.id, body).await).map_err(unavailable)?;
-        let mut kept = (records.list(tenant, Shelf::EvalRuns).await).map_err(unavailable)?;
-        if kept.len() > MAX_RUNS {
-            kept.sort_by(|a, b| a.name.cmp(&b.name));
-            for old in &kept[..kept.len() - MAX_RUNS] {
-                (records.delete(tenant, Shelf::EvalRuns, &old.name).await).map_err(unavailable)?;
-            }
-        }
-        Ok(())
+        let oldest_first = |r: &Record| r.name.clone();
+        (keep_at_most(
+            records.as_ref(),
+            tenant,
+            Shelf::EvalRuns,
+            MAX_RUNS,
+            oldest_first,
+        )
+        .await)
+            .map_err(unavailable)
     }
 
     /// One question asked as `mode` says: the tenant's search (counted as a search), or its
@@ -600,13 +586,11 @@ impl Server {
         };
         if mode == Mode::Retrieval {
             let found = pipeline.search(&request).await;
-            if let Some(meter) = &self.usage {
-                let searched = Counts {
-                    searches: 1,
-                    ..Counts::default()
-                };
-                meter.record(&caller.tenant, caller.key.as_deref(), searched);
-            }
+            let searched = Counts {
+                searches: 1,
+                ..Counts::default()
+            };
+            self.count(caller, searched);
             return Outcome {
                 sources: found.documents.into_iter().map(|d| d.id).collect(),
                 degraded: found.degraded,

@@ -22,6 +22,7 @@ use sluice_contract::usage::Counts;
 
 use super::Caller;
 use super::insights::Why;
+use super::records::{keep_at_most, unavailable};
 use crate::Server;
 use crate::error::ApiError;
 
@@ -190,14 +191,6 @@ fn invalid(field: &str, why: impl std::fmt::Display) -> ApiError {
     ApiError::new(Code::InvalidFeedback, format!("{field}: {why}"))
 }
 
-fn unavailable(e: impl std::fmt::Display) -> ApiError {
-    tracing::error!(error = %e, "the feedback store failed");
-    ApiError::new(
-        Code::EvalsUnavailable,
-        "feedback cannot be read or written right now; try again",
-    )
-}
-
 impl Server {
     /// Stores `asked` as `caller`'s rating of the answer it names: its own tenant's answer
     /// (an end user: only one it asked), kept by this process (404 `unknown_request`
@@ -208,10 +201,7 @@ impl Server {
         caller: &Caller,
         asked: FeedbackAsked,
     ) -> Result<Value, ApiError> {
-        let records = self
-            .records
-            .as_ref()
-            .ok_or_else(|| ApiError::new(Code::EvalsDisabled, "this process keeps no feedback"))?;
+        let records = self.records()?;
         let down = match asked.rating.as_str() {
             "up" => false,
             "down" => true,
@@ -290,39 +280,32 @@ impl Server {
             "by": caller.user.clone().or(caller.key.clone()),
             "answer": answered,
         });
-        (records
+        let kept = (records
             .put(tenant, Shelf::Feedback, &asked.request_id, body)
             .await)
             .map_err(unavailable)?;
-        self.trim_feedback(tenant).await?;
-        if let Some(meter) = &self.usage {
-            let counted = Counts {
-                feedback: 1,
-                ..Counts::default()
-            };
-            meter.record(tenant, caller.key.as_deref(), counted);
-            let _ = meter.flush().await;
+        if kept.version == 1 {
+            let oldest_first = |r: &Record| r.updated_at.clone();
+            (keep_at_most(
+                records.as_ref(),
+                tenant,
+                Shelf::Feedback,
+                MAX_FEEDBACK,
+                oldest_first,
+            ))
+            .await
+            .map_err(unavailable)?;
         }
+        let rated = Counts {
+            feedback: 1,
+            ..Counts::default()
+        };
+        self.count_now(caller, rated).await;
         self.metrics.feedback(down);
         tracing::info!(%tenant, request_id = %asked.request_id, rating = %asked.rating, evicted, "feedback");
         Ok(
             json!({"request_id": asked.request_id, "rating": asked.rating, "evicted": evicted, "blocked": blocked}),
         )
-    }
-
-    /// Forgets the tenant's oldest ratings past [`MAX_FEEDBACK`].
-    async fn trim_feedback(&self, tenant: &Tenant) -> Result<(), ApiError> {
-        let Some(records) = &self.records else {
-            return Ok(());
-        };
-        let mut kept = (records.list(tenant, Shelf::Feedback).await).map_err(unavailable)?;
-        if kept.len() > MAX_FEEDBACK {
-            kept.sort_by(|a, b| a.updated_at.cmp(&b.updated_at));
-            for old in &kept[..kept.len() - MAX_FEEDBACK] {
-                (records.delete(tenant, Shelf::Feedback, &old.name).await).map_err(unavailable)?;
-            }
-        }
-        Ok(())
     }
 
     /// The tenant's ratings, newest first (`down`: only down-votes; at most `limit`).
@@ -332,10 +315,7 @@ impl Server {
         down: bool,
         limit: usize,
     ) -> Result<Value, ApiError> {
-        let records = self
-            .records
-            .as_ref()
-            .ok_or_else(|| ApiError::new(Code::EvalsDisabled, "this process keeps no feedback"))?;
+        let records = self.records()?;
         let mut kept: Vec<Record> =
             (records.list(&caller.tenant, Shelf::Feedback).await).map_err(unavailable)?;
         kept.sort_by(|a, b| b.updated_at.cmp(&a.updated_at).then(b.name.cmp(&a.name)));

@@ -11,7 +11,7 @@ use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sluice_contract::codes::Code;
-use sluice_contract::evals::QualityGate;
+use sluice_contract::evals::{QualityGate, Shelf};
 use sluice_contract::tenant_settings::{StoredSettings, TenantSettings};
 use sluice_core::pipeline::Pinned;
 use sluice_core::quality::{self, RunReport};
@@ -143,20 +143,11 @@ impl Server {
         caller: &Caller,
         gate: &QualityGate,
     ) -> Result<(), ApiError> {
-        let records = self.records.as_ref().ok_or_else(|| {
-            ApiError::new(
-                Code::EvalsDisabled,
-                "quality_gate: this process keeps no evaluation sets, so it cannot try changes \
-                 on one",
-            )
-        })?;
-        let found = (records.get(
-            &caller.tenant,
-            sluice_contract::evals::Shelf::EvalSets,
-            &gate.set,
-        ))
-        .await
-        .map_err(|e| ApiError::new(Code::EvalsUnavailable, e.to_string()))?;
+        let found = (self
+            .records()?
+            .get(&caller.tenant, Shelf::EvalSets, &gate.set)
+            .await)
+            .map_err(super::records::unavailable)?;
         match found {
             Some(_) => Ok(()),
             None => Err(ApiError::new(

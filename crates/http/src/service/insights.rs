@@ -12,10 +12,11 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 use sluice_contract::Tenant;
 use sluice_contract::codes::Code;
-use sluice_contract::evals::{Records, Shelf};
+use sluice_contract::evals::{Record, Records, Shelf};
 use sluice_contract::tenant_settings::DEFAULT_QUESTION_DAYS;
 
 use super::Caller;
+use super::records::{keep_at_most, unavailable};
 use crate::Server;
 use crate::error::ApiError;
 
@@ -48,11 +49,6 @@ impl Why {
     }
 }
 
-fn now_ms() -> u64 {
-    (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// How many days `settings` keep a question's text.
 pub(crate) fn retention_days(caller: &Caller) -> u32 {
     (caller.settings.as_ref())
@@ -82,7 +78,7 @@ impl GapWriter {
         let noted = async {
             let before = records.get(tenant, Shelf::Gaps, &name).await?;
             let mut body = before.map_or_else(|| json!({"count": 0, "reasons": {}}), |r| r.body);
-            let now = now_ms();
+            let now = super::now_ms();
             body["count"] = (body["count"].as_u64().unwrap_or(0) + 1).into();
             let reason = &mut body["reasons"][why.as_str()];
             *reason = (reason.as_u64().unwrap_or(0) + 1).into();
@@ -98,14 +94,16 @@ impl GapWriter {
                     }
                 }
             }
-            records.put(tenant, Shelf::Gaps, &name, body).await?;
-            let kept = records.list(tenant, Shelf::Gaps).await?;
-            if kept.len() > MAX_GAPS {
-                let mut by_age: Vec<_> = kept.iter().collect();
-                by_age.sort_by_key(|r| r.body["last_ms"].as_u64().unwrap_or(0));
-                for old in &by_age[..kept.len() - MAX_GAPS] {
-                    records.delete(tenant, Shelf::Gaps, &old.name).await?;
-                }
+            if records.put(tenant, Shelf::Gaps, &name, body).await?.version == 1 {
+                let least_recent = |r: &Record| r.body["last_ms"].as_u64().unwrap_or(0);
+                keep_at_most(
+                    records.as_ref(),
+                    tenant,
+                    Shelf::Gaps,
+                    MAX_GAPS,
+                    least_recent,
+                )
+                .await?;
             }
             Ok::<_, sluice_contract::evals::RecordsError>(())
         };
@@ -156,20 +154,11 @@ impl Server {
     /// question, most asked first — each group's questions (at most five), how many times and
     /// why — and the counts of those whose text is not kept.
     pub(crate) async fn gaps(&self, caller: &Caller) -> Result<Value, ApiError> {
-        let records = self
-            .records
-            .as_ref()
-            .ok_or_else(|| ApiError::new(Code::EvalsDisabled, "this process keeps no insights"))?;
+        let records = self.records()?;
         let pipeline = self.pipeline()?;
         let days = retention_days(caller);
-        let kept = (records.list(&caller.tenant, Shelf::Gaps).await).map_err(|e| {
-            tracing::error!(error = %e, "the insights store failed");
-            ApiError::new(
-                Code::EvalsUnavailable,
-                "insights cannot be read right now; try again",
-            )
-        })?;
-        let now = now_ms();
+        let kept = (records.list(&caller.tenant, Shelf::Gaps).await).map_err(unavailable)?;
+        let now = super::now_ms();
         let fresh = |r: &Value| {
             let at = r["question_ms"].as_u64().unwrap_or(0);
             days > 0 && now.saturating_sub(at) <= u64::from(days) * DAY_MS

@@ -26,10 +26,17 @@ pub(crate) mod evals;
 pub(crate) mod feedback;
 pub(crate) mod gate;
 pub(crate) mod insights;
+pub(crate) mod records;
 
 use std::time::Instant;
 
 pub(crate) use caller::{Caller, limited};
+
+/// Now, in milliseconds since the Unix epoch.
+pub(crate) fn now_ms() -> u64 {
+    (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
+        .map_or(0, |d| d.as_millis() as u64)
+}
 
 /// The API key a call carries, as its door read it.
 #[derive(Debug, Clone, Default)]
