@@ -320,6 +320,8 @@ pub async fn command(settings: &sluice_app::Settings, command: EvalCommand) -> R
     })
     .await?;
     write_reports(&out, &report, &table(&report))?;
+    let out = sluice_eval::write_set(&out, &report)?;
+    eprintln!("wrote {0}/documents.json, {0}/set.json", out.display());
     if let Some((tenant, apply)) = tenant {
         let fusion: Fusion = report.tuned.fusion.parse().map_err(anyhow::Error::msg)?;
         let line = format!(
@@ -336,10 +338,8 @@ pub async fn command(settings: &sluice_app::Settings, command: EvalCommand) -> R
             let client = sluice_client::Client::new(&url)?.for_tenant(Some(tenant.as_str()));
             let stored =
                 (client.update_settings(|s| s["fusion"] = fusion.to_string().into())).await?;
-            println!(
-                "stored in {tenant}'s settings, version {}",
-                stored["version"]
-            );
+            let version = &stored["version"];
+            println!("stored in {tenant}'s settings, version {version}");
         }
     }
     Ok(())

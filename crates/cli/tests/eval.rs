@@ -1,8 +1,9 @@
 //! `sluice eval retrieval` and `sluice eval tune` end to end on slices of τ²-bench
 //! banking_knowledge (the first 8 or 6 tasks, over 150 or 80 of the 698 documents: those the
 //! tasks require, then others): every method on the held-out half, far above a random
-//! ranking; tuning's choice written as the line the server reads. (The full run is in the
-//! README.)
+//! ranking; tuning's choice written as the line the server reads; the held-out tasks, run as
+//! an evaluation set through `sluice serve`, score as the evaluation says. (The full run is in
+//! the README.)
 
 mod common;
 
@@ -28,8 +29,8 @@ fn eval(env: &[(&str, &str)], args: &[&str]) -> (tempfile::TempDir, String, Valu
 }
 
 #[test]
-fn the_retrieval_eval_runs_on_a_slice_and_beats_random_by_far() {
-    sluice_testkit::needs!(Model, Eval);
+fn the_retrieval_eval_beats_random_by_far_and_a_run_of_its_set_through_the_api_agrees() {
+    sluice_testkit::needs!(Llm, Model, Eval);
     let (out, _, report) = eval(
         &[("SLUICE_EMBED_THREADS", "2")],
         &["retrieval", "--limit", "8", "--documents", "150"],
@@ -102,6 +103,39 @@ fn the_retrieval_eval_runs_on_a_slice_and_beats_random_by_far() {
     }
     let table = std::fs::read_to_string(out.path().join("report.md")).unwrap();
     assert!(table.contains("| hybrid tuned |"), "{table}");
+
+    // The held-out tasks, written as an evaluation set, run through `sluice serve`'s API on the
+    // same documents give the figures the evaluation reports for them: one scoring code.
+    let server = serve_with(&[
+        ("SLUICE_EMBED_THREADS", "2"),
+        // Every question is scored, not cut off by a busy machine.
+        ("SLUICE_RETRIEVAL_DEADLINE_MS", "60000"),
+    ]);
+    let corpus = out.path().join("documents.json");
+    let cli = |args: &[&str]| {
+        let mut command = sluice();
+        command.args(args).args(["--url", &server.url]);
+        let run = output_within(&mut command, Duration::from_secs(600));
+        assert!(run.status.success(), "{args:?}: {}", text(&run));
+        String::from_utf8(run.stdout).unwrap()
+    };
+    cli(&["ingest", corpus.to_str().unwrap()]);
+    let set = out.path().join("set.json");
+    cli(&["eval", "sets", "put", "tau2", set.to_str().unwrap()]);
+    let k = report["as_run"]["k"].to_string();
+    let ran: Value =
+        serde_json::from_str(&cli(&["eval", "run", "--set", "tau2", "-k", &k, "--json"])).unwrap();
+    assert_eq!(ran["status"], "finished", "{ran}");
+    assert_eq!(ran["total"], report["held_out_tasks"], "{ran}");
+    for q in ran["questions"].as_array().unwrap() {
+        assert!(q.get("degraded").is_none(), "{q}");
+    }
+    let expected = &report["as_run"]["figures"];
+    for figure in ["recall", "mrr"] {
+        assert_eq!(ran["figures"][figure], expected[figure], "{figure}: {ran}");
+    }
+    let recall = expected["recall"]["value"].as_f64().unwrap();
+    assert!(recall > 3.0 * random, "{expected}");
 }
 
 #[test]

@@ -131,6 +131,7 @@ pub fn eval_question_line(event: &Value) -> String {
     ]
     .map(|key| match &q[key] {
         Value::Null => String::new(),
+        Value::Number(n) => format!(" {key} {:.3}", n.as_f64().unwrap_or_default()),
         v => format!(" {key} {v}"),
     })
     .concat();

@@ -25,6 +25,7 @@ use serde::{Deserialize, Serialize};
 use sluice_contract::Tenant;
 use sluice_contract::cancel::Cancel;
 use sluice_contract::document::Document;
+use sluice_contract::evals::{EvalQuestion, EvalSet};
 use sluice_contract::random::SplitMix;
 use sluice_contract::{
     components::ComponentError, components::Components, stages::Embedder, stages::Hit,
@@ -33,6 +34,8 @@ use sluice_contract::{
 use sluice_contract::{fusion::Fusion, fusion::Ranking};
 use sluice_convert::parse_as;
 use sluice_convert::{ConvertLimits, Format};
+use sluice_core::quality;
+use sluice_http::answer::MAX_QUERY_CHARS;
 use sluice_retrieve::{EdgeStore, Retrieval};
 
 /// The metrics and the bootstrap are the engine's, the same that score a tenant's evaluation
@@ -241,6 +244,29 @@ pub fn load(dir: &Path) -> Result<(Vec<Document>, Vec<Task>)> {
             .filter(|t| !t.required.is_empty())
             .collect(),
     ))
+}
+
+/// The documents and tasks [`run`] evaluates: the dataset's, cut as `options` say (its first
+/// `limit` tasks; `documents` of them: every one those tasks require, then others in file
+/// order).
+pub fn slice(data: &Path, options: &Options) -> Result<(Vec<Document>, Vec<Task>)> {
+    let (mut documents, mut tasks) = load(data)?;
+    if let Some(limit) = options.limit {
+        tasks.truncate(limit);
+    }
+    if let Some(n) = options.documents {
+        let required: HashSet<&str> = tasks
+            .iter()
+            .flat_map(|t| t.required.iter().map(String::as_str))
+            .collect();
+        let (mut kept, others): (Vec<Document>, Vec<Document>) = documents
+            .into_iter()
+            .partition(|d| required.contains(d.id.as_str()));
+        let room = n.saturating_sub(kept.len());
+        kept.extend(others.into_iter().take(room));
+        documents = kept;
+    }
+    Ok((documents, tasks))
 }
 
 /// Documents in the order their first chunk appears.
@@ -459,6 +485,29 @@ pub struct Report {
     pub tuned: Tuned,
     /// One row per method, on the held-out tasks.
     pub results: Vec<Scores>,
+    /// The held-out tasks scored as a run of them as an evaluation set scores them.
+    pub as_run: AsRun,
+}
+
+/// Chunks per question of [`AsRun`] (a run's `k`).
+pub const RUN_K: usize = 20;
+
+/// The held-out tasks scored as a retrieval-only run of them as an evaluation set
+/// (`POST /v1/evals/runs` with `k` [`RUN_K`]) scores them, on a server holding the same
+/// documents under the default fusion: the figures that run reports. A question longer than a
+/// request takes is asked as its [`askable`] part.
+#[derive(Debug, Serialize)]
+pub struct AsRun {
+    /// Chunks asked for per question.
+    pub k: usize,
+    /// The run's figures (recall and MRR of the required documents among the sources).
+    pub figures: quality::Figures,
+    /// The set (`sluice eval` writes it to `set.json`).
+    #[serde(skip)]
+    pub set: EvalSet,
+    /// The documents it is over (`sluice eval` writes them to `documents.json`).
+    #[serde(skip)]
+    pub documents: Vec<Document>,
 }
 
 /// One task's rankings of chunks — dense (the question read whole), dense (its first
@@ -690,22 +739,7 @@ pub async fn run(
     options: &Options,
     progress: impl Fn(&str),
 ) -> Result<Report> {
-    let (mut documents, mut tasks) = load(data)?;
-    if let Some(limit) = options.limit {
-        tasks.truncate(limit);
-    }
-    if let Some(n) = options.documents {
-        let required: HashSet<&str> = tasks
-            .iter()
-            .flat_map(|t| t.required.iter().map(String::as_str))
-            .collect();
-        let (mut kept, others): (Vec<Document>, Vec<Document>) = documents
-            .into_iter()
-            .partition(|d| required.contains(d.id.as_str()));
-        let room = n.saturating_sub(kept.len());
-        kept.extend(others.into_iter().take(room));
-        documents = kept;
-    }
+    let (documents, tasks) = slice(data, options)?;
     if tasks.len() < 2 {
         return Err(EvalError::Data(format!(
             "{}: {} tasks with required documents; tuning and a held-out half need at least 2",
@@ -714,6 +748,7 @@ pub async fn run(
         )));
     }
     let count = documents.len();
+    let evaluated = documents.clone();
     let Corpus {
         scratch,
         embedder,
@@ -896,6 +931,37 @@ pub async fn run(
             options.seed,
         ));
     }
+    // The held-out tasks as an evaluation set, asked as a retrieval-only run of it asks them
+    // through the API (`k` chunks under the default fusion, in the pipeline's order) and
+    // scored by the same code.
+    let set = held_out_set(&tasks, &held_out);
+    let mut asked = Vec::with_capacity(held_out.len());
+    for (question, &i) in set.questions.iter().zip(&held_out) {
+        let cut;
+        let vector = match question.question == tasks[i].query {
+            true => &vectors[i].0,
+            false => {
+                cut = (embedder.embed(&[question.question.as_str()])?.pop())
+                    .ok_or_else(|| EvalError::Pipeline("no query vector".into()))?;
+                &cut
+            }
+        };
+        let search = Search::new(&question.question, vector, RUN_K);
+        let mut hits = edge.search_by(&tenant, &search, Retrieval::Hybrid).await?;
+        hits.sort_by(Hit::rank_order);
+        let sources = hits.into_iter().map(|h| h.document.id).collect();
+        let outcome = quality::Outcome {
+            sources,
+            ..quality::Outcome::default()
+        };
+        asked.push(quality::score(question, outcome));
+    }
+    let as_run = AsRun {
+        k: RUN_K,
+        figures: quality::figures(&asked, quality::SEED),
+        set,
+        documents: evaluated,
+    };
     let mean_required = mean(held_out.iter().map(|&i| tasks[i].required.len() as f64));
     Ok(Report {
         data: data.display().to_string(),
@@ -911,7 +977,48 @@ pub async fn run(
         random_recall_at_10: 10.0 / count as f64,
         tuned,
         results,
+        as_run,
     })
+}
+
+/// A task's query as a request carries it: whole when it fits [`MAX_QUERY_CHARS`], else its
+/// whole sentences that fit (τ²-bench's longest run to 7,000 characters).
+pub fn askable(query: &str) -> String {
+    if query.chars().count() <= MAX_QUERY_CHARS {
+        return query.to_string();
+    }
+    let mut cut = String::new();
+    for sentence in query.split_inclusive(['.', '!', '?']) {
+        if cut.chars().count() + sentence.chars().count() > MAX_QUERY_CHARS {
+            break;
+        }
+        cut.push_str(sentence);
+    }
+    match cut.trim().is_empty() {
+        true => query.chars().take(MAX_QUERY_CHARS).collect(),
+        false => cut.trim().to_string(),
+    }
+}
+
+/// The `held_out` tasks as an evaluation set (`PUT /v1/evals/sets/{name}`): each task's
+/// question ([`askable`]) expecting its required documents, its id `t<position in the
+/// dataset>`.
+pub fn held_out_set(tasks: &[Task], held_out: &[usize]) -> EvalSet {
+    EvalSet {
+        description: Some("the held-out tasks of `sluice eval retrieval`".into()),
+        questions: (held_out.iter())
+            .map(|&i| EvalQuestion {
+                id: format!("t{}", i + 1),
+                question: askable(&tasks[i].query),
+                documents: tasks[i].required.clone(),
+                first: None,
+                facts: Vec::new(),
+                rerank_context: None,
+                filter: None,
+                principals: None,
+            })
+            .collect(),
+    }
 }
 
 /// Writes an evaluation's `report.json` (the report) and `report.md` (its `table`) into the
@@ -929,6 +1036,23 @@ pub fn write_reports(
     std::fs::write(&json, bytes).map_err(made(&json))?;
     std::fs::write(&md, table).map_err(made(&md))?;
     Ok([json, md])
+}
+
+/// Writes what a server needs to run the held-out tasks of `report` as an evaluation set,
+/// into `out`: `documents.json`, the documents evaluated (what `sluice ingest FILE` sends),
+/// and `set.json`, the set (what `sluice eval sets put NAME FILE` stores); returns the
+/// folder.
+pub fn write_set<'a>(out: &'a Path, report: &Report) -> Result<&'a Path> {
+    let documents = serde_json::json!({ "documents": report.as_run.documents });
+    for (name, value) in [
+        ("documents.json", documents),
+        ("set.json", serde_json::json!(report.as_run.set)),
+    ] {
+        let path = out.join(name);
+        std::fs::write(&path, value.to_string())
+            .map_err(EvalError::io(format!("writing {}", path.display())))?;
+    }
+    Ok(out)
 }
 
 /// The report as a Markdown table.
@@ -972,6 +1096,17 @@ pub fn table(report: &Report) -> String {
             s.median_ms
         ));
     }
+    let figure = |f: Option<quality::Figure>| {
+        f.map_or("-".into(), |f| {
+            format!("{:.3} ({:.3}–{:.3})", f.value, f.ci[0], f.ci[1])
+        })
+    };
+    out.push_str(&format!(
+        "\nAs a retrieval-only run of `set.json` (the held-out tasks) with `k` {} reports them on a server holding these documents: recall {}, MRR {}.\n",
+        report.as_run.k,
+        figure(report.as_run.figures.recall),
+        figure(report.as_run.figures.mrr),
+    ));
     out
 }
 
@@ -1201,5 +1336,20 @@ mod tests {
             q,
             "Your character is Sarah, who earns $100,000 annually. You want the card with the highest cash back."
         );
+    }
+
+    #[test]
+    fn a_query_longer_than_a_request_is_asked_as_the_whole_sentences_that_fit() {
+        let short = "What does a transfer cost? Today.";
+        assert_eq!(askable(short), short);
+        let sentence = "I want to know what my card costs each year. ";
+        let long = sentence.repeat(MAX_QUERY_CHARS / sentence.len() + 5);
+        let cut = askable(&long);
+        assert!(cut.chars().count() <= MAX_QUERY_CHARS, "{}", cut.len());
+        assert!(cut.chars().count() > MAX_QUERY_CHARS - sentence.len());
+        assert!(cut.ends_with("year."), "whole sentences: {cut:?}");
+        // One sentence longer than the limit is cut where the limit falls.
+        let run_on = "é".repeat(MAX_QUERY_CHARS + 10);
+        assert_eq!(askable(&run_on).chars().count(), MAX_QUERY_CHARS);
     }
 }

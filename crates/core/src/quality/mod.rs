@@ -19,6 +19,10 @@ use crate::language::words_in;
 /// Resamples of a bootstrap interval.
 pub const BOOTSTRAP: usize = 2000;
 
+/// The seed of a run's intervals: the same questions scored the same give the same figures,
+/// wherever they were run (`sluice eval retrieval` reports the figures a run would).
+pub const SEED: u64 = 0x5e7;
+
 /// The mean of `xs` (0 for none).
 pub fn mean(xs: impl Iterator<Item = f64>) -> f64 {
     let (sum, n) = xs.fold((0.0, 0usize), |(s, n), x| (s + x, n + 1));

@@ -33,9 +33,6 @@ use super::{Call, Caller};
 use crate::Server;
 use crate::error::ApiError;
 
-/// The seed of a run's bootstrap intervals: the same answers, the same intervals.
-const SEED: u64 = 0x5e7;
-
 /// A run as asked (`POST /v1/evals/runs`).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -529,15 +526,15 @@ impl Server {
             let live_scored = arms_scored.next().unwrap_or_default();
             report.questions = match arms_scored.next() {
                 Some(mut candidate) => {
-                    report.live = Some(quality::figures(&live_scored, SEED));
-                    report.versus = quality::compare(&live_scored, &mut candidate, SEED);
+                    report.live = Some(quality::figures(&live_scored, quality::SEED));
+                    report.versus = quality::compare(&live_scored, &mut candidate, quality::SEED);
                     candidate
                 }
                 None => live_scored,
             };
-            report.figures = quality::figures(&report.questions, SEED);
+            report.figures = quality::figures(&report.questions, quality::SEED);
             if let Some(before) = &baseline {
-                report.versus = quality::compare(&before.questions, &mut report.questions, SEED);
+                report.versus = quality::compare(&before.questions, &mut report.questions, quality::SEED);
             }
             report.finished_at = Some(sluice_contract::tenant_settings::now());
             if asked.mode == Mode::Retrieval && let Some(meter) = &server.usage {
