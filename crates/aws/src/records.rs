@@ -27,6 +27,10 @@ pub const MAX_BODY_BYTES: usize = 390 * 1024;
 /// The table's keys, partition then sort: what [`DynamoRecords::create_table`] makes and the SAM
 /// template's `RecordsTable` declares (a test compares them).
 pub const KEYS: [&str; 2] = ["shelf", "name"];
+/// The attribute (N, seconds since the epoch) past which DynamoDB's TTL removes an item of a
+/// shelf that expires ([`Shelf::expires_after`]); the SAM template enables TTL on it. TTL
+/// removes items up to days late: readers check the expiry themselves.
+pub const EXPIRES: &str = "expires";
 
 /// The records table.
 pub struct DynamoRecords {
@@ -135,16 +139,30 @@ impl Records for DynamoRecords {
             )));
         }
         let updated_at = sluice_contract::tenant_settings::now();
-        let written = (self.client.update_item().table_name(&self.table))
+        let mut update = (self.client.update_item().table_name(&self.table))
             .key("shelf", partition(tenant, shelf))
             .key("name", s(name))
-            .update_expression("ADD #v :one SET #b = :b, #u = :u")
             .expression_attribute_names("#v", "version")
             .expression_attribute_names("#b", "body")
             .expression_attribute_names("#u", "updated_at")
             .expression_attribute_values(":one", AttributeValue::N("1".into()))
             .expression_attribute_values(":b", s(&json))
-            .expression_attribute_values(":u", s(&updated_at))
+            .expression_attribute_values(":u", s(&updated_at));
+        update = match shelf.expires_after() {
+            None => update.update_expression("ADD #v :one SET #b = :b, #u = :u"),
+            Some(after) => {
+                let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH);
+                let expires = now.unwrap_or_default() + after;
+                update
+                    .update_expression("ADD #v :one SET #b = :b, #u = :u, #e = :e")
+                    .expression_attribute_names("#e", EXPIRES)
+                    .expression_attribute_values(
+                        ":e",
+                        AttributeValue::N(expires.as_secs().to_string()),
+                    )
+            }
+        };
+        let written = update
             .return_values(ReturnValue::AllNew)
             .send()
             .await
@@ -169,5 +187,9 @@ impl Records for DynamoRecords {
             .await
             .map_err(|e| fail(AwsError::call("DynamoDB DeleteItem", e)))?;
         Ok(deleted.attributes.is_some_and(|a| !a.is_empty()))
+    }
+
+    fn shared(&self) -> bool {
+        true
     }
 }

@@ -305,7 +305,14 @@ pub enum Shelf {
     Feedback,
     /// Questions the corpus did not answer, by a digest of the question.
     Gaps,
+    /// Answers and searches as a rating of them reads them, by request id: written only to a
+    /// store every process reads ([`Records::shared`]; one process keeps them in memory),
+    /// never listed, each forgotten [`ANSWERS_KEPT_FOR`] after it was made.
+    Answers,
 }
+
+/// How long an answer can be rated after it was made.
+pub const ANSWERS_KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
 
 impl Shelf {
     /// The shelf's name in files and tables.
@@ -315,6 +322,16 @@ impl Shelf {
             Shelf::EvalRuns => "eval_runs",
             Shelf::Feedback => "feedback",
             Shelf::Gaps => "gaps",
+            Shelf::Answers => "answers",
+        }
+    }
+
+    /// How long a record of this shelf is kept after it was written (`None`: until it is
+    /// deleted). A store that expires items itself (DynamoDB's TTL) is told; readers check.
+    pub const fn expires_after(self) -> Option<std::time::Duration> {
+        match self {
+            Shelf::Answers => Some(ANSWERS_KEPT_FOR),
+            _ => None,
         }
     }
 }
@@ -365,6 +382,12 @@ pub trait Records: Send + Sync {
     /// Removes `name`; whether it was there.
     async fn delete(&self, tenant: &Tenant, shelf: Shelf, name: &str)
     -> Result<bool, RecordsError>;
+    /// Whether other processes read what this store writes (DynamoDB: every Lambda
+    /// environment), so that a record one of them writes reaches the one a later request lands
+    /// on. Answers are kept for rating in it only then.
+    fn shared(&self) -> bool {
+        false
+    }
 }
 
 /// The records of one tenant and shelf, by name: what the file and memory stores keep.

@@ -62,9 +62,21 @@ pub struct MemoryRecords {
     shelves: Mutex<HashMap<(Tenant, Shelf), Shelved>>,
     /// Every read and write fails while set.
     pub failing: std::sync::atomic::AtomicBool,
+    /// What [`Records::shared`] says: set, it stands for a table every environment reads
+    /// (two servers given the same one are two Lambda environments).
+    shared: bool,
 }
 
 impl MemoryRecords {
+    /// Records every process reads ([`Records::shared`]): what DynamoDB is to Lambda
+    /// environments.
+    pub fn across_processes() -> Self {
+        Self {
+            shared: true,
+            ..Self::default()
+        }
+    }
+
     fn check(&self) -> Result<(), RecordsError> {
         match self.failing.load(std::sync::atomic::Ordering::SeqCst) {
             true => Err(RecordsError::Unavailable(
@@ -116,6 +128,10 @@ impl Records for MemoryRecords {
     ) -> Result<bool, RecordsError> {
         self.check()?;
         Ok(self.with(tenant, shelf, |s| s.remove(name).is_some()))
+    }
+
+    fn shared(&self) -> bool {
+        self.shared
     }
 }
 

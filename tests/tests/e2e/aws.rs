@@ -521,6 +521,35 @@ async fn tenants_records_in_dynamodb_keep_each_tenants_shelves_apart_and_refuse_
         .collect();
     versions.sort();
     assert_eq!(versions, (1..=8).collect::<Vec<u64>>());
+    // An answer kept for rating carries the expiry DynamoDB's TTL removes it at; no other
+    // record does.
+    assert!(records.shared(), "every environment reads the table");
+    let written = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    records
+        .put(&acme, Shelf::Answers, "r-1", serde_json::json!({}))
+        .await
+        .unwrap();
+    let items = aws_sdk_dynamodb::Client::new(&sluice_tests::aws::sdk().await)
+        .scan()
+        .table_name(&table)
+        .send()
+        .await
+        .unwrap();
+    for item in items.items() {
+        let shelf = item["shelf"].as_s().unwrap();
+        let expires = item.get(sluice_aws::records::EXPIRES);
+        match shelf.as_str() {
+            "acme#answers" => {
+                let at: u64 = expires.unwrap().as_n().unwrap().parse().unwrap();
+                let kept = sluice_contract::evals::ANSWERS_KEPT_FOR.as_secs();
+                assert!((written + kept..written + kept + 60).contains(&at), "{at}");
+            }
+            _ => assert!(expires.is_none(), "{item:?}"),
+        }
+    }
     let big = serde_json::json!({"text": "x".repeat(MAX_BODY_BYTES)});
     let refused = records.put(&acme, Shelf::EvalSets, "big", big).await;
     assert!(refused.is_err(), "over what an item holds");

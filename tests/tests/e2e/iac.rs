@@ -255,6 +255,9 @@ fn tenants_records_are_kept_in_the_table_the_code_writes_and_the_answer_function
         .map(|k| k["AttributeName"].as_str().unwrap())
         .collect();
     assert_eq!(keys, sluice_aws::records::KEYS);
+    let ttl = &table["TimeToLiveSpecification"];
+    assert_eq!(ttl["AttributeName"], sluice_aws::records::EXPIRES);
+    assert_eq!(ttl["Enabled"], true);
     let env = &t["Resources"]["AnswerFunction"]["Properties"]["Environment"]["Variables"];
     assert_eq!(env["SLUICE_RECORDS_TABLE"]["Ref"], "RecordsTable");
     let policy = t["Resources"]["AnswerPolicy"]["Properties"]["PolicyDocument"].to_string();

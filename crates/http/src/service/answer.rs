@@ -251,7 +251,7 @@ impl Server {
         );
         let billed = billing::billed(self.usage.clone(), tenant, key, hold, observed);
         Ok(self
-            .keeping(asked, billed.boxed())
+            .keeping(caller, asked, billed.boxed())
             .map(move |e| {
                 let _held = &permit;
                 e
@@ -261,8 +261,8 @@ impl Server {
 
     /// The sources an answer to `body` (with `conversation` before it) would be built from,
     /// as `caller` asks it with `call`: no LLM, no token budget; counted in the usage as one
-    /// search, written before it is returned (a buffered response ends a Lambda invocation,
-    /// and work after it would be frozen).
+    /// search and kept for rating, both written before it is returned (a buffered response
+    /// ends a Lambda invocation, and work after it would be frozen).
     pub(crate) async fn search(
         &self,
         caller: &Caller,
@@ -276,12 +276,12 @@ impl Server {
         let asked = super::feedback::asked(caller, &request.query, "search");
         let found = pipeline.search(&caller.asks(request)).await;
         let sources = found.documents.iter().map(|d| d.id.clone()).collect();
-        self.keep_search(&found.request_id, asked, sources);
         let searched = Counts {
             searches: 1,
             ..Counts::default()
         };
-        self.count_now(caller, searched).await;
+        let kept = self.keep_search(caller, &found.request_id, asked, sources);
+        futures::join!(kept, self.count_now(caller, searched));
         Ok(found)
     }
 }

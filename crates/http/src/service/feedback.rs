@@ -1,14 +1,16 @@
 //! Feedback on answers. Every answer and search carries a `request_id`; what it was — the
-//! question, the sources, the verdict, who asked, the answer's identity — is kept here by
-//! that id for [`KEPT_FOR`] (at most [`MAX_KEPT`] in this process), so that a rating can say
-//! what it rates. A rating is stored with it on the tenant's feedback shelf, counted in the
-//! usage and the metrics; a down-vote forgets the answer from the cache (every entry that
-//! holds it) and keeps the question's answer out of the cache until the tenant's documents
-//! change.
+//! question, the sources, the verdict, who asked, the answer's identity — is kept by that id
+//! for [`KEPT_FOR`], so that a rating can say what it rates: in this process (at most
+//! [`MAX_KEPT`]), and where the tenant's records are shared by every process (DynamoDB on
+//! AWS, where the rating may reach another Lambda environment than the answer) on their
+//! answers shelf too, written after the answer's `done` and before its stream ends. A rating
+//! is stored with it on the tenant's feedback shelf, counted in the usage and the metrics; a
+//! down-vote forgets the answer from the cache (every entry that holds it) and keeps the
+//! question's answer out of the cache until the tenant's documents change.
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use futures::StreamExt;
 use futures::stream::BoxStream;
@@ -16,7 +18,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use sluice_contract::Tenant;
 use sluice_contract::codes::Code;
-use sluice_contract::evals::{Record, Shelf};
+use sluice_contract::evals::{Record, Records, Shelf};
 use sluice_contract::sse::{CacheState, Event};
 use sluice_contract::usage::Counts;
 
@@ -27,7 +29,7 @@ use crate::Server;
 use crate::error::ApiError;
 
 /// How long an answer can be rated after it was made.
-pub const KEPT_FOR: Duration = Duration::from_secs(24 * 3600);
+pub const KEPT_FOR: Duration = sluice_contract::evals::ANSWERS_KEPT_FOR;
 /// The most answers this process keeps for rating (the oldest go first).
 pub const MAX_KEPT: usize = 100_000;
 /// The most ratings a tenant keeps (the oldest go first).
@@ -36,14 +38,14 @@ pub const MAX_FEEDBACK: usize = 10_000;
 pub const MAX_COMMENT_CHARS: usize = 2_000;
 /// Longest expected source (a document id), in bytes.
 const MAX_SOURCE_BYTES: usize = 512;
+/// The longest an answer's stream waits, after its `done`, for the shared records to keep it.
+const SHARED_WRITE: Duration = Duration::from_secs(2);
 
-/// An answer or a search, as a rating of it reads it.
-#[derive(Debug, Clone, Serialize)]
+/// An answer or a search, as a rating of it reads it (and the shared records keep it).
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub(crate) struct Answered {
-    #[serde(skip)]
-    tenant: Tenant,
     /// `answer` or `search`.
-    kind: &'static str,
+    kind: String,
     question: String,
     sources: Vec<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -51,18 +53,36 @@ pub(crate) struct Answered {
     unsupported: usize,
     cached: bool,
     /// The end user who asked (`user:<sub>`), whose answers only they may rate.
-    #[serde(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     user: Option<String>,
     /// The answer's digest (`CachedAnswer::digest`), for a down-vote to forget.
-    #[serde(skip)]
+    #[serde(skip_serializing_if = "Option::is_none")]
     digest: Option<String>,
     /// How many days the tenant keeps a question's text (its `question_retention_days`).
-    #[serde(skip)]
     keep_days: u32,
     at: String,
+    /// Seconds since the epoch past which it may no longer be rated.
+    kept_until: u64,
 }
 
-/// The answers this process keeps for rating, by request id.
+impl Answered {
+    /// What a rating shows of it.
+    fn shown(&self) -> Value {
+        let mut shown = json!(self);
+        if let Some(fields) = shown.as_object_mut() {
+            for hidden in ["user", "digest", "keep_days", "kept_until"] {
+                fields.remove(hidden);
+            }
+        }
+        shown
+    }
+}
+
+fn epoch_secs() -> u64 {
+    (SystemTime::now().duration_since(UNIX_EPOCH)).map_or(0, |d| d.as_secs())
+}
+
+/// The answers this process keeps for rating, by request id, with their tenants.
 #[derive(Default)]
 pub(crate) struct AnswerLog {
     kept: Mutex<Kept>,
@@ -71,12 +91,12 @@ pub(crate) struct AnswerLog {
 /// The answers kept, and their ids in the order they were kept (the oldest first out).
 #[derive(Default)]
 struct Kept {
-    by_id: HashMap<String, Answered>,
+    by_id: HashMap<String, (Tenant, Answered)>,
     order: VecDeque<(Instant, String)>,
 }
 
 impl AnswerLog {
-    fn keep(&self, request_id: String, answered: Answered) {
+    fn keep(&self, request_id: String, tenant: Tenant, answered: Answered) {
         let mut kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
         let Kept { by_id, order } = &mut *kept;
         while order.len() >= MAX_KEPT
@@ -88,20 +108,21 @@ impl AnswerLog {
             by_id.remove(&old);
         }
         order.push_back((Instant::now(), request_id.clone()));
-        by_id.insert(request_id, answered);
+        by_id.insert(request_id, (tenant, answered));
     }
 
-    fn get(&self, request_id: &str) -> Option<Answered> {
+    fn get(&self, tenant: &Tenant, request_id: &str) -> Option<Answered> {
         let kept = self.kept.lock().unwrap_or_else(|e| e.into_inner());
-        kept.by_id.get(request_id).cloned()
+        (kept.by_id.get(request_id))
+            .filter(|(of, _)| of == tenant)
+            .map(|(_, answered)| answered.clone())
     }
 }
 
 /// A question as asked by `caller`, before its answer or search is known.
-pub(crate) fn asked(caller: &Caller, question: &str, kind: &'static str) -> Answered {
+pub(crate) fn asked(caller: &Caller, question: &str, kind: &str) -> Answered {
     Answered {
-        tenant: caller.tenant.clone(),
-        kind,
+        kind: kind.to_string(),
         question: question.to_string(),
         sources: Vec::new(),
         grounded: None,
@@ -111,65 +132,129 @@ pub(crate) fn asked(caller: &Caller, question: &str, kind: &'static str) -> Answ
         digest: None,
         keep_days: super::insights::retention_days(caller),
         at: sluice_contract::tenant_settings::now(),
+        kept_until: epoch_secs() + KEPT_FOR.as_secs(),
     }
 }
 
+/// Keeps `answered` for rating: in this process, and in the tenant's records when every
+/// process reads them (bounded by [`SHARED_WRITE`]; a failure is logged: the answer was
+/// given, only its rating from another process is lost).
+async fn keep(
+    log: &AnswerLog,
+    shared: Option<Arc<dyn Records>>,
+    tenant: Tenant,
+    request_id: String,
+    answered: Answered,
+) {
+    if let Some(records) = shared {
+        let put = records.put(&tenant, Shelf::Answers, &request_id, json!(answered));
+        match tokio::time::timeout(SHARED_WRITE, put).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => tracing::warn!(%tenant, error = %e, "an answer was not kept for rating"),
+            Err(_) => tracing::warn!(%tenant, "an answer was not kept for rating in time"),
+        }
+    }
+    log.keep(request_id, tenant, answered);
+}
+
 impl Server {
+    /// The tenant's records when every process reads them: where an answer is kept for
+    /// rating beside this process's memory.
+    fn shared_records(&self) -> Option<Arc<dyn Records>> {
+        self.records.as_ref().filter(|r| r.shared()).cloned()
+    }
+
     /// Keeps a search's sources for rating.
-    pub(crate) fn keep_search(
+    pub(crate) async fn keep_search(
         &self,
+        caller: &Caller,
         request_id: &str,
         mut answered: Answered,
         sources: Vec<String>,
     ) {
         answered.sources = sources;
-        self.answered.keep(request_id.to_string(), answered);
+        let (tenant, id) = (caller.tenant.clone(), request_id.to_string());
+        keep(&self.answered, self.shared_records(), tenant, id, answered).await;
     }
 
-    /// `events` as they pass, the answer they make kept for rating once `done` has passed.
+    /// `events` as they pass, the answer they make kept for rating once `done` has passed
+    /// (the stream ends when it is kept).
     pub(crate) fn keeping(
         &self,
+        caller: &Caller,
         answered: Answered,
         events: BoxStream<'static, Event>,
     ) -> BoxStream<'static, Event> {
-        let log = std::sync::Arc::clone(&self.answered);
+        let log = Arc::clone(&self.answered);
+        let shared = self.shared_records();
         let noter = self.noter();
+        let tenant = caller.tenant.clone();
+        let made: Arc<Mutex<Option<(String, Answered)>>> = Arc::default();
         let mut answered = Some(answered);
         let (mut request_id, mut text) = (String::new(), String::new());
-        events
-            .map(move |event| {
-                if let Some(a) = answered.as_mut() {
-                    match &event {
-                        Event::Meta(meta) => {
-                            request_id.clone_from(&meta.request_id);
-                            a.sources = meta.documents.iter().map(|d| d.id.clone()).collect();
-                            a.cached = meta.cache == CacheState::Hit;
-                        }
-                        Event::Token(token) => text.push_str(&token.text),
-                        Event::Done(done) => {
-                            a.grounded = done.grounding.as_ref().map(|g| g.grounded());
-                            a.unsupported = done.grounding.as_ref().map_or(0, |g| g.unsupported);
-                            a.digest = Some(sluice_contract::sha256_hex(text.as_bytes()));
-                        }
-                        Event::Error(_) => {}
+        let finished = Arc::clone(&made);
+        let noted = tenant.clone();
+        let passing = events.map(move |event| {
+            if let Some(a) = answered.as_mut() {
+                match &event {
+                    Event::Meta(meta) => {
+                        request_id.clone_from(&meta.request_id);
+                        a.sources = meta.documents.iter().map(|d| d.id.clone()).collect();
+                        a.cached = meta.cache == CacheState::Hit;
                     }
-                }
-                if matches!(event, Event::Done(_))
-                    && let Some(a) = answered.take()
-                {
-                    let why = match (a.sources.is_empty(), a.grounded) {
-                        (true, _) => Some(Why::NoSources),
-                        (false, Some(false)) => Some(Why::Ungrounded),
-                        _ => None,
-                    };
-                    if let Some(why) = why {
-                        noter.note(&a.tenant, &a.question, why, a.keep_days);
+                    Event::Token(token) => text.push_str(&token.text),
+                    Event::Done(done) => {
+                        a.grounded = done.grounding.as_ref().map(|g| g.grounded());
+                        a.unsupported = done.grounding.as_ref().map_or(0, |g| g.unsupported);
+                        a.digest = Some(sluice_contract::sha256_hex(text.as_bytes()));
                     }
-                    log.keep(std::mem::take(&mut request_id), a);
+                    Event::Error(_) => {}
                 }
-                event
-            })
-            .boxed()
+            }
+            if matches!(event, Event::Done(_))
+                && let Some(a) = answered.take()
+            {
+                let why = match (a.sources.is_empty(), a.grounded) {
+                    (true, _) => Some(Why::NoSources),
+                    (false, Some(false)) => Some(Why::Ungrounded),
+                    _ => None,
+                };
+                if let Some(why) = why {
+                    noter.note(&noted, &a.question, why, a.keep_days);
+                }
+                let mut made = finished.lock().unwrap_or_else(|e| e.into_inner());
+                *made = Some((std::mem::take(&mut request_id), a));
+            }
+            event
+        });
+        // After the last event: the client has its `done`; the stream (and a Lambda
+        // invocation) ends once the answer is kept.
+        let kept = futures::stream::once(async move {
+            let taken = made.lock().unwrap_or_else(|e| e.into_inner()).take();
+            if let Some((request_id, answered)) = taken {
+                keep(&log, shared, tenant, request_id, answered).await;
+            }
+        })
+        .filter_map(|()| std::future::ready(None));
+        passing.chain(kept).boxed()
+    }
+
+    /// The answer `request_id` of `caller`'s tenant, kept for rating: from this process, else
+    /// from the shared records (until it expires).
+    async fn rated(&self, caller: &Caller, request_id: &str) -> Result<Option<Answered>, ApiError> {
+        if let Some(answered) = self.answered.get(&caller.tenant, request_id) {
+            return Ok(Some(answered));
+        }
+        let Some(records) = self.shared_records() else {
+            return Ok(None);
+        };
+        let record = (records
+            .get(&caller.tenant, Shelf::Answers, request_id)
+            .await)
+            .map_err(unavailable)?;
+        Ok(record
+            .and_then(|r| serde_json::from_value::<Answered>(r.body).ok())
+            .filter(|a| a.kept_until > epoch_secs()))
     }
 }
 
@@ -228,8 +313,7 @@ impl Server {
                 format!("a document id of 1 to {MAX_SOURCE_BYTES} bytes"),
             ));
         }
-        let answered = (self.answered.get(&asked.request_id))
-            .filter(|a| a.tenant == caller.tenant)
+        let answered = (self.rated(caller, &asked.request_id).await?)
             .filter(|a| caller.user.is_none() || a.user == caller.user)
             .ok_or_else(|| {
                 ApiError::new(
@@ -278,7 +362,7 @@ impl Server {
             "comment": asked.comment,
             "expected_source": asked.expected_source,
             "by": caller.user.clone().or(caller.key.clone()),
-            "answer": answered,
+            "answer": answered.shown(),
         });
         let kept = (records
             .put(tenant, Shelf::Feedback, &asked.request_id, body)

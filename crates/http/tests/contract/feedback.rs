@@ -9,7 +9,9 @@ use std::sync::Arc;
 use axum::http::Method;
 use serde_json::{Value, json};
 use sluice_contract::auth::Permission;
+use sluice_contract::evals::{Records, Shelf};
 use sluice_testkit::users::{identity, token};
+use sluice_testkit::{MemoryRecords, tenant};
 
 use crate::kit::{App, Kit, Reply, UNCHECKED, key_for};
 
@@ -259,6 +261,71 @@ async fn a_rating_of_an_answer_not_kept_here_or_a_bad_body_is_refused_and_nothin
     assert_eq!(missing.status, 400);
     let listed = app.send(Method::GET, "/v1/feedback", &ACME, "").await;
     assert_eq!(listed.body["feedback"], json!([]));
+}
+
+/// Two environments of one deployment (two Lambda environments): one store, and the tenants'
+/// records either shared by both (DynamoDB) or each its own.
+fn environments(records: MemoryRecords) -> (App, App, Arc<MemoryRecords>) {
+    let records = Arc::new(records);
+    let (mut first, mut second) = (Kit::new(&[]), Kit::new(&[]));
+    second.parts.store = Some(first.store());
+    first.parts.records = Some(records.clone());
+    second.parts.records = Some(records.clone());
+    (first.app(), second.app(), records)
+}
+
+#[tokio::test]
+async fn an_answer_made_in_one_environment_is_rated_in_another_when_the_records_are_shared() {
+    let (answering, rating, records) = environments(MemoryRecords::across_processes());
+    answering.ingest("acme").await;
+    let (id, _) = ask(&answering, false).await;
+    // Kept before the answer's stream ended: nothing is written after it.
+    let kept = records.get(&tenant("acme"), Shelf::Answers, &id).await;
+    assert!(kept.unwrap().is_some(), "kept by the time the stream ended");
+    let found = (answering)
+        .post_as("acme", "/v1/search", &json!({"query": QUESTION}))
+        .await;
+    let search = found.body["request_id"].as_str().unwrap().to_string();
+    for (id, kind) in [(&id, "answer"), (&search, "search")] {
+        let globex = [("x-sluice-tenant", "globex")];
+        let theirs = rate(&rating, &globex, json!({"request_id": id, "rating": "up"})).await;
+        assert_eq!(theirs.code(), "unknown_request", "another tenant's");
+        let rated = rate(&rating, &ACME, json!({"request_id": id, "rating": "down"})).await;
+        assert_eq!(rated.status, 200, "{}", rated.raw);
+        let listed = rating.send(Method::GET, "/v1/feedback", &ACME, "").await;
+        let all = listed.body["feedback"].as_array().unwrap().clone();
+        let one = all.iter().find(|f| f["request_id"] == id.as_str()).unwrap();
+        assert_eq!(one["answer"]["kind"], kind);
+        assert_eq!(one["answer"]["question"], QUESTION);
+        assert_eq!(one["answer"]["sources"][0], "lost-card", "{one}");
+        assert!(one["answer"].get("digest").is_none(), "{one}");
+    }
+    // An answer past the time it may be rated is not, though the table still holds it.
+    let mut old = records.get(&tenant("acme"), Shelf::Answers, &id).await;
+    let mut body = old.as_mut().unwrap().as_mut().unwrap().body.clone();
+    body["kept_until"] = json!(1);
+    records
+        .put(&tenant("acme"), Shelf::Answers, "old", body)
+        .await
+        .unwrap();
+    let late = rate(&rating, &ACME, json!({"request_id": "old", "rating": "up"})).await;
+    assert_eq!((late.status, late.code()), (404, "unknown_request"));
+}
+
+#[tokio::test]
+async fn records_of_one_process_keep_no_answers_and_another_environment_cannot_rate_them() {
+    let (answering, rating, records) = environments(MemoryRecords::default());
+    answering.ingest("acme").await;
+    let (id, _) = ask(&answering, false).await;
+    let kept = records.get(&tenant("acme"), Shelf::Answers, &id).await;
+    assert!(kept.unwrap().is_none(), "kept in memory only");
+    let elsewhere = rate(&rating, &ACME, json!({"request_id": id, "rating": "up"})).await;
+    assert_eq!(
+        (elsewhere.status, elsewhere.code()),
+        (404, "unknown_request")
+    );
+    let here = rate(&answering, &ACME, json!({"request_id": id, "rating": "up"})).await;
+    assert_eq!(here.status, 200, "{}", here.raw);
 }
 
 #[tokio::test]
