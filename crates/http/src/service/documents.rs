@@ -176,7 +176,7 @@ impl Server {
                 format!("limit must be a whole number from 1 to {MAX_PAGE}, not {limit}"),
             ));
         }
-        let filter = Filter::and(caller.reads().as_ref(), listing.filter.as_ref());
+        let filter = Filter::and(caller.manages().as_ref(), listing.filter.as_ref());
         (ingest.list(
             &caller.tenant,
             filter.as_ref(),
@@ -194,7 +194,7 @@ impl Server {
         id: &str,
     ) -> Result<StoredDocument, ApiError> {
         let ingest = self.ingest()?;
-        match (ingest.get(&caller.tenant, caller.reads().as_ref(), id)).await {
+        match (ingest.get(&caller.tenant, caller.manages().as_ref(), id)).await {
             Ok(Some(document)) => Ok(document),
             Ok(None) => Err(unknown(id)),
             Err(e) => Err(store_error(&caller.tenant, e)),
@@ -209,7 +209,7 @@ impl Server {
         id: &str,
     ) -> Result<DeleteReport, ApiError> {
         let ingest = self.ingest()?;
-        match (ingest.delete(&caller.tenant, caller.filter.as_ref(), id)).await {
+        match (ingest.delete(&caller.tenant, caller.manages().as_ref(), id)).await {
             Ok(Some(report)) => {
                 tracing::info!(tenant = %caller.tenant, id, "document deleted");
                 Ok(report)
@@ -227,7 +227,7 @@ impl Server {
         filter: Option<&Filter>,
     ) -> Result<DeleteReport, ApiError> {
         let ingest = self.ingest()?;
-        let filter = Filter::and(caller.filter.as_ref(), filter);
+        let filter = Filter::and(caller.manages().as_ref(), filter);
         let report = (ingest
             .delete_matching(&caller.tenant, filter.as_ref())
             .await)
@@ -255,9 +255,13 @@ fn store_error(tenant: &Tenant, e: IngestError) -> ApiError {
     }
 }
 
+/// 404 for a document the caller does not see: it may not exist, or its access list or the
+/// key's filter may hide it — the message never says which.
 fn unknown(id: &str) -> ApiError {
     ApiError::new(
         Code::UnknownDocument,
-        format!("no document {id:?} for this tenant"),
+        format!(
+            "no document {id:?} that this caller may see (the tenant has none by that id, or              the key's filter or the end user's access hides it)"
+        ),
     )
 }

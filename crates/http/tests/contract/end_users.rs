@@ -118,6 +118,53 @@ async fn each_user_sees_only_the_documents_open_to_them() {
 }
 
 #[tokio::test]
+async fn the_tenants_admin_manages_every_document_while_answers_without_a_token_see_the_open_ones()
+{
+    for required in [false, true] {
+        let app = app(required).await;
+        let acme = [("x-sluice-tenant", "acme")];
+        // Listing, reading, deleting with no end user's token: every document, with its
+        // access list — though the tenant requires a token of whoever reads its answers.
+        let reply = app.send(Method::GET, "/v1/documents", &acme, "").await;
+        assert_eq!(reply.status, 200, "{}", reply.raw);
+        let all = reply.body["documents"].as_array().unwrap().clone();
+        let ids: Vec<String> = (all.iter())
+            .map(|d| d["id"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(sorted(ids), ["alice-only", "hr-only", "nobody", "open"]);
+        let hr = all.iter().find(|d| d["id"] == "hr-only").unwrap();
+        assert_eq!(hr["metadata"]["_access"], json!(["group:hr"]), "{hr}");
+        let read = app
+            .send(Method::GET, "/v1/documents/nobody", &acme, "")
+            .await;
+        assert_eq!(read.status, 200, "{}", read.raw);
+        // An answer without a token: the open documents only (or none, when one is required).
+        match required {
+            false => assert_eq!(sources(&app, None).await.0, ["open"]),
+            true => assert_eq!(answered(&app, &[]).await.code(), "missing_user_token"),
+        }
+        // To a user, a document hidden from them is not said not to exist.
+        let alice = token("alice", &["sales"]);
+        let headers = [
+            ("x-sluice-tenant", "acme"),
+            ("x-sluice-user", alice.as_str()),
+        ];
+        let hidden = app
+            .send(Method::GET, "/v1/documents/hr-only", &headers, "")
+            .await;
+        assert_eq!((hidden.status, hidden.code()), (404, "unknown_document"));
+        assert!(hidden.raw.contains("may see"), "{}", hidden.raw);
+        let deleted = app
+            .send(Method::DELETE, "/v1/documents/nobody", &acme, "")
+            .await;
+        assert_eq!(
+            (deleted.status, deleted.body["deleted"].as_u64()),
+            (200, Some(1))
+        );
+    }
+}
+
+#[tokio::test]
 async fn one_users_cached_answer_never_answers_a_user_who_sees_other_documents() {
     let app = app(false).await;
     let alice = token("alice", &["sales"]);
