@@ -389,7 +389,8 @@ fn a_component_workspace_made_anywhere_is_built_tested_benchmarked_and_changes_a
 
 /// `dev` is the loop on every save: it builds the crate, uploads it (labelled `dev`) and
 /// activates it; a save that breaks the build says why and uploads nothing; the next good
-/// save is a new active version.
+/// save is a new active version, and the older dev version past `--keep` is deleted. Versions
+/// are named by a prefix or a label; `deactivate` stops the component.
 #[test]
 fn dev_builds_uploads_and_activates_on_every_save() {
     sluice_testkit::needs!(Components, Llm, Model);
@@ -399,7 +400,15 @@ fn dev_builds_uploads_and_activates_on_every_save() {
     let crate_dir = tmp.path().join("live");
     let server = serve();
     let mut child = sluice()
-        .args(["component", "dev", "live", "--url", &server.url])
+        .args([
+            "component",
+            "dev",
+            "live",
+            "--keep",
+            "1",
+            "--url",
+            &server.url,
+        ])
         .current_dir(tmp.path())
         .env(
             "CARGO_TARGET_DIR",
@@ -466,6 +475,28 @@ fn dev_builds_uploads_and_activates_on_every_save() {
         listed.contains(&format!("{}  (active)", version(&second))),
         "{listed}"
     );
+    // `--keep 1`: the first dev version went when the second came.
+    assert!(second.contains("deleted 1 older dev version"), "{second}");
+    assert!(!listed.contains(&version(&first)), "{listed}");
+    // Versions named by a prefix and by their label; deactivated by its own command.
+    let prefix = &version(&second)[..8];
+    let (ok, logs, all) = run_in(
+        tmp.path(),
+        &["component", "logs", prefix, "--url", &server.url],
+    );
+    assert!(ok, "{logs}{all}");
+    let (ok, _, all) = run_in(
+        tmp.path(),
+        &["component", "activate", "dev", "--url", &server.url],
+    );
+    assert!(ok, "{all}");
+    let (ok, said, all) = run_in(
+        tmp.path(),
+        &["component", "deactivate", "--url", &server.url],
+    );
+    assert!(ok && said.contains("deactivated"), "{said}{all}");
+    let (_, listed, _) = run_in(tmp.path(), &["component", "versions", "--url", &server.url]);
+    assert!(!listed.contains("(active)"), "{listed}");
 }
 
 /// A prompt component from the template, through the same loop: `new --kind prompt` writes

@@ -102,8 +102,8 @@ pub enum ComponentCommand {
         tenant: Option<String>,
     },
     /// On every save of the crate: build it, run the questions (with --queries), then upload
-    /// it (labelled `dev`) and activate it on a server; a failed step says why and waits for
-    /// the next save. Runs until stopped.
+    /// it (labelled `dev`) and activate it on a server, keeping the last few `dev` versions; a
+    /// failed step says why and waits for the next save. Runs until stopped.
     Dev {
         /// The crate's folder.
         #[arg(default_value = ".")]
@@ -115,6 +115,10 @@ pub enum ComponentCommand {
         /// store).
         #[arg(long, requires = "queries")]
         corpus: Option<PathBuf>,
+        /// How many `dev` versions to keep on the server: the newest; older ones that are not
+        /// active are deleted after each upload.
+        #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u16).range(1..))]
+        keep: u16,
         #[command(flatten)]
         server: Server,
     },
@@ -134,8 +138,15 @@ pub enum ComponentCommand {
     },
     /// Make a version the tenant's active one (an older one: a rollback).
     Activate {
-        /// The version (its digest).
+        /// The version: its digest, a unique prefix of it (4 or more hex digits), or a label (the
+        /// latest upload that carries it).
         version: String,
+        #[command(flatten)]
+        server: Server,
+    },
+    /// Stop running the tenant's component: the built-in order (or prompt) serves again; its
+    /// versions are kept.
+    Deactivate {
         #[command(flatten)]
         server: Server,
     },
@@ -146,7 +157,8 @@ pub enum ComponentCommand {
     },
     /// Delete a version that is not active (its bytes, artefact and log).
     Delete {
-        /// The version (its digest).
+        /// The version: its digest, a unique prefix of it (4 or more hex digits), or a label (the
+        /// latest upload that carries it).
         version: String,
         #[command(flatten)]
         server: Server,
@@ -154,7 +166,8 @@ pub enum ComponentCommand {
     /// A version's log on the server: its last calls that logged a line or failed, oldest
     /// first, with their request ids (`--follow`: then new ones as they come).
     Logs {
-        /// The version (its digest).
+        /// The version: its digest, a unique prefix of it (4 or more hex digits), or a label (the
+        /// latest upload that carries it).
         version: String,
         /// Keep asking the server (every second) and write new calls as they come.
         #[arg(long)]
@@ -166,7 +179,8 @@ pub enum ComponentCommand {
     /// server kept them) on a local build: what failed there and what happens here. Exits
     /// non-zero while a call still fails.
     Replay {
-        /// The version whose failures are replayed (its digest).
+        /// The version whose failures are replayed: its digest, a unique prefix of it, or a
+        /// label.
         version: String,
         /// The local `.component.wasm` to run them on.
         file: PathBuf,
@@ -238,6 +252,7 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             dir,
             queries,
             corpus,
+            keep,
             server,
         } => {
             let tenant = tenant_or_default(server.tenant.as_deref())?;
@@ -245,7 +260,8 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             let kind = server.kind();
             let client = client(server)?;
             let mut out = std::io::stdout();
-            crate::dev(settings, &dir, &client, kind, checks, &mut out).await
+            let keep = usize::from(keep);
+            crate::dev(settings, &dir, (&client, kind, keep), checks, &mut out).await
         }
         ComponentCommand::Upload {
             file,
@@ -273,6 +289,12 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             );
             Ok(())
         }
+        ComponentCommand::Deactivate { server } => {
+            let path = format!("/v1/components/{}", server.kind());
+            (client(server)?.delete(&path, None).await).map_err(crate::remote::server)?;
+            println!("deactivated: the built-in order serves");
+            Ok(())
+        }
         ComponentCommand::Versions { server } => {
             let path = format!("/v1/components/{}", server.kind());
             let mut listed = (client(server)?.get(&path).await).map_err(crate::remote::server)?;
@@ -288,8 +310,12 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
         }
         ComponentCommand::Delete { version, server } => {
             let path = format!("/v1/components/{}/{version}", server.kind());
-            (client(server)?.delete(&path, None).await).map_err(crate::remote::server)?;
-            println!("deleted {version}");
+            let deleted = client(server)?.delete(&path, None).await;
+            let deleted = deleted.map_err(crate::remote::server)?;
+            println!(
+                "deleted {}",
+                deleted["deleted"].as_str().unwrap_or(&version)
+            );
             Ok(())
         }
         ComponentCommand::Logs {

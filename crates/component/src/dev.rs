@@ -15,6 +15,12 @@ const POLL: Duration = Duration::from_millis(500);
 
 /// The questions a round runs before it uploads: the file, the corpus, the tenant.
 pub type Checks<'a> = (&'a Path, Option<&'a Path>, &'a Tenant);
+/// Where a round uploads: the server, the component kind, and how many `dev` versions it
+/// keeps there.
+pub type Target<'a> = (&'a Client, &'a str, usize);
+
+/// The label of the versions `dev` uploads.
+const DEV: &str = "dev";
 
 /// The newest modification time under the crate's `src/` and of its `Cargo.toml`, with the
 /// number of files (a deleted file changes it too).
@@ -44,8 +50,7 @@ fn stamp(dir: &Path) -> (Option<SystemTime>, usize) {
 pub async fn dev(
     settings: &sluice_app::Settings,
     dir: &Path,
-    client: &Client,
-    kind: &str,
+    target: Target<'_>,
     checks: Option<Checks<'_>>,
     out: &mut dyn Write,
 ) -> Result<()> {
@@ -54,7 +59,7 @@ pub async fn dev(
         let now = stamp(dir);
         if seen.as_ref() != Some(&now) {
             seen = Some(now);
-            if let Err(e) = round(settings, dir, client, kind, checks, out).await {
+            if let Err(e) = round(settings, dir, target, checks, out).await {
                 writeln!(out, "not uploaded: {e}").map_err(report)?;
             }
             writeln!(out, "watching {} for changes (Ctrl-C ends)", dir.display())
@@ -69,8 +74,7 @@ pub async fn dev(
 async fn round(
     settings: &sluice_app::Settings,
     dir: &Path,
-    client: &Client,
-    kind: &str,
+    (client, kind, keep): Target<'_>,
     checks: Option<Checks<'_>>,
     out: &mut dyn Write,
 ) -> Result<()> {
@@ -79,10 +83,38 @@ async fn round(
     if let Some((queries, corpus, tenant)) = checks {
         crate::test(settings, &wasm, queries, corpus, tenant, None, out).await?;
     }
-    let (version, quality) = crate::upload(client, kind, &wasm, Some("dev"), true)
+    let (version, quality) = crate::upload(client, kind, &wasm, Some(DEV), true)
         .await
         .map_err(|e| LoopError::Pipeline(format!("uploading to the server: {e}")))?;
     let activated = crate::remote::activated_lines(&version, quality.as_ref());
     writeln!(out, "activated {activated}").map_err(report)?;
+    let pruned = prune(client, kind, keep).await?;
+    if pruned > 0 {
+        let kept = format!("the last {keep} are kept; `--keep N` for more");
+        writeln!(out, "deleted {pruned} older dev version(s) ({kept})").map_err(report)?;
+    }
     Ok(())
+}
+
+/// Deletes the tenant's `dev` versions past the newest `keep` (never the active one): the
+/// number deleted.
+async fn prune(client: &Client, kind: &str, keep: usize) -> Result<usize> {
+    let path = format!("/v1/components/{kind}");
+    let mut listed = (client.get(&path).await).map_err(crate::remote::server)?;
+    let versions: Vec<sluice_contract::components::ComponentVersion> =
+        serde_json::from_value(listed["versions"].take())
+            .map_err(|e| LoopError::Pipeline(e.to_string()))?;
+    let mut dev: Vec<_> = (versions.iter())
+        .filter(|v| v.label.as_deref() == Some(DEV))
+        .collect();
+    dev.sort_by_key(|v| std::cmp::Reverse(v.uploaded_ms.unwrap_or(0)));
+    let mut deleted = 0;
+    for old in dev.iter().skip(keep).filter(|v| !v.active) {
+        let gone = client
+            .delete(&format!("{path}/{}", old.version), None)
+            .await;
+        gone.map_err(crate::remote::server)?;
+        deleted += 1;
+    }
+    Ok(deleted)
 }

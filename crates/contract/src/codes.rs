@@ -156,6 +156,9 @@ error_codes! {
         /// A component upload's `label` that is empty, over 64 characters or holds control
         /// characters.
         InvalidLabel = ("invalid_label", 400, false),
+        /// A component version named by a prefix of its hash that several versions begin
+        /// with (the message lists them).
+        AmbiguousVersion = ("ambiguous_version", 400, false),
         /// A chat completion asking for `n` other than 1.
         InvalidN = ("invalid_n", 400, false),
         /// A chat completion's `max_tokens` or `max_completion_tokens` not a whole number from 1.
@@ -209,9 +212,11 @@ error_codes! {
         /// `up` or `down`, a comment or expected source over its limit; the message names the
         /// field; nothing stored.
         InvalidFeedback = ("invalid_feedback", 400, false),
-        /// Activating, reading the log of or deleting a component version the tenant does not have.
+        /// Activating, reading the log of or deleting a component version the tenant does not
+        /// have (no version by that hash, prefix or label).
         UnknownVersion = ("unknown_version", 404, false),
-        /// A document id the tenant does not have (or the key's filter does not let through); also
+        /// A document id the caller does not see: the tenant does not have it, or the key's
+        /// filter or the end user's access hides it; also
         /// a bound key's ingest with the id of a document outside its filter (nothing is replaced).
         UnknownDocument = ("unknown_document", 404, false),
         /// An evaluation set or run the tenant does not have.
@@ -240,7 +245,8 @@ error_codes! {
         /// An `/mcp` request whose `Accept` does not take both `application/json` and
         /// `text/event-stream`.
         NotAcceptable = ("not_acceptable", 406, false),
-        /// Deleting the component version that is active (activate another, or deactivate, first).
+        /// Deleting the component version that is active (activate another, or deactivate the
+        /// tenant's component, first).
         VersionActive = ("version_active", 409, false),
         /// A run started while the tenant has as many going as it may
         /// (`SLUICE_EVAL_RUNS_PER_TENANT`): wait for one to end, or cancel it.

@@ -275,6 +275,9 @@ pub enum ComponentError {
     /// No such version for this tenant (404).
     #[error("{0}")]
     NotFound(String),
+    /// A prefix that several of the tenant's versions begin with (400).
+    #[error("{0}")]
+    Ambiguous(String),
     /// The version is the active one: it cannot be deleted (409).
     #[error("{0}")]
     Active(String),
@@ -292,10 +295,59 @@ impl crate::codes::ErrorCode for ComponentError {
             ComponentError::TooLarge(_) => Code::BodyTooLarge,
             ComponentError::TooComplex(_) => Code::ComponentTooComplex,
             ComponentError::NotFound(_) => Code::UnknownVersion,
+            ComponentError::Ambiguous(_) => Code::AmbiguousVersion,
             ComponentError::Active(_) => Code::VersionActive,
             ComponentError::Storage(_) => Code::StorageFailed,
         }
     }
+}
+
+/// Fewest hex digits of a hash that name a version.
+pub const MIN_PREFIX: usize = 4;
+
+/// The version `asked` names among a tenant's `versions`, as people name them: its whole hash,
+/// a prefix of it that no other version shares (at least [`MIN_PREFIX`] hex digits), or a
+/// label — the latest upload that carries it. A prefix two versions begin with is
+/// [`ComponentError::Ambiguous`], naming them; nothing, [`ComponentError::NotFound`].
+pub fn resolve<'a>(
+    versions: &'a [ComponentVersion],
+    asked: &str,
+) -> Result<&'a ComponentVersion, ComponentError> {
+    if let Some(exact) = versions.iter().find(|v| v.version == asked) {
+        return Ok(exact);
+    }
+    let hex = asked.len() >= MIN_PREFIX && asked.bytes().all(|b| b.is_ascii_hexdigit());
+    let prefix = asked.to_ascii_lowercase();
+    let begin: Vec<&ComponentVersion> = match hex {
+        true => (versions.iter())
+            .filter(|v| v.version.starts_with(&prefix))
+            .collect(),
+        false => Vec::new(),
+    };
+    match begin.as_slice() {
+        [one] => return Ok(one),
+        [] => {}
+        many => {
+            let named: Vec<&str> = many
+                .iter()
+                .map(|v| &v.version[..12.min(v.version.len())])
+                .collect();
+            return Err(ComponentError::Ambiguous(format!(
+                "{asked:?} begins {} versions ({}…); give more of the hash",
+                many.len(),
+                named.join("…, ")
+            )));
+        }
+    }
+    (versions.iter())
+        .filter(|v| v.label.as_deref() == Some(asked))
+        .max_by_key(|v| v.uploaded_ms.unwrap_or(0))
+        .ok_or_else(|| {
+            ComponentError::NotFound(format!(
+                "no version {asked:?} of this tenant's (name one by its hash, {MIN_PREFIX} or \
+                 more of its first hex digits, or its label)"
+            ))
+        })
 }
 
 /// Tenant-scoped registry of rerank components: upload, activate, list, deactivate.
@@ -350,6 +402,44 @@ pub trait ComponentStorage: Send + Sync {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn version(hash: &str, label: Option<&str>, at: u64) -> ComponentVersion {
+        ComponentVersion {
+            version: hash.into(),
+            size: 1,
+            label: label.map(Into::into),
+            uploaded_ms: Some(at),
+            active: false,
+            cost: None,
+            failures: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_version_is_named_by_its_hash_a_unique_prefix_or_its_latest_label() {
+        let versions = [
+            version("ab12cd34", Some("dev"), 1),
+            version("ab12ef56", Some("dev"), 3),
+            version("9f00aa11", Some("v2"), 2),
+            version("beef0000", None, 4),
+        ];
+        let named = |asked: &str| resolve(&versions, asked).map(|v| v.version.clone());
+        assert_eq!(named("ab12ef56").unwrap(), "ab12ef56");
+        assert_eq!(named("9f00").unwrap(), "9f00aa11");
+        assert_eq!(named("9F00A").unwrap(), "9f00aa11", "hex in either case");
+        assert_eq!(named("dev").unwrap(), "ab12ef56", "the latest of its label");
+        assert_eq!(named("v2").unwrap(), "9f00aa11");
+        let both = named("ab12").unwrap_err();
+        assert!(matches!(both, ComponentError::Ambiguous(_)), "{both}");
+        assert!(both.to_string().contains("ab12cd34") && both.to_string().contains("ab12ef56"));
+        // Too short to be a prefix, and no such label.
+        for nothing in ["9f0", "beefy", "", "zz"] {
+            assert!(
+                matches!(named(nothing), Err(ComponentError::NotFound(_))),
+                "{nothing}"
+            );
+        }
+    }
 
     #[test]
     fn call_costs_are_nearest_rank_percentiles() {

@@ -18,7 +18,7 @@ use sluice_contract::access::TextAccess;
 use sluice_contract::auth::Permission;
 use sluice_contract::cancel::Cancel;
 use sluice_contract::codes::Code;
-use sluice_contract::components::{ComponentError, ComponentVersion, Components};
+use sluice_contract::components::{ComponentError, ComponentVersion, Components, resolve};
 
 use crate::Server;
 use crate::admit::admit;
@@ -79,6 +79,21 @@ async fn registry<T: Send + 'static>(
         .map_err(ApiError::from)
 }
 
+/// The whole hash of the version `asked` names in `space` (a tenant's rerank or prompt
+/// components): a hash, a unique prefix of one, or a label ([`resolve`]).
+pub(crate) async fn resolved(
+    server: &Server,
+    space: Tenant,
+    asked: &str,
+) -> Result<String, ApiError> {
+    let asked = asked.to_string();
+    registry(server, move |r| {
+        let versions = r.list(&space)?;
+        resolve(&versions, &asked).map(|v| v.version.clone())
+    })
+    .await
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct UploadQuery {
@@ -124,7 +139,8 @@ pub(crate) async fn activate_component(
     let tenant = space(&kind, caller.tenant.clone())?;
     components(&server)?;
     let bytes = read_body(&server, body, server.limits.max_body_bytes).await?;
-    let body: ActivateBody = parse_json(&bytes)?;
+    let mut body: ActivateBody = parse_json(&bytes)?;
+    body.version = resolved(&server, tenant.clone(), &body.version).await?;
     // The tenant's quality gate, if its settings hold one: the version tried on the gate's set
     // beside the live one, and refused if it does worse.
     caller.settings = server.settings_of(&caller.tenant).await?;
@@ -191,6 +207,7 @@ pub(crate) async fn component_logs(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (tenant, text) = admit_to(&server, &headers, &kind).await?;
+    let version = resolved(&server, tenant.clone(), &version).await?;
     let asked = version.clone();
     let mut calls = registry(&server, move |r| r.logs(&tenant, &asked)).await?;
     for call in &mut calls {
@@ -208,6 +225,7 @@ pub(crate) async fn delete_component(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let (tenant, _) = admit_to(&server, &headers, &kind).await?;
+    let version = resolved(&server, tenant.clone(), &version).await?;
     let asked = version.clone();
     registry(&server, move |r| r.delete(&tenant, &asked)).await?;
     Ok(Json(json!({ "deleted": version })).into_response())

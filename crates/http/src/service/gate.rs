@@ -105,13 +105,30 @@ impl Server {
         let reranker = pipeline.reranker.as_ref();
         let tenant = &caller.tenant;
         let mut pinned = Pinned::default();
+        // Versions named as people name them (a prefix, a label) where the registry lists
+        // them.
+        let named = |kind: &'static str, version: &str, space: sluice_contract::Tenant| {
+            let version = version.to_string();
+            async move {
+                match self.components.is_some() {
+                    true => crate::components::resolved(self, space, &version).await,
+                    false => Ok(version),
+                }
+                .map_err(|e| ApiError {
+                    message: format!("candidate.{kind}: {}", e.message),
+                    ..e
+                })
+            }
+        };
         if let Some(version) = &asked.rerank {
+            let version = &named("rerank", version, tenant.clone()).await?;
             let registry =
                 reranker.ok_or_else(|| unknown_version("rerank", "no registry".into()))?;
             let found = registry.version(tenant, version).await;
             pinned.rerank = Some(found.map_err(|why| unknown_version("rerank", why))?);
         }
         if let Some(version) = &asked.prompt {
+            let version = &named("prompt", version, tenant.prompt_components()).await?;
             let registry =
                 reranker.ok_or_else(|| unknown_version("prompt", "no registry".into()))?;
             let found = registry.prompt_version(tenant, version).await;

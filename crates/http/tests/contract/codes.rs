@@ -21,7 +21,10 @@ use sluice_testkit::{BrokenCache, BrokenKeys, BrokenUsage, Reply, ScriptedLlm, T
 use crate::kit::{self, App, Kit, Stream, documents, key_for};
 
 /// Component routes that fail as `fail` says (a panic for `None`: work that dies).
-struct FailingComponents(Option<fn() -> ComponentError>);
+/// A registry whose every call fails as the first field says (`None`: panics), but for the
+/// listing when it holds the versions of the second (a version then resolves, and the call
+/// after it fails).
+struct FailingComponents(Option<fn() -> ComponentError>, &'static [&'static str]);
 
 impl FailingComponents {
     fn fail(&self) -> ComponentError {
@@ -46,7 +49,19 @@ impl Components for FailingComponents {
         Err(self.fail())
     }
     fn list(&self, _: &Tenant) -> Result<Vec<ComponentVersion>, ComponentError> {
-        Err(self.fail())
+        if self.1.is_empty() {
+            return Err(self.fail());
+        }
+        let listed = |v: &&str| ComponentVersion {
+            version: v.to_string(),
+            size: 1,
+            label: None,
+            uploaded_ms: None,
+            active: false,
+            cost: None,
+            failures: Vec::new(),
+        };
+        Ok(self.1.iter().map(listed).collect())
     }
     fn deactivate(&self, _: &Tenant) -> Result<(), ComponentError> {
         Err(self.fail())
@@ -61,7 +76,7 @@ impl Components for FailingComponents {
 
 fn components_app(fail: Option<fn() -> ComponentError>) -> App {
     let mut kit = Kit::new(&[]);
-    kit.parts.components = Some(Arc::new(FailingComponents(fail)));
+    kit.parts.components = Some(Arc::new(FailingComponents(fail, &[])));
     kit.app()
 }
 
@@ -397,6 +412,11 @@ async fn provoke(code: Code) -> Seen {
             Seen::Refused(kit::call(router, request).await)
         }
         Code::NotFound => Seen::Refused(plain().send(Method::GET, "/v1/nothing", &[], "").await),
+        Code::AmbiguousVersion => {
+            let app = components_app(Some(|| ComponentError::Ambiguous("ab12 begins 2".into())));
+            let body = json!({"version": "ab12"});
+            Seen::Refused(app.post("/v1/components/rerank/activate", &body).await)
+        }
         Code::UnknownVersion => {
             let app = components_app(Some(|| ComponentError::NotFound("no version v9".into())));
             let body = json!({"version": "v9"});
@@ -471,7 +491,7 @@ async fn provoke(code: Code) -> Seen {
             kit.parts.reranker = Some(Arc::new(reranker));
             // A registry that would fail: the gate refuses before it is asked.
             let never = || ComponentError::Invalid("not reached".into());
-            kit.parts.components = Some(Arc::new(FailingComponents(Some(never))));
+            kit.parts.components = Some(Arc::new(FailingComponents(Some(never), &["reverse"])));
             let app = kit.app();
             app.ingest("default").await;
             let set = r#"{"questions": [{"question": "How long does a replacement card take?", "first": "lost-card", "documents": ["lost-card"]}, {"question": "What is the daily ATM withdrawal limit?", "documents": ["atm-limits"]}]}"#;

@@ -16,7 +16,20 @@ use sluice_testkit::{ScriptedReranker, Verdict};
 
 use crate::kit::{App, Kit, Reply, Stream, UNCHECKED};
 
-/// A registry that activates any version, and remembers which.
+/// The scripted registry's stored versions, as listed.
+fn stored(version: &str, active: bool) -> ComponentVersion {
+    ComponentVersion {
+        version: version.into(),
+        size: 1,
+        label: None,
+        uploaded_ms: None,
+        active,
+        cost: None,
+        failures: vec![],
+    }
+}
+
+/// A registry that activates the two stored versions, and remembers which.
 #[derive(Default)]
 struct Activations(Mutex<Vec<String>>);
 
@@ -32,18 +45,10 @@ impl Components for Activations {
     }
     fn activate(&self, _: &Tenant, version: &str) -> Result<ComponentVersion, ComponentError> {
         self.0.lock().unwrap().push(version.to_string());
-        Ok(ComponentVersion {
-            version: version.into(),
-            size: 1,
-            label: None,
-            uploaded_ms: None,
-            active: true,
-            cost: None,
-            failures: vec![],
-        })
+        Ok(stored(version, true))
     }
     fn list(&self, _: &Tenant) -> Result<Vec<ComponentVersion>, ComponentError> {
-        Ok(vec![])
+        Ok(["reverse", "better"].map(|v| stored(v, false)).into())
     }
     fn deactivate(&self, _: &Tenant) -> Result<(), ComponentError> {
         Ok(())

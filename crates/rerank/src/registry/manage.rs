@@ -132,7 +132,8 @@ impl Components for Registry {
             .ok_or_else(|| unknown(tenant, version))?;
         if self.inner.storage.active(tenant)?.as_deref() == Some(version) {
             return Err(ComponentError::Active(format!(
-                "version {version} is active: activate another (or deactivate) before deleting it"
+                "version {version} is active: activate another, or deactivate the tenant's component \
+                 (`sluice component deactivate`, DELETE /v1/components/{{kind}}), before deleting it"
             )));
         }
         let storage = &self.inner.storage;
