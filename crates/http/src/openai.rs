@@ -348,6 +348,10 @@ fn extension(meta: &Meta, done: &Done) -> Value {
     if let Some(failure) = &meta.rerank_error {
         extension["rerank_error"] = json!(failure);
     }
+    // Asked for with `"sluice": {"include_prompt": true}` (and a key that may see it).
+    if let Some(prompt) = &meta.prompt {
+        extension["prompt"] = json!(prompt);
+    }
     extension
 }
 

@@ -38,6 +38,35 @@ async fn a_whole_completion_in_openais_shape_with_the_sources() {
     assert_eq!(c["choices"][0]["message"]["content"], ANSWER);
     assert_eq!(c["choices"][0]["finish_reason"], "stop");
     assert_eq!(c["sluice"]["sources"][0]["id"], "lost-card", "{c}");
+    assert!(c["sluice"].get("prompt").is_none(), "only when asked: {c}");
+}
+
+#[tokio::test]
+async fn the_sluice_options_act_as_on_the_answer_route_the_prompt_included() {
+    let app = Kit::new(&[]).ingested("default").await.app();
+    for stream in [false, true] {
+        let asked = json!({"model": "any", "messages": messages(), "stream": stream,
+                           "sluice": {"include_prompt": true, "k": 1, "cache": "bypass"}});
+        let reply = app.post("/v1/chat/completions", &asked).await;
+        assert_eq!(reply.status, 200, "{}", reply.raw);
+        let sluice = match stream {
+            false => reply.body["sluice"].clone(),
+            true => {
+                let chunks = data_lines(&reply.raw);
+                let last = chunks.iter().rev().find(|c| c.contains("\"sluice\""));
+                serde_json::from_str::<Value>(last.expect("a chunk with sources")).unwrap()
+                    ["sluice"]
+                    .clone()
+            }
+        };
+        let prompt = sluice["prompt"]["messages"].to_string();
+        assert!(prompt.contains(QUESTION), "the prompt as sent: {sluice}");
+        assert_eq!(
+            sluice["sources"].as_array().unwrap().len(),
+            1,
+            "k 1: {sluice}"
+        );
+    }
 }
 
 #[tokio::test]
