@@ -1,9 +1,10 @@
 //! A tenant's evaluation set run through `sluice serve`'s pipeline with the real model, Qdrant
 //! Edge and llama-server: questions about the sample pages find the page each is about, and a
-//! run of whole answers carries the verdict and the tokens spent.
+//! run of whole answers carries the verdict and the tokens spent; a quality gate tries a change
+//! of `k` and a real WebAssembly component before they go live.
 
 use serde_json::{Value, json};
-use sluice_tests::{TestServer, http, start};
+use sluice_tests::{REVERSE, TestServer, http, start};
 
 /// Runs `asked` on `server`; the stream's events, `(name, data)`.
 async fn run(server: &TestServer, asked: &Value) -> Vec<(String, Value)> {
@@ -132,7 +133,8 @@ async fn a_down_vote_through_the_real_pipeline_forgets_the_answer_and_becomes_a_
 }
 
 #[tokio::test]
-async fn a_quality_gate_tries_a_settings_change_on_the_real_pipeline_and_gaps_are_grouped() {
+async fn a_quality_gate_tries_a_settings_change_and_a_real_component_on_the_real_pipeline_and_gaps_are_grouped()
+ {
     sluice_testkit::needs!(Llm, Model);
     let server = start(&[]).await;
     server.ingest_samples().await;
@@ -168,6 +170,63 @@ async fn a_quality_gate_tries_a_settings_change_on_the_real_pipeline_and_gaps_ar
     assert_eq!(
         saved["quality"]["live"]["first_source"]["value"], 1.0,
         "{saved}"
+    );
+
+    // A real component that reverses the order (the sandbox's `reverse.wat`, run by wasmtime):
+    // each labelled page falls from first to second, so activating it is refused.
+    let route = "/v1/components/rerank";
+    let (status, uploaded) =
+        (server.send_as("default", reqwest::Method::PUT, route, REVERSE.into())).await;
+    assert_eq!(status, 201, "{uploaded}");
+    let version = uploaded["version"].as_str().unwrap().to_string();
+    let activate = json!({"version": version}).to_string().into_bytes();
+    let activating = format!("{route}/activate");
+    let (status, refused) = (server.send_as(
+        "default",
+        reqwest::Method::POST,
+        &activating,
+        activate.clone(),
+    ))
+    .await;
+    assert_eq!(
+        (status, refused["error"]["code"].as_str()),
+        (409, Some("quality_regression")),
+        "{refused}"
+    );
+    let details = &refused["error"]["details"];
+    assert_eq!(details["versus"]["mrr"]["value"], -0.5, "{refused}");
+    assert_eq!(details["worst"].as_array().unwrap().len(), 3, "{refused}");
+    let (_, listed) = server
+        .send_as("default", reqwest::Method::GET, route, vec![])
+        .await;
+    assert!(
+        listed.to_string().contains("\"active\":false"),
+        "nothing activated: {listed}"
+    );
+    // The same component on a set labelled with what the live order ranks second improves
+    // it: activated, with the comparison.
+    let mut seconds = Vec::new();
+    for q in set["questions"].as_array().unwrap() {
+        let (_, found) = server
+            .post("/v1/search", &json!({"query": q["question"]}))
+            .await;
+        let second = found["documents"][1]["id"].as_str().unwrap().to_string();
+        seconds.push(json!({"question": q["question"], "documents": [second], "first": second}));
+    }
+    let seconds = json!({"questions": seconds});
+    assert_eq!(
+        put(&server, "/v1/evals/sets/seconds", &seconds).await.0,
+        200
+    );
+    let gate = json!({"k": 2, "quality_gate": {"set": "seconds"}});
+    assert_eq!(put(&server, "/v1/settings", &gate).await.0, 200);
+    let (status, activated) =
+        (server.send_as("default", reqwest::Method::POST, &activating, activate)).await;
+    assert_eq!(status, 200, "{activated}");
+    assert_eq!(activated["active"], true, "{activated}");
+    assert_eq!(
+        activated["quality"]["versus"]["mrr"]["value"], 0.5,
+        "{activated}"
     );
 
     // Questions no document answers (a filter none passes), in two wordings of one
