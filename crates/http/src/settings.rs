@@ -69,7 +69,8 @@ pub(crate) async fn get(
 /// `PUT /v1/settings`: replaces the tenant's settings with the body, checked whole (an
 /// unknown field, a value out of range or instructions over their share of the prompt: 400
 /// `invalid_settings` naming the field; nothing stored). The answer is what `GET` returns,
-/// with the new version; answers cached under the old version are not replayed. A tenant
+/// with the new version; answers cached under the old version are not replayed. Settings
+/// equal to the stored ones are not written (`"unchanged": true`, the same version). A tenant
 /// whose settings hold a quality gate has the new settings tried on its set first (not a
 /// change of the gate alone): 409 `quality_regression` when they do worse, and otherwise the
 /// comparison in `quality`.
@@ -89,6 +90,13 @@ pub(crate) async fn put(
         server.check_gate(&caller, gate).await?;
     }
     let stored = tenants.read(&caller.tenant).await.map_err(unavailable)?;
+    // The same settings again (an editor saved without a change): nothing is written, the
+    // version stays, and the answers cached under it stay good.
+    if let Some(same) = stored.as_ref().filter(|s| s.settings == settings) {
+        let mut shown = shown(&caller.tenant, Some(same));
+        shown["unchanged"] = true.into();
+        return Ok(Json(shown).into_response());
+    }
     let gate_alone = stored.as_ref().is_some_and(|s| {
         let mut before = s.settings.clone();
         before.quality_gate = settings.quality_gate.clone();

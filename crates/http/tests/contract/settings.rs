@@ -51,6 +51,18 @@ async fn settings_are_versioned_and_read_back_as_stored() {
     assert_eq!(get(&app, "acme").await["settings"], settings);
     assert_eq!(put(&app, "acme", &json!({})).await.status, 200);
     assert_eq!(get(&app, "acme").await["version"], 2);
+    // The same settings again — here with a default spelled out — are not written: the
+    // version (and the answers cached under it) stay.
+    let same = put(&app, "acme", &json!({"prompt": {"citations": "numbers"}})).await;
+    assert_eq!(same.status, 200, "{}", same.raw);
+    assert_eq!(
+        (same.body["version"].clone(), same.body["unchanged"].clone()),
+        (json!(2), json!(true))
+    );
+    assert_eq!(get(&app, "acme").await["version"], 2);
+    let changed = put(&app, "acme", &json!({"prompt": {"citations": "none"}})).await;
+    assert_eq!(changed.body["version"], 3, "{}", changed.raw);
+    assert!(changed.body.get("unchanged").is_none(), "{}", changed.raw);
     // Another tenant's are its own.
     assert_eq!(get(&app, "globex").await["version"], 0);
 }
@@ -173,11 +185,19 @@ async fn an_answer_cached_under_old_settings_is_not_replayed() {
         "a new version"
     );
     assert_eq!(app.answer(&ask).await.meta()["cache"], "hit");
+    // The same settings saved again are no new version: the cached answer still holds.
     assert_eq!(put(&app, "default", &changed).await.status, 200);
     assert_eq!(
         app.answer(&ask).await.meta()["cache"],
+        "hit",
+        "the same version"
+    );
+    let other = json!({"prompt": {"instructions": "Answer like a poet."}});
+    assert_eq!(put(&app, "default", &other).await.status, 200);
+    assert_eq!(
+        app.answer(&ask).await.meta()["cache"],
         "miss",
-        "every PUT is a version"
+        "a new version"
     );
 }
 
