@@ -64,7 +64,8 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
         Err(e) => check(
             false,
             "embedding model",
-            format!("{e} — run `scripts/setup.sh model`"),
+            // The loader's error says which file is missing and what to set.
+            e.to_string(),
         ),
     };
 
@@ -103,7 +104,9 @@ pub async fn checks(settings: &Settings) -> Vec<Check> {
             false,
             "LLM",
             format!(
-                "{urls} (SLUICE_LLM_URL): {e} — start one with `make llm` or set SLUICE_LLM_URL"
+                "{urls} (SLUICE_LLM_URL): {e} — start an OpenAI-compatible server there \
+                 (vLLM, llama-server), point SLUICE_LLM_URL at one, or run `sluice fixture llm \
+                 --answers sources` for a stand-in that answers from the prompt's sources"
             ),
         ),
     };

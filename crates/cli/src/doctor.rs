@@ -3,66 +3,52 @@
 //! server (its `/readyz`: model, store, LLM). It creates nothing and asks no server it was
 //! not pointed at.
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, ensure};
+use sluice_app::doctor::Check;
 
-fn report(ok: bool, what: &str, detail: &str) -> bool {
-    println!("{} {what}: {detail}", if ok { "✓" } else { "✗" });
-    ok
-}
-
-/// Prints one line per part; fails when a part the server needs is missing.
+/// Prints one plain line per part; fails when a part is not ready.
 pub async fn run(settings: &sluice_app::Settings, url: Option<&str>) -> Result<()> {
-    match url {
-        Some(url) => server(url).await,
-        None => environment(settings).await,
+    let checks = match url {
+        None => {
+            println!(
+                "What `sluice serve` would start with here, from its SLUICE_* variables \
+                 (`sluice doctor --url URL` checks a running server instead):"
+            );
+            sluice_app::doctor::checks(settings).await
+        }
+        Some(url) => server(url).await?,
+    };
+    for c in &checks {
+        println!("{} {}: {}", if c.ok { "✓" } else { "✗" }, c.part, c.detail);
     }
-}
-
-/// The parts `sluice serve` would use, as this environment configures them.
-async fn environment(settings: &sluice_app::Settings) -> Result<()> {
-    println!(
-        "Checking what `sluice serve` would start with here (its SLUICE_* settings); \
-         `sluice doctor --url URL` checks a running server instead.\n"
+    ensure!(
+        checks.iter().all(|c| c.ok),
+        "some parts are not ready (✗ above)"
     );
-    println!("configuration: {settings:?}\n");
-    let mut ok = true;
-    for check in sluice_app::doctor::checks(settings).await {
-        ok &= report(check.ok, &check.part, &check.detail);
-    }
-    if !ok {
-        bail!("some parts are missing (see ✗ above)");
-    }
     Ok(())
 }
 
 /// A running server's own view of its parts: `GET /readyz`.
-async fn server(url: &str) -> Result<()> {
-    println!("Checking the server at {url} (its /readyz: model, store, LLM).\n");
-    let (status, body) = match sluice_client::Client::new(url)?.ready().await {
-        Ok(answer) => answer,
-        Err(e) => {
-            report(false, "server", &format!("nothing answers at {url} ({e})"));
-            bail!("no server at {url} — start one with `sluice serve`, or check --url");
-        }
-    };
-    let Some(body) = body else {
-        report(
-            false,
-            "server",
-            &format!("{url}/readyz answered {status} without JSON"),
-        );
-        bail!("{url} is not a Sluice server (no /readyz report)");
-    };
-    let mut ok = report(
-        (200..300).contains(&status),
-        "server",
-        &format!("{url} answers ({status})"),
+async fn server(url: &str) -> Result<Vec<Check>> {
+    ensure!(
+        !url.trim().is_empty(),
+        "--url needs a server's address, such as http://127.0.0.1:8080"
     );
-    for check in sluice_app::doctor::readiness(&body) {
-        ok &= report(check.ok, &check.part, &check.detail);
-    }
-    if !ok {
-        bail!("the server at {url} is not ready (see ✗ above)");
-    }
-    Ok(())
+    println!("The server at {url} (its /readyz: model, store, LLM):");
+    let (status, body) = (sluice_client::Client::new(url)?.ready().await).map_err(|e| {
+        println!("✗ server: nothing answers at {url}");
+        anyhow!("{e} — start one with `sluice serve`, or check --url")
+    })?;
+    let body = body.ok_or_else(|| {
+        anyhow!("{url}/readyz answered {status} without JSON: not a Sluice server")
+    })?;
+    let ok = (200..300).contains(&status);
+    let answers = Check {
+        ok,
+        part: "server".into(),
+        detail: format!("{url} answers ({status})"),
+    };
+    Ok(std::iter::once(answers)
+        .chain(sluice_app::doctor::readiness(&body))
+        .collect())
 }

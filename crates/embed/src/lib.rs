@@ -95,7 +95,7 @@ impl Table {
         let failed = |e: String| EmbedError::Load(format!("{}: {e}", path.display()));
         let file = std::fs::File::open(&path).map_err(|e| {
             failed(format!(
-                "{e} (run `scripts/setup.sh model`, or set SLUICE_MODEL_DIR)"
+                "{e} (set SLUICE_MODEL_DIR to the model's folder: model.onnx, word_embeddings.f32, tokenizer.json; see docs/configuration.md)"
             ))
         })?;
         let len = file.metadata().map_err(|e| failed(e.to_string()))?.len() as usize;
@@ -205,7 +205,7 @@ impl Tokens {
         let tok = dir.join("tokenizer.json");
         if !tok.is_file() {
             return Err(EmbedError::Load(format!(
-                "{} is missing (run `scripts/setup.sh model`, or set SLUICE_MODEL_DIR)",
+                "{} is missing (set SLUICE_MODEL_DIR to the model's folder: model.onnx, word_embeddings.f32, tokenizer.json; see docs/configuration.md)",
                 tok.display()
             )));
         }
@@ -264,7 +264,7 @@ impl MiniLm {
         let graph = if prepared.is_file() { &prepared } else { &onnx };
         if !graph.is_file() {
             return Err(EmbedError::Load(format!(
-                "{} is missing (run `scripts/setup.sh model`, or set SLUICE_MODEL_DIR)",
+                "{} is missing (set SLUICE_MODEL_DIR to the model's folder: model.onnx, word_embeddings.f32, tokenizer.json; see docs/configuration.md)",
                 graph.display()
             )));
         }

@@ -262,7 +262,10 @@ fn a_model_folder_without_a_whole_word_embedding_table_is_refused_naming_it() {
     }
     let missing = load_error(dir.path());
     assert!(missing.contains("word_embeddings.f32"), "{missing}");
-    assert!(missing.contains("scripts/setup.sh model"), "{missing}");
+    assert!(
+        missing.contains("set SLUICE_MODEL_DIR"),
+        "what to do: {missing}"
+    );
     // Cut in the middle of a row: not a table.
     std::fs::write(
         dir.path().join("word_embeddings.f32"),
