@@ -1,6 +1,9 @@
 //! A synthetic OpenAI-compatible chat upstream: a **benchmark fixture, not a model**. It
-//! answers `POST /v1/chat/completions` (streaming only) with numbered placeholder tokens at a
-//! fixed rate, whatever the prompt, so that load tests of Sluice are not bounded by an LLM.
+//! answers `POST /v1/chat/completions` (streaming only) at a fixed rate, so that load tests of
+//! Sluice are not bounded by an LLM: with numbered placeholder tokens, whatever the prompt
+//! ([`Answers::Placeholders`]), or with the sentence of the prompt's sources that shares most
+//! words with the question, cited ([`Answers::Sources`]: an answer Sluice's grounding check
+//! supports, so the whole pipeline — verdict, cache — can be tried without a model).
 //! Everything it sends says what it is: the model id is [`MODEL_ID`] and every chunk carries
 //! `system_fingerprint: "sluice-synthetic-fixture"`.
 //!
@@ -25,13 +28,30 @@ use serde_json::json;
 /// The model id the fixture reports.
 pub const MODEL_ID: &str = "sluice-synthetic-fixture";
 
+/// What the fixture answers.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Answers {
+    /// Numbered placeholder tokens (` t0 t1 …`), whatever the prompt: never grounded, never
+    /// cached; what load tests measure Sluice with.
+    #[default]
+    Placeholders,
+    /// The sentence of the prompt's sources that shares most words with the question, cited
+    /// as `[n]` ([`from_sources`]), a word a token.
+    Sources,
+}
+
 /// How the fixture streams.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, clap::Args)]
 pub struct Settings {
     /// Tokens per second of every stream (each stream alone; streams do not share a budget).
+    #[arg(long, default_value_t = 50.0)]
     pub tokens_per_sec: f64,
-    /// Tokens of an answer that its `max_tokens` does not cut.
+    /// Tokens of an answer that its `max_tokens` does not cut (placeholders).
+    #[arg(long, default_value_t = 128)]
     pub tokens: u32,
+    /// What it answers.
+    #[arg(long, value_enum, default_value_t)]
+    pub answers: Answers,
 }
 
 impl Settings {
@@ -43,11 +63,21 @@ impl Settings {
 #[derive(Deserialize)]
 struct ChatRequest {
     #[serde(default)]
+    messages: Vec<Message>,
+    #[serde(default)]
     stream: bool,
     #[serde(default)]
     max_tokens: Option<u32>,
     #[serde(default)]
     stream_options: Option<StreamOptions>,
+}
+
+#[derive(Deserialize)]
+struct Message {
+    #[serde(default)]
+    role: String,
+    #[serde(default)]
+    content: String,
 }
 
 #[derive(Deserialize)]
@@ -89,11 +119,14 @@ pub async fn run(addr: std::net::SocketAddr, settings: Settings) -> Result<(), c
     }
     let failed = |e: std::io::Error| crate::BenchError::Setup(format!("serving on {addr}: {e}"));
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(failed)?;
+    let answers = match settings.answers {
+        Answers::Placeholders => format!("{} placeholder tokens", settings.tokens),
+        Answers::Sources => "the sources' sentence nearest the question, cited,".into(),
+    };
     eprintln!(
-        "synthetic LLM fixture (a benchmark fixture, not a model) on http://{}/v1: {} tokens at \
+        "synthetic LLM fixture (a benchmark fixture, not a model) on http://{}/v1: {answers} at \
          {} tokens/s per stream",
         listener.local_addr().map_err(failed)?,
-        settings.tokens,
         settings.tokens_per_sec
     );
     serve(listener, settings).await.map_err(failed)
@@ -119,12 +152,24 @@ async fn chat(State(settings): State<Settings>, body: axum::body::Bytes) -> Resp
         return error("the synthetic fixture only streams: send \"stream\": true".into());
     }
     let limit = request.max_tokens.unwrap_or(u32::MAX);
-    let count = settings.tokens.min(limit);
-    let finish = if limit < settings.tokens {
+    let words: Vec<String> = match settings.answers {
+        Answers::Placeholders => (0..settings.tokens).map(|i| format!(" t{i}")).collect(),
+        Answers::Sources => {
+            let asked = request.messages.iter().rev().find(|m| m.role == "user");
+            let answer = from_sources(asked.map_or("", |m| m.content.as_str()));
+            answer.split(' ').map(|w| format!(" {w}")).collect()
+        }
+    };
+    let count = (words.len() as u32).min(limit);
+    let finish = if (limit as usize) < words.len() {
         "length"
     } else {
         "stop"
     };
+    // About four characters a token, as an English tokenizer makes them: not the model's
+    // count, which this fixture has no tokenizer for.
+    let prompt_chars: usize = request.messages.iter().map(|m| m.content.len()).sum();
+    let prompt_tokens = prompt_chars.div_ceil(4);
     let usage = request.stream_options.is_some_and(|o| o.include_usage);
     let interval = settings.interval();
     let events = async_stream::stream! {
@@ -133,9 +178,9 @@ async fn chat(State(settings): State<Settings>, body: axum::body::Bytes) -> Resp
         // Never faster than the set rate: a late tick (a busy machine) delays the next ones
         // rather than letting them catch up in a burst.
         ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        for i in 0..count {
+        for word in words.iter().take(count as usize) {
             ticks.tick().await;
-            yield Ok(chunk(json!({"content": format!(" t{i}")}), None));
+            yield Ok(chunk(json!({"content": word}), None));
         }
         yield Ok(chunk(json!({}), Some(finish)));
         if usage {
@@ -144,7 +189,8 @@ async fn chat(State(settings): State<Settings>, body: axum::body::Bytes) -> Resp
                 "object": "chat.completion.chunk",
                 "model": MODEL_ID,
                 "choices": [],
-                "usage": {"prompt_tokens": 0, "completion_tokens": count, "total_tokens": count},
+                "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": count,
+                          "total_tokens": prompt_tokens + count as usize},
             });
             yield Ok(format!("data: {body}\n\n"));
         }
@@ -163,4 +209,48 @@ fn error(message: String) -> Response {
         Json(json!({"error": {"message": message, "type": "invalid_request_error"}})),
     )
         .into_response()
+}
+
+/// What [`Answers::Sources`] answers to a user message laid out as Sluice's prompt lays it out
+/// (`Sources:`, then `[n] title` and its text for each source, then `Question: …`): the
+/// sentence of the sources that holds most of the question's words (of four letters or more;
+/// the first on a tie), cited as `[n]`; without sources, or with none sharing a word, that the
+/// documents do not say.
+pub fn from_sources(user: &str) -> String {
+    let (sources, question) = match user.rsplit_once("Question: ") {
+        Some((sources, question)) => (sources.strip_prefix("Sources:").unwrap_or(""), question),
+        None => ("", user),
+    };
+    let words = |text: &str| -> std::collections::HashSet<String> {
+        (text.split(|c: char| !c.is_alphanumeric()))
+            .filter(|w| w.chars().count() >= 4)
+            .map(str::to_lowercase)
+            .collect()
+    };
+    let asked = words(question);
+    let (mut best, mut best_shared) = (None, 0);
+    let mut number = None;
+    for line in sources.lines() {
+        let cited = (line.strip_prefix('[').and_then(|l| l.split_once("] ")))
+            .and_then(|(n, _)| n.parse::<usize>().ok());
+        if cited.is_some() {
+            // A source's first line is its number and title; its text follows.
+            number = cited;
+            continue;
+        }
+        let Some(n) = number else { continue };
+        for sentence in line.split_inclusive(['.', '!', '?']) {
+            let shared = words(sentence).intersection(&asked).count();
+            if shared > best_shared {
+                (best, best_shared) = (Some((sentence.trim().to_string(), n)), shared);
+            }
+        }
+    }
+    match best {
+        Some((sentence, n)) => {
+            let sentence = sentence.trim_end_matches(['.', '!', '?']);
+            format!("{sentence} [{n}].")
+        }
+        None => "I could not find this in the documents.".to_string(),
+    }
 }

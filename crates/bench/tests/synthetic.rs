@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use sluice_bench::synthetic::{MODEL_ID, Settings, serve};
+use sluice_bench::synthetic::{Answers, MODEL_ID, Settings, serve};
 use sluice_contract::{stages::ChatMessage, stages::Llm, stages::LlmEvent};
 use sluice_llm::{OpenAiClient, Timeouts};
 
@@ -60,6 +60,7 @@ async fn it_streams_numbered_tokens_at_the_set_rate_and_honours_max_tokens() {
     let url = fixture(Settings {
         tokens_per_sec: 200.0,
         tokens: 20,
+        answers: Answers::Placeholders,
     })
     .await;
     let llm = client(&url);
@@ -84,6 +85,7 @@ async fn it_says_what_it_is_and_refuses_what_it_does_not_do() {
     let url = fixture(Settings {
         tokens_per_sec: 1000.0,
         tokens: 3,
+        answers: Answers::Placeholders,
     })
     .await;
     let http = reqwest::Client::new();
@@ -112,4 +114,83 @@ async fn it_says_what_it_is_and_refuses_what_it_does_not_do() {
     );
     // The readiness probe Sluice uses passes.
     client(&url).ready().await.unwrap();
+}
+
+/// Sluice's prompt, as the pipeline lays it out, for `question` over `sources`.
+fn prompt(sources: &[(&str, &str)], question: &str) -> String {
+    let mut user = String::from("Sources:\n\n");
+    for (i, (title, text)) in sources.iter().enumerate() {
+        user += &format!("[{}] {title}\n{text}\n\n", i + 1);
+    }
+    user + "Question: " + question
+}
+
+#[test]
+fn from_the_sources_it_answers_the_sentence_nearest_the_question_cited() {
+    use sluice_bench::synthetic::from_sources;
+    let sources = [
+        (
+            "Savings",
+            "Savings accounts pay 3% a year. Interest is paid monthly.",
+        ),
+        (
+            "Lost card",
+            "Report a lost card in the app. A replacement card arrives within 5 working days.",
+        ),
+    ];
+    let asked = prompt(&sources, "How long does a replacement card take to arrive?");
+    assert_eq!(
+        from_sources(&asked),
+        "A replacement card arrives within 5 working days [2]."
+    );
+    let asked = prompt(&sources, "When is savings interest paid?");
+    assert_eq!(from_sources(&asked), "Interest is paid monthly [1].");
+    // No sources (or none sharing a word): it says so, citing nothing.
+    for nothing in [
+        prompt(&sources, "Who won?"),
+        "Who won the match?".to_string(),
+    ] {
+        assert_eq!(
+            from_sources(&nothing),
+            "I could not find this in the documents."
+        );
+    }
+}
+
+#[tokio::test]
+async fn from_the_sources_it_streams_that_answer_a_word_a_token_with_the_prompts_size() {
+    let url = fixture(Settings {
+        tokens_per_sec: 1000.0,
+        tokens: 3,
+        answers: Answers::Sources,
+    })
+    .await;
+    let user = prompt(
+        &[("Lost card", "A new card arrives within 5 working days.")],
+        "When does a new card arrive?",
+    );
+    let body = serde_json::json!({"model": MODEL_ID, "stream": true, "max_tokens": 100,
+        "stream_options": {"include_usage": true},
+        "messages": [{"role": "system", "content": "Answer from the sources."}, {"role": "user", "content": user}]});
+    let text = reqwest::Client::new()
+        .post(format!("{url}/chat/completions"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let chunks: Vec<serde_json::Value> = (text.lines())
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str(d).ok())
+        .collect();
+    let said: String = (chunks.iter())
+        .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
+        .collect();
+    assert_eq!(said.trim(), "A new card arrives within 5 working days [1].");
+    let usage = &chunks.last().unwrap()["usage"];
+    assert_eq!(usage["completion_tokens"], 9, "a word a token: {usage}");
+    let chars = "Answer from the sources.".len() + user.len();
+    assert_eq!(usage["prompt_tokens"], chars.div_ceil(4), "{usage}");
 }

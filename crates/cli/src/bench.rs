@@ -88,19 +88,16 @@ pub enum BenchCommand {
 
 #[derive(Subcommand)]
 pub enum FixtureCommand {
-    /// Serve a synthetic OpenAI-compatible chat upstream — a benchmark fixture, not a model:
-    /// numbered placeholder tokens at a fixed rate, whatever the prompt, so that a load test
-    /// measures Sluice and not an LLM. Point SLUICE_LLM_URL at it.
+    /// Serve a synthetic OpenAI-compatible chat upstream — a benchmark fixture, not a model —
+    /// at a fixed rate: numbered placeholder tokens whatever the prompt, so that a load test
+    /// measures Sluice and not an LLM, or (`--answers sources`) the sources' sentence nearest
+    /// the question, cited, to try Sluice without a model. Point SLUICE_LLM_URL at it.
     Llm {
         /// Where to listen.
         #[arg(long, default_value = "127.0.0.1:8090")]
         addr: std::net::SocketAddr,
-        /// Tokens per second of each stream.
-        #[arg(long, default_value_t = 50.0)]
-        tokens_per_sec: f64,
-        /// Tokens per answer (fewer when the request's max_tokens is lower).
-        #[arg(long, default_value_t = 128)]
-        tokens: u32,
+        #[command(flatten)]
+        settings: sluice_bench::synthetic::Settings,
     },
 }
 
@@ -166,14 +163,6 @@ pub async fn command(wire: &sluice_http::WireConfig, command: BenchCommand) -> R
 
 /// `sluice fixture llm`: the synthetic upstream, until the process is stopped.
 pub async fn fixture(command: FixtureCommand) -> Result<()> {
-    let FixtureCommand::Llm {
-        addr,
-        tokens_per_sec,
-        tokens,
-    } = command;
-    let settings = sluice_bench::synthetic::Settings {
-        tokens_per_sec,
-        tokens,
-    };
+    let FixtureCommand::Llm { addr, settings } = command;
     Ok(sluice_bench::synthetic::run(addr, settings).await?)
 }

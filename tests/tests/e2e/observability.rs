@@ -21,6 +21,7 @@ async fn recording_llm() -> (String, Arc<Mutex<Vec<Option<String>>>>) {
     let app = router(Settings {
         tokens_per_sec: 1000.0,
         tokens: 4,
+        answers: sluice_bench::synthetic::Answers::Placeholders,
     })
     .layer(axum::middleware::from_fn(
         move |request: Request, next: Next| {

@@ -173,11 +173,20 @@ impl Drop for Fixture {
 }
 
 pub fn fixture(tokens_per_sec: u32, tokens: u32) -> Fixture {
+    fixture_with(&[
+        "--tokens-per-sec",
+        &tokens_per_sec.to_string(),
+        "--tokens",
+        &tokens.to_string(),
+    ])
+}
+
+/// `sluice fixture llm ARGS` on a free port; killed when dropped.
+pub fn fixture_with(args: &[&str]) -> Fixture {
     let port = free_port();
     let child = sluice()
         .args(["fixture", "llm", "--addr", &format!("127.0.0.1:{port}")])
-        .args(["--tokens-per-sec", &tokens_per_sec.to_string()])
-        .args(["--tokens", &tokens.to_string()])
+        .args(args)
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
