@@ -535,8 +535,12 @@ pub fn logs(to: Logs) {
         tracing_subscriber::EnvFilter::try_from_default_env()
             .unwrap_or_else(|_| "info,qdrant_edge=error".into())
     };
+    // Colours only for a person at a terminal: a log piped to a file or a collector keeps
+    // no escape codes.
+    let colours = std::io::IsTerminal::is_terminal(&std::io::stderr());
     let terminal = (tracing_subscriber::fmt())
         .with_env_filter(filter())
+        .with_ansi(colours)
         .with_writer(std::io::stderr);
     match to {
         Logs::Terminal { json: false } => terminal.init(),

@@ -11,14 +11,9 @@ use futures::StreamExt;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 use sluice_client::{AnswerOptions, Client};
-use sluice_contract::document::Document;
 use sluice_contract::escape;
 use sluice_contract::sse::Event;
 use sluice_convert::ConvertLimits;
-
-/// Documents per POST, and bytes per POST (under the server's default 16 MiB cap).
-const BATCH_DOCS: usize = 32;
-const BATCH_BYTES: usize = 4 << 20;
 
 /// `sluice ingest`: convert and parse every file here (errors name the file), then send in
 /// batches.
@@ -41,37 +36,19 @@ pub async fn ingest(
         "{bar:40} {pos}/{len} documents, {msg} [{elapsed}]",
     )?);
     let started = Instant::now();
-    let (mut chunks, mut unchanged, mut version) = (0u64, 0u64, 0u64);
-    let mut batch: Vec<Document> = Vec::new();
-    let mut batch_bytes = 0;
-    let mut pending = documents.into_iter().peekable();
-    while let Some(doc) = pending.next() {
-        batch_bytes += doc.text.len() + doc.sections.iter().map(|s| s.text.len()).sum::<usize>();
-        batch.push(doc);
-        if batch.len() < BATCH_DOCS && batch_bytes < BATCH_BYTES && pending.peek().is_some() {
-            continue;
-        }
-        let report = match client.ingest(&batch).await {
-            Ok(report) => report,
-            Err(e) => {
-                bar.abandon();
-                return Err(e.into());
-            }
-        };
-        chunks += report.chunks as u64;
-        unchanged += report.unchanged as u64;
-        version = report.corpus_version;
-        bar.inc(batch.len() as u64);
-        bar.set_message(format!("{chunks} chunks"));
-        batch.clear();
-        batch_bytes = 0;
-    }
+    let sent = |n: usize, so_far: &sluice_client::Ingested| {
+        bar.inc(n as u64);
+        bar.set_message(format!("{} chunks", so_far.chunks));
+    };
+    let total = (client.ingest_batched(documents, sent).await).inspect_err(|_| bar.abandon())?;
     bar.finish();
     println!(
-        "ingested {} documents ({unchanged} unchanged) from {} files as {chunks} chunks in {:.1} s; corpus version {version}",
+        "ingested {} documents ({} unchanged) from {files} files as {} chunks in {:.1} s; corpus version {}",
         bar.length().unwrap_or(0),
-        files,
-        started.elapsed().as_secs_f64()
+        total.unchanged,
+        total.chunks,
+        started.elapsed().as_secs_f64(),
+        total.corpus_version
     );
     Ok(())
 }

@@ -36,7 +36,8 @@ struct Cli {
 enum Command {
     /// Serve the HTTP API (configuration from SLUICE_* variables; see docs/configuration.md).
     Serve,
-    /// Ingest files or folders (.txt, .md, .json, .jsonl) through a running server.
+    /// Ingest files or folders (.txt, .md, .html, .pdf, .docx, .json, .jsonl) through a
+    /// running server.
     Ingest {
         /// Files or folders (searched recursively).
         #[arg(required = true)]
@@ -101,8 +102,9 @@ enum Command {
     },
     /// Check the model, the data folder, the LLM and the server.
     Doctor {
-        /// Check the server running at this URL (its /readyz) instead of this environment.
-        #[arg(long, env = "SLUICE_URL")]
+        /// Check the server running at this URL (its /readyz) instead of this environment
+        /// (only when given here: SLUICE_URL is not read).
+        #[arg(long)]
         url: Option<String>,
     },
     /// Manage a remote vector store.

@@ -436,6 +436,10 @@ fn keys_made_by_the_cli_let_requests_in_and_never_reach_the_log() {
     let log = std::fs::read_to_string(server._data.path().join("serve.log")).unwrap();
     assert!(log.contains("auth on"), "{log}");
     assert!(log.contains("acme"), "the tenant is logged: {log}");
+    assert!(
+        !log.contains('\x1b'),
+        "no colour codes in a log that is no terminal: {log}"
+    );
     assert!(!log.contains(&key), "the key was logged");
 }
 
@@ -590,6 +594,102 @@ fn serve_with_auth_off_refuses_an_address_beyond_loopback_unless_told() {
     assert_eq!(status, 200);
 }
 
+/// The tour without a model: the fixture answering from the prompt's sources gives a cited,
+/// supported answer, which the cache then answers the same question with.
+#[test]
+fn the_fixture_answers_from_the_sources_so_an_answer_is_grounded_then_cached() {
+    sluice_testkit::needs!(Model);
+    let fixture = fixture_with(&["--answers", "sources", "--tokens-per-sec", "500"]);
+    let server = serve_with(&[("SLUICE_LLM_URL", fixture.url.as_str())]);
+    ingest_samples(&server.url);
+    let ask = || {
+        let out = sluice()
+            .args(["ask", "How long does a replacement card take to arrive?"])
+            .args(["--url", &server.url])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    let first = ask();
+    assert!(first.contains("[1]"), "cited: {first}");
+    assert!(
+        first.contains("1 of 1 sentences supported"),
+        "grounded: {first}"
+    );
+    assert!(first.contains("| cache miss |"), "{first}");
+    let again = ask();
+    assert!(again.contains("| cache hit |"), "{again}");
+}
+
+/// `settings edit` reopens a draft the server refuses, with why above it, until it is fixed or
+/// given up; settings saved as they were keep their version.
+#[test]
+fn settings_edit_reopens_a_refused_draft_and_the_same_settings_keep_their_version() {
+    sluice_testkit::needs!(Llm, Model);
+    let server = serve();
+    let dir = tempfile::tempdir().unwrap();
+    // An editor that writes the draft its turn names (`$DRAFTS/<n>`, or leaves it as it is
+    // when there is none) and keeps what it was shown.
+    let editor = dir.path().join("editor.sh");
+    std::fs::write(
+        &editor,
+        "#!/bin/sh\nn=$(( $(cat \"$DRAFTS/count\" 2>/dev/null || echo 0) + 1 ))\n\
+         echo $n > \"$DRAFTS/count\"\ncp \"$1\" \"$DRAFTS/shown-$n\"\n\
+         [ -f \"$DRAFTS/$n\" ] && cp \"$DRAFTS/$n\" \"$1\"\nexit 0\n",
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&editor)
+        .status()
+        .unwrap();
+    let edit = |drafts: &[&str]| {
+        let turns = tempfile::tempdir().unwrap();
+        for (i, d) in drafts.iter().enumerate() {
+            std::fs::write(turns.path().join((i + 1).to_string()), d).unwrap();
+        }
+        let out = sluice()
+            .args(["settings", "edit", "--url", &server.url])
+            .env("EDITOR", &editor)
+            .env("DRAFTS", turns.path())
+            .output()
+            .unwrap();
+        (out, turns)
+    };
+    let (out, turns) = edit(&[r#"{"k": 0}"#, r#"{"k": 3}"#]);
+    assert!(out.status.success(), "{}", text(&out));
+    let shown = std::fs::read_to_string(turns.path().join("shown-2")).unwrap();
+    assert!(
+        shown.starts_with("// not stored:") && shown.contains("invalid_settings"),
+        "the second draft says why the first was refused: {shown}"
+    );
+    assert!(shown.contains(r#"{"k": 0}"#), "and keeps it: {shown}");
+    let stored = text(&out);
+    assert!(
+        stored.contains("\"version\": 1") && stored.contains("\"k\": 3"),
+        "{stored}"
+    );
+    // A refused draft saved again as it was reopened: given up, nothing stored.
+    let (out, _) = edit(&[r#"{"k": 0}"#]);
+    assert!(!out.status.success());
+    assert!(text(&out).contains("nothing stored"), "{}", text(&out));
+    // The same settings again: not written, the version kept.
+    let same = dir.path().join("same.json");
+    std::fs::write(&same, r#"{"k": 3}"#).unwrap();
+    let out = sluice()
+        .args(["settings", "set"])
+        .arg(&same)
+        .args(["--url", &server.url])
+        .output()
+        .unwrap();
+    let said = text(&out);
+    assert!(
+        said.contains("\"unchanged\": true") && said.contains("\"version\": 1"),
+        "{said}"
+    );
+}
+
 #[test]
 fn doctor_names_what_is_missing() {
     let port = free_port();
@@ -617,10 +717,40 @@ fn doctor_names_what_is_missing() {
     assert!(!out.status.success());
     let report = text(&out);
     assert!(
-        report.contains("✗ embedding model") && report.contains("scripts/setup.sh model"),
+        report.contains("✗ embedding model") && report.contains("SLUICE_MODEL_DIR"),
         "{report}"
     );
-    assert!(report.contains("✗ LLM"), "{report}");
+    // Fixes that work from the binary alone, in plain lines.
+    assert!(
+        report.contains("✗ LLM") && report.contains("sluice fixture llm"),
+        "{report}"
+    );
+    assert!(
+        !report.contains("make ") && !report.contains("scripts/"),
+        "{report}"
+    );
+    assert!(!report.contains("Settings {"), "no debug dump: {report}");
+    // SLUICE_URL is where other commands send requests, not a reason for doctor to ask a
+    // server: without --url it checks this environment.
+    let out = sluice()
+        .args(["doctor"])
+        .env("SLUICE_URL", format!("http://127.0.0.1:{port}"))
+        .env("SLUICE_MODEL_DIR", "/nonexistent/model")
+        .env("SLUICE_LLM_URL", format!("http://127.0.0.1:{port}/v1"))
+        .env("SLUICE_DATA_DIR", data.path())
+        .output()
+        .unwrap();
+    let report = text(&out);
+    let asked = report.contains("✓ server") || report.contains("✗ server");
+    assert!(report.contains("✗ embedding model") && !asked, "{report}");
+    // An empty --url is said to be one, not sent.
+    let out = sluice().args(["doctor", "--url", ""]).output().unwrap();
+    assert!(!out.status.success());
+    let report = text(&out);
+    assert!(
+        report.contains("--url needs a server's address") && !report.contains("builder"),
+        "{report}"
+    );
 }
 
 #[test]

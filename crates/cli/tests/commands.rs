@@ -97,3 +97,21 @@ fn the_component_commands_the_docs_show_exist_with_their_flags() {
         }
     }
 }
+
+#[test]
+fn ingest_says_every_format_it_reads() {
+    for args in [&["--help"][..], &["ingest", "--help"]] {
+        let help = std::process::Command::new(env!("CARGO_BIN_EXE_sluice"))
+            .args(args)
+            .output()
+            .expect("sluice --help");
+        let help = String::from_utf8_lossy(&help.stdout).to_string();
+        let formats = sluice_convert::Format::EXTENSIONS.replace(" or ", ", ");
+        for extension in formats.split(", ") {
+            assert!(
+                help.contains(extension),
+                "{args:?} lacks {extension}: {help}"
+            );
+        }
+    }
+}

@@ -20,12 +20,12 @@ use serde::Serialize;
 use serde_json::Value;
 use sluice_contract::auth::KEY_HEADER;
 use sluice_contract::codes::Degraded;
-use sluice_contract::components::{ComponentCall, ComponentVersion};
+use sluice_contract::components::{CallFailure, ComponentCall, ComponentVersion};
 use sluice_contract::document::{Document, IngestReport};
 use sluice_contract::escape;
 use sluice_contract::search::Found;
 use sluice_contract::sse::{Done, Event, Meta};
-use sluice_contract::stages::SourceDoc;
+use sluice_contract::stages::{RerankFailure, SourceDoc};
 use sluice_contract::tenant::TENANT_HEADER;
 
 /// One line of an answer's timings for people: the client's own time to the first token, the
@@ -59,9 +59,31 @@ fn source_lines(
     documents: &[SourceDoc],
     degraded: &[Degraded],
     dropped: Option<usize>,
+    failures: Failures,
 ) -> Vec<String> {
     let reasons: Vec<String> = degraded.iter().map(|d| d.to_string()).collect();
     let skipped = (!reasons.is_empty()).then(|| format!("degraded: {}", reasons.join(", ")));
+    let kind = |f: &RerankFailure| serde_json::to_value(f.kind).unwrap_or_default();
+    let rerank = failures.0.map(|f| {
+        let context: Vec<String> = (f.context.iter())
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        format!(
+            "the rerank component failed ({}): {}\n  candidates: {}{}",
+            kind(&f.failure).as_str().unwrap_or("?"),
+            f.failure.message,
+            f.candidates.join(", "),
+            match context.is_empty() {
+                true => String::new(),
+                false => format!("\n  context: {}", context.join(", ")),
+            }
+        )
+    });
+    let prompt = (failures.1).map(|f| {
+        let kind = kind(f);
+        let kind = kind.as_str().unwrap_or("?");
+        format!("the prompt component failed ({kind}): {}", f.message)
+    });
     let dropped = (dropped.filter(|n| *n > 0))
         .map(|n| format!("the tenant's component dropped {n} of the candidates"));
     let numbered = (documents.iter().enumerate()).map(|(i, d)| {
@@ -74,8 +96,17 @@ fn source_lines(
             d.score
         )
     });
-    skipped.into_iter().chain(dropped).chain(numbered).collect()
+    (skipped.into_iter())
+        .chain(rerank)
+        .chain(prompt)
+        .chain(dropped)
+        .chain(numbered)
+        .collect()
 }
+
+/// Why the tenant's components failed, as a caller that manages them is told: the rerank
+/// component's call and the prompt component's.
+type Failures<'a> = (Option<&'a CallFailure>, Option<&'a RerankFailure>);
 
 /// What follows a streamed answer, for people: the answer again with its unsupported facts
 /// between `[[` and `]]` (when it has any), the verdict's line, the sources, and the timings
@@ -98,7 +129,13 @@ pub fn done_lines(text: &str, meta: Option<&Meta>, done: &Done, ttft: Duration) 
 
 /// An answer's sources for people, from its `meta` ([`source_lines`]).
 pub fn meta_lines(meta: &Meta) -> Vec<String> {
-    source_lines(&meta.documents, &meta.degraded, meta.rerank_dropped)
+    let failures = (meta.rerank_error.as_ref(), meta.prompt_error.as_ref());
+    source_lines(
+        &meta.documents,
+        &meta.degraded,
+        meta.rerank_dropped,
+        failures,
+    )
 }
 
 /// A search for people: its extract, its sources, and the server's time.
@@ -113,6 +150,7 @@ pub fn found_lines(found: &Found) -> Vec<String> {
             &found.documents,
             &found.degraded,
             found.rerank_dropped,
+            (found.rerank_error.as_ref(), None),
         ))
         .chain([total])
         .collect()
@@ -368,6 +406,23 @@ pub enum ClientError {
     },
 }
 
+/// Documents per POST of [`Client::ingest_batched`].
+pub const BATCH_DOCS: usize = 32;
+/// Bytes of text per POST of [`Client::ingest_batched`] (under the server's default 16 MiB
+/// cap).
+pub const BATCH_BYTES: usize = 4 << 20;
+
+/// What a batched ingest wrote ([`Client::ingest_batched`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Ingested {
+    /// Chunks written.
+    pub chunks: u64,
+    /// Documents the tenant already held as sent.
+    pub unchanged: u64,
+    /// The tenant's corpus version after the last batch.
+    pub corpus_version: u64,
+}
+
 /// Headers with the key of `$SLUICE_API_KEY` in `x-api-key` when the variable is set (and a
 /// valid header value), none otherwise.
 pub fn key_headers() -> HeaderMap {
@@ -571,6 +626,34 @@ impl Client {
         let request = request.timeout(INGEST_TIMEOUT).headers(headers).body(bytes);
         let response = self.send(request).await?;
         self.read(response).await
+    }
+
+    /// `documents` sent in order, in batches of at most [`BATCH_DOCS`] documents and
+    /// [`BATCH_BYTES`] of text (under the server's default body cap); `sent` hears of each
+    /// batch: how many documents it held, and what has been written so far.
+    pub async fn ingest_batched(
+        &self,
+        documents: Vec<Document>,
+        mut sent: impl FnMut(usize, &Ingested),
+    ) -> Result<Ingested, ClientError> {
+        let mut total = Ingested::default();
+        let (mut batch, mut bytes) = (Vec::new(), 0);
+        let mut pending = documents.into_iter().peekable();
+        while let Some(doc) = pending.next() {
+            bytes += doc.text.len() + doc.sections.iter().map(|s| s.text.len()).sum::<usize>();
+            batch.push(doc);
+            if batch.len() < BATCH_DOCS && bytes < BATCH_BYTES && pending.peek().is_some() {
+                continue;
+            }
+            let report = self.ingest(&batch).await?;
+            total.chunks += report.chunks as u64;
+            total.unchanged += report.unchanged as u64;
+            total.corpus_version = report.corpus_version;
+            sent(batch.len(), &total);
+            batch.clear();
+            bytes = 0;
+        }
+        Ok(total)
     }
 
     /// `GET` of `path` (with its query, values [`escape`]d): the JSON answer.

@@ -266,7 +266,13 @@ fn sources_show_the_components_score_and_what_it_dropped() {
         }
         serde_json::from_value(d).unwrap()
     };
-    let ranked = source_lines(&[doc("a", Some(1.5)), doc("b", Some(0.25))], &[], Some(2));
+    let none = (None, None);
+    let ranked = source_lines(
+        &[doc("a", Some(1.5)), doc("b", Some(0.25))],
+        &[],
+        Some(2),
+        none,
+    );
     assert_eq!(
         ranked,
         [
@@ -277,8 +283,29 @@ fn sources_show_the_components_score_and_what_it_dropped() {
     );
     // No component: the fused score alone, no drop line.
     assert_eq!(
-        source_lines(&[doc("a", None)], &[], Some(0)),
+        source_lines(&[doc("a", None)], &[], Some(0), none),
         ["[1] A (a.md) score 0.016"]
+    );
+}
+
+#[test]
+fn a_components_failure_is_shown_with_its_message_candidates_and_context() {
+    let rerank: CallFailure = serde_json::from_value(json!({
+        "kind": "panic", "message": "panicked at src/lib.rs:12:5: index out of bounds",
+        "context": {"locale": "fr"}, "candidates": ["a#0", "b#1"]}))
+    .unwrap();
+    let prompt: RerankFailure =
+        serde_json::from_value(json!({"kind": "fuel", "message": "ran out of fuel"})).unwrap();
+    let degraded = [Degraded::RerankFailed];
+    let lines = source_lines(&[], &degraded, None, (Some(&rerank), Some(&prompt)));
+    assert_eq!(
+        lines,
+        [
+            "degraded: rerank_failed",
+            "the rerank component failed (panic): panicked at src/lib.rs:12:5: index out of \
+             bounds\n  candidates: a#0, b#1\n  context: locale=fr",
+            "the prompt component failed (fuel): ran out of fuel",
+        ]
     );
 }
 

@@ -38,9 +38,14 @@ pub fn instructions(own: &PromptSettings, with_sources: bool) -> String {
             Some(text) => format!("reply: {}", text.trim()),
             None => "say that you do not know".to_string(),
         };
+        // The tenant's text may end its own sentence: one full stop, not two.
+        let end = match no_answer.ends_with(['.', '!', '?', '。', '…']) {
+            true => "",
+            false => ".",
+        };
         format!(
             "Answer using only the numbered sources provided. {cite} If the sources do not \
-             contain the answer, {no_answer}. Be concise."
+             contain the answer, {no_answer}{end} Be concise."
         )
     } else {
         "No documents were available for this question: answer briefly from general \
@@ -437,7 +442,26 @@ mod tests {
             .find("Answer using only the numbered sources")
             .expect(system);
         assert!(rules > system.find("Answer in French").unwrap(), "{system}");
-        assert!(system.contains("reply: Je ne sais pas."), "{system}");
+        assert!(
+            system.contains("reply: Je ne sais pas. Be concise."),
+            "{system}"
+        );
+        for (no_answer, then) in [
+            ("Je ne sais pas", ". Be"),
+            ("Je ne sais pas.", " Be"),
+            ("Sorry!", " Be"),
+            ("No answer...", " Be"),
+        ] {
+            let own = PromptSettings {
+                no_answer: Some(no_answer.into()),
+                ..PromptSettings::default()
+            };
+            let rules = instructions(&own, true);
+            let ending = rules.split(no_answer).nth(1).expect(&rules);
+            assert!(ending.starts_with(then), "{rules}");
+        }
+        let said = instructions(&PromptSettings::default(), true);
+        assert!(said.ends_with("do not know. Be concise."), "{said}");
         assert!(system.contains("Do not put source numbers"), "{system}");
         assert!(!system.contains("[n]"), "{system}");
         assert!(
