@@ -103,25 +103,33 @@ impl Grounding {
     }
 
     /// `answer` (the text the verdict is on) with each unsupported fact between `open` and
-    /// `close`.
+    /// `close` (character offsets). Facts that overlap or touch are marked as one, and a span
+    /// that is empty or runs past the answer is cut to it: every `open` has its `close`.
     pub fn marked(&self, answer: &str, open: &str, close: &str) -> String {
-        let mut facts: Vec<(usize, usize)> = (self.sentences.iter())
+        let length = answer.chars().count();
+        let mut spans: Vec<(usize, usize)> = (self.sentences.iter())
             .flat_map(|s| &s.unsupported_facts)
-            .map(|f| (f.start, f.end))
+            .map(|f| (f.start.min(length), f.end.min(length)))
+            .filter(|(start, end)| start < end)
             .collect();
-        facts.sort_unstable();
-        let mut out = String::with_capacity(answer.len() + facts.len() * 8);
-        let mut facts = facts.into_iter().peekable();
+        spans.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(spans.len());
+        for (start, end) in spans {
+            match merged.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => merged.push((start, end)),
+            }
+        }
+        let mut out = String::with_capacity(answer.len() + merged.len() * 8);
+        let mut spans = merged.into_iter().peekable();
         for (i, c) in answer.chars().enumerate() {
-            if facts.peek().is_some_and(|&(start, _)| start == i) {
+            if spans.peek().is_some_and(|&(start, _)| start == i) {
                 out.push_str(open);
             }
             out.push(c);
-            if let Some(&(_, end)) = facts.peek()
-                && end == i + 1
-            {
+            if spans.peek().is_some_and(|&(_, end)| end == i + 1) {
                 out.push_str(close);
-                facts.next();
+                spans.next();
             }
         }
         out
@@ -240,5 +248,58 @@ mod tests {
             verdict.summary(),
             "grounding: 0 of 1 sentences supported by the sources, score 0.50"
         );
+    }
+
+    #[test]
+    fn every_mark_is_closed_whatever_the_facts_spans() {
+        let answer = "Une carte arrive en 10 jours ouvrés.";
+        let length = answer.chars().count();
+        let fact = |start, end| Fact {
+            kind: FactKind::Number,
+            start,
+            end,
+            text: String::new(),
+        };
+        let cases = [
+            (
+                vec![(4, 9), (6, 12)],
+                "Une [carte ar]rive en 10 jours ouvrés.",
+            ),
+            (
+                vec![(4, 9), (4, 5)],
+                "Une [carte] arrive en 10 jours ouvrés.",
+            ),
+            (
+                vec![(4, 9), (9, 16)],
+                "Une [carte arrive] en 10 jours ouvrés.",
+            ),
+            (
+                vec![(20, 20), (29, 99)],
+                "Une carte arrive en 10 jours [ouvrés.]",
+            ),
+            (vec![(40, 50)], "Une carte arrive en 10 jours ouvrés."),
+        ];
+        for (spans, marked) in cases {
+            let verdict = Grounding {
+                score: 0.0,
+                unsupported: 1,
+                sentences: vec![SentenceCheck {
+                    start: 0,
+                    end: length,
+                    cites: vec![],
+                    supported: false,
+                    score: 0.0,
+                    evidence: None,
+                    unsupported_facts: spans.iter().map(|&(a, b)| fact(a, b)).collect(),
+                }],
+            };
+            let out = verdict.marked(answer, "[", "]");
+            assert_eq!(out, marked, "{spans:?}");
+            assert_eq!(
+                out.matches('[').count(),
+                out.matches(']').count(),
+                "{spans:?}"
+            );
+        }
     }
 }
