@@ -554,7 +554,12 @@ fn a_prompt_component_made_by_the_loop_changes_the_messages_an_answer_is_sent() 
             .await
             .unwrap();
         assert_eq!(wrong.status(), 400);
-        upload_and_activate(&server.url, "prompt", &wasm).await;
+        // The command reads the kind from the component: no --prompt needed.
+        let (ok, said, all) = run(&["component", "upload", &wasm, "--activate", "--url", &server.url]);
+        assert!(ok && said.contains("(active)"), "{said}{all}");
+        let listed = reqwest::get(format!("{}/v1/components/prompt", server.url)).await.unwrap();
+        let listed: serde_json::Value = listed.json().await.unwrap();
+        assert!(listed["active"].is_string(), "on the prompt route: {listed}");
         let ask = |context: serde_json::Value| {
             serde_json::json!({"query": "what is the daily card limit", "include_prompt": true, "rerank_context": context})
         };

@@ -2,7 +2,7 @@
 //! what each runs — locally (`new`, `build`, `test`, `bench`) or against a server (`upload`,
 //! `activate`, `versions`, `delete`, `logs`, `replay`, and `dev`, the loop on every save).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
 use sluice_contract::components::ComponentVersion;
@@ -18,7 +18,8 @@ pub struct Server {
     /// Tenant (with auth off; with a key, the key's) [default: the server's]
     #[arg(long)]
     tenant: Option<String>,
-    /// A prompt-assembly component (`/v1/components/prompt`), not a rerank one.
+    /// A prompt-assembly component (`/v1/components/prompt`), not a rerank one (an upload
+    /// reads its kind from the component itself).
     #[arg(long)]
     prompt: bool,
 }
@@ -31,6 +32,14 @@ impl Server {
             false => "rerank",
         }
     }
+}
+
+/// The route for the component in `file`: the kind it exports ([`sluice_rerank::kind_of`]),
+/// else what `--prompt` says.
+pub(crate) fn kind_of_file<'a>(file: &Path, flagged: &'a str) -> &'a str {
+    (std::fs::read(file).ok())
+        .and_then(|bytes| sluice_rerank::kind_of(&bytes))
+        .unwrap_or(flagged)
 }
 
 #[derive(Subcommand)]
@@ -269,7 +278,7 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             activate,
             server,
         } => {
-            let kind = server.kind();
+            let kind = kind_of_file(&file, server.kind());
             let client = client(server)?;
             let (version, quality) =
                 crate::remote::upload(&client, kind, &file, label.as_deref(), activate).await?;

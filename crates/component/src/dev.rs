@@ -83,6 +83,7 @@ async fn round(
     if let Some((queries, corpus, tenant)) = checks {
         crate::test(settings, &wasm, queries, corpus, tenant, None, out).await?;
     }
+    let kind = crate::cli::kind_of_file(&wasm, kind);
     let (version, quality) = crate::upload(client, kind, &wasm, Some(DEV), true)
         .await
         .map_err(|e| LoopError::Pipeline(format!("uploading to the server: {e}")))?;

@@ -59,7 +59,7 @@ pub use limits::{ComponentLimits, memory_reset};
 pub use registry::{Disk, Registry, candidates, context_entries, limits};
 pub use worlds::{
     Candidate, ContextEntry, Date, Level, Message, MetaField, MetaValue, PromptInput,
-    PromptSettings, Ranking, Scored, Source, Turn, WORLD_0_1, WORLD_0_2, WORLD_PROMPT,
+    PromptSettings, Ranking, Scored, Source, Turn, WORLD_0_1, WORLD_0_2, WORLD_PROMPT, kind_of,
 };
 
 /// The bytes of `NAME.component.wasm` as `scripts/build-components.sh` leaves it in

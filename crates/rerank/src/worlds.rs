@@ -58,6 +58,33 @@ pub const WORLD_0_1: &str = "sluice:rerank/reranker@0.1.0";
 /// The world of prompt-assembly components.
 pub const WORLD_PROMPT: &str = "sluice:prompt/assembler@0.1.0";
 
+/// The route a component goes to (`rerank` or `prompt`), read from the function it exports
+/// without compiling it (`rerank` in both rerank worlds, `assemble` in the prompt world): what
+/// `sluice component upload` needs no flag for. `None` for bytes that are not a component
+/// exporting either.
+pub fn kind_of(bytes: &[u8]) -> Option<&'static str> {
+    let binary = wat::parse_bytes(bytes).ok()?;
+    let mut depth = 0usize;
+    for payload in wasmparser::Parser::new(0).parse_all(&binary) {
+        match payload.ok()? {
+            wasmparser::Payload::Version { .. } => depth += 1,
+            wasmparser::Payload::End(_) => depth = depth.saturating_sub(1),
+            // The outer component's own exports, not those of a component nested in it.
+            wasmparser::Payload::ComponentExportSection(exports) if depth == 1 => {
+                for export in exports {
+                    match export.ok()?.name.name {
+                        "rerank" => return Some("rerank"),
+                        "assemble" => return Some("prompt"),
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 /// A candidate as a 0.1 component sees it: no chunk index, no metadata.
 pub(crate) fn candidate_0_1(c: &Candidate) -> bindings_0_1::sluice::rerank::types::Candidate {
     bindings_0_1::sluice::rerank::types::Candidate {

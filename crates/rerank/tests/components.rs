@@ -231,3 +231,23 @@ fn the_upload_check_runs_under_every_context_the_component_declares() {
     let e = sandbox.compile(&forged).err().expect("refused");
     assert!(e.to_string().contains("sluice:contexts section"), "{e}");
 }
+
+#[test]
+fn a_components_kind_is_read_from_what_it_exports_without_compiling_it() {
+    sluice_testkit::needs!(Components);
+    for (name, kind) in [
+        ("keyword-boost", "rerank"),
+        ("mmr", "rerank"),
+        ("template", "rerank"),
+        ("prompt-template", "prompt"),
+        ("prompt-hostile", "prompt"),
+    ] {
+        let bytes = sluice_rerank::built_component(name).unwrap();
+        assert_eq!(sluice_rerank::kind_of(&bytes), Some(kind), "{name}");
+    }
+    // The text format too; a core module, or not wasm at all, is no component.
+    let reverse = include_str!("reverse.wat");
+    assert_eq!(sluice_rerank::kind_of(reverse.as_bytes()), Some("rerank"));
+    assert_eq!(sluice_rerank::kind_of(b"(module)"), None);
+    assert_eq!(sluice_rerank::kind_of(b"not wasm"), None);
+}
