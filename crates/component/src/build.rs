@@ -42,6 +42,14 @@ fn toolchain() -> Result<Toolchain> {
     ))
 }
 
+/// Where component crates build when `CARGO_TARGET_DIR` is not set: `components-target`
+/// under `SLUICE_HOME` (`~/.cache/sluice`), shared by every crate (and by
+/// `scripts/build-components.sh`).
+pub fn shared_target() -> PathBuf {
+    let home = sluice_contract::settings::home(&sluice_contract::settings::env);
+    home.join("components-target")
+}
+
 /// The component crate in `dir` built for `wasm32-unknown-unknown` (release) and made a
 /// component in-process; returns the path of the `.component.wasm`, written beside the
 /// build's output (`<target dir>/NAME.component.wasm`).
@@ -74,6 +82,11 @@ pub fn build(dir: &Path) -> Result<PathBuf> {
                 c
             }
         };
+        // One target folder for every component crate unless the caller chose one: the SDK's
+        // dependencies (wit-bindgen, serde) are built once, not once per crate.
+        if sluice_contract::settings::env("CARGO_TARGET_DIR").is_none() {
+            command.env("CARGO_TARGET_DIR", shared_target());
+        }
         // A wrapper of the host toolchain (clippy's, sccache) must not wrap this one.
         command
             .env_remove("RUSTC_WRAPPER")

@@ -209,11 +209,14 @@ pub fn read_files(
         }
         Ok(())
     }
+    // Each file with the id it is given (see [`named`]), in path order.
     let mut files = Vec::new();
     for p in paths {
-        walk(p, &mut files)?;
+        let mut found = Vec::new();
+        walk(p, &mut found)?;
+        files.extend(found.into_iter().map(|f| (named(p, &f), f)));
     }
-    files.sort();
+    files.sort_by(|a, b| a.1.cmp(&b.1));
     if files.is_empty() {
         return Err(IngestError::Invalid(format!(
             "no {} files under the given paths",
@@ -221,14 +224,40 @@ pub fn read_files(
         )));
     }
     let mut documents: Vec<Document> = Vec::new();
-    for f in &files {
+    for (name, f) in &files {
         progress(f);
         let bytes = std::fs::read(f)
             .map_err(|e| IngestError::Unreadable(format!("reading {}: {e}", f.display())))?;
-        documents.extend(parse_file(&f.display().to_string(), &bytes, limits)?);
+        documents.extend(parse_file(name, &bytes, limits)?);
     }
     sluice_contract::document::validate(&documents)?;
     Ok((documents, files.len()))
+}
+
+/// The id of `file`, found under `root` as the caller wrote it: the folder's own name and the
+/// path inside it (`samples/cards/lost.md`, whether the folder was written `samples/`,
+/// `../../samples`, an absolute path or `.`), and for a file given itself, its folder's name
+/// and its own. The same files get the same ids from any working directory, whichever command
+/// reads them (`sluice ingest`, `sluice component test --corpus`).
+fn named(root: &Path, file: &Path) -> String {
+    let folder = match (root.is_dir(), root.parent()) {
+        (true, _) => root,
+        (false, Some(parent)) if !parent.as_os_str().is_empty() => parent,
+        (false, _) => Path::new("."),
+    };
+    let own = (folder.file_name().map(PathBuf::from))
+        .filter(|n| n != Path::new(".") && n != Path::new(".."))
+        .or_else(|| {
+            let canonical = folder.canonicalize().ok()?;
+            canonical.file_name().map(PathBuf::from)
+        });
+    let inside = file.strip_prefix(folder).unwrap_or(file);
+    let name = own.map_or_else(|| inside.to_path_buf(), |own| own.join(inside));
+    // `/` between the parts, as ids are written on every platform.
+    (name.components())
+        .map(|c| c.as_os_str().to_string_lossy())
+        .collect::<Vec<_>>()
+        .join("/")
 }
 
 /// A conversion's failure as an ingest error naming the file.
@@ -417,11 +446,14 @@ mod tests {
         assert_eq!(files, 2);
         assert_eq!(documents.len(), 2);
         assert_eq!(documents[0].title.as_deref(), Some("First"));
-        assert!(
-            documents[1].id.ends_with("sub/b.txt"),
-            "{}",
-            documents[1].id
-        );
+        // Named by the folder's own name and the path inside it.
+        let folder = dir
+            .path()
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
+        assert_eq!(documents[1].id, format!("{folder}/sub/b.txt"));
         assert_eq!(seen.borrow().len(), 2);
 
         let missing = dir.path().join("nope");
@@ -435,5 +467,35 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.to_string().contains("no .txt"), "{e}");
+    }
+
+    #[test]
+    fn a_files_id_is_the_same_however_its_folder_was_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let samples = dir.path().join("samples");
+        std::fs::create_dir_all(samples.join("cards")).unwrap();
+        std::fs::write(samples.join("cards/lost.md"), "# Lost\nA new card.").unwrap();
+        let nested = samples.join("cards");
+        let ids = |root: PathBuf| {
+            let (documents, _) = read_files(&[root], &ConvertLimits::default(), &|_| {}).unwrap();
+            documents.into_iter().map(|d| d.id).collect::<Vec<_>>()
+        };
+        // The folder as written from its parent, from inside it, from below it, absolutely.
+        for root in [
+            samples.clone(),
+            samples.join("."),
+            nested.join(".."),
+            nested.join("../../samples/"),
+        ] {
+            assert_eq!(
+                ids(root.clone()),
+                ["samples/cards/lost.md"],
+                "{}",
+                root.display()
+            );
+        }
+        // A file given itself: its folder's name and its own, as its folder names it.
+        assert_eq!(ids(nested.join("lost.md")), ["cards/lost.md"]);
+        assert_eq!(ids(nested.clone()), ["cards/lost.md"]);
     }
 }
