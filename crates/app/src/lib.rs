@@ -204,12 +204,13 @@ pub async fn parts(
         false => None,
     };
     let keys = keys(&wire.auth, &aws).await?;
-    // Tenants' settings, where answers or documents are served (the documents routes check
-    // end users by the tenant's identity): the DynamoDB table on Lambda
-    // (`SLUICE_SETTINGS_TABLE`), else `sluice serve`'s file; a function without the table
-    // keeps none, and every tenant answers with the deployment's defaults there.
+    // Tenants' settings, where answers, documents or components are served (the documents
+    // routes check end users by the tenant's identity; an activation reads the tenant's
+    // quality gate): the DynamoDB table on Lambda (`SLUICE_SETTINGS_TABLE`), else `sluice
+    // serve`'s file; a function without the table keeps none, and every tenant answers with the
+    // deployment's defaults there.
     let settings: Option<Arc<dyn SettingsStore>> = match (&aws.settings_table, role) {
-        (_, role) if !role.answers() && !role.documents() => None,
+        (_, role) if !role.answers() && !role.documents() && !role.components() => None,
         (Some(table), _) => Some(Arc::new(DynamoSettings::connect(table).await?)),
         (None, Role::All) => Some(Arc::new(FileSettings::new(&wire.auth.settings_file))),
         (None, _) => None,

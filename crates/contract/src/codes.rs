@@ -159,6 +159,10 @@ error_codes! {
         /// A component version named by a prefix of its hash that several versions begin
         /// with (the message lists them).
         AmbiguousVersion = ("ambiguous_version", 400, false),
+        /// Activating a component version for a tenant whose settings hold a quality gate, on a
+        /// process that cannot run the gate's set (one that serves no answers, such as the
+        /// Lambda registry function): nothing is activated untried.
+        QualityGateUnavailable = ("quality_gate_unavailable", 409, false),
         /// A chat completion asking for `n` other than 1.
         InvalidN = ("invalid_n", 400, false),
         /// A chat completion's `max_tokens` or `max_completion_tokens` not a whole number from 1.

@@ -150,6 +150,21 @@ pub(crate) async fn activate_component(
         .is_some_and(|s| s.settings.quality_gate.is_some());
     let quality = match gated {
         false => None,
+        // The gate's run asks the set's questions through the tenant's own pipeline: a process
+        // without one refuses rather than activate a version untried.
+        true if server.answers.is_none() || server.records.is_none() => {
+            let gate = (caller.settings.as_ref()).and_then(|s| s.settings.quality_gate.clone());
+            let set = gate.map(|g| g.set).unwrap_or_default();
+            let why = format!(
+                "the tenant's settings hold a quality gate (set {set:?}), whose run needs the \
+                 answers' pipeline, and this process serves no answers (on AWS, the registry \
+                 function): nothing was activated. Try the version on the answer function with \
+                 POST /v1/evals/runs {{\"set\": {set:?}, \"candidate\": {{\"{kind}\": \"{}\"}}}}; \
+                 activating it here needs the gate removed from the settings first",
+                body.version
+            );
+            return Err(ApiError::new(Code::QualityGateUnavailable, why));
+        }
         true => {
             let candidate = CandidateAsked {
                 rerank: (kind == "rerank").then(|| body.version.clone()),

@@ -483,6 +483,25 @@ async fn provoke(code: Code) -> Seen {
             let _held = app.open(open()).await;
             Seen::Refused(kit::Reply::read(app.open(open()).await).await)
         }
+        Code::QualityGateUnavailable => {
+            use sluice_contract::tenant_settings::{SettingsStore, TenantSettings};
+            // A gate in the tenant's settings; the activation taken by a process that serves
+            // no answers (the registry function).
+            let store = Arc::new(sluice_testkit::MemorySettings::default());
+            let gate = json!({"quality_gate": {"set": "s"}});
+            let gate = TenantSettings::parse(&gate, 512).unwrap();
+            store
+                .put(&sluice_testkit::tenant("default"), gate)
+                .await
+                .unwrap();
+            let mut kit = Kit::new(&[]);
+            kit.parts.settings = Some(store);
+            let never = || ComponentError::Invalid("not reached".into());
+            kit.parts.components = Some(Arc::new(FailingComponents(Some(never), &["v1"])));
+            let app = kit.app_with(|s| s.answers = None);
+            let body = json!({"version": "v1"});
+            Seen::Refused(app.post("/v1/components/rerank/activate", &body).await)
+        }
         Code::QualityRegression => {
             let mut kit = Kit::new(&[]);
             let reranker = sluice_testkit::ScriptedReranker::new(sluice_testkit::Verdict::Reverse)

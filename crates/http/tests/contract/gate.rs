@@ -266,3 +266,55 @@ async fn the_quality_gate_refuses_what_does_worse_activates_what_does_better_and
     assert_eq!(recall["ci"][1], 0.0, "{}", noisy.raw);
     assert_eq!(noisy.body["quality"]["worst"][0]["changed"]["recall"], -1.0);
 }
+
+/// A process that serves no answers (the Lambda registry function, which takes activations)
+/// cannot run a gate's set: it refuses a gated activation, activating nothing, and says where
+/// to try the version; a tenant without a gate activates there as before.
+#[tokio::test]
+async fn a_process_without_answers_refuses_a_gated_activation_untried() {
+    use sluice_contract::tenant_settings::{SettingsStore, TenantSettings};
+    let registry = |gate: Option<&str>| {
+        let activations = Arc::new(Activations::default());
+        let store = Arc::new(sluice_testkit::MemorySettings::default());
+        let mut kit = Kit::new(UNCHECKED);
+        kit.parts.settings = Some(store.clone());
+        kit.parts.components = Some(activations.clone());
+        let settings = match gate {
+            Some(set) => json!({"quality_gate": {"set": set}}),
+            None => json!({"k": 3}),
+        };
+        let settings = TenantSettings::parse(&settings, 512).unwrap();
+        let app = kit.app_with(|s| s.answers = None);
+        (app, store, settings, activations)
+    };
+    let (app, store, gated, activations) = registry(Some("help"));
+    store
+        .put(&sluice_testkit::tenant("acme"), gated)
+        .await
+        .unwrap();
+    let refused = activate(&app, "reverse").await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (409, "quality_gate_unavailable"),
+        "{}",
+        refused.raw
+    );
+    assert!(
+        refused.raw.contains("POST /v1/evals/runs"),
+        "{}",
+        refused.raw
+    );
+    assert!(
+        activations.0.lock().unwrap().is_empty(),
+        "nothing activated"
+    );
+
+    let (app, store, plain, activations) = registry(None);
+    store
+        .put(&sluice_testkit::tenant("acme"), plain)
+        .await
+        .unwrap();
+    let activated = activate(&app, "reverse").await;
+    assert_eq!(activated.status, 200, "{}", activated.raw);
+    assert_eq!(*activations.0.lock().unwrap(), ["reverse"]);
+}
