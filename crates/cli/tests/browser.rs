@@ -292,6 +292,11 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
         cited.iter().all(|s| !text(s).contains("Staff bonus")),
         "{cited:?}"
     );
+    let bad = text(&users["badToken"]);
+    assert!(
+        bad.contains("User token field") && bad.contains("invalid_user_token"),
+        "the page names its own field: {bad}"
+    );
     let sent = users["sent"].as_array().expect("requests");
     let carried = |method: &str, path: &str| {
         (sent.iter())

@@ -209,8 +209,18 @@ const question = "What should I do if I lose my card?";
     const salesSources = await page.evaluate(() =>
       [...document.querySelectorAll("#sources li")].map((li) => li.textContent));
     const asHr = await listAs(process.env.HR_TOKEN);
+    // A token that does not verify: the page says which of its fields to fix (the browser
+    // logs the 401 it expects; nothing else may go wrong meanwhile).
+    const problemsBefore = problems.length;
+    await page.fill("#user", "not-a-token");
+    await page.evaluate(() => { document.getElementById("documents-status").textContent = ""; });
+    await page.click("#list-documents");
+    await page.waitForFunction(() => document.getElementById("documents-status").textContent.length > 0,
+      null, { timeout: 10000 });
+    const badToken = await page.textContent("#documents-status");
+    problems.push(...problems.splice(problemsBefore).filter((p) => !p.includes("status of 401")));
     await page.fill("#user", "");
-    const users = { identitySaved, asSales, salesSources, asHr, sent: sentUser };
+    const users = { identitySaved, asSales, salesSources, asHr, badToken, sent: sentUser };
     console.log(JSON.stringify({ title, uploaded, early, done, quality, badFilter, filtered, searched, documents, settings, users, problems, hashed }));
   } finally {
     await browser.close();
