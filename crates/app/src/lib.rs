@@ -215,12 +215,13 @@ pub async fn parts(
         (None, Role::All) => Some(Arc::new(FileSettings::new(&wire.auth.settings_file))),
         (None, _) => None,
     };
-    // Evaluation sets, runs, ratings and gaps, where answers are served: the DynamoDB table on
-    // Lambda (`SLUICE_RECORDS_TABLE`), else `sluice serve`'s files; a function without the
-    // table keeps none.
+    // Evaluation sets, runs, ratings and gaps, where answers are served (and where components
+    // are activated, which reads a gate's run): the DynamoDB table on Lambda
+    // (`SLUICE_RECORDS_TABLE`), else `sluice serve`'s files; a function without the table
+    // keeps none.
     let records: Option<Arc<dyn sluice_contract::evals::Records>> = match (&aws.records_table, role)
     {
-        (_, role) if !role.answers() => None,
+        (_, role) if !role.answers() && !role.components() => None,
         (Some(table), _) => Some(Arc::new(
             sluice_aws::records::DynamoRecords::connect(table).await?,
         )),

@@ -120,6 +120,10 @@ pub struct RunArgs {
     /// Compare with this run [default: the set's last finished run in the same mode].
     #[arg(long)]
     compare_to: Option<String>,
+    /// Try a stored component version beside the live one: `rerank=VERSION` or
+    /// `prompt=VERSION` (a hash, a unique prefix or a label).
+    #[arg(long, value_parser = candidate)]
+    candidate: Option<serde_json::Value>,
     /// Print the report's JSON.
     #[arg(long)]
     json: bool,
@@ -220,10 +224,18 @@ pub async fn sets(client: &sluice_client::Client, command: SetsCommand) -> Resul
 }
 
 /// `sluice eval run`: the run streamed, a line per question, then the figures.
+/// `--candidate KIND=VERSION` as a run's `candidate`.
+fn candidate(text: &str) -> Result<serde_json::Value, String> {
+    match text.split_once('=') {
+        Some((kind @ ("rerank" | "prompt"), version)) => Ok(serde_json::json!({ kind: version })),
+        _ => Err(format!("{text:?}: write rerank=VERSION or prompt=VERSION")),
+    }
+}
+
 pub async fn run_set(client: &sluice_client::Client, run: RunArgs) -> Result<()> {
     let mode = ["retrieval", "answer"][usize::from(run.answers)];
-    let body =
-        serde_json::json!({"set": run.set, "mode": mode, "k": run.k, "compare_to": run.compare_to});
+    let body = serde_json::json!({"set": run.set, "mode": mode, "k": run.k,
+        "compare_to": run.compare_to, "candidate": run.candidate});
     let report = (client.run_eval(&body, &mut |name, data| match name {
         "run" => eprintln!("run {}: {} questions ({mode})", data["id"], data["total"]),
         _ => eprintln!("{}", sluice_client::eval_question_line(data)),

@@ -490,6 +490,36 @@ fn dev_builds_uploads_and_activates_on_every_save() {
         &["component", "activate", "dev", "--url", &server.url],
     );
     assert!(ok, "{all}");
+    // A stored version tried beside the live one on a set, from the command line: the report
+    // names the version it tried by its hash.
+    let set = tmp.path().join("set.json");
+    std::fs::write(
+        &set,
+        r#"{"questions": [{"question": "what is the daily card limit"}]}"#,
+    )
+    .unwrap();
+    let url = ["--url", server.url.as_str()];
+    let put = ["eval", "sets", "put", "s", set.to_str().unwrap()];
+    let (ok, _, all) = run_in(tmp.path(), &[&put[..], &url].concat());
+    assert!(ok, "{all}");
+    let asked = [
+        "eval",
+        "run",
+        "--set",
+        "s",
+        "--candidate",
+        "rerank=dev",
+        "--json",
+    ];
+    let (ok, report, all) = run_in(tmp.path(), &[&asked[..], &url].concat());
+    assert!(ok, "{all}");
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    let tried = report["candidate"]["rerank"].as_str().unwrap_or_default();
+    assert!(tried.len() == 64 && tried.starts_with(prefix), "{report}");
+    assert!(
+        report.get("live").is_some(),
+        "beside the live one: {report}"
+    );
     let (ok, said, all) = run_in(
         tmp.path(),
         &["component", "deactivate", "--url", &server.url],

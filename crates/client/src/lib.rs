@@ -840,14 +840,19 @@ impl Client {
         self.read(response).await
     }
 
-    /// `POST /v1/components/{kind}/activate` of `version`.
+    /// `POST /v1/components/{kind}/activate` of `version` (with `gate_run`: the id of a run of
+    /// the tenant's quality gate that tried it, made where answers are served).
     pub async fn activate_component(
         &self,
         kind: &str,
         version: &str,
+        gate_run: Option<&str>,
     ) -> Result<(ComponentVersion, Option<Value>), ClientError> {
         let path = format!("/v1/components/{kind}/activate");
-        let body = serde_json::json!({ "version": version });
+        let mut body = serde_json::json!({ "version": version });
+        if let Some(run) = gate_run {
+            body["gate_run"] = run.into();
+        }
         let mut value = self.call(reqwest::Method::POST, &path, Some(&body)).await?;
         let quality = value.get_mut("quality").map(Value::take);
         Ok((self.value(value)?, quality))

@@ -150,6 +150,11 @@ pub enum ComponentCommand {
         /// The version: its digest, a unique prefix of it (4 or more hex digits), or a label (the
         /// latest upload that carries it).
         version: String,
+        /// Where the server cannot run the tenant's quality gate (AWS's registry function): the
+        /// id of a run of the gate's set that tried this version (`sluice eval run` with it as
+        /// candidate, on the answer function).
+        #[arg(long)]
+        gate_run: Option<String>,
         #[command(flatten)]
         server: Server,
     },
@@ -288,10 +293,15 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             );
             Ok(())
         }
-        ComponentCommand::Activate { version, server } => {
+        ComponentCommand::Activate {
+            version,
+            gate_run,
+            server,
+        } => {
             let kind = server.kind();
-            let (version, quality) = (client(server)?.activate_component(kind, &version).await)
-                .map_err(crate::remote::server)?;
+            let client = client(server)?;
+            let activated = client.activate_component(kind, &version, gate_run.as_deref());
+            let (version, quality) = activated.await.map_err(crate::remote::server)?;
             println!(
                 "{}",
                 crate::remote::activated_lines(&version, quality.as_ref())

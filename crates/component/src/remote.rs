@@ -72,7 +72,10 @@ pub async fn upload(
     if !activate {
         return Ok((version, None));
     }
-    (client.activate_component(kind, &version.version).await).map_err(server)
+    (client
+        .activate_component(kind, &version.version, None)
+        .await)
+        .map_err(server)
 }
 
 /// A version as activated: its line, and the quality gate's comparison under it.

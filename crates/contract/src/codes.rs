@@ -161,7 +161,8 @@ error_codes! {
         AmbiguousVersion = ("ambiguous_version", 400, false),
         /// Activating a component version for a tenant whose settings hold a quality gate, on a
         /// process that cannot run the gate's set (one that serves no answers, such as the
-        /// Lambda registry function): nothing is activated untried.
+        /// Lambda registry function), without a `gate_run` that stands for it: nothing is
+        /// activated untried.
         QualityGateUnavailable = ("quality_gate_unavailable", 409, false),
         /// A chat completion asking for `n` other than 1.
         InvalidN = ("invalid_n", 400, false),

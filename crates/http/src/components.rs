@@ -126,6 +126,10 @@ pub(crate) async fn upload_component(
 #[serde(deny_unknown_fields)]
 pub(crate) struct ActivateBody {
     version: String,
+    /// Where the tenant's quality gate cannot run here: the id of a run of the gate's set that
+    /// tried this version, made where answers are served.
+    #[serde(default)]
+    gate_run: Option<String>,
 }
 
 pub(crate) async fn activate_component(
@@ -152,19 +156,28 @@ pub(crate) async fn activate_component(
         false => None,
         // The gate's run asks the set's questions through the tenant's own pipeline: a process
         // without one refuses rather than activate a version untried.
-        true if server.answers.is_none() || server.records.is_none() => {
-            let gate = (caller.settings.as_ref()).and_then(|s| s.settings.quality_gate.clone());
-            let set = gate.map(|g| g.set).unwrap_or_default();
-            let why = format!(
-                "the tenant's settings hold a quality gate (set {set:?}), whose run needs the \
-                 answers' pipeline, and this process serves no answers (on AWS, the registry \
-                 function): nothing was activated. Try the version on the answer function with \
-                 POST /v1/evals/runs {{\"set\": {set:?}, \"candidate\": {{\"{kind}\": \"{}\"}}}}; \
-                 activating it here needs the gate removed from the settings first",
-                body.version
-            );
-            return Err(ApiError::new(Code::QualityGateUnavailable, why));
-        }
+        true if server.answers.is_none() => match &body.gate_run {
+            // A run made where answers are served stands for it, if it tried this version.
+            Some(run) => Some(
+                server
+                    .passed_gate(&caller, &kind, &body.version, run)
+                    .await?,
+            ),
+            None => {
+                let gate = (caller.settings.as_ref()).and_then(|s| s.settings.quality_gate.clone());
+                let set = gate.map(|g| g.set).unwrap_or_default();
+                let why = format!(
+                    "the tenant's settings hold a quality gate (set {set:?}), whose run needs the \
+                     answers' pipeline, and this process serves no answers (on AWS, the registry \
+                     function): nothing was activated. Run the set with the version as candidate \
+                     where answers are served — POST /v1/evals/runs {{\"set\": {set:?}, \
+                     \"candidate\": {{\"{kind}\": \"{0}\"}}}} — and activate with {{\"version\": \
+                     \"{0}\", \"gate_run\": \"<the run's id>\"}}",
+                    body.version
+                );
+                return Err(ApiError::new(Code::QualityGateUnavailable, why));
+            }
+        },
         true => {
             let candidate = CandidateAsked {
                 rerank: (kind == "rerank").then(|| body.version.clone()),

@@ -269,12 +269,15 @@ fn tenants_records_are_kept_in_the_table_the_code_writes_and_the_answer_function
     }
     assert!(policy.contains("RecordsTable"), "{policy}");
     // The registry function, which takes activations, reads the tenant's settings (its quality
-    // gate) from the settings table every function is given.
+    // gate) from the settings table every function is given...
     let registry = serde_json::to_string(&statements(&t, "RegistryFunctionRole")).unwrap();
-    let reads = statements(&t, "RegistryFunctionRole").into_iter().any(|s| {
-        s["Action"] == "dynamodb:GetItem" && s["Resource"].to_string().contains("settings")
-    });
-    assert!(reads, "{registry}");
+    let reads = |table: &str| {
+        statements(&t, "RegistryFunctionRole")
+            .into_iter()
+            .any(|s| s["Action"] == "dynamodb:GetItem" && s["Resource"].to_string().contains(table))
+    };
+    // ... and a gate's run, from the records table.
+    assert!(reads("settings") && reads("RecordsTable"), "{registry}");
     let globals = &t["Resources"]["RegistryFunction"]["Properties"]["Environment"]["Variables"];
     assert!(globals.get("SLUICE_SETTINGS_TABLE").is_some(), "{globals}");
 }

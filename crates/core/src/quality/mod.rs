@@ -494,6 +494,10 @@ pub struct RunReport {
     /// The live configuration's figures on the same questions, in a candidate's run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub live: Option<Figures>,
+    /// The version of the tenant's settings the live configuration ran under (none: it had
+    /// set none): a gate's run made elsewhere stands for an activation only under them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub settings_version: Option<u64>,
     /// Each question, in the set's order (absent from a listing).
     #[serde(default)]
     pub questions: Vec<QuestionResult>,

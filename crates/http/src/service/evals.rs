@@ -462,6 +462,7 @@ impl Server {
             call.ends_by.map_or(limit, |by| by.min(limit))
         };
         tracing::info!(%tenant, run = %live.id, set = %asked.set, questions = live.total, "evaluation run started");
+        let settings_version = (arms[0].0.settings.as_ref()).map(|s| s.version);
         let server = Arc::clone(self);
         let credentials = call.credentials.clone();
         Ok(async_stream::stream! {
@@ -481,8 +482,9 @@ impl Server {
                 figures: Default::default(),
                 baseline: baseline.as_ref().map(|b| b.id.clone()),
                 versus: Default::default(),
-                candidate: asked.candidate.as_ref().map(|c| json!(c)),
+                candidate: candidate.as_ref().map(|c| json!(c.named)),
                 live: None,
+                settings_version,
                 questions: Vec::with_capacity(live.total),
             };
             // Each arm's questions scored: the live configuration's, then the candidate's.

@@ -48,6 +48,8 @@ pub(crate) struct CandidateAsked {
 pub(crate) struct Candidate {
     pub(crate) caller: Caller,
     pub(crate) pinned: Pinned,
+    /// As asked, its versions named by their whole hashes (what a run's report keeps).
+    pub(crate) named: CandidateAsked,
 }
 
 fn unknown_version(kind: &str, why: String) -> ApiError {
@@ -120,8 +122,10 @@ impl Server {
                 })
             }
         };
+        let mut resolved = asked.clone();
         if let Some(version) = &asked.rerank {
             let version = &named("rerank", version, tenant.clone()).await?;
+            resolved.rerank = Some(version.clone());
             let registry =
                 reranker.ok_or_else(|| unknown_version("rerank", "no registry".into()))?;
             let found = registry.version(tenant, version).await;
@@ -129,6 +133,7 @@ impl Server {
         }
         if let Some(version) = &asked.prompt {
             let version = &named("prompt", version, tenant.prompt_components()).await?;
+            resolved.prompt = Some(version.clone());
             let registry =
                 reranker.ok_or_else(|| unknown_version("prompt", "no registry".into()))?;
             let found = registry.prompt_version(tenant, version).await;
@@ -150,7 +155,11 @@ impl Server {
                 "candidate: name a \"rerank\" or \"prompt\" version, or \"settings\"",
             ));
         }
-        Ok(Candidate { caller, pinned })
+        Ok(Candidate {
+            caller,
+            pinned,
+            named: resolved,
+        })
     }
 
     /// Checks that the set a new quality gate names exists: a gate on a set the tenant does not
@@ -215,28 +224,79 @@ impl Server {
         let report = report.ok_or_else(|| {
             ApiError::new(Code::Internal, "the quality gate's run gave no report")
         })?;
-        let refused = quality::regressions(&gate, &report.versus);
-        let compared = compared(&gate, &report, &refused);
-        if refused.is_empty() && report.status == quality::RunStatus::Finished {
-            return Ok(Some(compared));
-        }
-        let why = match refused.first() {
-            Some(r) => format!(
-                "the quality gate refused the change: on set {:?} {} changed by {:.3} (95 % \
-                 interval {:.3} to {:.3}); it may drop by {} at most",
-                gate.set, r.figure, r.change.value, r.change.ci[0], r.change.ci[1], r.max_drop
-            ),
-            None => format!(
-                "the quality gate's run on set {:?} did not finish ({:?}): the change is not \
-                 tried, so not made",
-                gate.set, report.status
-            ),
-        };
-        Err(ApiError {
-            details: Some(compared),
-            ..ApiError::new(Code::QualityRegression, why)
-        })
+        judged(&gate, &report).map(Some)
     }
+
+    /// A gate's run made where answers are served, standing for the activation of `version` (a
+    /// `kind` component) on a process that cannot run a set (the Lambda registry function):
+    /// the tenant's run `id`, of its gate's set and mode, that tried that version alone, under
+    /// the settings in force now — judged as [`Self::gate`] judges its own run. 409
+    /// `quality_gate_unavailable` saying why a run does not stand for the activation.
+    pub(crate) async fn passed_gate(
+        &self,
+        caller: &Caller,
+        kind: &str,
+        version: &str,
+        id: &str,
+    ) -> Result<Value, ApiError> {
+        let gate = (caller.settings.as_ref()).and_then(|s| s.settings.quality_gate.clone());
+        let settings = caller.settings.as_ref().map(|s| s.version);
+        let records = self.records()?;
+        let record = (records.get(&caller.tenant, Shelf::EvalRuns, id).await)
+            .map_err(super::records::unavailable)?;
+        let report = record.and_then(|r| serde_json::from_value::<RunReport>(r.body).ok());
+        let tried = json!({ kind: version });
+        let refuse = |why: String| Err(ApiError::new(Code::QualityGateUnavailable, why));
+        let (Some(gate), Some(report)) = (gate, report) else {
+            return refuse(format!("the tenant has no evaluation run {id:?}"));
+        };
+        if report.set != gate.set || report.mode != gate.mode {
+            return refuse(format!(
+                "run {id:?} asked set {:?} ({:?}), not the gate's {:?} ({:?})",
+                report.set, report.mode, gate.set, gate.mode
+            ));
+        }
+        if report.candidate.as_ref() != Some(&tried) {
+            return refuse(format!(
+                "run {id:?} did not try {kind} version {version} alone (its candidate: {})",
+                report.candidate.unwrap_or_default()
+            ));
+        }
+        if report.settings_version != settings {
+            return refuse(format!(
+                "run {id:?} was made under settings version {:?}; they are version {:?} now: run \
+                 it again",
+                report.settings_version, settings
+            ));
+        }
+        judged(&gate, &report)
+    }
+}
+
+/// What `gate` says of its set's `report`: the comparison, when the candidate passes; 409
+/// `quality_regression` with the figures and the questions that lost most when it does not.
+fn judged(gate: &QualityGate, report: &RunReport) -> Result<Value, ApiError> {
+    let refused = quality::regressions(gate, &report.versus);
+    let compared = compared(gate, report, &refused);
+    if refused.is_empty() && report.status == quality::RunStatus::Finished {
+        return Ok(compared);
+    }
+    let why = match refused.first() {
+        Some(r) => format!(
+            "the quality gate refused the change: on set {:?} {} changed by {:.3} (95 % \
+                 interval {:.3} to {:.3}); it may drop by {} at most",
+            gate.set, r.figure, r.change.value, r.change.ci[0], r.change.ci[1], r.max_drop
+        ),
+        None => format!(
+            "the quality gate's run on set {:?} did not finish ({:?}): the change is not \
+                 tried, so not made",
+            gate.set, report.status
+        ),
+    };
+    Err(ApiError {
+        details: Some(compared),
+        ..ApiError::new(Code::QualityRegression, why)
+    })
 }
 
 /// What a gate's run says: its id, the figures held and how they changed, what was refused,

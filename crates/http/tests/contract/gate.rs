@@ -67,7 +67,11 @@ const ACME: [(&str, &str); 1] = [("x-sluice-tenant", "acme")];
 /// fused order, one that puts `atm-limits` first — and two sets: `help` (each question's own
 /// page expected, and first) and `labels` (questions the tenant labelled `atm-limits` for).
 async fn app(activations: Arc<Activations>) -> App {
-    let mut kit = Kit::new(UNCHECKED);
+    app_over(Kit::new(UNCHECKED), activations).await
+}
+
+/// [`app`] from `kit` (its settings and records stores, which another process may share).
+async fn app_over(mut kit: Kit, activations: Arc<Activations>) -> App {
     let reranker = ScriptedReranker::new(Verdict::Reverse)
         .none_active()
         .stored("reverse", Verdict::Reverse)
@@ -317,4 +321,102 @@ async fn a_process_without_answers_refuses_a_gated_activation_untried() {
     let activated = activate(&app, "reverse").await;
     assert_eq!(activated.status, 200, "{}", activated.raw);
     assert_eq!(*activations.0.lock().unwrap(), ["reverse"]);
+}
+
+/// Where no set can run (the registry function), a gate's run made where answers are served
+/// stands for an activation: when it asked the gate's set, tried that version alone, under the
+/// settings in force now — and passed.
+#[tokio::test]
+async fn a_gate_run_made_where_answers_are_served_stands_for_an_activation_elsewhere() {
+    use sluice_contract::tenant_settings::{SettingsStore, TenantSettings};
+    let store = Arc::new(sluice_testkit::MemorySettings::default());
+    let records = Arc::new(sluice_testkit::MemoryRecords::default());
+    let shared = |kit: &mut Kit| {
+        kit.parts.settings = Some(store.clone());
+        kit.parts.records = Some(records.clone());
+    };
+    let mut kit = Kit::new(UNCHECKED);
+    shared(&mut kit);
+    let answering = app_over(kit, Arc::default()).await;
+    let activations = Arc::new(Activations::default());
+    // The registry reads the settings afresh on every request.
+    let fresh = [
+        ("SLUICE_GROUNDING", "off"),
+        ("SLUICE_SETTINGS_FRESH_MS", "0"),
+    ];
+    let mut kit = Kit::new(&fresh);
+    shared(&mut kit);
+    kit.parts.components = Some(activations.clone());
+    let registry = kit.app_with(|s| s.answers = None);
+    let run = |asked: Value| {
+        let answering = &answering;
+        async move {
+            let reply =
+                (answering.send(Method::POST, "/v1/evals/runs", &ACME, asked.to_string())).await;
+            let (_, report) = Stream::parse(&reply.raw).events.pop().expect("events");
+            report["id"].as_str().expect("a run id").to_string()
+        }
+    };
+    let activate_with = |version: &str, run: &str| {
+        let body = json!({ "version": version, "gate_run": run }).to_string();
+        registry.send(Method::POST, "/v1/components/rerank/activate", &ACME, body)
+    };
+    let code = |reply: &Reply| (reply.status, reply.code().to_string());
+    let unavailable = (409, "quality_gate_unavailable".to_string());
+
+    assert_eq!(
+        settings(&answering, json!({"quality_gate": {"set": "labels"}}))
+            .await
+            .status,
+        200
+    );
+    let untried = activate(&registry, "better").await;
+    assert_eq!(code(&untried), unavailable, "{}", untried.raw);
+    assert!(untried.raw.contains("gate_run"), "{}", untried.raw);
+    let better = run(json!({"set": "labels", "candidate": {"rerank": "better"}})).await;
+    // A run of another version does not stand for this one.
+    let other = activate_with("reverse", &better).await;
+    assert_eq!(code(&other), unavailable, "{}", other.raw);
+    assert!(other.raw.contains("did not try"), "{}", other.raw);
+    let activated = activate_with("better", &better).await;
+    assert_eq!(activated.status, 200, "{}", activated.raw);
+    let mrr = activated.body["quality"]["versus"]["mrr"]["value"]
+        .as_f64()
+        .unwrap();
+    assert!(mrr > 0.0, "{}", activated.raw);
+    assert_eq!(*activations.0.lock().unwrap(), ["better"]);
+
+    // Under a gate on the help set: a run of the labels set does not count, a run that does
+    // worse is refused as the gate refuses it, and a run made before the settings changed is
+    // to be made again.
+    assert_eq!(
+        settings(&answering, json!({"quality_gate": {"set": "help"}}))
+            .await
+            .status,
+        200
+    );
+    let stale = activate_with("better", &better).await;
+    assert_eq!(code(&stale), unavailable, "{}", stale.raw);
+    let reverse = run(json!({"set": "help", "candidate": {"rerank": "reverse"}})).await;
+    let worse = activate_with("reverse", &reverse).await;
+    assert_eq!(
+        (worse.status, worse.code()),
+        (409, "quality_regression"),
+        "{}",
+        worse.raw
+    );
+    let changed = json!({"quality_gate": {"set": "help"}, "k": 4});
+    let changed = TenantSettings::parse(&changed, 512).unwrap();
+    store
+        .put(&sluice_testkit::tenant("acme"), changed)
+        .await
+        .unwrap();
+    let before = activate_with("reverse", &reverse).await;
+    assert_eq!(code(&before), unavailable, "{}", before.raw);
+    assert!(before.raw.contains("run it again"), "{}", before.raw);
+    assert_eq!(
+        *activations.0.lock().unwrap(),
+        ["better"],
+        "nothing else activated"
+    );
 }
