@@ -178,65 +178,58 @@ impl Server {
     }
 
     /// `events` as they pass, the answer they make kept for rating once `done` has passed
-    /// (the stream ends when it is kept).
+    /// (the stream ends when it is kept: the client has its `done` first).
     pub(crate) fn keeping(
         &self,
         caller: &Caller,
         answered: Answered,
-        events: BoxStream<'static, Event>,
+        mut events: BoxStream<'static, Event>,
     ) -> BoxStream<'static, Event> {
         let log = Arc::clone(&self.answered);
         let shared = self.shared_records();
         let noter = self.noter();
         let tenant = caller.tenant.clone();
-        let made: Arc<Mutex<Option<(String, Answered)>>> = Arc::default();
         let mut answered = Some(answered);
-        let (mut request_id, mut text) = (String::new(), String::new());
-        let finished = Arc::clone(&made);
-        let noted = tenant.clone();
-        let passing = events.map(move |event| {
-            if let Some(a) = answered.as_mut() {
-                match &event {
-                    Event::Meta(meta) => {
-                        request_id.clone_from(&meta.request_id);
-                        a.sources = meta.documents.iter().map(|d| d.id.clone()).collect();
-                        a.cached = meta.cache == CacheState::Hit;
+        async_stream::stream! {
+            let (mut request_id, mut text, mut made) = (String::new(), String::new(), None);
+            while let Some(event) = events.next().await {
+                if let Some(a) = answered.as_mut() {
+                    match &event {
+                        Event::Meta(meta) => {
+                            request_id.clone_from(&meta.request_id);
+                            a.sources = meta.documents.iter().map(|d| d.id.clone()).collect();
+                            a.cached = meta.cache == CacheState::Hit;
+                        }
+                        Event::Token(token) => text.push_str(&token.text),
+                        Event::Done(done) => {
+                            a.grounded = done.grounding.as_ref().map(|g| g.grounded());
+                            a.unsupported = done.grounding.as_ref().map_or(0, |g| g.unsupported);
+                            a.digest = Some(sluice_contract::sha256_hex(text.as_bytes()));
+                        }
+                        Event::Error(_) => {}
                     }
-                    Event::Token(token) => text.push_str(&token.text),
-                    Event::Done(done) => {
-                        a.grounded = done.grounding.as_ref().map(|g| g.grounded());
-                        a.unsupported = done.grounding.as_ref().map_or(0, |g| g.unsupported);
-                        a.digest = Some(sluice_contract::sha256_hex(text.as_bytes()));
+                }
+                if matches!(event, Event::Done(_))
+                    && let Some(a) = answered.take()
+                {
+                    let why = match (a.sources.is_empty(), a.grounded) {
+                        (true, _) => Some(Why::NoSources),
+                        (false, Some(false)) => Some(Why::Ungrounded),
+                        _ => None,
+                    };
+                    if let Some(why) = why {
+                        noter.note(&tenant, &a.question, why, a.keep_days);
                     }
-                    Event::Error(_) => {}
+                    made = Some(a);
                 }
+                yield event;
             }
-            if matches!(event, Event::Done(_))
-                && let Some(a) = answered.take()
-            {
-                let why = match (a.sources.is_empty(), a.grounded) {
-                    (true, _) => Some(Why::NoSources),
-                    (false, Some(false)) => Some(Why::Ungrounded),
-                    _ => None,
-                };
-                if let Some(why) = why {
-                    noter.note(&noted, &a.question, why, a.keep_days);
-                }
-                let mut made = finished.lock().unwrap_or_else(|e| e.into_inner());
-                *made = Some((std::mem::take(&mut request_id), a));
+            // After the last event: the stream (and a Lambda invocation) ends once it is kept.
+            if let Some(a) = made {
+                keep(&log, shared, tenant, request_id, a).await;
             }
-            event
-        });
-        // After the last event: the client has its `done`; the stream (and a Lambda
-        // invocation) ends once the answer is kept.
-        let kept = futures::stream::once(async move {
-            let taken = made.lock().unwrap_or_else(|e| e.into_inner()).take();
-            if let Some((request_id, answered)) = taken {
-                keep(&log, shared, tenant, request_id, answered).await;
-            }
-        })
-        .filter_map(|()| std::future::ready(None));
-        passing.chain(kept).boxed()
+        }
+        .boxed()
     }
 
     /// The answer `request_id` of `caller`'s tenant, kept for rating: from this process, else
