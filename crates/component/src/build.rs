@@ -45,7 +45,7 @@ fn toolchain() -> Result<Toolchain> {
 /// Where component crates build when `CARGO_TARGET_DIR` is not set: `components-target`
 /// under `SLUICE_HOME` (`~/.cache/sluice`), shared by every crate (and by
 /// `scripts/build-components.sh`).
-pub fn shared_target() -> PathBuf {
+fn shared_target() -> PathBuf {
     let home = sluice_contract::settings::home(&sluice_contract::settings::env);
     home.join("components-target")
 }

@@ -5,7 +5,6 @@
 use std::path::{Path, PathBuf};
 
 use clap::Subcommand;
-use sluice_contract::components::ComponentVersion;
 
 use crate::{Kind, LoopError, Result};
 
@@ -315,10 +314,8 @@ pub async fn command(settings: &sluice_app::Settings, command: ComponentCommand)
             Ok(())
         }
         ComponentCommand::Versions { server } => {
-            let path = format!("/v1/components/{}", server.kind());
-            let mut listed = (client(server)?.get(&path).await).map_err(crate::remote::server)?;
-            let versions: Vec<ComponentVersion> = serde_json::from_value(listed["versions"].take())
-                .map_err(|e| LoopError::Pipeline(e.to_string()))?;
+            let kind = server.kind();
+            let versions = crate::remote::versions(&client(server)?, kind).await?;
             for v in &versions {
                 println!("{}", crate::remote::version_line(v));
             }

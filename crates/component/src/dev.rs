@@ -100,11 +100,7 @@ async fn round(
 /// Deletes the tenant's `dev` versions past the newest `keep` (never the active one): the
 /// number deleted.
 async fn prune(client: &Client, kind: &str, keep: usize) -> Result<usize> {
-    let path = format!("/v1/components/{kind}");
-    let mut listed = (client.get(&path).await).map_err(crate::remote::server)?;
-    let versions: Vec<sluice_contract::components::ComponentVersion> =
-        serde_json::from_value(listed["versions"].take())
-            .map_err(|e| LoopError::Pipeline(e.to_string()))?;
+    let versions = crate::remote::versions(client, kind).await?;
     let mut dev: Vec<_> = (versions.iter())
         .filter(|v| v.label.as_deref() == Some(DEV))
         .collect();
@@ -112,7 +108,7 @@ async fn prune(client: &Client, kind: &str, keep: usize) -> Result<usize> {
     let mut deleted = 0;
     for old in dev.iter().skip(keep).filter(|v| !v.active) {
         let gone = client
-            .delete(&format!("{path}/{}", old.version), None)
+            .delete(&format!("/v1/components/{kind}/{}", old.version), None)
             .await;
         gone.map_err(crate::remote::server)?;
         deleted += 1;

@@ -57,6 +57,14 @@ pub(crate) fn version_line(v: &ComponentVersion) -> String {
     line
 }
 
+/// The tenant's versions of `kind` components on the server (`GET /v1/components/{kind}`).
+pub(crate) async fn versions(client: &Client, kind: &str) -> Result<Vec<ComponentVersion>> {
+    let path = format!("/v1/components/{kind}");
+    let mut listed = (client.get(&path).await).map_err(server)?;
+    serde_json::from_value(listed["versions"].take())
+        .map_err(|e| LoopError::Pipeline(e.to_string()))
+}
+
 /// Uploads `file` (as `label`), and activates it when `activate` says: the version, and
 /// what the tenant's quality gate said of it (when it has one and the version was activated).
 pub async fn upload(

@@ -284,12 +284,12 @@ fn judged(gate: &QualityGate, report: &RunReport) -> Result<Value, ApiError> {
     let why = match refused.first() {
         Some(r) => format!(
             "the quality gate refused the change: on set {:?} {} changed by {:.3} (95 % \
-                 interval {:.3} to {:.3}); it may drop by {} at most",
+             interval {:.3} to {:.3}); it may drop by {} at most",
             gate.set, r.figure, r.change.value, r.change.ci[0], r.change.ci[1], r.max_drop
         ),
         None => format!(
             "the quality gate's run on set {:?} did not finish ({:?}): the change is not \
-                 tried, so not made",
+             tried, so not made",
             gate.set, report.status
         ),
     };
