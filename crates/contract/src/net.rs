@@ -1,10 +1,10 @@
-//! URLs a tenant gives (its identity provider's `jwks_url`): what such a URL may be, and which
+//! URLs a tenant gives (its identity provider's `jwks_url`, its website sources): what such a URL may be, and which
 //! addresses Sluice may connect to on a tenant's word.
 //!
 //! The rules hold for the URL as a URL parser reads it, never for its text: `http://127.0.0.1@10.0.0.1/`
 //! is a URL of host 10.0.0.1 with credentials, `http://127.0.0.1.example.com/` one of a name.
 //! A name is checked after it is resolved, each address it resolves to, and the connection
-//! goes to an address that was checked (the fetch side, `sluice-fetch`, does that).
+//! goes to an address that was checked (`sluice-fetch` does that).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
@@ -17,6 +17,40 @@ pub const MAX_URL_BYTES: usize = 2_048;
 /// credentials, no fragment, at most [`MAX_URL_BYTES`]. The message says what is wrong with
 /// it, for the tenant.
 pub fn tenant_url(text: &str) -> Result<url::Url, String> {
+    checked_url(text, |url| {
+        let loopback = match url.host() {
+            Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+            Some(url::Host::Ipv6(ip)) => ip
+                .to_ipv4_mapped()
+                .map_or(ip.is_loopback(), |v4| v4.is_loopback()),
+            Some(url::Host::Domain(name)) => name == "localhost",
+            None => false,
+        };
+        match url.scheme() == "https" || url.scheme() == "http" && loopback {
+            true => Ok(()),
+            false => Err("must be an https URL (http only to a loopback address)".into()),
+        }
+    })
+}
+
+/// A page of a tenant's website as a URL, parsed: [`tenant_url`]'s rules, except that `http`
+/// is allowed anywhere (a site's pages are public text, not keys), and a fragment is dropped
+/// (it names a place in the page, not another page).
+pub fn site_url(text: &str) -> Result<url::Url, String> {
+    // The URL parser ends a URL at its first `#` too.
+    let page = text.split_once('#').map_or(text, |(page, _)| page);
+    checked_url(page, |url| match url.scheme() {
+        "https" | "http" => Ok(()),
+        other => Err(format!("must be an http or https URL, not {other}:")),
+    })
+}
+
+/// What [`tenant_url`] and [`site_url`] share: the length, the URL parsed, no credentials,
+/// the `scheme` rule, no fragment, a host.
+fn checked_url(
+    text: &str,
+    scheme: impl Fn(&url::Url) -> Result<(), String>,
+) -> Result<url::Url, String> {
     if text.len() > MAX_URL_BYTES {
         return Err(format!("is over {MAX_URL_BYTES} bytes"));
     }
@@ -24,17 +58,7 @@ pub fn tenant_url(text: &str) -> Result<url::Url, String> {
     if !url.username().is_empty() || url.password().is_some() {
         return Err("must not carry a user name or password (user@host)".into());
     }
-    let loopback = match url.host() {
-        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-        Some(url::Host::Ipv6(ip)) => ip
-            .to_ipv4_mapped()
-            .map_or(ip.is_loopback(), |v4| v4.is_loopback()),
-        Some(url::Host::Domain(name)) => name == "localhost",
-        None => false,
-    };
-    if !(url.scheme() == "https" || url.scheme() == "http" && loopback) {
-        return Err("must be an https URL (http only to a loopback address)".into());
-    }
+    scheme(&url)?;
     if url.fragment().is_some() {
         return Err("must not have a fragment (#…)".into());
     }
@@ -202,6 +226,22 @@ mod tests {
         assert_eq!(url.host(), Some(url::Host::Ipv4(Ipv4Addr::LOCALHOST)));
         assert!(tenant_url("http://[::1]:8080/keys").is_ok());
         assert!(tenant_url("http://10.0.0.1/keys").is_err());
+    }
+
+    #[test]
+    fn a_site_may_be_plain_http_and_its_fragment_is_no_other_page() {
+        let url = site_url("http://docs.example.com/guide#install").unwrap();
+        assert_eq!(url.as_str(), "http://docs.example.com/guide");
+        for (url, why) in [
+            ("ftp://docs.example.com/", "http or https"),
+            ("file:///etc/passwd", "http or https"),
+            ("javascript:alert(1)", "http or https"),
+            ("http://user:pw@docs.example.com/", "user name"),
+            ("http://", "not a URL"),
+        ] {
+            let e = site_url(url).unwrap_err();
+            assert!(e.contains(why), "{url}: {e}");
+        }
     }
 
     #[test]

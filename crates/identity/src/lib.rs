@@ -5,7 +5,7 @@
 //! - **Keys.** A JWKS URL is fetched on first use and kept; a token naming a key (`kid`) the
 //!   set does not hold fetches it again — at most once a minute per URL ([`REFETCH_EVERY`]), within
 //!   [`FETCH_TIMEOUT`], at most [`MAX_JWKS_BYTES`] read, only from public addresses and never
-//!   through a redirect ([`fetch`]). Each tenant's key sets are its own: at most
+//!   through a redirect ([`sluice_fetch::client`]). Each tenant's key sets are its own: at most
 //!   [`MAX_SETS_PER_TENANT`] kept, so one tenant's fetches never push out another's keys. A
 //!   failed fetch leaves the keys already
 //!   held in force; a token whose key is not among them is refused, never let through. Or one
@@ -36,9 +36,7 @@ use sluice_contract::access::{
 };
 use sluice_contract::net::IpRange;
 
-pub mod fetch;
-
-use fetch::{FetchError, Fetcher};
+use sluice_fetch::{FetchError, Fetcher};
 
 /// How long one JWKS fetch may take (connect, headers and body).
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(2);

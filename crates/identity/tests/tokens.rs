@@ -651,7 +651,7 @@ async fn one_tenants_fetches_are_limited_and_never_evict_anothers_keys() {
     let ids = identities(Duration::from_secs(60));
     let token = rsa.sign(&claims());
     assert!(ids.verify("victim", &by_jwks(&url), &token).await.is_ok());
-    let limit = sluice_identity::fetch::FETCHES_PER_MINUTE as usize;
+    let limit = sluice_fetch::FETCHES_PER_MINUTE as usize;
     let mut refused = 0;
     for n in 0..limit + 4 {
         let got = ids
@@ -691,7 +691,7 @@ async fn counting(ip: &str, port: u16) -> Option<Arc<AtomicUsize>> {
 /// each — the inside address is never reached.
 #[tokio::test]
 async fn a_rebinding_name_reaches_only_addresses_that_were_checked() {
-    use sluice_identity::fetch::{FetchError, Fetcher, Lookup};
+    use sluice_fetch::{FetchError, Fetcher, Lookup};
     // The same port on two loopback addresses: 127.0.0.2 stands for an address the operator
     // allows, 127.0.0.1 for one inside.
     let probe = std::net::TcpListener::bind("127.0.0.2:0").unwrap();
