@@ -254,6 +254,16 @@ pub async fn parts(
     });
     #[cfg(not(feature = "files"))]
     let converter = None;
+    // The buckets of tenants' S3 sources, where documents are written and an AWS region is
+    // set (a local `sluice serve` without one syncs websites only).
+    let objects: Option<Arc<dyn sluice_contract::sources::Objects>> = match role.documents() {
+        true => match sluice_aws::documents::Documents::connect().await {
+            Ok(documents) => Some(Arc::new(documents)),
+            Err(sluice_aws::AwsError::NoRegion(_)) => None,
+            Err(e) => return Err(e.into()),
+        },
+        false => None,
+    };
     let mut parts = Parts {
         role,
         embedder,
@@ -273,6 +283,7 @@ pub async fn parts(
         config,
         wire,
         converter,
+        objects,
         replica_id: Some(replica_id()),
     };
     if let Some(storage) = storage {

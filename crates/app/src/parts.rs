@@ -98,6 +98,8 @@ pub struct Parts {
     /// Where tenants' evaluation sets and runs are kept (answers); `None`: `/v1/evals` is 404
     /// `evals_disabled`.
     pub records: Option<Arc<dyn Records>>,
+    /// The buckets of tenants' S3 sources; `None`: an S3 source's sync fails, saying so.
+    pub objects: Option<Arc<dyn sluice_contract::sources::Objects>>,
 }
 
 impl Parts {
@@ -139,6 +141,7 @@ impl Parts {
         let answers = server.answers.is_some();
         server.records = self.records.filter(|_| answers);
         server.converter = self.converter;
+        server.objects = self.objects;
         server.components = self.components;
         server.keys = self.keys;
         server.usage = self

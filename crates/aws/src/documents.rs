@@ -1,10 +1,17 @@
-//! Documents uploaded to S3, for the ingest function's S3 trigger.
+//! Documents in S3: uploads, for the ingest function's S3 trigger, and the objects under a
+//! tenant's S3 source's prefix, listed and read by its syncs ([`Objects`]).
 //!
 //! An upload's key is `<tenant>/<path>`: the first segment names the tenant, the rest is the
 //! file's name (its extension picks the format, as `sluice ingest` does with paths). Its
 //! [`ACCESS_TAG`] tag, when it has one, says which end users may see its documents.
 
+use futures::{StreamExt, TryStreamExt};
+use sluice_contract::sources::{Listed, ObjectPage, Objects, ObjectsError};
+
 use crate::AwsError;
+
+/// Objects whose tags a listing reads at once.
+const TAGS_AT_ONCE: usize = 16;
 
 /// The object tag that holds an upload's access list: principals separated by spaces (S3
 /// tag values allow no commas), e.g. `group:hr user:alice`; empty for no end user.
@@ -97,9 +104,7 @@ impl Documents {
         let (object, tags) = tokio::join!(get, tags);
         let object = object.map_err(|e| AwsError::call("S3 GetObject", e))?;
         let tags = tags.map_err(|e| AwsError::call("S3 GetObjectTagging", e))?;
-        let access = (tags.tag_set().iter())
-            .find(|t| t.key() == ACCESS_TAG)
-            .map(|t| t.value().split_whitespace().collect::<Vec<_>>().join(","));
+        let access = access_of(tags.tag_set());
         let size = object.content_length().unwrap_or(0).max(0) as u64;
         let content_type = object.content_type().map(str::to_string);
         if size > max as u64 {
@@ -119,6 +124,72 @@ impl Documents {
             content_type,
             access,
         })
+    }
+}
+
+/// The access list an object's tags hold (its [`ACCESS_TAG`], as a comma-separated list).
+fn access_of(tags: &[aws_sdk_s3::types::Tag]) -> Option<String> {
+    (tags.iter())
+        .find(|t| t.key() == ACCESS_TAG)
+        .map(|t| t.value().split_whitespace().collect::<Vec<_>>().join(","))
+}
+
+#[async_trait::async_trait]
+impl Objects for Documents {
+    async fn list(
+        &self,
+        bucket: &str,
+        prefix: &str,
+        after: Option<String>,
+    ) -> Result<ObjectPage, ObjectsError> {
+        let unavailable = |e: AwsError| ObjectsError::Unavailable(e.to_string());
+        let page = (self.s3.list_objects_v2().bucket(bucket).prefix(prefix))
+            .set_continuation_token(after)
+            .send()
+            .await
+            .map_err(|e| unavailable(AwsError::call("S3 ListObjectsV2", e)))?;
+        // An object's access tag is not in the listing: read beside it, a few at once (a
+        // changed tag changes no ETag, and must reach the documents' access lists).
+        let objects = futures::stream::iter(page.contents().iter().cloned())
+            .map(|object| async move {
+                let key = object.key().unwrap_or_default().to_string();
+                let tags = (self.s3.get_object_tagging().bucket(bucket).key(&key).send())
+                    .await
+                    .map_err(|e| unavailable(AwsError::call("S3 GetObjectTagging", e)))?;
+                Ok::<_, ObjectsError>(Listed {
+                    etag: object.e_tag().unwrap_or_default().to_string(),
+                    size: object.size().unwrap_or(0).max(0) as u64,
+                    access: access_of(tags.tag_set()),
+                    key,
+                })
+            })
+            .buffered(TAGS_AT_ONCE)
+            .try_collect()
+            .await?;
+        let next = match page.is_truncated() {
+            Some(true) => page.next_continuation_token().map(str::to_string),
+            _ => None,
+        };
+        Ok(ObjectPage { objects, next })
+    }
+
+    async fn read(
+        &self,
+        bucket: &str,
+        key: &str,
+        max_bytes: usize,
+    ) -> Result<sluice_contract::sources::Object, ObjectsError> {
+        match Documents::read(self, bucket, key, max_bytes).await {
+            Ok(object) => Ok(sluice_contract::sources::Object {
+                bytes: object.bytes,
+                content_type: object.content_type,
+            }),
+            Err(e @ ReadError::TooLarge { .. }) => Err(ObjectsError::TooLarge(e.to_string())),
+            Err(ReadError::Aws(e)) if e.to_string().contains("NoSuchKey") => {
+                Err(ObjectsError::Gone)
+            }
+            Err(ReadError::Aws(e)) => Err(ObjectsError::Unavailable(e.to_string())),
+        }
     }
 }
 

@@ -101,6 +101,35 @@ impl Records for DynamoRecords {
         read.item.as_ref().map(record).transpose()
     }
 
+    async fn tenants(&self, shelf: Shelf) -> Result<Vec<Tenant>, RecordsError> {
+        // A scan of the partition keys alone: the shelves are `<tenant>#<shelf>`.
+        let suffix = format!("#{}", shelf.as_str());
+        let (mut tenants, mut start) = (std::collections::BTreeSet::new(), None);
+        loop {
+            let page = (self.client.scan().table_name(&self.table))
+                .projection_expression("#s")
+                .filter_expression("contains(#s, :suffix)")
+                .expression_attribute_names("#s", "shelf")
+                .expression_attribute_values(":suffix", AttributeValue::S(suffix.clone()))
+                .set_exclusive_start_key(start.take())
+                .send()
+                .await
+                .map_err(|e| fail(AwsError::call("DynamoDB Scan", e)))?;
+            for item in page.items() {
+                if let Some(AttributeValue::S(key)) = item.get("shelf")
+                    && let Some(tenant) = key.strip_suffix(&suffix)
+                    && let Ok(tenant) = Tenant::new(tenant)
+                {
+                    tenants.insert(tenant);
+                }
+            }
+            match page.last_evaluated_key() {
+                Some(key) if !key.is_empty() => start = Some(key.clone()),
+                _ => return Ok(tenants.into_iter().collect()),
+            }
+        }
+    }
+
     async fn list(&self, tenant: &Tenant, shelf: Shelf) -> Result<Vec<Record>, RecordsError> {
         let (mut records, mut start) = (Vec::new(), None);
         loop {

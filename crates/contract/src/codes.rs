@@ -217,6 +217,10 @@ error_codes! {
         /// `up` or `down`, a comment or expected source over its limit; the message names the
         /// field; nothing stored.
         InvalidFeedback = ("invalid_feedback", 400, false),
+        /// A source (`PUT /v1/sources/{name}`) that is not valid: an unknown field, neither or both
+        /// of `website` and `s3`, a URL Sluice does not fetch (not http or https, with a user
+        /// name), a cap over the operator's; the message starts with the field; nothing stored.
+        InvalidSource = ("invalid_source", 400, false),
         /// Activating, reading the log of or deleting a component version the tenant does not
         /// have (no version by that hash, prefix or label).
         UnknownVersion = ("unknown_version", 404, false),
@@ -226,6 +230,8 @@ error_codes! {
         UnknownDocument = ("unknown_document", 404, false),
         /// An evaluation set or run the tenant does not have.
         UnknownEvalSet = ("unknown_eval_set", 404, false),
+        /// A source, or a sync of one, the tenant does not have.
+        UnknownSource = ("unknown_source", 404, false),
         /// Feedback on a `request_id` this server keeps no answer of: never answered, another
         /// tenant's, another end user's, or answered longer ago than answers are kept for.
         UnknownRequest = ("unknown_request", 404, false),
@@ -245,6 +251,9 @@ error_codes! {
         /// `/v1/evals/…` or `/v1/feedback` in a process that keeps no evaluation sets or
         /// ratings (one that serves no answers, or a Lambda function: they keep none yet).
         EvalsDisabled = ("evals_disabled", 404, false),
+        /// `/v1/sources/…` in a process that keeps no sources or writes no documents (a Lambda
+        /// function other than the ingest function, or one without a records table).
+        SourcesDisabled = ("sources_disabled", 404, false),
         /// Wrong method on a known route.
         MethodNotAllowed = ("method_not_allowed", 405, false),
         /// An `/mcp` request whose `Accept` does not take both `application/json` and
@@ -256,6 +265,8 @@ error_codes! {
         /// A run started while the tenant has as many going as it may
         /// (`SLUICE_EVAL_RUNS_PER_TENANT`): wait for one to end, or cancel it.
         EvalRunActive = ("eval_run_active", 409, false),
+        /// A sync asked for while one of the same source is going: wait for it, or cancel it.
+        SyncRunning = ("sync_running", 409, false),
         /// Activating a component version or saving settings that the tenant's quality gate
         /// refuses: on the gate's set a figure drops by more than its `max_drop`, beyond the
         /// noise; `details` has the figures and the questions that lost most. Nothing changed.
@@ -296,6 +307,9 @@ error_codes! {
         /// `/v1/evals/…` or `/v1/feedback` while the store of sets, runs and ratings cannot be
         /// read or written.
         EvalsUnavailable = ("evals_unavailable", 503, true),
+        /// `/v1/sources/…` while the store of sources and their reports cannot be read or
+        /// written.
+        SourcesUnavailable = ("sources_unavailable", 503, true),
         /// `GET /v1/usage` while the usage store cannot be read (with `Retry-After: 1`).
         UsageUnavailable = ("usage_unavailable", 503, true),
         /// The key table cannot be read (with `Retry-After: 1`).

@@ -309,6 +309,10 @@ pub enum Shelf {
     /// store every process reads ([`Records::shared`]; one process keeps them in memory),
     /// never listed, each forgotten [`ANSWERS_KEPT_FOR`] after it was made.
     Answers,
+    /// A tenant's sources ([`crate::sources::Source`]), by name.
+    Sources,
+    /// The reports of sources' syncs, by `<source>/<sync id>`.
+    Syncs,
 }
 
 /// How long an answer can be rated after it was made.
@@ -323,6 +327,8 @@ impl Shelf {
             Shelf::Feedback => "feedback",
             Shelf::Gaps => "gaps",
             Shelf::Answers => "answers",
+            Shelf::Sources => "sources",
+            Shelf::Syncs => "syncs",
         }
     }
 
@@ -382,6 +388,9 @@ pub trait Records: Send + Sync {
     /// Removes `name`; whether it was there.
     async fn delete(&self, tenant: &Tenant, shelf: Shelf, name: &str)
     -> Result<bool, RecordsError>;
+    /// The tenants that keep at least one record on `shelf` (what a scheduler walks: the
+    /// tenants with sources).
+    async fn tenants(&self, shelf: Shelf) -> Result<Vec<Tenant>, RecordsError>;
     /// Whether other processes read what this store writes (DynamoDB: every Lambda
     /// environment), so that a record one of them writes reaches the one a later request lands
     /// on. Answers are kept for rating in it only then.

@@ -40,6 +40,7 @@ pub mod net;
 pub mod random;
 pub mod search;
 pub mod settings;
+pub mod sources;
 pub mod sse;
 pub mod stages;
 pub mod tenant;

@@ -6,96 +6,27 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, Uri};
-use axum::response::{IntoResponse, Response};
 use sluice_contract::net::IpRange;
 use sluice_fetch::{Answer, Crawl, Fetcher, Found, Lookup, Site, Validator};
-
-/// A page of the test site: its status, headers and body.
-#[derive(Clone)]
-struct Page {
-    status: u16,
-    headers: Vec<(&'static str, String)>,
-    body: String,
-}
+use sluice_testkit::site::{Page, Site as TestSite};
 
 fn html(body: &str) -> Page {
-    Page {
-        status: 200,
-        headers: vec![("content-type", "text/html".into())],
-        body: format!("<html><body>{body}</body></html>"),
-    }
+    Page::html(body)
 }
 
 fn status(code: u16) -> Page {
-    Page {
-        status: code,
-        headers: vec![],
-        body: String::new(),
-    }
+    Page::status(code)
 }
 
 fn redirect(to: &str) -> Page {
-    Page {
-        status: 302,
-        headers: vec![("location", to.into())],
-        body: String::new(),
-    }
-}
-
-/// The site: its pages by path (and query), and the requests it had.
-#[derive(Default)]
-struct Served {
-    pages: Mutex<HashMap<String, Page>>,
-    asked: Mutex<Vec<(String, Option<String>)>>,
-}
-
-impl Served {
-    fn put(&self, path: &str, page: Page) {
-        self.pages.lock().unwrap().insert(path.into(), page);
-    }
-    fn asked(&self, path: &str) -> usize {
-        let asked = self.asked.lock().unwrap();
-        asked.iter().filter(|(p, _)| p == path).count()
-    }
-}
-
-async fn serve_page(State(site): State<Arc<Served>>, uri: Uri, headers: HeaderMap) -> Response {
-    let path = uri.path_and_query().map_or("/", |p| p.as_str()).to_string();
-    let validator = (headers.get("if-none-match"))
-        .and_then(|v| v.to_str().ok())
-        .map(str::to_string);
-    site.asked
-        .lock()
-        .unwrap()
-        .push((path.clone(), validator.clone()));
-    let Some(page) = site.pages.lock().unwrap().get(&path).cloned() else {
-        return StatusCode::NOT_FOUND.into_response();
-    };
-    let etag = page.headers.iter().find(|(n, _)| *n == "etag");
-    if let (Some((_, tag)), Some(sent)) = (etag, &validator)
-        && tag == sent
-    {
-        return StatusCode::NOT_MODIFIED.into_response();
-    }
-    let mut response = (StatusCode::from_u16(page.status).unwrap(), page.body).into_response();
-    for (name, value) in page.headers {
-        response.headers_mut().insert(name, value.parse().unwrap());
-    }
-    response
+    Page::redirect(to)
 }
 
 /// The site served on 127.0.0.1, and its base URL.
-async fn site() -> (Arc<Served>, String) {
-    let served = Arc::new(Served::default());
-    let router = axum::Router::new()
-        .fallback(serve_page)
-        .with_state(Arc::clone(&served));
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let base = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
-    tokio::spawn(async move { axum::serve(listener, router).await.unwrap() });
-    (served, base)
+async fn site() -> (Arc<TestSite>, String) {
+    let site = TestSite::serve().await;
+    let base = site.base.clone();
+    (site, base)
 }
 
 fn fetcher() -> Fetcher {
@@ -151,11 +82,7 @@ async fn a_walk_keeps_to_its_scope_and_obeys_the_site() {
     let (site, base) = site().await;
     site.put(
         "/robots.txt",
-        Page {
-            status: 200,
-            headers: vec![],
-            body: "User-agent: *\nDisallow: /docs/private\n".into(),
-        },
+        Page::text("User-agent: *\nDisallow: /docs/private\n"),
     );
     site.put(
         "/docs/",
@@ -267,11 +194,7 @@ async fn a_walk_stops_at_its_caps_and_says_so() {
 #[tokio::test]
 async fn a_held_page_is_asked_for_with_its_validator() {
     let (site, base) = site().await;
-    let tagged = |body: &str, tag: &str| {
-        let mut page = html(body);
-        page.headers.push(("etag", tag.into()));
-        page
-    };
+    let tagged = |body: &str, tag: &str| html(body).with("etag", tag);
     site.put("/docs/a", tagged("a", "\"v1\""));
     site.put("/docs/b", tagged("b", "\"v1\""));
     let fetcher = fetcher();
@@ -293,7 +216,7 @@ async fn a_held_page_is_asked_for_with_its_validator() {
     assert!(
         matches!(&second[1].1, Found::Page(p) if p.validator == Some(Validator::Etag("\"v2\"".into())))
     );
-    let asked = site.asked.lock().unwrap().clone();
+    let asked = site.requests();
     assert!(asked.contains(&("/docs/a".into(), Some("\"v1\"".into()))));
 }
 
@@ -304,11 +227,7 @@ async fn requests_to_a_host_are_spaced_by_its_crawl_delay() {
     let (site, base) = site().await;
     site.put(
         "/robots.txt",
-        Page {
-            status: 200,
-            headers: vec![],
-            body: "User-agent: sluice\nCrawl-delay: 0.4\n".into(),
-        },
+        Page::text("User-agent: sluice\nCrawl-delay: 0.4\n"),
     );
     site.put("/docs/", html(r#"<a href="a">a</a> <a href="b">b</a>"#));
     site.put("/docs/a", html("a"));
@@ -330,11 +249,7 @@ async fn requests_to_a_host_are_spaced_by_its_crawl_delay() {
 #[tokio::test]
 async fn a_sitemap_lists_the_pages_and_a_failed_one_fails_the_listing() {
     let (site, base) = site().await;
-    let xml = |body: String| Page {
-        status: 200,
-        headers: vec![("content-type", "application/xml".into())],
-        body,
-    };
+    let xml = |body: String| Page::xml(&body);
     site.put(
         "/sitemap.xml",
         xml(format!(
@@ -457,9 +372,7 @@ async fn no_url_redirect_or_name_reaches_an_address_inside() {
         lookup,
     );
     // Each answer closes its connection: the next request makes a new one, and looks again.
-    let mut page = html("page");
-    page.headers.push(("connection", "close".into()));
-    site.put("/docs/page", page);
+    site.put("/docs/page", html("page").with("connection", "close"));
     let url = format!("http://rebinding.test:{port}/docs/page");
     assert!(matches!(
         named.page(&url, None, 1024).await,

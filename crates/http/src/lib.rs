@@ -25,6 +25,8 @@
 //! | `POST /v1/evals/sets/{name}/from-feedback` | the tenant's down-votes with an expected source, added to the set |
 //! | `POST /v1/evals/runs` | `{"set", "mode"?, "k"?, "cache"?, "compare_to"?}` → a run, as `text/event-stream` |
 //! | `GET /v1/evals/runs`, `GET /v1/evals/runs/{id}`, `POST /v1/evals/runs/{id}/cancel` | the tenant's runs |
+//! | `GET /v1/sources`; `GET`, `PUT`, `DELETE /v1/sources/{name}` | the tenant's sources (a website, an S3 prefix) |
+//! | `POST /v1/sources/{name}/sync`, `…/sync/cancel`, `GET …/syncs` | a sync, as `text/event-stream`; its cancel; the source's reports |
 //! | `POST /v1/feedback` | `{"request_id", "rating": "up"\|"down", "comment"?, "expected_source"?}` → a rating of an answer |
 //! | `GET /v1/feedback` | the tenant's ratings (`?rating=down`, `&limit=`) |
 //! | `GET /v1/insights/gaps` | the questions the tenant's corpus did not answer, grouped |
@@ -71,6 +73,7 @@ mod search;
 mod serve;
 pub mod service;
 mod settings;
+mod sources;
 mod usage;
 
 use std::sync::Arc;
@@ -143,6 +146,13 @@ pub struct Server {
     pub(crate) answered: Arc<service::feedback::AnswerLog>,
     /// Notes the questions the tenants' corpora did not answer.
     pub(crate) gaps: Arc<service::insights::GapWriter>,
+    /// Fetches the pages of tenants' website sources (addresses checked, the operator's
+    /// `SLUICE_FETCH_ALLOW` ranges allowed).
+    pub fetcher: Arc<sluice_fetch::Fetcher>,
+    /// The buckets of tenants' S3 sources; `None` in a process without AWS.
+    pub objects: Option<Arc<dyn sluice_contract::sources::Objects>>,
+    /// The syncs going in this process.
+    pub(crate) syncs: Arc<service::sources::Syncs>,
 }
 
 impl Server {
@@ -179,6 +189,12 @@ impl Server {
             runs: Arc::default(),
             answered: Arc::default(),
             gaps: Arc::default(),
+            fetcher: Arc::new(sluice_fetch::Fetcher::new(
+                auth.fetch_allow.clone(),
+                limits.sync.page_timeout,
+            )),
+            objects: None,
+            syncs: Arc::default(),
         }
     }
 
@@ -273,6 +289,14 @@ pub fn router(server: Arc<Server>) -> Router {
         )
         .route("/v1/evals/runs/{id}", get(evals::get_run))
         .route("/v1/evals/runs/{id}/cancel", post(evals::cancel_run))
+        .route("/v1/sources", get(sources::list))
+        .route(
+            "/v1/sources/{name}",
+            get(sources::get).put(sources::put).delete(sources::delete),
+        )
+        .route("/v1/sources/{name}/sync", post(sources::sync))
+        .route("/v1/sources/{name}/sync/cancel", post(sources::cancel))
+        .route("/v1/sources/{name}/syncs", get(sources::syncs))
         .route("/v1/feedback", post(feedback::rate).get(feedback::list))
         .route("/v1/insights/gaps", get(feedback::gaps))
         .route("/v1/chat/completions", post(openai::chat_completions))

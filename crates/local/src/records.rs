@@ -101,6 +101,26 @@ impl Records for FileRecords {
         self.change(tenant, shelf, |s| s.remove(name).is_some())
             .await
     }
+    async fn tenants(&self, shelf: Shelf) -> Result<Vec<Tenant>, RecordsError> {
+        let mut entries = match tokio::fs::read_dir(&self.dir).await {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Self::fail(&self.dir, e)),
+        };
+        let mut tenants = Vec::new();
+        while let Some(entry) =
+            (entries.next_entry().await).map_err(|e| Self::fail(&self.dir, e))?
+        {
+            let name = entry.file_name().to_string_lossy().to_string();
+            if let Ok(tenant) = Tenant::new(&name)
+                && !self.read(&tenant, shelf).await?.is_empty()
+            {
+                tenants.push(tenant);
+            }
+        }
+        tenants.sort();
+        Ok(tenants)
+    }
 }
 
 #[cfg(test)]

@@ -31,6 +31,7 @@ mod llm;
 mod rerank;
 pub mod services;
 mod settings;
+pub mod site;
 mod store;
 pub mod store_suite;
 pub mod users;

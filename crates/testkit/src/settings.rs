@@ -130,6 +130,17 @@ impl Records for MemoryRecords {
         Ok(self.with(tenant, shelf, |s| s.remove(name).is_some()))
     }
 
+    async fn tenants(&self, shelf: Shelf) -> Result<Vec<Tenant>, RecordsError> {
+        self.check()?;
+        let shelves = self.shelves.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tenants: Vec<Tenant> = (shelves.iter())
+            .filter(|((_, s), kept)| *s == shelf && !kept.is_empty())
+            .map(|((t, _), _)| t.clone())
+            .collect();
+        tenants.sort();
+        Ok(tenants)
+    }
+
     fn shared(&self) -> bool {
         self.shared
     }
@@ -166,6 +177,14 @@ pub async fn records_keep_each_tenants_shelves_apart(records: &dyn Records) {
         .put(&globex, Shelf::EvalSets, "help", body.clone())
         .await
         .expect("put");
+    // The tenants keeping records on a shelf: both on the sets' shelf, one on the ratings'.
+    let tenants = |shelf| async move { records.tenants(shelf).await.expect("tenants") };
+    assert_eq!(
+        tenants(Shelf::EvalSets).await,
+        [acme.clone(), globex.clone()]
+    );
+    assert_eq!(tenants(Shelf::Feedback).await, std::slice::from_ref(&acme));
+    assert!(tenants(Shelf::Sources).await.is_empty());
 
     let read = records
         .get(&acme, Shelf::EvalSets, "help")

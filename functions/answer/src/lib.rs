@@ -192,6 +192,7 @@ mod tests {
             settings: None,
             secrets: None,
             records: None,
+            objects: None,
         };
         (Arc::new(parts.into_server()), usage)
     }

@@ -78,6 +78,33 @@ pub struct RequestLimits {
     /// `SLUICE_EVAL_RUN_TIMEOUT_MS`: the longest an evaluation run may take, whole; past it
     /// the run stops and what it answered is scored.
     pub eval_run_timeout: Duration,
+    /// How a source's sync may read the source.
+    pub sync: SyncLimits,
+}
+
+/// What a sync of a tenant's source may do.
+#[derive(Debug, Clone)]
+pub struct SyncLimits {
+    /// `SLUICE_SYNC_HOST_RATE`: requests per second a sync makes to one website host (a
+    /// site's `Crawl-delay` may slow it further).
+    pub host_rate: f64,
+    /// `SLUICE_SYNC_MAX_PAGES`: the most pages or objects a source may ask one sync to read.
+    pub max_pages: usize,
+    /// `SLUICE_SYNC_MAX_BYTES`: the most bytes a source may ask one sync to read.
+    pub max_bytes: u64,
+    /// `SLUICE_SYNC_TIMEOUT_MS`: the longest a sync may take, whole; past it the sync stops,
+    /// keeps what it wrote and deletes nothing it did not see.
+    pub timeout: Duration,
+    /// `SLUICE_SYNC_PAGE_TIMEOUT_MS`: the longest one page (or `robots.txt`, or sitemap) may
+    /// take to arrive, whole.
+    pub page_timeout: Duration,
+}
+
+impl SyncLimits {
+    /// The least time between two requests to one host.
+    pub fn interval(&self) -> Duration {
+        Duration::from_secs_f64(1.0 / self.host_rate)
+    }
 }
 
 /// Who may call: API keys, and the tenant of a request while auth is off.
@@ -153,6 +180,26 @@ fn limits_section(get: &impl Fn(&str) -> Option<String>) -> Result<RequestLimits
         body_timeout: millis(get, "SLUICE_BODY_READ_TIMEOUT_MS", 30_000, 100)?,
         eval_runs_per_tenant: ranged(get, "SLUICE_EVAL_RUNS_PER_TENANT", 1, 1, 16)?,
         eval_run_timeout: millis(get, "SLUICE_EVAL_RUN_TIMEOUT_MS", 600_000, 1_000)?,
+        sync: sync_section(get)?,
+    })
+}
+
+fn sync_section(get: &impl Fn(&str) -> Option<String>) -> Result<SyncLimits, ConfigError> {
+    const RATE: &str = "requests per second, above 0 and at most 1000";
+    let host_rate: f64 = parse(get, "SLUICE_SYNC_HOST_RATE", "1", RATE)?;
+    if !(host_rate > 0.0 && host_rate <= 1_000.0) {
+        return Err(ConfigError {
+            name: "SLUICE_SYNC_HOST_RATE",
+            value: host_rate.to_string(),
+            expected: RATE.into(),
+        });
+    }
+    Ok(SyncLimits {
+        host_rate,
+        max_pages: ranged(get, "SLUICE_SYNC_MAX_PAGES", 10_000, 1, 1_000_000)?,
+        max_bytes: ranged(get, "SLUICE_SYNC_MAX_BYTES", 1 << 30, 1 << 20, 1 << 40)? as u64,
+        timeout: millis(get, "SLUICE_SYNC_TIMEOUT_MS", 1_800_000, 1_000)?,
+        page_timeout: millis(get, "SLUICE_SYNC_PAGE_TIMEOUT_MS", 10_000, 100)?,
     })
 }
 

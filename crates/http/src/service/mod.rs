@@ -27,6 +27,7 @@ pub(crate) mod feedback;
 pub(crate) mod gate;
 pub(crate) mod insights;
 pub(crate) mod records;
+pub mod sources;
 
 use std::time::Instant;
 

@@ -473,6 +473,41 @@ async fn provoke(code: Code) -> Seen {
             kit.parts.records = Some(Arc::new(broken));
             Seen::Refused(kit.app().send(Method::GET, "/v1/evals/sets", &[], "").await)
         }
+        Code::InvalidSource => Seen::Refused(
+            plain()
+                .send(Method::PUT, "/v1/sources/s", &[], r#"{"website": {}}"#)
+                .await,
+        ),
+        Code::UnknownSource => {
+            Seen::Refused(plain().send(Method::GET, "/v1/sources/none", &[], "").await)
+        }
+        Code::SourcesDisabled => {
+            let mut kit = Kit::new(&[]);
+            kit.parts.records = None;
+            Seen::Refused(kit.app().send(Method::GET, "/v1/sources", &[], "").await)
+        }
+        Code::SourcesUnavailable => {
+            let mut kit = Kit::new(&[]);
+            let broken = sluice_testkit::MemoryRecords::default();
+            broken
+                .failing
+                .store(true, std::sync::atomic::Ordering::SeqCst);
+            kit.parts.records = Some(Arc::new(broken));
+            Seen::Refused(kit.app().send(Method::GET, "/v1/sources", &[], "").await)
+        }
+        Code::SyncRunning => {
+            // A sync held at its first request (the site asks for a minute between them).
+            let site = sluice_testkit::site::Site::serve().await;
+            let slow = sluice_testkit::site::Page::text("User-agent: *\nCrawl-delay: 60\n");
+            site.put("/robots.txt", slow);
+            let app = Kit::new(&[("SLUICE_FETCH_ALLOW", "127.0.0.1/32")]).app();
+            let source = json!({"website": {"start": [site.url("/")]}}).to_string();
+            let put = app.send(Method::PUT, "/v1/sources/s", &[], source).await;
+            assert_eq!(put.status, 200, "{}", put.raw);
+            let open = || kit::request(Method::POST, "/v1/sources/s/sync", &[], "");
+            let _held = app.open(open()).await;
+            Seen::Refused(kit::Reply::read(app.open(open()).await).await)
+        }
         Code::EvalRunActive => {
             let app = llm_app(Reply::StallAfter(vec![]));
             let set = r#"{"questions": [{"question": "How long does a card take?"}]}"#;

@@ -112,6 +112,7 @@ impl Kit {
             settings: Some(Arc::new(sluice_testkit::MemorySettings::default())),
             secrets: None,
             records: Some(Arc::new(sluice_testkit::MemoryRecords::default())),
+            objects: None,
         };
         Self { parts, llm }
     }

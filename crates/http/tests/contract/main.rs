@@ -31,5 +31,6 @@ mod rerank;
 mod search;
 mod serve;
 mod settings;
+mod sources;
 mod stream;
 mod usage;

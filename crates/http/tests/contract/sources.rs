@@ -1,0 +1,577 @@
+//! `/v1/sources`: a tenant's sources, checked and kept; a sync reconciles the tenant's
+//! documents with a website served on 127.0.0.1 (the operator's allow-list here:
+//! `127.0.0.1/32`) or with a bucket stand-in — added, changed, unchanged, gone — and reports
+//! numbers that add up; a second sync of an unchanged source embeds nothing.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use axum::http::Method;
+use serde_json::{Value, json};
+use sluice_contract::auth::Permission;
+use sluice_contract::sources::{Listed, Object, ObjectPage, Objects, ObjectsError};
+use sluice_testkit::site::{Page, Site};
+
+use crate::kit::{App, Kit, Stream, key_for};
+
+/// Syncs reach 127.0.0.1 and do not wait between requests.
+const OPEN: &[(&str, &str)] = &[
+    ("SLUICE_FETCH_ALLOW", "127.0.0.1/32"),
+    ("SLUICE_SYNC_HOST_RATE", "1000"),
+];
+
+/// The app over `overrides`, and how many texts it has embedded.
+fn counted(overrides: &[(&str, &str)]) -> (App, Arc<AtomicUsize>) {
+    let embedded = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&embedded);
+    let mut kit = Kit::new(overrides);
+    kit.parts.embedder = Some(Arc::new(sluice_testkit::Hooked::new().on_embed(
+        move |texts| {
+            counter.fetch_add(texts.len(), Ordering::SeqCst);
+            Ok(())
+        },
+    )));
+    (kit.app(), embedded)
+}
+
+async fn put(app: &App, name: &str, source: &Value) -> crate::kit::Reply {
+    app.send(
+        Method::PUT,
+        &format!("/v1/sources/{name}"),
+        &[],
+        source.to_string(),
+    )
+    .await
+}
+
+/// Runs a sync of `name` to its end: its events, and its report.
+async fn sync(app: &App, name: &str) -> (Stream, Value) {
+    let reply = (app.send(Method::POST, &format!("/v1/sources/{name}/sync"), &[], "")).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    let stream = Stream::parse(&reply.raw);
+    assert_eq!(
+        stream.names().first(),
+        Some(&"sync"),
+        "{:?}",
+        stream.names()
+    );
+    let report = stream.first("report").clone();
+    // The numbers add up: every page or object listed is one of the four outcomes.
+    let n = |k: &str| report[k].as_u64().unwrap();
+    assert_eq!(
+        n("listed"),
+        n("added") + n("changed") + n("unchanged") + n("failures"),
+        "{report}"
+    );
+    let items = stream.events.iter().filter(|(e, _)| e == "item").count() as u64;
+    assert!(items >= n("listed") + n("deleted"), "{report}");
+    (stream, report)
+}
+
+/// The tenant's documents: id → (origin, title).
+async fn documents(app: &App) -> BTreeMap<String, (String, String)> {
+    let reply = (app.send(Method::GET, "/v1/documents?limit=1000", &[], "")).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    (reply.body["documents"].as_array().unwrap().iter())
+        .map(|d| {
+            let origin = d["origin"].as_str().unwrap_or_default().to_string();
+            let title = d["title"].as_str().unwrap_or_default().to_string();
+            (d["id"].as_str().unwrap().to_string(), (origin, title))
+        })
+        .collect()
+}
+
+fn counts(report: &Value) -> [u64; 4] {
+    ["added", "changed", "unchanged", "deleted"].map(|k| report[k].as_u64().unwrap())
+}
+
+#[tokio::test]
+async fn sources_are_checked_kept_listed_and_deleted() {
+    let app = Kit::new(OPEN).app();
+    for (source, field) in [
+        (
+            json!({"website": {"start": ["ftp://docs.example.com/"]}}),
+            "website.start[0]",
+        ),
+        (
+            json!({"website": {"start": ["https://u:p@docs.example.com/"]}}),
+            "website.start[0]",
+        ),
+        (
+            json!({"s3": {"bucket": "docs"}, "website": {"start": ["https://e.com/"]}}),
+            "source",
+        ),
+        (
+            json!({"s3": {"bucket": "docs"}, "max_pages": 10_001}),
+            "max_pages",
+        ),
+    ] {
+        let reply = put(&app, "docs", &source).await;
+        assert_eq!(
+            (reply.status, reply.code()),
+            (400, "invalid_source"),
+            "{}",
+            reply.raw
+        );
+        assert!(
+            reply.body["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(field),
+            "{}",
+            reply.raw
+        );
+    }
+    assert_eq!(
+        put(&app, "no%20spaces", &json!({"s3": {"bucket": "docs"}}))
+            .await
+            .status,
+        400
+    );
+    let site = json!({"website": {"start": ["https://docs.example.com/"], "scope": ["/guide/"]}, "every_minutes": 60});
+    let reply = put(&app, "docs", &site).await;
+    assert_eq!(reply.status, 200, "{}", reply.raw);
+    assert_eq!(reply.body["version"], 1);
+    assert_eq!(
+        reply.body["source"]["max_pages"], 1000,
+        "the default cap is shown"
+    );
+    let listed = app.send(Method::GET, "/v1/sources", &[], "").await;
+    assert_eq!(listed.body["sources"][0]["name"], "docs");
+    let one = app.send(Method::GET, "/v1/sources/docs", &[], "").await;
+    assert_eq!(one.body["source"]["every_minutes"], 60);
+    let missing = app.send(Method::GET, "/v1/sources/nope", &[], "").await;
+    assert_eq!((missing.status, missing.code()), (404, "unknown_source"));
+    let gone = app.send(Method::DELETE, "/v1/sources/docs", &[], "").await;
+    assert_eq!(gone.status, 200, "{}", gone.raw);
+    let again = app.send(Method::DELETE, "/v1/sources/docs", &[], "").await;
+    assert_eq!(again.code(), "unknown_source");
+}
+
+#[tokio::test]
+async fn sources_need_the_documents_permission() {
+    let (keys, key) = key_for("acme", &[Permission::Answer, Permission::Settings]);
+    let app = Kit::new(OPEN).keys(keys).app();
+    let bearer = format!("Bearer {key}");
+    let reply = (app.send(
+        Method::GET,
+        "/v1/sources",
+        &[("authorization", &bearer)],
+        "",
+    ))
+    .await;
+    assert_eq!(reply.status, 403, "{}", reply.raw);
+}
+
+/// The whole cycle on a site: the first sync adds every page in scope; after the site
+/// changes, the next adds, rewrites, keeps and deletes exactly what changed; a third, with
+/// nothing changed, embeds nothing and asks each tagged page with its validator.
+#[tokio::test]
+async fn a_website_sync_makes_the_tenants_documents_the_sites_pages() {
+    let site = Site::serve().await;
+    site.put(
+        "/robots.txt",
+        Page::text("User-agent: *\nDisallow: /docs/private\n"),
+    );
+    let index = |links: &[&str]| Page::article("Docs", "Welcome to the docs.", links);
+    site.put("/docs/", index(&["a", "b", "c", "private/x", "/blog/out"]));
+    site.put(
+        "/docs/a",
+        Page::article("Alpha", "Alpha pages are tagged.", &[]).with("etag", "\"a1\""),
+    );
+    site.put(
+        "/docs/b",
+        Page::article("Beta", "Beta explains limits.", &[]).with("etag", "\"b1\""),
+    );
+    site.put(
+        "/docs/c",
+        Page::article("Gamma", "Gamma has no validator.", &[]),
+    );
+    site.put(
+        "/docs/private/x",
+        Page::article("Private", "Not for crawlers.", &[]),
+    );
+    site.put("/blog/out", Page::article("Blog", "Out of scope.", &[]));
+    let (app, embedded) = counted(OPEN);
+    let source = json!({
+        "website": {"start": [site.url("/docs/")], "scope": ["/docs/"]},
+        "metadata": {"team": "docs"},
+    });
+    assert_eq!(put(&app, "site", &source).await.status, 200);
+
+    let (_, first) = sync(&app, "site").await;
+    assert_eq!(first["status"], "done", "{first}");
+    assert_eq!(counts(&first), [4, 0, 0, 0], "{first}");
+    assert_eq!(first["skipped"]["robots"], 1);
+    let held = documents(&app).await;
+    let host = site.base.trim_start_matches("http://").to_string();
+    let ids: Vec<String> = ["/docs/", "/docs/a", "/docs/b", "/docs/c"]
+        .iter()
+        .map(|p| format!("{host}{p}"))
+        .collect();
+    assert_eq!(held.keys().cloned().collect::<Vec<_>>(), {
+        let mut sorted = ids.clone();
+        sorted.sort();
+        sorted
+    });
+    assert_eq!(held[&ids[1]], (site.url("/docs/a"), "Alpha".to_string()));
+    // The source's metadata and name are on its documents: a filter finds them.
+    let filtered = app
+        .send(
+            Method::GET,
+            "/v1/documents?filter=%7B%22team%22%3A%22docs%22%2C%22sluice_source%22%3A%22site%22%7D",
+            &[],
+            "",
+        )
+        .await;
+    assert_eq!(
+        filtered.body["documents"].as_array().unwrap().len(),
+        4,
+        "{}",
+        filtered.raw
+    );
+
+    // The site changes: b rewritten, c removed (404), d added, a untouched, and a redirect.
+    site.put("/docs/", index(&["a", "b", "c", "d", "moved"]));
+    site.put(
+        "/docs/b",
+        Page::article("Beta", "Beta explains the new limits.", &[]).with("etag", "\"b2\""),
+    );
+    site.remove("/docs/c");
+    site.put("/docs/d", Page::article("Delta", "Delta is new.", &[]));
+    site.put("/docs/moved", Page::redirect("/docs/a"));
+    let before = embedded.load(Ordering::SeqCst);
+    let (_, second) = sync(&app, "site").await;
+    assert_eq!(second["status"], "done", "{second}");
+    // Added d; changed the index (its links) and b; unchanged a (304); deleted c.
+    assert_eq!(counts(&second), [1, 2, 1, 1], "{second}");
+    assert_eq!(second["skipped"]["redirects"], 1);
+    let held = documents(&app).await;
+    assert!(!held.contains_key(&format!("{host}/docs/c")));
+    assert!(held.contains_key(&format!("{host}/docs/d")));
+    assert_eq!(held.len(), 4);
+    assert!(embedded.load(Ordering::SeqCst) > before);
+
+    // Nothing changed: nothing embedded, tagged pages asked with their validators.
+    let before = embedded.load(Ordering::SeqCst);
+    let (_, third) = sync(&app, "site").await;
+    assert_eq!(counts(&third), [0, 0, 4, 0], "{third}");
+    assert_eq!(
+        embedded.load(Ordering::SeqCst),
+        before,
+        "an unchanged sync embeds nothing"
+    );
+    let asked = site.requests();
+    assert!(
+        asked.contains(&("/docs/b".into(), Some("\"b2\"".into()))),
+        "{asked:?}"
+    );
+
+    // The reports are kept, newest first; the source shows its last.
+    let syncs = app
+        .send(Method::GET, "/v1/sources/site/syncs", &[], "")
+        .await;
+    let kept = syncs.body["syncs"].as_array().unwrap();
+    assert_eq!(kept.len(), 3);
+    assert_eq!(kept[0]["id"], third["id"]);
+    let shown = app.send(Method::GET, "/v1/sources/site", &[], "").await;
+    assert_eq!(shown.body["last_sync"]["id"], third["id"]);
+
+    // Deleting the source deletes its documents (unless asked to keep them).
+    let deleted = app.send(Method::DELETE, "/v1/sources/site", &[], "").await;
+    assert_eq!(deleted.body["documents"], 4, "{}", deleted.raw);
+    assert!(documents(&app).await.is_empty());
+}
+
+/// A sync that cannot list its source, or is cut by a cap, deletes nothing it did not see.
+#[tokio::test]
+async fn a_sync_that_cannot_see_the_whole_source_deletes_nothing_unseen() {
+    let site = Site::serve().await;
+    let pages: Vec<String> = (0..6).map(|i| format!("p{i}")).collect();
+    let links: Vec<&str> = pages.iter().map(String::as_str).collect();
+    site.put("/docs/", Page::article("Index", "The index.", &links));
+    for p in &pages {
+        site.put(
+            &format!("/docs/{p}"),
+            Page::article(p, "A page of the docs.", &[]),
+        );
+    }
+    let map = |paths: &[&str]| {
+        let urls: String = (paths.iter())
+            .map(|p| format!("<url><loc>{}</loc></url>", site.url(p)))
+            .collect();
+        Page::xml(&format!("<urlset>{urls}</urlset>"))
+    };
+    site.put("/sitemap.xml", map(&["/docs/p0", "/docs/p1", "/docs/p2"]));
+    let app = Kit::new(OPEN).app();
+    let mapped = json!({"website": {"sitemap": site.url("/sitemap.xml")}});
+    assert_eq!(put(&app, "mapped", &mapped).await.status, 200);
+    let (_, first) = sync(&app, "mapped").await;
+    assert_eq!(counts(&first), [3, 0, 0, 0], "{first}");
+    // The sitemap fails: the sync fails and deletes nothing.
+    site.put("/sitemap.xml", Page::status(503));
+    let (_, failed) = sync(&app, "mapped").await;
+    assert_eq!(failed["status"], "failed", "{failed}");
+    assert!(
+        failed["error"].as_str().unwrap().contains("503"),
+        "{failed}"
+    );
+    assert_eq!(documents(&app).await.len(), 3);
+    // Dropped from the sitemap: deleted.
+    site.put("/sitemap.xml", map(&["/docs/p0"]));
+    let (_, dropped) = sync(&app, "mapped").await;
+    assert_eq!(counts(&dropped), [0, 0, 1, 2], "{dropped}");
+
+    // A page cap: the walk is cut; the pages it did not reach stay.
+    let linked = json!({"website": {"start": [site.url("/docs/")]}, "max_pages": 7});
+    assert_eq!(put(&app, "linked", &linked).await.status, 200);
+    let (_, whole) = sync(&app, "linked").await;
+    assert_eq!(counts(&whole)[0], 7, "{whole}");
+    let capped = json!({"website": {"start": [site.url("/docs/")]}, "max_pages": 2});
+    assert_eq!(put(&app, "linked", &capped).await.status, 200);
+    let (_, cut) = sync(&app, "linked").await;
+    assert_eq!(cut["status"], "stopped", "{cut}");
+    assert!(cut["cut"].as_str().unwrap().contains("page cap"), "{cut}");
+    assert_eq!(cut["deleted"], 0);
+    assert_eq!(cut["skipped"]["caps"], 5, "{cut}");
+}
+
+/// Without the operator's allow-list a site on a loopback address is refused, before any
+/// connection, and the report says why; nothing is written.
+#[tokio::test]
+async fn a_site_inside_the_network_is_refused_at_sync_time() {
+    let site = Site::serve().await;
+    site.put("/docs/", Page::article("Index", "The index.", &[]));
+    let app = Kit::new(&[("SLUICE_SYNC_HOST_RATE", "1000")]).app();
+    let source = json!({"website": {"start": [site.url("/docs/")]}});
+    assert_eq!(put(&app, "inside", &source).await.status, 200);
+    let (_, report) = sync(&app, "inside").await;
+    assert_eq!(report["failures"], 1, "{report}");
+    let why = report["failed"][0]["reason"].as_str().unwrap();
+    assert!(
+        why.contains("loopback") && why.contains("public addresses"),
+        "{why}"
+    );
+    assert_eq!(site.requests().len(), 0, "nothing reached the site");
+    assert!(documents(&app).await.is_empty());
+}
+
+/// One sync of a source at a time: a second is refused with 409 while the first goes; a
+/// cancel stops it after the page in hand, and it deletes nothing it did not see.
+#[tokio::test]
+async fn one_sync_at_a_time_and_a_cancel_stops_it() {
+    let site = Site::serve().await;
+    site.put(
+        "/robots.txt",
+        Page::text("User-agent: *\nCrawl-delay: 0.3\n"),
+    );
+    let pages: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
+    let links: Vec<&str> = pages.iter().map(String::as_str).collect();
+    site.put("/docs/", Page::article("Index", "The index.", &links));
+    for p in &pages {
+        site.put(&format!("/docs/{p}"), Page::article(p, "A page.", &[]));
+    }
+    let app = Kit::new(OPEN).app();
+    let source = json!({"website": {"start": [site.url("/docs/")]}});
+    assert_eq!(put(&app, "slow", &source).await.status, 200);
+    let open = app
+        .open(crate::kit::request(
+            Method::POST,
+            "/v1/sources/slow/sync",
+            &[],
+            "",
+        ))
+        .await;
+    assert_eq!(open.status(), 200);
+    let reading = tokio::spawn(crate::kit::Reply::read(open));
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let second = app
+        .send(Method::POST, "/v1/sources/slow/sync", &[], "")
+        .await;
+    assert_eq!(
+        (second.status, second.code()),
+        (409, "sync_running"),
+        "{}",
+        second.raw
+    );
+    let going = app.send(Method::GET, "/v1/sources/slow", &[], "").await;
+    assert!(going.body["syncing"]["id"].is_string(), "{}", going.raw);
+    let canceled = app
+        .send(Method::POST, "/v1/sources/slow/sync/cancel", &[], "")
+        .await;
+    assert_eq!(canceled.status, 200, "{}", canceled.raw);
+    let stream = Stream::parse(&reading.await.unwrap().raw);
+    let report = stream.first("report");
+    assert_eq!(report["status"], "stopped", "{report}");
+    assert!(
+        report["cut"].as_str().unwrap().contains("cancel"),
+        "{report}"
+    );
+    assert!(report["added"].as_u64().unwrap() < 21, "{report}");
+    let none = app
+        .send(Method::POST, "/v1/sources/slow/sync/cancel", &[], "")
+        .await;
+    assert_eq!(none.code(), "unknown_source");
+}
+
+/// A scheduled source is synced when it is due, and not again before its time.
+#[tokio::test]
+async fn due_syncs_run_once_per_schedule() {
+    let site = Site::serve().await;
+    site.put("/docs/", Page::article("Index", "The index.", &[]));
+    let app = Kit::new(OPEN).app();
+    let every = json!({"website": {"start": [site.url("/docs/")]}, "every_minutes": 60});
+    let manual = json!({"website": {"start": [site.url("/docs/")]}});
+    assert_eq!(put(&app, "hourly", &every).await.status, 200);
+    assert_eq!(put(&app, "manual", &manual).await.status, 200);
+    assert_eq!(app.server.run_due_syncs().await.unwrap(), 1);
+    assert_eq!(
+        app.server.run_due_syncs().await.unwrap(),
+        0,
+        "not due again yet"
+    );
+    let syncs = app
+        .send(Method::GET, "/v1/sources/hourly/syncs", &[], "")
+        .await;
+    assert_eq!(
+        syncs.body["syncs"][0]["trigger"], "schedule",
+        "{}",
+        syncs.raw
+    );
+    let none = app
+        .send(Method::GET, "/v1/sources/manual/syncs", &[], "")
+        .await;
+    assert_eq!(none.body["syncs"], json!([]));
+}
+
+/// An object of the [`Bucket`]: its text, ETag and access tag.
+type Stored = (String, String, Option<String>);
+
+/// A bucket in memory: objects by key, each with its ETag and access tag.
+#[derive(Default)]
+struct Bucket {
+    objects: Mutex<BTreeMap<String, Stored>>,
+    reads: AtomicUsize,
+}
+
+impl Bucket {
+    fn put(&self, key: &str, text: &str, access: Option<&str>) {
+        let etag = format!("\"{}\"", &sluice_contract::sha256_hex(text.as_bytes())[..8]);
+        let mut objects = self.objects.lock().unwrap();
+        objects.insert(key.into(), (text.into(), etag, access.map(str::to_string)));
+    }
+}
+
+#[async_trait::async_trait]
+impl Objects for Bucket {
+    async fn list(
+        &self,
+        _bucket: &str,
+        prefix: &str,
+        after: Option<String>,
+    ) -> Result<ObjectPage, ObjectsError> {
+        // Two objects a page, to walk the pages.
+        let objects = self.objects.lock().unwrap();
+        let listed: Vec<Listed> = (objects.iter())
+            .filter(|(k, _)| k.starts_with(prefix) && after.as_ref().is_none_or(|a| *k > a))
+            .take(2)
+            .map(|(k, (text, etag, access))| Listed {
+                key: k.clone(),
+                etag: etag.clone(),
+                size: text.len() as u64,
+                access: access.clone(),
+            })
+            .collect();
+        let next = (listed.len() == 2).then(|| listed[1].key.clone());
+        Ok(ObjectPage {
+            objects: listed,
+            next,
+        })
+    }
+
+    async fn read(&self, _bucket: &str, key: &str, _max: usize) -> Result<Object, ObjectsError> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        let objects = self.objects.lock().unwrap();
+        let (text, _, _) = objects.get(key).ok_or(ObjectsError::Gone)?;
+        Ok(Object {
+            bytes: text.clone().into_bytes(),
+            content_type: None,
+        })
+    }
+}
+
+/// The access list of the document `id`.
+async fn access(app: &App, id: &str) -> Value {
+    let doc = app
+        .send(Method::GET, &format!("/v1/documents/{id}"), &[], "")
+        .await;
+    doc.body["metadata"]["_access"].clone()
+}
+
+/// An S3 prefix: objects added, changed, re-tagged and deleted with no event delivered are
+/// reconciled; an unchanged object is not read again; its tag is its access list.
+#[tokio::test]
+async fn an_s3_prefix_sync_follows_the_bucket_and_its_tags() {
+    let bucket = Arc::new(Bucket::default());
+    bucket.put("kb/a.md", "# Alpha\n\nAlpha text.", None);
+    bucket.put("kb/b.md", "# Beta\n\nBeta text.", Some("group:hr"));
+    bucket.put("kb/c.txt", "Gamma text.", None);
+    bucket.put("other/x.md", "# Outside\n\nNot under the prefix.", None);
+    let objects = Arc::clone(&bucket);
+    let reads = &bucket.reads;
+    let app = Kit::new(OPEN).app_with(move |server| server.objects = Some(objects));
+    let source = json!({"s3": {"bucket": "docs", "prefix": "kb/"}, "access": "group:staff"});
+    assert_eq!(put(&app, "kb", &source).await.status, 200);
+    let (_, first) = sync(&app, "kb").await;
+    assert_eq!(counts(&first), [3, 0, 0, 0], "{first}");
+    let held = documents(&app).await;
+    assert_eq!(
+        held.keys().cloned().collect::<Vec<_>>(),
+        ["docs/kb/a.md", "docs/kb/b.md", "docs/kb/c.txt"]
+    );
+    assert_eq!(
+        access(&app, "docs/kb/b.md").await,
+        json!(["group:hr"]),
+        "the tag's list"
+    );
+    assert_eq!(
+        access(&app, "docs/kb/a.md").await,
+        json!(["group:staff"]),
+        "the source's list"
+    );
+
+    // No event delivered: a changed, a re-tagged (same bytes, same ETag), one deleted, one new.
+    bucket.put("kb/a.md", "# Alpha\n\nAlpha text, changed.", None);
+    bucket.put("kb/b.md", "# Beta\n\nBeta text.", Some("group:legal"));
+    bucket.objects.lock().unwrap().remove("kb/c.txt");
+    bucket.put("kb/d.md", "# Delta\n\nDelta text.", None);
+    let before = reads.load(Ordering::SeqCst);
+    let (_, second) = sync(&app, "kb").await;
+    assert_eq!(counts(&second), [1, 2, 0, 1], "{second}");
+    assert_eq!(reads.load(Ordering::SeqCst) - before, 3, "a, b and d read");
+    assert_eq!(access(&app, "docs/kb/b.md").await, json!(["group:legal"]));
+    assert!(!documents(&app).await.contains_key("docs/kb/c.txt"));
+    let before = reads.load(Ordering::SeqCst);
+    let (_, third) = sync(&app, "kb").await;
+    assert_eq!(counts(&third), [0, 0, 3, 0], "{third}");
+    assert_eq!(reads.load(Ordering::SeqCst), before, "nothing read again");
+}
+
+/// Without a bucket client (no AWS region), an S3 source's sync fails and says why.
+#[tokio::test]
+async fn an_s3_source_without_aws_fails_saying_why() {
+    let app = Kit::new(OPEN).app();
+    assert_eq!(
+        put(&app, "kb", &json!({"s3": {"bucket": "docs"}}))
+            .await
+            .status,
+        200
+    );
+    let (_, report) = sync(&app, "kb").await;
+    assert_eq!(report["status"], "failed");
+    assert!(
+        report["error"].as_str().unwrap().contains("AWS_REGION"),
+        "{report}"
+    );
+}
