@@ -60,6 +60,81 @@ pub struct Plan {
     pub seed: u64,
 }
 
+/// `sluice bench run`'s arguments: what [`Plan`] is made of, as flags.
+#[derive(clap::Args)]
+pub struct RunArgs {
+    /// Server base URL [default: http://$SLUICE_ADDR]
+    #[arg(long, env = "SLUICE_URL")]
+    pub url: Option<String>,
+    /// How requests are sent.
+    #[arg(long, value_enum, default_value = "concurrent")]
+    load: load::LoadKind,
+    /// Comma-separated levels: concurrencies, or rates per second.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
+    levels: Vec<f64>,
+    /// Recorded requests per level.
+    #[arg(long, default_value_t = 100)]
+    requests: usize,
+    /// Seconds of unrecorded sending before each level (streams start spread over it).
+    #[arg(long, default_value_t = 2.0)]
+    warmup_s: f64,
+    /// Questions, one per line [default: questions about the sample documents].
+    #[arg(long)]
+    queries: Option<std::path::PathBuf>,
+    /// Tenant (x-sluice-tenant).
+    #[arg(long)]
+    tenant: Option<String>,
+    /// Sources per answer.
+    #[arg(short, long)]
+    k: Option<usize>,
+    /// Let requests read and write the answer cache (by default they bypass it).
+    #[arg(long)]
+    use_cache: bool,
+    /// TTFT objective for goodput, in milliseconds.
+    #[arg(long, default_value_t = 500.0)]
+    slo_ttft_ms: f64,
+    /// Also send each level's assembled prompts straight to this OpenAI-compatible API
+    /// (…/v1) at the same load, to measure the TTFT Sluice adds.
+    #[arg(long)]
+    compare_llm: Option<String>,
+    /// Model name for --compare-llm [default: the first its /models lists].
+    #[arg(long)]
+    llm_model: Option<String>,
+    /// Seed of the Poisson arrivals.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Folder for the report files.
+    #[arg(long, default_value = "bench-report")]
+    pub out: std::path::PathBuf,
+}
+
+impl RunArgs {
+    /// The plan these flags describe, against `url` (the server's, the flag's or the
+    /// default); the error names the flag at fault.
+    pub fn plan(self, url: String) -> Result<Plan, BenchError> {
+        let loads = self.load.loads(&self.levels)?;
+        let queries = load::queries(self.queries.as_deref())?;
+        if !(self.warmup_s >= 0.0 && self.warmup_s.is_finite()) {
+            return Err(BenchError::Setup(
+                "--warmup-s must be zero or more seconds".into(),
+            ));
+        }
+        Ok(Plan {
+            url,
+            tenant: self.tenant,
+            k: self.k,
+            use_cache: self.use_cache,
+            loads,
+            requests: self.requests,
+            warmup: Duration::from_secs_f64(self.warmup_s),
+            queries,
+            slo_ttft_ms: self.slo_ttft_ms,
+            compare_llm: self.compare_llm.map(|u| (u, self.llm_model)),
+            seed: self.seed,
+        })
+    }
+}
+
 /// Runs every level of `plan`, calling `progress` with each finished one.
 pub async fn run(
     plan: &Plan,

@@ -4,7 +4,7 @@
 use clap::Subcommand;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 
 /// Runs the plan, printing a line per level, then writes the reports.
 async fn run(plan: &sluice_bench::Plan, out: &Path) -> Result<()> {
@@ -25,51 +25,7 @@ async fn run(plan: &sluice_bench::Plan, out: &Path) -> Result<()> {
 #[derive(Subcommand)]
 pub enum BenchCommand {
     /// Send load to a running server and write report.json, report.csv and report.html.
-    Run {
-        /// Server base URL [default: http://$SLUICE_ADDR]
-        #[arg(long, env = "SLUICE_URL")]
-        url: Option<String>,
-        /// How requests are sent.
-        #[arg(long, value_enum, default_value = "concurrent")]
-        load: sluice_bench::load::LoadKind,
-        /// Comma-separated levels: concurrencies, or rates per second.
-        #[arg(long, value_delimiter = ',', default_value = "1,8,32")]
-        levels: Vec<f64>,
-        /// Recorded requests per level.
-        #[arg(long, default_value_t = 100)]
-        requests: usize,
-        /// Seconds of unrecorded sending before each level (streams start spread over it).
-        #[arg(long, default_value_t = 2.0)]
-        warmup_s: f64,
-        /// Questions, one per line [default: questions about the sample documents].
-        #[arg(long)]
-        queries: Option<PathBuf>,
-        /// Tenant (x-sluice-tenant).
-        #[arg(long)]
-        tenant: Option<String>,
-        /// Sources per answer.
-        #[arg(short, long)]
-        k: Option<usize>,
-        /// Let requests read and write the answer cache (by default they bypass it).
-        #[arg(long)]
-        use_cache: bool,
-        /// TTFT objective for goodput, in milliseconds.
-        #[arg(long, default_value_t = 500.0)]
-        slo_ttft_ms: f64,
-        /// Also send each level's assembled prompts straight to this OpenAI-compatible API
-        /// (…/v1) at the same load, to measure the TTFT Sluice adds.
-        #[arg(long)]
-        compare_llm: Option<String>,
-        /// Model name for --compare-llm [default: the first its /models lists].
-        #[arg(long)]
-        llm_model: Option<String>,
-        /// Seed of the Poisson arrivals.
-        #[arg(long, default_value_t = 1)]
-        seed: u64,
-        /// Folder for the report files.
-        #[arg(long, default_value = "bench-report")]
-        out: PathBuf,
-    },
+    Run(sluice_bench::RunArgs),
     /// Turn a report.json and unit prices into $ per 1,000 answers (a Markdown page).
     Cost {
         /// The benchmark report.
@@ -104,40 +60,9 @@ pub enum FixtureCommand {
 /// `sluice bench …`.
 pub async fn command(wire: &sluice_http::WireConfig, command: BenchCommand) -> Result<()> {
     match command {
-        BenchCommand::Run {
-            url,
-            load,
-            levels,
-            requests,
-            warmup_s,
-            queries: file,
-            tenant,
-            k,
-            use_cache,
-            slo_ttft_ms,
-            compare_llm,
-            llm_model,
-            seed,
-            out,
-        } => {
-            let loads = load.loads(&levels)?;
-            let queries = sluice_bench::load::queries(file.as_deref())?;
-            if !(warmup_s >= 0.0 && warmup_s.is_finite()) {
-                bail!("--warmup-s must be zero or more seconds");
-            }
-            let plan = sluice_bench::Plan {
-                url: crate::server_url(wire, url),
-                tenant,
-                k,
-                use_cache,
-                loads,
-                requests,
-                warmup: std::time::Duration::from_secs_f64(warmup_s),
-                queries,
-                slo_ttft_ms,
-                compare_llm: compare_llm.map(|u| (u, llm_model)),
-                seed,
-            };
+        BenchCommand::Run(mut args) => {
+            let (url, out) = (args.url.take(), args.out.clone());
+            let plan = args.plan(crate::server_url(wire, url))?;
             run(&plan, &out).await
         }
         BenchCommand::Cost {

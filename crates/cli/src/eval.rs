@@ -8,7 +8,7 @@ use clap::Subcommand;
 use serde::Serialize;
 use sluice_contract::fusion::Fusion;
 use sluice_core::Config;
-use sluice_eval::{Metric, Options, run, table};
+use sluice_eval::{run, table};
 
 /// The default dataset folder: `$SLUICE_HOME/eval/tau2-banking`.
 pub fn default_data(config: &Config) -> PathBuf {
@@ -25,7 +25,7 @@ pub enum EvalCommand {
     /// the table.
     Retrieval {
         #[command(flatten)]
-        data: EvalData,
+        data: sluice_eval::EvalData,
         /// Rerank components (built by scripts/build-components.sh) to try on top of hybrid.
         #[arg(long, value_delimiter = ',', default_value = "keyword-boost,mmr")]
         components: Vec<String>,
@@ -39,7 +39,7 @@ pub enum EvalCommand {
     /// value with this tenant's entry set) to --out/fusion.env.
     Tune {
         #[command(flatten)]
-        data: EvalData,
+        data: sluice_eval::EvalData,
         /// The tenant whose setting is written [default: SLUICE_DEFAULT_TENANT].
         #[arg(long)]
         tenant: Option<String>,
@@ -242,45 +242,6 @@ pub async fn run_set(client: &sluice_client::Client, run: RunArgs) -> Result<()>
     }))
     .await?;
     show(report, run.json, sluice_client::eval_report_lines)
-}
-
-/// The dataset and the split of an evaluation.
-#[derive(clap::Args)]
-pub struct EvalData {
-    /// Folder with documents.json and tasks.json (τ²-bench) or questions.jsonl (one
-    /// {"question", "relevant": [document ids]} a line) [default: $SLUICE_HOME/eval/tau2-banking]
-    #[arg(long)]
-    data: Option<PathBuf>,
-    /// Evaluate only the first N questions.
-    #[arg(long)]
-    limit: Option<usize>,
-    /// Ingest only N documents: those the evaluated questions require, then others in file
-    /// order (a smaller haystack for a quick run; random recall is reported for it).
-    #[arg(long)]
-    documents: Option<usize>,
-    /// Seed of the tuning/held-out split and of the bootstrap.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
-    /// What tuning maximises on the tuning half (ties: nDCG@10).
-    #[arg(long, value_enum, default_value = "recall@10")]
-    metric: Metric,
-}
-
-impl EvalData {
-    fn options(&self, components: &[String]) -> Options {
-        Options {
-            limit: self.limit,
-            documents: self.documents,
-            seed: self.seed,
-            metric: self.metric,
-            // `--components ''` tries none.
-            components: components
-                .iter()
-                .filter(|c| !c.is_empty())
-                .cloned()
-                .collect(),
-        }
-    }
 }
 
 /// `sluice eval …`: runs the evaluation and writes its reports to `--out` (and, for `tune`,

@@ -9,6 +9,7 @@ mod eval;
 mod keys;
 mod serve;
 mod settings;
+mod sources;
 
 use std::path::PathBuf;
 
@@ -83,6 +84,14 @@ enum Command {
     Settings {
         #[command(subcommand)]
         command: SettingsCommand,
+        #[command(flatten)]
+        target: Target,
+    },
+    /// A tenant's sources on a running server — a website or an S3 prefix kept in step with
+    /// its documents — and their syncs.
+    Sources {
+        #[command(subcommand)]
+        command: sources::SourcesCommand,
         #[command(flatten)]
         target: Target,
     },
@@ -292,6 +301,9 @@ fn run() -> Result<()> {
         Command::Usage { days, target } => runtime.block_on(client::usage(&server(target)?, days)),
         Command::Settings { command, target } => {
             runtime.block_on(settings::command(&server(target)?, command))
+        }
+        Command::Sources { command, target } => {
+            runtime.block_on(sources::command(&server(target)?, command))
         }
         Command::Feedback { command, target } => {
             runtime.block_on(eval::feedback(&server(target)?, command))

@@ -81,6 +81,8 @@ pub async fn run(settings: sluice_app::Settings) -> Result<()> {
             }
         });
     };
+    // Tenants' scheduled sources: the due ones started every half minute.
+    sluice_http::service::sources::keep_syncing(Arc::clone(&server));
     let usage = server.usage.clone();
     let router = sluice_http::only_hosts(router(server), hosts);
     sluice_http::serve(listener, router, header_timeout, signalled).await?;

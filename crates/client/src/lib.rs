@@ -216,6 +216,119 @@ pub fn eval_report_lines(report: &Value) -> Vec<String> {
     lines
 }
 
+/// A source as `GET /v1/sources` shows it, on one line: name, what it reads, its schedule,
+/// and its last sync (or the one going).
+pub fn source_line(shown: &Value) -> String {
+    let source = &shown["source"];
+    let what = match (&source["website"], &source["s3"]) {
+        (Value::Object(site), _) => {
+            let first = site
+                .get("sitemap")
+                .or_else(|| site.get("start").and_then(|s| s.get(0)));
+            format!("website {}", first.and_then(Value::as_str).unwrap_or(""))
+        }
+        (_, Value::Object(s3)) => format!(
+            "s3://{}/{}",
+            s3.get("bucket").and_then(Value::as_str).unwrap_or(""),
+            s3.get("prefix").and_then(Value::as_str).unwrap_or("")
+        ),
+        _ => String::new(),
+    };
+    let every =
+        (source["every_minutes"].as_u64()).map_or("manual".into(), |m| format!("every {m} min"));
+    let last = match (&shown["syncing"], &shown["last_sync"]) {
+        (Value::Object(going), _) => format!("syncing since {}", going["started_at"]),
+        (_, Value::Object(_)) => sync_summary(&shown["last_sync"]),
+        _ => "never synced".into(),
+    };
+    format!(
+        "{}\t{what}\t{every}\t{last}",
+        shown["name"].as_str().unwrap_or("")
+    )
+}
+
+/// A source from `sluice sources put`'s flags: a website from `site` (start pages; a URL
+/// ending in `.xml` or `.xml.gz` is its sitemap) or an S3 prefix from `s3`
+/// (`s3://bucket/prefix`), synced every `every` minutes if set.
+pub fn source_from(site: &[String], s3: Option<&str>, every: Option<u32>) -> Result<Value, String> {
+    let mut source = match s3 {
+        Some(uri) => {
+            let place = uri
+                .strip_prefix("s3://")
+                .ok_or("--s3 is s3://bucket/prefix")?;
+            let (bucket, prefix) = place.split_once('/').unwrap_or((place, ""));
+            serde_json::json!({"s3": {"bucket": bucket, "prefix": prefix}})
+        }
+        None if site.is_empty() => return Err("name what to read: --site, --s3 or --file".into()),
+        None => {
+            let is_map = |u: &&String| u.ends_with(".xml") || u.ends_with(".xml.gz");
+            let (maps, start): (Vec<&String>, Vec<&String>) = site.iter().partition(is_map);
+            if maps.len() > 1 {
+                return Err("one sitemap a source (an index may list more)".into());
+            }
+            let mut site = serde_json::json!({ "start": start });
+            if let Some(map) = maps.first() {
+                site["sitemap"] = serde_json::json!(map);
+            }
+            serde_json::json!({ "website": site })
+        }
+    };
+    if let Some(every) = every {
+        source["every_minutes"] = every.into();
+    }
+    Ok(source)
+}
+
+/// A sync's `item` event for people: the outcome, the page or object, and why.
+pub fn sync_item_line(item: &Value) -> String {
+    let why = (item["reason"].as_str()).map_or(String::new(), |r| format!(" ({r})"));
+    let outcome = item["outcome"].as_str().unwrap_or("");
+    format!("{outcome:<9} {}{why}", item["item"].as_str().unwrap_or(""))
+}
+
+/// A sync's report in a line: how it ended and what it did.
+pub fn sync_summary(report: &Value) -> String {
+    format!(
+        "{} {}: {} added, {} changed, {} unchanged, {} deleted, {} failed ({} ms)",
+        report["id"].as_str().unwrap_or(""),
+        report["status"].as_str().unwrap_or(""),
+        report["added"],
+        report["changed"],
+        report["unchanged"],
+        report["deleted"],
+        report["failures"],
+        report["ms"]
+    )
+}
+
+/// A sync's report for people: its summary, what it skipped, why it stopped or failed, and
+/// the failures it lists.
+pub fn sync_report_lines(report: &Value) -> Vec<String> {
+    let skipped = &report["skipped"];
+    let mut lines = vec![
+        sync_summary(report),
+        format!(
+            "listed {}, read {} bytes; skipped: {} by robots.txt, {} noindex, {} redirects, {} past a cap, {} too deep",
+            report["listed"],
+            report["bytes"],
+            skipped["robots"],
+            skipped["noindex"],
+            skipped["redirects"],
+            skipped["caps"],
+            skipped["depth"]
+        ),
+    ];
+    for key in ["cut", "error"] {
+        if let Some(why) = report[key].as_str() {
+            lines.push(format!("{key}: {why}"));
+        }
+    }
+    for failure in report["failed"].as_array().into_iter().flatten() {
+        lines.push(format!("failed {}: {}", failure["item"], failure["reason"]));
+    }
+    lines
+}
+
 /// What a quality gate's run says (an activation's or a settings change's `quality`, or the
 /// `details` of its refusal), for people: each figure it held with its change and interval,
 /// what it refused, and the questions that lost most.
@@ -674,7 +787,29 @@ impl Client {
         body: &Value,
         progress: &mut (dyn FnMut(&str, &Value) + Send),
     ) -> Result<Value, ClientError> {
-        let mut events = self.post_events("/v1/evals/runs", body).await?;
+        self.run_to_report("/v1/evals/runs", body, progress).await
+    }
+
+    /// Syncs the tenant's source `name` (`POST /v1/sources/{name}/sync`), telling `progress`
+    /// each event before the report (`sync`, then an `item` per page or object): the report.
+    pub async fn sync_source(
+        &self,
+        name: &str,
+        progress: &mut (dyn FnMut(&str, &Value) + Send),
+    ) -> Result<Value, ClientError> {
+        let path = format!("/v1/sources/{}/sync", escape(name));
+        self.run_to_report(&path, &Value::Null, progress).await
+    }
+
+    /// `POST path` answered as a stream that ends with `report` (or `error`): the report,
+    /// `progress` told each event before it.
+    async fn run_to_report(
+        &self,
+        path: &str,
+        body: &Value,
+        progress: &mut (dyn FnMut(&str, &Value) + Send),
+    ) -> Result<Value, ClientError> {
+        let mut events = self.post_events(path, body).await?;
         while let Some(event) = events.next().await {
             let (name, data) = event?;
             let data: Value =
@@ -683,7 +818,7 @@ impl Client {
                 "report" => return Ok(data),
                 "error" => {
                     return Err(ClientError::Stream(format!(
-                        "the run failed: {}",
+                        "it failed: {}",
                         data["message"]
                     )));
                 }
@@ -691,7 +826,7 @@ impl Client {
             }
         }
         Err(ClientError::Stream(
-            "the run ended without its report".into(),
+            "the stream ended without its report".into(),
         ))
     }
 

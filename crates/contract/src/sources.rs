@@ -60,7 +60,8 @@ pub struct Source {
     /// Synced every this many minutes; absent: only when asked.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub every_minutes: Option<u32>,
-    /// Metadata every document of the source gets (its own keys win over none of these).
+    /// Metadata every document of the source gets (a key a document sets itself, in a
+    /// Markdown file's front matter say, keeps the document's value).
     #[serde(default, skip_serializing_if = "Map::is_empty")]
     pub metadata: Map<String, Value>,
     /// The access list of its documents (principals separated by commas), unless the source
@@ -95,7 +96,7 @@ pub struct Website {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub start: Vec<String>,
     /// Path prefixes pages must start with (on the hosts of `sitemap` and `start`); empty:
-    /// the whole of those hosts.
+    /// the folders of the start URLs ([`Website::scope`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scope: Vec<String>,
     /// Links followed this deep from a listed page (default 5 from start URLs, 0 from a
@@ -105,6 +106,20 @@ pub struct Website {
 }
 
 impl Website {
+    /// The path prefixes pages must start with: those given, else the folder of each start
+    /// URL (`https://e.com/docs/intro` → `/docs/`); with neither (a sitemap alone), none:
+    /// the whole of the sitemap's host.
+    pub fn scope(&self) -> Vec<String> {
+        if !self.scope.is_empty() {
+            return self.scope.clone();
+        }
+        let folder = |url: &String| {
+            let path = url::Url::parse(url).ok()?.path().to_string();
+            Some(path[..=path.rfind('/')?].to_string())
+        };
+        self.start.iter().filter_map(folder).collect()
+    }
+
     /// The depth links are followed to.
     pub fn depth(&self) -> usize {
         (self.max_depth).unwrap_or(match self.sitemap {
@@ -449,7 +464,14 @@ mod tests {
         assert_eq!(site.max_pages, DEFAULT_MAX_PAGES);
         assert_eq!(site.website.as_ref().unwrap().depth(), DEFAULT_MAX_DEPTH);
         let mapped = parse(json!({"website": {"sitemap": "https://e.com/sitemap.xml"}})).unwrap();
-        assert_eq!(mapped.website.unwrap().depth(), 0);
+        assert_eq!(mapped.website.as_ref().unwrap().depth(), 0);
+        assert!(
+            mapped.website.unwrap().scope().is_empty(),
+            "the sitemap's whole host"
+        );
+        let started =
+            parse(json!({"website": {"start": ["https://e.com/docs/intro", "https://e.com/"]}}));
+        assert_eq!(started.unwrap().website.unwrap().scope(), ["/docs/", "/"]);
         assert!(parse(json!({"s3": {"bucket": "docs-bucket", "prefix": "kb/"}})).is_ok());
         for (body, field) in [
             (json!({}), "source"),

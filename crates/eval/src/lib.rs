@@ -274,6 +274,47 @@ pub fn documents_of(hits: &[Hit]) -> Vec<String> {
     first_seen(hits.iter().map(|h| h.document.id.clone()))
 }
 
+/// The dataset and the split of an evaluation, as `sluice eval retrieval` and `tune` take
+/// them.
+#[derive(clap::Args)]
+pub struct EvalData {
+    /// Folder with documents.json and tasks.json (τ²-bench) or questions.jsonl (one
+    /// {"question", "relevant": [document ids]} a line) [default: $SLUICE_HOME/eval/tau2-banking]
+    #[arg(long)]
+    pub data: Option<std::path::PathBuf>,
+    /// Evaluate only the first N questions.
+    #[arg(long)]
+    limit: Option<usize>,
+    /// Ingest only N documents: those the evaluated questions require, then others in file
+    /// order (a smaller haystack for a quick run; random recall is reported for it).
+    #[arg(long)]
+    documents: Option<usize>,
+    /// Seed of the tuning/held-out split and of the bootstrap.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// What tuning maximises on the tuning half (ties: nDCG@10).
+    #[arg(long, value_enum, default_value = "recall@10")]
+    metric: Metric,
+}
+
+impl EvalData {
+    /// The evaluation's options, with the rerank `components` to try (`''`: none).
+    pub fn options(&self, components: &[String]) -> Options {
+        Options {
+            limit: self.limit,
+            documents: self.documents,
+            seed: self.seed,
+            metric: self.metric,
+            // `--components ''` tries none.
+            components: components
+                .iter()
+                .filter(|c| !c.is_empty())
+                .cloned()
+                .collect(),
+        }
+    }
+}
+
 /// The evaluation's knobs (the command line's).
 #[derive(Debug, Clone)]
 pub struct Options {

@@ -437,13 +437,13 @@ impl Server {
         Ok(())
     }
 
-    /// Runs the syncs that are due — each scheduled source whose last sync started more than
-    /// its `every_minutes` ago (or never) — one after another, to their end; how many ran.
-    /// `sluice serve` calls it every half minute.
+    /// Starts the syncs that are due — each scheduled source whose last sync started more
+    /// than its `every_minutes` ago (or never), not going already — each on a task of its own;
+    /// how many started. `sluice serve` calls it every [`DUE_EVERY`].
     pub async fn run_due_syncs(self: &Arc<Self>) -> Result<usize, ApiError> {
         let records = Arc::clone(self.sources_store()?);
         let now = super::now_ms();
-        let mut ran = 0;
+        let mut started = 0;
         for tenant in (records.tenants(Shelf::Sources).await).map_err(unavailable)? {
             for record in (records.list(&tenant, Shelf::Sources).await).map_err(unavailable)? {
                 let Some(every) = record.body["every_minutes"].as_u64() else {
@@ -461,10 +461,10 @@ impl Server {
                     .await
                 {
                     Ok(events) => {
-                        events.for_each(|_| async {}).await;
-                        ran += 1;
+                        tokio::spawn(events.for_each(|_| async {}));
+                        started += 1;
                     }
-                    // Going already (asked for by hand): this one is not due.
+                    // Going already (asked for by hand, or still running from its last turn).
                     Err(e) if e.code == Code::SyncRunning => {}
                     Err(e) => {
                         tracing::warn!(%tenant, source = %record.name, error = %e.message, "a due sync did not start")
@@ -472,8 +472,25 @@ impl Server {
                 }
             }
         }
-        Ok(ran)
+        Ok(started)
     }
+}
+
+/// How often `sluice serve` looks for due syncs.
+pub const DUE_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Starts the due syncs every [`DUE_EVERY`] for as long as the process runs (`sluice serve`;
+/// on AWS a schedule invokes the sync function instead).
+pub fn keep_syncing(server: Arc<Server>) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut every = tokio::time::interval(DUE_EVERY);
+        loop {
+            every.tick().await;
+            if let Err(e) = server.run_due_syncs().await {
+                tracing::warn!(error = %e.message, "the due syncs could not be looked for");
+            }
+        }
+    })
 }
 
 /// The filter of the documents synced from source `name`.
@@ -668,7 +685,7 @@ impl Syncing {
             let walked = Site {
                 sitemap: site.sitemap.clone(),
                 start: site.start.clone(),
-                scope: site.scope.clone(),
+                scope: site.scope(),
                 max_pages: self.source.max_pages,
                 max_depth: site.depth(),
                 max_bytes: self.source.max_bytes,
