@@ -20,4 +20,5 @@ mod mcp;
 mod observability;
 mod openai;
 mod scripts;
+mod sources;
 mod wire;

@@ -589,9 +589,8 @@ impl Syncing {
             if single {
                 doc.id = id.clone();
             }
-            if doc.source.is_none() {
-                doc.source = Some(origin.to_string());
-            }
+            // Cited as where it was read.
+            doc.source = Some(origin.to_string());
             for (key, value) in &self.source.metadata {
                 doc.metadata.entry(key.clone()).or_insert(value.clone());
             }
