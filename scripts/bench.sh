@@ -32,6 +32,7 @@ cargo bench --profile dev --workspace --bench pipeline -- --noplot 2>&1 | tee -a
 cargo bench --profile dev --workspace --bench sandbox -- --noplot 2>&1 | tee -a "$log"
 cargo bench --profile dev --workspace --bench lookup -- --noplot 2>&1 | tee -a "$log"
 cargo bench --profile dev --workspace --bench quality 2>&1 | tee -a "$log"
+cargo bench --profile dev --workspace --bench sync 2>&1 | tee -a "$log"
 cargo bench --profile dev --workspace --bench guard 2>&1 | tee -a "$log"
 cargo bench --profile dev --workspace --bench verify 2>&1 | tee -a "$log"
 # The answer cache while τ²-bench's documents change (edits, additions, deletions), and for end users
@@ -58,6 +59,7 @@ grep -h "^convert:" "$log" || true
 grep -ho "PDFs (.*hit@3 [0-9.]*" "$log" | sed 's/^/page citations: /' || true
 grep -h "^cache churn\|^cache users\|^identity:" "$log" || true
 grep -h "^eval run\|^feedback:" "$log" || true
+grep -h "^sync:" "$log" || true
 grep -h "^guard\|pipeline overhead before the LLM call\|pipeline stages\|^usage:\|^sandbox:\|^cache-hit ttft\|^cache lookup\|client overhead per query\|^answer function init" "$log" || true
 python3 -c "import sys; print(f'sandbox: compile + smoke run at upload (keyword-boost): {float(sys.argv[1])/1e3:.0f} µs')" "$(median "$crit/sandbox_compile_upload/new/estimates.json")"
 rm -f "$log"

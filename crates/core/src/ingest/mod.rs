@@ -339,9 +339,21 @@ impl Ingest {
             config.context_header,
             config.pack_sections
         );
+        // What a source said of the version it read (its ETag, say) is not what was read: a
+        // page whose validator changed and whose text did not is not embedded again.
         let digest = |d: &Document| {
-            let what = serde_json::json!([d, origin, how]).to_string();
-            sluice_contract::sha256_hex(what.as_bytes())
+            let what = match d
+                .metadata
+                .contains_key(sluice_contract::sources::VERSION_KEY)
+            {
+                true => {
+                    let mut d = d.clone();
+                    d.metadata.remove(sluice_contract::sources::VERSION_KEY);
+                    serde_json::json!([d, origin, how])
+                }
+                false => serde_json::json!([d, origin, how]),
+            };
+            sluice_contract::sha256_hex(what.to_string().as_bytes())
         };
         let held = match held {
             Some(held) => held,

@@ -244,8 +244,9 @@ async fn a_website_sync_makes_the_tenants_documents_the_sites_pages() {
     let before = embedded.load(Ordering::SeqCst);
     let (_, second) = sync(&app, "site").await;
     assert_eq!(second["status"], "done", "{second}");
-    // Added d; changed the index (its links) and b; unchanged a (304); deleted c.
-    assert_eq!(counts(&second), [1, 2, 1, 1], "{second}");
+    // Added d; changed b; unchanged a (304) and the index (its text is the same: the links
+    // are not); deleted c.
+    assert_eq!(counts(&second), [1, 1, 2, 1], "{second}");
     assert_eq!(second["skipped"]["redirects"], 1);
     let held = documents(&app).await;
     assert!(!held.contains_key(&format!("{host}/docs/c")));
@@ -267,16 +268,26 @@ async fn a_website_sync_makes_the_tenants_documents_the_sites_pages() {
         asked.contains(&("/docs/b".into(), Some("\"b2\"".into()))),
         "{asked:?}"
     );
+    // A new validator on the same text: fetched again, found unchanged, not embedded.
+    let retag = Page::article("Alpha", "Alpha pages are tagged.", &[]).with("etag", "\"a2\"");
+    site.put("/docs/a", retag);
+    let (_, retagged) = sync(&app, "site").await;
+    assert_eq!(counts(&retagged), [0, 0, 4, 0], "{retagged}");
+    assert_eq!(
+        embedded.load(Ordering::SeqCst),
+        before,
+        "a new ETag alone embeds nothing"
+    );
 
     // The reports are kept, newest first; the source shows its last.
     let syncs = app
         .send(Method::GET, "/v1/sources/site/syncs", &[], "")
         .await;
     let kept = syncs.body["syncs"].as_array().unwrap();
-    assert_eq!(kept.len(), 3);
-    assert_eq!(kept[0]["id"], third["id"]);
+    assert_eq!(kept.len(), 4);
+    assert_eq!(kept[0]["id"], retagged["id"]);
     let shown = app.send(Method::GET, "/v1/sources/site", &[], "").await;
-    assert_eq!(shown.body["last_sync"]["id"], third["id"]);
+    assert_eq!(shown.body["last_sync"]["id"], retagged["id"]);
 
     // Deleting the source deletes its documents (unless asked to keep them).
     let deleted = app.send(Method::DELETE, "/v1/sources/site", &[], "").await;
