@@ -216,12 +216,12 @@ pub async fn parts(
         (None, _) => None,
     };
     // Evaluation sets, runs, ratings and gaps, where answers are served (and where components
-    // are activated, which reads a gate's run): the DynamoDB table on Lambda
-    // (`SLUICE_RECORDS_TABLE`), else `sluice serve`'s files; a function without the table
-    // keeps none.
+    // are activated, which reads a gate's run); sources and their syncs' reports, where
+    // documents are written: the DynamoDB table on Lambda (`SLUICE_RECORDS_TABLE`), else
+    // `sluice serve`'s files; a function without the table keeps none.
     let records: Option<Arc<dyn sluice_contract::evals::Records>> = match (&aws.records_table, role)
     {
-        (_, role) if !role.answers() && !role.components() => None,
+        (_, role) if !role.answers() && !role.components() && !role.documents() => None,
         (Some(table), _) => Some(Arc::new(
             sluice_aws::records::DynamoRecords::connect(table).await?,
         )),
@@ -538,6 +538,17 @@ pub enum Logs {
     /// A Lambda function: JSON lines on standard output, beside its EMF metric lines
     /// (CloudWatch keeps one event per line, queryable by field, and stamps each itself).
     Lambda,
+}
+
+/// The time a Lambda invocation has left, from the deadline its context states (Unix
+/// milliseconds); `None` when it states none — a value a day or more in the past is an
+/// emulator's timeout, not a deadline (cargo-lambda sends `600000`).
+pub fn time_left(deadline_ms: u64) -> Option<std::time::Duration> {
+    const NOT_A_DEADLINE_MS: u64 = 86_400_000;
+    let now = (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
+        .map_or(0, |d| d.as_millis() as u64);
+    (deadline_ms >= now.saturating_sub(NOT_A_DEADLINE_MS))
+        .then(|| std::time::Duration::from_millis(deadline_ms.saturating_sub(now)))
 }
 
 /// Log lines at `RUST_LOG`'s levels (default `info`, Qdrant Edge's start-up notices for its

@@ -95,8 +95,9 @@ pub struct Parts {
     /// Where tenants' HMAC secrets for their end users' tokens are read (Secrets Manager);
     /// `None`: a tenant whose identity names one has its tokens refused as unverifiable.
     pub secrets: Option<Arc<dyn SecretReader>>,
-    /// Where tenants' evaluation sets and runs are kept (answers); `None`: `/v1/evals` is 404
-    /// `evals_disabled`.
+    /// Where tenants' evaluation sets and runs (answers), and sources and their reports
+    /// (documents), are kept; `None`: `/v1/evals` is 404 `evals_disabled`, `/v1/sources`
+    /// `sources_disabled`.
     pub records: Option<Arc<dyn Records>>,
     /// The buckets of tenants' S3 sources; `None`: an S3 source's sync fails, saying so.
     pub objects: Option<Arc<dyn sluice_contract::sources::Objects>>,
@@ -138,8 +139,8 @@ impl Parts {
                 .allowing(self.wire.auth.fetch_allow.clone());
             server.identities = Arc::new(identities.with_secrets(secrets));
         }
-        let answers = server.answers.is_some();
-        server.records = self.records.filter(|_| answers);
+        let (answers, documents) = (server.answers.is_some(), server.ingest.is_some());
+        server.records = self.records.filter(|_| answers || documents);
         server.converter = self.converter;
         server.objects = self.objects;
         server.components = self.components;

@@ -87,7 +87,7 @@ pub(crate) async fn sync(
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
     let caller = admitted(&server, &headers).await?;
-    let events = (server.start_sync(&caller.tenant, &name, Trigger::Manual)).await?;
+    let events = (server.start_sync(&caller.tenant, &name, Trigger::Manual, None)).await?;
     let framed = events.map(|e| format!("event: {}\ndata: {}\n\n", e.name, e.data));
     Ok(sse_response(framed, server.sse_keepalive).into_response())
 }

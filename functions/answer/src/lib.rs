@@ -4,7 +4,7 @@
 //! answers when Lambda shuts the environment down (see [`drain`]).
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use sluice_http::{Server, StreamDeadline};
 
@@ -12,9 +12,6 @@ use sluice_http::{Server, StreamDeadline};
 /// `error` event: time to write it and for the runtime to flush the stream before Lambda
 /// stops the function.
 const DEADLINE_MARGIN: Duration = Duration::from_millis(1500);
-
-/// See [`per_invocation`].
-const NOT_A_DEADLINE_MS: u64 = 86_400_000;
 
 /// After SIGTERM, how long the drained streams get to end and be handed to the runtime
 /// before the process exits (Lambda's shutdown phase is short: see [`drain_on_sigterm`]).
@@ -39,15 +36,11 @@ pub async fn per_invocation(mut request: axum::extract::Request) -> axum::extrac
     {
         request.headers_mut().insert("traceparent", value);
     }
-    let now = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    // A value a day or more in the past is not a deadline but an emulator's timeout
-    // (cargo-lambda sends `600000`): no deadline then.
-    if deadline < now.saturating_sub(NOT_A_DEADLINE_MS) {
+    // No deadline stated (an emulator's timeout): none then.
+    let Some(left) = sluice_app::time_left(deadline) else {
         return request;
-    }
-    let left = Duration::from_millis(deadline.saturating_sub(now)).saturating_sub(DEADLINE_MARGIN);
+    };
+    let left = left.saturating_sub(DEADLINE_MARGIN);
     request
         .extensions_mut()
         .insert(StreamDeadline(tokio::time::Instant::now() + left));
@@ -94,8 +87,7 @@ mod tests {
     use axum::extract::Request;
 
     fn now_ms() -> u64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
+        (std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH))
             .map_or(0, |d| d.as_millis() as u64)
     }
 

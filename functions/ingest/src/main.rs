@@ -10,6 +10,11 @@
 //!   (a tag set or removed) reads the object again, so a changed access list takes effect.
 //! - S3 `ObjectRemoved`: the documents the object made are deleted (and the tenant's corpus
 //!   version bumped, so that no cached answer built on them is served again).
+//! - An upload under the prefix of one of the tenant's S3 sources is written as that source's
+//!   sync writes it (its id, metadata, access and version), so that the next sync finds it
+//!   unchanged: the event is the fast path, the sync the reconcile of what events missed.
+//! - EventBridge's schedule (every minute): the tenants' sources that are due are synced, one
+//!   after another, each stopped by the invocation's deadline at the latest.
 //!
 //! An S3 invocation is asynchronous: a returned error makes Lambda retry it (twice) and then
 //! send it to the dead-letter queue. So only what a retry could fix is an error (S3 or the
@@ -17,6 +22,7 @@
 //! too large, invalid documents) is logged and reported as skipped.
 
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use aws_lambda_events::s3::S3Event;
@@ -37,6 +43,8 @@ struct S3Report {
     ingested: Vec<Ingested>,
     removed: Vec<Removed>,
     skipped: Vec<Skipped>,
+    /// Uploads under a source's prefix, written as its sync writes them.
+    synced: Vec<Value>,
 }
 
 #[derive(Debug, Serialize)]
@@ -70,7 +78,7 @@ struct Skipped {
 /// `POST /v1/documents` calls — each counted in the tenant's usage (with no key: an upload has
 /// none); `Err` only for what a retry could fix.
 async fn ingest_uploads(
-    server: &Server,
+    server: &Arc<Server>,
     documents: &Documents,
     event: S3Event,
 ) -> anyhow::Result<S3Report> {
@@ -78,6 +86,7 @@ async fn ingest_uploads(
         ingested: vec![],
         removed: vec![],
         skipped: vec![],
+        synced: vec![],
     };
     for record in event.records {
         let (Some(bucket), Some(raw_key)) = (record.s3.bucket.name, record.s3.object.key) else {
@@ -117,6 +126,15 @@ async fn ingest_uploads(
                 corpus_version,
             });
             continue;
+        }
+        match server.sync_object(&upload.tenant, &bucket, &key).await {
+            Ok(Some(item)) => {
+                info!(%bucket, %key, tenant = %upload.tenant, outcome = %item["outcome"], "upload synced as its source's");
+                report.synced.push(item);
+                continue;
+            }
+            Ok(None) => {}
+            Err(e) => anyhow::bail!("syncing s3://{bucket}/{key}: {}", e.message),
         }
         let max_bytes = server.limits.max_ingest_bytes;
         let object = match documents.read(&bucket, &key, max_bytes).await {
@@ -162,6 +180,12 @@ async fn ingest_uploads(
     Ok(report)
 }
 
+/// What a scheduled invocation leaves itself after its syncs, to write their reports.
+const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
+
+/// What a scheduled invocation without a stated deadline allows itself.
+const NO_DEADLINE: Duration = Duration::from_secs(900);
+
 #[tokio::main]
 async fn main() -> Result<(), lambda_runtime::Error> {
     let server = sluice_app::function("ingest", sluice_app::Role::Documents)
@@ -174,6 +198,19 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         let (server, documents, router) = (server.clone(), documents.clone(), router.clone());
         async move {
             let LambdaEvent { payload, context } = event;
+            // EventBridge's schedule: the due syncs, until a little before the deadline.
+            if payload["source"] == "aws.events" && payload["detail-type"] == "Scheduled Event" {
+                // Without a deadline stated (an emulator), SLUICE_SYNC_TIMEOUT_MS bounds each.
+                let left = sluice_app::time_left(context.deadline).unwrap_or(NO_DEADLINE);
+                let ends_by = Instant::now() + left.saturating_sub(DEADLINE_MARGIN);
+                info!(
+                    left_ms = left.as_millis() as u64,
+                    "scheduled: syncing the due sources"
+                );
+                let reports = (server.sync_due_until(ends_by).await)
+                    .map_err(|e| anyhow::anyhow!(e.message))?;
+                return Ok(serde_json::json!({ "syncs": reports }));
+            }
             // An S3 notification has `Records`; anything else is an HTTP event.
             if payload.get("Records").is_some() {
                 let event: S3Event = serde_json::from_value(payload).context("S3 event")?;

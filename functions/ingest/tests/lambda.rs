@@ -330,3 +330,109 @@ async fn an_uploads_access_tag_says_which_end_users_see_its_documents() {
     assert!(reason.contains("_access"), "{report}");
     assert_eq!(access(&function).await, Value::Null);
 }
+
+/// Tenants' sources on Lambda: kept in the records table (moto), a due one synced when
+/// EventBridge's schedule invokes the function (the documented scheduled event), and an upload
+/// under an S3 source's prefix, announced by S3, written as that source's sync writes it — so
+/// that the sync after finds it unchanged and reads nothing.
+#[tokio::test]
+async fn sources_are_synced_on_schedule_and_an_upload_under_one_is_written_as_its_own() {
+    sluice_testkit::needs!(Llm, Aws, Model, Lambda);
+    use sluice_testkit::site::{Page, Site};
+    let bucket = aws::bucket("documents").await;
+    let table = format!(
+        "records-{}",
+        std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos()
+    );
+    let records = sluice_aws::records::DynamoRecords::connect(&table)
+        .await
+        .unwrap();
+    records.create_table().await.unwrap();
+    let site = Site::serve().await;
+    site.put(
+        "/help/",
+        Page::article("Help", "Cards are replaced within five days.", &[]),
+    );
+    let data = tempfile::tempdir().unwrap();
+    let function = Function::start(
+        Path::new(env!("CARGO_BIN_EXE_ingest")),
+        &[
+            ("SLUICE_DATA_DIR", data.path().display().to_string()),
+            ("SLUICE_RECORDS_TABLE", table.clone()),
+            ("SLUICE_FETCH_ALLOW", "127.0.0.1/32".into()),
+            ("SLUICE_SYNC_HOST_RATE", "1000".into()),
+        ],
+    );
+    let put = |name: &str, source: Value| {
+        let url = format!("{}/v1/sources/{name}", function.url());
+        async move {
+            let r = (sluice_tests::http()
+                .put(url)
+                .header("x-sluice-tenant", "acme"))
+            .json(&source)
+            .send()
+            .await
+            .unwrap();
+            assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+        }
+    };
+    put(
+        "help",
+        json!({"website": {"start": [site.url("/help/")]}, "every_minutes": 60}),
+    )
+    .await;
+    put(
+        "kb",
+        json!({"s3": {"bucket": bucket, "prefix": "acme/kb/"}, "every_minutes": 60}),
+    )
+    .await;
+
+    // An upload under kb's prefix: written as kb's sync would write it.
+    let key = "acme/kb/fees.md";
+    aws::put_object(
+        &bucket,
+        key,
+        b"# Fees\n\nSending money abroad costs one percent.".to_vec(),
+    )
+    .await;
+    let report = function.invoke(&event(&bucket, key)).await.unwrap();
+    assert_eq!(report["synced"][0]["outcome"], "added", "{report}");
+    assert_eq!(report["ingested"], json!([]), "{report}");
+    let id = format!("{bucket}/{key}");
+    let ids: Vec<String> = listed(&function)
+        .await
+        .into_iter()
+        .map(|(id, _)| id)
+        .collect();
+    assert!(ids.contains(&id), "{ids:?}");
+
+    // The schedule: both sources are due (never synced); kb finds the upload unchanged.
+    let scheduled: Value =
+        serde_json::from_str(include_str!("fixtures/eventbridge-scheduled.json")).unwrap();
+    let ran = function.invoke(&scheduled).await.unwrap();
+    let syncs = ran["syncs"].as_array().unwrap();
+    assert_eq!(syncs.len(), 2, "{ran}");
+    let of = |name: &str| {
+        let sync = syncs.iter().find(|s| s["source"] == name).unwrap();
+        sync["report"].clone()
+    };
+    assert_eq!(
+        (of("help")["status"].clone(), of("help")["added"].clone()),
+        (json!("done"), json!(1)),
+        "{ran}"
+    );
+    assert_eq!(
+        (of("kb")["unchanged"].clone(), of("kb")["bytes"].clone()),
+        (json!(1), json!(0)),
+        "{ran}"
+    );
+    // A minute later nothing is due yet.
+    let again = function.invoke(&scheduled).await.unwrap();
+    assert_eq!(again["syncs"], json!([]), "{again}");
+    assert!(
+        listed(&function)
+            .await
+            .iter()
+            .any(|(_, origin)| origin == &json!(site.url("/help/")))
+    );
+}

@@ -332,8 +332,14 @@ fn usage_is_counted_in_the_table_the_code_reads_and_documents_routes_reach_the_i
         );
     }
     assert_eq!(env("RegistryFunction")["SLUICE_USAGE"], "off");
-    // Every method of /v1/documents and /v1/documents/{id} goes to the ingest function.
-    for method in ["DocumentsMethod", "DocumentMethod"] {
+    // Every method of /v1/documents, /v1/documents/{id}, /v1/sources and what is under it goes
+    // to the ingest function.
+    for method in [
+        "DocumentsMethod",
+        "DocumentMethod",
+        "SourcesMethod",
+        "SourceMethod",
+    ] {
         let p = &resource(method)["Properties"];
         assert_eq!(p["HttpMethod"], "ANY", "{method}");
         let uri = p["Integration"]["Uri"]["Fn::Sub"].as_str().unwrap();
@@ -342,6 +348,51 @@ fn usage_is_counted_in_the_table_the_code_reads_and_documents_routes_reach_the_i
     assert_eq!(
         resource("DocumentMethod")["Properties"]["ResourceId"]["Ref"],
         "DocumentsProxy"
+    );
+    assert_eq!(
+        resource("SourceMethod")["Properties"]["ResourceId"]["Ref"],
+        "SourcesProxy"
+    );
+}
+
+/// Tenants' sources are synced by the ingest function: a schedule invokes it every minute
+/// (the handler reads EventBridge's scheduled event), its role reaches the records table the
+/// sources and reports are kept in (the scan that finds the tenants with sources among it)
+/// and lists the document bucket, and a sync ends before the function's timeout.
+#[test]
+fn sources_are_synced_on_a_schedule_by_the_ingest_function() {
+    sluice_testkit::needs!(Tools);
+    let (_file, t) = translate(&sam_template());
+    let rules: Vec<_> = of_type(&t, "AWS::Events::Rule");
+    let sync = (rules.iter())
+        .find(|(_, r)| r["Properties"]["Targets"][0]["Arn"]["Fn::GetAtt"][0] == "IngestFunction")
+        .unwrap_or_else(|| panic!("no rule targets the ingest function: {rules:?}"));
+    assert_eq!(sync.1["Properties"]["ScheduleExpression"], "rate(1 minute)");
+    let ingest = serde_json::to_string(&statements(&t, "IngestFunctionRole")).unwrap();
+    for action in [
+        "dynamodb:Scan",
+        "dynamodb:UpdateItem",
+        "dynamodb:Query",
+        "s3:ListBucket",
+    ] {
+        assert!(ingest.contains(action), "{action}: {ingest}");
+    }
+    assert!(ingest.contains("RecordsTable"), "{ingest}");
+    let function = &t["Resources"]["IngestFunction"]["Properties"];
+    let sync_ms: u64 = function["Environment"]["Variables"]["SLUICE_SYNC_TIMEOUT_MS"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let timeout_ms = function["Timeout"].as_u64().unwrap() * 1_000;
+    assert!(
+        sync_ms + 10_000 <= timeout_ms,
+        "{sync_ms} ms of {timeout_ms}"
+    );
+    assert_eq!(
+        function["Environment"]["Variables"]["SLUICE_RECORDS_TABLE"],
+        serde_json::json!({"Ref": "RecordsTable"}),
+        "the records table is named to it"
     );
 }
 

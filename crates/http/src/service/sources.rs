@@ -307,47 +307,39 @@ impl Server {
         tenant: &Tenant,
         name: &str,
         trigger: Trigger,
+        ends_by: Option<std::time::Instant>,
     ) -> Result<BoxStream<'static, RunEvent>, ApiError> {
         let record = self.source_record(tenant, name).await?;
         let source: Source = serde_json::from_value(record.body).map_err(invalid)?;
-        let deadline = std::time::Instant::now() + self.limits.sync.timeout;
+        let limit = std::time::Instant::now() + self.limits.sync.timeout;
         let live = Live {
             id: sync_id(),
             started_at: sluice_contract::tenant_settings::now(),
             done: Arc::default(),
-            cancel: Cancel::new().with_deadline(deadline),
+            cancel: Cancel::new().with_deadline(ends_by.map_or(limit, |by| by.min(limit))),
         };
         let slot = self.syncs.claim(tenant, name, live.clone())?;
-        let mut sync = Syncing {
-            server: Arc::clone(self),
-            tenant: tenant.clone(),
+        if let Some(going) = self.running_elsewhere(tenant, name).await? {
+            return Err(ApiError::new(
+                Code::SyncRunning,
+                format!(
+                    "source {name:?} is being synced ({going}, in another process): wait for it"
+                ),
+            ));
+        }
+        let mut sync = Syncing::new(
+            Arc::clone(self),
+            tenant,
+            name,
             source,
-            held: HashMap::new(),
-            seen: HashSet::new(),
-            report: SyncReport {
-                id: live.id.clone(),
-                source: name.to_string(),
-                trigger: match trigger {
-                    Trigger::Manual => "manual".into(),
-                    Trigger::Schedule => "schedule".into(),
-                },
-                status: SyncStatus::Running,
-                started_at: live.started_at.clone(),
-                ended_at: None,
-                ms: 0,
-                listed: 0,
-                added: 0,
-                changed: 0,
-                unchanged: 0,
-                deleted: 0,
-                failed: Vec::new(),
-                failures: 0,
-                skipped: Default::default(),
-                bytes: 0,
-                cut: None,
-                error: None,
-            },
-        };
+            trigger,
+            &live.started_at,
+        );
+        sync.report.id = live.id.clone();
+        // Its record says it is going, to the processes that share the store.
+        if self.sources_store()?.shared() {
+            self.keep_report(tenant, &sync.report).await?;
+        }
         tracing::info!(%tenant, source = name, sync = %live.id, ?trigger, "sync started");
         let started = std::time::Instant::now();
         Ok(async_stream::stream! {
@@ -437,43 +429,166 @@ impl Server {
         Ok(())
     }
 
-    /// Starts the syncs that are due — each scheduled source whose last sync started more
-    /// than its `every_minutes` ago (or never), not going already — each on a task of its own;
-    /// how many started. `sluice serve` calls it every [`DUE_EVERY`].
-    pub async fn run_due_syncs(self: &Arc<Self>) -> Result<usize, ApiError> {
-        let records = Arc::clone(self.sources_store()?);
+    /// A sync of `name` that another process sharing the store is running, by the record it
+    /// keeps while it runs (newer than `SLUICE_SYNC_TIMEOUT_MS`: an older one's process died).
+    async fn running_elsewhere(
+        &self,
+        tenant: &Tenant,
+        name: &str,
+    ) -> Result<Option<String>, ApiError> {
+        if !self.sources_store()?.shared() {
+            return Ok(None);
+        }
+        let newest = self.reports_of(tenant, name).await?.into_iter().next();
+        let fresh = |r: &Value| {
+            let started = started_ms(r).unwrap_or(0);
+            super::now_ms().saturating_sub(started) < self.limits.sync.timeout.as_millis() as u64
+        };
+        Ok(newest
+            .filter(|r| r["status"] == json!(SyncStatus::Running) && fresh(r))
+            .map(|r| r["id"].as_str().unwrap_or_default().to_string()))
+    }
+
+    /// The sources that are due: scheduled, their last sync started more than their
+    /// `every_minutes` ago (or never), none going.
+    pub async fn due_syncs(&self) -> Result<Vec<(Tenant, String)>, ApiError> {
+        let records = self.sources_store()?;
         let now = super::now_ms();
-        let mut started = 0;
+        let mut due = Vec::new();
         for tenant in (records.tenants(Shelf::Sources).await).map_err(unavailable)? {
             for record in (records.list(&tenant, Shelf::Sources).await).map_err(unavailable)? {
                 let Some(every) = record.body["every_minutes"].as_u64() else {
                     continue;
                 };
                 let last = self.reports_of(&tenant, &record.name).await?;
-                let last_ms = (last.first())
-                    .and_then(|r| r["id"].as_str())
-                    .and_then(|id| id.split('-').nth(1)?.parse::<u64>().ok());
-                if last_ms.is_some_and(|at| now.saturating_sub(at) < every * 60_000) {
-                    continue;
+                let last_ms = last.first().and_then(started_ms);
+                let going = self.syncs.find(&tenant, &record.name).is_some()
+                    || self
+                        .running_elsewhere(&tenant, &record.name)
+                        .await?
+                        .is_some();
+                if !going && last_ms.is_none_or(|at| now.saturating_sub(at) >= every * 60_000) {
+                    due.push((tenant.clone(), record.name));
                 }
-                match self
-                    .start_sync(&tenant, &record.name, Trigger::Schedule)
-                    .await
-                {
-                    Ok(events) => {
-                        tokio::spawn(events.for_each(|_| async {}));
-                        started += 1;
-                    }
-                    // Going already (asked for by hand, or still running from its last turn).
-                    Err(e) if e.code == Code::SyncRunning => {}
-                    Err(e) => {
-                        tracing::warn!(%tenant, source = %record.name, error = %e.message, "a due sync did not start")
-                    }
+            }
+        }
+        Ok(due)
+    }
+
+    /// Starts the syncs that are due, each on a task of its own; how many started.
+    /// `sluice serve` calls it every [`DUE_EVERY`].
+    pub async fn run_due_syncs(self: &Arc<Self>) -> Result<usize, ApiError> {
+        let mut started = 0;
+        for (tenant, name) in self.due_syncs().await? {
+            match self
+                .start_sync(&tenant, &name, Trigger::Schedule, None)
+                .await
+            {
+                Ok(events) => {
+                    tokio::spawn(events.for_each(|_| async {}));
+                    started += 1;
+                }
+                // Started meanwhile (asked for by hand).
+                Err(e) if e.code == Code::SyncRunning => {}
+                Err(e) => {
+                    tracing::warn!(%tenant, source = %name, error = %e.message, "a due sync did not start")
                 }
             }
         }
         Ok(started)
     }
+
+    /// Runs the syncs that are due one after another, each stopped by `ends_by` at the latest
+    /// (a Lambda invocation's deadline): their reports. A scheduled invocation of the ingest
+    /// function calls it.
+    pub async fn sync_due_until(
+        self: &Arc<Self>,
+        ends_by: std::time::Instant,
+    ) -> Result<Vec<Value>, ApiError> {
+        let mut reports = Vec::new();
+        for (tenant, name) in self.due_syncs().await? {
+            if std::time::Instant::now() >= ends_by {
+                break;
+            }
+            match self
+                .start_sync(&tenant, &name, Trigger::Schedule, Some(ends_by))
+                .await
+            {
+                Ok(mut events) => {
+                    while let Some(event) = events.next().await {
+                        if event.name == "report" || event.name == "error" {
+                            reports.push(
+                                json!({"tenant": tenant, "source": name, event.name: event.data}),
+                            );
+                        }
+                    }
+                }
+                Err(e) if e.code == Code::SyncRunning => {}
+                Err(e) => {
+                    reports.push(json!({"tenant": tenant, "source": name, "error": e.message}))
+                }
+            }
+        }
+        Ok(reports)
+    }
+
+    /// Writes the object `key` of `bucket` as the tenant's S3 source that covers it would (its
+    /// id, metadata, access and version), when one does: an upload to the document bucket
+    /// announced by S3, so that the next sync finds it unchanged. `None` when no source of the
+    /// tenant covers the object.
+    pub async fn sync_object(
+        self: &Arc<Self>,
+        tenant: &Tenant,
+        bucket: &str,
+        key: &str,
+    ) -> Result<Option<Value>, ApiError> {
+        let (Some(records), Some(objects)) = (&self.records, self.objects.clone()) else {
+            return Ok(None);
+        };
+        let sources = (records.list(tenant, Shelf::Sources).await).map_err(unavailable)?;
+        let covering = sources.into_iter().find_map(|r| {
+            let source: Source = serde_json::from_value(r.body).ok()?;
+            let s3 = source.s3.as_ref()?;
+            (s3.bucket == bucket && key.starts_with(&s3.prefix)).then_some((r.name, source))
+        });
+        let Some((name, source)) = covering else {
+            return Ok(None);
+        };
+        let listed = (objects.list(bucket, key, None).await)
+            .map_err(|e| ApiError::new(Code::IngestFailed, e.to_string()))?
+            .objects
+            .into_iter()
+            .find(|o| o.key == key);
+        let Some(listed) = listed else {
+            return Ok(Some(item(&format!("s3://{bucket}/{key}"), "gone", None)));
+        };
+        let mut sync = Syncing::new(
+            Arc::clone(self),
+            tenant,
+            &name,
+            source,
+            Trigger::Schedule,
+            "",
+        );
+        let origin = format!("s3://{bucket}/{key}");
+        if let Ok(Some(held)) = self
+            .ingest()?
+            .get(tenant, None, &id_of(&format!("{bucket}/{key}")))
+            .await
+        {
+            let version = match held.document.metadata.get(VERSION_KEY) {
+                Some(MetaValue::Text(v)) => Some(v.clone()),
+                _ => None,
+            };
+            sync.held.insert(origin, version);
+        }
+        Ok(Some(sync.object(bucket, &listed, &objects).await))
+    }
+}
+
+/// When a sync started, from its id (`sync-<ms>-<n>`).
+fn started_ms(report: &Value) -> Option<u64> {
+    report["id"].as_str()?.split('-').nth(1)?.parse().ok()
 }
 
 /// How often `sluice serve` looks for due syncs.
@@ -529,6 +644,48 @@ fn item(place: &str, outcome: &str, reason: Option<&str>) -> Value {
 }
 
 impl Syncing {
+    /// A sync of `source` (named `name`) for `tenant`, started at `started_at`, with nothing
+    /// held or seen yet.
+    fn new(
+        server: Arc<Server>,
+        tenant: &Tenant,
+        name: &str,
+        source: Source,
+        trigger: Trigger,
+        started_at: &str,
+    ) -> Self {
+        Self {
+            server,
+            tenant: tenant.clone(),
+            source,
+            held: HashMap::new(),
+            seen: HashSet::new(),
+            report: SyncReport {
+                id: String::new(),
+                source: name.to_string(),
+                trigger: match trigger {
+                    Trigger::Manual => "manual".into(),
+                    Trigger::Schedule => "schedule".into(),
+                },
+                status: SyncStatus::Running,
+                started_at: started_at.to_string(),
+                ended_at: None,
+                ms: 0,
+                listed: 0,
+                added: 0,
+                changed: 0,
+                unchanged: 0,
+                deleted: 0,
+                failed: Vec::new(),
+                failures: 0,
+                skipped: Default::default(),
+                bytes: 0,
+                cut: None,
+                error: None,
+            },
+        }
+    }
+
     /// Reads what the tenant holds from the source.
     async fn load_held(&mut self) -> Result<(), String> {
         let ingest = self.server.ingest().map_err(|e| e.message)?;

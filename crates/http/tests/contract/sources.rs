@@ -597,3 +597,85 @@ async fn an_s3_source_without_aws_fails_saying_why() {
         "{report}"
     );
 }
+
+/// Two processes over one shared records table (two Lambda environments): while one syncs a
+/// source, the other refuses to sync it (409 `sync_running`) and does not count it due; once
+/// it has ended, the other may. Over a store only one process reads, no record is kept while
+/// a sync runs (a restart leaves nothing to wait for).
+#[tokio::test]
+async fn a_sync_going_in_one_process_is_seen_by_another_sharing_the_records() {
+    let site = Site::serve().await;
+    site.put(
+        "/robots.txt",
+        Page::text("User-agent: *\nCrawl-delay: 60\n"),
+    );
+    site.put("/docs/", Page::article("Index", "The index.", &[]));
+    let shared: Arc<dyn sluice_contract::evals::Records> =
+        Arc::new(sluice_testkit::MemoryRecords::across_processes());
+    let process = |records: Arc<dyn sluice_contract::evals::Records>| {
+        let mut kit = Kit::new(OPEN);
+        kit.parts.records = Some(records);
+        kit.app()
+    };
+    let (one, other) = (process(Arc::clone(&shared)), process(Arc::clone(&shared)));
+    let source = json!({"website": {"start": [site.url("/docs/")]}, "every_minutes": 1});
+    assert_eq!(put(&one, "slow", &source).await.status, 200);
+    // Held at its first request: the site asks for a minute between requests.
+    let held = one
+        .open(crate::kit::request(
+            Method::POST,
+            "/v1/sources/slow/sync",
+            &[],
+            "",
+        ))
+        .await;
+    assert_eq!(held.status(), 200);
+    let refused = other
+        .send(Method::POST, "/v1/sources/slow/sync", &[], "")
+        .await;
+    assert_eq!(
+        (refused.status, refused.code()),
+        (409, "sync_running"),
+        "{}",
+        refused.raw
+    );
+    assert!(refused.raw.contains("another process"), "{}", refused.raw);
+    assert!(other.server.due_syncs().await.unwrap().is_empty());
+    let syncs = other
+        .send(Method::GET, "/v1/sources/slow/syncs", &[], "")
+        .await;
+    assert_eq!(syncs.body["syncs"][0]["status"], "running", "{}", syncs.raw);
+    // Its stream dropped (its client left): it stops; its record stays until it is stale, so
+    // a cancel from the process that runs it is what ends it at once.
+    drop(held);
+    let canceled = one
+        .send(Method::POST, "/v1/sources/slow/sync/cancel", &[], "")
+        .await;
+    assert_eq!(
+        canceled.code(),
+        "unknown_source",
+        "the stream's end gave its slot back"
+    );
+
+    // Over a store one process reads, nothing is kept while a sync runs.
+    let alone = Kit::new(OPEN).app();
+    assert_eq!(put(&alone, "slow", &source).await.status, 200);
+    let _going = alone
+        .open(crate::kit::request(
+            Method::POST,
+            "/v1/sources/slow/sync",
+            &[],
+            "",
+        ))
+        .await;
+    let kept = alone
+        .send(Method::GET, "/v1/sources/slow/syncs", &[], "")
+        .await;
+    assert_eq!(
+        kept.body["syncs"].as_array().unwrap().len(),
+        1,
+        "{}",
+        kept.raw
+    );
+    assert!(kept.body["syncs"][0].get("started_at").is_some());
+}
