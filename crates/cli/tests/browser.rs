@@ -34,7 +34,23 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
     let (modules, chromium) = browser();
 
     let upstream = fixture(20, 16);
-    let server = serve_with(&[("SLUICE_LLM_URL", &upstream.url)]);
+    // A website to keep in sync, on 127.0.0.1 (which the server is told it may fetch).
+    let runtime = tokio::runtime::Runtime::new().expect("a runtime for the site");
+    let site = runtime.block_on(sluice_testkit::site::Site::serve());
+    let article = sluice_testkit::site::Page::article;
+    site.put(
+        "/help/",
+        article("Help", "Help for every account holder.", &["fees"]),
+    );
+    site.put(
+        "/help/fees",
+        article("Fees", "Sending money abroad costs one percent.", &[]),
+    );
+    let server = serve_with(&[
+        ("SLUICE_LLM_URL", &upstream.url),
+        ("SLUICE_FETCH_ALLOW", "127.0.0.1/32"),
+        ("SLUICE_SYNC_HOST_RATE", "1000"),
+    ]);
 
     let out_dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("browser");
     std::fs::create_dir_all(&out_dir).expect("output folder");
@@ -70,6 +86,7 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
                 "SALES_TOKEN",
                 sluice_testkit::users::token("erin", &["sales"]),
             )
+            .env("SITE_URL", site.url("/help/"))
             .env("SCREENSHOT", &screenshot),
         Duration::from_secs(120),
     );
@@ -80,6 +97,30 @@ fn ask_in_the_browser_and_watch_the_answer_stream_in() {
         .unwrap_or_else(|e| panic!("the script's summary is not JSON ({e}): {stdout}"));
 
     assert_eq!(seen["title"], "Sluice");
+    // The website source: saved, synced (its two pages added), listed with its schedule.
+    let sources = &seen["sources"];
+    assert!(
+        sources["status"]
+            .as_str()
+            .unwrap_or("")
+            .ends_with(": done."),
+        "{sources}"
+    );
+    assert!(
+        sources["report"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with("2 added, 0 changed, 0 unchanged, 0 deleted, 0 failed"),
+        "{sources}"
+    );
+    let listed = sources["listed"].as_str().unwrap_or("");
+    assert!(
+        listed.starts_with(&format!(
+            "site\t{}\tevery 60 min\tlast: done, 2 added",
+            site.url("/help/")
+        )),
+        "{listed}"
+    );
     assert_eq!(seen["problems"], serde_json::json!([]), "no script errors");
     // Every upload, question and settings change carried its body's SHA-256, as an edge in
     // front of a function URL needs.

@@ -985,3 +985,60 @@ fn ingest_and_ask_through_an_edge_that_signs_for_a_function_url() {
     ]);
     assert!(deleted.contains("deleted 1 documents"), "{deleted}");
 }
+
+/// `sluice sources` against a running server: a website stored from `--site` with a schedule,
+/// synced (each page on standard error as it goes, then the report), listed, synced again
+/// with nothing changed, and deleted with the documents synced from it.
+#[test]
+fn sources_are_put_synced_listed_and_deleted_from_the_cli() {
+    sluice_testkit::needs!(Llm, Model);
+    use sluice_testkit::site::{Page, Site};
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let site = runtime.block_on(Site::serve());
+    site.put(
+        "/help/",
+        Page::article("Help", "Help for every account holder.", &["cards"]),
+    );
+    site.put(
+        "/help/cards",
+        Page::article("Cards", "A lost card is blocked at once.", &[]),
+    );
+    let server = serve_with(&[
+        ("SLUICE_FETCH_ALLOW", "127.0.0.1/32"),
+        ("SLUICE_SYNC_HOST_RATE", "1000"),
+    ]);
+    let run = |args: &[&str]| {
+        let out = output_within(
+            sluice().args(args).arg("--url").arg(&server.url),
+            Duration::from_secs(120),
+        );
+        assert!(out.status.success(), "{args:?}: {}", text(&out));
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        (stdout, String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let help = site.url("/help/");
+    let (stored, _) = run(&["sources", "put", "help", "--site", &help, "--every", "60"]);
+    assert!(stored.contains("\"every_minutes\": 60"), "{stored}");
+    let (report, progress) = run(&["sources", "sync", "help"]);
+    assert!(
+        report.contains(" done: 2 added, 0 changed, 0 unchanged, 0 deleted, 0 failed"),
+        "{report}"
+    );
+    assert!(
+        progress.contains(&format!("added     {}", site.url("/help/cards"))),
+        "{progress}"
+    );
+    let (listed, _) = run(&["sources", "list"]);
+    assert!(
+        listed.starts_with(&format!("help\twebsite {help}\tevery 60 min\tsync-")),
+        "{listed}"
+    );
+    let (again, _) = run(&["sources", "sync", "help"]);
+    assert!(
+        again.contains(" done: 0 added, 0 changed, 2 unchanged"),
+        "{again}"
+    );
+    let (deleted, _) = run(&["sources", "delete", "help"]);
+    assert!(deleted.contains("\"documents\": 2"), "{deleted}");
+    drop(runtime);
+}

@@ -221,7 +221,23 @@ const question = "What should I do if I lose my card?";
     problems.push(...problems.splice(problemsBefore).filter((p) => !p.includes("status of 401")));
     await page.fill("#user", "");
     const users = { identitySaved, asSales, salesSources, asHr, badToken, sent: sentUser };
-    console.log(JSON.stringify({ title, uploaded, early, done, quality, badFilter, filtered, searched, documents, settings, users, problems, hashed }));
+
+    // A website kept in sync: saved from the fields, synced with its progress, then listed.
+    await page.fill("#source-name", "site");
+    await page.fill("#source-url", process.env.SITE_URL);
+    await page.fill("#source-every", "60");
+    await page.click("#save-source");
+    await page.waitForFunction(() => document.getElementById("source-status").textContent.startsWith("Saved"),
+      null, { timeout: 10000 });
+    await page.click("#sync-source");
+    await page.waitForFunction(() => document.getElementById("source-status").textContent.startsWith("Sync "),
+      null, { timeout: 60000 });
+    const synced = { status: await page.textContent("#source-status"), report: await page.textContent("#source-report") };
+    await page.click("#list-sources");
+    await page.waitForFunction(() => document.getElementById("source-report").textContent.startsWith("site"),
+      null, { timeout: 10000 });
+    const sources = Object.assign(synced, { listed: await page.textContent("#source-report") });
+    console.log(JSON.stringify({ title, uploaded, early, done, quality, badFilter, filtered, searched, documents, settings, users, sources, problems, hashed }));
   } finally {
     await browser.close();
   }
