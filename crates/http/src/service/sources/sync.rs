@@ -1,0 +1,424 @@
+//! One sync's work: what the tenant holds from the source, the source walked or listed, each
+//! page or object written or found unchanged, and what is gone deleted — the report counted
+//! as it goes.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use serde_json::{Value, json};
+use sluice_contract::Tenant;
+use sluice_contract::document::{Document, MAX_PAGE};
+use sluice_contract::metadata::MetaValue;
+use sluice_contract::sources::{
+    Listed, ObjectsError, SOURCE_KEY, Source, SyncReport, SyncStatus, VERSION_KEY, Website,
+    object_version,
+};
+use sluice_fetch::{Crawl, Found, Site, Validator};
+
+use super::{Live, Trigger, id_of, of_source};
+use crate::Server;
+use crate::service::documents::{Upload, Writer};
+
+/// A sync in progress: what it holds, what it has seen, its report.
+pub(super) struct Syncing {
+    pub(super) server: Arc<Server>,
+    pub(super) tenant: Tenant,
+    pub(super) source: Source,
+    /// The held documents' origins, each with the version it was read at.
+    pub(super) held: HashMap<String, Option<String>>,
+    /// The origins the source holds now (read, found unchanged, or failed: kept).
+    pub(super) seen: HashSet<String>,
+    pub(super) report: SyncReport,
+}
+
+/// Why a sync stopped early, for its report.
+fn stopped(why: sluice_contract::cancel::Stopped) -> String {
+    match why {
+        sluice_contract::cancel::Stopped::Cancelled => "the sync was canceled".into(),
+        sluice_contract::cancel::Stopped::TimedOut => {
+            "the sync ran past its time limit (SLUICE_SYNC_TIMEOUT_MS)".into()
+        }
+    }
+}
+
+/// An `item` event's data.
+pub(super) fn item(place: &str, outcome: &str, reason: Option<&str>) -> Value {
+    match reason {
+        Some(reason) => json!({"item": place, "outcome": outcome, "reason": reason}),
+        None => json!({"item": place, "outcome": outcome}),
+    }
+}
+
+impl Syncing {
+    /// A sync of `source` (named `name`) for `tenant`, started at `started_at`, with nothing
+    /// held or seen yet.
+    pub(super) fn new(
+        server: Arc<Server>,
+        tenant: &Tenant,
+        name: &str,
+        source: Source,
+        trigger: Trigger,
+        started_at: &str,
+    ) -> Self {
+        Self {
+            server,
+            tenant: tenant.clone(),
+            source,
+            held: HashMap::new(),
+            seen: HashSet::new(),
+            report: SyncReport {
+                id: String::new(),
+                source: name.to_string(),
+                trigger: match trigger {
+                    Trigger::Manual => "manual".into(),
+                    Trigger::Schedule => "schedule".into(),
+                },
+                status: SyncStatus::Running,
+                started_at: started_at.to_string(),
+                ended_at: None,
+                ms: 0,
+                listed: 0,
+                added: 0,
+                changed: 0,
+                unchanged: 0,
+                deleted: 0,
+                failed: Vec::new(),
+                failures: 0,
+                skipped: Default::default(),
+                bytes: 0,
+                cut: None,
+                error: None,
+            },
+        }
+    }
+
+    /// Reads what the tenant holds from the source.
+    pub(super) async fn load_held(&mut self) -> Result<(), String> {
+        let ingest = self.server.ingest().map_err(|e| e.message)?;
+        let filter = of_source(&self.report.source)?;
+        let mut cursor: Option<String> = None;
+        loop {
+            let page = (ingest.list(&self.tenant, Some(&filter), MAX_PAGE, cursor.as_deref()))
+                .await
+                .map_err(|e| format!("the documents held could not be listed: {e}"))?;
+            for stored in page.documents {
+                let Some(origin) = stored.document.origin else {
+                    continue;
+                };
+                let version = match stored.document.metadata.get(VERSION_KEY) {
+                    Some(MetaValue::Text(v)) => Some(v.clone()),
+                    _ => None,
+                };
+                self.held.insert(origin, version);
+            }
+            match page.next {
+                Some(next) => cursor = Some(next),
+                None => return Ok(()),
+            }
+        }
+    }
+
+    /// Writes what was read from `origin` as its documents: converted by its format, given
+    /// the source's metadata and access list (unless it carries its own), its version and
+    /// the source's name; the outcome's name.
+    async fn write(
+        &mut self,
+        origin: &str,
+        id: String,
+        media_type: Option<String>,
+        bytes: Vec<u8>,
+        version: Option<String>,
+        access: Option<String>,
+    ) -> Value {
+        self.seen.insert(origin.to_string());
+        self.report.bytes += bytes.len() as u64;
+        let server = Arc::clone(&self.server);
+        let converter = match server.converter.as_ref() {
+            Some(c) => c,
+            None => return self.failed(origin, "this process reads no files"),
+        };
+        // A media type the converter reads names the format; else the id's extension does.
+        let name = match media_type.as_deref() {
+            Some(t) if converter.reads_media_type(t) => None,
+            _ => Some(id.clone()),
+        };
+        let mut documents: Vec<Document> =
+            match converter.convert(name, media_type.as_deref(), bytes).await {
+                Ok(d) => d,
+                Err(e) => return self.failed(origin, &e.to_string()),
+            };
+        let single = documents.len() == 1;
+        for doc in &mut documents {
+            if single {
+                doc.id = id.clone();
+            }
+            // Cited as where it was read.
+            doc.source = Some(origin.to_string());
+            for (key, value) in &self.source.metadata {
+                doc.metadata.entry(key.clone()).or_insert(value.clone());
+            }
+            if let Some(access) = access.as_deref().or(self.source.access.as_deref()) {
+                doc.set_access(access);
+            }
+            doc.metadata
+                .insert(SOURCE_KEY.into(), json!(self.report.source));
+            match &version {
+                Some(v) => doc.metadata.insert(VERSION_KEY.into(), json!(v)),
+                None => doc.metadata.remove(VERSION_KEY),
+            };
+        }
+        let writer = Writer {
+            tenant: &self.tenant,
+            key: None,
+            filter: None,
+            origin: Some(origin),
+        };
+        match server
+            .ingest_upload(writer, Upload::Documents(documents))
+            .await
+        {
+            Ok(done) => {
+                let outcome = if !self.held.contains_key(origin) {
+                    self.report.added += 1;
+                    "added"
+                } else if done.unchanged == done.documents && done.removed == 0 {
+                    self.report.unchanged += 1;
+                    "unchanged"
+                } else {
+                    self.report.changed += 1;
+                    "changed"
+                };
+                item(origin, outcome, None)
+            }
+            Err(e) => self.failed(origin, &e.message),
+        }
+    }
+
+    /// Notes that `origin` could not be read or written (its documents, if held, stay).
+    fn failed(&mut self, origin: &str, reason: &str) -> Value {
+        self.seen.insert(origin.to_string());
+        self.report.fail(origin, reason);
+        item(origin, "failed", Some(reason))
+    }
+
+    /// Deletes the documents of `origin`, gone from the source, if the tenant holds any.
+    async fn gone(&mut self, origin: &str, why: &str) -> Option<Value> {
+        self.held.contains_key(origin).then_some(())?;
+        self.held.remove(origin);
+        match self.server.forget_origin(&self.tenant, origin).await {
+            Ok(_) => {
+                self.report.deleted += 1;
+                Some(item(origin, "deleted", Some(why)))
+            }
+            Err(e) => {
+                self.report.error =
+                    Some(format!("deleting the documents of {origin}: {}", e.message));
+                Some(item(origin, "failed", Some(&e.message)))
+            }
+        }
+    }
+
+    /// Deletes every held origin the (whole) listing did not find.
+    pub(super) async fn sweep(&mut self) -> Vec<Value> {
+        let mut gone: Vec<String> = (self.held.keys())
+            .filter(|o| !self.seen.contains(*o))
+            .cloned()
+            .collect();
+        gone.sort();
+        let mut items = Vec::new();
+        for origin in gone {
+            items.extend(self.gone(&origin, "no longer in the source").await);
+        }
+        items
+    }
+
+    /// Walks the website: an `item` for each page (the stream's `Err` says why the listing
+    /// failed).
+    pub(super) fn walk<'a>(
+        &'a mut self,
+        site: Website,
+        live: &'a Live,
+    ) -> impl futures::Stream<Item = Result<Value, String>> + 'a {
+        async_stream::stream! {
+            let limits = self.server.limits.sync.clone();
+            let held: HashMap<String, Validator> = (self.held.iter())
+                .filter_map(|(origin, v)| Some((origin.clone(), Validator::from_kept(v.as_deref()?)?)))
+                .collect();
+            let walked = Site {
+                sitemap: site.sitemap.clone(),
+                start: site.start.clone(),
+                scope: site.scope(),
+                max_pages: self.source.max_pages,
+                max_depth: site.depth(),
+                max_bytes: self.source.max_bytes,
+                max_page_bytes: self.server.limits.max_ingest_bytes,
+                interval: limits.interval(),
+            };
+            let fetcher = Arc::clone(&self.server.fetcher);
+            let mut crawl = match Crawl::new(&fetcher, walked, held) {
+                Ok(c) => c,
+                Err(refused) => {
+                    yield Err(format!("a URL of the website {refused}"));
+                    return;
+                }
+            };
+            if let Err(why) = crawl.list().await {
+                yield Err(why);
+                return;
+            }
+            loop {
+                if let Err(why) = live.cancel.check() {
+                    self.report.cut = Some(stopped(why));
+                    break;
+                }
+                let Some(visit) = crawl.next().await else { break };
+                live.done.fetch_add(1, Ordering::SeqCst);
+                let url = visit.url;
+                let data = match visit.found {
+                    Found::Page(page) => {
+                        // Without a validator, the body's digest tells a page sent again as
+                        // it was (nothing converted or written).
+                        let version = match &page.validator {
+                            Some(v) => v.kept(),
+                            None => format!("sha256:{}", sluice_contract::sha256_hex(&page.bytes)),
+                        };
+                        if self.held.get(&url) == Some(&Some(version.clone())) {
+                            self.report.bytes += page.bytes.len() as u64;
+                            self.seen.insert(url.clone());
+                            self.report.unchanged += 1;
+                            item(&url, "unchanged", None)
+                        } else {
+                            let id = id_of(url.split_once("://").map_or(url.as_str(), |(_, rest)| rest));
+                            self.write(&url, id, page.media_type, page.bytes, Some(version), None).await
+                        }
+                    }
+                    Found::Unchanged => {
+                        self.seen.insert(url.clone());
+                        self.report.unchanged += 1;
+                        item(&url, "unchanged", None)
+                    }
+                    Found::Gone(status) => {
+                        let why = format!("it answered {status}");
+                        self.gone(&url, &why).await.unwrap_or_else(|| item(&url, "gone", Some(&why)))
+                    }
+                    Found::Moved(to) => {
+                        self.report.skipped.redirects += 1;
+                        let why = format!("it redirects to {to}");
+                        self.gone(&url, &why).await.unwrap_or_else(|| item(&url, "redirect", Some(&why)))
+                    }
+                    Found::NoIndex => {
+                        self.report.skipped.noindex += 1;
+                        let why = "it asks not to be indexed";
+                        self.gone(&url, why).await.unwrap_or_else(|| item(&url, "skipped", Some(why)))
+                    }
+                    Found::Disallowed => {
+                        self.report.skipped.robots += 1;
+                        item(&url, "skipped", Some("robots.txt disallows it"))
+                    }
+                    Found::Failed(why) => self.failed(&url, &why),
+                };
+                yield Ok(data);
+            }
+            let (queued, deeper) = crawl.not_reached();
+            self.report.skipped.caps += queued;
+            self.report.skipped.depth += deeper;
+            if self.report.cut.is_none() {
+                self.report.cut = crawl.cut().map(str::to_string);
+            }
+        }
+    }
+
+    /// Lists the S3 prefix: an `item` for each object (the stream's `Err` says why the
+    /// listing failed).
+    pub(super) fn list_objects<'a>(
+        &'a mut self,
+        s3: sluice_contract::sources::S3Prefix,
+        live: &'a Live,
+    ) -> impl futures::Stream<Item = Result<Value, String>> + 'a {
+        async_stream::stream! {
+            let Some(objects) = self.server.objects.clone() else {
+                yield Err("this process reads no S3 buckets (it has no AWS region: set AWS_REGION)".to_string());
+                return;
+            };
+            let (mut after, mut count) = (None, 0usize);
+            'pages: loop {
+                let page = match objects.list(&s3.bucket, &s3.prefix, after.take()).await {
+                    Ok(page) => page,
+                    Err(e) => {
+                        yield Err(format!("s3://{}/{} could not be listed: {e}", s3.bucket, s3.prefix));
+                        return;
+                    }
+                };
+                for (i, object) in page.objects.iter().enumerate() {
+                    // A "folder" is a key ending in / with nothing in it.
+                    if object.key.ends_with('/') && object.size == 0 {
+                        continue;
+                    }
+                    if let Err(why) = live.cancel.check() {
+                        self.report.cut = Some(stopped(why));
+                        break 'pages;
+                    }
+                    if count >= self.source.max_pages {
+                        self.report.cut = Some(format!("the object cap ({}) was reached", self.source.max_pages));
+                        self.report.skipped.caps += page.objects.len() - i;
+                        break 'pages;
+                    }
+                    count += 1;
+                    live.done.fetch_add(1, Ordering::SeqCst);
+                    yield Ok(self.object(&s3.bucket, object, &objects).await);
+                    if self.report.bytes > self.source.max_bytes {
+                        self.report.cut = Some(format!("the byte cap ({} bytes) was reached", self.source.max_bytes));
+                        self.report.skipped.caps += page.objects.len() - i - 1;
+                        break 'pages;
+                    }
+                }
+                match page.next {
+                    Some(next) => after = Some(next),
+                    None => break,
+                }
+            }
+        }
+    }
+
+    /// One listed object: unchanged (its ETag and access tag are the ones held), or read and
+    /// written.
+    pub(super) async fn object(
+        &mut self,
+        bucket: &str,
+        object: &Listed,
+        objects: &Arc<dyn sluice_contract::sources::Objects>,
+    ) -> Value {
+        let origin = format!("s3://{bucket}/{}", object.key);
+        let version = object_version(object);
+        if self.held.get(&origin) == Some(&Some(version.clone())) {
+            self.seen.insert(origin.clone());
+            self.report.unchanged += 1;
+            return item(&origin, "unchanged", None);
+        }
+        let max = self.server.limits.max_ingest_bytes;
+        match objects.read(bucket, &object.key, max).await {
+            Ok(read) => {
+                let id = id_of(&format!("{bucket}/{}", object.key));
+                let access = object.access.clone();
+                (self.write(
+                    &origin,
+                    id,
+                    read.content_type,
+                    read.bytes,
+                    Some(version),
+                    access,
+                ))
+                .await
+            }
+            // Deleted between the listing and the read: gone.
+            Err(ObjectsError::Gone) => {
+                let why = "deleted while the sync ran";
+                self.gone(&origin, why)
+                    .await
+                    .unwrap_or_else(|| item(&origin, "gone", Some(why)))
+            }
+            Err(e) => self.failed(&origin, &e.to_string()),
+        }
+    }
+}
