@@ -331,6 +331,11 @@ pub struct SyncReport {
     /// Why it failed, when it did.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The last page or object it came to, when it stopped before the end of its listing: the
+    /// next sync starts after it (and comes round to the start), so that a source larger than
+    /// one sync's caps and time is read whole over several.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resume_after: Option<String>,
 }
 
 /// A page or object that could not be read or written.

@@ -158,6 +158,20 @@ impl<'a> Crawl<'a> {
         Ok(self.queue.len())
     }
 
+    /// The pages queued, in the order they will be visited: after [`list`](Self::list), the
+    /// start URLs and what the sitemap lists in scope — the whole of a sitemap's site.
+    pub fn queued(&self) -> Vec<String> {
+        self.queue.iter().map(|(url, _)| url.clone()).collect()
+    }
+
+    /// Starts the walk after `url`, when it is queued: the pages after it first, then those
+    /// up to it (a walk that continues where an earlier one stopped).
+    pub fn start_after(&mut self, url: &str) {
+        if let Some(at) = self.queue.iter().position(|(u, _)| u == url) {
+            self.queue.rotate_left(at + 1);
+        }
+    }
+
     /// The next page, or `None` when every page in scope was visited or a cap was reached.
     pub async fn next(&mut self) -> Option<Visit> {
         let (url, depth) = self.queue.pop_front()?;

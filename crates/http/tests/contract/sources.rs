@@ -679,3 +679,101 @@ async fn a_sync_going_in_one_process_is_seen_by_another_sharing_the_records() {
     );
     assert!(kept.body["syncs"][0].get("started_at").is_some());
 }
+
+/// A source larger than one sync's cap is read whole over several: each sync starts after the
+/// page or object where the last stopped (and comes round to the start); what the sitemap or
+/// the bucket no longer lists is deleted by the listing, however much of it a sync then reads.
+#[tokio::test]
+async fn a_source_larger_than_one_sync_is_read_whole_over_several() {
+    let site = Site::serve().await;
+    let paths: Vec<String> = (0..5).map(|i| format!("/docs/p{i}")).collect();
+    for p in &paths {
+        site.put(
+            p,
+            Page::article(p, "A page of the docs, read in turn.", &[]),
+        );
+    }
+    let map = |listed: &[String]| {
+        let urls: String = (listed.iter())
+            .map(|p| format!("<url><loc>{}</loc></url>", site.url(p)))
+            .collect();
+        Page::xml(&format!("<urlset>{urls}</urlset>"))
+    };
+    site.put("/sitemap.xml", map(&paths));
+    let bucket = Arc::new(Bucket::default());
+    for k in ["a", "b", "c", "d", "e"] {
+        bucket.put(
+            &format!("kb/{k}.md"),
+            &format!("# {k}\n\nObject {k}."),
+            None,
+        );
+    }
+    let objects = Arc::clone(&bucket);
+    let app = Kit::new(OPEN).app_with(move |server| server.objects = Some(objects));
+    let mapped = json!({"website": {"sitemap": site.url("/sitemap.xml")}, "max_pages": 2});
+    assert_eq!(put(&app, "site", &mapped).await.status, 200);
+    let turns = [
+        ([2, 0, 0, 0], "stopped", "/docs/p1"),
+        ([2, 0, 0, 0], "stopped", "/docs/p3"),
+        ([1, 0, 1, 0], "stopped", "/docs/p0"),
+    ];
+    for (expected, status, resume) in turns {
+        let (_, report) = sync(&app, "site").await;
+        assert_eq!(
+            (counts(&report), report["status"].as_str().unwrap()),
+            (expected, status),
+            "{report}"
+        );
+        assert_eq!(report["resume_after"], json!(site.url(resume)), "{report}");
+    }
+    assert_eq!(
+        documents(&app).await.len(),
+        5,
+        "every page, over three syncs"
+    );
+    // Two pages dropped from the sitemap: deleted by the listing of a sync its cap stops.
+    site.put("/sitemap.xml", map(&paths[2..]));
+    let (_, dropped) = sync(&app, "site").await;
+    assert_eq!(
+        (dropped["deleted"].clone(), dropped["status"].clone()),
+        (json!(2), json!("stopped")),
+        "{dropped}"
+    );
+    assert_eq!(documents(&app).await.len(), 3);
+
+    // An S3 prefix: the cap counts objects read; unchanged ones cost none.
+    let prefix = json!({"s3": {"bucket": "docs", "prefix": "kb/"}, "max_pages": 2});
+    assert_eq!(put(&app, "kb", &prefix).await.status, 200);
+    let (_, first) = sync(&app, "kb").await;
+    assert_eq!(
+        (counts(&first), first["resume_after"].clone()),
+        ([2, 0, 0, 0], json!("s3://docs/kb/b.md")),
+        "{first}"
+    );
+    let (_, second) = sync(&app, "kb").await;
+    assert_eq!(counts(&second), [2, 0, 0, 0], "{second}");
+    let (_, third) = sync(&app, "kb").await;
+    assert_eq!(
+        (counts(&third), third["status"].clone()),
+        ([1, 0, 4, 0], json!("done")),
+        "{third}"
+    );
+    bucket.objects.lock().unwrap().remove("kb/a.md");
+    for k in ["c", "d", "e"] {
+        bucket.put(
+            &format!("kb/{k}.md"),
+            &format!("# {k}\n\nObject {k}, changed."),
+            None,
+        );
+    }
+    let (_, cut) = sync(&app, "kb").await;
+    assert_eq!(
+        (
+            cut["deleted"].clone(),
+            cut["changed"].clone(),
+            cut["status"].clone()
+        ),
+        (json!(1), json!(2), json!("stopped")),
+        "{cut}"
+    );
+}

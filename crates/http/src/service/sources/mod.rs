@@ -9,13 +9,15 @@
 //!    tag per object). A page or object whose version is the one held is not read again; one
 //!    read is written through the one ingest path ([`Server::ingest_upload`]), where a text
 //!    that did not change costs no embedding either.
-//! 3. **What is gone**: a page that answers 404 or 410, redirects or asks not to be indexed,
-//!    at once; and — only when the whole source was listed (no cap reached, not stopped, no
-//!    listing failed) — every held origin the listing did not find.
+//! 3. **What is gone**: a page that answers 404 or 410, redirects, asks not to be indexed or
+//!    is disallowed, at once; and every held origin a whole listing does not hold — a sitemap
+//!    read whole or a prefix listed whole, even when the reading stops early; pages found by
+//!    links only once the walk has finished.
 //!
-//! One sync per source at a time in a process ([`Syncs`]); it stops at its time limit
-//! (`SLUICE_SYNC_TIMEOUT_MS`), at a cancel, or when its client leaves, keeping what it wrote.
-//! Its report is kept ([`REPORTS_KEPT`] per source) and streamed as it goes.
+//! One sync per source at a time ([`Syncs`] in a process; a record in a shared store across
+//! processes); it stops at its time limit (`SLUICE_SYNC_TIMEOUT_MS`), at a cancel, or when its
+//! client leaves, keeping what it wrote, and the next starts after where it stopped. Its
+//! report is kept ([`REPORTS_KEPT`] per source) and streamed as it goes.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -338,6 +340,11 @@ impl Server {
             &live.started_at,
         );
         sync.report.id = live.id.clone();
+        // Where the last sync stopped before the end of its listing, this one starts.
+        let last = self.reports_of(tenant, name).await?.into_iter().next();
+        sync.resume = last
+            .filter(|r| r["status"] == json!(SyncStatus::Stopped))
+            .and_then(|r| r["resume_after"].as_str().map(str::to_string));
         // Its record says it is going, to the processes that share the store.
         if self.sources_store()?.shared() {
             self.keep_report(tenant, &sync.report).await?;
@@ -383,7 +390,8 @@ impl Server {
                 Ok(()) if sync.report.cut.is_some() => sync.report.status = SyncStatus::Stopped,
                 Ok(()) => {
                     // The whole source was seen: what it no longer holds goes.
-                    for data in sync.sweep().await {
+                    let seen = sync.seen.clone();
+                    for data in sync.sweep(&seen, "no longer in the source").await {
                         yield RunEvent { name: "item", data };
                     }
                     sync.report.status = match sync.report.error {

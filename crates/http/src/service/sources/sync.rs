@@ -30,6 +30,8 @@ pub(super) struct Syncing {
     /// The origins the source holds now (read, found unchanged, or failed: kept).
     pub(super) seen: HashSet<String>,
     pub(super) report: SyncReport,
+    /// Where the last sync stopped, when it stopped before the end of its listing.
+    pub(super) resume: Option<String>,
 }
 
 /// Why a sync stopped early, for its report.
@@ -67,6 +69,7 @@ impl Syncing {
             source,
             held: HashMap::new(),
             seen: HashSet::new(),
+            resume: None,
             report: SyncReport {
                 id: String::new(),
                 source: name.to_string(),
@@ -89,6 +92,7 @@ impl Syncing {
                 bytes: 0,
                 cut: None,
                 error: None,
+                resume_after: None,
             },
         }
     }
@@ -219,16 +223,16 @@ impl Syncing {
         }
     }
 
-    /// Deletes every held origin the (whole) listing did not find.
-    pub(super) async fn sweep(&mut self) -> Vec<Value> {
+    /// Deletes every held origin that `kept` (what a whole listing found) does not hold.
+    pub(super) async fn sweep(&mut self, kept: &HashSet<String>, why: &str) -> Vec<Value> {
         let mut gone: Vec<String> = (self.held.keys())
-            .filter(|o| !self.seen.contains(*o))
+            .filter(|o| !kept.contains(*o))
             .cloned()
             .collect();
         gone.sort();
         let mut items = Vec::new();
         for origin in gone {
-            items.extend(self.gone(&origin, "no longer in the source").await);
+            items.extend(self.gone(&origin, why).await);
         }
         items
     }
@@ -267,6 +271,14 @@ impl Syncing {
                 yield Err(why);
                 return;
             }
+            // A sitemap read whole lists the site, so that what it no longer lists is gone even
+            // when this sync stops before it has read every page (below).
+            let listed: Option<HashSet<String>> =
+                site.sitemap.is_some().then(|| crawl.queued().into_iter().collect());
+            if let Some(after) = self.resume.clone() {
+                crawl.start_after(&after);
+            }
+            let mut last = None;
             loop {
                 if let Err(why) = live.cancel.check() {
                     self.report.cut = Some(stopped(why));
@@ -275,6 +287,7 @@ impl Syncing {
                 let Some(visit) = crawl.next().await else { break };
                 live.done.fetch_add(1, Ordering::SeqCst);
                 let url = visit.url;
+                last = Some(url.clone());
                 let data = match visit.found {
                     Found::Page(page) => {
                         // Without a validator, the body's digest tells a page sent again as
@@ -314,7 +327,8 @@ impl Syncing {
                     }
                     Found::Disallowed => {
                         self.report.skipped.robots += 1;
-                        item(&url, "skipped", Some("robots.txt disallows it"))
+                        let why = "robots.txt disallows it";
+                        self.gone(&url, why).await.unwrap_or_else(|| item(&url, "skipped", Some(why)))
                     }
                     Found::Failed(why) => self.failed(&url, &why),
                 };
@@ -326,11 +340,27 @@ impl Syncing {
             if self.report.cut.is_none() {
                 self.report.cut = crawl.cut().map(str::to_string);
             }
+            if self.report.cut.is_some() {
+                self.report.resume_after = last;
+                // Stopped early: the pages the sitemap no longer lists go, those it lists stay
+                // for the next sync, and so does every page this one reached (a redirect's
+                // target among them). A target not reached yet is not known to be one: it
+                // goes, and comes back when its redirect is read. A sync that reads the whole
+                // site keeps every page it reached and deletes the rest, after the walk.
+                if let Some(mut kept) = listed {
+                    kept.extend(self.seen.iter().cloned());
+                    for data in self.sweep(&kept, "no longer in the sitemap").await {
+                        yield Ok(data);
+                    }
+                }
+            }
         }
     }
 
-    /// Lists the S3 prefix: an `item` for each object (the stream's `Err` says why the
-    /// listing failed).
+    /// Lists the S3 prefix whole (up to `SLUICE_SYNC_MAX_PAGES` objects), deletes what it no
+    /// longer holds, then reads what is new or changed — at most the source's `max_pages` and
+    /// `max_bytes` — starting after where the last sync stopped: an `item` for each object
+    /// (the stream's `Err` says why the listing failed).
     pub(super) fn list_objects<'a>(
         &'a mut self,
         s3: sluice_contract::sources::S3Prefix,
@@ -341,8 +371,9 @@ impl Syncing {
                 yield Err("this process reads no S3 buckets (it has no AWS region: set AWS_REGION)".to_string());
                 return;
             };
-            let (mut after, mut count) = (None, 0usize);
-            'pages: loop {
+            let most = self.server.limits.sync.max_pages;
+            let (mut listed, mut after, mut whole) = (Vec::new(), None, true);
+            'listing: loop {
                 let page = match objects.list(&s3.bucket, &s3.prefix, after.take()).await {
                     Ok(page) => page,
                     Err(e) => {
@@ -350,33 +381,55 @@ impl Syncing {
                         return;
                     }
                 };
-                for (i, object) in page.objects.iter().enumerate() {
-                    // A "folder" is a key ending in / with nothing in it.
-                    if object.key.ends_with('/') && object.size == 0 {
-                        continue;
+                // A "folder" is a key ending in / with nothing in it.
+                for object in page.objects.into_iter().filter(|o| !(o.key.ends_with('/') && o.size == 0)) {
+                    if listed.len() >= most {
+                        whole = false;
+                        break 'listing;
                     }
-                    if let Err(why) = live.cancel.check() {
-                        self.report.cut = Some(stopped(why));
-                        break 'pages;
-                    }
-                    if count >= self.source.max_pages {
-                        self.report.cut = Some(format!("the object cap ({}) was reached", self.source.max_pages));
-                        self.report.skipped.caps += page.objects.len() - i;
-                        break 'pages;
-                    }
-                    count += 1;
-                    live.done.fetch_add(1, Ordering::SeqCst);
-                    yield Ok(self.object(&s3.bucket, object, &objects).await);
-                    if self.report.bytes > self.source.max_bytes {
-                        self.report.cut = Some(format!("the byte cap ({} bytes) was reached", self.source.max_bytes));
-                        self.report.skipped.caps += page.objects.len() - i - 1;
-                        break 'pages;
-                    }
+                    listed.push(object);
                 }
                 match page.next {
                     Some(next) => after = Some(next),
                     None => break,
                 }
+            }
+            let origin = |o: &Listed| format!("s3://{}/{}", s3.bucket, o.key);
+            if whole {
+                let kept: HashSet<String> = listed.iter().map(origin).collect();
+                for data in self.sweep(&kept, "no longer in the bucket").await {
+                    yield Ok(data);
+                }
+            } else {
+                self.report.cut = Some(format!("the prefix holds more than {most} objects (SLUICE_SYNC_MAX_PAGES)"));
+            }
+            if let Some(at) = (self.resume.as_ref()).and_then(|r| listed.iter().position(|o| origin(o) == *r)) {
+                listed.rotate_left(at + 1);
+            }
+            let (mut read, mut last) = (0usize, None);
+            for (i, object) in listed.iter().enumerate() {
+                if let Err(why) = live.cancel.check() {
+                    self.report.cut = Some(stopped(why));
+                    break;
+                }
+                let unchanged = self.held.get(&origin(object)) == Some(&Some(object_version(object)));
+                if !unchanged && read >= self.source.max_pages {
+                    self.report.cut = Some(format!("the object cap ({}) was reached", self.source.max_pages));
+                    self.report.skipped.caps += listed.len() - i;
+                    break;
+                }
+                if !unchanged && self.report.bytes > self.source.max_bytes {
+                    self.report.cut = Some(format!("the byte cap ({} bytes) was reached", self.source.max_bytes));
+                    self.report.skipped.caps += listed.len() - i;
+                    break;
+                }
+                read += usize::from(!unchanged);
+                last = Some(origin(object));
+                live.done.fetch_add(1, Ordering::SeqCst);
+                yield Ok(self.object(&s3.bucket, object, &objects).await);
+            }
+            if self.report.cut.is_some() {
+                self.report.resume_after = last;
             }
         }
     }
