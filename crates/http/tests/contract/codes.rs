@@ -115,6 +115,27 @@ async fn answer_body(app: &App, body: &str) -> Seen {
     )
 }
 
+/// What a server keeps its tenants' records in, for the codes of a process that has none or
+/// one that fails.
+enum Records {
+    None,
+    Failing,
+}
+
+/// `GET path` of a server whose records store is `records`.
+async fn listed_without(records: Records, path: &str) -> Seen {
+    let mut kit = Kit::new(&[]);
+    kit.parts.records = match records {
+        Records::None => None,
+        Records::Failing => {
+            let broken = sluice_testkit::MemoryRecords::default();
+            (broken.failing).store(true, std::sync::atomic::Ordering::SeqCst);
+            Some(Arc::new(broken))
+        }
+    };
+    Seen::Refused(kit.app().send(Method::GET, path, &[], "").await)
+}
+
 /// The request (and server) that gets `code`.
 async fn provoke(code: Code) -> Seen {
     let ask = json!({"query": "How long does a replacement card take?"});
@@ -459,20 +480,8 @@ async fn provoke(code: Code) -> Seen {
                 .send(Method::POST, "/v1/evals/runs", &[], r#"{"set": "none"}"#)
                 .await,
         ),
-        Code::EvalsDisabled => {
-            let mut kit = Kit::new(&[]);
-            kit.parts.records = None;
-            Seen::Refused(kit.app().send(Method::GET, "/v1/evals/sets", &[], "").await)
-        }
-        Code::EvalsUnavailable => {
-            let mut kit = Kit::new(&[]);
-            let broken = sluice_testkit::MemoryRecords::default();
-            broken
-                .failing
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            kit.parts.records = Some(Arc::new(broken));
-            Seen::Refused(kit.app().send(Method::GET, "/v1/evals/sets", &[], "").await)
-        }
+        Code::EvalsDisabled => listed_without(Records::None, "/v1/evals/sets").await,
+        Code::EvalsUnavailable => listed_without(Records::Failing, "/v1/evals/sets").await,
         Code::InvalidSource => Seen::Refused(
             plain()
                 .send(Method::PUT, "/v1/sources/s", &[], r#"{"website": {}}"#)
@@ -481,20 +490,8 @@ async fn provoke(code: Code) -> Seen {
         Code::UnknownSource => {
             Seen::Refused(plain().send(Method::GET, "/v1/sources/none", &[], "").await)
         }
-        Code::SourcesDisabled => {
-            let mut kit = Kit::new(&[]);
-            kit.parts.records = None;
-            Seen::Refused(kit.app().send(Method::GET, "/v1/sources", &[], "").await)
-        }
-        Code::SourcesUnavailable => {
-            let mut kit = Kit::new(&[]);
-            let broken = sluice_testkit::MemoryRecords::default();
-            broken
-                .failing
-                .store(true, std::sync::atomic::Ordering::SeqCst);
-            kit.parts.records = Some(Arc::new(broken));
-            Seen::Refused(kit.app().send(Method::GET, "/v1/sources", &[], "").await)
-        }
+        Code::SourcesDisabled => listed_without(Records::None, "/v1/sources").await,
+        Code::SourcesUnavailable => listed_without(Records::Failing, "/v1/sources").await,
         Code::SyncRunning => {
             // A sync held at its first request (the site asks for a minute between them).
             let site = sluice_testkit::site::Site::serve().await;

@@ -69,6 +69,13 @@ async fn sync(app: &App, name: &str) -> (Stream, Value) {
     (stream, report)
 }
 
+/// A sync of `name` begun, its stream unread: it goes on while the response is held.
+async fn open_sync(app: &App, name: &str) -> axum::response::Response {
+    let path = format!("/v1/sources/{name}/sync");
+    app.open(crate::kit::request(Method::POST, &path, &[], ""))
+        .await
+}
+
 /// The tenant's documents: id → (origin, title).
 async fn documents(app: &App) -> BTreeMap<String, (String, String)> {
     let reply = (app.send(Method::GET, "/v1/documents?limit=1000", &[], "")).await;
@@ -386,14 +393,7 @@ async fn one_sync_at_a_time_and_a_cancel_stops_it() {
     let app = Kit::new(OPEN).app();
     let source = json!({"website": {"start": [site.url("/docs/")]}});
     assert_eq!(put(&app, "slow", &source).await.status, 200);
-    let open = app
-        .open(crate::kit::request(
-            Method::POST,
-            "/v1/sources/slow/sync",
-            &[],
-            "",
-        ))
-        .await;
+    let open = open_sync(&app, "slow").await;
     assert_eq!(open.status(), 200);
     let reading = tokio::spawn(crate::kit::Reply::read(open));
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
@@ -621,14 +621,7 @@ async fn a_sync_going_in_one_process_is_seen_by_another_sharing_the_records() {
     let source = json!({"website": {"start": [site.url("/docs/")]}, "every_minutes": 1});
     assert_eq!(put(&one, "slow", &source).await.status, 200);
     // Held at its first request: the site asks for a minute between requests.
-    let held = one
-        .open(crate::kit::request(
-            Method::POST,
-            "/v1/sources/slow/sync",
-            &[],
-            "",
-        ))
-        .await;
+    let held = open_sync(&one, "slow").await;
     assert_eq!(held.status(), 200);
     let refused = other
         .send(Method::POST, "/v1/sources/slow/sync", &[], "")
@@ -660,14 +653,7 @@ async fn a_sync_going_in_one_process_is_seen_by_another_sharing_the_records() {
     // Over a store one process reads, nothing is kept while a sync runs.
     let alone = Kit::new(OPEN).app();
     assert_eq!(put(&alone, "slow", &source).await.status, 200);
-    let _going = alone
-        .open(crate::kit::request(
-            Method::POST,
-            "/v1/sources/slow/sync",
-            &[],
-            "",
-        ))
-        .await;
+    let _going = open_sync(&alone, "slow").await;
     let kept = alone
         .send(Method::GET, "/v1/sources/slow/syncs", &[], "")
         .await;

@@ -356,31 +356,25 @@ impl Server {
             yield RunEvent { name: "sync", data: json!({"id": live.id, "source": sync.report.source, "started_at": live.started_at}) };
             let listed = match sync.load_held().await {
                 Err(e) => Err(e),
-                Ok(()) => match (sync.source.website.clone(), sync.source.s3.clone()) {
-                    (Some(site), _) => {
-                        let mut items = Box::pin(sync.walk(site, &live));
-                        let mut result = Ok(());
-                        while let Some(item) = items.next().await {
-                            match item {
-                                Ok(data) => yield RunEvent { name: "item", data },
-                                Err(e) => result = Err(e),
-                            }
+                Ok(()) => {
+                    let (website, s3) = (sync.source.website.clone(), sync.source.s3.clone());
+                    let mut items: std::pin::Pin<Box<dyn futures::Stream<Item = Result<Value, String>> + Send + '_>> =
+                        match (website, s3) {
+                            (Some(site), _) => Box::pin(sync.walk(site, &live)),
+                            (_, Some(s3)) => Box::pin(sync.list_objects(s3, &live)),
+                            _ => Box::pin(futures::stream::once(async {
+                                Err("the source names neither a website nor an S3 prefix".to_string())
+                            })),
+                        };
+                    let mut result = Ok(());
+                    while let Some(item) = items.next().await {
+                        match item {
+                            Ok(data) => yield RunEvent { name: "item", data },
+                            Err(e) => result = Err(e),
                         }
-                        result
                     }
-                    (_, Some(s3)) => {
-                        let mut items = Box::pin(sync.list_objects(s3, &live));
-                        let mut result = Ok(());
-                        while let Some(item) = items.next().await {
-                            match item {
-                                Ok(data) => yield RunEvent { name: "item", data },
-                                Err(e) => result = Err(e),
-                            }
-                        }
-                        result
-                    }
-                    _ => Err("the source names neither a website nor an S3 prefix".to_string()),
-                },
+                    result
+                }
             };
             match listed {
                 Err(why) => {
