@@ -183,13 +183,12 @@ impl Server {
         let record =
             (records.put(tenant, Shelf::Sources, name, body).await).map_err(unavailable)?;
         tracing::info!(%tenant, source = name, version = record.version, "source stored");
-        Ok(self.shown_source(tenant, &record).await)
+        let last = self.reports_of(tenant, name).await?.into_iter().next();
+        Ok(self.shown_source(tenant, &record, last.as_ref()))
     }
 
     /// A source as shown: its record, whether a sync of it is going, and its last sync.
-    async fn shown_source(&self, tenant: &Tenant, record: &Record) -> Value {
-        let last = self.reports_of(tenant, &record.name).await.ok();
-        let last = last.and_then(|r| r.into_iter().next());
+    fn shown_source(&self, tenant: &Tenant, record: &Record, last: Option<&Value>) -> Value {
         json!({
             "name": record.name,
             "version": record.version,
@@ -205,7 +204,12 @@ impl Server {
     /// The tenant's source `name`.
     pub(crate) async fn source(&self, caller: &Caller, name: &str) -> Result<Value, ApiError> {
         let record = self.source_record(&caller.tenant, name).await?;
-        Ok(self.shown_source(&caller.tenant, &record).await)
+        let last = self
+            .reports_of(&caller.tenant, name)
+            .await?
+            .into_iter()
+            .next();
+        Ok(self.shown_source(&caller.tenant, &record, last.as_ref()))
     }
 
     async fn source_record(&self, tenant: &Tenant, name: &str) -> Result<Record, ApiError> {
@@ -221,10 +225,13 @@ impl Server {
     pub(crate) async fn sources(&self, caller: &Caller) -> Result<Value, ApiError> {
         let records = self.sources_store()?;
         let kept = (records.list(&caller.tenant, Shelf::Sources).await).map_err(unavailable)?;
-        let mut shown = Vec::with_capacity(kept.len());
-        for record in &kept {
-            shown.push(self.shown_source(&caller.tenant, record).await);
-        }
+        let reports = self.reports(&caller.tenant).await?;
+        let shown: Vec<Value> = (kept.iter())
+            .map(|r| {
+                let last = reports.get(&r.name).and_then(|r| r.first());
+                self.shown_source(&caller.tenant, r, last)
+            })
+            .collect();
         Ok(json!({ "sources": shown }))
     }
 
@@ -267,16 +274,26 @@ impl Server {
         Ok(json!({"deleted": name, "documents": deleted}))
     }
 
+    /// The reports of the tenant's syncs kept, by source, newest first (one read of the shelf).
+    async fn reports(&self, tenant: &Tenant) -> Result<HashMap<String, Vec<Value>>, ApiError> {
+        let records = self.sources_store()?;
+        let mut kept = (records.list(tenant, Shelf::Syncs).await).map_err(unavailable)?;
+        kept.sort_by(|a, b| b.name.cmp(&a.name));
+        let mut by_source: HashMap<String, Vec<Value>> = HashMap::new();
+        for record in kept {
+            if let Some((source, _)) = record.name.split_once('/') {
+                by_source
+                    .entry(source.to_string())
+                    .or_default()
+                    .push(record.body);
+            }
+        }
+        Ok(by_source)
+    }
+
     /// The reports of the source's last syncs, newest first.
     async fn reports_of(&self, tenant: &Tenant, name: &str) -> Result<Vec<Value>, ApiError> {
-        let records = self.sources_store()?;
-        let mut kept: Vec<Record> = (records.list(tenant, Shelf::Syncs).await)
-            .map_err(unavailable)?
-            .into_iter()
-            .filter(|r| r.name.starts_with(&format!("{name}/")))
-            .collect();
-        kept.sort_by(|a, b| b.name.cmp(&a.name));
-        Ok(kept.into_iter().map(|r| r.body).collect())
+        Ok(self.reports(tenant).await?.remove(name).unwrap_or_default())
     }
 
     /// The source's syncs: the one going, then the reports kept, newest first.
@@ -323,7 +340,8 @@ impl Server {
             cancel: Cancel::new().with_deadline(ends_by.map_or(limit, |by| by.min(limit))),
         };
         let slot = self.syncs.claim(tenant, name, live.clone())?;
-        if let Some(going) = self.running_elsewhere(tenant, name).await? {
+        let last = self.reports_of(tenant, name).await?.into_iter().next();
+        if let Some(going) = self.running_elsewhere(last.as_ref())? {
             return Err(ApiError::new(
                 Code::SyncRunning,
                 format!(
@@ -341,7 +359,6 @@ impl Server {
         );
         sync.report.id = live.id.clone();
         // Where the last sync stopped before the end of its listing, this one starts.
-        let last = self.reports_of(tenant, name).await?.into_iter().next();
         sync.resume = last
             .filter(|r| r["status"] == json!(SyncStatus::Stopped))
             .and_then(|r| r["resume_after"].as_str().map(str::to_string));
@@ -433,17 +450,13 @@ impl Server {
         Ok(())
     }
 
-    /// A sync of `name` that another process sharing the store is running, by the record it
-    /// keeps while it runs (newer than `SLUICE_SYNC_TIMEOUT_MS`: an older one's process died).
-    async fn running_elsewhere(
-        &self,
-        tenant: &Tenant,
-        name: &str,
-    ) -> Result<Option<String>, ApiError> {
+    /// The id of a sync that a process sharing the store is running, by `newest`, the record
+    /// of the source's newest sync (one newer than `SLUICE_SYNC_TIMEOUT_MS`: an older one's
+    /// process died); none over a store no other process reads.
+    fn running_elsewhere(&self, newest: Option<&Value>) -> Result<Option<String>, ApiError> {
         if !self.sources_store()?.shared() {
             return Ok(None);
         }
-        let newest = self.reports_of(tenant, name).await?.into_iter().next();
         let fresh = |r: &Value| {
             let started = started_ms(r).unwrap_or(0);
             super::now_ms().saturating_sub(started) < self.limits.sync.timeout.as_millis() as u64
@@ -460,17 +473,15 @@ impl Server {
         let now = super::now_ms();
         let mut due = Vec::new();
         for tenant in (records.tenants(Shelf::Sources).await).map_err(unavailable)? {
+            let reports = self.reports(&tenant).await?;
             for record in (records.list(&tenant, Shelf::Sources).await).map_err(unavailable)? {
                 let Some(every) = record.body["every_minutes"].as_u64() else {
                     continue;
                 };
-                let last = self.reports_of(&tenant, &record.name).await?;
-                let last_ms = last.first().and_then(started_ms);
+                let newest = reports.get(&record.name).and_then(|r| r.first());
+                let last_ms = newest.and_then(started_ms);
                 let going = self.syncs.find(&tenant, &record.name).is_some()
-                    || self
-                        .running_elsewhere(&tenant, &record.name)
-                        .await?
-                        .is_some();
+                    || self.running_elsewhere(newest)?.is_some();
                 if !going && last_ms.is_none_or(|at| now.saturating_sub(at) >= every * 60_000) {
                     due.push((tenant.clone(), record.name));
                 }
