@@ -763,3 +763,46 @@ async fn a_source_larger_than_one_sync_is_read_whole_over_several() {
         "{cut}"
     );
 }
+
+/// A sync waiting on a site's long `Crawl-delay` is stopped by a cancel, or by its time limit,
+/// during the wait — not after it.
+#[tokio::test]
+async fn a_long_crawl_delay_does_not_outlast_a_cancel_or_the_time_limit() {
+    let site = Site::serve().await;
+    site.put(
+        "/robots.txt",
+        Page::text("User-agent: *\nCrawl-delay: 600\n"),
+    );
+    site.put("/docs/", Page::article("Index", "The index.", &[]));
+    let source = json!({"website": {"start": [site.url("/docs/")]}});
+    let app = Kit::new(OPEN).app();
+    assert_eq!(put(&app, "slow", &source).await.status, 200);
+    let reading = tokio::spawn(crate::kit::Reply::read(open_sync(&app, "slow").await));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let canceled = app
+        .send(Method::POST, "/v1/sources/slow/sync/cancel", &[], "")
+        .await;
+    assert_eq!(canceled.status, 200, "{}", canceled.raw);
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(30), reading).await;
+    let report = Stream::parse(&ended.expect("stopped during the wait").unwrap().raw);
+    assert!(
+        report.first("report")["cut"]
+            .as_str()
+            .unwrap()
+            .contains("canceled")
+    );
+    // The time limit, the same way.
+    let timed = Kit::new(&[OPEN[0], OPEN[1], ("SLUICE_SYNC_TIMEOUT_MS", "1000")]).app();
+    assert_eq!(put(&timed, "slow", &source).await.status, 200);
+    let started = std::time::Instant::now();
+    let (_, report) = sync(&timed, "slow").await;
+    assert!(
+        started.elapsed() < std::time::Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(
+        report["cut"].as_str().unwrap().contains("time limit"),
+        "{report}"
+    );
+}

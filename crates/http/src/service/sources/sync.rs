@@ -44,6 +44,22 @@ fn stopped(why: sluice_contract::cancel::Stopped) -> String {
     }
 }
 
+/// `work`, unless the sync's cancel is raised or its time runs out first (looked at every
+/// tenth of a second).
+async fn until_stopped<T>(
+    live: &Live,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, sluice_contract::cancel::Stopped> {
+    live.cancel.check()?;
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            done = &mut work => return Ok(done),
+            () = tokio::time::sleep(std::time::Duration::from_millis(100)) => live.cancel.check()?,
+        }
+    }
+}
+
 /// An `item` event's data.
 pub(super) fn item(place: &str, outcome: &str, reason: Option<&str>) -> Value {
     match reason {
@@ -280,11 +296,16 @@ impl Syncing {
             }
             let mut last = None;
             loop {
-                if let Err(why) = live.cancel.check() {
-                    self.report.cut = Some(stopped(why));
-                    break;
-                }
-                let Some(visit) = crawl.next().await else { break };
+                // A page may wait long for its turn (a site's Crawl-delay): a cancel or the
+                // time limit stops the wait too.
+                let visit = match until_stopped(live, crawl.next()).await {
+                    Ok(Some(visit)) => visit,
+                    Ok(None) => break,
+                    Err(why) => {
+                        self.report.cut = Some(stopped(why));
+                        break;
+                    }
+                };
                 live.done.fetch_add(1, Ordering::SeqCst);
                 let url = visit.url;
                 last = Some(url.clone());
