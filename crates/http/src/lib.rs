@@ -147,8 +147,11 @@ pub struct Server {
     /// Notes the questions the tenants' corpora did not answer.
     pub(crate) gaps: Arc<service::insights::GapWriter>,
     /// Fetches the pages of tenants' website sources (addresses checked, the operator's
-    /// `SLUICE_FETCH_ALLOW` ranges allowed).
-    pub fetcher: Arc<sluice_fetch::Fetcher>,
+    /// `SLUICE_FETCH_ALLOW` ranges allowed): built at the first sync, since a client costs
+    /// milliseconds to build and most processes (the answer function) never sync.
+    fetcher: std::sync::OnceLock<Arc<sluice_fetch::Fetcher>>,
+    /// The ranges [`Server::fetcher`]'s client may reach although they are not public.
+    fetch_allow: Vec<sluice_contract::net::IpRange>,
     /// The buckets of tenants' S3 sources; `None` in a process without AWS.
     pub objects: Option<Arc<dyn sluice_contract::sources::Objects>>,
     /// The syncs going in this process.
@@ -189,10 +192,8 @@ impl Server {
             runs: Arc::default(),
             answered: Arc::default(),
             gaps: Arc::default(),
-            fetcher: Arc::new(sluice_fetch::Fetcher::new(
-                auth.fetch_allow.clone(),
-                limits.sync.page_timeout,
-            )),
+            fetcher: std::sync::OnceLock::new(),
+            fetch_allow: auth.fetch_allow.clone(),
             objects: None,
             syncs: Arc::default(),
         }
@@ -211,6 +212,18 @@ impl Server {
     pub fn with_ingest(mut self, ingest: Arc<Ingest>) -> Self {
         self.ingest = Some(ingest);
         self
+    }
+
+    /// The client website sources' pages are fetched with, built on first use.
+    pub(crate) fn fetcher(&self) -> Arc<sluice_fetch::Fetcher> {
+        let build = || {
+            let timeout = self.limits.sync.page_timeout;
+            Arc::new(sluice_fetch::Fetcher::new(
+                self.fetch_allow.clone(),
+                timeout,
+            ))
+        };
+        Arc::clone(self.fetcher.get_or_init(build))
     }
 
     /// Serves the component registry.

@@ -69,6 +69,18 @@ async fn sync(app: &App, name: &str) -> (Stream, Value) {
     (stream, report)
 }
 
+/// A site of one page, `/docs/`, whose `robots.txt` asks `delay` seconds between requests:
+/// a sync of it waits before its first page.
+async fn slow_site(delay: u32) -> Arc<Site> {
+    let site = Site::serve().await;
+    site.put(
+        "/robots.txt",
+        Page::text(&format!("User-agent: *\nCrawl-delay: {delay}\n")),
+    );
+    site.put("/docs/", Page::article("Index", "The index.", &[]));
+    site
+}
+
 /// A sync of `name` begun, its stream unread: it goes on while the response is held.
 async fn open_sync(app: &App, name: &str) -> axum::response::Response {
     let path = format!("/v1/sources/{name}/sync");
@@ -604,12 +616,7 @@ async fn an_s3_source_without_aws_fails_saying_why() {
 /// a sync runs (a restart leaves nothing to wait for).
 #[tokio::test]
 async fn a_sync_going_in_one_process_is_seen_by_another_sharing_the_records() {
-    let site = Site::serve().await;
-    site.put(
-        "/robots.txt",
-        Page::text("User-agent: *\nCrawl-delay: 60\n"),
-    );
-    site.put("/docs/", Page::article("Index", "The index.", &[]));
+    let site = slow_site(60).await;
     let shared: Arc<dyn sluice_contract::evals::Records> =
         Arc::new(sluice_testkit::MemoryRecords::across_processes());
     let process = |records: Arc<dyn sluice_contract::evals::Records>| {
@@ -768,12 +775,7 @@ async fn a_source_larger_than_one_sync_is_read_whole_over_several() {
 /// during the wait — not after it.
 #[tokio::test]
 async fn a_long_crawl_delay_does_not_outlast_a_cancel_or_the_time_limit() {
-    let site = Site::serve().await;
-    site.put(
-        "/robots.txt",
-        Page::text("User-agent: *\nCrawl-delay: 600\n"),
-    );
-    site.put("/docs/", Page::article("Index", "The index.", &[]));
+    let site = slow_site(600).await;
     let source = json!({"website": {"start": [site.url("/docs/")]}});
     let app = Kit::new(OPEN).app();
     assert_eq!(put(&app, "slow", &source).await.status, 200);

@@ -275,7 +275,7 @@ impl Syncing {
                 max_page_bytes: self.server.limits.max_ingest_bytes,
                 interval: limits.interval(),
             };
-            let fetcher = Arc::clone(&self.server.fetcher);
+            let fetcher = self.server.fetcher();
             let mut crawl = match Crawl::new(&fetcher, walked, held) {
                 Ok(c) => c,
                 Err(refused) => {
