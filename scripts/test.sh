@@ -45,6 +45,7 @@ export AWS_ENDPOINT_URL_DYNAMODB="http://127.0.0.1:$aws_port"
 export AWS_ENDPOINT_URL_S3="http://127.0.0.1:$aws_port"
 export AWS_ENDPOINT_URL_SECRETS_MANAGER="http://127.0.0.1:$aws_port"
 export AWS_ENDPOINT_URL_STS="http://127.0.0.1:$aws_port"
+export AWS_ENDPOINT_URL_SQS="http://127.0.0.1:$aws_port"
 export AWS_REGION=us-east-1 AWS_ACCESS_KEY_ID=test AWS_SECRET_ACCESS_KEY=test
 export SLUICE_TEST_MOTO_SERVER="$cache/venv/bin/moto_server"
 export SLUICE_MODEL_DIR=${SLUICE_MODEL_DIR:-$cache/models/all-MiniLM-L6-v2}

@@ -7,7 +7,10 @@
 //!   site's serving is in it too: a small share beside conversion and embedding);
 //! - three re-syncs of each with nothing changed: the site with `ETag`s answers 304 and sends
 //!   nothing; the other sends every page again and its digest finds it unchanged. Neither
-//!   embeds anything (checked: the reports say 1,000 unchanged).
+//!   embeds anything (checked: the reports say 1,000 unchanged);
+//! - the site with `ETag`s synced by batches, as on AWS with a sync queue (here in memory,
+//!   its batches read one after another as one FIFO group is): the listing that hands the pages
+//!   out (the scheduled invocation's share), then the 100 batches read, first and unchanged.
 
 use std::time::Instant;
 
@@ -100,8 +103,55 @@ fn main() {
             ));
         }
         server.stop().await;
+        lines.push(batched(&samples).await);
         for line in lines {
             println!("{line}");
         }
     });
+}
+
+/// The site with `ETag`s synced by batches through a queue in memory: what the listing and
+/// the batches each take, first and unchanged.
+async fn batched(samples: &[String]) -> String {
+    let queue = std::sync::Arc::new(sluice_testkit::MemoryBatches::default());
+    let batches = std::sync::Arc::clone(&queue);
+    let overrides = [
+        ("SLUICE_FETCH_ALLOW", "127.0.0.1/32"),
+        ("SLUICE_SYNC_HOST_RATE", "1000"),
+        ("SLUICE_SYNC_MAX_PAGES", "10000"),
+    ];
+    let server = sluice_tests::start_adjusted(&overrides, |p| p.batches = Some(batches)).await;
+    let client = Client::new(&server.url).unwrap();
+    let site = site(true, samples).await;
+    let source = json!({"website": {"sitemap": site.url("/sitemap.xml")}, "max_pages": PAGES});
+    client.put("/v1/sources/batched", &source).await.unwrap();
+    let mut runs = Vec::new();
+    for expected in ["added", "unchanged"] {
+        let started = Instant::now();
+        let listed: Value = client.sync_source("batched", &mut |_, _| {}).await.unwrap();
+        let listing = started.elapsed().as_secs_f64();
+        assert_eq!(listed["status"], "running", "{listed}");
+        let started = Instant::now();
+        let (mut report, mut sent) = (Value::Null, 0);
+        for (_, batch) in queue.take() {
+            sent += 1;
+            report = server.server.sync_batch(batch, None).await.unwrap()["report"].clone();
+        }
+        let reading = started.elapsed().as_secs_f64();
+        assert_eq!(
+            (report["status"].as_str(), report[expected].as_u64()),
+            (Some("done"), Some(PAGES as u64)),
+            "{report}"
+        );
+        runs.push((listing, sent, reading));
+    }
+    server.stop().await;
+    let [(list1, sent1, read1), (list2, _, read2)] = [runs[0], runs[1]];
+    format!(
+        "sync: {PAGES} pages with ETag, by batches: listed and handed out in {:.0} ms ({sent1} batches), read in {read1:.1} s ({:.0} pages/s); unchanged: listed in {:.0} ms, read in {read2:.1} s ({:.0} pages/s)",
+        list1 * 1e3,
+        PAGES as f64 / read1,
+        list2 * 1e3,
+        PAGES as f64 / read2,
+    )
 }

@@ -7,7 +7,7 @@ use aws_sdk_dynamodb::types::{
 
 /// The SDK configuration the code under test uses, checked to point at the emulator.
 pub async fn sdk() -> aws_config::SdkConfig {
-    for service in ["S3", "DYNAMODB", "SECRETS_MANAGER"] {
+    for service in ["S3", "DYNAMODB", "SECRETS_MANAGER", "SQS"] {
         assert!(
             std::env::var_os(format!("AWS_ENDPOINT_URL_{service}")).is_some(),
             "AWS_ENDPOINT_URL_{service} is not set: run the tests with `make test`, which starts the AWS emulator"
@@ -131,4 +131,52 @@ pub async fn secret_text(text: &str) -> String {
         .await
         .expect("create secret");
     out.arn().expect("secret ARN").to_string()
+}
+
+/// A new FIFO queue with a unique name (as the SAM template's sync queue): its URL.
+pub async fn fifo_queue(prefix: &str) -> String {
+    let name = format!("{prefix}-{}.fifo", uuid::Uuid::new_v4().simple());
+    let created = aws_sdk_sqs::Client::new(&sdk().await)
+        .create_queue()
+        .queue_name(&name)
+        .attributes(aws_sdk_sqs::types::QueueAttributeName::FifoQueue, "true")
+        .send()
+        .await
+        .expect("create queue");
+    created.queue_url().expect("a queue URL").to_string()
+}
+
+/// Up to ten messages of the queue at `url` (as Lambda's SQS poller receives them), each
+/// deleted once received: (message id, group, body) in the order SQS hands them out.
+pub async fn receive(url: &str) -> Vec<(String, String, String)> {
+    use aws_sdk_sqs::types::MessageSystemAttributeName;
+    let client = aws_sdk_sqs::Client::new(&sdk().await);
+    let received = client
+        .receive_message()
+        .queue_url(url)
+        .max_number_of_messages(10)
+        .message_system_attribute_names(MessageSystemAttributeName::MessageGroupId)
+        .send()
+        .await
+        .expect("receive messages");
+    let mut messages = Vec::new();
+    for m in received.messages() {
+        let group = (m.attributes())
+            .and_then(|a| a.get(&MessageSystemAttributeName::MessageGroupId))
+            .cloned()
+            .unwrap_or_default();
+        let (id, body) = (
+            m.message_id().unwrap_or_default(),
+            m.body().unwrap_or_default(),
+        );
+        messages.push((id.to_string(), group, body.to_string()));
+        client
+            .delete_message()
+            .queue_url(url)
+            .receipt_handle(m.receipt_handle().unwrap_or_default())
+            .send()
+            .await
+            .expect("delete message");
+    }
+    messages
 }

@@ -264,6 +264,13 @@ pub async fn parts(
         },
         false => None,
     };
+    // Where a sync's batches go to be read (the ingest function on AWS); none: a sync reads
+    // what it lists itself.
+    let batches: Option<Arc<dyn sluice_contract::sources::Batches>> =
+        match (&aws.sync_queue_url, role.documents()) {
+            (Some(url), true) => Some(Arc::new(sluice_aws::queue::SyncQueue::connect(url).await?)),
+            _ => None,
+        };
     let mut parts = Parts {
         role,
         embedder,
@@ -284,6 +291,7 @@ pub async fn parts(
         wire,
         converter,
         objects,
+        batches,
         replica_id: Some(replica_id()),
     };
     if let Some(storage) = storage {

@@ -101,6 +101,8 @@ pub struct Parts {
     pub records: Option<Arc<dyn Records>>,
     /// The buckets of tenants' S3 sources; `None`: an S3 source's sync fails, saying so.
     pub objects: Option<Arc<dyn sluice_contract::sources::Objects>>,
+    /// Where a sync's batches go to be read; `None`: a sync reads what it lists itself.
+    pub batches: Option<Arc<dyn sluice_contract::sources::Batches>>,
 }
 
 impl Parts {
@@ -143,6 +145,7 @@ impl Parts {
         server.records = self.records.filter(|_| answers || documents);
         server.converter = self.converter;
         server.objects = self.objects;
+        server.batches = self.batches;
         server.components = self.components;
         server.keys = self.keys;
         server.usage = self

@@ -25,6 +25,10 @@ pub struct AwsConfig {
     /// `SLUICE_RECORDS_TABLE`: the DynamoDB table of tenants' evaluation sets, runs, ratings
     /// and gaps on Lambda (unset: the functions keep none).
     pub records_table: Option<String>,
+    /// `SLUICE_SYNC_QUEUE_URL`: the SQS FIFO queue through which a sync of a sitemap or an S3
+    /// prefix hands its pages or objects, in batches, to the ingest function (unset: a sync
+    /// reads them itself, within its invocation).
+    pub sync_queue_url: Option<String>,
     /// Where tenants' rerank components are kept.
     pub components: ComponentsConfig,
 }
@@ -76,9 +80,35 @@ impl AwsConfig {
             api_keys_table,
             settings_table: get("SLUICE_SETTINGS_TABLE"),
             records_table: get("SLUICE_RECORDS_TABLE"),
+            sync_queue_url: match get("SLUICE_SYNC_QUEUE_URL") {
+                Some(url) if !is_fifo_queue_url(&url) => {
+                    return Err(ConfigError {
+                        name: "SLUICE_SYNC_QUEUE_URL",
+                        value: url,
+                        expected: "an SQS FIFO queue's URL (https://sqs.<region>.amazonaws.com/\
+                                   <account>/<name>.fifo)"
+                            .into(),
+                    });
+                }
+                url => url,
+            },
             components: components_section(get)?,
         })
     }
+}
+
+/// An http(s) URL whose last segment names a FIFO queue (`….fifo`): a sync's batches must be
+/// read in order, one at a time per source.
+fn is_fifo_queue_url(url: &str) -> bool {
+    let rest = (url.strip_prefix("https://")).or_else(|| url.strip_prefix("http://"));
+    rest.is_some_and(|rest| {
+        let mut segments = rest.split('/');
+        let host = segments.next().unwrap_or_default();
+        !host.is_empty()
+            && segments
+                .next_back()
+                .is_some_and(|n| n.len() > 5 && n.ends_with(".fifo"))
+    })
 }
 
 /// `arn:<partition>:iam::<12 digits>:role/<path and name>`.
@@ -185,6 +215,23 @@ mod tests {
         ])
         .unwrap_err();
         assert_eq!(e.name, "SLUICE_API_KEYS_TABLE");
+    }
+
+    #[test]
+    fn the_sync_queue_must_be_a_fifo_queues_url() {
+        assert_eq!(with(&[]).unwrap().sync_queue_url, None);
+        let url = "https://sqs.eu-west-1.amazonaws.com/123456789012/sluice-sync.fifo";
+        let c = with(&[("SLUICE_SYNC_QUEUE_URL", url)]).unwrap();
+        assert_eq!(c.sync_queue_url.as_deref(), Some(url));
+        for bad in [
+            "https://sqs.eu-west-1.amazonaws.com/123456789012/sluice-sync",
+            "sqs.eu-west-1.amazonaws.com/123456789012/sluice-sync.fifo",
+            "arn:aws:sqs:eu-west-1:123456789012:sluice-sync.fifo",
+            "https:///.fifo",
+        ] {
+            let e = with(&[("SLUICE_SYNC_QUEUE_URL", bad)]).unwrap_err();
+            assert_eq!(e.name, "SLUICE_SYNC_QUEUE_URL", "{bad}");
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! - [`documents::Documents`]: reads an uploaded document from S3 for the ingest function.
 //! - [`usage::DynamoUsage`]: usage counters per tenant, key and day, added to atomically.
 //! - [`records::DynamoRecords`]: tenants' evaluation sets, runs, ratings and gaps.
+//! - [`queue::SyncQueue`]: the SQS FIFO queue a sync's batches go through.
 //! - [`secrets::settings`]: `SLUICE_*` settings (the vector store's API key) from a Secrets
 //!   Manager secret, read once at start.
 //!
@@ -26,6 +27,7 @@ pub mod components;
 mod config;
 pub mod documents;
 pub mod keys;
+pub mod queue;
 pub mod records;
 pub mod secrets;
 pub mod settings;

@@ -323,6 +323,13 @@ pub fn sync_report_lines(report: &Value) -> Vec<String> {
             lines.push(format!("{key}: {why}"));
         }
     }
+    let batches = &report["batches"];
+    if batches.is_object() {
+        lines.push(format!(
+            "batches: {} of {} read (follow it with `sluice sources syncs`)",
+            batches["read"], batches["sent"]
+        ));
+    }
     for failure in report["failed"].as_array().into_iter().flatten() {
         lines.push(format!("failed {}: {}", failure["item"], failure["reason"]));
     }

@@ -327,3 +327,29 @@ fn a_quality_gates_comparison_reads_as_its_figures_what_it_refused_and_what_lost
     assert_eq!(lines[2], "  refused: \"mrr\" may drop by 0.0 at most");
     assert_eq!(lines[3], "  lost most: \"card\" \"How long?\"");
 }
+
+#[test]
+fn a_sync_read_by_batches_says_how_many_are_read_and_how_to_follow_it() {
+    let report = serde_json::json!({
+        "id": "sync-1-0001", "status": "running", "added": 0, "changed": 0, "unchanged": 4,
+        "deleted": 1, "failures": 0, "ms": 12, "listed": 4, "bytes": 0,
+        "skipped": {"robots": 0, "noindex": 0, "redirects": 0, "caps": 0, "depth": 0},
+        "failed": [], "batches": {"sent": 3, "read": 1},
+    });
+    let lines = super::sync_report_lines(&report);
+    assert_eq!(
+        lines[0],
+        "sync-1-0001 running: 0 added, 0 changed, 4 unchanged, 1 deleted, 0 failed (12 ms)"
+    );
+    assert!(
+        lines.contains(&"batches: 1 of 3 read (follow it with `sluice sources syncs`)".to_string()),
+        "{lines:?}"
+    );
+    let mut inline = report.clone();
+    inline.as_object_mut().unwrap().remove("batches");
+    assert!(
+        !super::sync_report_lines(&inline)
+            .iter()
+            .any(|l| l.starts_with("batches"))
+    );
+}

@@ -336,6 +336,20 @@ pub struct SyncReport {
     /// one sync's caps and time is read whole over several.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resume_after: Option<String>,
+    /// When its pages or objects were handed out in batches to be read elsewhere (on AWS):
+    /// how many were sent, and how many have been read. The sync is `running` until the last
+    /// is read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub batches: Option<Batched>,
+}
+
+/// A sync's batches: sent, and read so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Batched {
+    /// How many the sync sent.
+    pub sent: usize,
+    /// How many have been read.
+    pub read: usize,
 }
 
 /// A page or object that could not be read or written.
@@ -379,7 +393,7 @@ impl SyncReport {
 }
 
 /// One object under a prefix, as listed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Listed {
     /// Its key.
     pub key: String,
@@ -437,6 +451,58 @@ pub trait Objects: Send + Sync {
     /// The object `key`, at most `max_bytes` of it.
     async fn read(&self, bucket: &str, key: &str, max_bytes: usize)
     -> Result<Object, ObjectsError>;
+}
+
+/// The most pages or objects in one [`SyncBatch`]: read in well under a minute at the default
+/// rate of one request a second, so that a batch is never cut by its invocation's time.
+pub const BATCH_ITEMS: usize = 10;
+
+/// A part of a sync handed to another process to read ([`Batches`]): on AWS, the scheduled
+/// invocation lists a sitemap or a prefix whole, deletes what is gone, and sends what is new
+/// or changed in batches through a queue to the ingest function; the last batch writes the
+/// sync's report.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SyncBatch {
+    /// The tenant (a tenant id, checked again when read).
+    pub tenant: String,
+    /// The source's name.
+    pub source: String,
+    /// The sync's id.
+    pub sync: String,
+    /// This batch's place, from 0, and how many the sync sent.
+    pub index: usize,
+    /// How many batches the sync sent.
+    pub of: usize,
+    /// What to read.
+    pub items: Vec<BatchItem>,
+}
+
+/// A page or object of a [`SyncBatch`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchItem {
+    /// The page's URL, or the object's `s3://bucket/key`.
+    pub origin: String,
+    /// Whether the tenant holds documents of it.
+    pub held: bool,
+    /// The version they were read at, when they have one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+    /// The object as listed (an S3 source's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<Listed>,
+}
+
+/// A queue that could not take a batch.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct QueueError(pub String);
+
+/// Where a sync's batches go to be read ([`SyncBatch`]): SQS on AWS.
+#[async_trait::async_trait]
+pub trait Batches: Send + Sync {
+    /// Sends `batch`, in order behind the earlier batches of `group` (one read at a time per
+    /// group: a source's site is asked politely), and once only per `dedup`.
+    async fn send(&self, group: &str, dedup: &str, batch: &SyncBatch) -> Result<(), QueueError>;
 }
 
 /// The [`VERSION_KEY`] of an object: its ETag and its access tag (a tag changes no ETag).

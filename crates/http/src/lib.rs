@@ -154,6 +154,10 @@ pub struct Server {
     fetch_allow: Vec<sluice_contract::net::IpRange>,
     /// The buckets of tenants' S3 sources; `None` in a process without AWS.
     pub objects: Option<Arc<dyn sluice_contract::sources::Objects>>,
+    /// Where a sync of a sitemap or a prefix sends what it listed, in batches, to be read by
+    /// whichever process the queue hands each to ([`Server::sync_batch`]); `None`: the sync
+    /// reads it itself.
+    pub batches: Option<Arc<dyn sluice_contract::sources::Batches>>,
     /// The syncs going in this process.
     pub(crate) syncs: Arc<service::sources::Syncs>,
 }
@@ -195,6 +199,7 @@ impl Server {
             fetcher: std::sync::OnceLock::new(),
             fetch_allow: auth.fetch_allow.clone(),
             objects: None,
+            batches: None,
             syncs: Arc::default(),
         }
     }

@@ -99,5 +99,5 @@ pub(crate) async fn cancel(
     headers: HeaderMap,
 ) -> Result<Json<Value>, ApiError> {
     let caller = admitted(&server, &headers).await?;
-    Ok(Json(server.cancel_sync(&caller, &name)?))
+    Ok(Json(server.cancel_sync(&caller, &name).await?))
 }

@@ -11,6 +11,7 @@
 //! - [`ScriptedReranker`]: a tenant component that reverses the order, fails, or is slow to
 //!   be found;
 //! - [`MemoryKeys`], [`BrokenKeys`], [`BrokenCache`], [`SlowComponents`], [`BrokenUsage`];
+//! - [`MemoryBatches`]: a sync queue whose batches the test reads as Lambda's poller would;
 //! - [`filters`]: the metadata-filter cases every store is checked with;
 //! - [`users`]: end users' tokens signed with test keys, and an identity that verifies them;
 //! - [`services`]: what an end-to-end test needs (the test LLM, the AWS emulator, the model…),
@@ -28,6 +29,7 @@ mod embed;
 pub mod files;
 pub mod filters;
 mod llm;
+mod queue;
 mod rerank;
 pub mod services;
 mod settings;
@@ -38,6 +40,7 @@ pub mod users;
 
 pub use embed::{HashEmbedder, Hooked};
 pub use llm::{LlmCall, Reply, ScriptedLlm};
+pub use queue::MemoryBatches;
 pub use rerank::{PromptVerdict, SCRIPTED_FUEL_PER_HIT, ScriptedReranker, Verdict};
 pub use settings::{MemoryRecords, MemorySettings, records_keep_each_tenants_shelves_apart};
 pub use store::{MemoryStore, Troubled};

@@ -19,7 +19,8 @@ use std::time::Duration;
 pub enum Service {
     /// The test LLM (llama-server) at `SLUICE_TEST_LLM_URL`.
     Llm,
-    /// The AWS emulator (moto) at `AWS_ENDPOINT_URL_DYNAMODB`, `_S3` and `_SECRETS_MANAGER`.
+    /// The AWS emulator (moto) at `AWS_ENDPOINT_URL_DYNAMODB`, `_S3`, `_SECRETS_MANAGER` and
+    /// `_SQS`.
     Aws,
     /// The embedding model in `SLUICE_MODEL_DIR`.
     Model,
@@ -50,7 +51,7 @@ impl Service {
                 )),
                 Ok(_) => None,
             },
-            Service::Aws => ["DYNAMODB", "S3", "SECRETS_MANAGER"]
+            Service::Aws => ["DYNAMODB", "S3", "SECRETS_MANAGER", "SQS"]
                 .into_iter()
                 .find_map(|service| {
                     let name = format!("AWS_ENDPOINT_URL_{service}");

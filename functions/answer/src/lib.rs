@@ -185,6 +185,7 @@ mod tests {
             secrets: None,
             records: None,
             objects: None,
+            batches: None,
         };
         (Arc::new(parts.into_server()), usage)
     }

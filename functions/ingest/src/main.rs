@@ -14,7 +14,12 @@
 //!   sync writes it (its id, metadata, access and version), so that the next sync finds it
 //!   unchanged: the event is the fast path, the sync the reconcile of what events missed.
 //! - EventBridge's schedule (every minute): the tenants' sources that are due are synced, one
-//!   after another, each stopped by the invocation's deadline at the latest.
+//!   after another, each stopped by the invocation's deadline at the latest. With a sync queue
+//!   (`SLUICE_SYNC_QUEUE_URL`), a sitemap or an S3 prefix is listed here, what is gone deleted,
+//!   and what is new or changed sent through the queue in batches.
+//! - SQS (the sync queue, FIFO, a group per source): a sync's batch read and added to its
+//!   report; the last batch ends the sync. A batch that failed for a reason a retry could fix
+//!   (the records store) is reported back as failed, for SQS to deliver again.
 //!
 //! An S3 invocation is asynchronous: a returned error makes Lambda retry it (twice) and then
 //! send it to the dead-letter queue. So only what a retry could fix is an error (S3 or the
@@ -30,9 +35,10 @@ use lambda_http::lambda_runtime::{self, LambdaEvent};
 use lambda_http::request::LambdaRequest;
 use lambda_http::tower::{Service, ServiceExt};
 use serde::Serialize;
-use serde_json::Value;
+use serde_json::{Value, json};
 use sluice_aws::documents::{self, Documents, ReadError};
 use sluice_contract::codes::Code;
+use sluice_contract::sources::SyncBatch;
 use sluice_http::Server;
 use sluice_http::service::documents::{Upload, Writer};
 use tracing::{info, warn};
@@ -180,10 +186,43 @@ async fn ingest_uploads(
     Ok(report)
 }
 
-/// What a scheduled invocation leaves itself after its syncs, to write their reports.
+/// Reads the sync batches of an SQS event, in order; the answer SQS reads back
+/// (`ReportBatchItemFailures`): the messages to deliver again — the first that failed and every
+/// one after it, since a FIFO group's order must hold. A message that is not a batch is
+/// logged and dropped.
+async fn read_batches(server: &Arc<Server>, payload: &Value, ends_by: Instant) -> Value {
+    let mut failures = Vec::new();
+    for record in payload["Records"].as_array().into_iter().flatten() {
+        let id = record["messageId"].as_str().unwrap_or_default();
+        if !failures.is_empty() {
+            failures.push(json!({ "itemIdentifier": id }));
+            continue;
+        }
+        let body = record["body"].as_str().unwrap_or_default();
+        let batch: SyncBatch = match serde_json::from_str(body) {
+            Ok(batch) => batch,
+            Err(e) => {
+                warn!(message = id, error = %e, "not a sync batch: dropped");
+                continue;
+            }
+        };
+        match server.sync_batch(batch, Some(ends_by)).await {
+            Ok(done) => {
+                info!(message = id, status = %done["report"]["status"], "sync batch read")
+            }
+            Err(e) => {
+                warn!(message = id, error = %e.message, "sync batch failed: delivered again");
+                failures.push(json!({ "itemIdentifier": id }));
+            }
+        }
+    }
+    json!({ "batchItemFailures": failures })
+}
+
+/// What a sync's invocation leaves itself after its syncs or batches, to write their reports.
 const DEADLINE_MARGIN: Duration = Duration::from_secs(10);
 
-/// What a scheduled invocation without a stated deadline allows itself.
+/// What a sync's invocation without a stated deadline allows itself.
 const NO_DEADLINE: Duration = Duration::from_secs(900);
 
 #[tokio::main]
@@ -198,11 +237,12 @@ async fn main() -> Result<(), lambda_runtime::Error> {
         let (server, documents, router) = (server.clone(), documents.clone(), router.clone());
         async move {
             let LambdaEvent { payload, context } = event;
-            // EventBridge's schedule: the due syncs, until a little before the deadline.
+            // A sync's time: until a little before the deadline (without a deadline stated,
+            // an emulator's, SLUICE_SYNC_TIMEOUT_MS bounds it).
+            let left = sluice_app::time_left(context.deadline).unwrap_or(NO_DEADLINE);
+            let ends_by = Instant::now() + left.saturating_sub(DEADLINE_MARGIN);
+            // EventBridge's schedule: the due syncs.
             if payload["source"] == "aws.events" && payload["detail-type"] == "Scheduled Event" {
-                // Without a deadline stated (an emulator), SLUICE_SYNC_TIMEOUT_MS bounds each.
-                let left = sluice_app::time_left(context.deadline).unwrap_or(NO_DEADLINE);
-                let ends_by = Instant::now() + left.saturating_sub(DEADLINE_MARGIN);
                 info!(
                     left_ms = left.as_millis() as u64,
                     "scheduled: syncing the due sources"
@@ -210,6 +250,10 @@ async fn main() -> Result<(), lambda_runtime::Error> {
                 let reports = (server.sync_due_until(ends_by).await)
                     .map_err(|e| anyhow::anyhow!(e.message))?;
                 return Ok(serde_json::json!({ "syncs": reports }));
+            }
+            // The sync queue's messages: each a batch of a sync.
+            if payload["Records"][0]["eventSource"] == "aws:sqs" {
+                return Ok(read_batches(&server, &payload, ends_by).await);
             }
             // An S3 notification has `Records`; anything else is an HTTP event.
             if payload.get("Records").is_some() {

@@ -436,3 +436,149 @@ async fn sources_are_synced_on_schedule_and_an_upload_under_one_is_written_as_it
             .any(|(_, origin)| origin == &json!(site.url("/help/")))
     );
 }
+
+/// With the sync queue (a FIFO queue in moto, as the SAM template's), the schedule lists a
+/// sitemap and an S3 prefix and sends what is new in batches through SQS, one group per
+/// source; the function, invoked with the messages as Lambda's SQS poller delivers them (the
+/// documented event), reads each batch, and the last of a source's ends its sync.
+#[tokio::test]
+async fn with_a_sync_queue_the_schedule_sends_batches_through_sqs_that_the_function_reads() {
+    sluice_testkit::needs!(Llm, Aws, Model, Lambda);
+    use sluice_testkit::site::{Page, Site};
+    let bucket = aws::bucket("documents").await;
+    let queue = aws::fifo_queue("sync").await;
+    let table = format!(
+        "records-{}",
+        std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos()
+    );
+    let records = sluice_aws::records::DynamoRecords::connect(&table)
+        .await
+        .unwrap();
+    records.create_table().await.unwrap();
+    let site = Site::serve().await;
+    let paths: Vec<String> = (0..12).map(|i| format!("/docs/p{i:02}")).collect();
+    let mut urls = String::new();
+    for p in &paths {
+        site.put(p, Page::article(p, &format!("Page {p} of the help."), &[]));
+        urls.push_str(&format!("<url><loc>{}</loc></url>", site.url(p)));
+    }
+    site.put(
+        "/sitemap.xml",
+        Page::xml(&format!("<urlset>{urls}</urlset>")),
+    );
+    for i in 0..3 {
+        let text = format!("# Object {i}\n\nThe text of object {i}.");
+        aws::put_object(&bucket, &format!("acme/kb/{i}.md"), text.into_bytes()).await;
+    }
+    let data = tempfile::tempdir().unwrap();
+    let function = Function::start(
+        Path::new(env!("CARGO_BIN_EXE_ingest")),
+        &[
+            ("SLUICE_DATA_DIR", data.path().display().to_string()),
+            ("SLUICE_RECORDS_TABLE", table.clone()),
+            ("SLUICE_SYNC_QUEUE_URL", queue.clone()),
+            ("SLUICE_FETCH_ALLOW", "127.0.0.1/32".into()),
+            ("SLUICE_SYNC_HOST_RATE", "1000".into()),
+        ],
+    );
+    let http = sluice_tests::http();
+    let sources = format!("{}/v1/sources", function.url());
+    for (name, source) in [
+        (
+            "help",
+            json!({"website": {"sitemap": site.url("/sitemap.xml")}, "every_minutes": 60}),
+        ),
+        (
+            "kb",
+            json!({"s3": {"bucket": bucket, "prefix": "acme/kb/"}, "every_minutes": 60}),
+        ),
+    ] {
+        let r = (http
+            .put(format!("{sources}/{name}"))
+            .header("x-sluice-tenant", "acme"))
+        .json(&source)
+        .send()
+        .await
+        .unwrap();
+        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+    }
+
+    // The schedule lists both and reads nothing: their syncs run on in the queue.
+    let scheduled: Value =
+        serde_json::from_str(include_str!("fixtures/eventbridge-scheduled.json")).unwrap();
+    let ran = function.invoke(&scheduled).await.unwrap();
+    let syncs = ran["syncs"].as_array().unwrap();
+    assert_eq!(syncs.len(), 2, "{ran}");
+    for sync in syncs {
+        assert_eq!(sync["report"]["status"], "running", "{ran}");
+    }
+    let sent = |name: &str| {
+        let sync = syncs.iter().find(|s| s["source"] == name).unwrap();
+        sync["report"]["batches"]["sent"].clone()
+    };
+    assert_eq!((sent("help"), sent("kb")), (json!(2), json!(1)), "{ran}");
+    assert!(listed(&function).await.is_empty());
+
+    // Lambda's poller: messages received, the function invoked with them, until none is left.
+    let mut groups: Vec<String> = Vec::new();
+    let mut read = 0;
+    loop {
+        let messages = aws::receive(&queue).await;
+        if messages.is_empty() {
+            break;
+        }
+        for (id, group, body) in messages {
+            let mut event: Value =
+                serde_json::from_str(include_str!("fixtures/sqs-fifo-message.json")).unwrap();
+            let record = &mut event["Records"][0];
+            record["messageId"] = json!(id);
+            record["body"] = json!(body);
+            record["attributes"]["MessageGroupId"] = json!(group);
+            let answer = function.invoke(&event).await.unwrap();
+            assert_eq!(answer, json!({"batchItemFailures": []}));
+            if !groups.contains(&group) {
+                groups.push(group);
+            }
+            read += 1;
+        }
+    }
+    assert_eq!(
+        (read, groups.len()),
+        (3, 2),
+        "three batches, a group per source"
+    );
+
+    // Each sync ended with its last batch, its report whole.
+    for (name, added) in [("help", 12), ("kb", 3)] {
+        let r = (http
+            .get(format!("{sources}/{name}/syncs"))
+            .header("x-sluice-tenant", "acme"))
+        .send()
+        .await
+        .unwrap();
+        let body: Value = r.json().await.unwrap();
+        let report = &body["syncs"][0];
+        assert_eq!(report["status"], "done", "{body}");
+        assert_eq!(
+            (report["added"].clone(), report["listed"].clone()),
+            (json!(added), json!(added))
+        );
+        assert_eq!(
+            report["batches"]["read"], report["batches"]["sent"],
+            "{body}"
+        );
+    }
+    let held = listed(&function).await;
+    assert_eq!(held.len(), 15, "{held:?}");
+    assert!(
+        held.iter()
+            .any(|(_, origin)| origin == &json!(site.url("/docs/p11")))
+    );
+
+    // A message that is no batch is dropped, not delivered again (it never could be read).
+    let mut event: Value =
+        serde_json::from_str(include_str!("fixtures/sqs-fifo-message.json")).unwrap();
+    event["Records"][0]["body"] = json!("not a batch");
+    let answer = function.invoke(&event).await.unwrap();
+    assert_eq!(answer, json!({"batchItemFailures": []}));
+}

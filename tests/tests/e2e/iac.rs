@@ -394,6 +394,40 @@ fn sources_are_synced_on_a_schedule_by_the_ingest_function() {
         serde_json::json!({"Ref": "RecordsTable"}),
         "the records table is named to it"
     );
+    // A sync's batches: a FIFO queue the function sends to and reads, one message at a time,
+    // hidden longer than the function may take to read one, with a FIFO dead-letter queue.
+    assert_eq!(
+        function["Environment"]["Variables"]["SLUICE_SYNC_QUEUE_URL"],
+        serde_json::json!({"Ref": "SyncQueue"})
+    );
+    let queue = &t["Resources"]["SyncQueue"]["Properties"];
+    assert_eq!(queue["FifoQueue"], true, "{queue}");
+    assert!(
+        queue["VisibilityTimeout"].as_u64().unwrap() >= 6 * function["Timeout"].as_u64().unwrap()
+    );
+    let dead = &queue["RedrivePolicy"]["deadLetterTargetArn"]["Fn::GetAtt"][0];
+    assert_eq!(
+        t["Resources"][dead.as_str().unwrap()]["Properties"]["FifoQueue"],
+        true
+    );
+    let mappings = of_type(&t, "AWS::Lambda::EventSourceMapping");
+    let batches = (mappings.iter())
+        .find(|(_, m)| m["Properties"]["EventSourceArn"]["Fn::GetAtt"][0] == "SyncQueue")
+        .unwrap_or_else(|| panic!("nothing reads the sync queue: {mappings:?}"));
+    let mapping = &batches.1["Properties"];
+    assert_eq!(
+        mapping["FunctionName"]["Ref"], "IngestFunction",
+        "{mapping}"
+    );
+    assert_eq!(mapping["BatchSize"], 1);
+    assert_eq!(
+        mapping["FunctionResponseTypes"],
+        serde_json::json!(["ReportBatchItemFailures"])
+    );
+    assert!(
+        ingest.contains("sqs:SendMessage") && ingest.contains("SyncQueue"),
+        "{ingest}"
+    );
 }
 
 #[test]

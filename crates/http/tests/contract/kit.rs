@@ -113,6 +113,7 @@ impl Kit {
             secrets: None,
             records: Some(Arc::new(sluice_testkit::MemoryRecords::default())),
             objects: None,
+            batches: None,
         };
         Self { parts, llm }
     }

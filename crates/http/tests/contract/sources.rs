@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use axum::http::Method;
 use serde_json::{Value, json};
 use sluice_contract::auth::Permission;
-use sluice_contract::sources::{Listed, Object, ObjectPage, Objects, ObjectsError};
+use sluice_contract::sources::{Listed, Object, ObjectPage, Objects, ObjectsError, SyncBatch};
+use sluice_testkit::MemoryBatches;
 use sluice_testkit::site::{Page, Site};
 
 use crate::kit::{App, Kit, Stream, key_for};
@@ -807,4 +808,316 @@ async fn a_long_crawl_delay_does_not_outlast_a_cancel_or_the_time_limit() {
         report["cut"].as_str().unwrap().contains("time limit"),
         "{report}"
     );
+}
+
+/// Reads `batches` in order, as the queue's consumer does: the last one's report.
+async fn read(app: &App, batches: Vec<(String, SyncBatch)>) -> Value {
+    let mut last = Value::Null;
+    for (_, batch) in batches {
+        last = app.server.sync_batch(batch, None).await.unwrap();
+    }
+    last["report"].clone()
+}
+
+/// With a queue (on AWS), a sitemap or a prefix is listed by the sync, what is gone deleted
+/// there, and what is new or changed sent in batches of ten in one group per source; each
+/// batch read adds to the sync's report, which stays `running` until the last ends it. The
+/// numbers add up as an inline sync's do; an unchanged prefix sends no batch at all.
+#[tokio::test]
+async fn with_a_queue_a_sitemap_or_a_prefix_is_read_by_batches_and_the_last_ends_the_sync() {
+    let site = Site::serve().await;
+    let paths: Vec<String> = (0..23).map(|i| format!("/docs/p{i:02}")).collect();
+    for p in &paths {
+        let page = Page::article(p, &format!("Page {p} of the docs."), &[]);
+        site.put(p, page.with("etag", &format!("\"{p}-1\"")));
+    }
+    let map = |listed: &[String]| {
+        let urls: String = (listed.iter())
+            .map(|p| format!("<url><loc>{}</loc></url>", site.url(p)))
+            .collect();
+        Page::xml(&format!("<urlset>{urls}</urlset>"))
+    };
+    site.put("/sitemap.xml", map(&paths));
+    let bucket = Arc::new(Bucket::default());
+    for i in 0..12 {
+        bucket.put(
+            &format!("kb/{i:02}.md"),
+            &format!("# O{i}\n\nObject {i}."),
+            None,
+        );
+    }
+    let queue = Arc::new(MemoryBatches::default());
+    let (objects, batches) = (Arc::clone(&bucket), Arc::clone(&queue));
+    let mut kit = Kit::new(OPEN);
+    let embedded = Arc::new(AtomicUsize::new(0));
+    let counter = Arc::clone(&embedded);
+    kit.parts.embedder = Some(Arc::new(sluice_testkit::Hooked::new().on_embed(
+        move |texts| {
+            counter.fetch_add(texts.len(), Ordering::SeqCst);
+            Ok(())
+        },
+    )));
+    let app = kit.app_with(move |server| {
+        server.objects = Some(objects);
+        server.batches = Some(batches);
+    });
+    let mapped = json!({"website": {"sitemap": site.url("/sitemap.xml")}, "every_minutes": 1});
+    assert_eq!(put(&app, "site", &mapped).await.status, 200);
+
+    // The sync lists and hands out: every page queued, none read yet.
+    let (stream, sent) = sync(&app, "site").await;
+    assert_eq!(sent["status"], "running", "{sent}");
+    assert_eq!(sent["batches"], json!({"sent": 3, "read": 0}), "{sent}");
+    let queued = (stream.events.iter()).filter(|(e, d)| e == "item" && d["outcome"] == "queued");
+    assert_eq!(queued.count(), 23);
+    assert!(
+        documents(&app).await.is_empty(),
+        "nothing read by the lister"
+    );
+    assert_eq!(site.asked("/docs/p00"), 0);
+    // Running: not due again, and another sync of it is refused.
+    assert!(app.server.due_syncs().await.unwrap().is_empty());
+    let listed = app.send(Method::GET, "/v1/sources/site", &[], "").await;
+    assert_eq!(
+        listed.body["last_sync"]["status"], "running",
+        "{}",
+        listed.raw
+    );
+    let batches = queue.take();
+    assert_eq!(batches.len(), 3);
+    let group = &batches[0].0;
+    assert!(
+        batches.iter().all(|(g, _)| g == group),
+        "one group per source"
+    );
+    let sizes: Vec<(usize, usize, usize)> = (batches.iter())
+        .map(|(_, b)| (b.index, b.of, b.items.len()))
+        .collect();
+    assert_eq!(sizes, [(0, 3, 10), (1, 3, 10), (2, 3, 3)]);
+
+    // The batches read in order: the first two leave it running, the last ends it.
+    let first = app
+        .server
+        .sync_batch(batches[0].1.clone(), None)
+        .await
+        .unwrap();
+    assert_eq!(first["report"]["status"], "running", "{first}");
+    assert_eq!(first["report"]["added"], 10, "{first}");
+    let done = read(&app, batches[1..].to_vec()).await;
+    assert_eq!(done["status"], "done", "{done}");
+    assert_eq!(counts(&done), [23, 0, 0, 0], "{done}");
+    assert_eq!(
+        (done["listed"].clone(), done["batches"]["read"].clone()),
+        (json!(23), json!(3))
+    );
+    assert!(done["ended_at"].is_string(), "{done}");
+    assert_eq!(documents(&app).await.len(), 23);
+    let kept = app
+        .send(Method::GET, "/v1/sources/site/syncs", &[], "")
+        .await;
+    assert_eq!(
+        kept.body["syncs"][0], done,
+        "the report kept is the last batch's"
+    );
+
+    // One page changed, one dropped from the sitemap (deleted by the lister), one gone (404,
+    // deleted by its batch); the rest answer 304 and embed nothing.
+    site.put(
+        "/docs/p03",
+        Page::article("p03", "Page three, rewritten.", &[]).with("etag", "\"p03-2\""),
+    );
+    site.put("/docs/p07", Page::status(404));
+    let mut fewer = paths.clone();
+    fewer.retain(|p| p != "/docs/p11");
+    site.put("/sitemap.xml", map(&fewer));
+    let before = embedded.load(Ordering::SeqCst);
+    let (_, sent) = sync(&app, "site").await;
+    assert_eq!(
+        (sent["deleted"].clone(), sent["batches"]["sent"].clone()),
+        (json!(1), json!(3))
+    );
+    let done = read(&app, queue.take()).await;
+    assert_eq!(counts(&done), [0, 1, 20, 2], "{done}");
+    assert_eq!(done["status"], "done", "{done}");
+    assert!(
+        embedded.load(Ordering::SeqCst) - before <= 2,
+        "only the changed page embedded"
+    );
+    assert_eq!(documents(&app).await.len(), 21);
+
+    // A prefix: new objects read by batches; unchanged, nothing is sent.
+    let prefix = json!({"s3": {"bucket": "docs", "prefix": "kb/"}});
+    assert_eq!(put(&app, "kb", &prefix).await.status, 200);
+    let (_, sent) = sync(&app, "kb").await;
+    assert_eq!(sent["batches"], json!({"sent": 2, "read": 0}), "{sent}");
+    let done = read(&app, queue.take()).await;
+    assert_eq!(
+        (done["status"].clone(), counts(&done)),
+        (json!("done"), [12, 0, 0, 0]),
+        "{done}"
+    );
+    let reads = bucket.reads.load(Ordering::SeqCst);
+    let (_, again) = sync(&app, "kb").await;
+    assert_eq!(
+        (again["status"].clone(), counts(&again)),
+        (json!("done"), [0, 0, 12, 0]),
+        "{again}"
+    );
+    assert_eq!(again.get("batches"), None, "{again}");
+    assert!(queue.take().is_empty());
+    assert_eq!(
+        bucket.reads.load(Ordering::SeqCst),
+        reads,
+        "nothing read again"
+    );
+}
+
+/// A sync read in batches is canceled from any process sharing the records (a Lambda
+/// environment other than the one that listed it): the batches not read yet are dropped, what
+/// was read stays, and the report says it was canceled. A link walk is never split.
+#[tokio::test]
+async fn a_batched_sync_is_canceled_from_another_process_and_its_batches_dropped() {
+    let bucket = Arc::new(Bucket::default());
+    for i in 0..25 {
+        bucket.put(
+            &format!("kb/{i:02}.md"),
+            &format!("# O{i}\n\nObject {i}."),
+            None,
+        );
+    }
+    let shared: Arc<dyn sluice_contract::evals::Records> =
+        Arc::new(sluice_testkit::MemoryRecords::across_processes());
+    let queue = Arc::new(MemoryBatches::default());
+    let (objects, batches, records) =
+        (Arc::clone(&bucket), Arc::clone(&queue), Arc::clone(&shared));
+    let mut kit = Kit::new(OPEN);
+    kit.parts.records = Some(records);
+    let one = kit.app_with(move |server| {
+        server.objects = Some(objects);
+        server.batches = Some(batches);
+    });
+    let mut kit = Kit::new(OPEN);
+    kit.parts.records = Some(shared);
+    let other = kit.app();
+    let prefix = json!({"s3": {"bucket": "docs", "prefix": "kb/"}});
+    assert_eq!(put(&one, "kb", &prefix).await.status, 200);
+    let (_, sent) = sync(&one, "kb").await;
+    assert_eq!(sent["batches"]["sent"], 3, "{sent}");
+    let batches = queue.take();
+    let first = one
+        .server
+        .sync_batch(batches[0].1.clone(), None)
+        .await
+        .unwrap();
+    assert_eq!(first["report"]["added"], 10, "{first}");
+    // Another process sees it running, refuses a second, and cancels it.
+    let refused = other
+        .send(Method::POST, "/v1/sources/kb/sync", &[], "")
+        .await;
+    assert_eq!(refused.code(), "sync_running", "{}", refused.raw);
+    let canceled = other
+        .send(Method::POST, "/v1/sources/kb/sync/cancel", &[], "")
+        .await;
+    assert_eq!(canceled.status, 200, "{}", canceled.raw);
+    assert_eq!(canceled.body["canceled"], sent["id"]);
+    for (_, batch) in &batches[1..] {
+        let dropped = one.server.sync_batch(batch.clone(), None).await.unwrap();
+        assert!(dropped["dropped"].is_string(), "{dropped}");
+    }
+    let kept = other
+        .send(Method::GET, "/v1/sources/kb/syncs", &[], "")
+        .await;
+    let report = &kept.body["syncs"][0];
+    assert_eq!(
+        (report["status"].clone(), report["added"].clone()),
+        (json!("stopped"), json!(10))
+    );
+    assert!(
+        report["cut"].as_str().unwrap().contains("canceled"),
+        "{report}"
+    );
+    assert_eq!(documents(&one).await.len(), 10);
+    // Nothing to cancel now.
+    let again = other
+        .send(Method::POST, "/v1/sources/kb/sync/cancel", &[], "")
+        .await;
+    assert_eq!(again.code(), "unknown_source", "{}", again.raw);
+
+    // A walk by links (no sitemap) is read by the sync itself, queue or not.
+    let site = Site::serve().await;
+    site.put("/docs/", Page::article("Index", "The index.", &["a"]));
+    site.put("/docs/a", Page::article("A", "Page a.", &[]));
+    let walked = json!({"website": {"start": [site.url("/docs/")]}});
+    assert_eq!(put(&one, "walk", &walked).await.status, 200);
+    let (_, report) = sync(&one, "walk").await;
+    assert_eq!(
+        (report["status"].clone(), counts(&report)),
+        (json!("done"), [2, 0, 0, 0])
+    );
+    assert!(queue.take().is_empty());
+}
+
+/// A batch whose site asks for time between requests (`Crawl-delay`) may not fit in one
+/// invocation: what its time did not reach is sent again behind it, until every page is read;
+/// a batch that could not read even one page in its time ends the sync, saying why.
+#[tokio::test]
+async fn a_batch_longer_than_its_time_sends_the_rest_again() {
+    let site = Site::serve().await;
+    site.put("/robots.txt", Page::text("User-agent: *\nCrawl-delay: 1\n"));
+    let paths: Vec<String> = (0..5).map(|i| format!("/docs/p{i}")).collect();
+    let mut urls = String::new();
+    for p in &paths {
+        site.put(p, Page::article(p, &format!("Page {p}."), &[]));
+        urls.push_str(&format!("<url><loc>{}</loc></url>", site.url(p)));
+    }
+    site.put(
+        "/sitemap.xml",
+        Page::xml(&format!("<urlset>{urls}</urlset>")),
+    );
+    let open = [OPEN[0], OPEN[1], ("SLUICE_SYNC_TIMEOUT_MS", "3000")];
+    let queue = Arc::new(MemoryBatches::default());
+    let batches = Arc::clone(&queue);
+    let app = Kit::new(&open).app_with(move |server| server.batches = Some(batches));
+    let mapped = json!({"website": {"sitemap": site.url("/sitemap.xml")}});
+    assert_eq!(put(&app, "slow", &mapped).await.status, 200);
+    let (_, sent) = sync(&app, "slow").await;
+    assert_eq!(sent["batches"]["sent"], 1, "{sent}");
+    // Read as SQS hands them out, the rest of a batch behind it.
+    let mut last = Value::Null;
+    for _ in 0..10 {
+        let pending = queue.take();
+        if pending.is_empty() {
+            break;
+        }
+        last = read(&app, pending).await;
+    }
+    assert_eq!(last["status"], "done", "{last}");
+    assert_eq!(counts(&last), [5, 0, 0, 0], "{last}");
+    let batched = &last["batches"];
+    assert!(batched["sent"].as_u64().unwrap() >= 2, "{last}");
+    assert_eq!(batched["read"], batched["sent"], "{last}");
+    assert_eq!(documents(&app).await.len(), 5);
+
+    // A delay longer than a batch's time: not one page read; the sync ends, saying why.
+    site.put(
+        "/robots.txt",
+        Page::text("User-agent: *\nCrawl-delay: 30\n"),
+    );
+    let app = {
+        let batches = Arc::clone(&queue);
+        let open = [OPEN[0], OPEN[1], ("SLUICE_SYNC_TIMEOUT_MS", "1000")];
+        Kit::new(&open).app_with(move |server| server.batches = Some(batches))
+    };
+    assert_eq!(put(&app, "slow", &mapped).await.status, 200);
+    sync(&app, "slow").await;
+    let report = read(&app, queue.take()).await;
+    assert_eq!(report["status"], "stopped", "{report}");
+    assert!(
+        report["cut"]
+            .as_str()
+            .unwrap()
+            .contains("SLUICE_SYNC_TIMEOUT_MS"),
+        "{report}"
+    );
+    assert!(queue.take().is_empty(), "nothing sent again");
 }

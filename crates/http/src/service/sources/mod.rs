@@ -34,7 +34,7 @@ use sluice_contract::evals::{Record, RecordsError, Shelf};
 use sluice_contract::filter::Filter;
 use sluice_contract::metadata::MetaValue;
 use sluice_contract::sources::{
-    MAX_SOURCES, REPORTS_KEPT, SOURCE_KEY, Source, SyncReport, SyncStatus, VERSION_KEY,
+    MAX_SOURCES, REPORTS_KEPT, SOURCE_KEY, Source, SyncBatch, SyncReport, SyncStatus, VERSION_KEY,
     check_source_name,
 };
 
@@ -308,17 +308,36 @@ impl Server {
         Ok(json!({ "syncs": syncs }))
     }
 
-    /// Cancels the sync of `name` going in this process: it stops after the page or object in
-    /// hand, keeps what it wrote and deletes nothing it did not see.
-    pub(crate) fn cancel_sync(&self, caller: &Caller, name: &str) -> Result<Value, ApiError> {
-        let live = (self.syncs.find(&caller.tenant, name)).ok_or_else(|| {
-            ApiError::new(
+    /// Cancels the sync of `name`: one going in this process stops after the page or object
+    /// in hand, keeps what it wrote and deletes nothing it did not see; one whose batches are
+    /// read elsewhere is marked stopped in the shared store, and its batches not read yet are
+    /// dropped.
+    pub(crate) async fn cancel_sync(&self, caller: &Caller, name: &str) -> Result<Value, ApiError> {
+        if let Some(live) = self.syncs.find(&caller.tenant, name) {
+            live.cancel.cancel();
+            return Ok(json!({"canceled": live.id}));
+        }
+        let newest = self
+            .reports_of(&caller.tenant, name)
+            .await?
+            .into_iter()
+            .next();
+        let batched = newest
+            .filter(|r| r["batches"].is_object())
+            .and_then(|r| serde_json::from_value::<SyncReport>(r).ok());
+        match batched {
+            Some(mut report) if self.running_elsewhere(Some(&json!(report)))?.is_some() => {
+                report.status = SyncStatus::Stopped;
+                report.cut = Some("the sync was canceled".into());
+                report.ended_at = Some(sluice_contract::tenant_settings::now());
+                self.keep_report(&caller.tenant, &report).await?;
+                Ok(json!({"canceled": report.id}))
+            }
+            _ => Err(ApiError::new(
                 Code::UnknownSource,
                 format!("no sync of source {name:?} is going in this process"),
-            )
-        })?;
-        live.cancel.cancel();
-        Ok(json!({"canceled": live.id}))
+            )),
+        }
     }
 
     /// Starts a sync of the tenant's source `name`: a stream of `sync`, an `item` per page or
@@ -362,6 +381,15 @@ impl Server {
         sync.resume = last
             .filter(|r| r["status"] == json!(SyncStatus::Stopped))
             .and_then(|r| r["resume_after"].as_str().map(str::to_string));
+        // A sitemap or a prefix, listed whole here, is read by batches elsewhere where there
+        // is a queue; a walk by links cannot be split (its pages come from pages).
+        let listed_whole = match (&sync.source.website, &sync.source.s3) {
+            (Some(site), _) => site.sitemap.is_some() && site.depth() == 0,
+            (_, s3) => s3.is_some(),
+        };
+        if self.batches.is_some() && listed_whole {
+            sync.fanned = Some(Vec::new());
+        }
         // Its record says it is going, to the processes that share the store.
         if self.sources_store()?.shared() {
             self.keep_report(tenant, &sync.report).await?;
@@ -413,11 +441,27 @@ impl Server {
             }
             let report = &mut sync.report;
             report.ms = started.elapsed().as_millis() as u64;
-            report.ended_at = Some(sluice_contract::tenant_settings::now());
             report.listed = report.added + report.changed + report.unchanged + report.failures;
+            let fanned = sync.fanned.take().unwrap_or_default();
+            let kept = if !fanned.is_empty() && report.status != SyncStatus::Failed {
+                // The rest is read by the batches; the last ends the sync.
+                report.status = SyncStatus::Running;
+                match sync.send_batches(fanned).await {
+                    Ok(()) => Ok(()),
+                    Err(why) => {
+                        sync.report.status = SyncStatus::Failed;
+                        sync.report.error = Some(why);
+                        sync.report.ended_at = Some(sluice_contract::tenant_settings::now());
+                        sync.server.keep_report(&sync.tenant, &sync.report).await
+                    }
+                }
+            } else {
+                report.ended_at = Some(sluice_contract::tenant_settings::now());
+                sync.server.keep_report(&sync.tenant, &sync.report).await
+            };
             let report = sync.report.clone();
-            tracing::info!(tenant = %sync.tenant, source = %report.source, sync = %report.id, status = ?report.status, added = report.added, changed = report.changed, unchanged = report.unchanged, deleted = report.deleted, failures = report.failures, "sync ended");
-            match sync.server.keep_report(&sync.tenant, &report).await {
+            tracing::info!(tenant = %sync.tenant, source = %report.source, sync = %report.id, status = ?report.status, added = report.added, changed = report.changed, unchanged = report.unchanged, deleted = report.deleted, failures = report.failures, batches = ?report.batches, "sync ended here");
+            match kept {
                 Ok(()) => yield RunEvent { name: "report", data: json!(report) },
                 Err(e) => yield RunEvent {
                     name: "error",
@@ -457,9 +501,11 @@ impl Server {
         if !self.sources_store()?.shared() {
             return Ok(None);
         }
+        // Alive while it did something within the time limit: it started, or (a sync read in
+        // batches) its last batch was read, that recently.
         let fresh = |r: &Value| {
-            let started = started_ms(r).unwrap_or(0);
-            super::now_ms().saturating_sub(started) < self.limits.sync.timeout.as_millis() as u64
+            let active = started_ms(r).unwrap_or(0) + r["ms"].as_u64().unwrap_or(0);
+            super::now_ms().saturating_sub(active) < self.limits.sync.timeout.as_millis() as u64
         };
         Ok(newest
             .filter(|r| r["status"] == json!(SyncStatus::Running) && fresh(r))
@@ -598,6 +644,123 @@ impl Server {
             sync.held.insert(origin, version);
         }
         Ok(Some(sync.object(bucket, &listed, &objects).await))
+    }
+}
+
+impl Server {
+    /// Reads a batch a sync sent through the queue ([`SyncBatch`]), adds what it did to the
+    /// sync's report, and — the last batch — ends the sync. A batch of a sync that is no longer
+    /// running (canceled, failed, its source deleted) is dropped. `Err` only for what a retry
+    /// could fix (the records store failing). Its time is `SLUICE_SYNC_TIMEOUT_MS`, or less
+    /// when `ends_by` (a Lambda invocation's deadline) comes first.
+    pub async fn sync_batch(
+        self: &Arc<Self>,
+        mut batch: SyncBatch,
+        ends_by: Option<std::time::Instant>,
+    ) -> Result<Value, ApiError> {
+        let dropped = |why: &str| {
+            tracing::info!(source = %batch.source, sync = %batch.sync, batch = batch.index, why, "sync batch dropped");
+            Ok(json!({"sync": batch.sync, "batch": batch.index, "dropped": why}))
+        };
+        let Ok(tenant) = Tenant::new(&batch.tenant) else {
+            return dropped("its tenant is not a tenant id");
+        };
+        let records = self.sources_store()?;
+        let name = format!("{}/{}", batch.source, batch.sync);
+        let stored = (records.get(&tenant, Shelf::Syncs, &name).await).map_err(unavailable)?;
+        let Some(report) = stored.and_then(|r| serde_json::from_value::<SyncReport>(r.body).ok())
+        else {
+            return dropped("its sync is not kept (its source was deleted)");
+        };
+        if report.status != SyncStatus::Running {
+            return dropped("its sync is no longer running");
+        }
+        let Some(record) =
+            (records.get(&tenant, Shelf::Sources, &batch.source).await).map_err(unavailable)?
+        else {
+            return dropped("its source was deleted");
+        };
+        let source: Source = serde_json::from_value(record.body).map_err(invalid)?;
+        let mut sync = Syncing::new(
+            Arc::clone(self),
+            &tenant,
+            &batch.source,
+            source,
+            Trigger::Schedule,
+            &report.started_at,
+        );
+        sync.report = report;
+        let live = Live {
+            id: batch.sync.clone(),
+            started_at: sync.report.started_at.clone(),
+            done: Arc::default(),
+            cancel: Cancel::new().with_deadline({
+                let limit = std::time::Instant::now() + self.limits.sync.timeout;
+                ends_by.map_or(limit, |by| by.min(limit))
+            }),
+        };
+        let (items, left) = sync
+            .read_batch(std::mem::take(&mut batch.items), &live)
+            .await;
+        // What its time did not reach goes back to the queue, behind the batches sent; the
+        // sync ends when every batch sent has been read.
+        if !left.is_empty() && items.is_empty() {
+            // Not one page in an invocation's time (a Crawl-delay longer than it): sending it
+            // again would not help.
+            sync.report.cut = Some(format!(
+                "a batch's time (SLUICE_SYNC_TIMEOUT_MS) ran out before its first page: the \
+                 site asks for more time between requests; {} left unread",
+                left.len()
+            ));
+            sync.report.skipped.caps += left.len();
+        } else if !left.is_empty() {
+            let sent = sync.report.batches.map_or(batch.of, |b| b.sent);
+            if let Some(batches) = &mut sync.report.batches {
+                batches.sent += 1;
+            }
+            let again = SyncBatch {
+                index: sent,
+                of: sent + 1,
+                items: left,
+                ..batch.clone()
+            };
+            sync.send_batch(again).await.map_err(|why| {
+                tracing::error!(%tenant, source = %batch.source, error = %why, "a batch's rest could not be sent again");
+                ApiError::new(Code::SourcesUnavailable, why)
+            })?;
+        }
+        // Canceled meanwhile (from another process): what this batch did counts, the sync
+        // stays ended.
+        let now = (records.get(&tenant, Shelf::Syncs, &name).await).map_err(unavailable)?;
+        let ended = now.is_some_and(|r| r.body["status"] != json!(SyncStatus::Running));
+        let report = &mut sync.report;
+        report.ms =
+            super::now_ms().saturating_sub(started_ms(&json!({"id": batch.sync})).unwrap_or(0));
+        report.listed = report.added + report.changed + report.unchanged + report.failures;
+        if let Some(batches) = &mut report.batches {
+            batches.read += 1;
+        }
+        let last = report.batches.is_none_or(|b| b.read >= b.sent);
+        if ended {
+            report.status = SyncStatus::Stopped;
+            report
+                .cut
+                .get_or_insert_with(|| "the sync was canceled".into());
+        } else if last {
+            report.status = match (&report.error, &report.cut) {
+                (Some(_), _) => SyncStatus::Failed,
+                (None, Some(_)) => SyncStatus::Stopped,
+                (None, None) => SyncStatus::Done,
+            };
+        }
+        if report.status != SyncStatus::Running {
+            report
+                .ended_at
+                .get_or_insert_with(sluice_contract::tenant_settings::now);
+        }
+        self.keep_report(&tenant, &sync.report).await?;
+        tracing::info!(%tenant, source = %batch.source, sync = %batch.sync, batch = batch.index, of = batch.of, status = ?sync.report.status, "sync batch read");
+        Ok(json!({"sync": batch.sync, "batch": batch.index, "items": items, "report": sync.report}))
     }
 }
 

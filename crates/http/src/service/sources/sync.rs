@@ -11,10 +11,10 @@ use sluice_contract::Tenant;
 use sluice_contract::document::{Document, MAX_PAGE};
 use sluice_contract::metadata::MetaValue;
 use sluice_contract::sources::{
-    Listed, ObjectsError, SOURCE_KEY, Source, SyncReport, SyncStatus, VERSION_KEY, Website,
-    object_version,
+    BATCH_ITEMS, BatchItem, Batched, Listed, ObjectsError, SOURCE_KEY, Source, SyncBatch,
+    SyncReport, SyncStatus, VERSION_KEY, Website, object_version,
 };
-use sluice_fetch::{Crawl, Found, Site, Validator};
+use sluice_fetch::{Crawl, Found, Site, Validator, Visit};
 
 use super::{Live, Trigger, id_of, of_source};
 use crate::Server;
@@ -32,6 +32,11 @@ pub(super) struct Syncing {
     pub(super) report: SyncReport,
     /// Where the last sync stopped, when it stopped before the end of its listing.
     pub(super) resume: Option<String>,
+    /// When the sync hands what it listed out in batches (a queue to other processes): the
+    /// new or changed objects, and the sitemap's pages, to be read there.
+    pub(super) fanned: Option<Vec<BatchItem>>,
+    /// Bytes of the objects handed out (their listed sizes), against the byte cap.
+    planned: u64,
 }
 
 /// Why a sync stopped early, for its report.
@@ -86,6 +91,8 @@ impl Syncing {
             held: HashMap::new(),
             seen: HashSet::new(),
             resume: None,
+            fanned: None,
+            planned: 0,
             report: SyncReport {
                 id: String::new(),
                 source: name.to_string(),
@@ -109,6 +116,7 @@ impl Syncing {
                 cut: None,
                 error: None,
                 resume_after: None,
+                batches: None,
             },
         }
     }
@@ -215,6 +223,21 @@ impl Syncing {
         }
     }
 
+    /// Hands `origin` out to be read by a batch, when the sync fans out: its `queued` item.
+    fn hand_out(&mut self, origin: &str, object: Option<&Listed>) -> Option<Value> {
+        let fanned = self.fanned.as_mut()?;
+        let held = self.held.get(origin);
+        fanned.push(BatchItem {
+            origin: origin.to_string(),
+            held: held.is_some(),
+            version: held.cloned().flatten(),
+            object: object.cloned(),
+        });
+        self.planned += object.map_or(0, |o| o.size);
+        self.seen.insert(origin.to_string());
+        Some(item(origin, "queued", None))
+    }
+
     /// Notes that `origin` could not be read or written (its documents, if held, stay).
     fn failed(&mut self, origin: &str, reason: &str) -> Value {
         self.seen.insert(origin.to_string());
@@ -295,71 +318,41 @@ impl Syncing {
                 crawl.start_after(&after);
             }
             let mut last = None;
-            loop {
-                // A page may wait long for its turn (a site's Crawl-delay): a cancel or the
-                // time limit stops the wait too.
-                let visit = match until_stopped(live, crawl.next()).await {
-                    Ok(Some(visit)) => visit,
-                    Ok(None) => break,
-                    Err(why) => {
-                        self.report.cut = Some(stopped(why));
-                        break;
-                    }
-                };
-                live.done.fetch_add(1, Ordering::SeqCst);
-                let url = visit.url;
-                last = Some(url.clone());
-                let data = match visit.found {
-                    Found::Page(page) => {
-                        // Without a validator, the body's digest tells a page sent again as
-                        // it was (nothing converted or written).
-                        let version = match &page.validator {
-                            Some(v) => v.kept(),
-                            None => format!("sha256:{}", sluice_contract::sha256_hex(&page.bytes)),
-                        };
-                        if self.held.get(&url) == Some(&Some(version.clone())) {
-                            self.report.bytes += page.bytes.len() as u64;
-                            self.seen.insert(url.clone());
-                            self.report.unchanged += 1;
-                            item(&url, "unchanged", None)
-                        } else {
-                            let id = id_of(url.split_once("://").map_or(url.as_str(), |(_, rest)| rest));
-                            self.write(&url, id, page.media_type, page.bytes, Some(version), None).await
+            if self.fanned.is_some() {
+                // Handed out whole (up to the page cap), to be read by batches.
+                let queued = crawl.queued();
+                let most = self.source.max_pages;
+                for url in queued.iter().take(most) {
+                    live.done.fetch_add(1, Ordering::SeqCst);
+                    yield Ok(self.hand_out(url, None).unwrap_or_default());
+                }
+                if queued.len() > most {
+                    self.report.cut = Some(format!("the page cap ({most}) was reached"));
+                    self.report.skipped.caps += queued.len() - most;
+                    last = most.checked_sub(1).and_then(|i| queued.get(i)).cloned();
+                }
+            } else {
+                loop {
+                    // A page may wait long for its turn (a site's Crawl-delay): a cancel or
+                    // the time limit stops the wait too.
+                    let visit = match until_stopped(live, crawl.next()).await {
+                        Ok(Some(visit)) => visit,
+                        Ok(None) => break,
+                        Err(why) => {
+                            self.report.cut = Some(stopped(why));
+                            break;
                         }
-                    }
-                    Found::Unchanged => {
-                        self.seen.insert(url.clone());
-                        self.report.unchanged += 1;
-                        item(&url, "unchanged", None)
-                    }
-                    Found::Gone(status) => {
-                        let why = format!("it answered {status}");
-                        self.gone(&url, &why).await.unwrap_or_else(|| item(&url, "gone", Some(&why)))
-                    }
-                    Found::Moved(to) => {
-                        self.report.skipped.redirects += 1;
-                        let why = format!("it redirects to {to}");
-                        self.gone(&url, &why).await.unwrap_or_else(|| item(&url, "redirect", Some(&why)))
-                    }
-                    Found::NoIndex => {
-                        self.report.skipped.noindex += 1;
-                        let why = "it asks not to be indexed";
-                        self.gone(&url, why).await.unwrap_or_else(|| item(&url, "skipped", Some(why)))
-                    }
-                    Found::Disallowed => {
-                        self.report.skipped.robots += 1;
-                        let why = "robots.txt disallows it";
-                        self.gone(&url, why).await.unwrap_or_else(|| item(&url, "skipped", Some(why)))
-                    }
-                    Found::Failed(why) => self.failed(&url, &why),
-                };
-                yield Ok(data);
-            }
-            let (queued, deeper) = crawl.not_reached();
-            self.report.skipped.caps += queued;
-            self.report.skipped.depth += deeper;
-            if self.report.cut.is_none() {
-                self.report.cut = crawl.cut().map(str::to_string);
+                    };
+                    live.done.fetch_add(1, Ordering::SeqCst);
+                    last = Some(visit.url.clone());
+                    yield Ok(self.visited(visit).await);
+                }
+                let (queued, deeper) = crawl.not_reached();
+                self.report.skipped.caps += queued;
+                self.report.skipped.depth += deeper;
+                if self.report.cut.is_none() {
+                    self.report.cut = crawl.cut().map(str::to_string);
+                }
             }
             if self.report.cut.is_some() {
                 self.report.resume_after = last;
@@ -376,6 +369,208 @@ impl Syncing {
                 }
             }
         }
+    }
+
+    /// What a sync makes of a page its walk came to: its `item`.
+    async fn visited(&mut self, visit: Visit) -> Value {
+        let url = visit.url;
+        match visit.found {
+            Found::Page(page) => {
+                // Without a validator, the body's digest tells a page sent again as
+                // it was (nothing converted or written).
+                let version = match &page.validator {
+                    Some(v) => v.kept(),
+                    None => format!("sha256:{}", sluice_contract::sha256_hex(&page.bytes)),
+                };
+                if self.held.get(&url) == Some(&Some(version.clone())) {
+                    self.report.bytes += page.bytes.len() as u64;
+                    self.seen.insert(url.clone());
+                    self.report.unchanged += 1;
+                    item(&url, "unchanged", None)
+                } else {
+                    let id = id_of(url.split_once("://").map_or(url.as_str(), |(_, rest)| rest));
+                    self.write(&url, id, page.media_type, page.bytes, Some(version), None)
+                        .await
+                }
+            }
+            Found::Unchanged => {
+                self.seen.insert(url.clone());
+                self.report.unchanged += 1;
+                item(&url, "unchanged", None)
+            }
+            Found::Gone(status) => {
+                let why = format!("it answered {status}");
+                self.gone(&url, &why)
+                    .await
+                    .unwrap_or_else(|| item(&url, "gone", Some(&why)))
+            }
+            Found::Moved(to) => {
+                self.report.skipped.redirects += 1;
+                let why = format!("it redirects to {to}");
+                self.gone(&url, &why)
+                    .await
+                    .unwrap_or_else(|| item(&url, "redirect", Some(&why)))
+            }
+            Found::NoIndex => {
+                self.report.skipped.noindex += 1;
+                let why = "it asks not to be indexed";
+                self.gone(&url, why)
+                    .await
+                    .unwrap_or_else(|| item(&url, "skipped", Some(why)))
+            }
+            Found::Disallowed => {
+                self.report.skipped.robots += 1;
+                let why = "robots.txt disallows it";
+                self.gone(&url, why)
+                    .await
+                    .unwrap_or_else(|| item(&url, "skipped", Some(why)))
+            }
+            Found::Failed(why) => self.failed(&url, &why),
+        }
+    }
+
+    /// Keeps the report as running, with the number of batches, and sends `items` to the
+    /// queue in batches of [`BATCH_ITEMS`], in the source's group: read one after another,
+    /// the last writes the report. The report is kept first: a batch read before it would
+    /// find no sync running and drop itself.
+    pub(super) async fn send_batches(&mut self, items: Vec<BatchItem>) -> Result<(), String> {
+        let batches: Vec<Vec<BatchItem>> = items.chunks(BATCH_ITEMS).map(<[_]>::to_vec).collect();
+        let of = batches.len();
+        self.report.batches = Some(Batched { sent: of, read: 0 });
+        (self.server.keep_report(&self.tenant, &self.report).await).map_err(|e| e.message)?;
+        for (index, items) in batches.into_iter().enumerate() {
+            let batch = SyncBatch {
+                tenant: self.tenant.to_string(),
+                source: self.report.source.clone(),
+                sync: self.report.id.clone(),
+                index,
+                of,
+                items,
+            };
+            self.send_batch(batch).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends one batch of this sync, in the source's group.
+    pub(super) async fn send_batch(&self, batch: SyncBatch) -> Result<(), String> {
+        let Some(queue) = self.server.batches.clone() else {
+            return Err("this process has no queue to send batches to".into());
+        };
+        let group = format!("{}/{}", self.tenant, self.report.source);
+        let dedup = format!("{}/{}", self.report.id, batch.index);
+        (queue.send(&group, &dedup, &batch).await).map_err(|e| {
+            format!(
+                "the sync queue refused batch {} of {}: {e}",
+                batch.index + 1,
+                batch.of
+            )
+        })
+    }
+
+    /// Reads the pages or objects of a batch another process handed out: an `item` for each,
+    /// and those its time did not reach (to be sent again: a site's `Crawl-delay` may make a
+    /// batch longer than an invocation). The sync's byte cap holds across its batches; a
+    /// cancel stops it between items (or during a wait for a site's turn).
+    pub(super) async fn read_batch(
+        &mut self,
+        items: Vec<BatchItem>,
+        live: &Live,
+    ) -> (Vec<Value>, Vec<BatchItem>) {
+        let mut done = Vec::new();
+        let max_bytes = self.source.max_bytes;
+        for item in items.iter().filter(|i| i.held) {
+            self.held.insert(item.origin.clone(), item.version.clone());
+        }
+        // What the time limit did not leave room for goes back; a cancel ends the sync.
+        let mut out_of_time = false;
+        let mut stop = |report: &mut SyncReport, why| match why {
+            sluice_contract::cancel::Stopped::TimedOut => out_of_time = true,
+            why => report.cut = Some(stopped(why)),
+        };
+        if let Some(s3) = self.source.s3.clone() {
+            let Some(objects) = self.server.objects.clone() else {
+                let why = "this process reads no S3 buckets (it has no AWS region: set AWS_REGION)";
+                let failed = (items.iter()).map(|i| self.failed(&i.origin, why));
+                return (failed.collect(), Vec::new());
+            };
+            for (i, batch_item) in items.iter().enumerate() {
+                if let Err(why) = live.cancel.check() {
+                    stop(&mut self.report, why);
+                    break;
+                }
+                if self.report.bytes > max_bytes {
+                    self.report.cut = Some(format!("the byte cap ({max_bytes} bytes) was reached"));
+                    self.report.skipped.caps += items.len() - i;
+                    break;
+                }
+                let Some(object) = &batch_item.object else {
+                    done.push(
+                        self.failed(&batch_item.origin, "the batch did not say which object"),
+                    );
+                    continue;
+                };
+                done.push(self.object(&s3.bucket, object, &objects).await);
+            }
+        } else if let Some(site) = self.source.website.clone() {
+            let held: HashMap<String, Validator> = (self.held.iter())
+                .filter_map(|(origin, v)| {
+                    Some((origin.clone(), Validator::from_kept(v.as_deref()?)?))
+                })
+                .collect();
+            let interval = self.server.limits.sync.interval();
+            let walked = Site {
+                sitemap: None,
+                start: items.iter().map(|i| i.origin.clone()).collect(),
+                scope: site.scope(),
+                max_pages: items.len(),
+                max_depth: 0,
+                max_bytes: max_bytes.saturating_sub(self.report.bytes),
+                max_page_bytes: self.server.limits.max_ingest_bytes,
+                interval,
+            };
+            let fetcher = self.server.fetcher();
+            let mut crawl = match Crawl::new(&fetcher, walked, held) {
+                Ok(c) => c,
+                Err(refused) => {
+                    let why = format!("a URL of the batch {refused}");
+                    let failed = (items.iter()).map(|i| self.failed(&i.origin, &why));
+                    return (failed.collect(), Vec::new());
+                }
+            };
+            // The batch before this one asked the same site a moment ago: its turn first.
+            match until_stopped(live, tokio::time::sleep(interval)).await {
+                Err(why) => stop(&mut self.report, why),
+                Ok(()) => loop {
+                    match until_stopped(live, crawl.next()).await {
+                        Ok(Some(visit)) => done.push(self.visited(visit).await),
+                        Ok(None) => break,
+                        Err(why) => {
+                            stop(&mut self.report, why);
+                            break;
+                        }
+                    }
+                },
+            }
+            if !out_of_time {
+                if self.report.cut.is_none() {
+                    self.report.cut = crawl.cut().map(str::to_string);
+                }
+                self.report.skipped.caps += crawl.not_reached().0;
+            }
+        }
+        let left = match out_of_time {
+            true => {
+                let reached: HashSet<&str> =
+                    (done.iter()).filter_map(|d| d["item"].as_str()).collect();
+                (items.iter())
+                    .filter(|i| !reached.contains(i.origin.as_str()))
+                    .cloned()
+                    .collect()
+            }
+            false => Vec::new(),
+        };
+        (done, left)
     }
 
     /// Lists the S3 prefix whole (up to `SLUICE_SYNC_MAX_PAGES` objects), deletes what it no
@@ -439,7 +634,7 @@ impl Syncing {
                     self.report.skipped.caps += listed.len() - i;
                     break;
                 }
-                if !unchanged && self.report.bytes > self.source.max_bytes {
+                if !unchanged && self.report.bytes + self.planned > self.source.max_bytes {
                     self.report.cut = Some(format!("the byte cap ({} bytes) was reached", self.source.max_bytes));
                     self.report.skipped.caps += listed.len() - i;
                     break;
@@ -469,6 +664,9 @@ impl Syncing {
             self.seen.insert(origin.clone());
             self.report.unchanged += 1;
             return item(&origin, "unchanged", None);
+        }
+        if let Some(queued) = self.hand_out(&origin, Some(object)) {
+            return queued;
         }
         let max = self.server.limits.max_ingest_bytes;
         match objects.read(bucket, &object.key, max).await {
