@@ -40,21 +40,16 @@ fn text(i: usize, samples: &[String]) -> String {
 
 async fn site(tagged: bool, samples: &[String]) -> std::sync::Arc<Site> {
     let site = Site::serve().await;
-    let mut urls = String::new();
-    for i in 0..PAGES {
-        let path = format!("/help/page-{i}");
+    let paths: Vec<String> = (0..PAGES).map(|i| format!("/help/page-{i}")).collect();
+    for (i, path) in paths.iter().enumerate() {
         let page = Page::article(&format!("Help page {i}"), &text(i, samples), &[]);
         let page = match tagged {
             true => page.with("etag", &format!("\"v{i}\"")),
             false => page,
         };
-        site.put(&path, page);
-        urls.push_str(&format!("<url><loc>{}</loc></url>", site.url(&path)));
+        site.put(path, page);
     }
-    site.put(
-        "/sitemap.xml",
-        Page::xml(&format!("<urlset>{urls}</urlset>")),
-    );
+    site.put("/sitemap.xml", site.sitemap(&paths));
     site
 }
 

@@ -116,6 +116,18 @@ pub async fn component_table() -> String {
     name
 }
 
+/// A new, empty records table with a unique name, as the code creates it: its name.
+pub async fn records_table() -> String {
+    let name = format!("records-{}", uuid::Uuid::new_v4().simple());
+    let records = sluice_aws::records::DynamoRecords::connect(&name).await;
+    records
+        .expect("records client")
+        .create_table()
+        .await
+        .expect("create table");
+    name
+}
+
 /// A new secret holding `value` (JSON); its ARN.
 pub async fn secret(value: &serde_json::Value) -> String {
     secret_text(&value.to_string()).await

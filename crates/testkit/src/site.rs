@@ -126,6 +126,14 @@ impl Site {
         pages.insert(path.into(), page);
     }
 
+    /// A sitemap (`<urlset>`) listing the pages at `paths` of this site.
+    pub fn sitemap(&self, paths: &[impl AsRef<str>]) -> Page {
+        let urls: String = (paths.iter())
+            .map(|p| format!("<url><loc>{}</loc></url>", self.url(p.as_ref())))
+            .collect();
+        Page::xml(&format!("<urlset>{urls}</urlset>"))
+    }
+
     /// Serves nothing at `path` (404) from now on.
     pub fn remove(&self, path: &str) {
         let mut pages = self.pages.lock().unwrap_or_else(|e| e.into_inner());

@@ -41,6 +41,19 @@ async fn listed(function: &Function) -> Vec<(String, Value)> {
     ids
 }
 
+/// Stores the tenant's source `name` through the function's URL.
+async fn put_source(function: &Function, name: &str, source: Value) {
+    let url = format!("{}/v1/sources/{name}", function.url());
+    let r = (sluice_tests::http()
+        .put(url)
+        .header("x-sluice-tenant", "acme"))
+    .json(&source)
+    .send()
+    .await
+    .unwrap();
+    assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
+}
+
 fn sample(name: &str) -> Vec<u8> {
     std::fs::read(sluice_tests::samples_dir().join(name)).unwrap()
 }
@@ -340,14 +353,7 @@ async fn sources_are_synced_on_schedule_and_an_upload_under_one_is_written_as_it
     sluice_testkit::needs!(Llm, Aws, Model, Lambda);
     use sluice_testkit::site::{Page, Site};
     let bucket = aws::bucket("documents").await;
-    let table = format!(
-        "records-{}",
-        std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos()
-    );
-    let records = sluice_aws::records::DynamoRecords::connect(&table)
-        .await
-        .unwrap();
-    records.create_table().await.unwrap();
+    let table = aws::records_table().await;
     let site = Site::serve().await;
     site.put(
         "/help/",
@@ -363,25 +369,14 @@ async fn sources_are_synced_on_schedule_and_an_upload_under_one_is_written_as_it
             ("SLUICE_SYNC_HOST_RATE", "1000".into()),
         ],
     );
-    let put = |name: &str, source: Value| {
-        let url = format!("{}/v1/sources/{name}", function.url());
-        async move {
-            let r = (sluice_tests::http()
-                .put(url)
-                .header("x-sluice-tenant", "acme"))
-            .json(&source)
-            .send()
-            .await
-            .unwrap();
-            assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-        }
-    };
-    put(
+    put_source(
+        &function,
         "help",
         json!({"website": {"start": [site.url("/help/")]}, "every_minutes": 60}),
     )
     .await;
-    put(
+    put_source(
+        &function,
         "kb",
         json!({"s3": {"bucket": bucket, "prefix": "acme/kb/"}, "every_minutes": 60}),
     )
@@ -447,25 +442,13 @@ async fn with_a_sync_queue_the_schedule_sends_batches_through_sqs_that_the_funct
     use sluice_testkit::site::{Page, Site};
     let bucket = aws::bucket("documents").await;
     let queue = aws::fifo_queue("sync").await;
-    let table = format!(
-        "records-{}",
-        std::time::UNIX_EPOCH.elapsed().unwrap().as_nanos()
-    );
-    let records = sluice_aws::records::DynamoRecords::connect(&table)
-        .await
-        .unwrap();
-    records.create_table().await.unwrap();
+    let table = aws::records_table().await;
     let site = Site::serve().await;
     let paths: Vec<String> = (0..12).map(|i| format!("/docs/p{i:02}")).collect();
-    let mut urls = String::new();
     for p in &paths {
         site.put(p, Page::article(p, &format!("Page {p} of the help."), &[]));
-        urls.push_str(&format!("<url><loc>{}</loc></url>", site.url(p)));
     }
-    site.put(
-        "/sitemap.xml",
-        Page::xml(&format!("<urlset>{urls}</urlset>")),
-    );
+    site.put("/sitemap.xml", site.sitemap(&paths));
     for i in 0..3 {
         let text = format!("# Object {i}\n\nThe text of object {i}.");
         aws::put_object(&bucket, &format!("acme/kb/{i}.md"), text.into_bytes()).await;
@@ -481,27 +464,10 @@ async fn with_a_sync_queue_the_schedule_sends_batches_through_sqs_that_the_funct
             ("SLUICE_SYNC_HOST_RATE", "1000".into()),
         ],
     );
-    let http = sluice_tests::http();
-    let sources = format!("{}/v1/sources", function.url());
-    for (name, source) in [
-        (
-            "help",
-            json!({"website": {"sitemap": site.url("/sitemap.xml")}, "every_minutes": 60}),
-        ),
-        (
-            "kb",
-            json!({"s3": {"bucket": bucket, "prefix": "acme/kb/"}, "every_minutes": 60}),
-        ),
-    ] {
-        let r = (http
-            .put(format!("{sources}/{name}"))
-            .header("x-sluice-tenant", "acme"))
-        .json(&source)
-        .send()
-        .await
-        .unwrap();
-        assert_eq!(r.status(), 200, "{}", r.text().await.unwrap());
-    }
+    let sitemap = json!({"website": {"sitemap": site.url("/sitemap.xml")}, "every_minutes": 60});
+    put_source(&function, "help", sitemap).await;
+    let prefix = json!({"s3": {"bucket": bucket, "prefix": "acme/kb/"}, "every_minutes": 60});
+    put_source(&function, "kb", prefix).await;
 
     // The schedule lists both and reads nothing: their syncs run on in the queue.
     let scheduled: Value =
@@ -550,8 +516,9 @@ async fn with_a_sync_queue_the_schedule_sends_batches_through_sqs_that_the_funct
 
     // Each sync ended with its last batch, its report whole.
     for (name, added) in [("help", 12), ("kb", 3)] {
-        let r = (http
-            .get(format!("{sources}/{name}/syncs"))
+        let url = format!("{}/v1/sources/{name}/syncs", function.url());
+        let r = (sluice_tests::http()
+            .get(url)
             .header("x-sluice-tenant", "acme"))
         .send()
         .await

@@ -91,15 +91,9 @@ async fn a_website_is_synced_to_exactly_its_pages() {
             article("Extra", "Over the cap."),
         );
     }
-    let map = |paths: &[&str]| {
-        let urls: String = (paths.iter())
-            .map(|p| format!("<url><loc>{}</loc></url>", site.url(p)))
-            .collect();
-        Page::xml(&format!("<urlset>{urls}</urlset>"))
-    };
     site.put(
         "/sitemap.xml",
-        map(&[
+        site.sitemap(&[
             "/help/cards",
             "/help/limits",
             "/help/mortgage",
@@ -168,7 +162,7 @@ async fn a_website_is_synced_to_exactly_its_pages() {
     let mut listed = vec!["/help/cards", "/help/limits", "/help/old-fees"];
     let extras: Vec<String> = (0..5).map(|i| format!("/help/extra{i}")).collect();
     listed.extend(extras.iter().map(String::as_str));
-    site.put("/sitemap.xml", map(&listed));
+    site.put("/sitemap.xml", site.sitemap(&listed));
     let changed = sync(&client, "help").await;
     assert_eq!(changed["status"], "done", "{changed}");
     assert_eq!(counts(&changed), [5, 1, 1, 2], "{changed}");

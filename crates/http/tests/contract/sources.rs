@@ -328,13 +328,10 @@ async fn a_sync_that_cannot_see_the_whole_source_deletes_nothing_unseen() {
             Page::article(p, "A page of the docs.", &[]),
         );
     }
-    let map = |paths: &[&str]| {
-        let urls: String = (paths.iter())
-            .map(|p| format!("<url><loc>{}</loc></url>", site.url(p)))
-            .collect();
-        Page::xml(&format!("<urlset>{urls}</urlset>"))
-    };
-    site.put("/sitemap.xml", map(&["/docs/p0", "/docs/p1", "/docs/p2"]));
+    site.put(
+        "/sitemap.xml",
+        site.sitemap(&["/docs/p0", "/docs/p1", "/docs/p2"]),
+    );
     let app = Kit::new(OPEN).app();
     let mapped = json!({"website": {"sitemap": site.url("/sitemap.xml")}});
     assert_eq!(put(&app, "mapped", &mapped).await.status, 200);
@@ -350,7 +347,7 @@ async fn a_sync_that_cannot_see_the_whole_source_deletes_nothing_unseen() {
     );
     assert_eq!(documents(&app).await.len(), 3);
     // Dropped from the sitemap: deleted.
-    site.put("/sitemap.xml", map(&["/docs/p0"]));
+    site.put("/sitemap.xml", site.sitemap(&["/docs/p0"]));
     let (_, dropped) = sync(&app, "mapped").await;
     assert_eq!(counts(&dropped), [0, 0, 1, 2], "{dropped}");
 
@@ -687,13 +684,7 @@ async fn a_source_larger_than_one_sync_is_read_whole_over_several() {
             Page::article(p, "A page of the docs, read in turn.", &[]),
         );
     }
-    let map = |listed: &[String]| {
-        let urls: String = (listed.iter())
-            .map(|p| format!("<url><loc>{}</loc></url>", site.url(p)))
-            .collect();
-        Page::xml(&format!("<urlset>{urls}</urlset>"))
-    };
-    site.put("/sitemap.xml", map(&paths));
+    site.put("/sitemap.xml", site.sitemap(&paths));
     let bucket = Arc::new(Bucket::default());
     for k in ["a", "b", "c", "d", "e"] {
         bucket.put(
@@ -726,7 +717,7 @@ async fn a_source_larger_than_one_sync_is_read_whole_over_several() {
         "every page, over three syncs"
     );
     // Two pages dropped from the sitemap: deleted by the listing of a sync its cap stops.
-    site.put("/sitemap.xml", map(&paths[2..]));
+    site.put("/sitemap.xml", site.sitemap(&paths[2..]));
     let (_, dropped) = sync(&app, "site").await;
     assert_eq!(
         (dropped["deleted"].clone(), dropped["status"].clone()),
@@ -831,13 +822,7 @@ async fn with_a_queue_a_sitemap_or_a_prefix_is_read_by_batches_and_the_last_ends
         let page = Page::article(p, &format!("Page {p} of the docs."), &[]);
         site.put(p, page.with("etag", &format!("\"{p}-1\"")));
     }
-    let map = |listed: &[String]| {
-        let urls: String = (listed.iter())
-            .map(|p| format!("<url><loc>{}</loc></url>", site.url(p)))
-            .collect();
-        Page::xml(&format!("<urlset>{urls}</urlset>"))
-    };
-    site.put("/sitemap.xml", map(&paths));
+    site.put("/sitemap.xml", site.sitemap(&paths));
     let bucket = Arc::new(Bucket::default());
     for i in 0..12 {
         bucket.put(
@@ -929,7 +914,7 @@ async fn with_a_queue_a_sitemap_or_a_prefix_is_read_by_batches_and_the_last_ends
     site.put("/docs/p07", Page::status(404));
     let mut fewer = paths.clone();
     fewer.retain(|p| p != "/docs/p11");
-    site.put("/sitemap.xml", map(&fewer));
+    site.put("/sitemap.xml", site.sitemap(&fewer));
     let before = embedded.load(Ordering::SeqCst);
     let (_, sent) = sync(&app, "site").await;
     assert_eq!(
@@ -1065,15 +1050,10 @@ async fn a_batch_longer_than_its_time_sends_the_rest_again() {
     let site = Site::serve().await;
     site.put("/robots.txt", Page::text("User-agent: *\nCrawl-delay: 1\n"));
     let paths: Vec<String> = (0..5).map(|i| format!("/docs/p{i}")).collect();
-    let mut urls = String::new();
     for p in &paths {
         site.put(p, Page::article(p, &format!("Page {p}."), &[]));
-        urls.push_str(&format!("<url><loc>{}</loc></url>", site.url(p)));
     }
-    site.put(
-        "/sitemap.xml",
-        Page::xml(&format!("<urlset>{urls}</urlset>")),
-    );
+    site.put("/sitemap.xml", site.sitemap(&paths));
     let open = [OPEN[0], OPEN[1], ("SLUICE_SYNC_TIMEOUT_MS", "3000")];
     let queue = Arc::new(MemoryBatches::default());
     let batches = Arc::clone(&queue);
