@@ -128,9 +128,9 @@ async fn batched(samples: &[String]) -> String {
         assert_eq!(listed["status"], "running", "{listed}");
         let started = Instant::now();
         let (mut report, mut sent) = (Value::Null, 0);
-        for (_, batch) in queue.take() {
+        for (_, message) in queue.take() {
             sent += 1;
-            report = server.server.sync_batch(batch, None).await.unwrap()["report"].clone();
+            report = server.server.sync_message(message, None).await.unwrap()["report"].clone();
         }
         let reading = started.elapsed().as_secs_f64();
         assert_eq!(

@@ -264,8 +264,8 @@ pub async fn parts(
         },
         false => None,
     };
-    // Where a sync's batches go to be read (the ingest function on AWS); none: a sync reads
-    // what it lists itself.
+    // The sync queue (read by the ingest function on AWS); none: the schedule runs the syncs,
+    // and a sync reads what it lists itself.
     let batches: Option<Arc<dyn sluice_contract::sources::Batches>> =
         match (&aws.sync_queue_url, role.documents()) {
             (Some(url), true) => Some(Arc::new(sluice_aws::queue::SyncQueue::connect(url).await?)),

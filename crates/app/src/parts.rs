@@ -101,7 +101,8 @@ pub struct Parts {
     pub records: Option<Arc<dyn Records>>,
     /// The buckets of tenants' S3 sources; `None`: an S3 source's sync fails, saying so.
     pub objects: Option<Arc<dyn sluice_contract::sources::Objects>>,
-    /// Where a sync's batches go to be read; `None`: a sync reads what it lists itself.
+    /// The sync queue (due sources' starts, syncs' batches); `None`: the schedule runs the
+    /// syncs, and a sync reads what it lists itself.
     pub batches: Option<Arc<dyn sluice_contract::sources::Batches>>,
 }
 

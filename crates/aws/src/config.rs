@@ -25,9 +25,10 @@ pub struct AwsConfig {
     /// `SLUICE_RECORDS_TABLE`: the DynamoDB table of tenants' evaluation sets, runs, ratings
     /// and gaps on Lambda (unset: the functions keep none).
     pub records_table: Option<String>,
-    /// `SLUICE_SYNC_QUEUE_URL`: the SQS FIFO queue through which a sync of a sitemap or an S3
-    /// prefix hands its pages or objects, in batches, to the ingest function (unset: a sync
-    /// reads them itself, within its invocation).
+    /// `SLUICE_SYNC_QUEUE_URL`: the SQS FIFO queue through which the schedule starts each due
+    /// source's sync and a sync of a sitemap or an S3 prefix hands its pages or objects, in
+    /// batches, to the ingest function (unset: the schedule runs the syncs, and a sync reads
+    /// what it lists itself, within its invocation).
     pub sync_queue_url: Option<String>,
     /// Where tenants' rerank components are kept.
     pub components: ComponentsConfig,

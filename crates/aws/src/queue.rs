@@ -1,10 +1,10 @@
-//! The queue a sync's batches go through on AWS ([`SyncQueue`]): an SQS FIFO queue whose
-//! messages the ingest function receives (its SQS event source, one message at a time). The
-//! message group is the source, so that a source's batches are read one after another, in
-//! order: its site is asked one page at a time, and the last batch, read last, writes the
-//! sync's report.
+//! The queue syncs go through on AWS ([`SyncQueue`]): an SQS FIFO queue whose messages — a due
+//! source's start, a sync's batches — the ingest function receives (its SQS event source, one
+//! message at a time). The message group is the source, so that a source's messages are read
+//! one after another, in order: its site is asked one page at a time, and the last batch, read
+//! last, writes the sync's report.
 
-use sluice_contract::sources::{Batches, QueueError, SyncBatch};
+use sluice_contract::sources::{Batches, QueueError, SyncMessage};
 
 use crate::AwsError;
 
@@ -28,8 +28,13 @@ impl SyncQueue {
 
 #[async_trait::async_trait]
 impl Batches for SyncQueue {
-    async fn send(&self, group: &str, dedup: &str, batch: &SyncBatch) -> Result<(), QueueError> {
-        let body = serde_json::to_string(batch).map_err(|e| QueueError(e.to_string()))?;
+    async fn send(
+        &self,
+        group: &str,
+        dedup: &str,
+        message: &SyncMessage,
+    ) -> Result<(), QueueError> {
+        let body = serde_json::to_string(message).map_err(|e| QueueError(e.to_string()))?;
         // A FIFO queue's group and deduplication ids: at most 128 characters of ASCII
         // punctuation and alphanumerics; a digest keeps any tenant/source/sync names within.
         let id = |value: &str| sluice_contract::sha256_hex(value.as_bytes())[..64].to_string();

@@ -457,10 +457,27 @@ pub trait Objects: Send + Sync {
 /// rate of one request a second, so that a batch is never cut by its invocation's time.
 pub const BATCH_ITEMS: usize = 10;
 
-/// A part of a sync handed to another process to read ([`Batches`]): on AWS, the scheduled
-/// invocation lists a sitemap or a prefix whole, deletes what is gone, and sends what is new
-/// or changed in batches through a queue to the ingest function; the last batch writes the
-/// sync's report.
+/// What the sync queue ([`Batches`]) carries, read by the ingest function on AWS, one message
+/// at a time per source (its group).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SyncMessage {
+    /// A due source's sync, to start: the schedule sends one per due source, so that each is
+    /// listed (or, a walk by links, read whole) by an invocation of its own.
+    Start {
+        /// The tenant (a tenant id, checked again when read).
+        tenant: String,
+        /// The source's name.
+        source: String,
+    },
+    /// A part of a sync to read.
+    Batch(SyncBatch),
+}
+
+/// A part of a sync handed to another process to read ([`SyncMessage::Batch`]): on AWS, the
+/// invocation that starts a sync lists a sitemap or a prefix whole, deletes what is gone, and
+/// sends what is new or changed in batches through a queue to the ingest function; the last
+/// batch writes the sync's report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SyncBatch {
     /// The tenant (a tenant id, checked again when read).
@@ -492,17 +509,18 @@ pub struct BatchItem {
     pub object: Option<Listed>,
 }
 
-/// A queue that could not take a batch.
+/// A queue that could not take a message.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
 pub struct QueueError(pub String);
 
-/// Where a sync's batches go to be read ([`SyncBatch`]): SQS on AWS.
+/// Where syncs' messages go to be read ([`SyncMessage`]): SQS FIFO on AWS.
 #[async_trait::async_trait]
 pub trait Batches: Send + Sync {
-    /// Sends `batch`, in order behind the earlier batches of `group` (one read at a time per
+    /// Sends `message`, in order behind the earlier messages of `group` (one read at a time per
     /// group: a source's site is asked politely), and once only per `dedup`.
-    async fn send(&self, group: &str, dedup: &str, batch: &SyncBatch) -> Result<(), QueueError>;
+    async fn send(&self, group: &str, dedup: &str, message: &SyncMessage)
+    -> Result<(), QueueError>;
 }
 
 /// The [`VERSION_KEY`] of an object: its ETag and its access tag (a tag changes no ETag).

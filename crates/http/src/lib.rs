@@ -154,9 +154,10 @@ pub struct Server {
     fetch_allow: Vec<sluice_contract::net::IpRange>,
     /// The buckets of tenants' S3 sources; `None` in a process without AWS.
     pub objects: Option<Arc<dyn sluice_contract::sources::Objects>>,
-    /// Where a sync of a sitemap or a prefix sends what it listed, in batches, to be read by
-    /// whichever process the queue hands each to ([`Server::sync_batch`]); `None`: the sync
-    /// reads it itself.
+    /// The sync queue: where the schedule sends each due source's start, and a sync of a
+    /// sitemap or a prefix what it listed, in batches, each read by whichever process the
+    /// queue hands it to ([`Server::sync_message`]); `None`: the schedule starts the syncs and
+    /// a sync reads what it lists itself.
     pub batches: Option<Arc<dyn sluice_contract::sources::Batches>>,
     /// The syncs going in this process.
     pub(crate) syncs: Arc<service::sources::Syncs>,

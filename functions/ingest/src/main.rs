@@ -14,12 +14,14 @@
 //!   sync writes it (its id, metadata, access and version), so that the next sync finds it
 //!   unchanged: the event is the fast path, the sync the reconcile of what events missed.
 //! - EventBridge's schedule (every minute): the tenants' sources that are due are synced, one
-//!   after another, each stopped by the invocation's deadline at the latest. With a sync queue
-//!   (`SLUICE_SYNC_QUEUE_URL`), a sitemap or an S3 prefix is listed here, what is gone deleted,
-//!   and what is new or changed sent through the queue in batches.
-//! - SQS (the sync queue, FIFO, a group per source): a sync's batch read and added to its
-//!   report; the last batch ends the sync. A batch that failed for a reason a retry could fix
-//!   (the records store) is reported back as failed, for SQS to deliver again.
+//!   after another, each stopped by the invocation's deadline at the latest — or, with a sync
+//!   queue (`SLUICE_SYNC_QUEUE_URL`), each sent to the queue to be started by an invocation of
+//!   its own.
+//! - SQS (the sync queue, FIFO, a group per source): a due source's start — a sitemap or an S3
+//!   prefix listed, what is gone deleted, what is new or changed sent back to the queue in
+//!   batches; a walk by links run whole — or a sync's batch, read and added to its report (the
+//!   last batch ends the sync). A message that failed for a reason a retry could fix (the
+//!   records store) is reported back as failed, for SQS to deliver again.
 //!
 //! An S3 invocation is asynchronous: a returned error makes Lambda retry it (twice) and then
 //! send it to the dead-letter queue. So only what a retry could fix is an error (S3 or the
@@ -38,7 +40,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 use sluice_aws::documents::{self, Documents, ReadError};
 use sluice_contract::codes::Code;
-use sluice_contract::sources::SyncBatch;
+use sluice_contract::sources::SyncMessage;
 use sluice_http::Server;
 use sluice_http::service::documents::{Upload, Writer};
 use tracing::{info, warn};
@@ -186,9 +188,9 @@ async fn ingest_uploads(
     Ok(report)
 }
 
-/// Reads the sync batches of an SQS event, in order; the answer SQS reads back
+/// Reads the sync queue's messages of an SQS event, in order; the answer SQS reads back
 /// (`ReportBatchItemFailures`): the messages to deliver again — the first that failed and every
-/// one after it, since a FIFO group's order must hold. A message that is not a batch is
+/// one after it, since a FIFO group's order must hold. A message that is not a sync's is
 /// logged and dropped.
 async fn read_batches(server: &Arc<Server>, payload: &Value, ends_by: Instant) -> Value {
     let mut failures = Vec::new();
@@ -199,19 +201,19 @@ async fn read_batches(server: &Arc<Server>, payload: &Value, ends_by: Instant) -
             continue;
         }
         let body = record["body"].as_str().unwrap_or_default();
-        let batch: SyncBatch = match serde_json::from_str(body) {
-            Ok(batch) => batch,
+        let message: SyncMessage = match serde_json::from_str(body) {
+            Ok(message) => message,
             Err(e) => {
-                warn!(message = id, error = %e, "not a sync batch: dropped");
+                warn!(message = id, error = %e, "not a sync message: dropped");
                 continue;
             }
         };
-        match server.sync_batch(batch, Some(ends_by)).await {
+        match server.sync_message(message, Some(ends_by)).await {
             Ok(done) => {
-                info!(message = id, status = %done["report"]["status"], "sync batch read")
+                info!(message = id, status = %done["report"]["status"], "sync message read")
             }
             Err(e) => {
-                warn!(message = id, error = %e.message, "sync batch failed: delivered again");
+                warn!(message = id, error = %e.message, "sync message failed: delivered again");
                 failures.push(json!({ "itemIdentifier": id }));
             }
         }
@@ -251,7 +253,7 @@ async fn main() -> Result<(), lambda_runtime::Error> {
                     .map_err(|e| anyhow::anyhow!(e.message))?;
                 return Ok(serde_json::json!({ "syncs": reports }));
             }
-            // The sync queue's messages: each a batch of a sync.
+            // The sync queue's messages: a due source's start, or a batch of a sync.
             if payload["Records"][0]["eventSource"] == "aws:sqs" {
                 return Ok(read_batches(&server, &payload, ends_by).await);
             }

@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex};
 use axum::http::Method;
 use serde_json::{Value, json};
 use sluice_contract::auth::Permission;
-use sluice_contract::sources::{Listed, Object, ObjectPage, Objects, ObjectsError, SyncBatch};
+use sluice_contract::sources::{
+    Listed, Object, ObjectPage, Objects, ObjectsError, SyncBatch, SyncMessage,
+};
 use sluice_testkit::MemoryBatches;
 use sluice_testkit::site::{Page, Site};
 
@@ -643,17 +645,25 @@ async fn a_sync_going_in_one_process_is_seen_by_another_sharing_the_records() {
         .send(Method::GET, "/v1/sources/slow/syncs", &[], "")
         .await;
     assert_eq!(syncs.body["syncs"][0]["status"], "running", "{}", syncs.raw);
-    // Its stream dropped (its client left): it stops; its record stays until it is stale, so
-    // a cancel from the process that runs it is what ends it at once.
+    // Its stream dropped (its client left): it stops, and gives its slot back, but its record
+    // stays until it is stale; a cancel from any process ends it at once, and then the other
+    // may sync it.
     drop(held);
-    let canceled = one
+    let canceled = other
         .send(Method::POST, "/v1/sources/slow/sync/cancel", &[], "")
         .await;
-    assert_eq!(
-        canceled.code(),
-        "unknown_source",
-        "the stream's end gave its slot back"
-    );
+    assert_eq!(canceled.status, 200, "{}", canceled.raw);
+    let again = one
+        .send(Method::POST, "/v1/sources/slow/sync/cancel", &[], "")
+        .await;
+    assert_eq!(again.code(), "unknown_source", "{}", again.raw);
+    let syncs = other
+        .send(Method::GET, "/v1/sources/slow/syncs", &[], "")
+        .await;
+    assert_eq!(syncs.body["syncs"][0]["status"], "stopped", "{}", syncs.raw);
+    let restarted = open_sync(&other, "slow").await;
+    assert_eq!(restarted.status(), 200, "no longer refused as running");
+    drop(restarted);
 
     // Over a store one process reads, nothing is kept while a sync runs.
     let alone = Kit::new(OPEN).app();
@@ -669,6 +679,53 @@ async fn a_sync_going_in_one_process_is_seen_by_another_sharing_the_records() {
         kept.raw
     );
     assert!(kept.body["syncs"][0].get("started_at").is_some());
+}
+
+/// A walk going in one process is canceled from another sharing the records (a Lambda
+/// environment other than the one running it): the cancel marks its record, and the walk,
+/// looking at it every ten pages, stops there, keeping what it wrote.
+#[tokio::test]
+async fn a_walk_going_in_one_process_is_canceled_from_another() {
+    let site = Site::serve().await;
+    site.put(
+        "/robots.txt",
+        Page::text("User-agent: *\nCrawl-delay: 0.2\n"),
+    );
+    let pages: Vec<String> = (0..40).map(|i| format!("p{i}")).collect();
+    let links: Vec<&str> = pages.iter().map(String::as_str).collect();
+    site.put("/docs/", Page::article("Index", "The index.", &links));
+    for p in &pages {
+        site.put(&format!("/docs/{p}"), Page::article(p, "A page.", &[]));
+    }
+    let shared: Arc<dyn sluice_contract::evals::Records> =
+        Arc::new(sluice_testkit::MemoryRecords::across_processes());
+    let process = |records: Arc<dyn sluice_contract::evals::Records>| {
+        let mut kit = Kit::new(OPEN);
+        kit.parts.records = Some(records);
+        kit.app()
+    };
+    let (one, other) = (process(Arc::clone(&shared)), process(shared));
+    let source = json!({"website": {"start": [site.url("/docs/")]}});
+    assert_eq!(put(&one, "slow", &source).await.status, 200);
+    let reading = tokio::spawn(crate::kit::Reply::read(open_sync(&one, "slow").await));
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let canceled = other
+        .send(Method::POST, "/v1/sources/slow/sync/cancel", &[], "")
+        .await;
+    assert_eq!(canceled.status, 200, "{}", canceled.raw);
+    // 41 pages at 0.2 s apart take 8 s whole: it stops long before.
+    let stream = Stream::parse(&reading.await.unwrap().raw);
+    let report = stream.first("report");
+    assert_eq!(report["status"], "stopped", "{report}");
+    assert!(
+        report["cut"].as_str().unwrap().contains("cancel"),
+        "{report}"
+    );
+    assert!(report["added"].as_u64().unwrap() < 41, "{report}");
+    assert_eq!(
+        documents(&one).await.len() as u64,
+        report["added"].as_u64().unwrap()
+    );
 }
 
 /// A source larger than one sync's cap is read whole over several: each sync starts after the
@@ -801,13 +858,21 @@ async fn a_long_crawl_delay_does_not_outlast_a_cancel_or_the_time_limit() {
     );
 }
 
-/// Reads `batches` in order, as the queue's consumer does: the last one's report.
-async fn read(app: &App, batches: Vec<(String, SyncBatch)>) -> Value {
+/// Reads `messages` in order, as the queue's consumer does: the last one's report.
+async fn read(app: &App, messages: Vec<(String, SyncMessage)>) -> Value {
     let mut last = Value::Null;
-    for (_, batch) in batches {
-        last = app.server.sync_batch(batch, None).await.unwrap();
+    for (_, message) in messages {
+        last = app.server.sync_message(message, None).await.unwrap();
     }
     last["report"].clone()
+}
+
+/// The batch a message carries.
+fn batch(message: &SyncMessage) -> &SyncBatch {
+    match message {
+        SyncMessage::Batch(batch) => batch,
+        other => panic!("not a batch: {other:?}"),
+    }
 }
 
 /// With a queue (on AWS), a sitemap or a prefix is listed by the sync, what is gone deleted
@@ -876,14 +941,14 @@ async fn with_a_queue_a_sitemap_or_a_prefix_is_read_by_batches_and_the_last_ends
         "one group per source"
     );
     let sizes: Vec<(usize, usize, usize)> = (batches.iter())
-        .map(|(_, b)| (b.index, b.of, b.items.len()))
+        .map(|(_, m)| (batch(m).index, batch(m).of, batch(m).items.len()))
         .collect();
     assert_eq!(sizes, [(0, 3, 10), (1, 3, 10), (2, 3, 3)]);
 
     // The batches read in order: the first two leave it running, the last ends it.
     let first = app
         .server
-        .sync_batch(batches[0].1.clone(), None)
+        .sync_message(batches[0].1.clone(), None)
         .await
         .unwrap();
     assert_eq!(first["report"]["status"], "running", "{first}");
@@ -991,7 +1056,7 @@ async fn a_batched_sync_is_canceled_from_another_process_and_its_batches_dropped
     let batches = queue.take();
     let first = one
         .server
-        .sync_batch(batches[0].1.clone(), None)
+        .sync_message(batches[0].1.clone(), None)
         .await
         .unwrap();
     assert_eq!(first["report"]["added"], 10, "{first}");
@@ -1005,8 +1070,12 @@ async fn a_batched_sync_is_canceled_from_another_process_and_its_batches_dropped
         .await;
     assert_eq!(canceled.status, 200, "{}", canceled.raw);
     assert_eq!(canceled.body["canceled"], sent["id"]);
-    for (_, batch) in &batches[1..] {
-        let dropped = one.server.sync_batch(batch.clone(), None).await.unwrap();
+    for (_, message) in &batches[1..] {
+        let dropped = one
+            .server
+            .sync_message(message.clone(), None)
+            .await
+            .unwrap();
         assert!(dropped["dropped"].is_string(), "{dropped}");
     }
     let kept = other
@@ -1100,4 +1169,81 @@ async fn a_batch_longer_than_its_time_sends_the_rest_again() {
         "{report}"
     );
     assert!(queue.take().is_empty(), "nothing sent again");
+}
+
+/// With a queue, the schedule starts nothing itself: each due source gets a start message in
+/// its own group (an invocation of its own on AWS, so one long walk holds no other source
+/// back); a start lists its source (a prefix's batches follow in the queue) or walks it whole,
+/// and a start delivered again, its source no longer due, is dropped.
+#[tokio::test]
+async fn with_a_queue_the_schedule_sends_each_due_source_a_start_of_its_own() {
+    let bucket = Arc::new(Bucket::default());
+    for k in ["a", "b", "c"] {
+        bucket.put(
+            &format!("kb/{k}.md"),
+            &format!("# {k}\n\nObject {k}."),
+            None,
+        );
+    }
+    let site = Site::serve().await;
+    site.put("/docs/", Page::article("Index", "The index.", &["a"]));
+    site.put("/docs/a", Page::article("A", "Page a.", &[]));
+    let queue = Arc::new(MemoryBatches::default());
+    let (objects, batches) = (Arc::clone(&bucket), Arc::clone(&queue));
+    let app = Kit::new(OPEN).app_with(move |server| {
+        server.objects = Some(objects);
+        server.batches = Some(batches);
+    });
+    let prefix = json!({"s3": {"bucket": "docs", "prefix": "kb/"}, "every_minutes": 1});
+    assert_eq!(put(&app, "kb", &prefix).await.status, 200);
+    let walked = json!({"website": {"start": [site.url("/docs/")]}, "every_minutes": 1});
+    assert_eq!(put(&app, "walk", &walked).await.status, 200);
+
+    let ends_by = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let queued = app.server.sync_due_until(ends_by).await.unwrap();
+    assert_eq!(queued.len(), 2, "{queued:?}");
+    assert!(queued.iter().all(|q| q["queued"] == true), "{queued:?}");
+    assert!(
+        documents(&app).await.is_empty(),
+        "nothing synced by the schedule"
+    );
+    let starts = queue.take();
+    let sources: Vec<&SyncMessage> = starts.iter().map(|(_, m)| m).collect();
+    assert!(
+        sources
+            .iter()
+            .all(|m| matches!(m, SyncMessage::Start { .. })),
+        "{sources:?}"
+    );
+    assert_ne!(starts[0].0, starts[1].0, "a group per source");
+
+    // Each start read: the prefix listed (its batch queued), the walk read whole.
+    for (_, start) in starts.clone() {
+        let ended = app.server.sync_message(start, None).await.unwrap();
+        let expected = match ended["source"].as_str() {
+            Some("kb") => "running",
+            _ => "done",
+        };
+        assert_eq!(ended["report"]["status"], expected, "{ended}");
+    }
+    let walk = app
+        .send(Method::GET, "/v1/sources/walk/syncs", &[], "")
+        .await;
+    assert_eq!(counts(&walk.body["syncs"][0]), [2, 0, 0, 0], "{}", walk.raw);
+    let done = read(&app, queue.take()).await;
+    assert_eq!(
+        (done["status"].clone(), counts(&done)),
+        (json!("done"), [3, 0, 0, 0])
+    );
+    assert_eq!(documents(&app).await.len(), 5);
+
+    // The same start delivered again: synced a moment ago, not due, dropped.
+    for (_, start) in starts {
+        let again = app.server.sync_message(start, None).await.unwrap();
+        assert!(
+            again["dropped"].as_str().unwrap().contains("not due"),
+            "{again}"
+        );
+    }
+    assert!(queue.take().is_empty());
 }

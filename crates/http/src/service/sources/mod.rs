@@ -34,8 +34,8 @@ use sluice_contract::evals::{Record, RecordsError, Shelf};
 use sluice_contract::filter::Filter;
 use sluice_contract::metadata::MetaValue;
 use sluice_contract::sources::{
-    MAX_SOURCES, REPORTS_KEPT, SOURCE_KEY, Source, SyncBatch, SyncReport, SyncStatus, VERSION_KEY,
-    check_source_name,
+    MAX_SOURCES, REPORTS_KEPT, SOURCE_KEY, Source, SyncBatch, SyncMessage, SyncReport, SyncStatus,
+    VERSION_KEY, check_source_name,
 };
 
 mod sync;
@@ -309,9 +309,9 @@ impl Server {
     }
 
     /// Cancels the sync of `name`: one going in this process stops after the page or object
-    /// in hand, keeps what it wrote and deletes nothing it did not see; one whose batches are
-    /// read elsewhere is marked stopped in the shared store, and its batches not read yet are
-    /// dropped.
+    /// in hand, keeps what it wrote and deletes nothing it did not see. One going elsewhere is
+    /// marked stopped in the shared store: its batches not read yet are dropped, and a process
+    /// reading it whole stops within [`CANCEL_LOOKED_FOR_EVERY`] pages or objects.
     pub(crate) async fn cancel_sync(&self, caller: &Caller, name: &str) -> Result<Value, ApiError> {
         if let Some(live) = self.syncs.find(&caller.tenant, name) {
             live.cancel.cancel();
@@ -322,10 +322,8 @@ impl Server {
             .await?
             .into_iter()
             .next();
-        let batched = newest
-            .filter(|r| r["batches"].is_object())
-            .and_then(|r| serde_json::from_value::<SyncReport>(r).ok());
-        match batched {
+        let elsewhere = newest.and_then(|r| serde_json::from_value::<SyncReport>(r).ok());
+        match elsewhere {
             Some(mut report) if self.running_elsewhere(Some(&json!(report)))?.is_some() => {
                 report.status = SyncStatus::Stopped;
                 report.cut = Some("the sync was canceled".into());
@@ -395,6 +393,13 @@ impl Server {
             self.keep_report(tenant, &sync.report).await?;
         }
         tracing::info!(%tenant, source = name, sync = %live.id, ?trigger, "sync started");
+        let watch = (self.sources_store()?.shared()).then(|| {
+            (
+                Arc::clone(self),
+                tenant.clone(),
+                format!("{name}/{}", live.id),
+            )
+        });
         let started = std::time::Instant::now();
         Ok(async_stream::stream! {
             let _slot = slot;
@@ -412,10 +417,19 @@ impl Server {
                             })),
                         };
                     let mut result = Ok(());
+                    let mut seen = 0usize;
                     while let Some(item) = items.next().await {
                         match item {
                             Ok(data) => yield RunEvent { name: "item", data },
                             Err(e) => result = Err(e),
+                        }
+                        // A cancel from a process sharing the store marks the record.
+                        seen += 1;
+                        if let Some((server, tenant, key)) = &watch
+                            && seen.is_multiple_of(CANCEL_LOOKED_FOR_EVERY)
+                            && server.stopped_elsewhere(tenant, key).await
+                        {
+                            live.cancel.cancel();
                         }
                     }
                     result
@@ -472,6 +486,18 @@ impl Server {
         .boxed())
     }
 
+    /// Whether the record of the sync `key` (`source/id`) says it is no longer running: a
+    /// process sharing the store canceled it.
+    async fn stopped_elsewhere(&self, tenant: &Tenant, key: &str) -> bool {
+        let Some(records) = &self.records else {
+            return false;
+        };
+        match records.get(tenant, Shelf::Syncs, key).await {
+            Ok(Some(record)) => record.body["status"] != json!(SyncStatus::Running),
+            _ => false,
+        }
+    }
+
     /// Keeps a sync's report, and forgets the source's oldest past [`REPORTS_KEPT`].
     async fn keep_report(&self, tenant: &Tenant, report: &SyncReport) -> Result<(), ApiError> {
         let records = self.sources_store()?;
@@ -516,24 +542,35 @@ impl Server {
     /// `every_minutes` ago (or never), none going.
     pub async fn due_syncs(&self) -> Result<Vec<(Tenant, String)>, ApiError> {
         let records = self.sources_store()?;
-        let now = super::now_ms();
         let mut due = Vec::new();
         for tenant in (records.tenants(Shelf::Sources).await).map_err(unavailable)? {
             let reports = self.reports(&tenant).await?;
             for record in (records.list(&tenant, Shelf::Sources).await).map_err(unavailable)? {
-                let Some(every) = record.body["every_minutes"].as_u64() else {
-                    continue;
-                };
-                let newest = reports.get(&record.name).and_then(|r| r.first());
-                let last_ms = newest.and_then(started_ms);
-                let going = self.syncs.find(&tenant, &record.name).is_some()
-                    || self.running_elsewhere(newest)?.is_some();
-                if !going && last_ms.is_none_or(|at| now.saturating_sub(at) >= every * 60_000) {
+                if self.is_due(&tenant, &record, &reports)? {
                     due.push((tenant.clone(), record.name));
                 }
             }
         }
         Ok(due)
+    }
+
+    /// Whether the source `record` is due, by the tenant's `reports`: scheduled, its last sync
+    /// started more than its `every_minutes` ago (or never), none going.
+    fn is_due(
+        &self,
+        tenant: &Tenant,
+        record: &Record,
+        reports: &HashMap<String, Vec<Value>>,
+    ) -> Result<bool, ApiError> {
+        let Some(every) = record.body["every_minutes"].as_u64() else {
+            return Ok(false);
+        };
+        let newest = reports.get(&record.name).and_then(|r| r.first());
+        let last_ms = newest.and_then(started_ms);
+        let going = self.syncs.find(tenant, &record.name).is_some()
+            || self.running_elsewhere(newest)?.is_some();
+        let now = super::now_ms();
+        Ok(!going && last_ms.is_none_or(|at| now.saturating_sub(at) >= every * 60_000))
     }
 
     /// Starts the syncs that are due, each on a task of its own; how many started.
@@ -560,13 +597,33 @@ impl Server {
     }
 
     /// Runs the syncs that are due one after another, each stopped by `ends_by` at the latest
-    /// (a Lambda invocation's deadline): their reports. A scheduled invocation of the ingest
-    /// function calls it.
+    /// (a Lambda invocation's deadline): their reports. With a sync queue, each is sent to be
+    /// started by an invocation of its own instead (a `queued` line each). A scheduled
+    /// invocation of the ingest function calls it.
     pub async fn sync_due_until(
         self: &Arc<Self>,
         ends_by: std::time::Instant,
     ) -> Result<Vec<Value>, ApiError> {
         let mut reports = Vec::new();
+        if let Some(queue) = self.batches.clone() {
+            // Once per source and minute, however often the schedule's event is delivered.
+            let minute = super::now_ms() / 60_000;
+            for (tenant, name) in self.due_syncs().await? {
+                let start = SyncMessage::Start {
+                    tenant: tenant.to_string(),
+                    source: name.clone(),
+                };
+                let dedup = format!("start/{tenant}/{name}/{minute}");
+                let sent = queue
+                    .send(&sync::group(&tenant, &name), &dedup, &start)
+                    .await;
+                reports.push(match sent {
+                    Ok(()) => json!({"tenant": tenant, "source": name, "queued": true}),
+                    Err(e) => json!({"tenant": tenant, "source": name, "error": e.to_string()}),
+                });
+            }
+            return Ok(reports);
+        }
         for (tenant, name) in self.due_syncs().await? {
             if std::time::Instant::now() >= ends_by {
                 break;
@@ -648,12 +705,74 @@ impl Server {
 }
 
 impl Server {
+    /// Reads a message of the sync queue ([`SyncMessage`]): a due source's sync started (and,
+    /// a walk by links, run whole), or a batch of a sync read. What it did, as JSON; `Err` only
+    /// for what a retry could fix (the records store failing). Its time is
+    /// `SLUICE_SYNC_TIMEOUT_MS`, or less when `ends_by` (a Lambda invocation's deadline) comes
+    /// first.
+    pub async fn sync_message(
+        self: &Arc<Self>,
+        message: SyncMessage,
+        ends_by: Option<std::time::Instant>,
+    ) -> Result<Value, ApiError> {
+        match message {
+            SyncMessage::Batch(batch) => self.sync_batch(batch, ends_by).await,
+            SyncMessage::Start { tenant, source } => {
+                self.start_due(&tenant, &source, ends_by).await
+            }
+        }
+    }
+
+    /// Starts the sync of `source` the schedule sent, if it is still due (a sync of it may
+    /// have started since: asked for, or the same start delivered twice), and runs it to its
+    /// end here (or to its batches sent).
+    async fn start_due(
+        self: &Arc<Self>,
+        tenant: &str,
+        source: &str,
+        ends_by: Option<std::time::Instant>,
+    ) -> Result<Value, ApiError> {
+        let dropped = |why: &str| {
+            tracing::info!(%tenant, %source, why, "sync start dropped");
+            Ok(json!({"tenant": tenant, "source": source, "dropped": why}))
+        };
+        let Ok(tenant) = Tenant::new(tenant) else {
+            return dropped("its tenant is not a tenant id");
+        };
+        let records = self.sources_store()?;
+        let Some(record) =
+            (records.get(&tenant, Shelf::Sources, source).await).map_err(unavailable)?
+        else {
+            return dropped("its source was deleted");
+        };
+        let reports = self.reports(&tenant).await?;
+        if !self.is_due(&tenant, &record, &reports)? {
+            return dropped("it is not due (synced since, or going)");
+        }
+        let started = self
+            .start_sync(&tenant, source, Trigger::Schedule, ends_by)
+            .await;
+        let mut events = match started {
+            Ok(events) => events,
+            Err(e) if e.code == Code::SyncRunning => return dropped("a sync of it is going"),
+            Err(e) if e.code == Code::SourcesUnavailable => return Err(e),
+            Err(e) => return Ok(json!({"tenant": tenant, "source": source, "error": e.message})),
+        };
+        let mut ended = json!({"tenant": tenant, "source": source});
+        while let Some(event) = events.next().await {
+            if event.name == "report" || event.name == "error" {
+                ended[event.name] = event.data;
+            }
+        }
+        Ok(ended)
+    }
+
     /// Reads a batch a sync sent through the queue ([`SyncBatch`]), adds what it did to the
     /// sync's report, and — the last batch — ends the sync. A batch of a sync that is no longer
     /// running (canceled, failed, its source deleted) is dropped. `Err` only for what a retry
     /// could fix (the records store failing). Its time is `SLUICE_SYNC_TIMEOUT_MS`, or less
     /// when `ends_by` (a Lambda invocation's deadline) comes first.
-    pub async fn sync_batch(
+    async fn sync_batch(
         self: &Arc<Self>,
         mut batch: SyncBatch,
         ends_by: Option<std::time::Instant>,
@@ -768,6 +887,10 @@ impl Server {
 fn started_ms(report: &Value) -> Option<u64> {
     report["id"].as_str()?.split('-').nth(1)?.parse().ok()
 }
+
+/// How many pages or objects a sync reads between two looks at its record for a cancel from
+/// another process (over a shared store).
+pub const CANCEL_LOOKED_FOR_EVERY: usize = 10;
 
 /// How often `sluice serve` looks for due syncs.
 pub const DUE_EVERY: std::time::Duration = std::time::Duration::from_secs(30);

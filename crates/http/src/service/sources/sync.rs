@@ -12,7 +12,7 @@ use sluice_contract::document::{Document, MAX_PAGE};
 use sluice_contract::metadata::MetaValue;
 use sluice_contract::sources::{
     BATCH_ITEMS, BatchItem, Batched, Listed, ObjectsError, SOURCE_KEY, Source, SyncBatch,
-    SyncReport, SyncStatus, VERSION_KEY, Website, object_version,
+    SyncMessage, SyncReport, SyncStatus, VERSION_KEY, Website, object_version,
 };
 use sluice_fetch::{Crawl, Found, Site, Validator, Visit};
 
@@ -63,6 +63,12 @@ async fn until_stopped<T>(
             () = tokio::time::sleep(std::time::Duration::from_millis(100)) => live.cancel.check()?,
         }
     }
+}
+
+/// The queue's message group of a tenant's source: its messages are read one at a time, in
+/// order.
+pub(super) fn group(tenant: &Tenant, source: &str) -> String {
+    format!("{tenant}/{source}")
 }
 
 /// An `item` event's data.
@@ -457,15 +463,11 @@ impl Syncing {
         let Some(queue) = self.server.batches.clone() else {
             return Err("this process has no queue to send batches to".into());
         };
-        let group = format!("{}/{}", self.tenant, self.report.source);
+        let group = group(&self.tenant, &self.report.source);
         let dedup = format!("{}/{}", self.report.id, batch.index);
-        (queue.send(&group, &dedup, &batch).await).map_err(|e| {
-            format!(
-                "the sync queue refused batch {} of {}: {e}",
-                batch.index + 1,
-                batch.of
-            )
-        })
+        let (index, of) = (batch.index, batch.of);
+        (queue.send(&group, &dedup, &SyncMessage::Batch(batch)).await)
+            .map_err(|e| format!("the sync queue refused batch {} of {of}: {e}", index + 1))
     }
 
     /// Reads the pages or objects of a batch another process handed out: an `item` for each,
