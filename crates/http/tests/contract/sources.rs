@@ -84,6 +84,55 @@ async fn slow_site(delay: u32) -> Arc<Site> {
     site
 }
 
+/// A site whose index at `/docs/` links `pages` pages, its `robots.txt` asking `delay` seconds
+/// between requests: a walk of it takes `pages` × `delay` at least.
+async fn linked_site(pages: usize, delay: &str) -> Arc<Site> {
+    let site = Site::serve().await;
+    site.put(
+        "/robots.txt",
+        Page::text(&format!("User-agent: *\nCrawl-delay: {delay}\n")),
+    );
+    let names: Vec<String> = (0..pages).map(|i| format!("p{i}")).collect();
+    let links: Vec<&str> = names.iter().map(String::as_str).collect();
+    site.put("/docs/", Page::article("Index", "The index.", &links));
+    for p in &names {
+        site.put(&format!("/docs/{p}"), Page::article(p, "A page.", &[]));
+    }
+    site
+}
+
+/// Cancels the walk of source `slow` through `app` while `reading` reads its stream: its
+/// report, checked stopped by the cancel before it had added all its `pages` pages.
+async fn cancel_walk(
+    app: &App,
+    reading: tokio::task::JoinHandle<crate::kit::Reply>,
+    pages: u64,
+) -> Value {
+    let canceled = app
+        .send(Method::POST, "/v1/sources/slow/sync/cancel", &[], "")
+        .await;
+    assert_eq!(canceled.status, 200, "{}", canceled.raw);
+    let stream = Stream::parse(&reading.await.unwrap().raw);
+    let report = stream.first("report").clone();
+    assert_eq!(report["status"], "stopped", "{report}");
+    let cut = report["cut"].as_str().unwrap_or_default();
+    assert!(cut.contains("cancel"), "{report}");
+    assert!(report["added"].as_u64().unwrap() < pages, "{report}");
+    report
+}
+
+/// Two processes over one records store they share (two Lambda environments).
+fn two_processes() -> (App, App) {
+    let shared: Arc<dyn sluice_contract::evals::Records> =
+        Arc::new(sluice_testkit::MemoryRecords::across_processes());
+    let process = |records: Arc<dyn sluice_contract::evals::Records>| {
+        let mut kit = Kit::new(OPEN);
+        kit.parts.records = Some(records);
+        kit.app()
+    };
+    (process(Arc::clone(&shared)), process(shared))
+}
+
 /// A sync of `name` begun, its stream unread: it goes on while the response is held.
 async fn open_sync(app: &App, name: &str) -> axum::response::Response {
     let path = format!("/v1/sources/{name}/sync");
@@ -391,17 +440,7 @@ async fn a_site_inside_the_network_is_refused_at_sync_time() {
 /// cancel stops it after the page in hand, and it deletes nothing it did not see.
 #[tokio::test]
 async fn one_sync_at_a_time_and_a_cancel_stops_it() {
-    let site = Site::serve().await;
-    site.put(
-        "/robots.txt",
-        Page::text("User-agent: *\nCrawl-delay: 0.3\n"),
-    );
-    let pages: Vec<String> = (0..20).map(|i| format!("p{i}")).collect();
-    let links: Vec<&str> = pages.iter().map(String::as_str).collect();
-    site.put("/docs/", Page::article("Index", "The index.", &links));
-    for p in &pages {
-        site.put(&format!("/docs/{p}"), Page::article(p, "A page.", &[]));
-    }
+    let site = linked_site(20, "0.3").await;
     let app = Kit::new(OPEN).app();
     let source = json!({"website": {"start": [site.url("/docs/")]}});
     assert_eq!(put(&app, "slow", &source).await.status, 200);
@@ -420,18 +459,7 @@ async fn one_sync_at_a_time_and_a_cancel_stops_it() {
     );
     let going = app.send(Method::GET, "/v1/sources/slow", &[], "").await;
     assert!(going.body["syncing"]["id"].is_string(), "{}", going.raw);
-    let canceled = app
-        .send(Method::POST, "/v1/sources/slow/sync/cancel", &[], "")
-        .await;
-    assert_eq!(canceled.status, 200, "{}", canceled.raw);
-    let stream = Stream::parse(&reading.await.unwrap().raw);
-    let report = stream.first("report");
-    assert_eq!(report["status"], "stopped", "{report}");
-    assert!(
-        report["cut"].as_str().unwrap().contains("cancel"),
-        "{report}"
-    );
-    assert!(report["added"].as_u64().unwrap() < 21, "{report}");
+    cancel_walk(&app, reading, 21).await;
     let none = app
         .send(Method::POST, "/v1/sources/slow/sync/cancel", &[], "")
         .await;
@@ -617,14 +645,7 @@ async fn an_s3_source_without_aws_fails_saying_why() {
 #[tokio::test]
 async fn a_sync_going_in_one_process_is_seen_by_another_sharing_the_records() {
     let site = slow_site(60).await;
-    let shared: Arc<dyn sluice_contract::evals::Records> =
-        Arc::new(sluice_testkit::MemoryRecords::across_processes());
-    let process = |records: Arc<dyn sluice_contract::evals::Records>| {
-        let mut kit = Kit::new(OPEN);
-        kit.parts.records = Some(records);
-        kit.app()
-    };
-    let (one, other) = (process(Arc::clone(&shared)), process(Arc::clone(&shared)));
+    let (one, other) = two_processes();
     let source = json!({"website": {"start": [site.url("/docs/")]}, "every_minutes": 1});
     assert_eq!(put(&one, "slow", &source).await.status, 200);
     // Held at its first request: the site asks for a minute between requests.
@@ -686,42 +707,14 @@ async fn a_sync_going_in_one_process_is_seen_by_another_sharing_the_records() {
 /// looking at it every ten pages, stops there, keeping what it wrote.
 #[tokio::test]
 async fn a_walk_going_in_one_process_is_canceled_from_another() {
-    let site = Site::serve().await;
-    site.put(
-        "/robots.txt",
-        Page::text("User-agent: *\nCrawl-delay: 0.2\n"),
-    );
-    let pages: Vec<String> = (0..40).map(|i| format!("p{i}")).collect();
-    let links: Vec<&str> = pages.iter().map(String::as_str).collect();
-    site.put("/docs/", Page::article("Index", "The index.", &links));
-    for p in &pages {
-        site.put(&format!("/docs/{p}"), Page::article(p, "A page.", &[]));
-    }
-    let shared: Arc<dyn sluice_contract::evals::Records> =
-        Arc::new(sluice_testkit::MemoryRecords::across_processes());
-    let process = |records: Arc<dyn sluice_contract::evals::Records>| {
-        let mut kit = Kit::new(OPEN);
-        kit.parts.records = Some(records);
-        kit.app()
-    };
-    let (one, other) = (process(Arc::clone(&shared)), process(shared));
+    let site = linked_site(40, "0.2").await;
+    let (one, other) = two_processes();
     let source = json!({"website": {"start": [site.url("/docs/")]}});
     assert_eq!(put(&one, "slow", &source).await.status, 200);
     let reading = tokio::spawn(crate::kit::Reply::read(open_sync(&one, "slow").await));
     tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let canceled = other
-        .send(Method::POST, "/v1/sources/slow/sync/cancel", &[], "")
-        .await;
-    assert_eq!(canceled.status, 200, "{}", canceled.raw);
     // 41 pages at 0.2 s apart take 8 s whole: it stops long before.
-    let stream = Stream::parse(&reading.await.unwrap().raw);
-    let report = stream.first("report");
-    assert_eq!(report["status"], "stopped", "{report}");
-    assert!(
-        report["cut"].as_str().unwrap().contains("cancel"),
-        "{report}"
-    );
-    assert!(report["added"].as_u64().unwrap() < 41, "{report}");
+    let report = cancel_walk(&other, reading, 41).await;
     assert_eq!(
         documents(&one).await.len() as u64,
         report["added"].as_u64().unwrap()
