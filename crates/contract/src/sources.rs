@@ -380,6 +380,12 @@ pub struct Skipped {
 pub const MAX_FAILURES_LISTED: usize = 100;
 
 impl SyncReport {
+    /// Counts `listed` from the outcomes: every page or object listed was added, changed,
+    /// unchanged or failed.
+    pub fn count_listed(&mut self) {
+        self.listed = self.added + self.changed + self.unchanged + self.failures;
+    }
+
     /// Notes that `item` failed, for `reason`.
     pub fn fail(&mut self, item: &str, reason: impl Into<String>) {
         self.failures += 1;

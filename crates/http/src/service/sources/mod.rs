@@ -349,12 +349,11 @@ impl Server {
     ) -> Result<BoxStream<'static, RunEvent>, ApiError> {
         let record = self.source_record(tenant, name).await?;
         let source: Source = serde_json::from_value(record.body).map_err(invalid)?;
-        let limit = std::time::Instant::now() + self.limits.sync.timeout;
         let live = Live {
             id: sync_id(),
             started_at: sluice_contract::tenant_settings::now(),
             done: Arc::default(),
-            cancel: Cancel::new().with_deadline(ends_by.map_or(limit, |by| by.min(limit))),
+            cancel: Cancel::new().with_deadline(self.sync_deadline(ends_by)),
         };
         let slot = self.syncs.claim(tenant, name, live.clone())?;
         let last = self.reports_of(tenant, name).await?.into_iter().next();
@@ -427,7 +426,7 @@ impl Server {
                         seen += 1;
                         if let Some((server, tenant, key)) = &watch
                             && seen.is_multiple_of(CANCEL_LOOKED_FOR_EVERY)
-                            && server.stopped_elsewhere(tenant, key).await
+                            && server.stopped_elsewhere(tenant, key).await.unwrap_or(false)
                         {
                             live.cancel.cancel();
                         }
@@ -455,7 +454,7 @@ impl Server {
             }
             let report = &mut sync.report;
             report.ms = started.elapsed().as_millis() as u64;
-            report.listed = report.added + report.changed + report.unchanged + report.failures;
+            report.count_listed();
             let fanned = sync.fanned.take().unwrap_or_default();
             let kept = if !fanned.is_empty() && report.status != SyncStatus::Failed {
                 // The rest is read by the batches; the last ends the sync.
@@ -488,14 +487,35 @@ impl Server {
 
     /// Whether the record of the sync `key` (`source/id`) says it is no longer running: a
     /// process sharing the store canceled it.
-    async fn stopped_elsewhere(&self, tenant: &Tenant, key: &str) -> bool {
-        let Some(records) = &self.records else {
-            return false;
-        };
-        match records.get(tenant, Shelf::Syncs, key).await {
-            Ok(Some(record)) => record.body["status"] != json!(SyncStatus::Running),
-            _ => false,
+    async fn stopped_elsewhere(&self, tenant: &Tenant, key: &str) -> Result<bool, ApiError> {
+        let records = self.sources_store()?;
+        let record = (records.get(tenant, Shelf::Syncs, key).await).map_err(unavailable)?;
+        Ok(record.is_some_and(|r| r.body["status"] != json!(SyncStatus::Running)))
+    }
+
+    /// When a sync started now must stop: after `SLUICE_SYNC_TIMEOUT_MS`, or at `ends_by` (a
+    /// Lambda invocation's deadline) when that comes first.
+    fn sync_deadline(&self, ends_by: Option<std::time::Instant>) -> std::time::Instant {
+        let limit = std::time::Instant::now() + self.limits.sync.timeout;
+        ends_by.map_or(limit, |by| by.min(limit))
+    }
+
+    /// Starts a scheduled sync of `name` and runs it here to its end: `{tenant, source}` with
+    /// its `report` (or `error`); `Err` when it could not start.
+    async fn run_sync(
+        self: &Arc<Self>,
+        tenant: &Tenant,
+        name: &str,
+        ends_by: Option<std::time::Instant>,
+    ) -> Result<Value, ApiError> {
+        let mut events = (self.start_sync(tenant, name, Trigger::Schedule, ends_by)).await?;
+        let mut ended = json!({"tenant": tenant, "source": name});
+        while let Some(event) = events.next().await {
+            if event.name == "report" || event.name == "error" {
+                ended[event.name] = event.data;
+            }
         }
+        Ok(ended)
     }
 
     /// Keeps a sync's report, and forgets the source's oldest past [`REPORTS_KEPT`].
@@ -628,19 +648,8 @@ impl Server {
             if std::time::Instant::now() >= ends_by {
                 break;
             }
-            match self
-                .start_sync(&tenant, &name, Trigger::Schedule, Some(ends_by))
-                .await
-            {
-                Ok(mut events) => {
-                    while let Some(event) = events.next().await {
-                        if event.name == "report" || event.name == "error" {
-                            reports.push(
-                                json!({"tenant": tenant, "source": name, event.name: event.data}),
-                            );
-                        }
-                    }
-                }
+            match self.run_sync(&tenant, &name, Some(ends_by)).await {
+                Ok(ended) => reports.push(ended),
                 Err(e) if e.code == Code::SyncRunning => {}
                 Err(e) => {
                     reports.push(json!({"tenant": tenant, "source": name, "error": e.message}))
@@ -749,22 +758,12 @@ impl Server {
         if !self.is_due(&tenant, &record, &reports)? {
             return dropped("it is not due (synced since, or going)");
         }
-        let started = self
-            .start_sync(&tenant, source, Trigger::Schedule, ends_by)
-            .await;
-        let mut events = match started {
-            Ok(events) => events,
-            Err(e) if e.code == Code::SyncRunning => return dropped("a sync of it is going"),
-            Err(e) if e.code == Code::SourcesUnavailable => return Err(e),
-            Err(e) => return Ok(json!({"tenant": tenant, "source": source, "error": e.message})),
-        };
-        let mut ended = json!({"tenant": tenant, "source": source});
-        while let Some(event) = events.next().await {
-            if event.name == "report" || event.name == "error" {
-                ended[event.name] = event.data;
-            }
+        match self.run_sync(&tenant, source, ends_by).await {
+            Ok(ended) => Ok(ended),
+            Err(e) if e.code == Code::SyncRunning => dropped("a sync of it is going"),
+            Err(e) if e.code == Code::SourcesUnavailable => Err(e),
+            Err(e) => Ok(json!({"tenant": tenant, "source": source, "error": e.message})),
         }
-        Ok(ended)
     }
 
     /// Reads a batch a sync sent through the queue ([`SyncBatch`]), adds what it did to the
@@ -813,10 +812,7 @@ impl Server {
             id: batch.sync.clone(),
             started_at: sync.report.started_at.clone(),
             done: Arc::default(),
-            cancel: Cancel::new().with_deadline({
-                let limit = std::time::Instant::now() + self.limits.sync.timeout;
-                ends_by.map_or(limit, |by| by.min(limit))
-            }),
+            cancel: Cancel::new().with_deadline(self.sync_deadline(ends_by)),
         };
         let (items, left) = sync
             .read_batch(std::mem::take(&mut batch.items), &live)
@@ -850,12 +846,10 @@ impl Server {
         }
         // Canceled meanwhile (from another process): what this batch did counts, the sync
         // stays ended.
-        let now = (records.get(&tenant, Shelf::Syncs, &name).await).map_err(unavailable)?;
-        let ended = now.is_some_and(|r| r.body["status"] != json!(SyncStatus::Running));
+        let ended = self.stopped_elsewhere(&tenant, &name).await?;
         let report = &mut sync.report;
-        report.ms =
-            super::now_ms().saturating_sub(started_ms(&json!({"id": batch.sync})).unwrap_or(0));
-        report.listed = report.added + report.changed + report.unchanged + report.failures;
+        report.ms = super::now_ms().saturating_sub(id_started_ms(&batch.sync).unwrap_or(0));
+        report.count_listed();
         if let Some(batches) = &mut report.batches {
             batches.read += 1;
         }
@@ -883,9 +877,14 @@ impl Server {
     }
 }
 
-/// When a sync started, from its id (`sync-<ms>-<n>`).
+/// When a sync started, from its report's id.
 fn started_ms(report: &Value) -> Option<u64> {
-    report["id"].as_str()?.split('-').nth(1)?.parse().ok()
+    id_started_ms(report["id"].as_str()?)
+}
+
+/// When a sync started, from its id (`sync-<ms>-<n>`).
+fn id_started_ms(id: &str) -> Option<u64> {
+    id.split('-').nth(1)?.parse().ok()
 }
 
 /// How many pages or objects a sync reads between two looks at its record for a cancel from
